@@ -1,0 +1,155 @@
+//! Incremental Internet checksum updates (RFC 1624, equation 3).
+//!
+//! All inputs are raw 16-bit words as loaded from packet memory (network order
+//! bytes read in native order). One's complement addition is independent of byte
+//! order as long as every word is read the same way, so neither side swaps.
+
+/// Folds a 32-bit one's complement accumulator into 16 bits.
+#[inline(always)]
+pub const fn fold(mut sum: u32) -> u16 {
+    // Two rounds are enough: after the first, the carry is at most 1.
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
+}
+
+/// Adds a 32-bit raw value as two 16-bit words to a running sum.
+#[inline(always)]
+const fn add32(sum: u32, value: u32) -> u32 {
+    sum + (value & 0xffff) + (value >> 16)
+}
+
+/// The one's complement difference `new - old` for a 32-bit field, ready to be
+/// applied with [`apply`]. Computing it once lets the same delta fix both the
+/// IPv4 header checksum and the TCP checksum (whose pseudo-header holds the
+/// address), as Cilium does.
+#[inline(always)]
+pub const fn diff32(old: u32, new: u32) -> u32 {
+    add32(add32(0, !old), new)
+}
+
+/// The one's complement difference `new - old` for a 16-bit field.
+#[inline(always)]
+pub const fn diff16(old: u16, new: u16) -> u32 {
+    (!old as u32 & 0xffff) + new as u32
+}
+
+/// Applies a difference from [`diff32`]/[`diff16`] (or their sum) to a stored
+/// checksum: `HC' = ~(~HC + ~m + m')`.
+#[inline(always)]
+pub const fn apply(check: u16, diff: u32) -> u16 {
+    // `diff` is at most 4 * 0xffff, so the sum cannot overflow u32.
+    !fold((!check as u32 & 0xffff) + fold(diff) as u32)
+}
+
+/// Recomputes a checksum from scratch over `data` plus an initial `sum`.
+/// Host-side reference for tests and for building packets; the data path never
+/// sums whole packets.
+pub fn checksum(data: &[u8], mut sum: u32) -> u16 {
+    let mut chunks = data.chunks_exact(2);
+    for pair in &mut chunks {
+        sum += u16::from_ne_bytes([pair[0], pair[1]]) as u32;
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    if let [last] = chunks.remainder() {
+        sum += u16::from_ne_bytes([*last, 0]) as u32;
+    }
+    !fold(sum)
+}
+
+/// The IPv4 TCP pseudo-header sum (raw words), to seed [`checksum`] for a TCP
+/// segment of `tcp_len` bytes.
+pub fn tcp_pseudo_header_sum(src: [u8; 4], dst: [u8; 4], tcp_len: u16) -> u32 {
+    let words = [
+        u16::from_ne_bytes([src[0], src[1]]),
+        u16::from_ne_bytes([src[2], src[3]]),
+        u16::from_ne_bytes([dst[0], dst[1]]),
+        u16::from_ne_bytes([dst[2], dst[3]]),
+        u16::from_ne_bytes([0, crate::packet::IPPROTO_TCP]),
+        u16::from_ne_bytes(tcp_len.to_be_bytes()),
+    ];
+    words.iter().map(|w| *w as u32).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use std::vec::Vec;
+
+    fn word(data: &[u8], at: usize) -> u16 {
+        u16::from_ne_bytes([data[at], data[at + 1]])
+    }
+
+    #[test]
+    fn checksum_of_known_ipv4_header_matches_rfc1071_example() {
+        // A real IPv4 header (from a capture) whose checksum field is 0xb861.
+        let mut header = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8,
+            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
+        ];
+        let sum = checksum(&header, 0);
+        assert_eq!(sum.to_ne_bytes(), [0xb8, 0x61]);
+        header[10..12].copy_from_slice(&sum.to_ne_bytes());
+        assert_eq!(
+            checksum(&header, 0),
+            0,
+            "a header with its checksum sums to zero"
+        );
+    }
+
+    #[test]
+    fn incremental_update_equals_recomputation_on_random_data() {
+        let mut rng = StdRng::seed_from_u64(0x55_4d_46_57);
+        for round in 0..20_000 {
+            let len = rng.random_range(8..200usize) & !1;
+            let mut data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            // Field positions: a 32-bit field and a 16-bit field, both aligned
+            // like the addresses and ports of a real header.
+            let f32_at = rng.random_range(0..(len - 4) / 2) * 2;
+            let f16_at = loop {
+                let at = rng.random_range(0..(len - 2) / 2) * 2;
+                if at + 2 <= f32_at || at >= f32_at + 4 {
+                    break at;
+                }
+            };
+            data[0..2].copy_from_slice(&[0, 0]);
+            if f32_at < 2 || f16_at < 2 {
+                continue; // keep the checksum slot at 0..2 separate
+            }
+            let check = checksum(&data, 0);
+            data[0..2].copy_from_slice(&check.to_ne_bytes());
+
+            let old32 = u32::from_ne_bytes(data[f32_at..f32_at + 4].try_into().unwrap());
+            let old16 = word(&data, f16_at);
+            let new32: u32 = if round % 7 == 0 { 0 } else { rng.random() };
+            let new16: u16 = if round % 11 == 0 {
+                0xffff
+            } else {
+                rng.random()
+            };
+            data[f32_at..f32_at + 4].copy_from_slice(&new32.to_ne_bytes());
+            data[f16_at..f16_at + 2].copy_from_slice(&new16.to_ne_bytes());
+
+            let updated = apply(check, diff32(old32, new32) + diff16(old16, new16));
+            data[0..2].copy_from_slice(&updated.to_ne_bytes());
+            assert_eq!(
+                checksum(&data, 0),
+                0,
+                "round {round}: stored checksum must verify"
+            );
+        }
+    }
+
+    #[test]
+    fn update_of_identical_value_keeps_checksum_verifying() {
+        let data = [0x12u8, 0x34, 0, 0, 0xab, 0xcd, 0xef, 0x01];
+        let mut with = data;
+        let c = checksum(&with, 0);
+        with[2..4].copy_from_slice(&c.to_ne_bytes());
+        let same = apply(c, diff32(0x01ef_cdab, 0x01ef_cdab));
+        with[2..4].copy_from_slice(&same.to_ne_bytes());
+        assert_eq!(checksum(&with, 0), 0);
+    }
+}

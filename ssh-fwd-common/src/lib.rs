@@ -1,0 +1,19 @@
+//! Everything the ssh-fwd kernel programs and the userspace agent must agree on:
+//! map names and capacities, the `#[repr(C)]` key and value layouts, the global
+//! outcome counters, and the pure packet math (checksums, header classification)
+//! that is unit-tested on the host and compiled into the eBPF programs unchanged.
+//!
+//! # Byte order contract
+//! Every address and port stored in a map key or value is in **network byte
+//! order**, exactly as the bytes appear on the wire, so the kernel side can
+//! compare and copy packet fields without swapping. Build keys with
+//! [`maps::Endpoint::new`] and read them back with [`maps::Endpoint::ip`] and
+//! [`maps::Endpoint::port`]; never fill the raw fields by hand.
+#![no_std]
+
+pub mod csum;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures;
+pub mod maps;
+pub mod outcome;
+pub mod packet;

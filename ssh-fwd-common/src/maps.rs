@@ -1,0 +1,192 @@
+//! Every BPF map of ssh-fwd: its name, its capacity and its key/value layout.
+//!
+//! Userspace uses only these constants; a test loads the compiled eBPF object and
+//! checks it agrees with them.
+
+use core::net::Ipv4Addr;
+
+/// Maximum number of mappings (frontends) one node can hold. Sized for the
+/// 8000-16000 port range on two SSH IPs; the per-CPU counters cost
+/// `MAX_MAPPINGS * 32` bytes per CPU.
+pub const MAX_MAPPINGS: u32 = 16_384;
+
+/// Maximum number of tracked connections to backends that sit behind more
+/// than one frontend. Least-recently-used entries are evicted only when the
+/// table is full, so a quiet ssh session is never timed out.
+pub const CONN_CAPACITY: u32 = 262_144;
+
+/// Frontend `(external IP, port)` -> backend and mapping slot. Read by ingress.
+pub const FRONTENDS: &str = "FRONTENDS";
+/// Backend `(pod IP, port)` -> primary frontend and slot. Read by egress.
+pub const REVERSE: &str = "REVERSE";
+/// `(client, backend)` -> frontend the client used, only for shared backends.
+pub const CONNS: &str = "CONNS";
+/// Per-CPU packet and byte counters, indexed by mapping slot.
+pub const MAPPING_STATS: &str = "MAPPING_STATS";
+/// Per-CPU counters indexed by [`crate::outcome::Outcome`].
+pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
+/// Mapping names, indexed by slot. Written by the agent, read by `ssh-fwd list`.
+pub const MAPPING_NAMES: &str = "MAPPING_NAMES";
+
+/// All pinned maps, in the order the agent checks them.
+pub const ALL_MAPS: [&str; 6] = [
+    FRONTENDS,
+    REVERSE,
+    CONNS,
+    MAPPING_STATS,
+    GLOBAL_STATS,
+    MAPPING_NAMES,
+];
+
+/// Bump when any layout in this file changes: pins live under
+/// `<bpffs>/v<LAYOUT_VERSION>/`, so a new layout never misreads old maps.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// The backend is reachable through more than one frontend, so replies need
+/// per-connection state to pick the frontend the client used.
+pub const FLAG_SHARED_BACKEND: u32 = 1;
+
+/// An IPv4 address and TCP port, both in network byte order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub addr: u32,
+    pub port: u16,
+    pub _pad: u16,
+}
+
+impl Endpoint {
+    pub const fn new(ip: Ipv4Addr, port: u16) -> Self {
+        Self {
+            addr: u32::from_ne_bytes(ip.octets()),
+            port: port.to_be(),
+            _pad: 0,
+        }
+    }
+
+    pub const fn ip(&self) -> Ipv4Addr {
+        let [a, b, c, d] = self.addr.to_ne_bytes();
+        Ipv4Addr::new(a, b, c, d)
+    }
+
+    pub const fn port(&self) -> u16 {
+        u16::from_be(self.port)
+    }
+}
+
+/// Where a packet is rewritten to, and which mapping it is counted against.
+/// Value of [`FRONTENDS`] (endpoint = backend), [`REVERSE`] and [`CONNS`]
+/// (endpoint = frontend).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NatTarget {
+    pub endpoint: Endpoint,
+    /// Index into [`MAPPING_STATS`] and [`MAPPING_NAMES`].
+    pub slot: u32,
+    /// `FLAG_*` bits.
+    pub flags: u32,
+}
+
+/// Key of [`CONNS`]: one TCP connection between a client and a backend.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    pub client_addr: u32,
+    pub backend_addr: u32,
+    pub client_port: u16,
+    pub backend_port: u16,
+}
+
+/// Value of [`MAPPING_STATS`], per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MappingCounters {
+    /// Client -> pod, counted at ingress on the node that did the DNAT.
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    /// Pod -> client, counted at egress on the node the reply leaves.
+    pub packets_out: u64,
+    pub bytes_out: u64,
+}
+
+/// Longest mapping name kept in [`MAPPING_NAMES`], in bytes.
+pub const MAX_NAME_LEN: usize = 127;
+
+/// Value of [`MAPPING_NAMES`]: UTF-8, zero-padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MappingName {
+    pub len: u8,
+    pub bytes: [u8; MAX_NAME_LEN],
+}
+
+impl MappingName {
+    pub const EMPTY: Self = Self {
+        len: 0,
+        bytes: [0; MAX_NAME_LEN],
+    };
+
+    /// Truncates at a character boundary if the name is longer than
+    /// [`MAX_NAME_LEN`].
+    pub fn new(name: &str) -> Self {
+        let mut end = name.len().min(MAX_NAME_LEN);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut out = Self::EMPTY;
+        out.bytes[..end].copy_from_slice(&name.as_bytes()[..end]);
+        out.len = end as u8;
+        out
+    }
+
+    pub fn as_str(&self) -> &str {
+        let len = (self.len as usize).min(MAX_NAME_LEN);
+        core::str::from_utf8(&self.bytes[..len]).unwrap_or("")
+    }
+}
+
+const _: () = assert!(core::mem::size_of::<Endpoint>() == 8);
+const _: () = assert!(core::mem::size_of::<NatTarget>() == 16);
+const _: () = assert!(core::mem::size_of::<ConnKey>() == 12);
+const _: () = assert!(core::mem::size_of::<MappingCounters>() == 32);
+const _: () = assert!(core::mem::size_of::<MappingName>() == MAX_NAME_LEN + 1);
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are #[repr(C)], made only of integers and arrays of
+    // integers, with explicit padding fields, so every bit pattern is valid and
+    // there are no implicit padding bytes (checked by the size assertions).
+    unsafe impl aya::Pod for Endpoint {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for NatTarget {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ConnKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for MappingCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for MappingName {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_stores_wire_bytes() {
+        let e = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
+        assert_eq!(e.addr.to_ne_bytes(), [198, 18, 0, 10]);
+        assert_eq!(e.port.to_ne_bytes(), [0x1f, 0x56]);
+        assert_eq!(e.ip(), Ipv4Addr::new(198, 18, 0, 10));
+        assert_eq!(e.port(), 8022);
+    }
+
+    #[test]
+    fn mapping_name_truncates_at_char_boundary() {
+        let long = "é".repeat(100);
+        let n = MappingName::new(&long);
+        assert!(n.as_str().len() <= MAX_NAME_LEN);
+        assert_eq!(n.as_str().len() % 2, 0);
+        assert_eq!(MappingName::new("job-4711").as_str(), "job-4711");
+    }
+}

@@ -1,0 +1,78 @@
+//! Global outcome counters: one per-CPU `u64` per variant in
+//! [`crate::maps::GLOBAL_STATS`], indexed by the discriminant.
+
+/// What the data path did with a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Outcome {
+    /// Ingress: destination rewritten to a backend.
+    Dnat = 0,
+    /// Egress: source rewritten back to the frontend.
+    ReverseNat = 1,
+    /// Not IPv4 (IPv6, ARP, VLAN-tagged...): passed untouched.
+    PassNotIpv4 = 2,
+    /// IPv4 but not TCP: passed untouched.
+    PassNotTcp = 3,
+    /// IPv4 fragment: passed untouched (ports are only in the first one).
+    PassFragment = 4,
+    /// Ingress TCP to an address/port that is not a frontend.
+    PassNoFrontend = 5,
+    /// Egress TCP from an address/port that is not a backend.
+    PassNoBackend = 6,
+    /// Too short for its headers, or an IHL below 5: passed untouched.
+    Malformed = 7,
+    /// A reply from a shared backend with no connection entry; the primary
+    /// frontend was used.
+    ReverseFallback = 8,
+    /// A connection entry was created for a shared backend.
+    ConnTracked = 9,
+    /// A helper failed while rewriting; the packet was dropped.
+    RewriteError = 10,
+}
+
+impl Outcome {
+    pub const COUNT: u32 = 11;
+
+    pub const ALL: [Outcome; Self::COUNT as usize] = [
+        Self::Dnat,
+        Self::ReverseNat,
+        Self::PassNotIpv4,
+        Self::PassNotTcp,
+        Self::PassFragment,
+        Self::PassNoFrontend,
+        Self::PassNoBackend,
+        Self::Malformed,
+        Self::ReverseFallback,
+        Self::ConnTracked,
+        Self::RewriteError,
+    ];
+
+    /// Stable snake_case name for logs, `ssh-fwd list` and metrics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Dnat => "dnat",
+            Self::ReverseNat => "reverse_nat",
+            Self::PassNotIpv4 => "pass_not_ipv4",
+            Self::PassNotTcp => "pass_not_tcp",
+            Self::PassFragment => "pass_fragment",
+            Self::PassNoFrontend => "pass_no_frontend",
+            Self::PassNoBackend => "pass_no_backend",
+            Self::Malformed => "malformed",
+            Self::ReverseFallback => "reverse_fallback",
+            Self::ConnTracked => "conn_tracked",
+            Self::RewriteError => "rewrite_error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_lists_every_outcome_at_its_index() {
+        for (i, o) in Outcome::ALL.iter().enumerate() {
+            assert_eq!(*o as usize, i);
+        }
+    }
+}

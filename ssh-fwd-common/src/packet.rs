@@ -1,0 +1,135 @@
+//! Header offsets and the classification rules of the data path, as pure
+//! functions. The kernel programs use the same constants and decisions; the
+//! host reference [`classify`] and [`rewrite`] are what packet tests compare the
+//! programs' output against.
+
+use crate::{csum, maps::Endpoint, outcome::Outcome};
+
+pub const ETH_HLEN: usize = 14;
+/// Offset of the EtherType in an Ethernet header.
+pub const ETH_TYPE_OFF: usize = 12;
+pub const ETH_P_IP: u16 = 0x0800;
+pub const IPPROTO_TCP: u8 = 6;
+
+pub const IPV4_MIN_LEN: usize = 20;
+pub const IPV4_FRAG_OFF: usize = 6;
+pub const IPV4_PROTO_OFF: usize = 9;
+pub const IPV4_CHECK_OFF: usize = 10;
+pub const IPV4_SADDR_OFF: usize = 12;
+pub const IPV4_DADDR_OFF: usize = 16;
+
+pub const TCP_MIN_LEN: usize = 20;
+pub const TCP_SPORT_OFF: usize = 0;
+pub const TCP_DPORT_OFF: usize = 2;
+pub const TCP_CHECK_OFF: usize = 16;
+
+/// Flags + fragment offset field, host order: "more fragments" and the offset.
+const IP_MF_AND_OFFSET: u16 = 0x3fff;
+
+/// IPv4 header length in bytes from the version/IHL byte, or `None` if the
+/// packet is not IPv4 or the IHL is below the minimum of 5 words.
+#[inline(always)]
+pub const fn ipv4_header_len(version_ihl: u8) -> Option<usize> {
+    let ihl = (version_ihl & 0x0f) as usize;
+    if version_ihl >> 4 != 4 || ihl < 5 {
+        None
+    } else {
+        Some(ihl * 4)
+    }
+}
+
+/// Whether the raw (network order, as loaded) flags/fragment-offset field
+/// marks a fragment: any fragment but an unfragmented datagram.
+#[inline(always)]
+pub const fn is_fragment(frag_off_raw: u16) -> bool {
+    u16::from_be(frag_off_raw) & IP_MF_AND_OFFSET != 0
+}
+
+/// Where the TCP header of a classified frame starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpFrame {
+    pub l4_off: usize,
+}
+
+/// Host reference of the parse step: which frames the data path rewrites, and
+/// the outcome counted for those it passes.
+pub fn classify(frame: &[u8]) -> Result<TcpFrame, Outcome> {
+    if frame.len() < ETH_HLEN {
+        return Err(Outcome::Malformed);
+    }
+    let ether_type = u16::from_be_bytes([frame[ETH_TYPE_OFF], frame[ETH_TYPE_OFF + 1]]);
+    if ether_type != ETH_P_IP {
+        return Err(Outcome::PassNotIpv4);
+    }
+    let ip = &frame[ETH_HLEN..];
+    if ip.len() < IPV4_MIN_LEN {
+        return Err(Outcome::Malformed);
+    }
+    let Some(ip_len) = ipv4_header_len(ip[0]) else {
+        return Err(Outcome::Malformed);
+    };
+    if is_fragment(u16::from_ne_bytes([
+        ip[IPV4_FRAG_OFF],
+        ip[IPV4_FRAG_OFF + 1],
+    ])) {
+        return Err(Outcome::PassFragment);
+    }
+    if ip[IPV4_PROTO_OFF] != IPPROTO_TCP {
+        return Err(Outcome::PassNotTcp);
+    }
+    if ip.len() < ip_len + TCP_MIN_LEN {
+        return Err(Outcome::Malformed);
+    }
+    Ok(TcpFrame {
+        l4_off: ETH_HLEN + ip_len,
+    })
+}
+
+/// Which end of the connection a rewrite replaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
+
+/// Reads the (address, port) of one side of a classified frame.
+pub fn endpoint(frame: &[u8], tcp: TcpFrame, side: Side) -> Endpoint {
+    let (addr_off, port_off) = offsets(tcp, side);
+    Endpoint {
+        addr: u32::from_ne_bytes(frame[addr_off..addr_off + 4].try_into().unwrap_or([0; 4])),
+        port: u16::from_ne_bytes([frame[port_off], frame[port_off + 1]]),
+        _pad: 0,
+    }
+}
+
+fn offsets(tcp: TcpFrame, side: Side) -> (usize, usize) {
+    match side {
+        Side::Source => (ETH_HLEN + IPV4_SADDR_OFF, tcp.l4_off + TCP_SPORT_OFF),
+        Side::Destination => (ETH_HLEN + IPV4_DADDR_OFF, tcp.l4_off + TCP_DPORT_OFF),
+    }
+}
+
+/// Host reference of the rewrite step: replaces one side's address and port
+/// and updates both checksums incrementally, exactly as the XDP program does.
+pub fn rewrite(frame: &mut [u8], tcp: TcpFrame, side: Side, to: Endpoint) {
+    let from = endpoint(frame, tcp, side);
+    let (addr_off, port_off) = offsets(tcp, side);
+    let addr_diff = csum::diff32(from.addr, to.addr);
+    let port_diff = csum::diff16(from.port, to.port);
+
+    let ip_check_off = ETH_HLEN + IPV4_CHECK_OFF;
+    let ip_check = u16::from_ne_bytes([frame[ip_check_off], frame[ip_check_off + 1]]);
+    frame[ip_check_off..ip_check_off + 2]
+        .copy_from_slice(&csum::apply(ip_check, addr_diff).to_ne_bytes());
+
+    let tcp_check_off = tcp.l4_off + TCP_CHECK_OFF;
+    let tcp_check = u16::from_ne_bytes([frame[tcp_check_off], frame[tcp_check_off + 1]]);
+    let tcp_check = csum::apply(tcp_check, addr_diff + port_diff);
+    frame[tcp_check_off..tcp_check_off + 2].copy_from_slice(&tcp_check.to_ne_bytes());
+
+    frame[addr_off..addr_off + 4].copy_from_slice(&to.addr.to_ne_bytes());
+    frame[port_off..port_off + 2].copy_from_slice(&to.port.to_ne_bytes());
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,80 @@
+//! `ssh-fwd agent`: attach, then keep the maps equal to the desired mappings.
+
+mod file_source;
+mod logs;
+pub mod reconcile;
+
+use std::collections::BTreeSet;
+
+use anyhow::Context as _;
+use aya::Ebpf;
+
+use crate::{
+    attach::{self, AttachMode},
+    cli::AgentArgs,
+    dataplane::Dataplane,
+    loader, mappings,
+    pins::{PinLayout, is_bpffs},
+    preflight,
+};
+use reconcile::Reconciler;
+
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    // Validate the file before touching the kernel: a bad file at start-up is
+    // an error, and whatever a previous agent installed keeps forwarding.
+    let initial = mappings::load_file(&args.mappings)?;
+    let layout = PinLayout::new(&args.bpffs.bpffs);
+    let (ebpf, reconciler) = start(&layout, &args.ifaces, args.attach)?;
+    let mut reconciler = reconciler;
+    reconciler.reconcile(&initial, "start-up")?;
+    let result = file_source::watch(&args, &mut reconciler, initial).await;
+    tracing::info!(
+        bpffs = %layout.version_dir().display(),
+        "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
+    );
+    // The links are pinned: dropping the object closes our handles only.
+    drop(ebpf);
+    result
+}
+
+/// Checks, loads, attaches. Returns the loaded object (which must live as long
+/// as the agent, for its log buffer and program handles) and the reconciler.
+pub fn start(
+    layout: &PinLayout,
+    ifaces: &[String],
+    mode: AttachMode,
+) -> anyhow::Result<(Ebpf, Reconciler)> {
+    let need_mount = !layout.root().exists() || !is_bpffs(layout.root()).unwrap_or(false);
+    preflight::check_capabilities(need_mount)?;
+    preflight::check_kernel()?;
+    for iface in ifaces {
+        crate::iface::index(iface)?;
+    }
+    layout.prepare()?;
+    let adopting = layout.has_maps();
+    let mut ebpf = loader::load(layout)?;
+    logs::forward(&mut ebpf);
+    attach::load_programs(&mut ebpf).map_err(|e| {
+        match preflight::explain_bpf_error(e.root_cause()) {
+            Some(hint) => e.context(hint),
+            None => e,
+        }
+    })?;
+    for iface in ifaces {
+        let hook = attach::attach_interface(&mut ebpf, &layout.links_dir(), iface, mode)
+            .with_context(|| format!("attaching to interface {iface}"))?;
+        tracing::info!(iface, ingress = hook.name(), "attached");
+    }
+    let keep: BTreeSet<String> = ifaces.iter().cloned().collect();
+    attach::detach_others(&layout.links_dir(), &keep)?;
+    let dataplane = Dataplane::from_ebpf(&mut ebpf)?;
+    let reconciler = Reconciler::new(dataplane);
+    if adopting {
+        let installed = reconciler.installed()?;
+        tracing::info!(
+            mappings = installed.frontends.len(),
+            "adopted the pinned maps of a previous agent; open sessions keep flowing"
+        );
+    }
+    Ok((ebpf, reconciler))
+}

@@ -1,0 +1,357 @@
+//! Attaching the programs to interfaces through pinned links, so they stay
+//! when the agent exits and a new agent can replace them atomically.
+
+use std::{collections::BTreeSet, path::Path};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf,
+    programs::{
+        LinkOrder, SchedClassifier, TcAttachType, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        tc::{SchedClassifierLink, TcAttachOptions},
+        xdp::XdpLink,
+    },
+};
+
+use crate::iface;
+
+pub const PROG_INGRESS_XDP: &str = "ssh_fwd_ingress_xdp";
+pub const PROG_INGRESS_TC: &str = "ssh_fwd_ingress_tc";
+pub const PROG_EGRESS_TC: &str = "ssh_fwd_egress_tc";
+
+/// `--attach`: where the DNAT program hooks in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    /// Native XDP on NICs whose driver supports it, tc ingress otherwise
+    /// (and on veth, where tc is faster).
+    Auto,
+    /// Native (driver) XDP; fails if the driver lacks it.
+    Xdp,
+    /// Generic (skb) XDP: works everywhere, mostly for testing.
+    XdpGeneric,
+    /// tc ingress (tcx).
+    Tc,
+}
+
+/// A resolved ingress hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    XdpNative,
+    XdpGeneric,
+    TcIngress,
+}
+
+impl Hook {
+    const ALL: [Hook; 3] = [Hook::XdpNative, Hook::XdpGeneric, Hook::TcIngress];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::XdpNative => "xdp",
+            Hook::XdpGeneric => "xdp-generic",
+            Hook::TcIngress => "tc",
+        }
+    }
+
+    fn pin_name(self) -> String {
+        format!("ingress-{}", self.name())
+    }
+}
+
+const EGRESS_PIN: &str = "egress-tc";
+
+/// bpffs rejects dots in names (EPERM), but interface names may hold them
+/// (`eth0.100`); Linux never allows `:` in an interface name, so the escape is
+/// reversible.
+fn iface_dir(links_dir: &Path, iface: &str) -> std::path::PathBuf {
+    links_dir.join(iface.replace('.', ":"))
+}
+
+fn iface_from_dir(dir: &str) -> String {
+    dir.replace(':', ".")
+}
+
+/// Loads the three programs into the kernel (once per agent).
+pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    xdp(ebpf)?.load().context("loading the XDP program")?;
+    for name in [PROG_INGRESS_TC, PROG_EGRESS_TC] {
+        classifier(ebpf, name)?
+            .load()
+            .with_context(|| format!("loading tc program {name}"))?;
+    }
+    Ok(())
+}
+
+fn xdp(ebpf: &mut Ebpf) -> anyhow::Result<&mut Xdp> {
+    ebpf.program_mut(PROG_INGRESS_XDP)
+        .ok_or_else(|| anyhow!("eBPF object lacks {PROG_INGRESS_XDP}; rebuild ssh-fwd"))?
+        .try_into()
+        .context(PROG_INGRESS_XDP)
+}
+
+fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut SchedClassifier> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object lacks {name}; rebuild ssh-fwd"))?
+        .try_into()
+        .with_context(|| name.to_owned())
+}
+
+/// Attaches egress, then ingress, to one interface and returns the ingress
+/// hook used. Links pinned by a previous agent are updated in place (the
+/// kernel swaps the program atomically), so forwarding never pauses; links of
+/// another ingress hook are removed only after the new one is in place.
+pub fn attach_interface(
+    ebpf: &mut Ebpf,
+    links_dir: &Path,
+    name: &str,
+    mode: AttachMode,
+) -> anyhow::Result<Hook> {
+    iface::index(name)?;
+    let links_dir = &iface_dir(links_dir, name);
+    std::fs::create_dir_all(links_dir)
+        .with_context(|| format!("creating {}", links_dir.display()))?;
+    // Egress first: replies must be handled before the first request is.
+    attach_tc(ebpf, links_dir, name, TcSpec::EGRESS)?;
+    let hook = match mode {
+        AttachMode::Xdp => attach_xdp(ebpf, links_dir, name, Hook::XdpNative)?,
+        AttachMode::XdpGeneric => attach_xdp(ebpf, links_dir, name, Hook::XdpGeneric)?,
+        AttachMode::Tc => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?,
+        AttachMode::Auto => attach_auto(ebpf, links_dir, name)?,
+    };
+    for other in Hook::ALL.into_iter().filter(|h| *h != hook) {
+        let pin = links_dir.join(other.pin_name());
+        if pin.exists() {
+            tracing::info!(
+                iface = name,
+                old = other.name(),
+                new = hook.name(),
+                "replacing previous ingress hook"
+            );
+            unpin(&pin)?;
+        }
+    }
+    Ok(hook)
+}
+
+/// Removes the links of interfaces that are no longer in `--iface`.
+pub fn detach_others(links_dir: &Path, keep: &BTreeSet<String>) -> anyhow::Result<()> {
+    let entries = match std::fs::read_dir(links_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", links_dir.display())),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let iface = iface_from_dir(&entry.file_name().to_string_lossy());
+        if !keep.contains(&iface) {
+            tracing::warn!(iface, "detaching from an interface no longer in --iface");
+            std::fs::remove_dir_all(entry.path())
+                .with_context(|| format!("removing pinned links in {}", entry.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The interfaces that have pinned links, with their ingress hook.
+pub fn attached(links_dir: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(links_dir).into_iter().flatten().flatten() {
+        let iface = iface_from_dir(&dir.file_name().to_string_lossy());
+        for link in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            out.push((
+                iface.clone(),
+                link.file_name().to_string_lossy().into_owned(),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn unpin(pin: &Path) -> anyhow::Result<()> {
+    std::fs::remove_file(pin).with_context(|| format!("removing pinned link {}", pin.display()))
+}
+
+/// Opens a link pinned by a previous agent, if any.
+fn adopt(pin: &Path) -> anyhow::Result<Option<FdLink>> {
+    if !pin.exists() {
+        return Ok(None);
+    }
+    let link = PinnedLink::from_pin(pin)
+        .with_context(|| format!("opening pinned link {}", pin.display()))?;
+    Ok(Some(FdLink::from(link)))
+}
+
+fn attach_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyhow::Result<Hook> {
+    let pin = links_dir.join(hook.pin_name());
+    let prog = xdp(ebpf)?;
+    if let Some(old) = adopt(&pin)? {
+        match XdpLink::try_from(old)
+            .map_err(anyhow::Error::from)
+            .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
+        {
+            Ok(_) => {
+                tracing::debug!(
+                    iface = name,
+                    hook = hook.name(),
+                    "replaced program in pinned link"
+                );
+                return Ok(hook);
+            }
+            Err(e) => {
+                // The interface may have been recreated; the old link is dead.
+                tracing::warn!(
+                    iface = name,
+                    error = format!("{e:#}"),
+                    "cannot reuse pinned XDP link; attaching anew"
+                );
+                unpin(&pin)?;
+            }
+        }
+    }
+    let mode = match hook {
+        Hook::XdpNative => XdpMode::Driver,
+        _ => XdpMode::Skb,
+    };
+    let id = prog
+        .attach(name, mode)
+        .map_err(|e| explain_xdp_error(name, hook, e))?;
+    let link = prog.take_link(id)?;
+    let fd = FdLink::try_from(link).map_err(|e| {
+        anyhow!("XDP on {name} was attached without a bpf_link, which cannot be pinned (needs Linux 5.9+): {e}")
+    })?;
+    fd.pin(&pin)
+        .with_context(|| format!("pinning link {}", pin.display()))?;
+    Ok(hook)
+}
+
+fn explain_xdp_error(name: &str, hook: Hook, e: aya::programs::ProgramError) -> anyhow::Error {
+    let errno = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<aya::sys::SyscallError>())
+        .and_then(|s| s.io_error.raw_os_error());
+    let hint = match errno {
+        Some(libc::EBUSY) | Some(libc::EEXIST) => format!(
+            "interface {name} already has another XDP program (see `ip link show {name}`); \
+             remove it or use --attach tc"
+        ),
+        Some(libc::EOPNOTSUPP) => format!(
+            "the driver of {name} has no native XDP support; use --attach tc or --attach xdp-generic"
+        ),
+        _ => format!("attaching {} to {name} failed", hook.name()),
+    };
+    anyhow::Error::new(e).context(hint)
+}
+
+/// Which tc program goes where.
+#[derive(Clone, Copy)]
+struct TcSpec {
+    program: &'static str,
+    attach: TcAttachType,
+    first: bool,
+    egress: bool,
+}
+
+impl TcSpec {
+    /// DNAT first, before other ingress programs see the packet.
+    const INGRESS: TcSpec = TcSpec {
+        program: PROG_INGRESS_TC,
+        attach: TcAttachType::Ingress,
+        first: true,
+        egress: false,
+    };
+    /// Reverse NAT last, after other egress programs saw the pod address.
+    const EGRESS: TcSpec = TcSpec {
+        program: PROG_EGRESS_TC,
+        attach: TcAttachType::Egress,
+        first: false,
+        egress: true,
+    };
+
+    fn pin_name(&self) -> String {
+        if self.egress {
+            EGRESS_PIN.into()
+        } else {
+            Hook::TcIngress.pin_name()
+        }
+    }
+}
+
+fn attach_tc(ebpf: &mut Ebpf, links_dir: &Path, name: &str, spec: TcSpec) -> anyhow::Result<Hook> {
+    let pin = links_dir.join(spec.pin_name());
+    let prog = classifier(ebpf, spec.program)?;
+    if let Some(old) = adopt(&pin)? {
+        match SchedClassifierLink::try_from(old)
+            .map_err(anyhow::Error::from)
+            .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
+        {
+            Ok(_) => return Ok(Hook::TcIngress),
+            Err(e) => {
+                tracing::warn!(
+                    iface = name,
+                    error = format!("{e:#}"),
+                    "cannot reuse pinned tc link; attaching anew"
+                );
+                unpin(&pin)?;
+            }
+        }
+    }
+    let order = if spec.first {
+        LinkOrder::first()
+    } else {
+        LinkOrder::last()
+    };
+    let id = prog
+        .attach_with_options(name, spec.attach, TcAttachOptions::TcxOrder(order))
+        .with_context(|| {
+            format!(
+                "attaching {} to {name} with tcx (needs Linux 6.6+)",
+                spec.program
+            )
+        })?;
+    let link = prog.take_link(id)?;
+    let fd =
+        FdLink::try_from(link).map_err(|e| anyhow!("tcx link on {name} cannot be pinned: {e}"))?;
+    fd.pin(&pin)
+        .with_context(|| format!("pinning link {}", pin.display()))?;
+    Ok(Hook::TcIngress)
+}
+
+fn attach_auto(ebpf: &mut Ebpf, links_dir: &Path, name: &str) -> anyhow::Result<Hook> {
+    let driver = iface::driver(name).unwrap_or_else(|| "unknown".into());
+    if driver == "veth" {
+        tracing::info!(
+            iface = name,
+            driver,
+            hook = "tc",
+            "attach mode chosen: tc ingress, because native XDP on a veth turns every skb \
+             into an XDP frame and back, which costs more than tc"
+        );
+        return attach_tc(ebpf, links_dir, name, TcSpec::INGRESS);
+    }
+    match attach_xdp(ebpf, links_dir, name, Hook::XdpNative) {
+        Ok(hook) => {
+            tracing::info!(
+                iface = name,
+                driver,
+                hook = "xdp",
+                "attach mode chosen: native XDP, the earliest hook, before the kernel builds \
+                 an skb"
+            );
+            Ok(hook)
+        }
+        Err(e) => {
+            tracing::info!(
+                iface = name,
+                driver,
+                hook = "tc",
+                error = format!("{e:#}"),
+                "attach mode chosen: tc ingress, because driver {driver} refused native XDP"
+            );
+            attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)
+        }
+    }
+}

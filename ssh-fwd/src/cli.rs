@@ -1,0 +1,163 @@
+//! Command-line interface. Doc comments here are the `--help` text.
+
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{attach::AttachMode, pins::DEFAULT_BPFFS};
+
+/// eBPF/XDP-accelerated TCP forwarder: lands `ssh -p PORT user@EXTERNAL_IP` in
+/// the job pod behind that port, rewriting packets in the kernel (no iptables,
+/// no kube-proxy, no userspace copy).
+#[derive(Debug, Parser)]
+#[command(name = "ssh-fwd", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log filter (RUST_LOG syntax), e.g. `info` or `ssh_fwd=debug`.
+    #[arg(long, global = true, env = "SSH_FWD_LOG", default_value = "info")]
+    pub log: String,
+
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attach the data path to the external interfaces and keep its maps equal
+    /// to the desired mappings. SIGHUP reloads; SIGTERM exits and leaves the
+    /// data path forwarding (a new agent adopts it).
+    Agent(AgentArgs),
+    /// Print the installed mappings with their packet and byte counters, read
+    /// from the pinned maps.
+    List(ListArgs),
+    /// Detach the programs and remove every map and link the agent pinned.
+    /// Stop the agent first: a running agent keeps its programs attached.
+    Teardown(BpffsArg),
+}
+
+#[derive(Debug, Args)]
+pub struct BpffsArg {
+    /// Directory on a bpf filesystem for pinned maps and links; mounted if it
+    /// is not on bpffs yet.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_BPFFS)]
+    pub bpffs: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// External interface to attach to (repeat for several). Packets for a
+    /// frontend are DNATed where they arrive; replies are reverse-NATed where
+    /// they leave.
+    #[arg(long = "iface", value_name = "IFACE", required = true)]
+    pub ifaces: Vec<String>,
+
+    /// Static mappings file (YAML), reloaded when it changes and on SIGHUP.
+    /// A bad file is rejected as a whole and the running mappings stay.
+    #[arg(long, value_name = "FILE")]
+    pub mappings: PathBuf,
+
+    /// Where the DNAT program hooks in. `auto` picks native XDP where the
+    /// driver supports it and tc ingress otherwise (and on veth), and logs why.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+
+    /// How often the maps are re-read and repaired if anything changed them
+    /// behind the agent's back.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+
+    /// How often the mappings file is checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub watch_interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
+/// Parses `500ms`, `30s`, `5m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (number, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 500ms, 30s or 5m"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => return Err(format!("`{s}`: unit must be ms, s or m")),
+    };
+    if d.is_zero() {
+        return Err("duration must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("5h").unwrap_err().contains("unit"));
+    }
+
+    #[test]
+    fn documented_agent_command_line_parses() {
+        let cli = Cli::try_parse_from([
+            "ssh-fwd",
+            "agent",
+            "--iface",
+            "eth0",
+            "--iface",
+            "eth1",
+            "--mappings",
+            "/etc/m.yaml",
+        ])
+        .unwrap();
+        let Command::Agent(a) = cli.command else {
+            panic!("not agent")
+        };
+        assert_eq!(a.ifaces, ["eth0", "eth1"]);
+        assert_eq!(a.attach, AttachMode::Auto);
+        assert_eq!(a.bpffs.bpffs, PathBuf::from("/sys/fs/bpf/ssh-fwd"));
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

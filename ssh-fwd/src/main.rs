@@ -1,0 +1,48 @@
+//! `ssh-fwd`: see `ssh-fwd --help`.
+
+mod agent;
+mod attach;
+mod cli;
+mod dataplane;
+mod iface;
+mod list;
+mod loader;
+mod logging;
+mod mappings;
+mod pins;
+mod plan;
+mod preflight;
+mod teardown;
+
+#[cfg(test)]
+mod prog_tests;
+
+use clap::Parser as _;
+
+use cli::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = logging::init(&cli.log, cli.log_format) {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
+    let result = match cli.command {
+        Command::Agent(args) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(agent::run(args))),
+        Command::List(args) => list::run(args),
+        Command::Teardown(args) => teardown::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Where the agent keeps its state on bpffs, and making sure bpffs is there.
+//!
+//! ```text
+//! <bpffs>/v<LAYOUT_VERSION>/maps/<MAP NAME>
+//! <bpffs>/v<LAYOUT_VERSION>/links/<iface>.<hook>
+//! ```
+
+use std::{
+    ffi::CString,
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{Context as _, bail};
+use ssh_fwd_common::maps::LAYOUT_VERSION;
+
+/// Default `--bpffs` directory.
+pub const DEFAULT_BPFFS: &str = "/sys/fs/bpf/ssh-fwd";
+
+/// `statfs` magic of a bpf filesystem.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// The pinned-state layout under one `--bpffs` directory.
+#[derive(Clone, Debug)]
+pub struct PinLayout {
+    root: PathBuf,
+}
+
+impl PinLayout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn version_dir(&self) -> PathBuf {
+        self.root.join(format!("v{LAYOUT_VERSION}"))
+    }
+
+    pub fn maps_dir(&self) -> PathBuf {
+        self.version_dir().join("maps")
+    }
+
+    pub fn links_dir(&self) -> PathBuf {
+        self.version_dir().join("links")
+    }
+
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.maps_dir().join(name)
+    }
+
+    /// Whether a previous agent left maps here.
+    pub fn has_maps(&self) -> bool {
+        self.map(ssh_fwd_common::maps::FRONTENDS).exists()
+    }
+
+    /// Makes sure the root is on bpffs (mounting one if not) and the version
+    /// directories exist.
+    pub fn prepare(&self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.root)
+            .with_context(|| format!("cannot create --bpffs directory {}", self.root.display()))?;
+        if !is_bpffs(&self.root)? {
+            mount_bpffs(&self.root)?;
+            tracing::info!(dir = %self.root.display(), "mounted a bpf filesystem");
+        }
+        for dir in [self.maps_dir(), self.links_dir()] {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `path` is on a bpf filesystem.
+pub fn is_bpffs(path: &Path) -> anyhow::Result<bool> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .with_context(|| format!("path {} contains a NUL byte", path.display()))?;
+    // SAFETY: statfs writes into the zeroed struct we own; `c` outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statfs {}", path.display()));
+    }
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+fn mount_bpffs(path: &Path) -> anyhow::Result<()> {
+    let target = CString::new(path.as_os_str().as_bytes())?;
+    let fstype = c"bpf";
+    // SAFETY: all pointers are valid NUL-terminated strings for the call.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EPERM) {
+            bail!(
+                "{} is not on a bpf filesystem and mounting one there was refused (needs \
+                 CAP_SYS_ADMIN); mount it first with `mount -t bpf bpf {}`, or pass a --bpffs \
+                 directory that is already on bpffs (in Kubernetes: a hostPath volume of \
+                 /sys/fs/bpf)",
+                path.display(),
+                path.display()
+            );
+        }
+        return Err(err).with_context(|| format!("mount -t bpf bpf {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Removes a directory tree on bpffs, unpinning every map and link in it.
+pub fn remove_tree(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}

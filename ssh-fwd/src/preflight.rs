@@ -1,0 +1,109 @@
+//! Checks that turn the kernel's bare EPERM/EINVAL into a message saying what
+//! to fix, before anything is changed.
+
+use anyhow::bail;
+
+/// Capabilities the agent needs, with what each is for.
+const NEEDED: [(u32, &str, &str); 4] = [
+    (39, "CAP_BPF", "load programs and create maps"),
+    (12, "CAP_NET_ADMIN", "attach XDP and tc programs"),
+    (
+        38,
+        "CAP_PERFMON",
+        "let programs read packet memory with pointer arithmetic",
+    ),
+    (
+        21,
+        "CAP_SYS_ADMIN",
+        "mount bpffs when --bpffs is not on one",
+    ),
+];
+
+/// Fails with the names of the missing capabilities.
+pub fn check_capabilities(need_mount: bool) -> anyhow::Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(effective) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    else {
+        return Ok(()); // cannot tell; the kernel will say EPERM if needed
+    };
+    let has_sys_admin = effective & (1 << 21) != 0;
+    let missing: Vec<String> = NEEDED
+        .iter()
+        .filter(|(bit, name, _)| {
+            let lacking = effective & (1u64 << bit) == 0;
+            match *name {
+                "CAP_SYS_ADMIN" => lacking && need_mount,
+                // CAP_SYS_ADMIN implies the BPF capabilities on every kernel.
+                _ => lacking && !has_sys_admin,
+            }
+        })
+        .map(|(_, name, why)| format!("{name} (to {why})"))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "missing capabilities: {}; run as root, or grant them (in Kubernetes: \
+             securityContext.capabilities.add)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Kernel release as (major, minor), from uname.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    // SAFETY: uname fills the zeroed struct we own.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8 as char)
+        .collect();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// tc programs are attached through tcx links, which are pinnable and can be
+/// replaced atomically on upgrade; they arrived in Linux 6.6.
+pub fn check_kernel() -> anyhow::Result<()> {
+    if let Some((major, minor)) = kernel_version()
+        && (major, minor) < (6, 6)
+    {
+        bail!(
+            "kernel {major}.{minor} is too old: ssh-fwd attaches its tc programs with tcx links, \
+             which need Linux 6.6 or newer"
+        );
+    }
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        tracing::debug!("no /sys/kernel/btf/vmlinux; ssh-fwd does not need it");
+    }
+    Ok(())
+}
+
+/// Explains a failure of the BPF syscall in terms of what to do.
+pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => Some(
+                    "the kernel refused a BPF operation: run as root or with CAP_BPF, \
+                     CAP_NET_ADMIN and CAP_PERFMON"
+                        .into(),
+                ),
+                Some(libc::ENOSYS) => {
+                    Some("this kernel has no BPF syscall (CONFIG_BPF_SYSCALL is off)".into())
+                }
+                _ => None,
+            };
+        }
+        source = e.source();
+    }
+    None
+}
