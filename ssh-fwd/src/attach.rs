@@ -113,8 +113,8 @@ pub fn attach_interface(
     // Egress first: replies must be handled before the first request is.
     attach_tc(ebpf, links_dir, name, TcSpec::EGRESS)?;
     let hook = match mode {
-        AttachMode::Xdp => attach_xdp(ebpf, links_dir, name, Hook::XdpNative)?,
-        AttachMode::XdpGeneric => attach_xdp(ebpf, links_dir, name, Hook::XdpGeneric)?,
+        AttachMode::Xdp => switch_xdp(ebpf, links_dir, name, Hook::XdpNative)?,
+        AttachMode::XdpGeneric => switch_xdp(ebpf, links_dir, name, Hook::XdpGeneric)?,
         AttachMode::Tc => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?,
         AttachMode::Auto => attach_auto(ebpf, links_dir, name)?,
     };
@@ -131,6 +131,29 @@ pub fn attach_interface(
         }
     }
     Ok(hook)
+}
+
+/// Attaches XDP in `hook`'s mode. Native and generic XDP cannot share an
+/// interface, so a switch between them bridges through tc ingress: forwarding
+/// never stops, it only takes the slower hook for a moment.
+fn switch_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyhow::Result<Hook> {
+    let other = if hook == Hook::XdpNative {
+        Hook::XdpGeneric
+    } else {
+        Hook::XdpNative
+    };
+    let other_pin = links_dir.join(other.pin_name());
+    if other_pin.exists() {
+        tracing::info!(
+            iface = name,
+            old = other.name(),
+            new = hook.name(),
+            "switching XDP mode through tc ingress"
+        );
+        attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?;
+        unpin(&other_pin)?;
+    }
+    attach_xdp(ebpf, links_dir, name, hook)
 }
 
 /// Removes the links of interfaces that are no longer in `--iface`.

@@ -23,6 +23,11 @@ use cli::{Cli, Command};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Agent(_)) {
+        // `ssh-fwd list | head` should end quietly, as other CLI tools do.
+        // SAFETY: restoring the default disposition of a signal is always sound.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if let Err(e) = logging::init(&cli.log, cli.log_format) {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::from(2);

@@ -1,1 +1,17 @@
+//! The test bed for ssh-fwd: network namespaces wired as client -> node ->
+//! pod, a real OpenSSH server in each pod, the real agent binary in each node,
+//! and guards that remove all of it when dropped, also when a test fails.
+//!
+//! Used by the end-to-end tests in `tests/` and by `cargo xtask demo`.
 
+pub mod agent;
+pub mod cmd;
+pub mod netns;
+pub mod privilege;
+pub mod ssh;
+pub mod topology;
+
+pub use agent::{Agent, Bpffs};
+pub use netns::NetNs;
+pub use ssh::{SshClient, Sshd};
+pub use topology::{Node, Pod, Topology};

@@ -1,0 +1,232 @@
+//! The real `ssh-fwd agent` in a node namespace, and its bpffs directory.
+
+use std::{
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{NetNs, cmd};
+
+/// Path of the `ssh-fwd` binary under test: `SSH_FWD_BIN`, or the workspace's
+/// debug build.
+pub fn binary() -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("SSH_FWD_BIN") {
+        return Ok(bin.into());
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or(workspace.join("target"), PathBuf::from);
+    for profile in ["debug", "release"] {
+        let bin = target.join(profile).join("ssh-fwd");
+        if bin.is_file() {
+            return Ok(bin);
+        }
+    }
+    bail!(
+        "ssh-fwd binary not found; build it with `cargo build -p ssh-fwd` or run `cargo xtask test`"
+    )
+}
+
+/// A directory for the agent's pinned state. The agent mounts bpffs on it;
+/// dropping this runs `ssh-fwd teardown` and unmounts it.
+pub struct Bpffs {
+    dir: tempfile::TempDir,
+}
+
+impl Bpffs {
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            dir: tempfile::Builder::new().prefix("ssh-fwd-bpffs").tempdir()?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `ssh-fwd list --output json` against this directory.
+    pub fn list(&self) -> anyhow::Result<serde_json::Value> {
+        let out = cmd::run(
+            Command::new(binary()?)
+                .args(["list", "--output", "json", "--bpffs"])
+                .arg(self.path()),
+        )?;
+        Ok(serde_json::from_str(&out)?)
+    }
+}
+
+impl Drop for Bpffs {
+    fn drop(&mut self) {
+        if let Ok(bin) = binary() {
+            let _ = Command::new(bin)
+                .arg("teardown")
+                .arg("--bpffs")
+                .arg(self.path())
+                .stdout(Stdio::null())
+                .status();
+        }
+        if let Ok(c) = std::ffi::CString::new(self.path().as_os_str().as_encoded_bytes()) {
+            // SAFETY: valid path; failing (not mounted) is fine.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
+/// A running agent. Dropping it sends SIGTERM (the data path stays).
+pub struct Agent {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Agent {
+    /// Starts the agent and waits until it has applied the file.
+    pub fn start(
+        node: &NetNs,
+        ifaces: &[&str],
+        mappings: &Path,
+        bpffs: &Bpffs,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let log = bpffs
+            .path()
+            .with_extension(format!("agent-{}.log", node.name()));
+        let log_file = std::fs::File::create(&log)?;
+        let mut c = node.command(binary()?.to_str().context("binary path is not UTF-8")?);
+        c.arg("agent")
+            .arg("--mappings")
+            .arg(mappings)
+            .arg("--bpffs")
+            .arg(bpffs.path());
+        c.args(["--watch-interval", "200ms", "--log-format", "json"]);
+        for iface in ifaces {
+            c.args(["--iface", iface]);
+        }
+        c.args(extra);
+        let child = c
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .process_group(0)
+            .spawn()
+            .context("starting ssh-fwd agent")?;
+        let mut agent = Self {
+            child: Some(child),
+            log,
+        };
+        agent.wait_for_log("watching the mappings file", Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`; fails early if the agent died.
+    pub fn wait_for_log(&mut self, needle: &str, limit: Duration) -> anyhow::Result<()> {
+        self.wait_for_log_count(needle, 1, limit)
+    }
+
+    /// Waits until the log contains `needle` at least `count` times.
+    pub fn wait_for_log_count(
+        &mut self,
+        needle: &str,
+        count: usize,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if self.count_in_log(needle) >= count {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                bail!(
+                    "agent exited ({status}) before logging {needle:?}:\n{}",
+                    self.log()
+                );
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "agent did not log {needle:?} within {limit:?}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Number of times the log contains `needle`.
+    pub fn count_in_log(&self, needle: &str) -> usize {
+        self.log().matches(needle).count()
+    }
+
+    /// SIGTERM and wait (bounded) for a clean exit.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let exited = cmd::wait_until(Duration::from_secs(10), || {
+            child.try_wait().ok().flatten().is_some()
+        });
+        if !exited {
+            crate::ssh::kill_group(&mut child);
+            bail!("agent did not exit within 10 s of SIGTERM");
+        }
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("agent exited with {status}:\n{}", self.log());
+        }
+        Ok(())
+    }
+
+    /// Sends SIGHUP (reload).
+    pub fn hangup(&self) {
+        if let Some(child) = &self.child {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Runs an agent command that is expected to fail and returns its stderr.
+pub fn run_failing(node: &NetNs, args: &[&str]) -> anyhow::Result<String> {
+    let out = node
+        .command(binary()?.to_str().context("binary path")?)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    if out.status.success() {
+        bail!("ssh-fwd {args:?} succeeded but was expected to fail");
+    }
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+pub fn write_mappings(path: &Path, entries: &[(&str, &str, &str)]) -> anyhow::Result<()> {
+    let mut text = String::from("mappings:\n");
+    for (name, frontend, backend) in entries {
+        text.push_str(&format!(
+            "  - name: {name}\n    frontend: {frontend}\n    backend: {backend}\n"
+        ));
+    }
+    if entries.is_empty() {
+        text = "mappings: []\n".into();
+    }
+    // Write-then-rename, as a careful operator or a ConfigMap update does.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+//! Running commands with a bounded time and a useful error.
+
+use std::{process::Command, time::Duration};
+
+use anyhow::{Context as _, bail};
+
+/// Runs `cmd` to completion and fails with its stderr if it fails.
+pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("spawning {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip ARGS...`, failing with ip's message.
+pub fn ip(args: &[&str]) -> anyhow::Result<()> {
+    run(Command::new("ip").args(args)).map(|_| ())
+}
+
+/// A `timeout`-wrapped command, so a hung peer cannot hang a test.
+pub fn bounded(limit: Duration, program: &str) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("--kill-after=2")
+        .arg(format!("{}", limit.as_secs().max(1)))
+        .arg(program);
+    c
+}
+
+/// Polls `check` until it returns true or `limit` passes.
+pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check()
+}

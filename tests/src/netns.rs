@@ -1,0 +1,85 @@
+//! A network namespace that is deleted when dropped.
+
+use std::{
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::Context as _;
+
+use crate::cmd;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A named network namespace (`ip netns`), unique to this process.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    /// Creates `sfw<pid>-<n>-<role>` with loopback up.
+    pub fn new(role: &str) -> anyhow::Result<Self> {
+        let name = format!(
+            "sfw{}-{}-{role}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        cmd::ip(&["netns", "add", &name]).with_context(|| format!("creating netns {name}"))?;
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `/run/netns/NAME`, for `nsenter --net=`.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// `ip -n NAME ARGS...`
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        cmd::ip(&all)
+    }
+
+    /// A command run inside this namespace's network only (`nsenter --net`):
+    /// unlike `ip netns exec` it keeps the host's mounts, so a bpffs the
+    /// process mounts outlives it.
+    pub fn command(&self, program: &str) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net={}", self.path()))
+            .arg("--")
+            .arg(program);
+        c
+    }
+
+    /// Sets a sysctl inside the namespace.
+    pub fn sysctl(&self, key: &str, value: &str) -> anyhow::Result<()> {
+        cmd::run(
+            self.command("sysctl")
+                .args(["-qw", &format!("{key}={value}")]),
+        )
+        .map(|_| ())
+    }
+
+    /// Creates a veth pair between two namespaces.
+    pub fn veth(&self, name: &str, peer: &NetNs, peer_name: &str) -> anyhow::Result<()> {
+        cmd::ip(&[
+            "link", "add", name, "netns", &self.name, "type", "veth", "peer", "name", peer_name,
+            "netns", &peer.name,
+        ])?;
+        self.ip(&["link", "set", name, "up"])?;
+        peer.ip(&["link", "set", peer_name, "up"])
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        let _ = cmd::ip(&["netns", "del", &self.name]);
+    }
+}

@@ -1,0 +1,162 @@
+//! A real OpenSSH server in a pod namespace and a real client to reach it.
+
+use std::{
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{NetNs, cmd};
+
+/// Keys shared by the server and the client of one test.
+pub struct SshKeys {
+    dir: tempfile::TempDir,
+}
+
+impl SshKeys {
+    pub fn generate() -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("ssh-fwd-keys").tempdir()?;
+        for name in ["client", "host"] {
+            cmd::run(
+                Command::new("ssh-keygen")
+                    .args(["-q", "-t", "ed25519", "-N", ""])
+                    .arg("-f")
+                    .arg(dir.path().join(name)),
+            )?;
+        }
+        std::fs::copy(
+            dir.path().join("client.pub"),
+            dir.path().join("authorized_keys"),
+        )?;
+        Ok(Self { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn client(&self) -> SshClient {
+        SshClient {
+            key: self.dir.path().join("client"),
+        }
+    }
+}
+
+/// sshd running in a pod namespace with its own host name, so `ssh ...
+/// hostname` tells which pod answered.
+pub struct Sshd {
+    child: Child,
+}
+
+impl Sshd {
+    pub fn start(ns: &NetNs, hostname: &str, keys: &SshKeys) -> anyhow::Result<Self> {
+        let dir = keys.dir();
+        let config = dir.join(format!("sshd_config.{hostname}"));
+        std::fs::write(
+            &config,
+            format!(
+                "Port 22\nListenAddress 0.0.0.0\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
+                 PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n\
+                 LogLevel ERROR\nClientAliveInterval 0\n",
+                host = dir.join("host").display(),
+                auth = dir.join("authorized_keys").display(),
+            ),
+        )?;
+        // sshd refuses to start without its privilege-separation directory.
+        std::fs::create_dir_all("/run/sshd")?;
+        let sshd = crate::privilege::which("sshd").context("sshd not installed")?;
+        let script = format!(
+            "hostname {hostname} && exec {} -D -e -f {}",
+            sshd.display(),
+            config.display()
+        );
+        let child = ns
+            .command("unshare")
+            .args(["--uts", "sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .context("starting sshd")?;
+        let sshd = Self { child };
+        let listening = cmd::wait_until(Duration::from_secs(10), || {
+            cmd::run(ns.command("ss").args(["-Hltn", "sport = :22"]))
+                .is_ok_and(|o| !o.trim().is_empty())
+        });
+        if !listening {
+            bail!(
+                "sshd in {} did not start listening on port 22 within 10 s",
+                ns.name()
+            );
+        }
+        Ok(sshd)
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        kill_group(&mut self.child);
+    }
+}
+
+/// Kills a child's whole process group (sshd forks per session) and reaps it.
+pub fn kill_group(child: &mut Child) {
+    // SAFETY: signalling a process group we created.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    let _ = child.wait();
+}
+
+/// The OpenSSH client with the test key and no host-key prompts.
+#[derive(Clone)]
+pub struct SshClient {
+    key: PathBuf,
+}
+
+impl SshClient {
+    /// `ssh -p PORT root@HOST REMOTE` from inside `ns`, bounded by `limit`.
+    pub fn command(
+        &self,
+        ns: &NetNs,
+        host: &str,
+        port: u16,
+        remote: &str,
+        limit: Duration,
+    ) -> Command {
+        let mut c = ns.command("timeout");
+        c.args(["--kill-after=2", &limit.as_secs().max(1).to_string(), "ssh"])
+            .arg("-i")
+            .arg(&self.key)
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "ConnectTimeout=5",
+                "-p",
+                &port.to_string(),
+                &format!("root@{host}"),
+                remote,
+            ]);
+        c
+    }
+
+    /// Runs `remote` and returns its trimmed stdout.
+    pub fn run(&self, ns: &NetNs, host: &str, port: u16, remote: &str) -> anyhow::Result<String> {
+        let out = cmd::run(
+            self.command(ns, host, port, remote, Duration::from_secs(20))
+                .stdin(Stdio::null()),
+        )
+        .with_context(|| format!("ssh -p {port} root@{host} {remote}"))?;
+        Ok(out.trim().to_owned())
+    }
+}

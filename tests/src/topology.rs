@@ -1,0 +1,190 @@
+//! Namespaces wired like a small cluster:
+//!
+//! ```text
+//!  client 192.0.2.2 --eth0/ext0-- node 192.0.2.1 (owns 198.18.0.10 on lo)
+//!                                   |  podN 10.244.(N+1).1/24
+//!                                   +--eth0-- pod N 10.244.(N+1).5, sshd :22
+//! ```
+//!
+//! `two_nodes` adds a second node B with its own link to the client: the
+//! client reaches the external IP through node A, node A routes to the pod on
+//! node B over a node-to-node link, and the reply leaves node B directly.
+
+use anyhow::Context as _;
+
+use crate::{
+    NetNs,
+    ssh::{SshClient, SshKeys, Sshd},
+};
+
+pub const EXTERNAL_IP: &str = "198.18.0.10";
+pub const CLIENT_IP: &str = "192.0.2.2";
+pub const EXT_IFACE: &str = "ext0";
+
+pub struct Pod {
+    pub ns: NetNs,
+    pub ip: String,
+    pub hostname: String,
+    _sshd: Sshd,
+}
+
+pub struct Node {
+    pub ns: NetNs,
+}
+
+/// Everything one test needs; dropping it removes everything (pods' sshd
+/// first, then namespaces).
+pub struct Topology {
+    pub pods: Vec<Pod>,
+    pub nodes: Vec<Node>,
+    pub client: NetNs,
+    pub keys: SshKeys,
+}
+
+impl Topology {
+    /// One node with `pods` pods, each running sshd.
+    pub fn single_node(pods: usize) -> anyhow::Result<Self> {
+        let keys = SshKeys::generate()?;
+        let client = NetNs::new("client")?;
+        let node = NetNs::new("node")?;
+        client.veth("eth0", &node, EXT_IFACE)?;
+        client.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"])?;
+        client.ip(&["route", "add", "default", "via", "192.0.2.1"])?;
+        node.ip(&["addr", "add", "192.0.2.1/24", "dev", EXT_IFACE])?;
+        // The node owns the external IP, so unmapped ports answer with a RST
+        // (connection refused) instead of a timeout.
+        node.ip(&["addr", "add", &format!("{EXTERNAL_IP}/32"), "dev", "lo"])?;
+        node.sysctl("net.ipv4.ip_forward", "1")?;
+        let mut topo = Self {
+            pods: Vec::new(),
+            nodes: vec![Node { ns: node }],
+            client,
+            keys,
+        };
+        for i in 0..pods {
+            topo.add_pod(0, i + 1)?;
+        }
+        Ok(topo)
+    }
+
+    /// Two nodes; the pod lives on node B, the client enters through node A.
+    pub fn two_nodes() -> anyhow::Result<Self> {
+        let keys = SshKeys::generate()?;
+        let client = NetNs::new("client")?;
+        let a = NetNs::new("nodea")?;
+        let b = NetNs::new("nodeb")?;
+        client.veth("eth0", &a, EXT_IFACE)?;
+        client.veth("eth1", &b, EXT_IFACE)?;
+        client.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"])?;
+        client.ip(&["addr", "add", "192.0.3.2/24", "dev", "eth1"])?;
+        client.ip(&["route", "add", "default", "via", "192.0.2.1"])?;
+        // Replies come back on eth1 although the route to 198.18.0.10 is eth0.
+        for key in ["all", "default", "eth0", "eth1"] {
+            client.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;
+        }
+        a.ip(&["addr", "add", "192.0.2.1/24", "dev", EXT_IFACE])?;
+        b.ip(&["addr", "add", "192.0.3.1/24", "dev", EXT_IFACE])?;
+        for node in [&a, &b] {
+            node.ip(&["addr", "add", &format!("{EXTERNAL_IP}/32"), "dev", "lo"])?;
+            node.sysctl("net.ipv4.ip_forward", "1")?;
+        }
+        a.veth("peer", &b, "peer")?;
+        a.ip(&["addr", "add", "10.0.0.1/30", "dev", "peer"])?;
+        b.ip(&["addr", "add", "10.0.0.2/30", "dev", "peer"])?;
+        // Pod CIDR of node B, as a CNI would route it.
+        a.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.2"])?;
+        // Node B sends client traffic straight out of its own external link.
+        b.ip(&[
+            "route",
+            "add",
+            "192.0.2.0/24",
+            "via",
+            "192.0.3.2",
+            "dev",
+            EXT_IFACE,
+        ])?;
+        for key in ["all", "default", "peer", EXT_IFACE] {
+            b.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;
+        }
+        let mut topo = Self {
+            pods: Vec::new(),
+            nodes: vec![Node { ns: a }, Node { ns: b }],
+            client,
+            keys,
+        };
+        topo.add_pod(1, 1)?;
+        Ok(topo)
+    }
+
+    /// Adds pod number `n` (IP 10.244.n.5) on node `node`, with sshd.
+    pub fn add_pod(&mut self, node: usize, n: usize) -> anyhow::Result<&Pod> {
+        let hostname = format!("pod-{n}");
+        let ns = NetNs::new(&hostname)?;
+        let node_ns = &self.nodes[node].ns;
+        let node_side = format!("pod{n}");
+        ns.veth("eth0", node_ns, &node_side)?;
+        let ip = format!("10.244.{n}.5");
+        ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+        ns.ip(&["route", "add", "default", "via", &format!("10.244.{n}.1")])?;
+        node_ns.ip(&[
+            "addr",
+            "add",
+            &format!("10.244.{n}.1/24"),
+            "dev",
+            &node_side,
+        ])?;
+        let sshd = Sshd::start(&ns, &hostname, &self.keys)
+            .with_context(|| format!("sshd in {hostname}"))?;
+        self.pods.push(Pod {
+            ns,
+            ip,
+            hostname,
+            _sshd: sshd,
+        });
+        Ok(self.pods.last().context("pod just added")?)
+    }
+
+    pub fn ssh(&self) -> SshClient {
+        self.keys.client()
+    }
+
+    /// Turns off transmit checksum offload on every veth, so each packet
+    /// carries a real checksum that the receiver verifies, as on a wire.
+    pub fn software_checksums(&self) -> anyhow::Result<()> {
+        let mut all: Vec<(&NetNs, String)> = vec![];
+        for pod in &self.pods {
+            all.push((&pod.ns, "eth0".into()));
+        }
+        all.push((&self.client, "eth0".into()));
+        if self.nodes.len() > 1 {
+            all.push((&self.client, "eth1".into()));
+        }
+        for node in &self.nodes {
+            all.push((&node.ns, EXT_IFACE.into()));
+        }
+        for (ns, iface) in all {
+            crate::cmd::run(ns.command("ethtool").args(["-K", &iface, "tx", "off"]))?;
+        }
+        for (i, pod) in self.pods.iter().enumerate() {
+            let n = pod.ip.split('.').nth(2).unwrap_or("1");
+            let node = if self.nodes.len() > 1 {
+                &self.nodes[1].ns
+            } else {
+                &self.nodes[0].ns
+            };
+            let _ = i;
+            crate::cmd::run(
+                node.command("ethtool")
+                    .args(["-K", &format!("pod{n}"), "tx", "off"]),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // Pods (and their sshd) go before the namespaces they are wired to.
+        self.pods.clear();
+    }
+}

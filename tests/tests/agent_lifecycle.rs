@@ -1,0 +1,220 @@
+//! The agent's contract: reloads apply only the difference, bad files change
+//! nothing, restarts keep sessions, teardown removes everything.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Bed, FRONTEND, Session, refused};
+use ssh_fwd_tests::{Agent, Topology, agent::write_mappings, privilege, topology::EXT_IFACE};
+
+#[test]
+fn mapping_added_and_removed_while_running_reaches_the_data_path() {
+    if !privilege::check("mapping_added_and_removed_while_running_reaches_the_data_path") {
+        return;
+    }
+    let mut bed = Bed::start(
+        Topology::single_node(2).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    assert!(refused(bed.client(), 8023), "8023 is not mapped yet");
+
+    // Add: the file changes, the agent notices on its own.
+    write_mappings(
+        &bed.mappings,
+        &[
+            ("a", FRONTEND, "10.244.1.5:22"),
+            ("b", "198.18.0.10:8023", "10.244.2.5:22"),
+        ],
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log_count("mapping added", 2, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(bed.hostname_via(8023).unwrap(), "pod-2");
+    session.echo("after-add").unwrap();
+
+    // Remove b, and reload with SIGHUP this time.
+    write_mappings(&bed.mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    bed.agents[0].hangup();
+    bed.agents[0]
+        .wait_for_log("mapping removed", Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        refused(bed.client(), 8023),
+        "8023 must be closed after removal"
+    );
+    session.echo("after-remove").unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+}
+
+#[test]
+fn bad_mappings_file_is_rejected_and_running_maps_stay() {
+    if !privilege::check("bad_mappings_file_is_rejected_and_running_maps_stay") {
+        return;
+    }
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    std::fs::write(
+        &bed.mappings,
+        "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:0\n",
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log_count("mappings file rejected", 1, Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        bed.agents[0]
+            .log()
+            .contains("entry #1: backend `10.244.1.5:0` has port 0"),
+        "{}",
+        bed.agents[0].log()
+    );
+    std::fs::write(&bed.mappings, "").unwrap();
+    bed.agents[0]
+        .wait_for_log_count("mappings file rejected", 2, Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        bed.agents[0].log().contains("is empty"),
+        "{}",
+        bed.agents[0].log()
+    );
+    session.echo("still-here").unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert_eq!(bed.agents[0].count_in_log("mapping removed"), 0);
+}
+
+#[test]
+fn ssh_session_survives_an_agent_restart() {
+    if !privilege::check("ssh_session_survives_an_agent_restart") {
+        return;
+    }
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    bed.agents[0].stop().unwrap();
+    // Agent down: the pinned data path keeps forwarding, old and new sessions.
+    session.echo("agent-down").unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    let agent = Agent::start(
+        &bed.topo.nodes[0].ns,
+        &[EXT_IFACE],
+        &bed.mappings,
+        &bed.bpffs[0],
+        &[],
+    )
+    .unwrap();
+    assert!(
+        agent.log().contains("adopted the pinned maps"),
+        "{}",
+        agent.log()
+    );
+    assert!(!agent.log().contains("mapping removed"), "{}", agent.log());
+    bed.agents[0] = agent;
+    session.echo("agent-back").unwrap();
+    // A restart in another attach mode swaps the program under the session.
+    bed.agents[0].stop().unwrap();
+    bed.agents[0] = Agent::start(
+        &bed.topo.nodes[0].ns,
+        &[EXT_IFACE],
+        &bed.mappings,
+        &bed.bpffs[0],
+        &["--attach", "xdp"],
+    )
+    .unwrap();
+    session.echo("new-hook").unwrap();
+}
+
+#[test]
+fn teardown_removes_the_data_path() {
+    if !privilege::check("teardown_removes_the_data_path") {
+        return;
+    }
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &["--attach", "xdp"],
+    )
+    .unwrap();
+    bed.agents[0].stop().unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(bin)
+            .arg("teardown")
+            .arg("--bpffs")
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    assert!(
+        refused(bed.client(), 8022),
+        "after teardown the node itself answers, with a RST"
+    );
+    let link = ssh_fwd_tests::cmd::run(
+        bed.topo.nodes[0]
+            .ns
+            .command("ip")
+            .args(["link", "show", EXT_IFACE]),
+    )
+    .unwrap();
+    assert!(!link.contains("xdp"), "XDP still attached: {link}");
+    assert!(bed.bpffs[0].list().is_err(), "maps still pinned");
+}
+
+#[test]
+fn agent_errors_name_the_problem() {
+    if !privilege::check("agent_errors_name_the_problem") {
+        return;
+    }
+    let topo = Topology::single_node(0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.yaml");
+    write_mappings(&file, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let node = &topo.nodes[0].ns;
+    let args = |iface: &'static str, file: &std::path::Path| -> Vec<String> {
+        vec![
+            "agent".into(),
+            "--iface".into(),
+            iface.into(),
+            "--mappings".into(),
+            file.display().to_string(),
+            "--bpffs".into(),
+            bpffs.path().display().to_string(),
+        ]
+    };
+    let run = |a: Vec<String>| {
+        ssh_fwd_tests::agent::run_failing(node, &a.iter().map(String::as_str).collect::<Vec<_>>())
+            .unwrap()
+    };
+
+    let e = run(args("eth9", &file));
+    assert!(
+        e.contains("interface eth9 does not exist in this network namespace"),
+        "{e}"
+    );
+    let e = run(args(EXT_IFACE, &dir.path().join("missing.yaml")));
+    assert!(
+        e.contains("cannot read mappings file") && e.contains("missing.yaml"),
+        "{e}"
+    );
+    std::fs::write(
+        &file,
+        "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n    port: 3\n",
+    )
+    .unwrap();
+    let e = run(args(EXT_IFACE, &file));
+    assert!(e.contains("unknown field `port`"), "{e}");
+}

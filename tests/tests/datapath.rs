@@ -1,0 +1,188 @@
+//! The data path end to end with real OpenSSH: login, bulk data both ways in
+//! every attach mode, and what the client sees.
+
+mod common;
+
+use std::{process::Stdio, time::Duration};
+
+use common::{Bed, EXTERNAL_IP, FRONTEND, mapping_counters};
+use ssh_fwd_tests::{Topology, cmd, privilege};
+
+#[test]
+fn ssh_login_through_frontend_lands_in_the_pod() {
+    if !privilege::check("ssh_login_through_frontend_lands_in_the_pod") {
+        return;
+    }
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job-4711", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    let (inbound, outbound) = mapping_counters(&bed.bpffs[0], FRONTEND).unwrap();
+    assert!(
+        inbound > 5 && outbound > 5,
+        "counters move both ways: {inbound} in, {outbound} out"
+    );
+    let list = bed.bpffs[0].list().unwrap();
+    assert_eq!(list["mappings"][0]["name"], "job-4711");
+    assert_eq!(list["counters"]["dnat"].as_u64(), Some(inbound));
+}
+
+/// 64 MiB up and 64 MiB down, with software checksums on every veth so the
+/// receiving TCP stacks verify each packet's checksum.
+fn bulk_copy_is_bit_identical(mode: &str) {
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("bulk", FRONTEND, "10.244.1.5:22")],
+        &["--attach", mode],
+    )
+    .unwrap();
+    bed.topo.software_checksums().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("random.bin");
+    cmd::run(
+        std::process::Command::new("head")
+            .args(["-c", "64M", "/dev/urandom"])
+            .stdout(std::fs::File::create(&data).unwrap()),
+    )
+    .unwrap();
+    let expected =
+        cmd::run(std::process::Command::new("sha256sum").arg(&data)).unwrap()[..64].to_owned();
+
+    let ssh = bed.ssh();
+    let up = cmd::run(
+        ssh.command(
+            bed.client(),
+            EXTERNAL_IP,
+            8022,
+            "sha256sum",
+            Duration::from_secs(120),
+        )
+        .stdin(std::fs::File::open(&data).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(&up[..64], expected, "upload through {mode} arrived altered");
+
+    let down = cmd::run(
+        ssh.command(
+            bed.client(),
+            EXTERNAL_IP,
+            8022,
+            &format!("cat {}", data.display()),
+            Duration::from_secs(120),
+        )
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.path().join("back.bin")).unwrap()),
+    );
+    down.unwrap();
+    let back =
+        cmd::run(std::process::Command::new("sha256sum").arg(dir.path().join("back.bin"))).unwrap();
+    assert_eq!(
+        &back[..64],
+        expected,
+        "download through {mode} arrived altered"
+    );
+    let (_, bytes_out) = {
+        let l = bed.bpffs[0].list().unwrap();
+        (
+            l["mappings"][0]["bytes_in"].as_u64().unwrap(),
+            l["mappings"][0]["bytes_out"].as_u64().unwrap(),
+        )
+    };
+    assert!(
+        bytes_out > 64 << 20,
+        "egress counted the download: {bytes_out} bytes"
+    );
+}
+
+#[test]
+fn bulk_64mib_each_way_is_bit_identical_with_tc_ingress() {
+    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_tc_ingress") {
+        bulk_copy_is_bit_identical("tc");
+    }
+}
+
+#[test]
+fn bulk_64mib_each_way_is_bit_identical_with_native_xdp() {
+    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_native_xdp") {
+        bulk_copy_is_bit_identical("xdp");
+    }
+}
+
+#[test]
+fn bulk_64mib_each_way_is_bit_identical_with_generic_xdp() {
+    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_generic_xdp") {
+        bulk_copy_is_bit_identical("xdp-generic");
+    }
+}
+
+#[test]
+fn client_sees_only_the_frontend_address() {
+    if !privilege::check("client_sees_only_the_frontend_address") {
+        return;
+    }
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("client.pcap");
+    let mut capture = bed
+        .client()
+        .command("tcpdump")
+        .args(["-i", "eth0", "-n", "-U", "-w"])
+        .arg(&pcap)
+        .arg("tcp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        cmd::wait_until(Duration::from_secs(10), || pcap.exists()),
+        "tcpdump did not start"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+
+    // While a session is open, the socket's peer is the frontend.
+    let mut session = common::Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    let sockets = cmd::run(
+        bed.client()
+            .command("ss")
+            .args(["-Htn", "state", "established"]),
+    )
+    .unwrap();
+    assert!(sockets.contains(FRONTEND), "client socket peer: {sockets}");
+    assert!(
+        !sockets.contains("10.244."),
+        "client socket shows the pod: {sockets}"
+    );
+    session.echo("seen").unwrap();
+    drop(session);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(capture.id() as i32, libc::SIGINT) };
+    capture.wait().unwrap();
+
+    let text = cmd::run(
+        std::process::Command::new("tcpdump")
+            .args(["-n", "-r"])
+            .arg(&pcap),
+    )
+    .unwrap();
+    let packets: Vec<&str> = text.lines().filter(|l| l.contains(" IP ")).collect();
+    assert!(packets.len() > 10, "captured too little: {text}");
+    for p in &packets {
+        assert!(
+            p.contains("198.18.0.10.8022"),
+            "a packet not to/from the frontend: {p}"
+        );
+        assert!(
+            !p.contains("10.244."),
+            "the pod address leaked to the client: {p}"
+        );
+    }
+}
