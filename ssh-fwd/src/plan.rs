@@ -113,7 +113,8 @@ pub fn desired_tables(installed: &Installed, desired: &MappingSet) -> Result<Ins
         let (primary, slot) = frontends
             .iter()
             .find(|(f, _)| Some(*f) == installed_primary)
-            .or_else(|| frontends.iter().min())
+            // Lowest as a person reads it (IP, then port), not by raw wire bytes.
+            .or_else(|| frontends.iter().min_by_key(|(f, _)| (f.ip(), f.port())))
             .copied()
             .ok_or(PlanError::TooMany { wanted: 0 })?;
         out.reverse.insert(
