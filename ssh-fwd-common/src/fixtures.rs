@@ -45,7 +45,7 @@ impl Frame {
     /// The frame's bytes, checksums computed from scratch.
     pub fn build(&self) -> Vec<u8> {
         let mut options = self.ip_options.clone();
-        while options.len() % 4 != 0 {
+        while !options.len().is_multiple_of(4) {
             options.push(1); // NOP
         }
         let ip_len = packet::IPV4_MIN_LEN + options.len();

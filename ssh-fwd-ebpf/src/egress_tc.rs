@@ -43,7 +43,7 @@ fn reverse_nat(ctx: &TcContext) -> Outcome {
         return Outcome::Malformed;
     };
     // SAFETY: copied out immediately.
-    let Some(primary) = (unsafe { REVERSE.get(&backend) }).copied() else {
+    let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return Outcome::PassNoBackend;
     };
     let Ok(client) = read_endpoint(ctx, IPV4_DADDR_OFF, l4 + TCP_DPORT_OFF) else {

@@ -41,7 +41,7 @@ fn dnat(ctx: &TcContext) -> Outcome {
         return Outcome::Malformed;
     };
     // SAFETY: copied out immediately.
-    let Some(target) = (unsafe { FRONTENDS.get(&frontend) }).copied() else {
+    let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
         return Outcome::PassNoFrontend;
     };
     let Ok(client) = read_endpoint(ctx, IPV4_SADDR_OFF, l4 + TCP_SPORT_OFF) else {

@@ -69,7 +69,7 @@ fn dnat(ctx: &XdpContext) -> Outcome {
             port: dport.read_unaligned(),
             _pad: 0,
         };
-        let Some(target) = FRONTENDS.get(&frontend).copied() else {
+        let Some(target) = FRONTENDS.get(frontend).copied() else {
             return Outcome::PassNoFrontend;
         };
         let client = Endpoint {

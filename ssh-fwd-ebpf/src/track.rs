@@ -34,8 +34,8 @@ pub fn remember_frontend<C: EbpfContext>(
         flags: 0,
     };
     // SAFETY: the value is copied out before any other map operation.
-    let known = unsafe { CONNS.get(&key) }.copied();
-    if known != Some(entry) && CONNS.insert(&key, &entry, 0).is_ok() {
+    let known = unsafe { CONNS.get(key) }.copied();
+    if known != Some(entry) && CONNS.insert(key, entry, 0).is_ok() {
         count(Outcome::ConnTracked);
         debug!(
             ctx,
@@ -57,7 +57,7 @@ pub fn frontend_for_reply(client: Endpoint, backend: Endpoint, primary: NatTarge
         backend_port: backend.port,
     };
     // SAFETY: copied out immediately.
-    match unsafe { CONNS.get(&key) }.copied() {
+    match unsafe { CONNS.get(key) }.copied() {
         Some(tracked) => tracked,
         None => {
             count(Outcome::ReverseFallback);

@@ -78,6 +78,31 @@ impl NetNs {
     }
 }
 
+/// Kills every process in, and deletes, every namespace this process made.
+/// For signal handlers, where the guards' destructors will not run.
+pub fn remove_all_of_this_process() {
+    let prefix = format!("sfw{}-", std::process::id());
+    let Ok(list) = cmd::run(Command::new("ip").args(["netns", "list"])) else {
+        return;
+    };
+    for name in list
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&prefix))
+    {
+        if let Ok(pids) = cmd::run(Command::new("ip").args(["netns", "pids", name])) {
+            for pid in pids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                // SAFETY: signalling a process inside a namespace we created.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = cmd::ip(&["netns", "del", name]);
+    }
+}
+
 impl Drop for NetNs {
     fn drop(&mut self) {
         let _ = cmd::ip(&["netns", "del", &self.name]);

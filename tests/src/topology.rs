@@ -141,7 +141,7 @@ impl Topology {
             hostname,
             _sshd: sshd,
         });
-        Ok(self.pods.last().context("pod just added")?)
+        self.pods.last().context("pod just added")
     }
 
     pub fn ssh(&self) -> SshClient {

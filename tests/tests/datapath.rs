@@ -1,6 +1,11 @@
 //! The data path end to end with real OpenSSH: login, bulk data both ways in
 //! every attach mode, and what the client sees.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
 mod common;
 
 use std::{process::Stdio, time::Duration};

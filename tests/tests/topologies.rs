@@ -1,5 +1,10 @@
 //! Paths across nodes and backends behind several frontends.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
 mod common;
 
 use std::time::Duration;

@@ -1,1 +1,74 @@
-fn main() {}
+//! `cargo xtask`: what needs root, installs or orchestration.
+
+mod demo;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and testing need and is missing: the nightly's
+    /// rust-src, bpf-linker built against the nightly's LLVM, and the Debian
+    /// packages the tests use. Quick when everything is there.
+    Setup,
+    /// Build, then show a real ssh login through the forwarder in network
+    /// namespaces (client, node running the agent, pod running sshd), and
+    /// remove everything again.
+    Demo,
+    /// Set up, build, and run every test: host unit tests, the kernel
+    /// programs on crafted packets, and the network-namespace end-to-end
+    /// tests. Needs root; a test that cannot run fails instead of skipping.
+    Test {
+        /// Extra arguments for `cargo test` (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let result = match Cli::parse().task {
+        Task::Setup => setup::run(),
+        Task::Demo => setup::run().and_then(|()| demo::run()),
+        Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs a command with inherited output; fails on a non-zero exit.
+pub fn run(cmd: &mut std::process::Command) -> anyhow::Result<()> {
+    let status = cmd
+        .status()
+        .map_err(|e| anyhow::anyhow!("cannot run {cmd:?}: {e}"))?;
+    anyhow::ensure!(status.success(), "{cmd:?} failed ({status})");
+    Ok(())
+}
+
+/// Builds the `ssh-fwd` binary (debug) and returns its path.
+pub fn build_ssh_fwd() -> anyhow::Result<std::path::PathBuf> {
+    println!("==> building ssh-fwd (with its eBPF programs)");
+    run(std::process::Command::new(env!("CARGO"))
+        .args(["build", "--package", "ssh-fwd"])
+        .current_dir(workspace_root()))?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or(workspace_root().join("target"), Into::into);
+    Ok(target.join("debug").join("ssh-fwd"))
+}

@@ -47,6 +47,11 @@ pub async fn watch(
         };
         match mappings::load_file(&args.mappings) {
             Ok(desired) => {
+                if desired.is_empty() {
+                    tracing::warn!(
+                        "the mappings file lists no mappings: every frontend port closes"
+                    );
+                }
                 // Even if applying fails, the resync retries this file, not the old one.
                 applied = desired;
                 if let Err(e) = reconciler.reconcile(&applied, why) {

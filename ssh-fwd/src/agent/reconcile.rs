@@ -26,10 +26,6 @@ impl Reconciler {
         self.dataplane.read_installed()
     }
 
-    pub fn dataplane(&self) -> &Dataplane {
-        &self.dataplane
-    }
-
     /// Makes the maps hold exactly `desired`. Reads the maps every time, so
     /// drift (an entry deleted by hand) is repaired too.
     pub fn reconcile(&mut self, desired: &MappingSet, why: &str) -> anyhow::Result<()> {
