@@ -73,7 +73,7 @@ pub fn kernel_version() -> Option<(u32, u32)> {
 /// replaced atomically on upgrade; they arrived in Linux 6.6.
 pub fn check_kernel() -> anyhow::Result<()> {
     if let Some((major, minor)) = kernel_version()
-        && (major, minor) < (6, 6)
+        && !kernel_supported((major, minor))
     {
         bail!(
             "kernel {major}.{minor} is too old: ssh-fwd attaches its tc programs with tcx links, \
@@ -84,6 +84,11 @@ pub fn check_kernel() -> anyhow::Result<()> {
         tracing::debug!("no /sys/kernel/btf/vmlinux; ssh-fwd does not need it");
     }
     Ok(())
+}
+
+/// Whether a kernel release has everything the data path uses (tcx: 6.6).
+pub fn kernel_supported(version: (u32, u32)) -> bool {
+    version >= (6, 6)
 }
 
 /// Explains a failure of the BPF syscall in terms of what to do.
@@ -106,4 +111,19 @@ pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<Stri
         source = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_from_6_6_are_supported() {
+        assert!(!kernel_supported((5, 15)));
+        assert!(!kernel_supported((6, 5)));
+        assert!(kernel_supported((6, 6)));
+        assert!(kernel_supported((6, 18)));
+        assert!(kernel_supported((7, 0)));
+        assert!(kernel_version().is_some());
+    }
 }

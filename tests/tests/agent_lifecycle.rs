@@ -215,6 +215,21 @@ fn agent_errors_name_the_problem() {
         e.contains("cannot read mappings file") && e.contains("missing.yaml"),
         "{e}"
     );
+    // Root without the BPF capabilities (dropped from the bounding set).
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    let out = node
+        .command("setpriv")
+        .args(["--bounding-set", "-bpf,-perfmon,-sys_admin", "--"])
+        .arg(&bin)
+        .args(args(EXT_IFACE, &file))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        e.contains("missing capabilities: CAP_BPF (to load programs and create maps), CAP_PERFMON"),
+        "{e}"
+    );
     std::fs::write(
         &file,
         "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n    port: 3\n",
