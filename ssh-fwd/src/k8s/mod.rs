@@ -1,0 +1,5 @@
+//! Kubernetes as the source of mappings: which Services count and what they
+//! map to. The watch machinery builds on this pure core.
+
+pub mod desired;
+pub mod selector;
