@@ -8,6 +8,7 @@
 //! Services claiming one address and port: the oldest wins, then by name.
 
 use std::{
+    borrow::Borrow,
     collections::{BTreeMap, BTreeSet},
     net::{Ipv4Addr, SocketAddrV4},
     ops::RangeInclusive,
@@ -79,10 +80,14 @@ struct Claim {
     service: String,
 }
 
-pub fn compute(services: &[Service], slices: &[EndpointSlice], policy: &Policy) -> Desired {
+pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+    services: &[S],
+    slices: &[E],
+    policy: &Policy,
+) -> Desired {
     let mut notes = Vec::new();
     let mut by_service: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
-    for slice in slices {
+    for slice in slices.iter().map(Borrow::borrow) {
         let meta = &slice.metadata;
         if let (Some(ns), Some(svc)) = (
             &meta.namespace,
@@ -95,7 +100,7 @@ pub fn compute(services: &[Service], slices: &[EndpointSlice], policy: &Policy) 
         }
     }
     let mut claims: BTreeMap<SocketAddrV4, Vec<Claim>> = BTreeMap::new();
-    for svc in services {
+    for svc in services.iter().map(Borrow::borrow) {
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
         let id = format!("{ns}/{name}");

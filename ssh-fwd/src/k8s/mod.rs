@@ -3,3 +3,4 @@
 
 pub mod desired;
 pub mod selector;
+pub mod source;
