@@ -62,8 +62,47 @@ pub struct AgentArgs {
 
     /// Static mappings file (YAML), reloaded when it changes and on SIGHUP.
     /// A bad file is rejected as a whole and the running mappings stay.
-    #[arg(long, value_name = "FILE")]
-    pub mappings: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kubernetes",
+        conflicts_with = "kubernetes"
+    )]
+    pub mappings: Option<PathBuf>,
+
+    /// Take the mappings from Kubernetes Services (spec.externalIPs, or type
+    /// LoadBalancer with loadBalancerClass ssh-fwd.io/ssh) and their
+    /// EndpointSlices. Uses the in-cluster config, KUBECONFIG, or --kubeconfig.
+    #[arg(long, requires = "ssh_ips")]
+    pub kubernetes: bool,
+
+    /// Kubeconfig file for --kubernetes (default: in-cluster, then KUBECONFIG,
+    /// then ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// External SSH IP this agent serves (repeatable). Services claiming any
+    /// other address are ignored, so nobody who may create Services can
+    /// capture traffic for other IPs (CVE-2020-8554).
+    #[arg(long = "ssh-ip", value_name = "IP")]
+    pub ssh_ips: Vec<std::net::Ipv4Addr>,
+
+    /// Frontend ports honoured, inclusive.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = parse_port_range)]
+    pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// Label selector a Service must match. The default is the standard label
+    /// that makes kube-proxy and Cilium leave a Service alone.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = "service.kubernetes.io/service-proxy-name=ssh-fwd"
+    )]
+    pub selector: String,
+
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
     /// Where the DNAT program hooks in. `auto` picks native XDP where the
     /// driver supports it and tc ingress otherwise (and on veth), and logs why.
@@ -97,6 +136,20 @@ pub struct ListArgs {
 pub enum OutputFormat {
     Table,
     Json,
+}
+
+/// Parses `8000-16000`.
+pub fn parse_port_range(s: &str) -> Result<std::ops::RangeInclusive<u16>, String> {
+    let bad = || format!("`{s}` is not a port range like 8000-16000");
+    let (first, last) = s.split_once('-').ok_or_else(bad)?;
+    let first: u16 = first.trim().parse().map_err(|_| bad())?;
+    let last: u16 = last.trim().parse().map_err(|_| bad())?;
+    if first == 0 || first > last {
+        return Err(format!(
+            "`{s}`: the first port must be 1 or more and not above the last"
+        ));
+    }
+    Ok(first..=last)
 }
 
 /// Parses `500ms`, `30s`, `5m` or a bare number of seconds.
@@ -151,8 +204,40 @@ mod tests {
             panic!("not agent")
         };
         assert_eq!(a.ifaces, ["eth0", "eth1"]);
+        assert_eq!(a.mappings, Some(PathBuf::from("/etc/m.yaml")));
         assert_eq!(a.attach, AttachMode::Auto);
         assert_eq!(a.bpffs.bpffs, PathBuf::from("/sys/fs/bpf/ssh-fwd"));
+    }
+
+    #[test]
+    fn kubernetes_mode_needs_ssh_ip_and_excludes_a_mappings_file() {
+        let base = ["ssh-fwd", "agent", "--iface", "eth0"];
+        let ok = Cli::try_parse_from(base.iter().copied().chain([
+            "--kubernetes",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--port-range",
+            "9000-9100",
+        ]))
+        .unwrap();
+        let Command::Agent(a) = ok.command else {
+            panic!("not agent")
+        };
+        assert_eq!(a.port_range, 9000..=9100);
+        assert!(Cli::try_parse_from(base.iter().copied().chain(["--kubernetes"])).is_err());
+        assert!(
+            Cli::try_parse_from(base.iter().copied().chain([
+                "--kubernetes",
+                "--ssh-ip",
+                "198.18.0.10",
+                "--mappings",
+                "m.yaml"
+            ]))
+            .is_err()
+        );
+        assert!(Cli::try_parse_from(base).is_err(), "one source is required");
+        assert!(parse_port_range("9000-8000").is_err());
+        assert!(parse_port_range("0-10").is_err());
     }
 
     #[test]

@@ -31,21 +31,27 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// A directory for the agent's pinned state. The agent mounts bpffs on it;
-/// dropping this runs `ssh-fwd teardown` and unmounts it.
+/// A directory for the agent's pinned state (the agent mounts bpffs on it)
+/// and its logs. Dropping this runs `ssh-fwd teardown`, unmounts and removes it.
 pub struct Bpffs {
     dir: tempfile::TempDir,
+    mount: PathBuf,
 }
 
 impl Bpffs {
     pub fn new() -> anyhow::Result<Self> {
-        Ok(Self {
-            dir: tempfile::Builder::new().prefix("ssh-fwd-bpffs").tempdir()?,
-        })
+        let dir = tempfile::Builder::new().prefix("ssh-fwd-state").tempdir()?;
+        let mount = dir.path().join("bpffs");
+        Ok(Self { dir, mount })
     }
 
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        &self.mount
+    }
+
+    /// Where agent logs go, beside the bpffs mount point.
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("agent-{name}.log"))
     }
 
     /// `ssh-fwd list --output json` against this directory.
@@ -91,21 +97,28 @@ impl Agent {
         bpffs: &Bpffs,
         extra: &[&str],
     ) -> anyhow::Result<Self> {
-        let log = bpffs
-            .path()
-            .with_extension(format!("agent-{}.log", node.name()));
+        let mut args = vec!["--mappings".to_owned(), mappings.display().to_string()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Self::start_with(node, ifaces, bpffs, &args)
+    }
+
+    /// Starts the agent with its source in `args` (`--mappings F` or
+    /// `--kubernetes ...`) and waits for its first reconcile.
+    pub fn start_with(
+        node: &NetNs,
+        ifaces: &[&str],
+        bpffs: &Bpffs,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
+        let log = bpffs.log_path(node.name());
         let log_file = std::fs::File::create(&log)?;
         let mut c = node.command(binary()?.to_str().context("binary path is not UTF-8")?);
-        c.arg("agent")
-            .arg("--mappings")
-            .arg(mappings)
-            .arg("--bpffs")
-            .arg(bpffs.path());
+        c.arg("agent").arg("--bpffs").arg(bpffs.path());
         c.args(["--watch-interval", "200ms", "--log-format", "json"]);
         for iface in ifaces {
             c.args(["--iface", iface]);
         }
-        c.args(extra);
+        c.args(args);
         let child = c
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
@@ -117,7 +130,7 @@ impl Agent {
             child: Some(child),
             log,
         };
-        agent.wait_for_log("watching the mappings file", Duration::from_secs(20))?;
+        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
         Ok(agent)
     }
 

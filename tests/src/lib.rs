@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod cmd;
+pub mod fake_api;
 pub mod netns;
 pub mod privilege;
 pub mod ssh;

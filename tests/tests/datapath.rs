@@ -151,17 +151,42 @@ fn client_sees_only_the_frontend_address() {
     let mut capture = bed
         .client()
         .command("tcpdump")
-        .args(["-i", "eth0", "-n", "-U", "-w"])
+        // --immediate-mode: with TPACKET_V3 a capture stopped early loses the
+        // packets of its last, unfinished block. -Z root: Debian's tcpdump
+        // otherwise drops to its own user and may
+        // not be able to write into the test's private directory.
+        .args([
+            "--immediate-mode",
+            "-i",
+            "eth0",
+            "-n",
+            "-U",
+            "-Z",
+            "root",
+            "-w",
+        ])
         .arg(&pcap)
         .arg("tcp")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert!(
-        cmd::wait_until(Duration::from_secs(10), || pcap.exists()),
-        "tcpdump did not start"
-    );
+    // Capture has begun once tcpdump says "listening on".
+    let stderr = capture.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("tcpdump did not start listening");
     std::thread::sleep(Duration::from_millis(300));
 
     // While a session is open, the socket's peer is the frontend.

@@ -12,6 +12,7 @@ use crate::{cli::AgentArgs, mappings};
 
 pub async fn watch(
     args: &AgentArgs,
+    path: &std::path::Path,
     reconciler: &mut Reconciler,
     initial: mappings::MappingSet,
 ) -> anyhow::Result<()> {
@@ -25,15 +26,15 @@ pub async fn watch(
     resync.tick().await; // the first tick is immediate; start-up just reconciled
 
     let mut applied = initial;
-    let mut last_text = std::fs::read(&args.mappings).ok();
-    tracing::info!(file = %args.mappings.display(), mappings = applied.len(), "watching the mappings file");
+    let mut last_text = std::fs::read(path).ok();
+    tracing::info!(file = %path.display(), mappings = applied.len(), "watching the mappings file");
     loop {
         let why = tokio::select! {
             _ = terminate.recv() => { tracing::info!("SIGTERM received"); return Ok(()) }
             _ = interrupt.recv() => { tracing::info!("SIGINT received"); return Ok(()) }
             _ = hangup.recv() => "SIGHUP",
             _ = watch.tick() => {
-                let text = std::fs::read(&args.mappings).ok();
+                let text = std::fs::read(path).ok();
                 if text == last_text { continue }
                 last_text = text;
                 "file changed"
@@ -45,7 +46,7 @@ pub async fn watch(
                 continue;
             }
         };
-        match mappings::load_file(&args.mappings) {
+        match mappings::load_file(path) {
             Ok(desired) => {
                 if desired.is_empty() {
                     tracing::warn!(

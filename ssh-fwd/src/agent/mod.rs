@@ -1,7 +1,10 @@
 //! `ssh-fwd agent`: attach, then keep the maps equal to the desired mappings.
 
 mod file_source;
+mod health;
+mod kube_source;
 mod logs;
+mod metrics;
 pub mod reconcile;
 
 use std::collections::BTreeSet;
@@ -20,21 +23,46 @@ use crate::{
 use reconcile::Reconciler;
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    // Validate the file before touching the kernel: a bad file at start-up is
-    // an error, and whatever a previous agent installed keeps forwarding.
-    let initial = mappings::load_file(&args.mappings)?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
-    let (ebpf, reconciler) = start(&layout, &args.ifaces, args.attach)?;
-    let mut reconciler = reconciler;
-    reconciler.reconcile(&initial, "start-up")?;
-    let result = file_source::watch(&args, &mut reconciler, initial).await;
+    let health = std::sync::Arc::new(health::Health::default());
+    let result = match args.mappings.clone() {
+        Some(path) => {
+            // Validate the file before touching the kernel: a bad file at
+            // start-up is an error, and whatever a previous agent installed
+            // keeps forwarding.
+            let initial = mappings::load_file(&path)?;
+            let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
+            serve_metrics(&args, &layout, &health).await?;
+            reconciler.reconcile(&initial, "start-up")?;
+            let result = file_source::watch(&args, &path, &mut reconciler, initial).await;
+            drop(ebpf);
+            result
+        }
+        None => {
+            kube_source::policy(&args)?;
+            let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
+            serve_metrics(&args, &layout, &health).await?;
+            let result = kube_source::watch(&args, &mut reconciler, health.clone()).await;
+            drop(ebpf);
+            result
+        }
+    };
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
     );
-    // The links are pinned: dropping the object closes our handles only.
-    drop(ebpf);
     result
+}
+
+async fn serve_metrics(
+    args: &AgentArgs,
+    layout: &PinLayout,
+    health: &std::sync::Arc<health::Health>,
+) -> anyhow::Result<()> {
+    match args.metrics_addr {
+        Some(addr) => metrics::serve(addr, layout.clone(), health.clone()).await,
+        None => Ok(()),
+    }
 }
 
 /// Checks, loads, attaches. Returns the loaded object (which must live as long
@@ -43,6 +71,7 @@ pub fn start(
     layout: &PinLayout,
     ifaces: &[String],
     mode: AttachMode,
+    health: std::sync::Arc<health::Health>,
 ) -> anyhow::Result<(Ebpf, Reconciler)> {
     let need_mount = !layout.root().exists() || !is_bpffs(layout.root()).unwrap_or(false);
     preflight::check_capabilities(need_mount)?;
@@ -68,7 +97,7 @@ pub fn start(
     let keep: BTreeSet<String> = ifaces.iter().cloned().collect();
     attach::detach_others(&layout.links_dir(), &keep)?;
     let dataplane = Dataplane::from_ebpf(&mut ebpf)?;
-    let reconciler = Reconciler::new(dataplane);
+    let reconciler = Reconciler::new(dataplane, health);
     if adopting {
         let installed = reconciler.installed()?;
         tracing::info!(

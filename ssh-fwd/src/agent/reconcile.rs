@@ -10,16 +10,20 @@ use crate::{
 
 pub struct Reconciler {
     dataplane: Dataplane,
-    /// Completed reconciles, for logs and metrics.
-    pub count: u64,
+    /// Reconcile figures for /metrics and /readyz.
+    health: std::sync::Arc<super::health::Health>,
 }
 
 impl Reconciler {
-    pub fn new(dataplane: Dataplane) -> Self {
-        Self {
-            dataplane,
-            count: 0,
+    /// Logs "agent ready" after the first successful reconcile.
+    fn mark_ready(&self) {
+        if !self.health.ready.load(std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!("agent ready: the maps hold the desired mappings");
         }
+    }
+
+    pub fn new(dataplane: Dataplane, health: std::sync::Arc<super::health::Health>) -> Self {
+        Self { dataplane, health }
     }
 
     pub fn installed(&self) -> anyhow::Result<Installed> {
@@ -34,7 +38,9 @@ impl Reconciler {
         let plan = plan::plan(&installed, desired)?;
         if plan.is_empty() {
             tracing::debug!(why, mappings = desired.len(), "maps already match");
-            self.count += 1;
+            self.mark_ready();
+            self.health
+                .record_reconcile(started.elapsed().as_micros() as u64, desired.len());
             return Ok(());
         }
         for (frontend, target) in &plan.frontend_upserts {
@@ -63,7 +69,9 @@ impl Reconciler {
             tracing::info!(frontend = show(frontend), "mapping removed");
         }
         let applied = self.dataplane.apply(&plan)?;
-        self.count += 1;
+        self.mark_ready();
+        self.health
+            .record_reconcile(started.elapsed().as_micros() as u64, desired.len());
         tracing::info!(
             why,
             mappings = desired.len(),

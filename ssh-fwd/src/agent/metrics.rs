@@ -1,0 +1,201 @@
+//! `/metrics` (Prometheus text), `/healthz` and `/readyz`: a minimal HTTP/1.1
+//! responder, enough for Prometheus and kubelet probes.
+
+use std::{fmt::Write as _, net::SocketAddr, sync::Arc, sync::atomic::Ordering};
+
+use anyhow::Context as _;
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+};
+
+use super::health::Health;
+use crate::{list, pins::PinLayout};
+
+pub async fn serve(addr: SocketAddr, layout: PinLayout, health: Arc<Health>) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on --metrics-addr {addr}; is the port in use?"))?;
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let (layout, health) = (layout.clone(), health.clone());
+            tokio::spawn(async move {
+                let _ = tokio::time::timeout(
+                    std::time::Duration::from_secs(10),
+                    answer(stream, &layout, &health),
+                )
+                .await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn answer(mut stream: TcpStream, layout: &PinLayout, health: &Health) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
+        let n = stream.read(&mut buf[len..]).await?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+    }
+    let head = String::from_utf8_lossy(&buf[..len]);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let (status, body) = match path {
+        "/healthz" => ("200 OK", "ok\n".to_owned()),
+        "/readyz" if health.ready.load(Ordering::Relaxed) => ("200 OK", "ready\n".to_owned()),
+        "/readyz" => (
+            "503 Service Unavailable",
+            "waiting for the first complete reconcile\n".to_owned(),
+        ),
+        "/metrics" => ("200 OK", render(layout, health)),
+        _ => (
+            "404 Not Found",
+            "try /metrics, /healthz or /readyz\n".to_owned(),
+        ),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+fn render(layout: &PinLayout, h: &Health) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    metric(
+        "ssh_fwd_mappings",
+        "gauge",
+        "Mappings installed by the last reconcile.",
+        h.mappings.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
+        "ssh_fwd_reconciles_total",
+        "counter",
+        "Completed reconciles.",
+        h.reconciles.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
+        "ssh_fwd_reconcile_errors_total",
+        "counter",
+        "Reconciles that failed to apply.",
+        h.reconcile_errors.load(Ordering::Relaxed).to_string(),
+    );
+    metric(
+        "ssh_fwd_reconcile_duration_seconds_sum",
+        "counter",
+        "Time spent reconciling.",
+        format!(
+            "{:.6}",
+            h.reconcile_micros_total.load(Ordering::Relaxed) as f64 / 1e6
+        ),
+    );
+    metric(
+        "ssh_fwd_last_reconcile_duration_seconds",
+        "gauge",
+        "Duration of the last reconcile.",
+        format!(
+            "{:.6}",
+            h.last_reconcile_micros.load(Ordering::Relaxed) as f64 / 1e6
+        ),
+    );
+    metric(
+        "ssh_fwd_api_errors_total",
+        "counter",
+        "Kubernetes list/watch failures (retried).",
+        h.api_errors().to_string(),
+    );
+    metric(
+        "ssh_fwd_ready",
+        "gauge",
+        "1 once the first complete reconcile is done.",
+        u8::from(h.ready.load(Ordering::Relaxed)).to_string(),
+    );
+    match list::collect(layout) {
+        Ok(listing) => {
+            let _ = writeln!(
+                out,
+                "# HELP ssh_fwd_mapping_packets_total Packets per mapping and direction.\n# TYPE ssh_fwd_mapping_packets_total counter"
+            );
+            for m in &listing.mappings {
+                let labels = format!(
+                    "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
+                    escape(&m.name),
+                    m.frontend,
+                    m.backend
+                );
+                let _ = writeln!(
+                    out,
+                    "ssh_fwd_mapping_packets_total{{{labels},direction=\"in\"}} {}",
+                    m.packets_in
+                );
+                let _ = writeln!(
+                    out,
+                    "ssh_fwd_mapping_packets_total{{{labels},direction=\"out\"}} {}",
+                    m.packets_out
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP ssh_fwd_mapping_bytes_total Bytes per mapping and direction.\n# TYPE ssh_fwd_mapping_bytes_total counter"
+            );
+            for m in &listing.mappings {
+                let labels = format!(
+                    "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
+                    escape(&m.name),
+                    m.frontend,
+                    m.backend
+                );
+                let _ = writeln!(
+                    out,
+                    "ssh_fwd_mapping_bytes_total{{{labels},direction=\"in\"}} {}",
+                    m.bytes_in
+                );
+                let _ = writeln!(
+                    out,
+                    "ssh_fwd_mapping_bytes_total{{{labels},direction=\"out\"}} {}",
+                    m.bytes_out
+                );
+            }
+            let _ = writeln!(
+                out,
+                "# HELP ssh_fwd_packets_total Packets seen by the data path, by outcome.\n# TYPE ssh_fwd_packets_total counter"
+            );
+            for (outcome, n) in &listing.counters {
+                let _ = writeln!(out, "ssh_fwd_packets_total{{outcome=\"{outcome}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "# HELP ssh_fwd_tracked_connections Connections tracked for shared backends.\n# TYPE ssh_fwd_tracked_connections gauge\nssh_fwd_tracked_connections {}",
+                listing.tracked_connections
+            );
+        }
+        Err(e) => {
+            let _ = writeln!(
+                out,
+                "# pinned maps unreadable: {}",
+                format!("{e:#}").replace('\n', " ")
+            );
+        }
+    }
+    out
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
