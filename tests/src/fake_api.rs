@@ -145,6 +145,13 @@ impl FakeApi {
     }
 }
 
+impl FakeApi {
+    /// Brings the API back after [`FakeApi::cut`].
+    pub fn restore(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).cut = false;
+    }
+}
+
 impl Drop for FakeApi {
     fn drop(&mut self) {
         if let Some(rt) = self.runtime.take() {

@@ -139,3 +139,95 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
     drop(session);
     drop(agent);
 }
+
+#[test]
+fn restarted_agent_changes_nothing_until_the_api_answers() {
+    if !privilege::check("restarted_agent_changes_nothing_until_the_api_answers") {
+        return;
+    }
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    api.apply(Kind::Service, lb_service("job-a", 8123));
+    api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--ssh-ip",
+        EXTERNAL_IP,
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let mut session = Session::open(&topo.ssh(), &topo.client, 8123).unwrap();
+    agent.stop().unwrap();
+
+    // The API is down while the new agent starts: it adopts the pinned maps
+    // and must not treat its empty caches as "no Services".
+    api.cut();
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    let log = dir.path().join("agent2.log");
+    let mut second = KillOnDrop(
+        node.command(bin.to_str().unwrap())
+            .args([
+                "agent",
+                "--iface",
+                EXT_IFACE,
+                "--log-format",
+                "json",
+                "--bpffs",
+            ])
+            .arg(bpffs.path())
+            .args(&args)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("second agent waiting for the API", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("waiting for complete lists")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    session.echo("during-restart").unwrap();
+    assert_eq!(
+        topo.ssh()
+            .run(&topo.client, EXTERNAL_IP, 8123, "hostname")
+            .unwrap(),
+        "pod-1"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("mapping removed") && !text.contains("agent ready"),
+        "{text}"
+    );
+
+    // The API answers again: the agent becomes ready with nothing removed.
+    api.restore();
+    eventually("second agent ready", || {
+        let t = std::fs::read_to_string(&log).unwrap_or_default();
+        t.contains("agent ready")
+    });
+    session.echo("after-restart").unwrap();
+    // SAFETY: stopping our own child.
+    unsafe { libc::kill(second.0.id() as i32, libc::SIGTERM) };
+    second.0.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("mapping removed"), "{text}");
+}
+
+/// Kills a child if the test ends early.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
