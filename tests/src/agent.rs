@@ -134,6 +134,15 @@ impl Agent {
         Ok(agent)
     }
 
+    /// The agent's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

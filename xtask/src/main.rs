@@ -1,5 +1,6 @@
 //! `cargo xtask`: what needs root, installs or orchestration.
 
+mod bench;
 mod demo;
 mod setup;
 mod test;
@@ -26,6 +27,11 @@ enum Task {
     /// Set up, build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
+    /// Benchmarks (not tests): `cargo xtask bench convergence`.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -33,10 +39,25 @@ enum Task {
     },
 }
 
+#[derive(Subcommand)]
+enum Bench {
+    /// The Kubernetes agent with N Services: time until all are in the maps,
+    /// p50/p99 delay from one Service change to its map entry, resident memory.
+    Convergence {
+        #[arg(long, default_value_t = 10_000)]
+        services: usize,
+        #[arg(long, default_value_t = 200)]
+        changes: usize,
+    },
+}
+
 fn main() -> std::process::ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::run(),
         Task::Demo => setup::run().and_then(|()| demo::run()),
+        Task::Bench {
+            which: Bench::Convergence { services, changes },
+        } => setup::run().and_then(|()| bench::convergence(services, changes)),
         Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
     };
     match result {
