@@ -40,6 +40,10 @@ impl MappingSet {
         self.0.values()
     }
 
+    pub fn get(&self, frontend: &SocketAddrV4) -> Option<&Mapping> {
+        self.0.get(frontend)
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

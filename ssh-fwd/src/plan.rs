@@ -135,7 +135,16 @@ pub fn desired_tables(installed: &Installed, desired: &MappingSet) -> Result<Ins
 }
 
 /// The writes that turn `installed` into the tables for `desired`.
+#[cfg(test)]
 pub fn plan(installed: &Installed, desired: &MappingSet) -> Result<Plan, PlanError> {
+    plan_with_tables(installed, desired).map(|(plan, _)| plan)
+}
+
+/// Like [`plan`], also returning the tables the maps hold once it is applied.
+pub fn plan_with_tables(
+    installed: &Installed,
+    desired: &MappingSet,
+) -> Result<(Plan, Installed), PlanError> {
     let want = desired_tables(installed, desired)?;
     let mut plan = Plan::default();
     let installed_slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
@@ -150,7 +159,7 @@ pub fn plan(installed: &Installed, desired: &MappingSet) -> Result<Plan, PlanErr
     plan.frontend_upserts = upserts(&installed.frontends, &want.frontends);
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
     plan.reverse_deletes = deletes(&installed.reverse, &want.reverse);
-    Ok(plan)
+    Ok((plan, want))
 }
 
 fn upserts(

@@ -30,7 +30,7 @@ pub fn convergence(services: usize, changes: usize) -> anyhow::Result<()> {
             SSH_IPS.len()
         );
     }
-    let bin = crate::build_ssh_fwd()?;
+    let bin = crate::build_ssh_fwd_profile(true)?;
     // SAFETY: set before other threads start.
     unsafe { std::env::set_var("SSH_FWD_BIN", &bin) };
     ctrlc::set_handler(|| {

@@ -83,13 +83,28 @@ pub fn run(cmd: &mut std::process::Command) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the `ssh-fwd` binary (debug) and returns its path.
-pub fn build_ssh_fwd() -> anyhow::Result<std::path::PathBuf> {
-    println!("==> building ssh-fwd (with its eBPF programs)");
-    run(std::process::Command::new(env!("CARGO"))
-        .args(["build", "--package", "ssh-fwd"])
-        .current_dir(workspace_root()))?;
+/// Builds the `ssh-fwd` binary (debug, or release for benchmarks) and
+/// returns its path.
+pub fn build_ssh_fwd_profile(release: bool) -> anyhow::Result<std::path::PathBuf> {
+    println!(
+        "==> building ssh-fwd{} (with its eBPF programs)",
+        if release { " --release" } else { "" }
+    );
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.args(["build", "--package", "ssh-fwd"])
+        .current_dir(workspace_root());
+    if release {
+        cmd.arg("--release");
+    }
+    run(&mut cmd)?;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or(workspace_root().join("target"), Into::into);
-    Ok(target.join("debug").join("ssh-fwd"))
+    Ok(target
+        .join(if release { "release" } else { "debug" })
+        .join("ssh-fwd"))
+}
+
+/// The debug build, for tests and the demo.
+pub fn build_ssh_fwd() -> anyhow::Result<std::path::PathBuf> {
+    build_ssh_fwd_profile(false)
 }

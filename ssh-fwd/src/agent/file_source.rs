@@ -40,7 +40,7 @@ pub async fn watch(
                 "file changed"
             }
             _ = resync.tick() => {
-                if let Err(e) = reconciler.reconcile(&applied, "periodic resync") {
+                if let Err(e) = reconciler.reconcile(&applied, super::reconcile::RESYNC) {
                     tracing::error!(error = format!("{e:#}"), "resync failed; will retry");
                 }
                 continue;

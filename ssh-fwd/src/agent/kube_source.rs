@@ -80,7 +80,7 @@ pub async fn watch(
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 "cluster changed"
             }
-            _ = resync.tick() => "periodic resync",
+            _ = resync.tick() => super::reconcile::RESYNC,
         };
     }
 }
