@@ -13,7 +13,9 @@ pub fn missing() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("needs root (network namespaces, CAP_BPF, CAP_NET_ADMIN)".into());
     }
-    for tool in ["ip", "nsenter", "sshd", "ssh", "timeout"] {
+    for tool in [
+        "ip", "nsenter", "sshd", "ssh", "timeout", "bpftool", "tcpdump", "ethtool",
+    ] {
         if which(tool).is_none() {
             return Some(format!("needs `{tool}` (cargo xtask setup installs it)"));
         }

@@ -238,3 +238,34 @@ fn agent_errors_name_the_problem() {
     let e = run(args(EXT_IFACE, &file));
     assert!(e.contains("unknown field `port`"), "{e}");
 }
+
+#[test]
+fn entry_deleted_behind_the_agents_back_returns_at_the_next_resync() {
+    if !privilege::check("entry_deleted_behind_the_agents_back_returns_at_the_next_resync") {
+        return;
+    }
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &["--resync-interval", "1s"],
+    )
+    .unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    // Key of 198.18.0.10:8022 in FRONTENDS: address and port in wire order.
+    let map = bed.bpffs[0].path().join("v1/maps/FRONTENDS");
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new("bpftool")
+            .args(["map", "delete", "pinned"])
+            .arg(&map)
+            .args(["key", "hex", "c6", "12", "00", "0a", "1f", "56", "00", "00"]),
+    )
+    .unwrap();
+    let mappings =
+        |b: &ssh_fwd_tests::Bpffs| b.list().unwrap()["mappings"].as_array().map_or(0, Vec::len);
+    assert_eq!(mappings(&bed.bpffs[0]), 0, "the entry is gone");
+    assert!(
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || mappings(&bed.bpffs[0]) == 1),
+        "the resync did not restore the entry"
+    );
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+}

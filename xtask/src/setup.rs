@@ -7,8 +7,9 @@ use anyhow::{Context as _, bail};
 use crate::run as run_cmd;
 
 /// Debian packages the tests and the demo use, with the command each provides.
-const PACKAGES: [(&str, &str); 7] = [
+const PACKAGES: [(&str, &str); 8] = [
     ("iproute2", "/usr/sbin/ip"),
+    ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
     ("openssh-client", "/usr/bin/ssh"),
     ("ethtool", "/usr/sbin/ethtool"),
