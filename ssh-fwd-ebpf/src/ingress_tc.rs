@@ -14,8 +14,8 @@ use ssh_fwd_common::{
 
 use crate::{
     counters::{Direction, count, count_mapping},
-    egress_tc::{Field, parse, read_endpoint, rewrite},
     maps::FRONTENDS,
+    skb::{Field, parse, read_endpoint, rewrite},
     track::remember_frontend,
 };
 

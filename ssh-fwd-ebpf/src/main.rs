@@ -13,6 +13,7 @@ mod egress_tc;
 mod ingress_tc;
 mod ingress_xdp;
 mod maps;
+mod skb;
 mod track;
 
 #[cfg(not(test))]

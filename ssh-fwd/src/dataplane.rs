@@ -150,11 +150,7 @@ impl Dataplane {
         for k in &plan.reverse_deletes {
             remove_if_present(&mut self.reverse, k, REVERSE)?;
         }
-        let stale_conns = if plan.frontend_deletes.is_empty() && plan.frontend_upserts.is_empty() {
-            0
-        } else {
-            self.purge_stale_conns()?
-        };
+        let stale_conns = self.purge_conns(&plan.retired_shared)?;
         Ok(Applied {
             added_or_changed: plan.frontend_upserts.len(),
             removed: plan.frontend_deletes.len(),
@@ -168,22 +164,21 @@ impl Dataplane {
             .with_context(|| format!("writing name of slot {slot}"))
     }
 
-    /// Drops connection entries whose frontend no longer leads to their
-    /// backend, so a reused frontend or backend never inherits old state.
-    fn purge_stale_conns(&mut self) -> anyhow::Result<usize> {
-        let mut stale = Vec::new();
-        for entry in self.conns.iter() {
-            let Ok((key, target)) = entry else { continue };
-            let backend = Endpoint {
-                addr: key.backend_addr,
-                port: key.backend_port,
-                _pad: 0,
-            };
-            match self.frontends.get(&target.endpoint, 0) {
-                Ok(t) if t.endpoint == backend => {}
-                _ => stale.push(key),
-            }
+    /// Drops the connection entries of `frontends` (shared-backend frontends
+    /// that were removed or retargeted), so a reused frontend or backend never
+    /// inherits old state. Scans CONNS only when there is something to drop.
+    fn purge_conns(&mut self, frontends: &[Endpoint]) -> anyhow::Result<usize> {
+        if frontends.is_empty() {
+            return Ok(0);
         }
+        let retired: BTreeSet<Endpoint> = frontends.iter().copied().collect();
+        let stale: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| retired.contains(&target.endpoint))
+            .map(|(key, _)| key)
+            .collect();
         for key in &stale {
             // The LRU may have evicted it meanwhile; that is fine.
             let _ = self.conns.remove(key);

@@ -2,19 +2,19 @@
 //! verdict and exact bytes out, compared with the host reference rewrite in
 //! `ssh_fwd_common::packet`. Needs root (CAP_BPF); skips loudly otherwise.
 
-use std::{collections::BTreeMap, net::Ipv4Addr, path::PathBuf};
+use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use aya::{
     Ebpf,
     maps::MapInfo,
-    programs::{SchedClassifier, TestRun as _, TestRunOptions, Xdp},
+    programs::{SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp},
 };
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
     maps::{self, Endpoint, MappingName, NatTarget},
     packet::{self, Side},
 };
-use ssh_fwd_tests::privilege;
+use ssh_fwd_tests::{Bpffs, privilege};
 
 use crate::{
     attach::{PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_INGRESS_XDP, load_programs},
@@ -28,28 +28,18 @@ use crate::{
 const XDP_PASS: u32 = 2;
 const TC_ACT_UNSPEC: u32 = u32::MAX;
 
-/// The object loaded with its maps pinned in a private bpffs mount, which is
-/// unmounted when this is dropped.
+/// The object loaded with its maps pinned in a private bpffs mount; the
+/// harness's [`Bpffs`] guard unmounts it when this is dropped.
 struct Loaded {
     ebpf: Ebpf,
     dataplane: Dataplane,
     layout: PinLayout,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Loaded {
-    fn drop(&mut self) {
-        let _ = crate::pins::remove_tree(&self.layout.version_dir());
-        if let Ok(c) = std::ffi::CString::new(self.layout.root().as_os_str().as_encoded_bytes()) {
-            // SAFETY: valid path.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
+    _bpffs: Bpffs,
 }
 
 fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let layout = PinLayout::new(PathBuf::from(dir.path()).join("bpffs"));
+    let bpffs = Bpffs::new().expect("bpffs dir");
+    let layout = PinLayout::new(bpffs.path());
     layout.prepare().expect("bpffs");
     let mut ebpf = loader::load(&layout).expect("load object");
     load_programs(&mut ebpf).expect("verifier accepts the programs");
@@ -65,7 +55,7 @@ fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
         ebpf,
         dataplane,
         layout,
-        _dir: dir,
+        _bpffs: bpffs,
     }
 }
 
@@ -73,38 +63,11 @@ fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
 /// refused to build the packet at all.
 type RunResult = Option<(u32, Vec<u8>)>;
 
-fn test_run_xdp(l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
-    let prog: &Xdp = l
-        .ebpf
-        .program(PROG_INGRESS_XDP)
-        .expect("xdp")
-        .try_into()
-        .expect("xdp type");
-    let mut out = vec![0u8; frame.len() + 512];
-    let r = prog
-        .test_run(TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            repeat: 1,
-            ..TestRunOptions::new()
-        })
-        .expect("test run");
-    out.truncate(r.data_size_out as usize);
-    (r.return_value, out)
-}
-
-fn test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> (u32, Vec<u8>) {
-    try_test_run_tc(l, name, frame)
-        .unwrap_or_else(|| panic!("test run of {} bytes refused", frame.len()))
-}
-
-fn try_test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> RunResult {
-    let prog: &SchedClassifier = l
-        .ebpf
-        .program(name)
-        .expect("tc")
-        .try_into()
-        .expect("tc type");
+/// One BPF_PROG_TEST_RUN of any packet program.
+fn test_run<P>(prog: &P, frame: &[u8]) -> RunResult
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
     let mut out = vec![0u8; frame.len() + 512];
     let r = prog
         .test_run(TestRunOptions {
@@ -116,6 +79,31 @@ fn try_test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> RunResult {
         .ok()?;
     out.truncate(r.data_size_out as usize);
     Some((r.return_value, out))
+}
+
+fn test_run_xdp(l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
+    let prog: &Xdp = l
+        .ebpf
+        .program(PROG_INGRESS_XDP)
+        .expect("xdp")
+        .try_into()
+        .expect("xdp type");
+    test_run(prog, frame).unwrap_or_else(|| panic!("XDP test run of {} bytes refused", frame.len()))
+}
+
+fn try_test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> RunResult {
+    let prog: &SchedClassifier = l
+        .ebpf
+        .program(name)
+        .expect("tc")
+        .try_into()
+        .expect("tc type");
+    test_run(prog, frame)
+}
+
+fn test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> (u32, Vec<u8>) {
+    try_test_run_tc(l, name, frame)
+        .unwrap_or_else(|| panic!("tc test run of {} bytes refused", frame.len()))
 }
 
 fn counters(l: &Loaded) -> BTreeMap<&'static str, u64> {

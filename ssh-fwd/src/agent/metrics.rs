@@ -126,49 +126,31 @@ fn render(layout: &PinLayout, h: &Health) -> String {
     );
     match list::collect(layout) {
         Ok(listing) => {
-            let _ = writeln!(
-                out,
-                "# HELP ssh_fwd_mapping_packets_total Packets per mapping and direction.\n# TYPE ssh_fwd_mapping_packets_total counter"
-            );
-            for m in &listing.mappings {
-                let labels = format!(
-                    "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
-                    escape(&m.name),
-                    m.frontend,
-                    m.backend
-                );
+            type Counter = fn(&list::Row) -> (u64, u64);
+            let per_mapping: [(&str, &str, Counter); 2] = [
+                ("ssh_fwd_mapping_packets_total", "Packets", |m| {
+                    (m.packets_in, m.packets_out)
+                }),
+                ("ssh_fwd_mapping_bytes_total", "Bytes", |m| {
+                    (m.bytes_in, m.bytes_out)
+                }),
+            ];
+            for (name, what, counter) in per_mapping {
                 let _ = writeln!(
                     out,
-                    "ssh_fwd_mapping_packets_total{{{labels},direction=\"in\"}} {}",
-                    m.packets_in
+                    "# HELP {name} {what} per mapping and direction.\n# TYPE {name} counter"
                 );
-                let _ = writeln!(
-                    out,
-                    "ssh_fwd_mapping_packets_total{{{labels},direction=\"out\"}} {}",
-                    m.packets_out
-                );
-            }
-            let _ = writeln!(
-                out,
-                "# HELP ssh_fwd_mapping_bytes_total Bytes per mapping and direction.\n# TYPE ssh_fwd_mapping_bytes_total counter"
-            );
-            for m in &listing.mappings {
-                let labels = format!(
-                    "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
-                    escape(&m.name),
-                    m.frontend,
-                    m.backend
-                );
-                let _ = writeln!(
-                    out,
-                    "ssh_fwd_mapping_bytes_total{{{labels},direction=\"in\"}} {}",
-                    m.bytes_in
-                );
-                let _ = writeln!(
-                    out,
-                    "ssh_fwd_mapping_bytes_total{{{labels},direction=\"out\"}} {}",
-                    m.bytes_out
-                );
+                for m in &listing.mappings {
+                    let labels = format!(
+                        "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
+                        escape(&m.name),
+                        m.frontend,
+                        m.backend
+                    );
+                    let (inbound, outbound) = counter(m);
+                    let _ = writeln!(out, "{name}{{{labels},direction=\"in\"}} {inbound}");
+                    let _ = writeln!(out, "{name}{{{labels},direction=\"out\"}} {outbound}");
+                }
             }
             let _ = writeln!(
                 out,

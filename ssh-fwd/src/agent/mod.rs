@@ -25,28 +25,27 @@ use reconcile::Reconciler;
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let health = std::sync::Arc::new(health::Health::default());
-    let result = match args.mappings.clone() {
-        Some(path) => {
-            // Validate the file before touching the kernel: a bad file at
-            // start-up is an error, and whatever a previous agent installed
-            // keeps forwarding.
-            let initial = mappings::load_file(&path)?;
-            let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
-            serve_metrics(&args, &layout, &health).await?;
-            reconciler.reconcile(&initial, "start-up")?;
-            let result = file_source::watch(&args, &path, &mut reconciler, initial).await;
-            drop(ebpf);
-            result
-        }
+    // Validate the source before touching the kernel: a bad file or flag at
+    // start-up is an error, and whatever a previous agent installed keeps
+    // forwarding.
+    let initial = match &args.mappings {
+        Some(path) => Some(mappings::load_file(path)?),
         None => {
             kube_source::policy(&args)?;
-            let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
-            serve_metrics(&args, &layout, &health).await?;
-            let result = kube_source::watch(&args, &mut reconciler, health.clone()).await;
-            drop(ebpf);
-            result
+            None
         }
     };
+    let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
+    serve_metrics(&args, &layout, &health).await?;
+    let result = match (&args.mappings, initial) {
+        (Some(path), Some(initial)) => {
+            reconciler.reconcile(&initial, "start-up")?;
+            file_source::watch(&args, path, &mut reconciler, initial).await
+        }
+        _ => kube_source::watch(&args, &mut reconciler, health).await,
+    };
+    // The links are pinned: dropping the object closes our handles only.
+    drop(ebpf);
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
