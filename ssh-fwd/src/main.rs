@@ -5,10 +5,6 @@ mod attach;
 mod cli;
 mod dataplane;
 mod iface;
-#[allow(
-    dead_code,
-    reason = "the Kubernetes watcher that uses it is being built (issue 3)"
-)]
 mod k8s;
 mod list;
 mod loader;

@@ -114,13 +114,15 @@ pub fn desired_tables(installed: &Installed, desired: &MappingSet) -> Result<Ins
         // before the backend became shared have no per-connection entry and
         // rely on it.
         let installed_primary = installed.reverse.get(&backend).map(|t| t.endpoint);
-        let (primary, slot) = frontends
+        // Every group holds the mapping that created it, so there is a primary.
+        let Some(&(primary, slot)) = frontends
             .iter()
             .find(|(f, _)| Some(*f) == installed_primary)
             // Lowest as a person reads it (IP, then port), not by raw wire bytes.
             .or_else(|| frontends.iter().min_by_key(|(f, _)| (f.ip(), f.port())))
-            .copied()
-            .ok_or(PlanError::TooMany { wanted: 0 })?;
+        else {
+            continue;
+        };
         out.reverse.insert(
             backend,
             NatTarget {

@@ -3,21 +3,40 @@
 
 use anyhow::bail;
 
-/// Capabilities the agent needs, with what each is for.
-const NEEDED: [(u32, &str, &str); 4] = [
-    (39, "CAP_BPF", "load programs and create maps"),
-    (12, "CAP_NET_ADMIN", "attach XDP and tc programs"),
-    (
-        38,
-        "CAP_PERFMON",
-        "let programs read packet memory with pointer arithmetic",
-    ),
-    (
-        21,
-        "CAP_SYS_ADMIN",
-        "mount bpffs when --bpffs is not on one",
-    ),
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// A capability the agent may need, and what for.
+struct Needed {
+    bit: u32,
+    name: &'static str,
+    why: &'static str,
+}
+
+/// Needed always; CAP_SYS_ADMIN stands in for all of them on every kernel.
+const BPF_CAPS: [Needed; 3] = [
+    Needed {
+        bit: 39,
+        name: "CAP_BPF",
+        why: "load programs and create maps",
+    },
+    Needed {
+        bit: 12,
+        name: "CAP_NET_ADMIN",
+        why: "attach XDP and tc programs",
+    },
+    Needed {
+        bit: 38,
+        name: "CAP_PERFMON",
+        why: "let programs read packet memory with pointer arithmetic",
+    },
 ];
+
+/// Needed only when the agent has to mount bpffs itself.
+const MOUNT_CAP: Needed = Needed {
+    bit: CAP_SYS_ADMIN,
+    name: "CAP_SYS_ADMIN",
+    why: "mount bpffs when --bpffs is not on one",
+};
 
 /// Fails with the names of the missing capabilities.
 pub fn check_capabilities(need_mount: bool) -> anyhow::Result<()> {
@@ -29,18 +48,17 @@ pub fn check_capabilities(need_mount: bool) -> anyhow::Result<()> {
     else {
         return Ok(()); // cannot tell; the kernel will say EPERM if needed
     };
-    let has_sys_admin = effective & (1 << 21) != 0;
-    let missing: Vec<String> = NEEDED
+    let lacks = |c: &Needed| effective & (1u64 << c.bit) == 0;
+    let mut missing: Vec<&Needed> = Vec::new();
+    if lacks(&MOUNT_CAP) {
+        missing.extend(BPF_CAPS.iter().filter(|c| lacks(c)));
+        if need_mount {
+            missing.push(&MOUNT_CAP);
+        }
+    }
+    let missing: Vec<String> = missing
         .iter()
-        .filter(|(bit, name, _)| {
-            let lacking = effective & (1u64 << bit) == 0;
-            match *name {
-                "CAP_SYS_ADMIN" => lacking && need_mount,
-                // CAP_SYS_ADMIN implies the BPF capabilities on every kernel.
-                _ => lacking && !has_sys_admin,
-            }
-        })
-        .map(|(_, name, why)| format!("{name} (to {why})"))
+        .map(|c| format!("{} (to {})", c.name, c.why))
         .collect();
     if !missing.is_empty() {
         bail!(

@@ -416,4 +416,8 @@ fn object_maps_agree_with_the_shared_constants() {
         assert_eq!(info.key_size() as usize, key, "{name} key size");
         assert_eq!(info.value_size() as usize, value, "{name} value size");
     }
+    // Per-connection state is evicted only when the table is full, never on a
+    // timer: an idle ssh session keeps its entry for as long as it lives.
+    let conns = MapInfo::from_pin(l.layout.map(maps::CONNS)).expect("CONNS");
+    assert_eq!(conns.map_type().expect("type"), aya::maps::MapType::LruHash);
 }

@@ -110,6 +110,18 @@ impl Agent {
         bpffs: &Bpffs,
         args: &[String],
     ) -> anyhow::Result<Self> {
+        let mut agent = Self::spawn(node, ifaces, bpffs, args)?;
+        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    /// Starts the agent without waiting for anything.
+    pub fn spawn(
+        node: &NetNs,
+        ifaces: &[&str],
+        bpffs: &Bpffs,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
         let log = bpffs.log_path(node.name());
         let log_file = std::fs::File::create(&log)?;
         let mut c = node.command(binary()?.to_str().context("binary path is not UTF-8")?);
@@ -126,12 +138,10 @@ impl Agent {
             .process_group(0)
             .spawn()
             .context("starting ssh-fwd agent")?;
-        let mut agent = Self {
+        Ok(Self {
             child: Some(child),
             log,
-        };
-        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
-        Ok(agent)
+        })
     }
 
     /// The agent's process id, while it runs.

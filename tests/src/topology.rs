@@ -25,6 +25,9 @@ pub struct Pod {
     pub ns: NetNs,
     pub ip: String,
     pub hostname: String,
+    /// Index of the node the pod is wired to, and that node's end of the veth.
+    pub node: usize,
+    pub node_iface: String,
     _sshd: Sshd,
 }
 
@@ -139,6 +142,8 @@ impl Topology {
             ns,
             ip,
             hostname,
+            node,
+            node_iface: node_side,
             _sshd: sshd,
         });
         self.pods.last().context("pod just added")
@@ -154,6 +159,7 @@ impl Topology {
         let mut all: Vec<(&NetNs, String)> = vec![];
         for pod in &self.pods {
             all.push((&pod.ns, "eth0".into()));
+            all.push((&self.nodes[pod.node].ns, pod.node_iface.clone()));
         }
         all.push((&self.client, "eth0".into()));
         if self.nodes.len() > 1 {
@@ -164,19 +170,6 @@ impl Topology {
         }
         for (ns, iface) in all {
             crate::cmd::run(ns.command("ethtool").args(["-K", &iface, "tx", "off"]))?;
-        }
-        for (i, pod) in self.pods.iter().enumerate() {
-            let n = pod.ip.split('.').nth(2).unwrap_or("1");
-            let node = if self.nodes.len() > 1 {
-                &self.nodes[1].ns
-            } else {
-                &self.nodes[0].ns
-            };
-            let _ = i;
-            crate::cmd::run(
-                node.command("ethtool")
-                    .args(["-K", &format!("pod{n}"), "tx", "off"]),
-            )?;
         }
         Ok(())
     }

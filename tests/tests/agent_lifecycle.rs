@@ -13,17 +13,22 @@ use std::time::Duration;
 use common::{Bed, FRONTEND, Session, refused};
 use ssh_fwd_tests::{Agent, Topology, agent::write_mappings, privilege, topology::EXT_IFACE};
 
+/// `pods` pods with sshd and an agent mapping 198.18.0.10:8022 to pod 1.
+fn one_mapping_bed(pods: usize, extra: &[&str]) -> Bed {
+    Bed::start(
+        Topology::single_node(pods).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        extra,
+    )
+    .unwrap()
+}
+
 #[test]
 fn mapping_added_and_removed_while_running_reaches_the_data_path() {
     if !privilege::check("mapping_added_and_removed_while_running_reaches_the_data_path") {
         return;
     }
-    let mut bed = Bed::start(
-        Topology::single_node(2).unwrap(),
-        &[("a", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let mut bed = one_mapping_bed(2, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     assert!(refused(bed.client(), 8023), "8023 is not mapped yet");
 
@@ -61,12 +66,7 @@ fn bad_mappings_file_is_rejected_and_running_maps_stay() {
     if !privilege::check("bad_mappings_file_is_rejected_and_running_maps_stay") {
         return;
     }
-    let mut bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("a", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let mut bed = one_mapping_bed(1, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     std::fs::write(
         &bed.mappings,
@@ -102,12 +102,7 @@ fn ssh_session_survives_an_agent_restart() {
     if !privilege::check("ssh_session_survives_an_agent_restart") {
         return;
     }
-    let mut bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("a", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let mut bed = one_mapping_bed(1, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     bed.agents[0].stop().unwrap();
     // Agent down: the pinned data path keeps forwarding, old and new sessions.
@@ -147,12 +142,7 @@ fn teardown_removes_the_data_path() {
     if !privilege::check("teardown_removes_the_data_path") {
         return;
     }
-    let mut bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("a", FRONTEND, "10.244.1.5:22")],
-        &["--attach", "xdp"],
-    )
-    .unwrap();
+    let mut bed = one_mapping_bed(1, &["--attach", "xdp"]);
     bed.agents[0].stop().unwrap();
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     let bin = ssh_fwd_tests::agent::binary().unwrap();
@@ -244,12 +234,7 @@ fn entry_deleted_behind_the_agents_back_returns_at_the_next_resync() {
     if !privilege::check("entry_deleted_behind_the_agents_back_returns_at_the_next_resync") {
         return;
     }
-    let bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("a", FRONTEND, "10.244.1.5:22")],
-        &["--resync-interval", "1s"],
-    )
-    .unwrap();
+    let bed = one_mapping_bed(1, &["--resync-interval", "1s"]);
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     // Key of 198.18.0.10:8022 in FRONTENDS: address and port in wire order.
     let map = bed.bpffs[0].path().join("v1/maps/FRONTENDS");

@@ -49,11 +49,53 @@ fn slice(service: &str, port_name: &str, ip: &str) -> Value {
     })
 }
 
+/// GET `path` from the agent's metrics endpoint inside the node namespace.
+fn metric(node: &ssh_fwd_tests::NetNs, path: &str) -> String {
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET {path} HTTP/1.1\\r\\n\\r\\n' >&3; cat <&3"
+    );
+    cmd::run(node.command("bash").args(["-c", &script])).unwrap()
+}
+
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     assert!(
         cmd::wait_until(Duration::from_secs(15), &mut check),
         "timed out waiting for: {what}"
     );
+}
+
+/// A fake API with one LoadBalancer-class Service on pod 1, and the agent
+/// arguments that watch it.
+struct KubeBed {
+    api: FakeApi,
+    bpffs: Bpffs,
+    args: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+fn kube_bed(node: &ssh_fwd_tests::NetNs, extra: &[&str]) -> KubeBed {
+    let api = FakeApi::start(node).unwrap();
+    api.apply(Kind::Service, lb_service("job-a", 8123));
+    api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let mut args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--ssh-ip",
+        EXTERNAL_IP,
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    KubeBed {
+        api,
+        bpffs: Bpffs::new().unwrap(),
+        args,
+        _dir: dir,
+    }
 }
 
 #[test]
@@ -63,26 +105,20 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
     }
     let topo = Topology::single_node(2).unwrap();
     let node = &topo.nodes[0].ns;
-    let api = FakeApi::start(node).unwrap();
-    api.apply(Kind::Service, lb_service("job-a", 8123));
-    api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
-    let bpffs = Bpffs::new().unwrap();
-    let args: Vec<String> = [
-        "--kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--ssh-ip",
-        EXTERNAL_IP,
-        "--metrics-addr",
-        "127.0.0.1:9102",
-        "--resync-interval",
-        "2s",
-    ]
-    .map(String::from)
-    .to_vec();
+    let KubeBed {
+        api,
+        bpffs,
+        args,
+        _dir,
+    } = kube_bed(
+        node,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:9102",
+            "--resync-interval",
+            "2s",
+        ],
+    );
     let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();
     let hostname = |port| {
@@ -104,28 +140,30 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
     eventually("job-a's port refused", || refused(&topo.client, 8123));
 
     // Metrics and readiness.
-    let metrics = cmd::run(node.command("bash").args([
-        "-c",
-        "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET /metrics HTTP/1.1\\r\\n\\r\\n' >&3; cat <&3",
-    ]))
-    .unwrap();
+    let metrics = metric(node, "/metrics");
     assert!(metrics.contains("ssh_fwd_mappings 1"), "{metrics}");
     assert!(
         metrics.contains("ssh_fwd_mapping_packets_total{mapping=\"jobs/job-b\""),
         "{metrics}"
     );
-    let ready = cmd::run(node.command("bash").args([
-        "-c",
-        "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET /readyz HTTP/1.1\\r\\n\\r\\n' >&3; cat <&3",
-    ]))
-    .unwrap();
+    let ready = metric(node, "/readyz");
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
 
     // The API goes away: maps stay, the session and new logins keep working,
     // across several resyncs.
     api.cut();
     session.echo("api-gone").unwrap();
-    std::thread::sleep(Duration::from_secs(5));
+    let reconciles = || {
+        metric(node, "/metrics")
+            .lines()
+            .find_map(|l| l.strip_prefix("ssh_fwd_reconciles_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = reconciles();
+    eventually("two resyncs with the API down", || {
+        reconciles() >= before + 2
+    });
     assert_eq!(hostname(8124), "pod-1");
     session.echo("still-api-gone").unwrap();
     assert!(agent.log().contains("watch failed"), "{}", agent.log());
@@ -147,22 +185,12 @@ fn restarted_agent_changes_nothing_until_the_api_answers() {
     }
     let topo = Topology::single_node(1).unwrap();
     let node = &topo.nodes[0].ns;
-    let api = FakeApi::start(node).unwrap();
-    api.apply(Kind::Service, lb_service("job-a", 8123));
-    api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
-    let bpffs = Bpffs::new().unwrap();
-    let args: Vec<String> = [
-        "--kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--ssh-ip",
-        EXTERNAL_IP,
-    ]
-    .map(String::from)
-    .to_vec();
+    let KubeBed {
+        api,
+        bpffs,
+        args,
+        _dir,
+    } = kube_bed(node, &[]);
     let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let mut session = Session::open(&topo.ssh(), &topo.client, 8123).unwrap();
     agent.stop().unwrap();
@@ -170,31 +198,14 @@ fn restarted_agent_changes_nothing_until_the_api_answers() {
     // The API is down while the new agent starts: it adopts the pinned maps
     // and must not treat its empty caches as "no Services".
     api.cut();
-    let bin = ssh_fwd_tests::agent::binary().unwrap();
-    let log = dir.path().join("agent2.log");
-    let mut second = KillOnDrop(
-        node.command(bin.to_str().unwrap())
-            .args([
-                "agent",
-                "--iface",
-                EXT_IFACE,
-                "--log-format",
-                "json",
-                "--bpffs",
-            ])
-            .arg(bpffs.path())
-            .args(&args)
-            .stdout(std::fs::File::create(&log).unwrap())
-            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    eventually("second agent waiting for the API", || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("waiting for complete lists")
-    });
-    std::thread::sleep(Duration::from_secs(3));
+    let mut second = Agent::spawn(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    second
+        .wait_for_log("waiting for complete lists", Duration::from_secs(15))
+        .unwrap();
+    // It has tried the API and failed, so it is running on empty caches.
+    second
+        .wait_for_log("watch failed", Duration::from_secs(15))
+        .unwrap();
     session.echo("during-restart").unwrap();
     assert_eq!(
         topo.ssh()
@@ -202,7 +213,7 @@ fn restarted_agent_changes_nothing_until_the_api_answers() {
             .unwrap(),
         "pod-1"
     );
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = second.log();
     assert!(
         !text.contains("mapping removed") && !text.contains("agent ready"),
         "{text}"
@@ -210,24 +221,14 @@ fn restarted_agent_changes_nothing_until_the_api_answers() {
 
     // The API answers again: the agent becomes ready with nothing removed.
     api.restore();
-    eventually("second agent ready", || {
-        let t = std::fs::read_to_string(&log).unwrap_or_default();
-        t.contains("agent ready")
-    });
+    second
+        .wait_for_log("agent ready", Duration::from_secs(15))
+        .unwrap();
     session.echo("after-restart").unwrap();
-    // SAFETY: stopping our own child.
-    unsafe { libc::kill(second.0.id() as i32, libc::SIGTERM) };
-    second.0.wait().unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(!text.contains("mapping removed"), "{text}");
-}
-
-/// Kills a child if the test ends early.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    second.stop().unwrap();
+    assert!(
+        !second.log().contains("mapping removed"),
+        "{}",
+        second.log()
+    );
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: a real ssh login through the forwarder.
 
-use std::{path::Path, process::Command, time::Duration};
+use std::{path::Path, process::Command};
 
 use anyhow::Context as _;
 use ssh_fwd_tests::{Agent, Bpffs, Topology, agent::write_mappings, cmd, topology::EXT_IFACE};
@@ -76,7 +76,6 @@ fn demo(bin: &Path) -> anyhow::Result<()> {
         println!("    {line}");
     }
     drop(agent);
-    std::thread::sleep(Duration::from_millis(100));
     Ok(())
 }
 

@@ -15,7 +15,6 @@ enum Requirement {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
-    text: String,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -46,10 +45,7 @@ impl LabelSelector {
             };
             requirements.push(requirement);
         }
-        Ok(Self {
-            requirements,
-            text: text.into(),
-        })
+        Ok(Self { requirements })
     }
 
     /// Whether `labels` satisfy every requirement.
@@ -61,10 +57,6 @@ impl LabelSelector {
             Requirement::Exists(k) => get(k).is_some(),
             Requirement::NotExists(k) => get(k).is_none(),
         })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.text
     }
 }
 

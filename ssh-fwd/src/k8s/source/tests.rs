@@ -174,6 +174,16 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A source on the fake API, once its first lists are complete.
+async fn ready_source(fake: &Shared) -> KubeSource {
+    let source = KubeSource::start(start_fake(fake.clone()));
+    tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
+        .await
+        .expect("ready in time")
+        .expect("ready");
+    source
+}
+
 fn fake_with_one_job() -> Shared {
     let fake = Shared::default();
     {
@@ -188,22 +198,14 @@ fn fake_with_one_job() -> Shared {
 #[tokio::test]
 async fn first_complete_lists_make_the_source_ready_with_the_mapping() {
     let fake = fake_with_one_job();
-    let source = KubeSource::start(start_fake(fake.clone()));
-    tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
-        .await
-        .expect("ready in time")
-        .expect("ready");
+    let source = ready_source(&fake).await;
     assert_eq!(backends(&source), ["198.18.0.10:8123->10.244.1.5:22"]);
 }
 
 #[tokio::test]
 async fn watch_events_move_the_backend_and_delete_the_service() {
     let fake = fake_with_one_job();
-    let source = KubeSource::start(start_fake(fake.clone()));
-    tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
-        .await
-        .expect("ready in time")
-        .expect("ready");
+    let source = ready_source(&fake).await;
     eventually("both watches open", || {
         let f = fake.lock().expect("lock");
         !f.slices.parked.is_empty() && !f.services.parked.is_empty()
@@ -245,11 +247,7 @@ async fn watch_events_move_the_backend_and_delete_the_service() {
 #[tokio::test]
 async fn expired_watch_relists_and_replaces_the_cache_whole() {
     let fake = fake_with_one_job();
-    let source = KubeSource::start(start_fake(fake.clone()));
-    tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
-        .await
-        .expect("ready in time")
-        .expect("ready");
+    let source = ready_source(&fake).await;
     eventually("services watch open", || {
         !fake.lock().expect("lock").services.parked.is_empty()
     })
