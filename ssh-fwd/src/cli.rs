@@ -39,6 +39,12 @@ pub enum Command {
     /// Print the installed mappings with their packet and byte counters, read
     /// from the pinned maps.
     List(ListArgs),
+    /// Give every pod labelled `ssh-fwd.io/ssh=enabled` an SSH port: create a
+    /// Service on the SSH IP that forwards a free port from --port-range to
+    /// the pod's port 22, and publish the ready `ssh` command on the pod (an
+    /// `ssh-fwd.io/endpoint` annotation and an Event). One replica acts at a
+    /// time (leader election with a Lease).
+    Controller(ControllerArgs),
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.
     Teardown(BpffsArg),
@@ -120,6 +126,77 @@ pub struct AgentArgs {
     /// How often the mappings file is checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub watch_interval: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// The external SSH IP the Services expose (the agents' --ssh-ip).
+    #[arg(long = "ssh-ip", value_name = "IP")]
+    pub ssh_ip: std::net::Ipv4Addr,
+
+    /// The host name users type in `ssh USER@HOST -p PORT` (default: the IP).
+    #[arg(long, value_name = "HOST")]
+    pub ssh_hostname: Option<String>,
+
+    /// Ports handed out, inclusive; must lie within the agents' --port-range.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = parse_port_range)]
+    pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// The user name shown in the published ssh command.
+    #[arg(long, value_name = "USER", default_value = "ucloud")]
+    pub ssh_user: String,
+
+    /// How the Service exposes the SSH IP. `loadbalancer`: type LoadBalancer
+    /// of class ssh-fwd.io/ssh, with this controller writing its status.
+    /// `externalips`: spec.externalIPs (deprecated since Kubernetes 1.36; for
+    /// clusters that still run an older ssh-fwd agent or other tooling that
+    /// only reads externalIPs).
+    #[arg(long, value_enum, default_value_t = ServiceStyle::Loadbalancer)]
+    pub service_style: ServiceStyle,
+
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then
+    /// ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace of the leader-election Lease (default: this pod's
+    /// namespace from POD_NAMESPACE, else ssh-fwd).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "POD_NAMESPACE",
+        default_value = "ssh-fwd"
+    )]
+    pub lease_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "ssh-fwd-controller")]
+    pub lease_name: String,
+
+    /// This replica's name in the Lease (default: POD_NAME, else the host
+    /// name).
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a Lease stays valid without renewal; a standby takes over
+    /// after this when the leader dies.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
+    /// How often everything is reconciled even without changes.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub resync_interval: Duration,
+}
+
+/// The Service shape the controller creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ServiceStyle {
+    Loadbalancer,
+    Externalips,
 }
 
 #[derive(Debug, Args)]
@@ -238,6 +315,44 @@ mod tests {
         assert!(Cli::try_parse_from(base).is_err(), "one source is required");
         assert!(parse_port_range("9000-8000").is_err());
         assert!(parse_port_range("0-10").is_err());
+    }
+
+    #[test]
+    fn documented_controller_command_line_parses_with_defaults() {
+        let cli =
+            Cli::try_parse_from(["ssh-fwd", "controller", "--ssh-ip", "198.18.0.10"]).unwrap();
+        let Command::Controller(c) = cli.command else {
+            panic!("not controller")
+        };
+        assert_eq!(c.port_range, 8000..=16000);
+        assert_eq!(c.ssh_user, "ucloud");
+        assert_eq!(c.ssh_hostname, None);
+        assert_eq!(c.service_style, ServiceStyle::Loadbalancer);
+        assert_eq!(c.lease_duration, Duration::from_secs(15));
+        let styled = Cli::try_parse_from([
+            "ssh-fwd",
+            "controller",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--ssh-hostname",
+            "ssh.example.org",
+            "--service-style",
+            "externalips",
+            "--ssh-user",
+            "alice",
+            "--port-range",
+            "9000-9100",
+        ])
+        .unwrap();
+        let Command::Controller(c) = styled.command else {
+            panic!("not controller")
+        };
+        assert_eq!(c.service_style, ServiceStyle::Externalips);
+        assert_eq!(c.ssh_hostname.as_deref(), Some("ssh.example.org"));
+        assert!(
+            Cli::try_parse_from(["ssh-fwd", "controller"]).is_err(),
+            "--ssh-ip is required"
+        );
     }
 
     #[test]

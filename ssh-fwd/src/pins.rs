@@ -73,6 +73,16 @@ impl PinLayout {
     }
 }
 
+/// Whether preparing `path` needs a bpffs mount: not when it, or the nearest
+/// ancestor that exists, is on bpffs already (a subdirectory is made there,
+/// as in Kubernetes with the host's /sys/fs/bpf mounted into the pod).
+pub fn needs_mount(path: &Path) -> bool {
+    let Some(existing) = path.ancestors().find(|p| p.exists()) else {
+        return true;
+    };
+    !is_bpffs(existing).unwrap_or(false)
+}
+
 /// Whether `path` is on a bpf filesystem.
 pub fn is_bpffs(path: &Path) -> anyhow::Result<bool> {
     let c = CString::new(path.as_os_str().as_bytes())

@@ -131,6 +131,16 @@ pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<Stri
     None
 }
 
+/// The capabilities the agent needs when bpffs is already mounted, as
+/// `securityContext.capabilities.add` spells them (`BPF`, `NET_ADMIN`, ...).
+#[cfg(test)]
+pub fn required_capability_names() -> Vec<&'static str> {
+    BPF_CAPS
+        .iter()
+        .map(|c| c.name.trim_start_matches("CAP_"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

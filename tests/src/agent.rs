@@ -49,6 +49,18 @@ impl Bpffs {
         &self.mount
     }
 
+    /// Mounts a bpf filesystem on [`Bpffs::path`] now, as the host's
+    /// /sys/fs/bpf is before the agent's pod starts.
+    pub fn mount(&self) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.mount)?;
+        cmd::run(
+            Command::new("mount")
+                .args(["-t", "bpf", "bpf"])
+                .arg(&self.mount),
+        )?;
+        Ok(())
+    }
+
     /// Where agent logs go, beside the bpffs mount point.
     pub fn log_path(&self, name: &str) -> PathBuf {
         self.dir.path().join(format!("agent-{name}.log"))
@@ -82,7 +94,8 @@ impl Drop for Bpffs {
     }
 }
 
-/// A running agent. Dropping it sends SIGTERM (the data path stays).
+/// A running `ssh-fwd agent` (or `ssh-fwd controller`). Dropping it sends
+/// SIGTERM (an agent's data path stays).
 pub struct Agent {
     child: Option<Child>,
     log: PathBuf,
@@ -122,22 +135,90 @@ impl Agent {
         bpffs: &Bpffs,
         args: &[String],
     ) -> anyhow::Result<Self> {
-        let log = bpffs.log_path(node.name());
-        let log_file = std::fs::File::create(&log)?;
-        let mut c = node.command(binary()?.to_str().context("binary path is not UTF-8")?);
-        c.arg("agent").arg("--bpffs").arg(bpffs.path());
-        c.args(["--watch-interval", "200ms", "--log-format", "json"]);
-        for iface in ifaces {
-            c.args(["--iface", iface]);
+        Self::launch(node, &[], ifaces, bpffs, args)
+    }
+
+    /// Starts the agent with only `capabilities` (e.g. `["bpf", "net_admin"]`)
+    /// left in its bounding set, as a container that drops all others gets,
+    /// and waits for its first reconcile. The bpffs must be mounted already
+    /// (see [`Bpffs::mount`]); `--bpffs` in `args` may point below it.
+    pub fn start_with_capabilities(
+        node: &NetNs,
+        capabilities: &[&str],
+        ifaces: &[&str],
+        bpffs: &Bpffs,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
+        let keep: String = capabilities.iter().map(|c| format!(",+{c}")).collect();
+        let bounding = format!("-all{keep}");
+        let wrapper = [
+            "setpriv",
+            "--bounding-set",
+            &bounding,
+            "--inh-caps",
+            "-all",
+            "--",
+        ];
+        let mut agent = Self::launch(node, &wrapper, ifaces, bpffs, args)?;
+        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    fn launch(
+        node: &NetNs,
+        wrapper: &[&str],
+        ifaces: &[&str],
+        bpffs: &Bpffs,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
+        let mut argv: Vec<std::ffi::OsString> = vec!["agent".into()];
+        if !args.iter().any(|a| a == "--bpffs") {
+            argv.extend(["--bpffs".into(), bpffs.path().into()]);
         }
-        c.args(args);
+        argv.extend(["--watch-interval", "200ms", "--log-format", "json"].map(Into::into));
+        for iface in ifaces {
+            argv.extend(["--iface".into(), (*iface).into()]);
+        }
+        argv.extend(args.iter().map(Into::into));
+        Self::process(node, wrapper, &argv, bpffs.log_path(node.name()))
+    }
+
+    /// Starts `ssh-fwd controller ARGS` in `node`, logging to `log`, and
+    /// waits until it leads and has its first complete lists.
+    pub fn start_controller(node: &NetNs, log: PathBuf, args: &[String]) -> anyhow::Result<Self> {
+        let mut argv: Vec<std::ffi::OsString> =
+            vec!["controller".into(), "--log-format".into(), "json".into()];
+        argv.extend(args.iter().map(Into::into));
+        let mut controller = Self::process(node, &[], &argv, log)?;
+        controller.wait_for_log("controller ready", Duration::from_secs(20))?;
+        Ok(controller)
+    }
+
+    fn process(
+        node: &NetNs,
+        wrapper: &[&str],
+        argv: &[std::ffi::OsString],
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let log_file = std::fs::File::create(&log)?;
+        let binary = binary()?;
+        let binary = binary.to_str().context("binary path is not UTF-8")?;
+        let mut c = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = node.command(program);
+                c.args(rest).arg(binary);
+                c
+            }
+            None => node.command(binary),
+        };
+        c.args(argv);
         let child = c
             .stdin(Stdio::null())
             .stdout(log_file.try_clone()?)
             .stderr(log_file)
             .process_group(0)
             .spawn()
-            .context("starting ssh-fwd agent")?;
+            .context("starting ssh-fwd")?;
         Ok(Self {
             child: Some(child),
             log,
@@ -178,13 +259,13 @@ impl Agent {
                 && let Some(status) = child.try_wait()?
             {
                 bail!(
-                    "agent exited ({status}) before logging {needle:?}:\n{}",
+                    "ssh-fwd exited ({status}) before logging {needle:?}:\n{}",
                     self.log()
                 );
             }
             if std::time::Instant::now() > deadline {
                 bail!(
-                    "agent did not log {needle:?} within {limit:?}:\n{}",
+                    "ssh-fwd did not log {needle:?} within {limit:?}:\n{}",
                     self.log()
                 );
             }

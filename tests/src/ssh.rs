@@ -111,6 +111,20 @@ pub fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// No prompts, no host-key checks, errors only, bounded connect.
+const NON_INTERACTIVE: [&str; 10] = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=5",
+];
+
 /// The OpenSSH client with the test key and no host-key prompts.
 #[derive(Clone)]
 pub struct SshClient {
@@ -131,23 +145,28 @@ impl SshClient {
         c.args(["--kill-after=2", &limit.as_secs().max(1).to_string(), "ssh"])
             .arg("-i")
             .arg(&self.key)
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "ConnectTimeout=5",
-                "-p",
-                &port.to_string(),
-                &format!("root@{host}"),
-                remote,
-            ]);
+            .args(NON_INTERACTIVE)
+            .args(["-p", &port.to_string(), &format!("root@{host}"), remote]);
         c
+    }
+
+    /// Runs an ssh command line as a user would paste it (`ssh USER@HOST -p
+    /// PORT`), with only the test key and non-interactive options added, and
+    /// returns the trimmed stdout of `remote`.
+    pub fn run_pasted(&self, ns: &NetNs, pasted: &str, remote: &str) -> anyhow::Result<String> {
+        let words: Vec<&str> = pasted.split_whitespace().collect();
+        let Some((&"ssh", destination)) = words.split_first() else {
+            anyhow::bail!("`{pasted}` is not an ssh command line");
+        };
+        let mut c = ns.command("timeout");
+        c.args(["--kill-after=2", "20", "ssh", "-i"])
+            .arg(&self.key)
+            .args(NON_INTERACTIVE)
+            .args(destination)
+            .arg(remote)
+            .stdin(Stdio::null());
+        let out = cmd::run(&mut c).with_context(|| format!("{pasted} {remote}"))?;
+        Ok(out.trim().to_owned())
     }
 
     /// Runs `remote` and returns its trimmed stdout.

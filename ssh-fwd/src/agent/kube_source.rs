@@ -3,7 +3,6 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use anyhow::Context as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
     time::{MissedTickBehavior, interval},
@@ -27,27 +26,13 @@ pub fn policy(args: &AgentArgs) -> anyhow::Result<Policy> {
     })
 }
 
-pub async fn client(args: &AgentArgs) -> anyhow::Result<kube::Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading --kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
-        }
-        None => kube::Config::infer().await.context(
-            "no Kubernetes configuration: not in a cluster, no KUBECONFIG, no ~/.kube/config; pass --kubeconfig",
-        )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
-}
-
 pub async fn watch(
     args: &AgentArgs,
     reconciler: &mut Reconciler,
     health: Arc<Health>,
 ) -> anyhow::Result<()> {
     let policy = policy(args)?;
-    let source = KubeSource::start(client(args).await?);
+    let source = KubeSource::start(crate::k8s::client::connect(args.kubeconfig.as_deref()).await?);
     let _ = health.api_errors.set(source.api_errors.clone());
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;

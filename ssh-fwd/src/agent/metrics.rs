@@ -3,69 +3,27 @@
 
 use std::{fmt::Write as _, net::SocketAddr, sync::Arc, sync::atomic::Ordering};
 
-use anyhow::Context as _;
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
-};
-
 use super::health::Health;
-use crate::{list, pins::PinLayout};
+use crate::{http_probe, list, pins::PinLayout};
 
 pub async fn serve(addr: SocketAddr, layout: PinLayout, health: Arc<Health>) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on --metrics-addr {addr}; is the port in use?"))?;
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            let (layout, health) = (layout.clone(), health.clone());
-            tokio::spawn(async move {
-                let _ = tokio::time::timeout(
-                    std::time::Duration::from_secs(10),
-                    answer(stream, &layout, &health),
-                )
-                .await;
-            });
-        }
-    });
-    Ok(())
-}
-
-async fn answer(mut stream: TcpStream, layout: &PinLayout, health: &Health) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") && len < buf.len() {
-        let n = stream.read(&mut buf[len..]).await?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-    }
-    let head = String::from_utf8_lossy(&buf[..len]);
-    let path = head.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body) = match path {
-        "/healthz" => ("200 OK", "ok\n".to_owned()),
-        "/readyz" if health.ready.load(Ordering::Relaxed) => ("200 OK", "ready\n".to_owned()),
-        "/readyz" => (
-            "503 Service Unavailable",
-            "waiting for the first complete reconcile\n".to_owned(),
-        ),
-        "/metrics" => ("200 OK", render(layout, health)),
-        _ => (
-            "404 Not Found",
-            "try /metrics, /healthz or /readyz\n".to_owned(),
-        ),
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    http_probe::serve(
+        addr,
+        Arc::new(move |path: &str| match path {
+            "/healthz" => ("200 OK", "ok\n".to_owned()),
+            "/readyz" if health.ready.load(Ordering::Relaxed) => ("200 OK", "ready\n".to_owned()),
+            "/readyz" => (
+                "503 Service Unavailable",
+                "waiting for the first complete reconcile\n".to_owned(),
+            ),
+            "/metrics" => ("200 OK", render(&layout, &health)),
+            _ => (
+                "404 Not Found",
+                "try /metrics, /healthz or /readyz\n".to_owned(),
+            ),
+        }),
+    )
+    .await
 }
 
 fn render(layout: &PinLayout, h: &Health) -> String {

@@ -17,7 +17,7 @@ use crate::{
     cli::AgentArgs,
     dataplane::Dataplane,
     loader, mappings,
-    pins::{PinLayout, is_bpffs},
+    pins::PinLayout,
     preflight,
 };
 use reconcile::Reconciler;
@@ -72,7 +72,7 @@ pub fn start(
     mode: AttachMode,
     health: std::sync::Arc<health::Health>,
 ) -> anyhow::Result<(Ebpf, Reconciler)> {
-    let need_mount = !layout.root().exists() || !is_bpffs(layout.root()).unwrap_or(false);
+    let need_mount = crate::pins::needs_mount(layout.root());
     preflight::check_capabilities(need_mount)?;
     preflight::check_kernel()?;
     for iface in ifaces {

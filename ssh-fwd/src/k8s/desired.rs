@@ -68,6 +68,16 @@ pub enum Note {
     },
 }
 
+/// The order in which Services claiming one address and port win: oldest
+/// first, a missing timestamp last, then by `namespace/name`. The controller
+/// uses the same order, so agents and controller agree on the winner.
+pub fn seniority<'a>(
+    created: &'a Option<Time>,
+    service: &'a str,
+) -> (bool, &'a Option<Time>, &'a str) {
+    (created.is_none(), created, service)
+}
+
 #[derive(Debug, Default)]
 pub struct Desired {
     pub mappings: MappingSet,
@@ -182,11 +192,7 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         // Oldest first; a missing timestamp sorts last; then by name. Stable
         // across restarts and event order, so the winner never flaps.
         contenders.sort_by(|a, b| {
-            (a.created.is_none(), &a.created, &a.service).cmp(&(
-                b.created.is_none(),
-                &b.created,
-                &b.service,
-            ))
+            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
         });
         let mut contenders = contenders.into_iter();
         let Some(winner) = contenders.next() else {

@@ -40,10 +40,16 @@ impl KubeSource {
     pub fn start(client: Client) -> Self {
         let changed = Arc::new(Notify::new());
         let api_errors = Arc::new(AtomicU64::new(0));
-        let services =
-            spawn_reflector::<Service>(Api::all(client.clone()), "Service", &changed, &api_errors);
+        let services = spawn_reflector::<Service>(
+            Api::all(client.clone()),
+            watcher::Config::default(),
+            "Service",
+            &changed,
+            &api_errors,
+        );
         let slices = spawn_reflector::<EndpointSlice>(
             Api::all(client),
+            watcher::Config::default(),
             "EndpointSlice",
             &changed,
             &api_errors,
@@ -72,8 +78,12 @@ impl KubeSource {
     }
 }
 
-fn spawn_reflector<K>(
+/// Keeps a cache of `api` (narrowed by `config`) up to date in the
+/// background, signalling `changed` after each change and counting failures,
+/// which are retried with backoff while the cache keeps its content.
+pub fn spawn_reflector<K>(
     api: Api<K>,
+    config: watcher::Config,
     kind: &'static str,
     changed: &Arc<Notify>,
     errors: &Arc<AtomicU64>,
@@ -88,10 +98,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    );
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
     let changed = changed.clone();
     let errors = errors.clone();
     tokio::spawn(async move {

@@ -302,3 +302,35 @@ async fn failing_lists_leave_the_source_unready_until_one_succeeds() {
         "both failures counted"
     );
 }
+
+/// The agent's requests, recorded by a real HTTP API server, are all in the
+/// API-call list its RBAC is built from.
+#[tokio::test]
+async fn agent_requests_are_all_in_the_api_call_list() {
+    use ssh_fwd_tests::fake_api::{FakeApi, Kind as ApiKind};
+
+    use crate::k8s::api_calls::{AGENT, allows};
+
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.apply(
+        ApiKind::Service,
+        json!({"metadata": {"name": "a", "namespace": "jobs"}, "spec": {"ports": [{"port": 8123}]}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, api.kubeconfig()).unwrap();
+    let client = crate::k8s::client::connect(Some(&path)).await.unwrap();
+    let source = KubeSource::start(client);
+    tokio::time::timeout(Duration::from_secs(20), source.wait_until_ready())
+        .await
+        .expect("first lists within 20 s")
+        .unwrap();
+    let requests = api.requests();
+    assert!(requests.len() >= 2, "{requests:?}");
+    for r in requests {
+        assert!(
+            allows(AGENT, &r.group, &r.resource, r.verb),
+            "{r:?} is not in api_calls::AGENT; add it there (and to deploy/ RBAC)"
+        );
+    }
+}

@@ -1,0 +1,301 @@
+//! From the cached pods and Services to the API writes that make them agree:
+//! a pure function of the caches, so every rule is a unit test.
+//!
+//! Rules: each pod labelled `ssh-fwd.io/ssh=enabled` that is not finished or
+//! terminating gets one Service on a free port. Two Services holding one port
+//! on the SSH IP: the oldest keeps it (then by name; the agents decide the
+//! same way) and a younger one of ours is deleted, so its pod gets another
+//! port. A pod is told its endpoint only once its Service holds the port.
+//! Services whose pod is gone or no longer asks are deleted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use rand::Rng;
+
+use super::{
+    ports,
+    service::{self, Claim, Settings},
+};
+use crate::k8s::desired::seniority;
+
+/// A pod, by what the API needs to address it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    Create {
+        pod: PodRef,
+        port: u16,
+        service: Box<Service>,
+    },
+    Delete {
+        namespace: String,
+        name: String,
+        why: DeleteReason,
+    },
+    /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
+    SetIngress {
+        namespace: String,
+        name: String,
+    },
+    /// Label the pod for its Service's selector, annotate the endpoint and
+    /// send the "ssh ..." event.
+    Publish {
+        pod: PodRef,
+        service: String,
+        port: u16,
+        /// The endpoint is new to the pod: tell the user.
+        announce: bool,
+    },
+    /// Forget a published endpoint on a pod that no longer has a Service
+    /// (it may be gone: not finding it is fine).
+    Unpublish {
+        namespace: String,
+        name: String,
+    },
+    NoFreePort {
+        pod: PodRef,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    PodGone,
+    LostPort { port: u16, holder: String },
+}
+
+pub struct Input<'a> {
+    pub pods: &'a [std::sync::Arc<Pod>],
+    pub services: &'a [std::sync::Arc<Service>],
+    /// Ports of Services created but not yet in the cache.
+    pub pending: &'a BTreeSet<u16>,
+}
+
+pub fn compute(
+    input: &Input<'_>,
+    settings: &Settings,
+    range: &std::ops::RangeInclusive<u16>,
+    endpoint_host: &str,
+    rng: &mut impl Rng,
+) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let claims: Vec<Claim> = input
+        .services
+        .iter()
+        .flat_map(|s| service::claims(s, settings.ssh_ip))
+        .collect();
+    let losers = port_losers(&claims);
+    for (service, holder) in &losers {
+        let (namespace, name) = split(&service.service);
+        actions.push(Action::Delete {
+            namespace,
+            name,
+            why: DeleteReason::LostPort {
+                port: service.port,
+                holder: holder.clone(),
+            },
+        });
+    }
+    let lost: BTreeSet<&str> = losers.iter().map(|(c, _)| c.service.as_str()).collect();
+
+    let wanted: BTreeMap<&str, &Pod> = input
+        .pods
+        .iter()
+        .filter(|p| asks_for_ssh(p))
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
+        .collect();
+    // The pod each of our Services serves; the oldest when there are several.
+    let mut ours: BTreeMap<&str, &Service> = BTreeMap::new();
+    // Pods whose Service is being deleted for losing its port: they get a
+    // new one next pass, after the deletion (the name is the same).
+    let mut retiring: BTreeSet<&str> = BTreeSet::new();
+    let mut by_age: Vec<&Service> = input
+        .services
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|s| service::is_managed(s))
+        .collect();
+    by_age.sort_by(|a, b| {
+        let (name_a, name_b) = (full_name(a), full_name(b));
+        seniority(&a.metadata.creation_timestamp, &name_a)
+            .cmp(&seniority(&b.metadata.creation_timestamp, &name_b))
+    });
+    for svc in by_age {
+        let key = full_name(svc);
+        let uid = service::label(svc, service::POD_UID_LABEL).unwrap_or("");
+        if lost.contains(key.as_str()) {
+            retiring.insert(uid);
+            continue;
+        }
+        if !wanted.contains_key(uid) || ours.contains_key(uid) {
+            let (namespace, name) = split(&key);
+            if !wanted.contains_key(uid)
+                && let Some(pod) = pod_name_of(svc)
+            {
+                actions.push(Action::Unpublish {
+                    namespace: namespace.clone(),
+                    name: pod,
+                });
+            }
+            actions.push(Action::Delete {
+                namespace,
+                name,
+                why: DeleteReason::PodGone,
+            });
+            continue;
+        }
+        ours.insert(uid, svc);
+    }
+
+    let mut used: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
+    used.extend(input.pending);
+    for (uid, pod) in wanted {
+        let pod_ref = PodRef {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: uid.to_owned(),
+        };
+        if let Some(svc) = ours.get(uid) {
+            publish(svc, pod, pod_ref, endpoint_host, &mut actions);
+            continue;
+        }
+        if retiring.contains(uid) {
+            continue;
+        }
+        match ports::pick_free(range, &used, rng) {
+            Some(port) => {
+                used.insert(port);
+                actions.push(Action::Create {
+                    service: Box::new(service::build(pod, port, settings)),
+                    pod: pod_ref,
+                    port,
+                });
+            }
+            None => actions.push(Action::NoFreePort { pod: pod_ref }),
+        }
+    }
+    actions
+}
+
+/// What a pod with a Service still needs: the LoadBalancer status, then the
+/// label, annotation and event.
+fn publish(
+    svc: &Service,
+    pod: &Pod,
+    pod_ref: PodRef,
+    endpoint_host: &str,
+    actions: &mut Vec<Action>,
+) {
+    let Some(port) = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref()?.first())
+        .and_then(|p| u16::try_from(p.port).ok())
+    else {
+        return;
+    };
+    let name = svc.metadata.name.clone().unwrap_or_default();
+    let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    if is_lb && !has_ingress(svc) {
+        actions.push(Action::SetIngress {
+            namespace: pod_ref.namespace.clone(),
+            name: name.clone(),
+        });
+    }
+    let endpoint = format!("{endpoint_host}:{port}");
+    let meta = &pod.metadata;
+    let annotated = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(service::ENDPOINT_ANNOTATION))
+        == Some(&endpoint);
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(service::SERVICE_LABEL))
+        == Some(&name);
+    if !(annotated && labelled) {
+        actions.push(Action::Publish {
+            pod: pod_ref,
+            service: name,
+            port,
+            announce: !annotated,
+        });
+    }
+}
+
+fn has_ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
+/// Labelled, not terminating, not finished.
+pub fn asks_for_ssh(pod: &Pod) -> bool {
+    let labelled = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(service::SSH_LABEL))
+        .is_some_and(|v| v == service::SSH_ENABLED);
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    labelled && !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Our Services that hold a port an older Service also holds, each with the
+/// holder; the same order the agents use to pick a winner.
+fn port_losers(claims: &[Claim]) -> Vec<(Claim, String)> {
+    let mut by_port: BTreeMap<u16, Vec<&Claim>> = BTreeMap::new();
+    for claim in claims {
+        by_port.entry(claim.port).or_default().push(claim);
+    }
+    let mut losers = Vec::new();
+    for (_, mut holders) in by_port {
+        holders.sort_by(|a, b| {
+            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
+        });
+        holders.dedup_by(|a, b| a.service == b.service);
+        let winner = holders[0].service.clone();
+        for loser in holders.into_iter().skip(1).filter(|c| c.managed) {
+            losers.push((loser.clone(), winner.clone()));
+        }
+    }
+    losers
+}
+
+fn full_name(s: &Service) -> String {
+    format!(
+        "{}/{}",
+        s.metadata.namespace.as_deref().unwrap_or(""),
+        s.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn pod_name_of(s: &Service) -> Option<String> {
+    s.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.kind == "Pod")
+        .map(|o| o.name.clone())
+}
+
+fn split(key: &str) -> (String, String) {
+    let (ns, name) = key.split_once('/').unwrap_or(("", key));
+    (ns.to_owned(), name.to_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,299 @@
+use std::sync::Arc;
+
+use rand::{SeedableRng as _, rngs::StdRng};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::cli::ServiceStyle;
+
+const HOST: &str = "ssh.example.org";
+
+fn settings() -> Settings {
+    Settings {
+        ssh_ip: "198.18.0.10".parse().unwrap(),
+        style: ServiceStyle::Loadbalancer,
+    }
+}
+
+fn pod(name: &str, extra: Value) -> Arc<Pod> {
+    let mut value = json!({
+        "metadata": {"name": name, "namespace": "jobs", "uid": format!("uid-{name}"),
+                     "labels": {service::SSH_LABEL: service::SSH_ENABLED}},
+        "status": {"podIP": "10.244.0.5", "phase": "Running"},
+    });
+    merge(&mut value, &extra);
+    Arc::new(serde_json::from_value(value).unwrap())
+}
+
+fn merge(into: &mut Value, from: &Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// The Service the controller made for `pod`, as the API returns it.
+fn ours(pod: &Pod, port: u16, created: &str, ingress: bool) -> Arc<Service> {
+    let mut svc = service::build(pod, port, &settings());
+    let mut value = serde_json::to_value(&svc).unwrap();
+    value["metadata"]["creationTimestamp"] = json!(created);
+    if ingress {
+        value["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
+    }
+    svc = serde_json::from_value(value).unwrap();
+    Arc::new(svc)
+}
+
+fn foreign(name: &str, port: u16, created: &str) -> Arc<Service> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "other", "creationTimestamp": created},
+            "spec": {"externalIPs": ["198.18.0.10"], "ports": [{"port": port}]},
+        }))
+        .unwrap(),
+    )
+}
+
+fn run(
+    pods: &[Arc<Pod>],
+    services: &[Arc<Service>],
+    range: std::ops::RangeInclusive<u16>,
+) -> Vec<Action> {
+    run_pending(pods, services, range, &BTreeSet::new())
+}
+
+fn run_pending(
+    pods: &[Arc<Pod>],
+    services: &[Arc<Service>],
+    range: std::ops::RangeInclusive<u16>,
+    pending: &BTreeSet<u16>,
+) -> Vec<Action> {
+    let input = Input {
+        pods,
+        services,
+        pending,
+    };
+    compute(
+        &input,
+        &settings(),
+        &range,
+        HOST,
+        &mut StdRng::seed_from_u64(7),
+    )
+}
+
+fn created_ports(actions: &[Action]) -> Vec<u16> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Create { port, .. } => Some(*port),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
+    let actions = run(&[pod("job-1", json!({}))], &[], 8000..=16000);
+    let [Action::Create { pod, port, service }] = actions.as_slice() else {
+        panic!("{actions:?}")
+    };
+    assert!((8000..=16000).contains(port));
+    assert_eq!(pod.name, "job-1");
+    assert_eq!(service.metadata.name.as_deref(), Some("ssh-job-1"));
+}
+
+#[test]
+fn a_new_service_gets_its_ingress_and_the_pod_its_endpoint_and_event() {
+    let p = pod("job-1", json!({}));
+    let actions = run(
+        std::slice::from_ref(&p),
+        &[ours(&p, 8123, "2026-11-01T00:00:00Z", false)],
+        8000..=16000,
+    );
+    assert_eq!(
+        actions,
+        [
+            Action::SetIngress {
+                namespace: "jobs".into(),
+                name: "ssh-job-1".into()
+            },
+            Action::Publish {
+                pod: PodRef {
+                    namespace: "jobs".into(),
+                    name: "job-1".into(),
+                    uid: "uid-job-1".into()
+                },
+                service: "ssh-job-1".into(),
+                port: 8123,
+                announce: true,
+            }
+        ]
+    );
+}
+
+#[test]
+fn a_published_pod_needs_nothing_more() {
+    let p = pod(
+        "job-1",
+        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job-1"},
+                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
+    );
+    let actions = run(
+        std::slice::from_ref(&p),
+        &[ours(&p, 8123, "2026-11-01T00:00:00Z", true)],
+        8000..=16000,
+    );
+    assert_eq!(actions, []);
+}
+
+#[test]
+fn a_lost_selector_label_is_restored_without_a_second_event() {
+    let p = pod(
+        "job-1",
+        json!({"metadata": {"annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
+    );
+    let actions = run(
+        std::slice::from_ref(&p),
+        &[ours(&p, 8123, "2026-11-01T00:00:00Z", true)],
+        8000..=16000,
+    );
+    assert!(
+        matches!(
+            actions.as_slice(),
+            [Action::Publish {
+                announce: false,
+                ..
+            }]
+        ),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn services_of_gone_finished_or_unlabelled_pods_are_deleted() {
+    let gone = pod("gone", json!({}));
+    let finished = pod("done", json!({"status": {"phase": "Succeeded"}}));
+    let unlabelled = pod(
+        "plain",
+        json!({"metadata": {"labels": {service::SSH_LABEL: "disabled"}}}),
+    );
+    let terminating = pod(
+        "bye",
+        json!({"metadata": {"deletionTimestamp": "2026-11-02T00:00:00Z"}}),
+    );
+    let services = [
+        ours(&gone, 8001, "2026-11-01T00:00:00Z", true),
+        ours(&finished, 8002, "2026-11-01T00:00:00Z", true),
+        ours(&unlabelled, 8003, "2026-11-01T00:00:00Z", true),
+        ours(&terminating, 8004, "2026-11-01T00:00:00Z", true),
+    ];
+    let actions = run(
+        &[finished, unlabelled, terminating],
+        &services,
+        8000..=16000,
+    );
+    let mut deleted: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Delete {
+                name,
+                why: DeleteReason::PodGone,
+                ..
+            } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    deleted.sort_unstable();
+    assert_eq!(deleted, ["ssh-bye", "ssh-done", "ssh-gone", "ssh-plain"]);
+    let unpublished = actions
+        .iter()
+        .filter(|a| matches!(a, Action::Unpublish { .. }))
+        .count();
+    assert_eq!(unpublished, 4);
+    assert!(created_ports(&actions).is_empty());
+}
+
+#[test]
+fn after_a_restart_ports_held_by_existing_services_are_not_handed_out() {
+    // Ten ports; nine held by our Services and someone's legacy Service.
+    let mut pods = Vec::new();
+    let mut services = Vec::new();
+    for i in 0..8u16 {
+        let p = pod(&format!("job-{i}"), json!({}));
+        services.push(ours(&p, 9000 + i, "2026-11-01T00:00:00Z", true));
+        pods.push(p);
+    }
+    services.push(foreign("legacy", 9008, "2026-10-01T00:00:00Z"));
+    pods.push(pod("new", json!({})));
+    let actions = run(&pods, &services, 9000..=9009);
+    assert_eq!(created_ports(&actions), [9009]);
+}
+
+#[test]
+fn ports_created_but_not_yet_cached_are_not_handed_out() {
+    let pending = BTreeSet::from([9000, 9001]);
+    let actions = run_pending(&[pod("job", json!({}))], &[], 9000..=9002, &pending);
+    assert_eq!(created_ports(&actions), [9002]);
+}
+
+#[test]
+fn when_the_range_is_full_one_pod_is_told_and_the_others_are_served() {
+    let pods = [pod("a", json!({})), pod("b", json!({}))];
+    let actions = run(
+        &pods,
+        &[foreign("legacy", 9000, "2026-10-01T00:00:00Z")],
+        9000..=9001,
+    );
+    assert_eq!(created_ports(&actions), [9001]);
+    let told: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::NoFreePort { pod } => Some(pod.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 1);
+}
+
+#[test]
+fn a_service_that_lost_its_port_to_an_older_one_is_replaced() {
+    let p = pod("job", json!({}));
+    let services = [
+        ours(&p, 9000, "2026-11-01T00:00:05Z", false),
+        foreign("rival", 9000, "2026-11-01T00:00:01Z"),
+    ];
+    let actions = run(std::slice::from_ref(&p), &services, 9000..=9100);
+    assert_eq!(
+        actions,
+        [Action::Delete {
+            namespace: "jobs".into(),
+            name: "ssh-job".into(),
+            why: DeleteReason::LostPort {
+                port: 9000,
+                holder: "other/rival".into()
+            }
+        }]
+    );
+    // Once it is gone, the pod gets a port the rival does not hold.
+    let actions = run(&[p], &services[1..], 9000..=9001);
+    assert_eq!(created_ports(&actions), [9001]);
+}
+
+#[test]
+fn an_older_service_of_ours_keeps_its_port_against_a_newer_rival() {
+    let p = pod(
+        "job",
+        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job"},
+                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:9000")}}}),
+    );
+    let services = [
+        ours(&p, 9000, "2026-11-01T00:00:01Z", true),
+        foreign("late", 9000, "2026-11-01T00:00:09Z"),
+    ];
+    assert_eq!(run(&[p], &services, 9000..=9100), []);
+}

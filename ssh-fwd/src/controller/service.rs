@@ -1,0 +1,192 @@
+//! The Service the controller creates for one pod, the names and labels that
+//! tie them together, and which ports on the SSH IP are taken.
+
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use k8s_openapi::{
+    api::core::v1::{Pod, Service, ServicePort, ServiceSpec},
+    apimachinery::pkg::{
+        apis::meta::v1::{ObjectMeta, OwnerReference, Time},
+        util::intstr::IntOrString,
+    },
+};
+
+use crate::{cli::ServiceStyle, k8s::desired::LB_CLASS};
+
+/// A pod asks for SSH with this label set to [`SSH_ENABLED`].
+pub const SSH_LABEL: &str = "ssh-fwd.io/ssh";
+pub const SSH_ENABLED: &str = "enabled";
+/// Optional pod annotation: the pod port (number or container port name)
+/// SSH goes to; 22 when absent.
+pub const TARGET_PORT_ANNOTATION: &str = "ssh-fwd.io/target-port";
+/// Pod annotation the controller publishes: `HOST:PORT`.
+pub const ENDPOINT_ANNOTATION: &str = "ssh-fwd.io/endpoint";
+/// Pod label the controller sets to its Service's name; the Service selects
+/// on it, so it selects that pod and no other.
+pub const SERVICE_LABEL: &str = "ssh-fwd.io/service";
+/// Service label: the uid of the pod it serves.
+pub const POD_UID_LABEL: &str = "ssh-fwd.io/pod-uid";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "ssh-fwd-controller";
+/// Makes kube-proxy and Cilium leave the Service alone; the agents select it.
+pub const PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+pub const PROXY_NAME: &str = "ssh-fwd";
+const DEFAULT_TARGET_PORT: i32 = 22;
+
+/// What every Service shares.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub ssh_ip: Ipv4Addr,
+    pub style: ServiceStyle,
+}
+
+/// The Service name for a pod: `ssh-` and the pod name, made a DNS label
+/// (dots become dashes; names over 63 characters are cut and end in a hash of
+/// the full name, so they stay unique and stable).
+pub fn service_name(pod_name: &str) -> String {
+    let full = format!("ssh-{}", pod_name.replace('.', "-"));
+    if full.len() <= 63 {
+        return full;
+    }
+    let hash = full.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let head = full[..54].trim_end_matches('-');
+    format!("{head}-{:08x}", hash as u32)
+}
+
+/// The target port a pod asked for.
+pub fn target_port(pod: &Pod) -> IntOrString {
+    let asked = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TARGET_PORT_ANNOTATION))
+        .map(|v| v.trim());
+    match asked {
+        None | Some("") => IntOrString::Int(DEFAULT_TARGET_PORT),
+        Some(v) => v
+            .parse()
+            .map_or_else(|_| IntOrString::String(v.to_owned()), IntOrString::Int),
+    }
+}
+
+/// The Service exposing `port` on the SSH IP for `pod`.
+pub fn build(pod: &Pod, port: u16, settings: &Settings) -> Service {
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = service_name(&pod_name);
+    let labels = BTreeMap::from([
+        (PROXY_NAME_LABEL.to_owned(), PROXY_NAME.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+        (POD_UID_LABEL.to_owned(), uid.clone()),
+    ]);
+    let mut spec = ServiceSpec {
+        selector: Some(BTreeMap::from([(SERVICE_LABEL.to_owned(), name.clone())])),
+        ports: Some(vec![ServicePort {
+            name: Some("ssh".into()),
+            protocol: Some("TCP".into()),
+            port: i32::from(port),
+            target_port: Some(target_port(pod)),
+            ..ServicePort::default()
+        }]),
+        ..ServiceSpec::default()
+    };
+    match settings.style {
+        ServiceStyle::Loadbalancer => {
+            spec.type_ = Some("LoadBalancer".into());
+            spec.load_balancer_class = Some(LB_CLASS.into());
+            spec.allocate_load_balancer_node_ports = Some(false);
+        }
+        ServiceStyle::Externalips => {
+            spec.type_ = Some("ClusterIP".into());
+            spec.external_ips = Some(vec![settings.ssh_ip.to_string()]);
+        }
+    }
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: pod.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                "ssh-fwd.io/pod".to_owned(),
+                pod_name.clone(),
+            )])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod_name,
+                uid,
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+pub fn is_managed(service: &Service) -> bool {
+    label(service, MANAGED_BY_LABEL) == Some(MANAGED_BY)
+}
+
+pub fn label<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
+    service
+        .metadata
+        .labels
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// A Service holding a port on the SSH IP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub port: u16,
+    pub created: Option<Time>,
+    /// `namespace/name`
+    pub service: String,
+    pub managed: bool,
+}
+
+/// The ports on `ip` a Service holds: every TCP port of a Service that lists
+/// the IP in externalIPs or load-balancer ingress, or that this controller
+/// made (its LoadBalancer status may not be written yet).
+pub fn claims(service: &Service, ip: Ipv4Addr) -> Vec<Claim> {
+    let ip = ip.to_string();
+    let Some(spec) = &service.spec else {
+        return Vec::new();
+    };
+    let external = spec.external_ips.iter().flatten().any(|a| *a == ip);
+    let ingress = service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| i.iter().any(|i| i.ip.as_deref() == Some(ip.as_str())));
+    let managed = is_managed(service);
+    if !(external || ingress || managed) {
+        return Vec::new();
+    }
+    let key = format!(
+        "{}/{}",
+        service.metadata.namespace.as_deref().unwrap_or(""),
+        service.metadata.name.as_deref().unwrap_or("")
+    );
+    spec.ports
+        .iter()
+        .flatten()
+        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .filter_map(|p| u16::try_from(p.port).ok())
+        .map(|port| Claim {
+            port,
+            created: service.metadata.creation_timestamp.clone(),
+            service: key.clone(),
+            managed,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

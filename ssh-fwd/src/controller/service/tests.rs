@@ -1,0 +1,110 @@
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+
+use super::*;
+
+pub fn pod(name: &str, uid: &str, annotations: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "jobs", "uid": uid,
+                     "labels": {SSH_LABEL: SSH_ENABLED}, "annotations": annotations},
+        "status": {"podIP": "10.244.0.5", "phase": "Running"},
+    }))
+    .unwrap()
+}
+
+fn settings(style: ServiceStyle) -> Settings {
+    Settings {
+        ssh_ip: "198.18.0.10".parse().unwrap(),
+        style,
+    }
+}
+
+#[test]
+fn service_names_are_dns_labels_stable_and_distinct() {
+    assert_eq!(service_name("job-42-rank-0"), "ssh-job-42-rank-0");
+    assert_eq!(service_name("a.b"), "ssh-a-b");
+    let long_a = format!("{}-a", "x".repeat(80));
+    let long_b = format!("{}-b", "x".repeat(80));
+    let (a, b) = (service_name(&long_a), service_name(&long_b));
+    assert!(a.len() <= 63 && b.len() <= 63, "{a} {b}");
+    assert_ne!(a, b);
+    assert_eq!(a, service_name(&long_a));
+    assert!(
+        a.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    );
+}
+
+#[test]
+fn load_balancer_service_selects_only_its_pod_and_is_owned_by_it() {
+    let pod = pod("job-1", "uid-1", json!({}));
+    let svc = build(&pod, 8123, &settings(ServiceStyle::Loadbalancer));
+    let value = serde_json::to_value(&svc).unwrap();
+    assert_eq!(
+        value["spec"],
+        json!({
+            "type": "LoadBalancer",
+            "loadBalancerClass": "ssh-fwd.io/ssh",
+            "allocateLoadBalancerNodePorts": false,
+            "selector": {SERVICE_LABEL: "ssh-job-1"},
+            "ports": [{"name": "ssh", "protocol": "TCP", "port": 8123, "targetPort": 22}],
+        })
+    );
+    assert_eq!(value["metadata"]["namespace"], "jobs");
+    assert_eq!(value["metadata"]["labels"][PROXY_NAME_LABEL], "ssh-fwd");
+    assert_eq!(value["metadata"]["labels"][POD_UID_LABEL], "uid-1");
+    assert_eq!(
+        value["metadata"]["ownerReferences"],
+        json!([{"apiVersion": "v1", "kind": "Pod", "name": "job-1", "uid": "uid-1", "controller": true}])
+    );
+    assert!(is_managed(&svc));
+}
+
+#[test]
+fn external_ips_service_lists_the_ssh_ip() {
+    let pod = pod("job-1", "uid-1", json!({}));
+    let value =
+        serde_json::to_value(build(&pod, 8123, &settings(ServiceStyle::Externalips))).unwrap();
+    assert_eq!(value["spec"]["type"], "ClusterIP");
+    assert_eq!(value["spec"]["externalIPs"], json!(["198.18.0.10"]));
+    assert!(value["spec"]["loadBalancerClass"].is_null());
+}
+
+#[test]
+fn target_port_annotation_takes_a_number_or_a_name() {
+    let numbered = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "2222"}));
+    assert_eq!(target_port(&numbered), IntOrString::Int(2222));
+    let named = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "sshd"}));
+    assert_eq!(target_port(&named), IntOrString::String("sshd".into()));
+    assert_eq!(target_port(&pod("p", "u", json!({}))), IntOrString::Int(22));
+}
+
+#[test]
+fn claims_count_services_on_the_ssh_ip_only() {
+    let ip: Ipv4Addr = "198.18.0.10".parse().unwrap();
+    let foreign: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"externalIPs": ["198.18.0.99"], "ports": [{"port": 8200}]},
+    }))
+    .unwrap();
+    assert!(claims(&foreign, ip).is_empty());
+    let legacy: Service = serde_json::from_value(json!({
+        "metadata": {"name": "old", "namespace": "default"},
+        "spec": {"externalIPs": ["198.18.0.10"], "ports": [{"port": 8200}, {"port": 8201, "protocol": "UDP"}]},
+    }))
+    .unwrap();
+    assert_eq!(
+        claims(&legacy, ip)
+            .iter()
+            .map(|c| c.port)
+            .collect::<Vec<_>>(),
+        [8200]
+    );
+    // Ours holds its port before its LoadBalancer status is written.
+    let ours = build(
+        &pod("job", "u", json!({})),
+        9000,
+        &settings(ServiceStyle::Loadbalancer),
+    );
+    assert_eq!(claims(&ours, ip)[0].port, 9000);
+}

@@ -1,0 +1,316 @@
+//! The controller's reconcile loop against an API server that speaks the
+//! real JSON (`ssh_fwd_tests::fake_api`, on loopback): writes, races,
+//! exhaustion, restart, failover, and every request checked against the
+//! API-call list the RBAC is built from.
+
+use std::time::Duration;
+
+use clap::Parser as _;
+use serde_json::{Value, json};
+use ssh_fwd_tests::fake_api::{FakeApi, Kind};
+
+use crate::{
+    cli::{Cli, Command},
+    k8s::api_calls,
+};
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+struct Bed {
+    api: FakeApi,
+    _dir: tempfile::TempDir,
+    kubeconfig: String,
+}
+
+impl Bed {
+    fn new() -> Self {
+        let api = FakeApi::start_on_loopback().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kubeconfig");
+        std::fs::write(&path, api.kubeconfig()).unwrap();
+        Self {
+            api,
+            kubeconfig: path.display().to_string(),
+            _dir: dir,
+        }
+    }
+
+    /// Starts a controller in this runtime; dropping the handle's task
+    /// (abort) is a crash: no Lease release.
+    fn controller(
+        &self,
+        identity: &str,
+        extra: &[&str],
+    ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+        let mut argv = vec![
+            "ssh-fwd",
+            "controller",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--ssh-hostname",
+            "ssh.example.org",
+            "--kubeconfig",
+            &self.kubeconfig,
+            "--identity",
+            identity,
+            "--lease-duration",
+            "2s",
+            "--lease-namespace",
+            "ssh-fwd",
+        ];
+        argv.extend_from_slice(extra);
+        let Command::Controller(args) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!()
+        };
+        tokio::spawn(super::run(args))
+    }
+
+    fn pod(&self, name: &str) {
+        self.api.apply(
+            Kind::Pod,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "jobs",
+                                "labels": {"ssh-fwd.io/ssh": "enabled"}},
+                   "spec": {"containers": [{"name": "main", "image": "sshd"}]},
+                   "status": {"phase": "Running", "podIP": "10.244.0.5"}}),
+        );
+    }
+
+    fn endpoint(&self, pod: &str) -> Option<String> {
+        let pod = self.api.get(Kind::Pod, "jobs", pod)?;
+        pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    fn port_of(&self, pod: &str) -> Option<u16> {
+        self.endpoint(pod)?.rsplit_once(':')?.1.parse().ok()
+    }
+
+    fn notes(&self, pod: &str, reason: &str) -> Vec<String> {
+        self.api
+            .list(Kind::Event)
+            .iter()
+            .filter(|e| e["regarding"]["name"] == pod && e["reason"] == reason)
+            .filter_map(|e| e["note"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn our_services(&self) -> Vec<Value> {
+        self.api
+            .list(Kind::Service)
+            .into_iter()
+            .filter(|s| {
+                s["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ssh-fwd-controller"
+            })
+            .collect()
+    }
+
+    /// Every request so far is one the controller's RBAC grants.
+    fn assert_requests_listed(&self) {
+        for r in self.api.requests() {
+            assert!(
+                api_calls::allows(api_calls::CONTROLLER, &r.group, &r.resource, r.verb),
+                "{r:?} is not in api_calls::CONTROLLER; add it there (and to deploy/ RBAC)"
+            );
+        }
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = tokio::time::Instant::now();
+    while !check() {
+        assert!(start.elapsed() < LIMIT, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
+    let bed = Bed::new();
+    let controller = bed.controller("a", &[]);
+    bed.pod("job-1");
+    eventually("the pod is annotated", || bed.endpoint("job-1").is_some()).await;
+    let port = bed.port_of("job-1").unwrap();
+    assert!((8000..=16000).contains(&port));
+    let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
+    assert_eq!(svc["spec"]["ports"][0]["port"], port);
+    assert_eq!(svc["spec"]["loadBalancerClass"], "ssh-fwd.io/ssh");
+    assert_eq!(
+        svc["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": "198.18.0.10"}])
+    );
+    assert_eq!(svc["metadata"]["ownerReferences"][0]["name"], "job-1");
+    // The Service selects the pod, so the endpoint controller lists it.
+    let pod = bed.api.get(Kind::Pod, "jobs", "job-1").unwrap();
+    assert_eq!(pod["metadata"]["labels"]["ssh-fwd.io/service"], "ssh-job-1");
+    eventually("the event is sent", || {
+        !bed.notes("job-1", "SSHReady").is_empty()
+    })
+    .await;
+    assert_eq!(
+        bed.notes("job-1", "SSHReady"),
+        [format!(
+            "SSH: Connected! Available at: ssh ucloud@ssh.example.org -p {port}"
+        )]
+    );
+    // Removing the label takes the Service away and the endpoint with it.
+    bed.api.patch(
+        Kind::Pod,
+        "jobs",
+        "job-1",
+        &json!({"metadata": {"labels": {"ssh-fwd.io/ssh": null}}}),
+    );
+    eventually("the Service is deleted", || {
+        bed.api.get(Kind::Service, "jobs", "ssh-job-1").is_none()
+    })
+    .await;
+    eventually("the endpoint is withdrawn", || {
+        bed.endpoint("job-1").is_none()
+    })
+    .await;
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn externalips_style_lists_the_ssh_ip() {
+    let bed = Bed::new();
+    let controller = bed.controller(
+        "a",
+        &["--service-style", "externalips", "--ssh-user", "alice"],
+    );
+    bed.pod("job-1");
+    eventually("the pod is annotated", || bed.endpoint("job-1").is_some()).await;
+    let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
+    assert_eq!(svc["spec"]["externalIPs"], json!(["198.18.0.10"]));
+    assert!(svc["status"]["loadBalancer"]["ingress"].is_null());
+    eventually("the event is sent", || {
+        !bed.notes("job-1", "SSHReady").is_empty()
+    })
+    .await;
+    assert!(bed.notes("job-1", "SSHReady")[0].contains("ssh alice@ssh.example.org -p "));
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
+    let bed = Bed::new();
+    let first = bed.controller("a", &["--port-range", "9000-9001"]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    let port = bed.port_of("job-1").unwrap();
+    first.abort();
+    let _ = first.await;
+    let second = bed.controller("a", &["--port-range", "9000-9001"]);
+    bed.pod("job-2");
+    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
+    // The only other port in the range, whatever the random pick.
+    assert_eq!(
+        bed.port_of("job-2").unwrap(),
+        if port == 9000 { 9001 } else { 9000 }
+    );
+    assert_eq!(bed.port_of("job-1"), Some(port));
+    assert_eq!(bed.notes("job-1", "SSHReady").len(), 1);
+    assert_eq!(bed.our_services().len(), 2);
+    second.abort();
+}
+
+#[tokio::test]
+async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
+    let bed = Bed::new();
+    let raced = std::sync::Arc::new(std::sync::Mutex::new(None::<u64>));
+    let seen = raced.clone();
+    // The first create meets an older Service on the same port, as if
+    // another client had created it a moment before.
+    bed.api.before_service_create(Box::new(move |svc| {
+        let mut seen = seen.lock().unwrap();
+        if seen.is_some() {
+            return None;
+        }
+        let port = svc["spec"]["ports"][0]["port"].as_u64()?;
+        *seen = Some(port);
+        Some(json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "rival", "namespace": "other",
+                                 "creationTimestamp": "2020-01-01T00:00:00Z"},
+                    "spec": {"externalIPs": ["198.18.0.10"], "ports": [{"port": port}]}}))
+    }));
+    let controller = bed.controller("a", &["--port-range", "9000-9003"]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    let rival_port = raced.lock().unwrap().expect("the hook ran") as u16;
+    assert_ne!(bed.port_of("job-1"), Some(rival_port));
+    assert_eq!(bed.our_services().len(), 1);
+    assert_eq!(
+        bed.notes("job-1", "SSHReady").len(),
+        1,
+        "only the final port is announced"
+    );
+    controller.abort();
+}
+
+#[tokio::test]
+async fn a_full_range_warns_the_pod_and_a_freed_port_goes_to_it() {
+    let bed = Bed::new();
+    let controller = bed.controller("a", &["--port-range", "9000-9000"]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.pod("job-2");
+    eventually("job-2 is told", || {
+        !bed.notes("job-2", "NoFreePort").is_empty()
+    })
+    .await;
+    assert!(bed.notes("job-2", "NoFreePort")[0].contains("9000-9000"));
+    bed.api.delete(Kind::Pod, "jobs", "job-1");
+    eventually("job-2 gets the freed port", || {
+        bed.port_of("job-2") == Some(9000)
+    })
+    .await;
+    assert!(bed.api.get(Kind::Service, "jobs", "ssh-job-1").is_none());
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn failed_creates_are_retried() {
+    let bed = Bed::new();
+    bed.api.fail_creates(Kind::Service, &[500, 503]);
+    let controller = bed.controller("a", &[]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    assert_eq!(bed.our_services().len(), 1);
+    controller.abort();
+}
+
+#[tokio::test]
+async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
+    let bed = Bed::new();
+    let a = bed.controller("a", &[]);
+    eventually("a leads", || {
+        bed.api
+            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")
+            .is_some_and(|l| l["spec"]["holderIdentity"] == "a")
+    })
+    .await;
+    let b = bed.controller("b", &[]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bed.our_services().len(), 1);
+    a.abort();
+    eventually("b leads", || {
+        bed.api
+            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")
+            .is_some_and(|l| l["spec"]["holderIdentity"] == "b")
+    })
+    .await;
+    bed.pod("job-2");
+    eventually("job-2 is annotated by b", || {
+        bed.endpoint("job-2").is_some()
+    })
+    .await;
+    assert_ne!(bed.port_of("job-1"), bed.port_of("job-2"));
+    bed.assert_requests_listed();
+    b.abort();
+}

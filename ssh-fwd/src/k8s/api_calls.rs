@@ -1,0 +1,63 @@
+//! Every Kubernetes API call the agent and the controller make, kept next to
+//! the code that makes them. Tests check both ways: the calls the code makes
+//! against a recording API server are all listed here, and the RBAC rules in
+//! deploy/ grant everything listed here.
+
+/// Calls on one resource.
+#[derive(Debug)]
+pub struct ApiCall {
+    /// API group; "" is the core group.
+    pub group: &'static str,
+    /// Resource, with the subresource after a slash (`services/status`).
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+    /// Only in the component's own namespace (a Role), not cluster-wide.
+    pub own_namespace: bool,
+}
+
+const fn call(
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+) -> ApiCall {
+    ApiCall {
+        group,
+        resource,
+        verbs,
+        own_namespace: false,
+    }
+}
+
+/// The agent: watches Services and EndpointSlices (`k8s::source`).
+pub const AGENT: &[ApiCall] = &[
+    call("", "services", &["list", "watch"]),
+    call("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+];
+
+/// The controller (`controller::*`).
+pub const CONTROLLER: &[ApiCall] = &[
+    // Watches all Services: ports in use, and its own.
+    call("", "services", &["list", "watch", "create", "delete"]),
+    // The LoadBalancer ingress it implements.
+    call("", "services/status", &["patch"]),
+    // Watches labelled pods; labels them for the selector and publishes the
+    // endpoint annotation.
+    call("", "pods", &["list", "watch", "patch"]),
+    // "SSH: Connected! ..." and "no free port" (kube's Recorder patches an
+    // event to count repeats).
+    call("events.k8s.io", "events", &["create", "patch"]),
+    // Leader election.
+    ApiCall {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "create", "update"],
+        own_namespace: true,
+    },
+];
+
+/// Whether `calls` lists this verb on this resource.
+pub fn allows(calls: &[ApiCall], group: &str, resource: &str, verb: &str) -> bool {
+    calls
+        .iter()
+        .any(|c| c.group == group && c.resource == resource && c.verbs.contains(&verb))
+}

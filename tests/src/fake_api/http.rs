@@ -1,0 +1,282 @@
+//! One HTTP/1.1 request per connection (`Connection: close` tells the client
+//! so): the path is parsed the way the API server lays it out, then served
+//! from the store.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use serde_json::{Value, json};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+};
+
+use super::{
+    Kind, Request, Shared,
+    selector::Selector,
+    store::{ApiError, Change},
+};
+
+/// `/api/v1/...` or `/apis/GROUP/VERSION/...`, then
+/// `[namespaces/NS/]RESOURCE[/NAME[/SUBRESOURCE]]`.
+struct Target {
+    kind: Kind,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+    query: BTreeMap<String, String>,
+}
+
+fn parse_target(target: &str) -> Option<Target> {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let query = form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, "v1", rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some((*ns).to_owned()), rest),
+        rest => (None, rest),
+    };
+    let (resource, name, subresource) = match rest {
+        [resource] => (*resource, None, None),
+        [resource, name] => (*resource, Some(*name), None),
+        [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
+        _ => return None,
+    };
+    Some(Target {
+        kind: Kind::from_path(group, resource)?,
+        namespace,
+        name: name.map(str::to_owned),
+        subresource: subresource.map(str::to_owned),
+        query,
+    })
+}
+
+pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(16 * 1024);
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || buf.len() > 1 << 20 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let content_length: usize = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + content_length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let body: Value =
+        serde_json::from_slice(&buf[head_end..head_end + content_length]).unwrap_or(Value::Null);
+    let mut words = head.split_whitespace();
+    let method = words.next().unwrap_or("GET").to_owned();
+    let target = words.next().unwrap_or("/").to_owned();
+    if shared.store().cut {
+        return Ok(()); // drop the connection: the API is unreachable
+    }
+    let Some(target) = parse_target(&target) else {
+        let error = ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!("the server could not find the requested resource ({target})"),
+        };
+        return respond(&mut stream, error.code, &error.status()).await;
+    };
+    let watch = target
+        .query
+        .get("watch")
+        .is_some_and(|v| v == "true" || v == "1");
+    record(&shared, &method, &target, watch);
+    if watch {
+        return watch_stream(stream, &shared, &target).await;
+    }
+    let (code, answer) = match handle(&shared, &method, &target, body) {
+        Ok((code, value)) => (code, value),
+        Err(e) => (e.code, e.status()),
+    };
+    respond(&mut stream, code, &answer).await
+}
+
+fn record(shared: &Shared, method: &str, target: &Target, watch: bool) {
+    let verb = match (method, target.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", _) => "delete",
+        _ => "unknown",
+    };
+    let mut resource = target.kind.resource().to_owned();
+    if let Some(sub) = &target.subresource {
+        resource = format!("{resource}/{sub}");
+    }
+    shared
+        .requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Request {
+            verb,
+            group: target.kind.group().to_owned(),
+            resource,
+        });
+}
+
+fn handle(
+    shared: &Shared,
+    method: &str,
+    target: &Target,
+    mut body: Value,
+) -> Result<(u16, Value), ApiError> {
+    let kind = target.kind;
+    let ns = target.namespace.clone().unwrap_or_default();
+    let key = target.name.as_ref().map(|n| format!("{ns}/{n}"));
+    let status_only = target.subresource.as_deref() == Some("status");
+    let mut store = shared.store();
+    let (code, object, changes): (u16, Value, Vec<Change>) = match (method, key) {
+        ("GET", None) => {
+            let selector = Selector::parse(target.query.get("labelSelector").map_or("", |s| s));
+            let items = store.list(kind, target.namespace.as_deref(), &selector);
+            let list = json!({"apiVersion": kind.api_version(), "kind": kind.list_kind(),
+                              "metadata": {"resourceVersion": store.rv().to_string()}, "items": items});
+            return Ok((200, list));
+        }
+        ("GET", Some(key)) => {
+            let object = store.get(kind, &key).cloned().ok_or_else(|| ApiError {
+                code: 404,
+                reason: "NotFound",
+                message: format!("{} \"{}\" not found", kind.resource(), key),
+            })?;
+            return Ok((200, object));
+        }
+        ("POST", None) => {
+            body["metadata"]["namespace"] = json!(ns);
+            let (object, changes) = store.create(kind, body)?;
+            (201, object, changes)
+        }
+        ("PUT", Some(key)) => {
+            let (object, changes) = store.replace(kind, &key, body, status_only)?;
+            (200, object, changes)
+        }
+        ("PATCH", Some(key)) => {
+            let (object, changes) = store.merge_patch(kind, &key, &body, status_only)?;
+            (200, object, changes)
+        }
+        ("DELETE", Some(key)) => {
+            let (object, changes) = store.remove(kind, &key)?;
+            (200, object, changes)
+        }
+        _ => {
+            return Err(ApiError {
+                code: 405,
+                reason: "MethodNotAllowed",
+                message: format!("{method} is not supported here"),
+            });
+        }
+    };
+    drop(store);
+    shared.publish(changes);
+    Ok((code, object))
+}
+
+async fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
+    let body = body.to_string();
+    let response = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        if code < 300 { "OK" } else { "Error" },
+        body.len()
+    );
+    stream.write_all(response.as_bytes()).await?;
+    stream.shutdown().await
+}
+
+/// Replays the log after the requested resourceVersion, then streams live
+/// changes, as ADDED/MODIFIED/DELETED of the objects the selector matches
+/// (an object that stops matching is DELETED for this watch).
+async fn watch_stream(
+    mut stream: TcpStream,
+    shared: &Shared,
+    target: &Target,
+) -> std::io::Result<()> {
+    let from: u64 = target
+        .query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let selector = Selector::parse(target.query.get("labelSelector").map_or("", |s| s));
+    let mut rx = shared.changes.subscribe();
+    let backlog: Vec<Change> = shared
+        .store()
+        .log
+        .iter()
+        .filter(|c| c.rv > from)
+        .cloned()
+        .collect();
+    stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
+    let mut sent = from;
+    for change in backlog {
+        send(&mut stream, target, &selector, &change).await?;
+        sent = change.rv;
+    }
+    while let Ok(change) = rx.recv().await {
+        let Some(change) = change else {
+            return Ok(()); // cut
+        };
+        if change.rv > sent {
+            send(&mut stream, target, &selector, &change).await?;
+            sent = change.rv;
+        }
+    }
+    Ok(())
+}
+
+async fn send(
+    stream: &mut TcpStream,
+    target: &Target,
+    selector: &Selector,
+    change: &Change,
+) -> std::io::Result<()> {
+    if change.kind != target.kind {
+        return Ok(());
+    }
+    let visible = |o: &Option<Value>| {
+        o.as_ref().is_some_and(|o| {
+            selector.matches(o)
+                && target
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
+        })
+    };
+    let event = match (visible(&change.old), visible(&change.new), &change.new) {
+        (false, true, Some(new)) => json!({"type": "ADDED", "object": new}),
+        (true, true, Some(new)) => json!({"type": "MODIFIED", "object": new}),
+        (true, false, Some(new)) => json!({"type": "DELETED", "object": new}),
+        (true, false, None) => json!({"type": "DELETED", "object": change.old}),
+        _ => return Ok(()),
+    };
+    let mut line = event.to_string();
+    line.push('\n');
+    stream
+        .write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())
+        .await?;
+    stream.flush().await
+}

@@ -1,0 +1,279 @@
+//! A Kubernetes API server for the objects ssh-fwd touches, just real enough
+//! for kube-rs clients: list and chunked watch from a resourceVersion (with
+//! label selectors), get, create, replace with resourceVersion checks, merge
+//! patch, the `/status` subresource and delete, answered with the real JSON
+//! shapes and `Status` errors. It also plays two controllers Kubernetes
+//! runs: EndpointSlices for Services with a selector, and garbage collection
+//! of objects a deleted Pod owns. Every request is recorded, so tests can
+//! check them against RBAC. Its socket lives on loopback, inside a network
+//! namespace the test made or the test's own.
+
+mod endpoints;
+mod http;
+mod selector;
+mod store;
+
+use std::{
+    net::SocketAddr,
+    os::fd::AsRawFd as _,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use anyhow::Context as _;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::NetNs;
+pub use selector::Selector;
+use store::Store;
+pub use store::{Change, CreateHook};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Service,
+    EndpointSlice,
+    Pod,
+    Lease,
+    Event,
+}
+
+impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Pod,
+        Kind::Lease,
+        Kind::Event,
+    ];
+
+    /// The API group ("" for the core group).
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Service | Kind::Pod => "",
+            Kind::EndpointSlice => "discovery.k8s.io",
+            Kind::Lease => "coordination.k8s.io",
+            Kind::Event => "events.k8s.io",
+        }
+    }
+
+    pub fn resource(self) -> &'static str {
+        match self {
+            Kind::Service => "services",
+            Kind::EndpointSlice => "endpointslices",
+            Kind::Pod => "pods",
+            Kind::Lease => "leases",
+            Kind::Event => "events",
+        }
+    }
+
+    fn api_version(self) -> String {
+        match self.group() {
+            "" => "v1".into(),
+            group => format!("{group}/v1"),
+        }
+    }
+
+    fn list_kind(self) -> &'static str {
+        match self {
+            Kind::Service => "ServiceList",
+            Kind::EndpointSlice => "EndpointSliceList",
+            Kind::Pod => "PodList",
+            Kind::Lease => "LeaseList",
+            Kind::Event => "EventList",
+        }
+    }
+
+    fn from_path(group: &str, resource: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.group() == group && k.resource() == resource)
+    }
+}
+
+/// One request as RBAC sees it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Request {
+    /// get, list, watch, create, update, patch or delete.
+    pub verb: &'static str,
+    pub group: String,
+    /// With the subresource, e.g. `services/status`.
+    pub resource: String,
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    /// Every change; `None` cuts open watches.
+    changes: broadcast::Sender<Option<Change>>,
+    requests: Mutex<Vec<Request>>,
+}
+
+impl Shared {
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, changes: Vec<Change>) {
+        for change in changes {
+            let _ = self.changes.send(Some(change));
+        }
+    }
+}
+
+pub struct FakeApi {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl FakeApi {
+    /// Listens on 127.0.0.1 inside `ns`.
+    pub fn start(ns: &NetNs) -> anyhow::Result<Self> {
+        let path = ns.path();
+        // A socket belongs to the network namespace of the thread that
+        // created it; make it in a thread that joined `ns`.
+        let listener = std::thread::spawn(move || -> anyhow::Result<std::net::TcpListener> {
+            let file = std::fs::File::open(&path).with_context(|| format!("opening {path}"))?;
+            // SAFETY: setns on this thread only, with a valid namespace fd.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error()).context("setns");
+            }
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("listener thread panicked"))??;
+        Self::serve(listener)
+    }
+
+    /// Listens on 127.0.0.1 in the caller's own network namespace.
+    pub fn start_on_loopback() -> anyhow::Result<Self> {
+        Self::serve(std::net::TcpListener::bind("127.0.0.1:0")?)
+    }
+
+    fn serve(listener: std::net::TcpListener) -> anyhow::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()?;
+        let (changes, _) = broadcast::channel(65_536);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new()),
+            changes,
+            requests: Mutex::default(),
+        });
+        let s = shared.clone();
+        runtime.spawn(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let _ = http::serve(stream, s).await;
+                });
+            }
+        });
+        Ok(Self {
+            shared,
+            addr,
+            runtime: Some(runtime),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A kubeconfig pointing at this server.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            self.addr
+        )
+    }
+
+    /// Creates or replaces an object (metadata.namespace/name identify it),
+    /// keeping the metadata it is given.
+    pub fn apply(&self, kind: Kind, object: Value) {
+        let changes = self.shared.store().put(kind, object);
+        self.shared.publish(changes);
+    }
+
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
+        let removed = self
+            .shared
+            .store()
+            .remove(kind, &format!("{namespace}/{name}"));
+        if let Ok((_, changes)) = removed {
+            self.shared.publish(changes);
+        }
+    }
+
+    /// Applies an RFC 7386 merge patch to an object, if it exists.
+    pub fn patch(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
+        let patched =
+            self.shared
+                .store()
+                .merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
+        if let Ok((_, changes)) = patched {
+            self.shared.publish(changes);
+        }
+    }
+
+    pub fn get(&self, kind: Kind, namespace: &str, name: &str) -> Option<Value> {
+        self.shared
+            .store()
+            .get(kind, &format!("{namespace}/{name}"))
+            .cloned()
+    }
+
+    pub fn list(&self, kind: Kind) -> Vec<Value> {
+        self.shared.store().list(kind, None, &Selector::default())
+    }
+
+    /// Every request served so far.
+    pub fn requests(&self) -> Vec<Request> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Runs `hook` before each Service create that arrives over HTTP; what
+    /// it returns is stored first, as another client's Service.
+    pub fn before_service_create(&self, hook: CreateHook) {
+        self.shared.store().before_service_create = Some(hook);
+    }
+
+    /// Answers the next creates of `kind` with these status codes.
+    pub fn fail_creates(&self, kind: Kind, codes: &[u16]) {
+        let mut codes = codes.to_vec();
+        codes.reverse();
+        self.shared.store().fail_creates.insert(kind, codes);
+    }
+
+    /// Cuts the API off: open watches end and new requests get no answer
+    /// (connections are closed at once).
+    pub fn cut(&self) {
+        self.shared.store().cut = true;
+        let _ = self.shared.changes.send(None);
+    }
+
+    /// Brings the API back after [`FakeApi::cut`].
+    pub fn restore(&self) {
+        self.shared.store().cut = false;
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}

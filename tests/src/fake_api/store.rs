@@ -1,0 +1,366 @@
+//! The API server's state and the semantics the clients rely on: create
+//! refuses an existing name, replace checks the resourceVersion, merge patch
+//! (RFC 7386) and the `/status` subresource, deletion with the owner-reference
+//! garbage collection Kubernetes does for Pods, and a change log that watches
+//! replay from a resourceVersion.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::{Kind, endpoints, selector::Selector};
+
+/// One change: `old` is absent for a creation, `new` for a deletion.
+#[derive(Clone, Debug)]
+pub struct Change {
+    pub rv: u64,
+    pub kind: Kind,
+    pub old: Option<Value>,
+    pub new: Option<Value>,
+}
+
+/// A failure answered as a `Status` object, as the real server does.
+#[derive(Debug)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn status(&self) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": self.message, "reason": self.reason, "code": self.code})
+    }
+
+    fn not_found(kind: Kind, key: &str) -> Self {
+        Self {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{} \"{key}\" not found", kind.resource()),
+        }
+    }
+}
+
+/// Called with a Service about to be created; whatever it returns is
+/// created first, as if another client had won a race.
+pub type CreateHook = Box<dyn FnMut(&Value) -> Option<Value> + Send>;
+
+#[derive(Default)]
+pub struct Store {
+    rv: u64,
+    uids: u64,
+    objects: BTreeMap<(Kind, String), Value>,
+    pub log: Vec<Change>,
+    pub cut: bool,
+    pub before_service_create: Option<CreateHook>,
+    /// Status codes to answer the next creates of a kind with, in order.
+    pub fail_creates: BTreeMap<Kind, Vec<u16>>,
+}
+
+pub fn key_of(object: &Value) -> String {
+    format!(
+        "{}/{}",
+        object["metadata"]["namespace"].as_str().unwrap_or(""),
+        object["metadata"]["name"].as_str().unwrap_or("")
+    )
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self {
+            rv: 1,
+            ..Self::default()
+        }
+    }
+
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn get(&self, kind: Kind, key: &str) -> Option<&Value> {
+        self.objects.get(&(kind, key.to_owned()))
+    }
+
+    pub fn list(&self, kind: Kind, namespace: Option<&str>, selector: &Selector) -> Vec<Value> {
+        self.objects
+            .iter()
+            .filter(|((k, _), v)| {
+                *k == kind
+                    && namespace.is_none_or(|ns| v["metadata"]["namespace"] == ns)
+                    && selector.matches(v)
+            })
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Writes `object` as is (test-side writes keep what they are given,
+    /// creationTimestamp included), then runs the controllers' side effects.
+    pub fn put(&mut self, kind: Kind, mut object: Value) -> Vec<Change> {
+        let key = key_of(&object);
+        if object["metadata"]["uid"].is_null() {
+            object["metadata"]["uid"] = json!(self.next_uid());
+        }
+        let mut changes = vec![self.write(kind, key, Some(object))];
+        changes.extend(self.side_effects(kind));
+        changes
+    }
+
+    pub fn create(
+        &mut self,
+        kind: Kind,
+        mut object: Value,
+    ) -> Result<(Value, Vec<Change>), ApiError> {
+        if let Some(code) = self.fail_creates.get_mut(&kind).and_then(|c| c.pop()) {
+            return Err(ApiError {
+                code,
+                reason: "InternalError",
+                message: "injected failure".into(),
+            });
+        }
+        let mut changes = Vec::new();
+        if kind == Kind::Service
+            && let Some(hook) = self.before_service_create.as_mut()
+            && let Some(rival) = hook(&object)
+        {
+            changes.extend(self.put(Kind::Service, rival));
+        }
+        let key = key_of(&object);
+        if self.objects.contains_key(&(kind, key.clone())) {
+            return Err(ApiError {
+                code: 409,
+                reason: "AlreadyExists",
+                message: format!("{} \"{key}\" already exists", kind.resource()),
+            });
+        }
+        object["metadata"]["uid"] = json!(self.next_uid());
+        object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+        changes.push(self.write(kind, key.clone(), Some(object)));
+        changes.extend(self.side_effects(kind));
+        Ok((self.objects[&(kind, key)].clone(), changes))
+    }
+
+    pub fn replace(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        object: Value,
+        status_only: bool,
+    ) -> Result<(Value, Vec<Change>), ApiError> {
+        let current = self
+            .get(kind, key)
+            .ok_or_else(|| ApiError::not_found(kind, key))?
+            .clone();
+        let wanted = object["metadata"]["resourceVersion"].as_str();
+        if wanted.is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str()) {
+            return Err(ApiError {
+                code: 409,
+                reason: "Conflict",
+                message: format!(
+                    "Operation cannot be fulfilled on {} \"{key}\": the object has been modified; please apply your changes to the latest version and try again",
+                    kind.resource()
+                ),
+            });
+        }
+        let mut next = current.clone();
+        if status_only {
+            next["status"] = object["status"].clone();
+        } else {
+            next = object;
+            next["metadata"]["uid"] = current["metadata"]["uid"].clone();
+            next["metadata"]["creationTimestamp"] =
+                current["metadata"]["creationTimestamp"].clone();
+            if !current["status"].is_null() {
+                next["status"] = current["status"].clone();
+            }
+        }
+        Ok(self.update(kind, key, next))
+    }
+
+    pub fn merge_patch(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        patch: &Value,
+        status_only: bool,
+    ) -> Result<(Value, Vec<Change>), ApiError> {
+        let mut next = self
+            .get(kind, key)
+            .ok_or_else(|| ApiError::not_found(kind, key))?
+            .clone();
+        if status_only {
+            merge(&mut next["status"], &patch["status"]);
+        } else {
+            let mut patch = patch.clone();
+            if let Some(object) = patch.as_object_mut() {
+                object.remove("status");
+            }
+            merge(&mut next, &patch);
+        }
+        Ok(self.update(kind, key, next))
+    }
+
+    pub fn remove(&mut self, kind: Kind, key: &str) -> Result<(Value, Vec<Change>), ApiError> {
+        let object = self
+            .get(kind, key)
+            .ok_or_else(|| ApiError::not_found(kind, key))?
+            .clone();
+        let mut changes = vec![self.write(kind, key.to_owned(), None)];
+        if kind == Kind::Pod {
+            changes.extend(self.collect_garbage(&object));
+        }
+        changes.extend(self.side_effects(kind));
+        Ok((object, changes))
+    }
+
+    fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Value, Vec<Change>) {
+        let mut changes = vec![self.write(kind, key.to_owned(), Some(next))];
+        changes.extend(self.side_effects(kind));
+        (self.objects[&(kind, key.to_owned())].clone(), changes)
+    }
+
+    /// Kubernetes' garbage collector: objects owned by a deleted Pod go too.
+    fn collect_garbage(&mut self, owner: &Value) -> Vec<Change> {
+        let uid = &owner["metadata"]["uid"];
+        let owned: Vec<(Kind, String)> = self
+            .objects
+            .iter()
+            .filter(|(_, v)| {
+                v["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| refs.iter().any(|r| &r["uid"] == uid))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut changes = Vec::new();
+        for (kind, key) in owned {
+            changes.push(self.write(kind, key, None));
+            changes.extend(self.side_effects(kind));
+        }
+        changes
+    }
+
+    /// The endpoint-slice controller's part: Services with a selector get
+    /// slices for the Pods they select.
+    fn side_effects(&mut self, kind: Kind) -> Vec<Change> {
+        if !matches!(kind, Kind::Service | Kind::Pod) {
+            return Vec::new();
+        }
+        let wanted = endpoints::desired_slices(&self.objects);
+        let current: Vec<(String, Value)> = self
+            .objects
+            .iter()
+            .filter(|((k, _), v)| *k == Kind::EndpointSlice && endpoints::is_emulated(v))
+            .map(|((_, key), v)| (key.clone(), v.clone()))
+            .collect();
+        let mut changes = Vec::new();
+        for (key, slice) in &current {
+            if !wanted.contains_key(key) {
+                changes.push(self.write(Kind::EndpointSlice, key.clone(), None));
+            } else if !endpoints::same_content(slice, &wanted[key]) {
+                changes.push(self.write(
+                    Kind::EndpointSlice,
+                    key.clone(),
+                    Some(wanted[key].clone()),
+                ));
+            }
+        }
+        for (key, slice) in wanted {
+            if !current.iter().any(|(k, _)| *k == key) {
+                changes.push(self.write(Kind::EndpointSlice, key, Some(slice)));
+            }
+        }
+        changes
+    }
+
+    fn write(&mut self, kind: Kind, key: String, object: Option<Value>) -> Change {
+        self.rv += 1;
+        let rv = self.rv;
+        let mut old = self.objects.remove(&(kind, key.clone()));
+        let new = object.map(|mut o| {
+            o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            self.objects.insert((kind, key), o.clone());
+            o
+        });
+        if new.is_none()
+            && let Some(last) = old.as_mut()
+        {
+            // A DELETED event carries the object at the deletion's version.
+            last["metadata"]["resourceVersion"] = json!(rv.to_string());
+        }
+        let change = Change { rv, kind, old, new };
+        self.log.push(change.clone());
+        change
+    }
+
+    fn next_uid(&mut self) -> String {
+        self.uids += 1;
+        format!("00000000-0000-4000-8000-{:012x}", self.uids)
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(fields) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    for (name, value) in fields {
+        if value.is_null() {
+            if let Some(t) = target.as_object_mut() {
+                t.remove(name);
+            }
+        } else {
+            merge(&mut target[name], value);
+        }
+    }
+}
+
+fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_patch_follows_rfc_7386() {
+        let mut doc = json!({"a": "b", "c": {"d": "e", "f": "g"}});
+        merge(&mut doc, &json!({"a": "z", "c": {"f": null}}));
+        assert_eq!(doc, json!({"a": "z", "c": {"d": "e"}}));
+    }
+
+    #[test]
+    fn civil_dates_are_right() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_819), (2027, 1, 1));
+        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
+    }
+}

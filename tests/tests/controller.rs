@@ -1,0 +1,201 @@
+//! The controller and the agent together, end to end: both watch the same
+//! fake API server in the node namespace; a labelled pod whose IP is a
+//! namespace running sshd gets a Service from the controller, the agent maps
+//! it, and the ssh command from the pod's event works as printed.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{EXTERNAL_IP, refused};
+use serde_json::{Value, json};
+use ssh_fwd_tests::{
+    Agent, Bpffs, Topology, cmd,
+    fake_api::{FakeApi, Kind},
+    privilege,
+    topology::EXT_IFACE,
+};
+
+fn pod(name: &str, ip: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "jobs", "labels": labels},
+        "spec": {"containers": [{"name": "job", "image": "hpc-job"}]},
+        "status": {"phase": "Running", "podIP": ip,
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    })
+}
+
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let mut found = None;
+    let done = cmd::wait_until(Duration::from_secs(20), || {
+        found = check();
+        found.is_some()
+    });
+    assert!(done, "timed out waiting for: {what}");
+    found.unwrap()
+}
+
+#[test]
+fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
+    if !privilege::check("controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod") {
+        return;
+    }
+    let topo = Topology::single_node(2).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
+    let bpffs = Bpffs::new().unwrap();
+    let agent_args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        &kubeconfig,
+        "--ssh-ip",
+        EXTERNAL_IP,
+    ]
+    .map(String::from)
+    .to_vec();
+    let _agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();
+    let controller_args: Vec<String> = [
+        "--kubeconfig",
+        &kubeconfig,
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--ssh-user",
+        "root",
+        "--identity",
+        "e2e",
+        "--lease-namespace",
+        "ssh-fwd",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _controller =
+        Agent::start_controller(node, dir.path().join("controller.log"), &controller_args).unwrap();
+
+    // A two-rank job: rank 0 asks for SSH, rank 1 does not.
+    api.apply(
+        Kind::Pod,
+        pod(
+            "job-7-rank-0",
+            &topo.pods[0].ip,
+            json!({"ssh-fwd.io/ssh": "enabled"}),
+        ),
+    );
+    api.apply(Kind::Pod, pod("job-7-rank-1", &topo.pods[1].ip, json!({})));
+    let printed: String = eventually("the SSHReady event", || {
+        api.list(Kind::Event)
+            .iter()
+            .find(|e| e["regarding"]["name"] == "job-7-rank-0" && e["reason"] == "SSHReady")
+            .and_then(|e| e["note"].as_str().map(str::to_owned))
+    });
+    let command = printed
+        .strip_prefix("SSH: Connected! Available at: ")
+        .unwrap_or_else(|| panic!("unexpected event text: {printed}"))
+        .to_owned();
+    let port: u16 = command.rsplit_once(" -p ").unwrap().1.parse().unwrap();
+    assert_eq!(command, format!("ssh root@{EXTERNAL_IP} -p {port}"));
+    let pod0 = api.get(Kind::Pod, "jobs", "job-7-rank-0").unwrap();
+    assert_eq!(
+        pod0["metadata"]["annotations"]["ssh-fwd.io/endpoint"],
+        format!("{EXTERNAL_IP}:{port}")
+    );
+
+    // The agent maps it once the Service and its EndpointSlice are in; the
+    // command as printed lands in rank 0.
+    let ssh = topo.ssh();
+    let landed = eventually("ssh through the published command", || {
+        ssh.run_pasted(&topo.client, &command, "hostname").ok()
+    });
+    assert_eq!(landed, topo.pods[0].hostname);
+    let services = api.list(Kind::Service);
+    assert_eq!(
+        services.len(),
+        1,
+        "one Service, for rank 0 only: {services:?}"
+    );
+
+    // The job stops asking: the Service goes, the agent unmaps the port.
+    api.patch(
+        Kind::Pod,
+        "jobs",
+        "job-7-rank-0",
+        &json!({"metadata": {"labels": {"ssh-fwd.io/ssh": null}}}),
+    );
+    eventually("the port to be refused", || {
+        refused(&topo.client, port).then_some(())
+    });
+    assert!(api.list(Kind::Service).is_empty());
+}
+
+/// The agent runs with exactly the capabilities the DaemonSet grants, with
+/// the host's bpffs mounted and its own directory not yet made.
+#[test]
+fn agent_runs_with_only_the_daemonset_capabilities() {
+    if !privilege::check("agent_runs_with_only_the_daemonset_capabilities") {
+        return;
+    }
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/base/agent-daemonset.yaml"),
+    )
+    .unwrap();
+    let daemonset: Value = serde_yaml::from_str(&manifest).unwrap();
+    let caps: Vec<String> = daemonset["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+        ["capabilities"]["add"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_lowercase())
+        .collect();
+    assert!(!caps.is_empty());
+    let caps: Vec<&str> = caps.iter().map(String::as_str).collect();
+
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let bpffs = Bpffs::new().unwrap();
+    bpffs.mount().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    ssh_fwd_tests::agent::write_mappings(
+        &mappings,
+        &[(
+            "job",
+            "198.18.0.10:8022",
+            &format!("{}:22", topo.pods[0].ip),
+        )],
+    )
+    .unwrap();
+    let below = bpffs.path().join("ssh-fwd");
+    let args: Vec<String> = vec![
+        "--mappings".into(),
+        mappings.display().to_string(),
+        "--bpffs".into(),
+        below.display().to_string(),
+    ];
+    let _agent = Agent::start_with_capabilities(node, &caps, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let host = topo
+        .ssh()
+        .run(&topo.client, EXTERNAL_IP, 8022, "hostname")
+        .unwrap();
+    assert_eq!(host, topo.pods[0].hostname);
+
+    // One capability fewer and the agent names what is missing.
+    let fewer: Vec<&str> = caps.iter().copied().filter(|c| *c != "net_admin").collect();
+    let error = Agent::start_with_capabilities(node, &fewer, &[EXT_IFACE], &bpffs, &args)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains("missing capabilities: CAP_NET_ADMIN"),
+        "{error}"
+    );
+}
