@@ -116,6 +116,9 @@ async fn delete(
                 DeleteReason::PodGone => {
                     tracing::info!(service = %format!("{namespace}/{name}"), "deleted the SSH Service: its pod is gone or no longer asks for SSH; the port is free again")
                 }
+                DeleteReason::Duplicate => {
+                    tracing::warn!(service = %format!("{namespace}/{name}"), "deleted an extra SSH Service for a pod that has an older one")
+                }
                 DeleteReason::LostPort { port, holder } => {
                     tracing::warn!(service = %format!("{namespace}/{name}"), port, %holder, "deleted the SSH Service: an older Service holds its port; its pod gets another")
                 }

@@ -67,7 +67,12 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeleteReason {
     PodGone,
-    LostPort { port: u16, holder: String },
+    /// A second Service for a pod that has one.
+    Duplicate,
+    LostPort {
+        port: u16,
+        holder: String,
+    },
 }
 
 pub struct Input<'a> {
@@ -90,68 +95,14 @@ pub fn compute(
         .iter()
         .flat_map(|s| service::claims(s, settings.ssh_ip))
         .collect();
-    let losers = port_losers(&claims);
-    for (service, holder) in &losers {
-        let (namespace, name) = split(&service.service);
-        actions.push(Action::Delete {
-            namespace,
-            name,
-            why: DeleteReason::LostPort {
-                port: service.port,
-                holder: holder.clone(),
-            },
-        });
-    }
-    let lost: BTreeSet<&str> = losers.iter().map(|(c, _)| c.service.as_str()).collect();
-
+    let lost = retire_port_losers(&claims, &mut actions);
     let wanted: BTreeMap<&str, &Pod> = input
         .pods
         .iter()
         .filter(|p| asks_for_ssh(p))
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
         .collect();
-    // The pod each of our Services serves; the oldest when there are several.
-    let mut ours: BTreeMap<&str, &Service> = BTreeMap::new();
-    // Pods whose Service is being deleted for losing its port: they get a
-    // new one next pass, after the deletion (the name is the same).
-    let mut retiring: BTreeSet<&str> = BTreeSet::new();
-    let mut by_age: Vec<&Service> = input
-        .services
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|s| service::is_managed(s))
-        .collect();
-    by_age.sort_by(|a, b| {
-        let (name_a, name_b) = (full_name(a), full_name(b));
-        seniority(&a.metadata.creation_timestamp, &name_a)
-            .cmp(&seniority(&b.metadata.creation_timestamp, &name_b))
-    });
-    for svc in by_age {
-        let key = full_name(svc);
-        let uid = service::label(svc, service::POD_UID_LABEL).unwrap_or("");
-        if lost.contains(key.as_str()) {
-            retiring.insert(uid);
-            continue;
-        }
-        if !wanted.contains_key(uid) || ours.contains_key(uid) {
-            let (namespace, name) = split(&key);
-            if !wanted.contains_key(uid)
-                && let Some(pod) = pod_name_of(svc)
-            {
-                actions.push(Action::Unpublish {
-                    namespace: namespace.clone(),
-                    name: pod,
-                });
-            }
-            actions.push(Action::Delete {
-                namespace,
-                name,
-                why: DeleteReason::PodGone,
-            });
-            continue;
-        }
-        ours.insert(uid, svc);
-    }
+    let (ours, retiring) = sort_out_ours(input.services, &wanted, &lost, &mut actions);
 
     let mut used: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
     used.extend(input.pending);
@@ -163,24 +114,92 @@ pub fn compute(
         };
         if let Some(svc) = ours.get(uid) {
             publish(svc, pod, pod_ref, endpoint_host, &mut actions);
-            continue;
-        }
-        if retiring.contains(uid) {
-            continue;
-        }
-        match ports::pick_free(range, &used, rng) {
-            Some(port) => {
-                used.insert(port);
-                actions.push(Action::Create {
-                    service: Box::new(service::build(pod, port, settings)),
-                    pod: pod_ref,
-                    port,
-                });
-            }
-            None => actions.push(Action::NoFreePort { pod: pod_ref }),
+        } else if retiring.contains(uid) {
+            // A new port next pass, once the old Service (same name) is gone.
+        } else if let Some(port) = ports::pick_free(range, &used, rng) {
+            used.insert(port);
+            actions.push(Action::Create {
+                service: Box::new(service::build(pod, port, settings)),
+                pod: pod_ref,
+                port,
+            });
+        } else {
+            actions.push(Action::NoFreePort { pod: pod_ref });
         }
     }
     actions
+}
+
+/// Deletes our Services that hold a port an older Service holds; returns
+/// their `namespace/name`s.
+fn retire_port_losers(claims: &[Claim], actions: &mut Vec<Action>) -> BTreeSet<String> {
+    let losers = port_losers(claims);
+    for (service, holder) in &losers {
+        let (namespace, name) = split(&service.service);
+        actions.push(Action::Delete {
+            namespace,
+            name,
+            why: DeleteReason::LostPort {
+                port: service.port,
+                holder: holder.clone(),
+            },
+        });
+    }
+    losers.into_iter().map(|(c, _)| c.service).collect()
+}
+
+/// Our Services by the uid of the pod they serve (the oldest when there are
+/// several), and the uids whose Service is being retired for losing its
+/// port. Services of pods that no longer ask, and extra ones, are deleted.
+fn sort_out_ours<'a>(
+    services: &'a [std::sync::Arc<Service>],
+    wanted: &BTreeMap<&str, &Pod>,
+    lost: &BTreeSet<String>,
+    actions: &mut Vec<Action>,
+) -> (BTreeMap<&'a str, &'a Service>, BTreeSet<&'a str>) {
+    let mut by_age: Vec<&Service> = services
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|s| service::is_managed(s))
+        .collect();
+    by_age.sort_by(|a, b| {
+        let (name_a, name_b) = (full_name(a), full_name(b));
+        seniority(&a.metadata.creation_timestamp, &name_a)
+            .cmp(&seniority(&b.metadata.creation_timestamp, &name_b))
+    });
+    let mut ours = BTreeMap::new();
+    let mut retiring = BTreeSet::new();
+    for svc in by_age {
+        let key = full_name(svc);
+        let uid = service::label(svc, service::POD_UID_LABEL).unwrap_or("");
+        if lost.contains(&key) {
+            retiring.insert(uid);
+            continue;
+        }
+        let why = if !wanted.contains_key(uid) {
+            DeleteReason::PodGone
+        } else if ours.contains_key(uid) {
+            DeleteReason::Duplicate
+        } else {
+            ours.insert(uid, svc);
+            continue;
+        };
+        let (namespace, name) = split(&key);
+        if why == DeleteReason::PodGone
+            && let Some(pod) = pod_name_of(svc)
+        {
+            actions.push(Action::Unpublish {
+                namespace: namespace.clone(),
+                name: pod,
+            });
+        }
+        actions.push(Action::Delete {
+            namespace,
+            name,
+            why,
+        });
+    }
+    (ours, retiring)
 }
 
 /// What a pod with a Service still needs: the LoadBalancer status, then the

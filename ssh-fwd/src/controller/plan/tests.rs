@@ -297,3 +297,27 @@ fn an_older_service_of_ours_keeps_its_port_against_a_newer_rival() {
     ];
     assert_eq!(run(&[p], &services, 9000..=9100), []);
 }
+
+#[test]
+fn a_second_service_for_one_pod_is_deleted_and_the_older_kept() {
+    let p = pod(
+        "job",
+        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job"},
+                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:9000")}}}),
+    );
+    let mut extra =
+        serde_json::to_value(ours(&p, 9001, "2026-11-01T00:00:09Z", true).as_ref()).unwrap();
+    extra["metadata"]["name"] = json!("ssh-job-copy");
+    let services = [
+        ours(&p, 9000, "2026-11-01T00:00:01Z", true),
+        Arc::new(serde_json::from_value(extra).unwrap()),
+    ];
+    assert_eq!(
+        run(&[p], &services, 9000..=9100),
+        [Action::Delete {
+            namespace: "jobs".into(),
+            name: "ssh-job-copy".into(),
+            why: DeleteReason::Duplicate
+        }]
+    );
+}
