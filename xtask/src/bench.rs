@@ -206,7 +206,7 @@ fn parse_rfc3339(s: &str) -> anyhow::Result<SystemTime> {
     Ok(UNIX_EPOCH + Duration::new(u64::try_from(secs).map_err(|_| bad())?, nanos))
 }
 
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

@@ -1,6 +1,7 @@
 //! `cargo xtask`: what needs root, installs or orchestration.
 
 mod bench;
+mod bench_controller;
 mod demo;
 mod setup;
 mod test;
@@ -49,6 +50,14 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         changes: usize,
     },
+    /// The controller with N labelled pods: time until all are published,
+    /// p50/p99 delay from a new pod to its endpoint, restart cost, memory.
+    Controller {
+        #[arg(long, default_value_t = 5_000)]
+        pods: usize,
+        #[arg(long, default_value_t = 100)]
+        new_pods: usize,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +67,9 @@ fn main() -> std::process::ExitCode {
         Task::Bench {
             which: Bench::Convergence { services, changes },
         } => setup::run().and_then(|()| bench::convergence(services, changes)),
+        Task::Bench {
+            which: Bench::Controller { pods, new_pods },
+        } => bench_controller::controller(pods, new_pods),
         Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
     };
     match result {

@@ -7,6 +7,7 @@ use std::{
     sync::atomic::{AtomicU64, Ordering},
 };
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::{
     Api, Client,
@@ -16,6 +17,7 @@ use kube::{
 use serde_json::json;
 
 use super::{
+    expect::Done,
     plan::{Action, DeleteReason, PodRef},
     service::{ENDPOINT_ANNOTATION, SERVICE_LABEL},
 };
@@ -36,65 +38,93 @@ pub struct Context {
 /// The outcome of one pass.
 #[derive(Debug, Default)]
 pub struct Applied {
-    /// Ports of Services created in this pass (the cache may not show them
-    /// yet).
-    pub created: BTreeSet<u16>,
+    /// Writes that succeeded (the caches may not show them yet).
+    pub done: Vec<Done>,
     pub failures: usize,
 }
 
-/// Runs `actions` in order. `warned` holds the pods already told there is no
-/// free port, so a full range does not turn into an event storm.
+/// Writes in flight at once. A pass's actions are independent (each
+/// touches one pod or one Service, and the steps one pod needs in order
+/// fall into separate passes), so they need not wait for each other.
+const CONCURRENT_WRITES: usize = 16;
+
+/// Runs `actions`. `warned` holds the pods already told there is no free
+/// port, so a full range does not turn into an event storm.
 pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut BTreeSet<String>) -> Applied {
+    let actions: Vec<Action> = actions
+        .into_iter()
+        .filter(|action| match action {
+            Action::NoFreePort { pod } => warned.insert(pod.uid.clone()),
+            Action::Create { pod, .. } => {
+                warned.remove(&pod.uid);
+                true
+            }
+            _ => true,
+        })
+        .collect();
+    let outcomes: Vec<anyhow::Result<Option<Done>>> = futures::stream::iter(actions)
+        .map(|action| run(ctx, action))
+        .buffer_unordered(CONCURRENT_WRITES)
+        .collect()
+        .await;
     let mut applied = Applied::default();
-    for action in actions {
-        let outcome = match action {
-            Action::Create { pod, port, service } => {
-                create(ctx, &pod, port, &service).await.map(|()| {
-                    applied.created.insert(port);
-                    warned.remove(&pod.uid);
-                })
+    for outcome in outcomes {
+        match outcome {
+            Ok(done) => applied.done.extend(done),
+            Err(e) => {
+                applied.failures += 1;
+                ctx.api_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
             }
-            Action::Delete {
-                namespace,
-                name,
-                why,
-            } => delete(ctx, &namespace, &name, &why).await,
-            Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await,
-            Action::Publish {
-                pod,
-                service,
-                port,
-                announce,
-            } => publish(ctx, &pod, &service, port, announce).await,
-            Action::Unpublish { namespace, name } => unpublish(ctx, &namespace, &name).await,
-            Action::NoFreePort { pod } => {
-                if warned.insert(pod.uid.clone()) {
-                    no_free_port(ctx, &pod).await
-                } else {
-                    Ok(())
-                }
-            }
-        };
-        if let Err(e) = outcome {
-            applied.failures += 1;
-            ctx.api_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
         }
     }
     applied
 }
 
-async fn create(ctx: &Context, pod: &PodRef, port: u16, service: &Service) -> anyhow::Result<()> {
+/// One action; returns what the caches should show for it.
+async fn run(ctx: &Context, action: Action) -> anyhow::Result<Option<Done>> {
+    match action {
+        Action::Create { pod, port, service } => {
+            let created = create(ctx, &pod, port, &service).await?;
+            return Ok(created.then_some(Done::Created { uid: pod.uid, port }));
+        }
+        Action::Delete {
+            namespace,
+            name,
+            why,
+        } => delete(ctx, &namespace, &name, &why).await?,
+        Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
+        Action::Publish {
+            pod,
+            service,
+            port,
+            announce,
+        } => {
+            let endpoint = publish(ctx, &pod, &service, port, announce).await?;
+            return Ok(Some(Done::Published {
+                uid: pod.uid,
+                endpoint,
+            }));
+        }
+        Action::Unpublish { namespace, name } => unpublish(ctx, &namespace, &name).await?,
+        Action::NoFreePort { pod } => no_free_port(ctx, &pod).await?,
+    }
+    Ok(None)
+}
+
+/// Whether a Service was created (it may exist already, from a pass the
+/// cache had not caught up with).
+async fn create(ctx: &Context, pod: &PodRef, port: u16, service: &Service) -> anyhow::Result<bool> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let name = service.metadata.name.as_deref().unwrap_or("");
     match api.create(&PostParams::default(), service).await {
         Ok(_) => {
             ctx.services_created.fetch_add(1, Ordering::Relaxed);
             tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), service = name, port, "created the SSH Service");
-            Ok(())
+            Ok(true)
         }
         // Made by an earlier pass whose create the cache had not shown yet.
-        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
         Err(e) => Err(anyhow::Error::new(e).context(format!(
             "creating Service {}/{name} for pod {} on port {port}",
             pod.namespace, pod.name
@@ -151,7 +181,7 @@ async fn publish(
     service: &str,
     port: u16,
     announce: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let endpoint = format!("{}:{port}", ctx.host);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let patch = |fields: serde_json::Value| {
@@ -183,7 +213,8 @@ async fn publish(
         event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
-    patch(json!({"annotations": {ENDPOINT_ANNOTATION: endpoint}})).await
+    patch(json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint}})).await?;
+    Ok(endpoint)
 }
 
 async fn unpublish(ctx: &Context, namespace: &str, name: &str) -> anyhow::Result<()> {

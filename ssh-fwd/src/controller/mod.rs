@@ -4,6 +4,7 @@
 //! Services (`plan`), so a missed event or a restart costs nothing.
 
 mod apply;
+mod expect;
 mod lease;
 mod plan;
 mod ports;
@@ -13,7 +14,7 @@ mod service;
 mod tests;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -36,12 +37,10 @@ use tokio::{
 
 use crate::{cli::ControllerArgs, http_probe, k8s};
 use apply::{Applied, Context};
+use expect::Expectations;
 use lease::Elector;
 use service::Settings;
 
-/// How long a created port is held against reuse while the cache has not
-/// shown its Service yet.
-const PENDING_FOR: Duration = Duration::from_secs(60);
 /// Retry delay after a pass with failed writes.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -150,27 +149,23 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     };
     let mut resync = interval(args.resync_interval);
     resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
-    let mut pending: BTreeMap<u16, Instant> = BTreeMap::new();
+    let mut expected = Expectations::default();
     let mut warned = BTreeSet::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
     loop {
         let (pods, services) = (pods.state(), services.state());
-        let claimed: BTreeSet<u16> = services
-            .iter()
-            .flat_map(|s| service::claims(s, settings.ssh_ip))
-            .map(|c| c.port)
-            .collect();
-        pending.retain(|port, at| at.elapsed() < PENDING_FOR && !claimed.contains(port));
-        let held: BTreeSet<u16> = pending.keys().copied().collect();
+        expected.settle(&pods, &services, Instant::now());
         let input = plan::Input {
             pods: &pods,
             services: &services,
-            pending: &held,
+            expected: &expected,
         };
         let actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
-        let Applied { created, failures } = apply::apply(ctx, actions, &mut warned).await;
+        let Applied { done, failures } = apply::apply(ctx, actions, &mut warned).await;
         let now = Instant::now();
-        pending.extend(created.into_iter().map(|p| (p, now)));
+        for done in done {
+            expected.record(done, now);
+        }
         tokio::select! {
             _ = changed.notified() => {
                 // Coalesce a burst of events into one pass.

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use rand::Rng;
 
 use super::{
+    expect::Expectations,
     ports,
     service::{self, Claim, Settings},
 };
@@ -78,8 +79,8 @@ pub enum DeleteReason {
 pub struct Input<'a> {
     pub pods: &'a [std::sync::Arc<Pod>],
     pub services: &'a [std::sync::Arc<Service>],
-    /// Ports of Services created but not yet in the cache.
-    pub pending: &'a BTreeSet<u16>,
+    /// Our writes the caches do not show yet.
+    pub expected: &'a Expectations,
 }
 
 pub fn compute(
@@ -105,7 +106,7 @@ pub fn compute(
     let (ours, retiring) = sort_out_ours(input.services, &wanted, &lost, &mut actions);
 
     let mut used: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
-    used.extend(input.pending);
+    used.extend(input.expected.ports());
     for (uid, pod) in wanted {
         let pod_ref = PodRef {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -113,9 +114,12 @@ pub fn compute(
             uid: uid.to_owned(),
         };
         if let Some(svc) = ours.get(uid) {
-            publish(svc, pod, pod_ref, endpoint_host, &mut actions);
+            let published = input.expected.published(uid);
+            publish(svc, pod, pod_ref, published, endpoint_host, &mut actions);
         } else if retiring.contains(uid) {
             // A new port next pass, once the old Service (same name) is gone.
+        } else if input.expected.creating(uid) {
+            // Created; the cache will show it.
         } else if let Some(port) = ports::pick_free(range, &used, rng) {
             used.insert(port);
             actions.push(Action::Create {
@@ -208,6 +212,7 @@ fn publish(
     svc: &Service,
     pod: &Pod,
     pod_ref: PodRef,
+    published: Option<&str>,
     endpoint_host: &str,
     actions: &mut Vec<Action>,
 ) {
@@ -229,6 +234,10 @@ fn publish(
     }
     let endpoint = format!("{endpoint_host}:{port}");
     let meta = &pod.metadata;
+    // Published in a pass the pod cache has not caught up with: done.
+    if published == Some(endpoint.as_str()) {
+        return;
+    }
     let annotated = meta
         .annotations
         .as_ref()

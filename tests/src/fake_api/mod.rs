@@ -235,6 +235,11 @@ impl FakeApi {
         self.shared.store().list(kind, None, &Selector::default())
     }
 
+    /// How many objects of `kind` satisfy `check` (without copying them).
+    pub fn count(&self, kind: Kind, check: impl Fn(&Value) -> bool) -> usize {
+        self.shared.store().count(kind, check)
+    }
+
     /// Every request served so far.
     pub fn requests(&self) -> Vec<Request> {
         self.shared
@@ -248,6 +253,12 @@ impl FakeApi {
     /// it returns is stored first, as another client's Service.
     pub fn before_service_create(&self, hook: CreateHook) {
         self.shared.store().before_service_create = Some(hook);
+    }
+
+    /// Stops playing the EndpointSlice controller (for benchmarks of
+    /// clients that never read slices).
+    pub fn without_endpoint_slices(&self) {
+        self.shared.store().without_endpoint_slices = true;
     }
 
     /// Answers the next creates of `kind` with these status codes.

@@ -54,6 +54,9 @@ pub struct Store {
     pub log: Vec<Change>,
     pub cut: bool,
     pub before_service_create: Option<CreateHook>,
+    /// Off for benchmarks of clients that never read EndpointSlices: the
+    /// emulation scans a namespace's pods per write.
+    pub without_endpoint_slices: bool,
     /// Status codes to answer the next creates of a kind with, in order.
     pub fail_creates: BTreeMap<Kind, Vec<u16>>,
 }
@@ -94,6 +97,13 @@ impl Store {
             .collect()
     }
 
+    pub fn count(&self, kind: Kind, check: impl Fn(&Value) -> bool) -> usize {
+        self.objects
+            .iter()
+            .filter(|((k, _), v)| *k == kind && check(v))
+            .count()
+    }
+
     /// Writes `object` as is (test-side writes keep what they are given,
     /// creationTimestamp included), then runs the controllers' side effects.
     pub fn put(&mut self, kind: Kind, mut object: Value) -> Vec<Change> {
@@ -101,9 +111,7 @@ impl Store {
         if object["metadata"]["uid"].is_null() {
             object["metadata"]["uid"] = json!(self.next_uid());
         }
-        let mut changes = vec![self.write(kind, key, Some(object))];
-        changes.extend(self.side_effects(kind));
-        changes
+        self.write_with_effects(kind, key, Some(object))
     }
 
     pub fn create(
@@ -135,8 +143,7 @@ impl Store {
         }
         object["metadata"]["uid"] = json!(self.next_uid());
         object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
-        changes.push(self.write(kind, key.clone(), Some(object)));
-        changes.extend(self.side_effects(kind));
+        changes.extend(self.write_with_effects(kind, key.clone(), Some(object)));
         Ok((self.objects[&(kind, key)].clone(), changes))
     }
 
@@ -205,17 +212,15 @@ impl Store {
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
             .clone();
-        let mut changes = vec![self.write(kind, key.to_owned(), None)];
+        let mut changes = self.write_with_effects(kind, key.to_owned(), None);
         if kind == Kind::Pod {
             changes.extend(self.collect_garbage(&object));
         }
-        changes.extend(self.side_effects(kind));
         Ok((object, changes))
     }
 
     fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Value, Vec<Change>) {
-        let mut changes = vec![self.write(kind, key.to_owned(), Some(next))];
-        changes.extend(self.side_effects(kind));
+        let changes = self.write_with_effects(kind, key.to_owned(), Some(next));
         (self.objects[&(kind, key.to_owned())].clone(), changes)
     }
 
@@ -234,42 +239,78 @@ impl Store {
             .collect();
         let mut changes = Vec::new();
         for (kind, key) in owned {
-            changes.push(self.write(kind, key, None));
-            changes.extend(self.side_effects(kind));
+            changes.extend(self.write_with_effects(kind, key, None));
         }
         changes
     }
 
-    /// The endpoint-slice controller's part: Services with a selector get
-    /// slices for the Pods they select.
-    fn side_effects(&mut self, kind: Kind) -> Vec<Change> {
-        if !matches!(kind, Kind::Service | Kind::Pod) {
+    /// The endpoint-slice controller's part: a Service with a selector has
+    /// a slice for the Pods it selects. Only the Services a change can
+    /// affect are looked at.
+    fn side_effects(&mut self, change: &Change) -> Vec<Change> {
+        let Some(object) = change.new.as_ref().or(change.old.as_ref()) else {
+            return Vec::new();
+        };
+        if self.without_endpoint_slices {
             return Vec::new();
         }
-        let wanted = endpoints::desired_slices(&self.objects);
-        let current: Vec<(String, Value)> = self
-            .objects
-            .iter()
-            .filter(|((k, _), v)| *k == Kind::EndpointSlice && endpoints::is_emulated(v))
-            .map(|((_, key), v)| (key.clone(), v.clone()))
-            .collect();
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let services: Vec<String> = match change.kind {
+            Kind::Service => vec![key_of(object)],
+            Kind::Pod => self
+                .in_namespace(Kind::Service, &namespace)
+                .filter(|s| {
+                    [&change.old, &change.new]
+                        .into_iter()
+                        .flatten()
+                        .any(|pod| endpoints::selects(s, pod))
+                })
+                .map(key_of)
+                .collect(),
+            _ => return Vec::new(),
+        };
         let mut changes = Vec::new();
-        for (key, slice) in &current {
-            if !wanted.contains_key(key) {
-                changes.push(self.write(Kind::EndpointSlice, key.clone(), None));
-            } else if !endpoints::same_content(slice, &wanted[key]) {
-                changes.push(self.write(
-                    Kind::EndpointSlice,
-                    key.clone(),
-                    Some(wanted[key].clone()),
-                ));
+        for key in services {
+            let slice_key = endpoints::slice_key(&key);
+            let wanted = self.get(Kind::Service, &key).and_then(|service| {
+                endpoints::slice_for(service, self.in_namespace(Kind::Pod, &namespace))
+            });
+            let current = self.get(Kind::EndpointSlice, &slice_key);
+            let write = match (current, &wanted) {
+                (Some(_), None) => true,
+                (None, Some(_)) => true,
+                (Some(c), Some(w)) => !endpoints::same_content(c, w),
+                (None, None) => false,
+            };
+            if write {
+                changes.push(self.write(Kind::EndpointSlice, slice_key, wanted));
             }
         }
-        for (key, slice) in wanted {
-            if !current.iter().any(|(k, _)| *k == key) {
-                changes.push(self.write(Kind::EndpointSlice, key, Some(slice)));
-            }
-        }
+        changes
+    }
+
+    fn in_namespace<'a>(&'a self, kind: Kind, namespace: &str) -> impl Iterator<Item = &'a Value> {
+        let prefix = format!("{namespace}/");
+        self.objects
+            .range((kind, prefix.clone())..)
+            .take_while(move |((k, key), _)| *k == kind && key.starts_with(&prefix))
+            .map(|(_, v)| v)
+    }
+
+    /// Writes, then lets the emulated controllers react.
+    fn write_with_effects(
+        &mut self,
+        kind: Kind,
+        key: String,
+        object: Option<Value>,
+    ) -> Vec<Change> {
+        let change = self.write(kind, key, object);
+        let effects = self.side_effects(&change);
+        let mut changes = vec![change];
+        changes.extend(effects);
         changes
     }
 

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::cli::ServiceStyle;
+use crate::controller::expect::{Done, Expectations};
 
 const HOST: &str = "ssh.example.org";
 
@@ -63,19 +64,19 @@ fn run(
     services: &[Arc<Service>],
     range: std::ops::RangeInclusive<u16>,
 ) -> Vec<Action> {
-    run_pending(pods, services, range, &BTreeSet::new())
+    run_expecting(pods, services, range, &Expectations::default())
 }
 
-fn run_pending(
+fn run_expecting(
     pods: &[Arc<Pod>],
     services: &[Arc<Service>],
     range: std::ops::RangeInclusive<u16>,
-    pending: &BTreeSet<u16>,
+    expected: &Expectations,
 ) -> Vec<Action> {
     let input = Input {
         pods,
         services,
-        pending,
+        expected,
     };
     compute(
         &input,
@@ -235,10 +236,36 @@ fn after_a_restart_ports_held_by_existing_services_are_not_handed_out() {
 }
 
 #[test]
-fn ports_created_but_not_yet_cached_are_not_handed_out() {
-    let pending = BTreeSet::from([9000, 9001]);
-    let actions = run_pending(&[pod("job", json!({}))], &[], 9000..=9002, &pending);
-    assert_eq!(created_ports(&actions), [9002]);
+fn writes_the_cache_does_not_show_yet_are_not_redone() {
+    let now = std::time::Instant::now();
+    let mut expected = Expectations::default();
+    // job-a's Service is created but not cached: no second create, and its
+    // port stays taken.
+    expected.record(
+        Done::Created {
+            uid: "uid-job-a".into(),
+            port: 9000,
+        },
+        now,
+    );
+    let actions = run_expecting(
+        &[pod("job-a", json!({})), pod("job-b", json!({}))],
+        &[],
+        9000..=9001,
+        &expected,
+    );
+    assert_eq!(created_ports(&actions), [9001]);
+    // job-c is published but the pod cache does not show it: no second event.
+    let c = pod("job-c", json!({}));
+    expected.record(
+        Done::Published {
+            uid: "uid-job-c".into(),
+            endpoint: format!("{HOST}:9002"),
+        },
+        now,
+    );
+    let services = [ours(&c, 9002, "2026-11-01T00:00:00Z", true)];
+    assert_eq!(run_expecting(&[c], &services, 9000..=9100, &expected), []);
 }
 
 #[test]

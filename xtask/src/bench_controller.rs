@@ -1,0 +1,228 @@
+//! `cargo xtask bench controller`: how fast the controller gives N labelled
+//! pods their ports, Services and published commands, how long one new pod
+//! waits, what a restart costs, and the controller's memory. The API server
+//! is the in-process fake on loopback; no packets leave this host.
+
+use std::{
+    collections::BTreeSet,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::{Value, json};
+use ssh_fwd_tests::fake_api::{FakeApi, Kind};
+
+const RANGE: (u16, u16) = (8000, 16000);
+
+pub fn controller(pods: usize, new_pods: usize) -> anyhow::Result<()> {
+    let ports = usize::from(RANGE.1 - RANGE.0) + 1;
+    ensure!(
+        pods + new_pods <= ports,
+        "at most {ports} pods fit the port range {}-{}",
+        RANGE.0,
+        RANGE.1
+    );
+    let bin = crate::build_ssh_fwd_profile(true)?;
+    let api = FakeApi::start_on_loopback()?;
+    // The controller never reads EndpointSlices; emulating them would
+    // measure the fake.
+    api.without_endpoint_slices();
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig())?;
+    println!("==> creating {pods} labelled pods in the fake API");
+    for i in 0..pods {
+        api.apply(Kind::Pod, pod(i));
+    }
+
+    println!("==> starting the controller and waiting until every pod is published");
+    let started = Instant::now();
+    let mut controller = spawn(&bin, &kubeconfig, &dir.path().join("controller-1.log"))?;
+    wait(Duration::from_secs(600), || {
+        std::thread::sleep(Duration::from_millis(100));
+        published(&api) >= pods
+    })?;
+    let all_published = started.elapsed();
+    let rss = crate::bench::rss_kib(controller.id())?;
+    check_unique_ports(&api, pods)?;
+
+    println!("==> {new_pods} new pods, one at a time");
+    let mut delays = Vec::with_capacity(new_pods);
+    for i in pods..pods + new_pods {
+        let created = Instant::now();
+        api.apply(Kind::Pod, pod(i));
+        wait(Duration::from_secs(30), || endpoint(&api, i).is_some())?;
+        delays.push(created.elapsed());
+    }
+    delays.sort();
+    let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
+
+    println!("==> restart: SIGTERM (the Lease is handed back), start again");
+    let events_before = api.list(Kind::Event).len();
+    stop(&mut controller)?;
+    let restarted = Instant::now();
+    let log = dir.path().join("controller-2.log");
+    let mut controller = spawn(&bin, &kubeconfig, &log)?;
+    wait(Duration::from_secs(120), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("controller ready"))
+    })?;
+    let ready_again = restarted.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let services = api.list(Kind::Service).len();
+    let events_after = api.list(Kind::Event).len();
+    stop(&mut controller)?;
+    ensure!(
+        services == pods + new_pods,
+        "{services} Services after the restart"
+    );
+    ensure!(
+        events_after == events_before,
+        "the restart sent {} events",
+        events_after - events_before
+    );
+
+    let requests = api.requests();
+    let announced = requests
+        .iter()
+        .filter(|r| r.resource == "events" && r.verb == "create")
+        .count();
+    let repeated = requests
+        .iter()
+        .filter(|r| r.resource == "events" && r.verb == "patch")
+        .count();
+    ensure!(
+        announced == pods + new_pods && repeated == 0,
+        "{announced} events created and {repeated} repeated for {} pods",
+        pods + new_pods
+    );
+
+    println!();
+    println!("| figure | value |");
+    println!("| --- | --- |");
+    println!("| labelled pods at start | {pods} |");
+    println!(
+        "| controller start to all {pods} published (Service, status, label, annotation, event) | {:.2} s |",
+        all_published.as_secs_f64()
+    );
+    println!(
+        "| new pod to its endpoint annotation, p50 / p99 ({new_pods} pods) | {:.1} ms / {:.1} ms |",
+        ms(pct(0.5)),
+        ms(pct(0.99))
+    );
+    println!(
+        "| restart to ready (Lease taken, lists complete), Services and events added | {:.2} s, 0, 0 |",
+        ready_again.as_secs_f64()
+    );
+    println!(
+        "| controller resident memory with {pods} pods | {:.1} MiB |",
+        rss as f64 / 1024.0
+    );
+    println!(
+        "| API requests in all (each pod announced once) | {} |",
+        requests.len()
+    );
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn pod(i: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": format!("job-{i}-rank-0"), "namespace": "jobs",
+                        "labels": {"ssh-fwd.io/ssh": "enabled"}},
+           "spec": {"containers": [{"name": "job", "image": "hpc"}]},
+           // Never contacted: the benchmark sends no packets to pods.
+           "status": {"phase": "Running", "podIP": format!("10.{}.{}.5", i / 256 % 256, i % 256)}})
+}
+
+fn endpoint(api: &FakeApi, i: usize) -> Option<String> {
+    let pod = api.get(Kind::Pod, "jobs", &format!("job-{i}-rank-0"))?;
+    pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn published(api: &FakeApi) -> usize {
+    api.count(Kind::Pod, |p| {
+        !p["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_null()
+    })
+}
+
+fn check_unique_ports(api: &FakeApi, pods: usize) -> anyhow::Result<()> {
+    let ports: BTreeSet<u64> = api
+        .list(Kind::Service)
+        .iter()
+        .filter_map(|s| s["spec"]["ports"][0]["port"].as_u64())
+        .collect();
+    ensure!(
+        ports.len() == pods,
+        "{} distinct ports for {pods} pods",
+        ports.len()
+    );
+    ensure!(
+        ports
+            .iter()
+            .all(|p| (u64::from(RANGE.0)..=u64::from(RANGE.1)).contains(p)),
+        "a port outside the range"
+    );
+    Ok(())
+}
+
+fn spawn(
+    bin: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    log: &std::path::Path,
+) -> anyhow::Result<Child> {
+    let log = std::fs::File::create(log)?;
+    Command::new(bin)
+        .args([
+            "controller",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--identity",
+            "bench",
+            "--lease-namespace",
+            "ssh-fwd",
+        ])
+        .args([
+            "--port-range",
+            &format!("{}-{}", RANGE.0, RANGE.1),
+            "--log-format",
+            "json",
+        ])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting ssh-fwd controller")
+}
+
+fn stop(child: &mut Child) -> anyhow::Result<()> {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the controller did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() > deadline {
+            bail!("not done within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
