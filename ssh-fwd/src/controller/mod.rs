@@ -128,6 +128,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             service::SSH_LABEL,
             service::SSH_ENABLED
         )),
+        prune_pod,
         "Pod",
         &changed,
         &api_errors,
@@ -135,6 +136,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     let services: Store<Service> = k8s::source::spawn_reflector(
         Api::all(client),
         watcher::Config::default(),
+        k8s::source::drop_managed_fields,
         "Service",
         &changed,
         &api_errors,
@@ -175,6 +177,18 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             _ = tokio::time::sleep(RETRY_AFTER), if failures > 0 => {}
         }
     }
+}
+
+/// Keeps what the plan reads of a pod: its metadata and phase. A pod's spec
+/// and status are most of its size, and there may be thousands of pods.
+fn prune_pod(pod: &mut Pod) {
+    k8s::source::drop_managed_fields(pod);
+    pod.spec = None;
+    let phase = pod.status.take().and_then(|s| s.phase);
+    pod.status = phase.map(|phase| k8s_openapi::api::core::v1::PodStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
 }
 
 /// Renewal must stop when leading stops, also when `run` is dropped.

@@ -43,6 +43,7 @@ impl KubeSource {
         let services = spawn_reflector::<Service>(
             Api::all(client.clone()),
             watcher::Config::default(),
+            drop_managed_fields,
             "Service",
             &changed,
             &api_errors,
@@ -50,6 +51,7 @@ impl KubeSource {
         let slices = spawn_reflector::<EndpointSlice>(
             Api::all(client),
             watcher::Config::default(),
+            drop_managed_fields,
             "EndpointSlice",
             &changed,
             &api_errors,
@@ -78,12 +80,14 @@ impl KubeSource {
     }
 }
 
-/// Keeps a cache of `api` (narrowed by `config`) up to date in the
-/// background, signalling `changed` after each change and counting failures,
-/// which are retried with backoff while the cache keeps its content.
+/// Keeps a cache of `api` (narrowed by `config`, each object trimmed by
+/// `prune` to what is read) up to date in the background, signalling
+/// `changed` after each change and counting failures, which are retried with
+/// backoff while the cache keeps its content.
 pub fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
+    prune: fn(&mut K),
     kind: &'static str,
     changed: &Arc<Notify>,
     errors: &Arc<AtomicU64>,
@@ -98,7 +102,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(prune));
     let changed = changed.clone();
     let errors = errors.clone();
     tokio::spawn(async move {
@@ -119,6 +123,12 @@ where
         }
     });
     reader
+}
+
+/// Server-side-apply bookkeeping is often the largest part of an object
+/// and nothing here reads it.
+pub fn drop_managed_fields<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 #[cfg(test)]
