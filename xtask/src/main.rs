@@ -27,15 +27,22 @@ enum Task {
     /// Set up, build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
-    /// Benchmarks (not tests): `cargo xtask bench convergence`.
-    Bench {
-        #[command(subcommand)]
-        which: Bench,
-    },
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Benchmarks (not tests): `cargo xtask bench convergence`,
+    /// `cargo xtask bench datapath`.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+    /// Programs the benchmarks run inside their namespaces.
+    #[command(hide = true)]
+    BenchHelper {
+        #[command(subcommand)]
+        which: bench::helpers::Helper,
     },
 }
 
@@ -49,6 +56,25 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         changes: usize,
     },
+    /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
+    /// nftables and IPVS with N Services, and a userspace proxy, side by
+    /// side in namespaces: throughput (1 and 8 streams), ping-pong latency,
+    /// connection setup rate and forwarding CPU, each also as a ratio to
+    /// plain routing. Writes bench/results/datapath.{md,json,png}.
+    Datapath {
+        /// One round of 1 s per workload (under two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Rounds per path (default 3, or 1 with --quick).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Seconds per workload (default 3, or 1 with --quick).
+        #[arg(long)]
+        secs: Option<u64>,
+        /// Numbers of kube-proxy Services to install, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
+        services: Vec<usize>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,7 +83,24 @@ fn main() -> std::process::ExitCode {
         Task::Demo => setup::run().and_then(|()| demo::run()),
         Task::Bench {
             which: Bench::Convergence { services, changes },
-        } => setup::run().and_then(|()| bench::convergence(services, changes)),
+        } => setup::run().and_then(|()| bench::convergence::run(services, changes)),
+        Task::Bench {
+            which:
+                Bench::Datapath {
+                    quick,
+                    rounds,
+                    secs,
+                    services,
+                },
+        } => setup::run().and_then(|()| {
+            bench::datapath::run(&bench::datapath::Options {
+                quick,
+                rounds,
+                secs,
+                services,
+            })
+        }),
+        Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
     };
     match result {

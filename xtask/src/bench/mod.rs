@@ -1,0 +1,14 @@
+//! `cargo xtask bench ...`: benchmarks, each in namespaces it creates and
+//! removes again.
+
+mod bed;
+mod chart;
+pub mod convergence;
+pub mod datapath;
+pub mod helpers;
+mod kube_rules;
+mod paths;
+mod proxy;
+mod report;
+mod stats;
+mod workloads;
