@@ -74,6 +74,10 @@ enum Bench {
         /// Numbers of kube-proxy Services to install, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
         services: Vec<usize>,
+        /// Measure only paths whose label contains one of these
+        /// (comma-separated, e.g. `routing,tc`); plain routing always runs.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
 }
 
@@ -91,6 +95,7 @@ fn main() -> std::process::ExitCode {
                     rounds,
                     secs,
                     services,
+                    only,
                 },
         } => setup::run().and_then(|()| {
             bench::datapath::run(&bench::datapath::Options {
@@ -98,6 +103,7 @@ fn main() -> std::process::ExitCode {
                 rounds,
                 secs,
                 services,
+                only,
             })
         }),
         Task::BenchHelper { which } => bench::helpers::run(which),

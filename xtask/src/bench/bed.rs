@@ -95,14 +95,17 @@ impl Bed {
             node,
             client,
         };
-        let iperf = spawn(
-            bed.pod
-                .command("iperf3")
-                .args(["-s", "-p", &IPERF_PORT.to_string()]),
-        )?;
+        let iperf = spawn(pinned(&bed.pod, SERVER_CPU, "iperf3").args([
+            "-s",
+            "-p",
+            &IPERF_PORT.to_string(),
+        ]))?;
         bed.servers.push(iperf);
-        let echo =
-            spawn(helper(&bed.pod)?.args(["echo", "--listen", &format!("0.0.0.0:{ECHO_PORT}")]))?;
+        let echo = spawn(
+            pinned(&bed.pod, SERVER_CPU, &helper_exe()?)
+                .arg("bench-helper")
+                .args(["echo", "--listen", &format!("0.0.0.0:{ECHO_PORT}")]),
+        )?;
         bed.servers.push(echo);
         wait_listening(&bed.pod, IPERF_PORT)?;
         wait_listening(&bed.pod, ECHO_PORT)?;
@@ -117,6 +120,24 @@ impl Drop for Bed {
             let _ = child.wait();
         }
     }
+}
+
+/// The pod's servers run on this CPU. Left to the scheduler, a ping-pong's
+/// two ends land on the same CPU in one round and on two in the next (an
+/// IPI and an idle exit per message), which swings the latency by 4x.
+pub const SERVER_CPU: usize = 0;
+
+/// The CPU for load generators that must not compete with the servers
+/// (the last one; the same as the server's on a single-CPU machine).
+pub fn client_cpu() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from) - 1
+}
+
+/// `program` inside `ns`, pinned to `cpu` (`taskset`).
+pub fn pinned(ns: &NetNs, cpu: usize, program: &str) -> Command {
+    let mut c = ns.command("taskset");
+    c.args(["-c", &cpu.to_string(), program]);
+    c
 }
 
 /// `xtask bench-helper ...` inside `ns` (this same binary).

@@ -20,6 +20,8 @@ pub struct Options {
     pub rounds: Option<usize>,
     pub secs: Option<u64>,
     pub services: Vec<usize>,
+    /// Label filters; empty means every path.
+    pub only: Vec<String>,
 }
 
 /// bpffs mounts of agents started so far, unmounted by the Ctrl-C handler
@@ -72,7 +74,14 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         println!("==> IPVS: {why}");
         notes.push(format!("IPVS: {why}."));
     }
-    let all_paths = path_list(&opts.services, ipvs.is_none());
+    let all_paths: Vec<Path> = path_list(&opts.services, ipvs.is_none())
+        .into_iter()
+        .filter(|p| {
+            *p == Path::Routing
+                || opts.only.is_empty()
+                || opts.only.iter().any(|o| p.label().contains(o.as_str()))
+        })
+        .collect();
     let started = Instant::now();
     let mut samples = Vec::new();
     for round in 0..rounds {

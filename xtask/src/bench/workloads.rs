@@ -126,6 +126,9 @@ fn iperf(bed: &Bed, target: &Target, streams: u32, secs: u64) -> anyhow::Result<
     let out = cmd::run(bed.client.command("timeout").args([
         "--kill-after=2",
         &(secs + 15).to_string(),
+        "taskset",
+        "-c",
+        &bed::client_cpu().to_string(),
         "iperf3",
         "-c",
         &target.ip,
@@ -160,17 +163,22 @@ fn iperf(bed: &Bed, target: &Target, streams: u32, secs: u64) -> anyhow::Result<
     Ok((bps / 1e9, bytes))
 }
 
-fn helper_json(bed: &Bed, args: &[String], secs: u64) -> anyhow::Result<Value> {
+/// Runs a client helper on `cpu` and parses the JSON it prints.
+fn helper_json(bed: &Bed, cpu: usize, args: &[String], secs: u64) -> anyhow::Result<Value> {
     let mut c = bed.client.command("timeout");
     c.args(["--kill-after=2", &(secs + 15).to_string()]);
+    c.args(["taskset", "-c", &cpu.to_string()]);
     c.arg(bed::helper_exe()?).arg("bench-helper").args(args);
     let text = cmd::run(&mut c)?;
     serde_json::from_str(&text).with_context(|| format!("helper output {text:?}"))
 }
 
 fn ping_pong(bed: &Bed, target: &Target, secs: u64) -> anyhow::Result<(f64, f64)> {
+    // On the echo server's CPU: the round trip then measures the path's
+    // work, not cross-CPU wake-ups.
     let v = helper_json(
         bed,
+        bed::SERVER_CPU,
         &[
             "ping-pong".into(),
             "--to".into(),
@@ -188,6 +196,7 @@ fn ping_pong(bed: &Bed, target: &Target, secs: u64) -> anyhow::Result<(f64, f64)
 fn setup_rate(bed: &Bed, target: &Target, secs: u64) -> anyhow::Result<(f64, f64)> {
     let v = helper_json(
         bed,
+        bed::client_cpu(),
         &[
             "connect-rate".into(),
             "--to".into(),
