@@ -7,6 +7,7 @@
 
 use core::mem::{size_of, zeroed};
 
+use crate::skb::bytes_at;
 use aya_ebpf::{
     EbpfContext as _,
     bindings::{BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup},
@@ -49,7 +50,9 @@ fn lookup(ctx_ptr: *mut core::ffi::c_void, flow: Flow, ifindex: u32) -> (i64, bp
 /// stack should route it.
 #[inline(always)]
 pub fn redirect_tc(ctx: &TcContext, flow: Flow) -> Option<i32> {
-    let ttl_word: u16 = ctx.load(ETH_HLEN + IPV4_TTL_OFF).ok()?;
+    let ttl = bytes_at::<2>(ctx, ETH_HLEN + IPV4_TTL_OFF)?;
+    // SAFETY: inside the range bytes_at checked.
+    let ttl_word = unsafe { ttl.cast::<u16>().read_unaligned() };
     let new_ttl_word = forwarded_ttl_word(ttl_word)?;
     // SAFETY: the context pointer is the live skb of this program run.
     let ifindex = unsafe { (*ctx.skb.skb).ifindex };

@@ -9,16 +9,13 @@ use aya_ebpf::{
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::{
-    outcome::Outcome,
-    packet::{IPV4_DADDR_OFF, IPV4_SADDR_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF},
-};
+use ssh_fwd_common::outcome::Outcome;
 
 use crate::{
     counters::{Direction, count, count_mapping},
     forward::{Flow, redirect_tc},
     maps::FRONTENDS,
-    skb::{Field, parse, read_endpoint, rewrite},
+    skb::{Field, parse, rewrite},
     track::remember_frontend,
 };
 
@@ -51,18 +48,21 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
 /// of a packet that is not ours.
 #[inline(always)]
 fn dnat(ctx: &TcContext) -> Result<Flow, Outcome> {
-    let l4 = parse(ctx)?;
-    let frontend =
-        read_endpoint(ctx, IPV4_DADDR_OFF, l4 + TCP_DPORT_OFF).map_err(|_| Outcome::Malformed)?;
+    let headers = parse(ctx)?;
+    let (client, frontend) = (headers.source, headers.destination);
     // SAFETY: copied out immediately.
     let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
         return Err(Outcome::PassNoFrontend);
     };
-    let client =
-        read_endpoint(ctx, IPV4_SADDR_OFF, l4 + TCP_SPORT_OFF).map_err(|_| Outcome::Malformed)?;
     remember_frontend(ctx, client, frontend, &target);
-    rewrite(ctx, l4, Field::Destination, frontend, target.endpoint)
-        .map_err(|_| Outcome::RewriteError)?;
+    rewrite(
+        ctx,
+        headers.l4,
+        Field::Destination,
+        frontend,
+        target.endpoint,
+    )
+    .map_err(|_| Outcome::RewriteError)?;
     count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
     Ok(Flow {
         client,
