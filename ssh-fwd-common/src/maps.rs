@@ -40,7 +40,7 @@ pub const ALL_MAPS: [&str; 6] = [
 
 /// Bump when any layout in this file changes: pins live under
 /// `<bpffs>/v<LAYOUT_VERSION>/`, so a new layout never misreads old maps.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// The backend is reachable through more than one frontend, so replies need
 /// per-connection state to pick the frontend the client used.

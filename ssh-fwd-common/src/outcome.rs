@@ -28,10 +28,14 @@ pub enum Outcome {
     ConnTracked = 9,
     /// A helper failed while rewriting; the packet was dropped.
     RewriteError = 10,
+    /// Ingress, after a DNAT: sent straight out of the interface the route
+    /// to the backend uses (FIB lookup + redirect), skipping the node's IP
+    /// stack. A DNATed packet not counted here was routed by the stack.
+    Redirected = 11,
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -45,6 +49,7 @@ impl Outcome {
         Self::ReverseFallback,
         Self::ConnTracked,
         Self::RewriteError,
+        Self::Redirected,
     ];
 
     /// Stable snake_case name for logs, `ssh-fwd list` and metrics.
@@ -61,6 +66,7 @@ impl Outcome {
             Self::ReverseFallback => "reverse_fallback",
             Self::ConnTracked => "conn_tracked",
             Self::RewriteError => "rewrite_error",
+            Self::Redirected => "redirected",
         }
     }
 }

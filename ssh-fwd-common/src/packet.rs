@@ -13,6 +13,8 @@ pub const IPPROTO_TCP: u8 = 6;
 
 pub const IPV4_MIN_LEN: usize = 20;
 pub const IPV4_FRAG_OFF: usize = 6;
+/// The TTL byte, followed by the protocol byte: one 16-bit checksum word.
+pub const IPV4_TTL_OFF: usize = 8;
 pub const IPV4_PROTO_OFF: usize = 9;
 pub const IPV4_CHECK_OFF: usize = 10;
 pub const IPV4_SADDR_OFF: usize = 12;
@@ -129,6 +131,39 @@ pub fn rewrite(frame: &mut [u8], tcp: TcpFrame, side: Side, to: Endpoint) {
 
     frame[addr_off..addr_off + 4].copy_from_slice(&to.addr.to_ne_bytes());
     frame[port_off..port_off + 2].copy_from_slice(&to.port.to_ne_bytes());
+}
+
+/// The raw (TTL, protocol) word after a router's TTL decrement, or `None` if
+/// the TTL expires here: such a packet goes to the stack, which answers with
+/// ICMP time exceeded.
+#[inline(always)]
+pub const fn forwarded_ttl_word(word_raw: u16) -> Option<u16> {
+    let [ttl, proto] = word_raw.to_ne_bytes();
+    if ttl <= 1 {
+        None
+    } else {
+        Some(u16::from_ne_bytes([ttl - 1, proto]))
+    }
+}
+
+/// Host reference of the redirect step: what a router does to the frame -
+/// TTL decremented (IPv4 checksum updated incrementally) and the Ethernet
+/// addresses of the next hop. Returns false, leaving the frame untouched, if
+/// the TTL would expire.
+pub fn forward(frame: &mut [u8], src_mac: [u8; 6], dst_mac: [u8; 6]) -> bool {
+    let off = ETH_HLEN + IPV4_TTL_OFF;
+    let old = u16::from_ne_bytes([frame[off], frame[off + 1]]);
+    let Some(new) = forwarded_ttl_word(old) else {
+        return false;
+    };
+    let check_off = ETH_HLEN + IPV4_CHECK_OFF;
+    let check = u16::from_ne_bytes([frame[check_off], frame[check_off + 1]]);
+    frame[check_off..check_off + 2]
+        .copy_from_slice(&csum::apply(check, csum::diff16(old, new)).to_ne_bytes());
+    frame[off..off + 2].copy_from_slice(&new.to_ne_bytes());
+    frame[..6].copy_from_slice(&dst_mac);
+    frame[6..12].copy_from_slice(&src_mac);
+    true
 }
 
 #[cfg(test)]

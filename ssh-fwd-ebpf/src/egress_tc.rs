@@ -6,15 +6,12 @@ use aya_ebpf::{
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::{
-    outcome::Outcome,
-    packet::{IPV4_DADDR_OFF, IPV4_SADDR_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF},
-};
+use ssh_fwd_common::outcome::Outcome;
 
 use crate::{
     counters::{Direction, count, count_mapping},
     maps::REVERSE,
-    skb::{Field, parse, read_endpoint, rewrite},
+    skb::{Field, parse, rewrite},
     track::frontend_for_reply,
 };
 
@@ -30,22 +27,17 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn reverse_nat(ctx: &TcContext) -> Outcome {
-    let l4 = match parse(ctx) {
-        Ok(l4) => l4,
+    let headers = match parse(ctx) {
+        Ok(headers) => headers,
         Err(outcome) => return outcome,
     };
-    let Ok(backend) = read_endpoint(ctx, IPV4_SADDR_OFF, l4 + TCP_SPORT_OFF) else {
-        return Outcome::Malformed;
-    };
+    let (backend, client) = (headers.source, headers.destination);
     // SAFETY: copied out immediately.
     let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return Outcome::PassNoBackend;
     };
-    let Ok(client) = read_endpoint(ctx, IPV4_DADDR_OFF, l4 + TCP_DPORT_OFF) else {
-        return Outcome::Malformed;
-    };
     let target = frontend_for_reply(client, backend, primary);
-    if rewrite(ctx, l4, Field::Source, backend, target.endpoint).is_err() {
+    if rewrite(ctx, headers.l4, Field::Source, backend, target.endpoint).is_err() {
         return Outcome::RewriteError;
     }
     count_mapping(target.slot, Direction::ToClient, ctx.len() as u64);

@@ -1,56 +1,71 @@
 //! tc ingress: the same DNAT as the XDP program, for interfaces where XDP is
 //! slower (veth) or unsupported. Uses the skb helpers so checksum offload
-//! state (CHECKSUM_PARTIAL/COMPLETE) stays consistent.
+//! state (CHECKSUM_PARTIAL/COMPLETE) stays consistent. A rewritten packet is
+//! redirected straight to the backend's interface when the route allows
+//! ([`crate::forward`]).
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::{
-    outcome::Outcome,
-    packet::{IPV4_DADDR_OFF, IPV4_SADDR_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF},
-};
+use ssh_fwd_common::outcome::Outcome;
 
 use crate::{
     counters::{Direction, count, count_mapping},
+    forward::{Flow, redirect_tc},
     maps::FRONTENDS,
-    skb::{Field, parse, read_endpoint, rewrite},
+    skb::{Field, parse, rewrite},
     track::remember_frontend,
 };
 
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
-    let outcome = dnat(&ctx);
-    count(outcome);
-    match outcome {
-        // Half-rewritten packets must not reach the pod.
-        Outcome::RewriteError => TC_ACT_SHOT,
-        // UNSPEC lets later tc programs on the interface run, as tcx expects.
-        _ => TC_ACT_UNSPEC,
+    match dnat(&ctx) {
+        Ok(flow) => {
+            count(Outcome::Dnat);
+            match redirect_tc(&ctx, flow) {
+                Some(action) => {
+                    count(Outcome::Redirected);
+                    action
+                }
+                None => TC_ACT_UNSPEC,
+            }
+        }
+        Err(outcome) => {
+            count(outcome);
+            match outcome {
+                // Half-rewritten packets must not reach the pod.
+                Outcome::RewriteError => TC_ACT_SHOT,
+                // UNSPEC lets later tc programs on the interface run, as tcx expects.
+                _ => TC_ACT_UNSPEC,
+            }
+        }
     }
 }
 
+/// Rewrites the destination; returns the flow as rewritten, or the outcome
+/// of a packet that is not ours.
 #[inline(always)]
-fn dnat(ctx: &TcContext) -> Outcome {
-    let l4 = match parse(ctx) {
-        Ok(l4) => l4,
-        Err(outcome) => return outcome,
-    };
-    let Ok(frontend) = read_endpoint(ctx, IPV4_DADDR_OFF, l4 + TCP_DPORT_OFF) else {
-        return Outcome::Malformed;
-    };
+fn dnat(ctx: &TcContext) -> Result<Flow, Outcome> {
+    let headers = parse(ctx)?;
+    let (client, frontend) = (headers.source, headers.destination);
     // SAFETY: copied out immediately.
     let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
-        return Outcome::PassNoFrontend;
-    };
-    let Ok(client) = read_endpoint(ctx, IPV4_SADDR_OFF, l4 + TCP_SPORT_OFF) else {
-        return Outcome::Malformed;
+        return Err(Outcome::PassNoFrontend);
     };
     remember_frontend(ctx, client, frontend, &target);
-    if rewrite(ctx, l4, Field::Destination, frontend, target.endpoint).is_err() {
-        return Outcome::RewriteError;
-    }
+    rewrite(
+        ctx,
+        headers.l4,
+        Field::Destination,
+        frontend,
+        target.endpoint,
+    )
+    .map_err(|_| Outcome::RewriteError)?;
     count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
-    Outcome::Dnat
+    Ok(Flow {
+        client,
+        backend: target.endpoint,
+    })
 }

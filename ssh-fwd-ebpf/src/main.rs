@@ -10,6 +10,7 @@
 
 mod counters;
 mod egress_tc;
+mod forward;
 mod ingress_tc;
 mod ingress_xdp;
 mod maps;

@@ -51,6 +51,28 @@ impl PinLayout {
         self.maps_dir().join(name)
     }
 
+    /// Directories of other layout versions here: an older (or newer)
+    /// ssh-fwd's data path, possibly still attached.
+    pub fn other_versions(&self) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mine = format!("v{LAYOUT_VERSION}");
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name != mine
+                    && name.len() > 1
+                    && name.starts_with('v')
+                    && name[1..].chars().all(|c| c.is_ascii_digit())
+            })
+            .map(|e| e.path())
+            .collect();
+        found.sort();
+        found
+    }
+
     /// Whether a previous agent left maps here.
     pub fn has_maps(&self) -> bool {
         self.map(ssh_fwd_common::maps::FRONTENDS).exists()
@@ -132,5 +154,29 @@ pub fn remove_tree(path: &Path) -> anyhow::Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot remove {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_layout_versions_are_found_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            format!("v{LAYOUT_VERSION}"),
+            "v0".into(),
+            "v999".into(),
+            "vx".into(),
+            "other".into(),
+        ] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+        }
+        let layout = PinLayout::new(dir.path());
+        assert_eq!(
+            layout.other_versions(),
+            [dir.path().join("v0"), dir.path().join("v999")]
+        );
     }
 }

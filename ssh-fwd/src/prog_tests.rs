@@ -1,6 +1,11 @@
 //! The kernel programs on crafted packets through BPF_PROG_TEST_RUN: bytes in,
 //! verdict and exact bytes out, compared with the host reference rewrite in
 //! `ssh_fwd_common::packet`. Needs root (CAP_BPF); skips loudly otherwise.
+//!
+//! Each test runs in a network namespace of its own: the ingress programs
+//! look up the route to the backend, and the kernel answers from the calling
+//! thread's namespace. The default one has no route, so hits pass to the
+//! stack; [`Routed`] adds a route and a neighbour, so hits are redirected.
 
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
@@ -14,7 +19,7 @@ use ssh_fwd_common::{
     maps::{self, Endpoint, MappingName, NatTarget},
     packet::{self, Side},
 };
-use ssh_fwd_tests::{Bpffs, privilege};
+use ssh_fwd_tests::{Bpffs, NetNs, privilege};
 
 use crate::{
     attach::{PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_INGRESS_XDP, load_programs},
@@ -27,6 +32,7 @@ use crate::{
 
 const XDP_PASS: u32 = 2;
 const TC_ACT_UNSPEC: u32 = u32::MAX;
+const TC_ACT_REDIRECT: u32 = 7;
 
 /// The object loaded with its maps pinned in a private bpffs mount; the
 /// harness's [`Bpffs`] guard unmounts it when this is dropped.
@@ -35,9 +41,13 @@ struct Loaded {
     dataplane: Dataplane,
     layout: PinLayout,
     _bpffs: Bpffs,
+    /// The namespace this test's thread runs in.
+    netns: NetNs,
 }
 
 fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
+    let netns = NetNs::new("progtest").expect("netns");
+    netns.enter_on_this_thread().expect("enter netns");
     let bpffs = Bpffs::new().expect("bpffs dir");
     let layout = PinLayout::new(bpffs.path());
     layout.prepare().expect("bpffs");
@@ -56,6 +66,7 @@ fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
         dataplane,
         layout,
         _bpffs: bpffs,
+        netns,
     }
 }
 
@@ -273,6 +284,122 @@ fn tc_ingress_program_rewrites_hits_exactly_and_passes_everything_else_untouched
         // tc can never see that case; the XDP test covers it.
         assert_eq!(refused, ["truncated ip header"]);
     }
+}
+
+/// The node's end of the pod's link, and the pod, in [`add_pod_route`].
+const POD1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
+const POD_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x05];
+
+fn mac(m: [u8; 6]) -> String {
+    m.map(|b| format!("{b:02x}")).join(":")
+}
+
+/// What a node has for its pods: a connected route out of the pod's
+/// interface, forwarding on, and (if `neighbour`) the pod's MAC address.
+fn add_pod_route(ns: &NetNs, neighbour: bool) {
+    let pod1_mac = mac(POD1_MAC);
+    // A veth with both ends here (this kernel may lack the dummy driver).
+    ns.ip(&[
+        "link", "add", "pod1", "address", &pod1_mac, "type", "veth", "peer", "name", "pod1p",
+    ])
+    .expect("veth");
+    for link in ["pod1", "pod1p"] {
+        ns.ip(&["link", "set", link, "up"]).expect("link up");
+    }
+    ns.ip(&["addr", "add", "10.244.1.1/24", "dev", "pod1"])
+        .expect("address");
+    if neighbour {
+        let pod_mac = mac(POD_MAC);
+        ns.ip(&[
+            "neigh",
+            "add",
+            "10.244.1.5",
+            "lladdr",
+            &pod_mac,
+            "dev",
+            "pod1",
+            "nud",
+            "permanent",
+        ])
+        .expect("neighbour");
+    }
+    ns.sysctl("net.ipv4.ip_forward", "1").expect("forwarding");
+}
+
+/// The reference: DNAT, then a router's TTL decrement and next-hop MACs.
+fn rewritten_and_forwarded(frame: &[u8], src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
+    let mut expected = frame.to_vec();
+    let tcp = packet::classify(&expected).expect("classify");
+    packet::rewrite(&mut expected, tcp, Side::Destination, backend());
+    assert!(packet::forward(&mut expected, src_mac, dst_mac));
+    expected
+}
+
+#[test]
+fn tc_ingress_redirects_hits_out_of_the_route_interface_with_ttl_and_macs_set() {
+    if !privilege::check(
+        "tc_ingress_redirects_hits_out_of_the_route_interface_with_ttl_and_macs_set",
+    ) {
+        return;
+    }
+    let l = load(&[JOB]);
+    add_pod_route(&l.netns, true);
+    let frame = Frame {
+        payload: b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(),
+        ..Frame::default()
+    }
+    .build();
+    let before = counters(&l);
+    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &frame);
+    assert_eq!(verdict, TC_ACT_REDIRECT);
+    assert_eq!(out, rewritten_and_forwarded(&frame, POD1_MAC, POD_MAC));
+    assert!(checksums_verify(&out));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("dnat", 1), ("redirected", 1)]
+    );
+    // A TTL that expires here is the stack's (ICMP time exceeded): rewritten,
+    // not redirected.
+    let dying = Frame {
+        ttl: 1,
+        ..Frame::default()
+    }
+    .build();
+    let before = counters(&l);
+    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &dying);
+    assert_eq!(verdict, TC_ACT_UNSPEC);
+    assert_eq!(out[14 + 8], 1, "TTL untouched");
+    assert_eq!(delta(&before, &counters(&l)), vec![("dnat", 1)]);
+    // Not a frontend: no lookup, no redirect.
+    let other = Frame {
+        dport: 8023,
+        ..Frame::default()
+    }
+    .build();
+    assert_eq!(
+        test_run_tc(&l, PROG_INGRESS_TC, &other),
+        (TC_ACT_UNSPEC, other)
+    );
+}
+
+#[test]
+fn tc_ingress_without_a_neighbour_entry_redirects_through_neighbour_resolution() {
+    if !privilege::check(
+        "tc_ingress_without_a_neighbour_entry_redirects_through_neighbour_resolution",
+    ) {
+        return;
+    }
+    let l = load(&[JOB]);
+    add_pod_route(&l.netns, false);
+    let frame = Frame::default().build();
+    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &frame);
+    assert_eq!(verdict, TC_ACT_REDIRECT);
+    // The kernel writes the Ethernet header once it knows the neighbour.
+    let (dst, src) = (
+        frame[..6].try_into().unwrap(),
+        frame[6..12].try_into().unwrap(),
+    );
+    assert_eq!(out, rewritten_and_forwarded(&frame, src, dst));
 }
 
 #[test]

@@ -58,6 +58,24 @@ impl NetNs {
         c
     }
 
+    /// Moves the calling thread (only) into this namespace, for code that
+    /// must run there in-process, such as BPF_PROG_TEST_RUN, whose route
+    /// lookups see the caller's namespace. The thread should end with the test.
+    pub fn enter_on_this_thread(&self) -> anyhow::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        let file =
+            std::fs::File::open(self.path()).with_context(|| format!("opening {}", self.path()))?;
+        // SAFETY: a valid namespace fd; CLONE_NEWNET affects only this thread.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            anyhow::bail!(
+                "entering netns {}: {}",
+                self.name,
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
     /// Sets a sysctl inside the namespace.
     pub fn sysctl(&self, key: &str, value: &str) -> anyhow::Result<()> {
         cmd::run(

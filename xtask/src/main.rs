@@ -1,7 +1,6 @@
 //! `cargo xtask`: what needs root, installs or orchestration.
 
 mod bench;
-mod bench_controller;
 mod demo;
 mod setup;
 mod test;
@@ -28,15 +27,22 @@ enum Task {
     /// Set up, build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
-    /// Benchmarks (not tests): `cargo xtask bench convergence`.
-    Bench {
-        #[command(subcommand)]
-        which: Bench,
-    },
     Test {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
+    /// bench convergence`, `cargo xtask bench controller`.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+    /// Programs the benchmarks run inside their namespaces.
+    #[command(hide = true)]
+    BenchHelper {
+        #[command(subcommand)]
+        which: bench::helpers::Helper,
     },
 }
 
@@ -58,6 +64,29 @@ enum Bench {
         #[arg(long, default_value_t = 100)]
         new_pods: usize,
     },
+    /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
+    /// nftables and IPVS with N Services, and a userspace proxy, side by
+    /// side in namespaces: throughput (1 and 8 streams), ping-pong latency,
+    /// connection setup rate and forwarding CPU, each also as a ratio to
+    /// plain routing. Writes bench/results/datapath.{md,json,png}.
+    Datapath {
+        /// One round of 1 s per workload (under two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// Rounds per path (default 3, or 1 with --quick).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// Seconds per workload (default 3, or 1 with --quick).
+        #[arg(long)]
+        secs: Option<u64>,
+        /// Numbers of kube-proxy Services to install, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
+        services: Vec<usize>,
+        /// Measure only paths whose label contains one of these
+        /// (comma-separated, e.g. `routing,tc`); plain routing always runs.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -66,10 +95,29 @@ fn main() -> std::process::ExitCode {
         Task::Demo => setup::run().and_then(|()| demo::run()),
         Task::Bench {
             which: Bench::Convergence { services, changes },
-        } => setup::run().and_then(|()| bench::convergence(services, changes)),
+        } => setup::run().and_then(|()| bench::convergence::run(services, changes)),
         Task::Bench {
             which: Bench::Controller { pods, new_pods },
-        } => bench_controller::controller(pods, new_pods),
+        } => bench::controller::run(pods, new_pods),
+        Task::Bench {
+            which:
+                Bench::Datapath {
+                    quick,
+                    rounds,
+                    secs,
+                    services,
+                    only,
+                },
+        } => setup::run().and_then(|()| {
+            bench::datapath::run(&bench::datapath::Options {
+                quick,
+                rounds,
+                secs,
+                services,
+                only,
+            })
+        }),
+        Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
     };
     match result {

@@ -7,7 +7,7 @@ use anyhow::{Context as _, bail};
 use crate::run as run_cmd;
 
 /// Debian packages the tests and the demo use, with the command each provides.
-const PACKAGES: [(&str, &str); 8] = [
+const PACKAGES: [(&str, &str); 13] = [
     ("iproute2", "/usr/sbin/ip"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
@@ -16,6 +16,15 @@ const PACKAGES: [(&str, &str); 8] = [
     ("tcpdump", "/usr/bin/tcpdump"),
     ("util-linux", "/usr/bin/nsenter"),
     ("procps", "/usr/sbin/sysctl"),
+    // `cargo xtask bench datapath`: the compared paths, the load, the chart.
+    ("iperf3", "/usr/bin/iperf3"),
+    ("iptables", "/usr/sbin/iptables-restore"),
+    ("nftables", "/usr/sbin/nft"),
+    ("ipvsadm", "/usr/sbin/ipvsadm-restore"),
+    (
+        "fonts-dejavu-core",
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    ),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";

@@ -113,3 +113,44 @@ fn rewrite_keeps_checksums_valid_on_many_random_frames() {
         assert_eq!(bytes, expected, "round {round}");
     }
 }
+
+#[test]
+fn forwarding_decrements_ttl_and_sets_next_hop_macs_like_a_fresh_frame() {
+    let (src_mac, dst_mac) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 5]);
+    for ttl in [2u8, 64, 255] {
+        let frame = Frame {
+            ttl,
+            ..Frame::default()
+        };
+        let mut bytes = frame.build();
+        assert!(forward(&mut bytes, src_mac, dst_mac));
+        assert!(checksums_verify(&bytes), "ttl {ttl}");
+        let mut expected = Frame {
+            ttl: ttl - 1,
+            ..frame
+        }
+        .build();
+        expected[..6].copy_from_slice(&dst_mac);
+        expected[6..12].copy_from_slice(&src_mac);
+        assert_eq!(bytes, expected, "ttl {ttl}");
+    }
+}
+
+#[test]
+fn a_ttl_that_would_expire_is_left_to_the_stack() {
+    for ttl in [0u8, 1] {
+        let mut bytes = Frame {
+            ttl,
+            ..Frame::default()
+        }
+        .build();
+        let before = bytes.clone();
+        assert!(!forward(&mut bytes, [0; 6], [0; 6]));
+        assert_eq!(bytes, before);
+        assert_eq!(forwarded_ttl_word(u16::from_ne_bytes([ttl, 6])), None);
+    }
+    assert_eq!(
+        forwarded_ttl_word(u16::from_ne_bytes([64, 6])),
+        Some(u16::from_ne_bytes([63, 6]))
+    );
+}

@@ -75,6 +75,15 @@ pub fn start(
     let need_mount = crate::pins::needs_mount(layout.root());
     preflight::check_capabilities(need_mount)?;
     preflight::check_kernel()?;
+    if let Some(other) = layout.other_versions().first() {
+        anyhow::bail!(
+            "{} holds the data path of another ssh-fwd version (a different pinned layout), which \
+             may still be attached: stop that agent, run `ssh-fwd teardown --bpffs {}` (it removes \
+             every layout; sessions through the old data path end), then start this agent",
+            other.display(),
+            layout.root().display()
+        );
+    }
     for iface in ifaces {
         crate::iface::index(iface)?;
     }

@@ -15,7 +15,7 @@ use ssh_fwd_tests::fake_api::{FakeApi, Kind};
 
 const RANGE: (u16, u16) = (8000, 16000);
 
-pub fn controller(pods: usize, new_pods: usize) -> anyhow::Result<()> {
+pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
     let ports = usize::from(RANGE.1 - RANGE.0) + 1;
     ensure!(
         pods + new_pods <= ports,
@@ -44,7 +44,7 @@ pub fn controller(pods: usize, new_pods: usize) -> anyhow::Result<()> {
         published(&api) >= pods
     })?;
     let all_published = started.elapsed();
-    let rss = crate::bench::rss_kib(controller.id())?;
+    let rss = super::convergence::rss_kib(controller.id())?;
     check_unique_ports(&api, pods)?;
 
     println!("==> {new_pods} new pods, one at a time");

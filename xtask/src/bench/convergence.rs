@@ -18,7 +18,7 @@ use ssh_fwd_tests::{
 
 const SSH_IPS: [&str; 2] = ["198.18.0.10", "198.18.0.11"];
 
-pub fn convergence(services: usize, changes: usize) -> anyhow::Result<()> {
+pub fn run(services: usize, changes: usize) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
     }

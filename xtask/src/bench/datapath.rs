@@ -1,0 +1,165 @@
+//! `cargo xtask bench datapath`: the same workloads through plain routing,
+//! ssh-fwd in each attach mode, kube-proxy-style iptables, nftables and IPVS
+//! with N Services, and a userspace proxy - all in one run, several rounds,
+//! each path in a fresh client -> node -> pod bed, in round-robin order so
+//! slow drift of the machine spreads over every path alike.
+
+use std::{path::PathBuf, sync::Mutex, time::Instant};
+
+use anyhow::{Context as _, bail};
+
+use super::{
+    bed::Bed,
+    paths::{self, Attach, Path},
+    report::{Run, Sample},
+    workloads,
+};
+
+pub struct Options {
+    pub quick: bool,
+    pub rounds: Option<usize>,
+    pub secs: Option<u64>,
+    pub services: Vec<usize>,
+    /// Label filters; empty means every path.
+    pub only: Vec<String>,
+}
+
+/// bpffs mounts of agents started so far, unmounted by the Ctrl-C handler
+/// (the guards' destructors do not run there).
+static BPFFS_MOUNTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+pub fn remember_bpffs(path: &std::path::Path) {
+    if let Ok(mut all) = BPFFS_MOUNTS.lock() {
+        all.push(path.to_owned());
+    }
+}
+
+fn cleanup_after_interrupt() {
+    ssh_fwd_tests::netns::remove_all_of_this_process();
+    if let Ok(all) = BPFFS_MOUNTS.lock() {
+        for path in all.iter() {
+            if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a valid path; failing (already unmounted) is fine.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+        }
+    }
+}
+
+/// Tools the benchmark runs, besides the test harness's.
+const TOOLS: [&str; 4] = ["iperf3", "iptables-restore", "nft", "ss"];
+
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    if let Some(why) = ssh_fwd_tests::privilege::missing() {
+        bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
+    }
+    for tool in TOOLS {
+        if ssh_fwd_tests::privilege::which(tool).is_none() {
+            bail!("the benchmark needs `{tool}`; `cargo xtask setup` installs it");
+        }
+    }
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
+    let secs = opts.secs.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
+    let bin = crate::build_ssh_fwd_profile(true)?;
+    // SAFETY: set before other threads start.
+    unsafe { std::env::set_var("SSH_FWD_BIN", &bin) };
+    ctrlc::set_handler(|| {
+        cleanup_after_interrupt();
+        std::process::exit(130);
+    })?;
+
+    let mut notes = Vec::new();
+    let ipvs = paths::ipvs_unavailable();
+    if let Some(why) = &ipvs {
+        println!("==> IPVS: {why}");
+        notes.push(format!("IPVS: {why}."));
+    }
+    let all_paths: Vec<Path> = path_list(&opts.services, ipvs.is_none())
+        .into_iter()
+        .filter(|p| {
+            *p == Path::Routing
+                || opts.only.is_empty()
+                || opts.only.iter().any(|o| p.label().contains(o.as_str()))
+        })
+        .collect();
+    let started = Instant::now();
+    let mut samples = Vec::new();
+    for round in 0..rounds {
+        for &path in &all_paths {
+            print!("==> round {}/{rounds}: {:<28}", round + 1, path.label());
+            let t = Instant::now();
+            let values =
+                measure(path, secs).with_context(|| format!("measuring {}", path.label()))?;
+            println!("{} ({:.1} s)", one_line(&values), t.elapsed().as_secs_f64());
+            samples.extend(values.into_iter().map(|(metric, value)| Sample {
+                round,
+                path: path.label(),
+                metric,
+                value,
+            }));
+        }
+    }
+    notes.push(
+        "CPU: softirq time on all CPUs during the 8-stream and setup-rate workloads (plus the \
+         proxy process's own CPU time for the userspace proxy); it includes the client's and \
+         the pod's own receive work, which is the same for every path, so compare the ratios."
+            .into(),
+    );
+    notes.push(
+        "kube-proxy rules: nat table only (externalTrafficPolicy Cluster: masquerade), \
+         measured Service last; kube-proxy's filter-table rules are not installed."
+            .into(),
+    );
+    let run = Run {
+        paths: all_paths,
+        samples,
+        notes,
+        rounds,
+        secs,
+        quick: opts.quick,
+    };
+    println!("\n{}", run.markdown());
+    let dir = crate::workspace_root().join("bench/results");
+    for file in run.write(&dir)? {
+        println!("wrote {}", file.display());
+    }
+    println!("measured in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn path_list(services: &[usize], ipvs: bool) -> Vec<Path> {
+    let mut all = vec![
+        Path::Routing,
+        Path::SshFwd(Attach::Tc),
+        Path::SshFwd(Attach::XdpGeneric),
+        Path::SshFwd(Attach::Xdp),
+    ];
+    all.extend(services.iter().map(|&n| Path::Iptables(n)));
+    all.extend(services.iter().map(|&n| Path::Nftables(n)));
+    if ipvs {
+        all.extend(services.iter().map(|&n| Path::Ipvs(n)));
+    }
+    all.push(Path::Proxy);
+    all
+}
+
+/// One path, one round, in a bed of its own.
+fn measure(path: Path, secs: u64) -> anyhow::Result<Vec<(workloads::Metric, f64)>> {
+    let bed = Bed::new()?;
+    let installed = paths::install(path, &bed)?;
+    let mut values = workloads::run_all(&bed, &path.target(), installed.forwarder_pid(), secs)?;
+    if let Some(share) = installed.redirected_share() {
+        values.push((workloads::Metric::RedirectedPct, share * 100.0));
+    }
+    drop(installed);
+    drop(bed);
+    Ok(values)
+}
+
+fn one_line(values: &[(workloads::Metric, f64)]) -> String {
+    values
+        .iter()
+        .map(|(m, v)| format!("{}={v:.1}", m.label()))
+        .collect::<Vec<_>>()
+        .join("  ")
+}

@@ -1,0 +1,15 @@
+//! `cargo xtask bench ...`: benchmarks, each in namespaces it creates and
+//! removes again.
+
+mod bed;
+mod chart;
+pub mod controller;
+pub mod convergence;
+pub mod datapath;
+pub mod helpers;
+mod kube_rules;
+mod paths;
+mod proxy;
+mod report;
+mod stats;
+mod workloads;
