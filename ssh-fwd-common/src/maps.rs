@@ -27,20 +27,37 @@ pub const MAPPING_STATS: &str = "MAPPING_STATS";
 pub const GLOBAL_STATS: &str = "GLOBAL_STATS";
 /// Mapping names, indexed by slot. Written by the agent, read by `ssh-fwd list`.
 pub const MAPPING_NAMES: &str = "MAPPING_NAMES";
+/// Interface index -> `IFACE_*` flags: what the agent knows about the
+/// interfaces a redirect may target. Written by the agent.
+pub const IFACES: &str = "IFACES";
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 6] = [
+pub const ALL_MAPS: [&str; 7] = [
     FRONTENDS,
     REVERSE,
     CONNS,
     MAPPING_STATS,
     GLOBAL_STATS,
     MAPPING_NAMES,
+    IFACES,
 ];
+
+/// Maximum number of interfaces in [`IFACES`]: the external ones plus the
+/// host ends of every pod on the node (Kubernetes defaults to 110 pods).
+pub const MAX_IFACES: u32 = 4_096;
+
+/// [`IFACES`] flag: an external interface (`--iface`). A reply whose route
+/// leaves through it gets the reverse NAT; any other reply is left alone.
+pub const IFACE_EXTERNAL: u32 = 1;
+/// [`IFACES`] flag: the host end of a veth or netkit pair whose peer lives in
+/// another network namespace (a pod). `bpf_redirect_peer` may target it; on
+/// any other device that helper drops the packet, so the kernel programs
+/// use it only for interfaces carrying this flag.
+pub const IFACE_POD_PEER: u32 = 2;
 
 /// Bump when any layout in this file changes: pins live under
 /// `<bpffs>/v<LAYOUT_VERSION>/`, so a new layout never misreads old maps.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// The backend is reachable through more than one frontend, so replies need
 /// per-connection state to pick the frontend the client used.

@@ -32,10 +32,24 @@ pub enum Outcome {
     /// to the backend uses (FIB lookup + redirect), skipping the node's IP
     /// stack. A DNATed packet not counted here was routed by the stack.
     Redirected = 11,
+    /// Ingress: of the [`Outcome::Redirected`], those delivered straight
+    /// into the pod's network namespace (`bpf_redirect_peer`), skipping the
+    /// pod veth's transmit queue as well.
+    RedirectedPeer = 12,
+    /// Pod interface: a reply reverse-NATed as it left the pod and sent
+    /// straight out of the external interface its route uses, skipping the
+    /// node's IP stack.
+    ReplyRedirected = 13,
+    /// Pod interface: a reply from a backend left to the stack untouched,
+    /// because its route does not leave through an external interface
+    /// (in-cluster traffic to the pod's port, such as MPI ranks using ssh)
+    /// or the route lookup could not settle it. The egress program still
+    /// rewrites it if it does leave through an external interface.
+    ReplyToStack = 14,
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 15;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -50,6 +64,9 @@ impl Outcome {
         Self::ConnTracked,
         Self::RewriteError,
         Self::Redirected,
+        Self::RedirectedPeer,
+        Self::ReplyRedirected,
+        Self::ReplyToStack,
     ];
 
     /// Stable snake_case name for logs, `ssh-fwd list` and metrics.
@@ -67,6 +84,9 @@ impl Outcome {
             Self::ConnTracked => "conn_tracked",
             Self::RewriteError => "rewrite_error",
             Self::Redirected => "redirected",
+            Self::RedirectedPeer => "redirected_peer",
+            Self::ReplyRedirected => "reply_redirected",
+            Self::ReplyToStack => "reply_to_stack",
         }
     }
 }

@@ -1,17 +1,17 @@
-//! After the DNAT, send the packet straight out of the interface the route to
-//! the backend uses (bpf_fib_lookup, then a redirect), so it skips the node's
-//! IP input, netfilter and forwarding - as a router would, with the TTL
-//! decremented. Whatever the lookup cannot settle (no route, forwarding off,
+//! Routing a rewritten packet ourselves: `bpf_fib_lookup`, then a redirect
+//! out of the interface the route uses, as a router would, with the TTL
+//! decremented. The packet skips the node's IP input, netfilter and
+//! forwarding. Whatever the lookup cannot settle (no route, forwarding off,
 //! MTU exceeded, a TTL about to expire) goes to the stack as before, which
 //! also owns the ICMP errors.
 
 use core::mem::{size_of, zeroed};
 
-use crate::skb::bytes_at;
+use crate::{maps::IFACES, skb::bytes_at};
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup},
-    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect, bpf_redirect_neigh},
+    bindings::{BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, TC_ACT_SHOT, bpf_fib_lookup},
+    helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect, bpf_redirect_neigh, bpf_redirect_peer},
     programs::TcContext,
 };
 use ssh_fwd_common::{
@@ -21,67 +21,123 @@ use ssh_fwd_common::{
 
 const AF_INET: u8 = 2;
 
-/// The two ends of a DNATed packet, as now written in it.
-#[derive(Clone, Copy)]
-pub struct Flow {
-    pub client: Endpoint,
-    pub backend: Endpoint,
+/// Where the stack would send a packet, and the TTL it must leave with.
+pub struct Route {
+    fib: bpf_fib_lookup,
+    /// The next hop's MAC address is known (`fib.dmac` is valid).
+    neighbour_known: bool,
+    ttl_word: u16,
+    new_ttl_word: u16,
 }
 
-/// The route lookup the stack would do for this packet arriving on `ifindex`.
-#[inline(always)]
-fn lookup(ctx_ptr: *mut core::ffi::c_void, flow: Flow, ifindex: u32) -> (i64, bpf_fib_lookup) {
-    // SAFETY: a plain C struct; all-zero is its documented "no input" state.
-    let mut fib: bpf_fib_lookup = unsafe { zeroed() };
-    fib.family = AF_INET;
-    fib.l4_protocol = IPPROTO_TCP;
-    fib.sport = flow.client.port;
-    fib.dport = flow.backend.port;
-    fib.ifindex = ifindex;
-    fib.__bindgen_anon_3.ipv4_src = flow.client.addr;
-    fib.__bindgen_anon_4.ipv4_dst = flow.backend.addr;
-    // tot_len 0: for an skb the kernel checks the MTU itself, GSO-aware.
-    // SAFETY: `fib` is a valid, initialised lookup struct of the size given.
-    let rc = unsafe { fib_lookup(ctx_ptr, &mut fib, size_of::<bpf_fib_lookup>() as i32, 0) };
-    (rc, fib)
+impl Route {
+    /// The interface the packet would leave through.
+    #[inline(always)]
+    pub fn ifindex(&self) -> u32 {
+        self.fib.ifindex
+    }
 }
 
-/// tc ingress: the tc action if the packet was redirected, `None` if the
-/// stack should route it.
+/// The `IFACE_*` flags the agent recorded for an interface (0 if none).
 #[inline(always)]
-pub fn redirect_tc(ctx: &TcContext, flow: Flow) -> Option<i32> {
+pub fn iface_flags(ifindex: u32) -> u32 {
+    // SAFETY: copied out immediately.
+    unsafe { IFACES.get(&ifindex) }.copied().unwrap_or(0)
+}
+
+/// The route the stack would pick for this packet, now carrying `src -> dst`
+/// and arriving on the skb's interface. `None`: leave the packet to the
+/// stack (TTL about to expire, no route, forwarding off, MTU exceeded...).
+#[inline(always)]
+pub fn route(ctx: &TcContext, src: Endpoint, dst: Endpoint) -> Option<Route> {
     let ttl = bytes_at::<2>(ctx, ETH_HLEN + IPV4_TTL_OFF)?;
     // SAFETY: inside the range bytes_at checked.
     let ttl_word = unsafe { ttl.cast::<u16>().read_unaligned() };
     let new_ttl_word = forwarded_ttl_word(ttl_word)?;
+    // SAFETY: a plain C struct; all-zero is its documented "no input" state.
+    let mut fib: bpf_fib_lookup = unsafe { zeroed() };
+    fib.family = AF_INET;
+    fib.l4_protocol = IPPROTO_TCP;
+    fib.sport = src.port;
+    fib.dport = dst.port;
     // SAFETY: the context pointer is the live skb of this program run.
-    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
-    let (rc, fib) = lookup(ctx.as_ptr(), flow, ifindex);
-    let rc = rc as u32;
+    fib.ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    fib.__bindgen_anon_3.ipv4_src = src.addr;
+    fib.__bindgen_anon_4.ipv4_dst = dst.addr;
+    // tot_len 0: for an skb the kernel checks the MTU itself, GSO-aware.
+    // SAFETY: `fib` is a valid, initialised lookup struct of the size given.
+    let rc = unsafe {
+        fib_lookup(
+            ctx.as_ptr(),
+            &mut fib,
+            size_of::<bpf_fib_lookup>() as i32,
+            0,
+        )
+    } as u32;
     if rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH {
         return None;
     }
-    // From here on the packet is ours to route: decrement the TTL.
-    ctx.l3_csum_replace(
-        ETH_HLEN + IPV4_CHECK_OFF,
-        ttl_word as u64,
-        new_ttl_word as u64,
-        2,
-    )
-    .ok()?;
-    ctx.store(ETH_HLEN + IPV4_TTL_OFF, &new_ttl_word, 0).ok()?;
-    let action = if rc == BPF_FIB_LKUP_RET_SUCCESS {
-        // The neighbour is known: write the Ethernet header, send directly.
-        ctx.store(0, &fib.dmac, 0).ok()?;
-        ctx.store(6, &fib.smac, 0).ok()?;
-        // SAFETY: a helper call with plain integer arguments.
-        unsafe { bpf_redirect(fib.ifindex, 0) }
-    } else {
+    Some(Route {
+        fib,
+        neighbour_known: rc == BPF_FIB_LKUP_RET_SUCCESS,
+        ttl_word,
+        new_ttl_word,
+    })
+}
+
+/// How [`send`] handed the packet on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Out of the route's interface.
+    Out,
+    /// Straight into the network namespace behind the route's interface.
+    IntoPeer,
+}
+
+/// Decrements the TTL, writes the next hop's MAC addresses and redirects the
+/// packet along `route`. With `peer_ok` (the route's interface is a pod's
+/// veth or netkit host end) the packet is delivered straight to the peer's
+/// ingress, which skips the veth's transmit queue and one softirq pass.
+/// Returns the tc action; `TC_ACT_SHOT` if the packet was left half-written.
+#[inline(always)]
+pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> (i32, Option<Sent>) {
+    if ctx
+        .l3_csum_replace(
+            ETH_HLEN + IPV4_CHECK_OFF,
+            route.ttl_word as u64,
+            route.new_ttl_word as u64,
+            2,
+        )
+        .is_err()
+    {
+        return (TC_ACT_SHOT, None);
+    }
+    if ctx
+        .store(ETH_HLEN + IPV4_TTL_OFF, &route.new_ttl_word, 0)
+        .is_err()
+    {
+        return (TC_ACT_SHOT, None);
+    }
+    if !route.neighbour_known {
         // No neighbour entry yet: the kernel resolves it (and queues the
         // packet meanwhile), as the stack's own output path would.
         // SAFETY: a NULL parameter block asks the helper to look up the
         // next hop itself.
-        unsafe { bpf_redirect_neigh(fib.ifindex, core::ptr::null_mut(), 0, 0) }
-    };
-    Some(action as i32)
+        let action = unsafe { bpf_redirect_neigh(route.fib.ifindex, core::ptr::null_mut(), 0, 0) };
+        return (action as i32, Some(Sent::Out));
+    }
+    if ctx.store(0, &route.fib.dmac, 0).is_err() || ctx.store(6, &route.fib.smac, 0).is_err() {
+        return (TC_ACT_SHOT, None);
+    }
+    // SAFETY: helper calls with plain integer arguments.
+    unsafe {
+        if peer_ok {
+            (
+                bpf_redirect_peer(route.fib.ifindex, 0) as i32,
+                Some(Sent::IntoPeer),
+            )
+        } else {
+            (bpf_redirect(route.fib.ifindex, 0) as i32, Some(Sent::Out))
+        }
+    }
 }

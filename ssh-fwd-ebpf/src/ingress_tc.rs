@@ -1,19 +1,23 @@
 //! tc ingress: the same DNAT as the XDP program, for interfaces where XDP is
 //! slower (veth) or unsupported. Uses the skb helpers so checksum offload
 //! state (CHECKSUM_PARTIAL/COMPLETE) stays consistent. A rewritten packet is
-//! redirected straight to the backend's interface when the route allows
-//! ([`crate::forward`]).
+//! routed here and redirected to the backend's interface when the route
+//! allows ([`crate::forward`]): into the pod's namespace directly when that
+//! interface is a pod's veth.
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::outcome::Outcome;
+use ssh_fwd_common::{
+    maps::{Endpoint, IFACE_POD_PEER},
+    outcome::Outcome,
+};
 
 use crate::{
     counters::{Direction, count, count_mapping},
-    forward::{Flow, redirect_tc},
+    forward::{Sent, iface_flags, route, send},
     maps::FRONTENDS,
     skb::{Field, parse, rewrite},
     track::remember_frontend,
@@ -22,15 +26,22 @@ use crate::{
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
     match dnat(&ctx) {
-        Ok(flow) => {
+        Ok((client, backend)) => {
             count(Outcome::Dnat);
-            match redirect_tc(&ctx, flow) {
-                Some(action) => {
+            let Some(route) = route(&ctx, client, backend) else {
+                return TC_ACT_UNSPEC;
+            };
+            let peer_ok = iface_flags(route.ifindex()) & IFACE_POD_PEER != 0;
+            let (action, sent) = send(&ctx, &route, peer_ok);
+            match sent {
+                Some(Sent::IntoPeer) => {
                     count(Outcome::Redirected);
-                    action
+                    count(Outcome::RedirectedPeer);
                 }
-                None => TC_ACT_UNSPEC,
+                Some(Sent::Out) => count(Outcome::Redirected),
+                None => count(Outcome::RewriteError),
             }
+            action
         }
         Err(outcome) => {
             count(outcome);
@@ -44,10 +55,10 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
     }
 }
 
-/// Rewrites the destination; returns the flow as rewritten, or the outcome
-/// of a packet that is not ours.
+/// Rewrites the destination; returns the client and the backend now written
+/// in the packet, or the outcome of a packet that is not ours.
 #[inline(always)]
-fn dnat(ctx: &TcContext) -> Result<Flow, Outcome> {
+fn dnat(ctx: &TcContext) -> Result<(Endpoint, Endpoint), Outcome> {
     let headers = parse(ctx)?;
     let (client, frontend) = (headers.source, headers.destination);
     // SAFETY: copied out immediately.
@@ -64,8 +75,5 @@ fn dnat(ctx: &TcContext) -> Result<Flow, Outcome> {
     )
     .map_err(|_| Outcome::RewriteError)?;
     count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
-    Ok(Flow {
-        client,
-        backend: target.endpoint,
-    })
+    Ok((client, target.endpoint))
 }

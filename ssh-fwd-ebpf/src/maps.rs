@@ -8,7 +8,8 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        CONN_CAPACITY, ConnKey, Endpoint, MAX_MAPPINGS, MappingCounters, MappingName, NatTarget,
+        CONN_CAPACITY, ConnKey, Endpoint, MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName,
+        NatTarget,
     },
     outcome::Outcome,
 };
@@ -37,3 +38,9 @@ pub static GLOBAL_STATS: PerCpuArray<u64> = PerCpuArray::pinned(Outcome::COUNT, 
 /// Mapping names for `ssh-fwd list`; written by the agent, never read here.
 #[map(name = "MAPPING_NAMES")]
 pub static MAPPING_NAMES: Array<MappingName> = Array::pinned(MAX_MAPPINGS, 0);
+
+/// Interface index -> `IFACE_*` flags, written by the agent: which
+/// interfaces are external (replies routed out of them get the reverse NAT)
+/// and which are pods' veth ends (`bpf_redirect_peer` may target them).
+#[map(name = "IFACES")]
+pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);

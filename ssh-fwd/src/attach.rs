@@ -19,6 +19,7 @@ use crate::iface;
 pub const PROG_INGRESS_XDP: &str = "ssh_fwd_ingress_xdp";
 pub const PROG_INGRESS_TC: &str = "ssh_fwd_ingress_tc";
 pub const PROG_EGRESS_TC: &str = "ssh_fwd_egress_tc";
+pub const PROG_REPLY_TC: &str = "ssh_fwd_reply_tc";
 
 /// `--attach`: where the DNAT program hooks in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -71,10 +72,10 @@ fn iface_from_dir(dir: &str) -> String {
     dir.replace(':', ".")
 }
 
-/// Loads the three programs into the kernel (once per agent).
+/// Loads the programs into the kernel (once per agent).
 pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     xdp(ebpf)?.load().context("loading the XDP program")?;
-    for name in [PROG_INGRESS_TC, PROG_EGRESS_TC] {
+    for name in [PROG_INGRESS_TC, PROG_EGRESS_TC, PROG_REPLY_TC] {
         classifier(ebpf, name)?
             .load()
             .with_context(|| format!("loading tc program {name}"))?;
@@ -293,6 +294,15 @@ impl TcSpec {
         first: false,
         egress: true,
     };
+    /// On a pod's interface: last, so a CNI's own programs (policy, its
+    /// connection tracking) see the reply first; one that ends the chain
+    /// leaves the reply to the egress program, which is just as correct.
+    const REPLY: TcSpec = TcSpec {
+        program: PROG_REPLY_TC,
+        attach: TcAttachType::Ingress,
+        first: false,
+        egress: false,
+    };
 
     fn pin_name(&self) -> String {
         if self.egress {
@@ -304,14 +314,25 @@ impl TcSpec {
 }
 
 fn attach_tc(ebpf: &mut Ebpf, links_dir: &Path, name: &str, spec: TcSpec) -> anyhow::Result<Hook> {
-    let pin = links_dir.join(spec.pin_name());
+    attach_tc_pinned(ebpf, &links_dir.join(spec.pin_name()), name, spec)?;
+    Ok(Hook::TcIngress)
+}
+
+/// Attaches the reply program to the host end of a pod's interface, pinned
+/// at `pin`, or swaps it into the link a previous agent pinned there.
+pub fn attach_reply(ebpf: &mut Ebpf, pin: &Path, name: &str) -> anyhow::Result<()> {
+    attach_tc_pinned(ebpf, pin, name, TcSpec::REPLY)
+}
+
+fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> anyhow::Result<()> {
+    let pin = pin.to_owned();
     let prog = classifier(ebpf, spec.program)?;
     if let Some(old) = adopt(&pin)? {
         match SchedClassifierLink::try_from(old)
             .map_err(anyhow::Error::from)
             .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
         {
-            Ok(_) => return Ok(Hook::TcIngress),
+            Ok(_) => return Ok(()),
             Err(e) => {
                 tracing::warn!(
                     iface = name,
@@ -340,7 +361,7 @@ fn attach_tc(ebpf: &mut Ebpf, links_dir: &Path, name: &str, spec: TcSpec) -> any
         FdLink::try_from(link).map_err(|e| anyhow!("tcx link on {name} cannot be pinned: {e}"))?;
     fd.pin(&pin)
         .with_context(|| format!("pinning link {}", pin.display()))?;
-    Ok(Hook::TcIngress)
+    Ok(())
 }
 
 fn attach_auto(ebpf: &mut Ebpf, links_dir: &Path, name: &str) -> anyhow::Result<Hook> {

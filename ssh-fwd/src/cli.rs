@@ -115,6 +115,19 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
 
+    /// `auto`: also attach a program to the host end of every pod's
+    /// interface (a veth or netkit whose peer is in another network
+    /// namespace, found by rescanning every 2 s). It reverse-NATs SSH
+    /// replies as they leave the pod and sends them straight out of the
+    /// external interface. Requests are delivered straight into the pod's
+    /// namespace where the host end has no qdisc and no tc egress program
+    /// (so no bandwidth limit or policy is skipped). In-cluster traffic to
+    /// the pods is never touched.
+    /// `off`: replies are reverse-NATed on the external interfaces only,
+    /// after the node has routed them.
+    #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
+    pub pod_ifaces: PodIfacesMode,
+
     #[command(flatten)]
     pub bpffs: BpffsArg,
 
@@ -126,6 +139,13 @@ pub struct AgentArgs {
     /// How often the mappings file is checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub watch_interval: Duration,
+}
+
+/// `--pod-ifaces`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodIfacesMode {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Args)]

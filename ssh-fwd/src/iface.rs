@@ -20,6 +20,18 @@ pub fn index(name: &str) -> anyhow::Result<u32> {
     Ok(index)
 }
 
+/// The name of the interface with this index, if there is one.
+pub fn name_of(index: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has room for IF_NAMESIZE bytes, as the call requires.
+    let ptr = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
+    if ptr.is_null() {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 #[repr(C)]
 struct EthtoolDrvinfo {
     cmd: u32,

@@ -16,6 +16,8 @@ use crate::{
 pub struct Listing {
     pub mappings: Vec<Row>,
     pub interfaces: Vec<Interface>,
+    /// Pods' interfaces holding the reply program (`--pod-ifaces auto`).
+    pub pod_interfaces: Vec<PodInterface>,
     pub tracked_connections: usize,
     pub counters: BTreeMap<&'static str, u64>,
 }
@@ -37,6 +39,13 @@ pub struct Row {
 pub struct Interface {
     pub iface: String,
     pub link: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PodInterface {
+    pub index: u32,
+    /// Empty if the interface is gone (the next agent scan drops the link).
+    pub iface: String,
 }
 
 pub fn run(args: ListArgs) -> anyhow::Result<()> {
@@ -74,9 +83,18 @@ pub fn collect(layout: &PinLayout) -> anyhow::Result<Listing> {
         .into_iter()
         .map(|(iface, link)| Interface { iface, link })
         .collect();
+    let pod_interfaces = layout
+        .pod_links()
+        .into_iter()
+        .map(|index| PodInterface {
+            index,
+            iface: crate::iface::name_of(index).unwrap_or_default(),
+        })
+        .collect();
     Ok(Listing {
         mappings,
         interfaces,
+        pod_interfaces,
         tracked_connections: dataplane.conn_count(),
         counters: dataplane.global_counters()?,
     })
@@ -124,6 +142,14 @@ fn print_table(l: &Listing) {
             links.join(", ")
         }
     );
+    if !l.pod_interfaces.is_empty() {
+        let names: Vec<&str> = l.pod_interfaces.iter().map(|p| p.iface.as_str()).collect();
+        println!(
+            "reply program on {} pod interface(s): {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
     let counters: Vec<String> = l.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("packets: {}", counters.join(" "));
 }

@@ -8,6 +8,7 @@ mod dataplane;
 mod http_probe;
 mod iface;
 mod k8s;
+mod links;
 mod list;
 mod loader;
 mod logging;

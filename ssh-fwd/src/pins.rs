@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! <bpffs>/v<LAYOUT_VERSION>/maps/<MAP NAME>
-//! <bpffs>/v<LAYOUT_VERSION>/links/<iface>.<hook>
+//! <bpffs>/v<LAYOUT_VERSION>/links/<iface>/<hook>
+//! <bpffs>/v<LAYOUT_VERSION>/pod-links/<ifindex>
 //! ```
 
 use std::{
@@ -47,6 +48,25 @@ impl PinLayout {
         self.version_dir().join("links")
     }
 
+    /// The reply program's links on pods' interfaces, one per interface,
+    /// named by interface index: pods' interface names are reused by the
+    /// next pod, their indexes are not.
+    pub fn pod_links_dir(&self) -> PathBuf {
+        self.version_dir().join("pod-links")
+    }
+
+    /// Interface indexes with a pinned reply link, ascending.
+    pub fn pod_links(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = std::fs::read_dir(self.pod_links_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     pub fn map(&self, name: &str) -> PathBuf {
         self.maps_dir().join(name)
     }
@@ -87,7 +107,7 @@ impl PinLayout {
             mount_bpffs(&self.root)?;
             tracing::info!(dir = %self.root.display(), "mounted a bpf filesystem");
         }
-        for dir in [self.maps_dir(), self.links_dir()] {
+        for dir in [self.maps_dir(), self.links_dir(), self.pod_links_dir()] {
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
@@ -160,6 +180,18 @@ pub fn remove_tree(path: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pinned_pod_links_are_read_back_by_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = PinLayout::new(dir.path());
+        assert!(layout.pod_links().is_empty(), "no directory yet");
+        std::fs::create_dir_all(layout.pod_links_dir()).unwrap();
+        for name in ["12", "7", "not-an-index"] {
+            std::fs::write(layout.pod_links_dir().join(name), b"").unwrap();
+        }
+        assert_eq!(layout.pod_links(), [7, 12]);
+    }
 
     #[test]
     fn other_layout_versions_are_found_and_nothing_else() {

@@ -132,6 +132,8 @@ fn delta(
         .collect()
 }
 
+mod redirect;
+
 const JOB: (&str, &str, &str) = ("job", "198.18.0.10:8022", "10.244.1.5:22");
 
 fn backend() -> Endpoint {
@@ -286,122 +288,6 @@ fn tc_ingress_program_rewrites_hits_exactly_and_passes_everything_else_untouched
     }
 }
 
-/// The node's end of the pod's link, and the pod, in [`add_pod_route`].
-const POD1_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x01];
-const POD_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x0a, 0x05];
-
-fn mac(m: [u8; 6]) -> String {
-    m.map(|b| format!("{b:02x}")).join(":")
-}
-
-/// What a node has for its pods: a connected route out of the pod's
-/// interface, forwarding on, and (if `neighbour`) the pod's MAC address.
-fn add_pod_route(ns: &NetNs, neighbour: bool) {
-    let pod1_mac = mac(POD1_MAC);
-    // A veth with both ends here (this kernel may lack the dummy driver).
-    ns.ip(&[
-        "link", "add", "pod1", "address", &pod1_mac, "type", "veth", "peer", "name", "pod1p",
-    ])
-    .expect("veth");
-    for link in ["pod1", "pod1p"] {
-        ns.ip(&["link", "set", link, "up"]).expect("link up");
-    }
-    ns.ip(&["addr", "add", "10.244.1.1/24", "dev", "pod1"])
-        .expect("address");
-    if neighbour {
-        let pod_mac = mac(POD_MAC);
-        ns.ip(&[
-            "neigh",
-            "add",
-            "10.244.1.5",
-            "lladdr",
-            &pod_mac,
-            "dev",
-            "pod1",
-            "nud",
-            "permanent",
-        ])
-        .expect("neighbour");
-    }
-    ns.sysctl("net.ipv4.ip_forward", "1").expect("forwarding");
-}
-
-/// The reference: DNAT, then a router's TTL decrement and next-hop MACs.
-fn rewritten_and_forwarded(frame: &[u8], src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
-    let mut expected = frame.to_vec();
-    let tcp = packet::classify(&expected).expect("classify");
-    packet::rewrite(&mut expected, tcp, Side::Destination, backend());
-    assert!(packet::forward(&mut expected, src_mac, dst_mac));
-    expected
-}
-
-#[test]
-fn tc_ingress_redirects_hits_out_of_the_route_interface_with_ttl_and_macs_set() {
-    if !privilege::check(
-        "tc_ingress_redirects_hits_out_of_the_route_interface_with_ttl_and_macs_set",
-    ) {
-        return;
-    }
-    let l = load(&[JOB]);
-    add_pod_route(&l.netns, true);
-    let frame = Frame {
-        payload: b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(),
-        ..Frame::default()
-    }
-    .build();
-    let before = counters(&l);
-    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &frame);
-    assert_eq!(verdict, TC_ACT_REDIRECT);
-    assert_eq!(out, rewritten_and_forwarded(&frame, POD1_MAC, POD_MAC));
-    assert!(checksums_verify(&out));
-    assert_eq!(
-        delta(&before, &counters(&l)),
-        vec![("dnat", 1), ("redirected", 1)]
-    );
-    // A TTL that expires here is the stack's (ICMP time exceeded): rewritten,
-    // not redirected.
-    let dying = Frame {
-        ttl: 1,
-        ..Frame::default()
-    }
-    .build();
-    let before = counters(&l);
-    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &dying);
-    assert_eq!(verdict, TC_ACT_UNSPEC);
-    assert_eq!(out[14 + 8], 1, "TTL untouched");
-    assert_eq!(delta(&before, &counters(&l)), vec![("dnat", 1)]);
-    // Not a frontend: no lookup, no redirect.
-    let other = Frame {
-        dport: 8023,
-        ..Frame::default()
-    }
-    .build();
-    assert_eq!(
-        test_run_tc(&l, PROG_INGRESS_TC, &other),
-        (TC_ACT_UNSPEC, other)
-    );
-}
-
-#[test]
-fn tc_ingress_without_a_neighbour_entry_redirects_through_neighbour_resolution() {
-    if !privilege::check(
-        "tc_ingress_without_a_neighbour_entry_redirects_through_neighbour_resolution",
-    ) {
-        return;
-    }
-    let l = load(&[JOB]);
-    add_pod_route(&l.netns, false);
-    let frame = Frame::default().build();
-    let (verdict, out) = test_run_tc(&l, PROG_INGRESS_TC, &frame);
-    assert_eq!(verdict, TC_ACT_REDIRECT);
-    // The kernel writes the Ethernet header once it knows the neighbour.
-    let (dst, src) = (
-        frame[..6].try_into().unwrap(),
-        frame[6..12].try_into().unwrap(),
-    );
-    assert_eq!(out, rewritten_and_forwarded(&frame, src, dst));
-}
-
 #[test]
 fn tc_egress_program_restores_the_frontend_on_replies() {
     if !privilege::check("tc_egress_program_restores_the_frontend_on_replies") {
@@ -497,7 +383,7 @@ fn object_maps_agree_with_the_shared_constants() {
         return;
     }
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 6] = [
+    let expect: [(&str, u32, usize, usize); 7] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -534,6 +420,7 @@ fn object_maps_agree_with_the_shared_constants() {
             4,
             size_of::<MappingName>(),
         ),
+        (maps::IFACES, maps::MAX_IFACES, 4, 4),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
     for (name, entries, key, value) in expect {

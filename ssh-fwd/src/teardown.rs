@@ -25,6 +25,14 @@ pub fn run(args: BpffsArg) -> anyhow::Result<()> {
         println!("detaching {link} from {iface}");
     }
     pins::remove_tree(&layout.links_dir())?;
+    let pods = layout.pod_links();
+    if !pods.is_empty() {
+        println!(
+            "detaching the reply program from {} pod interface(s)",
+            pods.len()
+        );
+    }
+    pins::remove_tree(&layout.pod_links_dir())?;
     let entries = std::fs::read_dir(layout.root())
         .with_context(|| format!("listing {}", layout.root().display()))?;
     for entry in entries.flatten() {

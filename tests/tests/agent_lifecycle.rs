@@ -237,8 +237,10 @@ fn entry_deleted_behind_the_agents_back_returns_at_the_next_resync() {
     let bed = one_mapping_bed(1, &["--resync-interval", "1s"]);
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     // Key of 198.18.0.10:8022 in FRONTENDS: address and port in wire order.
-    // v2: the pinned layout version (ssh_fwd_common::maps::LAYOUT_VERSION).
-    let map = bed.bpffs[0].path().join("v2/maps/FRONTENDS");
+    let map = bed.bpffs[0].path().join(format!(
+        "v{}/maps/FRONTENDS",
+        ssh_fwd_common::maps::LAYOUT_VERSION
+    ));
     ssh_fwd_tests::cmd::run(
         std::process::Command::new("bpftool")
             .args(["map", "delete", "pinned"])

@@ -5,6 +5,7 @@ mod health;
 mod kube_source;
 mod logs;
 mod metrics;
+mod pod_ifaces;
 pub mod reconcile;
 
 use std::collections::BTreeSet;
@@ -14,7 +15,7 @@ use aya::Ebpf;
 
 use crate::{
     attach::{self, AttachMode},
-    cli::AgentArgs,
+    cli::{AgentArgs, PodIfacesMode},
     dataplane::Dataplane,
     loader, mappings,
     pins::PinLayout,
@@ -36,6 +37,20 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
     };
     let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
+    let mut pods = pod_ifaces::PodIfaces::new(
+        ebpf,
+        &layout,
+        &args.ifaces,
+        args.pod_ifaces == PodIfacesMode::Auto,
+    )?;
+    // The first scan before any mapping: a failure only costs speed.
+    if let Err(e) = pods.sync() {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "cannot scan pod interfaces; replies take the egress path until a rescan works"
+        );
+    }
+    let pods = tokio::spawn(pods.run(pod_ifaces::SCAN_INTERVAL));
     serve_metrics(&args, &layout, &health).await?;
     let result = match (&args.mappings, initial) {
         (Some(path), Some(initial)) => {
@@ -45,7 +60,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         _ => kube_source::watch(&args, &mut reconciler, health).await,
     };
     // The links are pinned: dropping the object closes our handles only.
-    drop(ebpf);
+    pods.abort();
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"

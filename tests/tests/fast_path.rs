@@ -1,0 +1,133 @@
+//! The pod-interface fast path end to end (`--pod-ifaces`): requests handed
+//! straight into the pod's namespace, replies reverse-NATed on the pod's
+//! interface and sent straight out of the external one - and in-cluster
+//! traffic to a mapped pod left alone.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Bed, FRONTEND};
+use ssh_fwd_tests::{Topology, cmd, privilege};
+
+fn counter(bed: &Bed, name: &str) -> u64 {
+    bed.bpffs[0].list().unwrap()["counters"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+#[test]
+fn ssh_session_takes_the_fast_path_both_ways() {
+    if !privilege::check("ssh_session_takes_the_fast_path_both_ways") {
+        return;
+    }
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    let list = bed.bpffs[0].list().unwrap();
+    // `list` runs outside the node's namespace here, so compare indexes.
+    let pod1 = cmd::run(
+        bed.topo.nodes[0]
+            .ns
+            .command("ip")
+            .args(["-o", "link", "show", "pod1"]),
+    )
+    .unwrap();
+    let index: u64 = pod1.split(':').next().unwrap().trim().parse().unwrap();
+    assert_eq!(
+        list["pod_interfaces"].as_array().map(Vec::len),
+        Some(1),
+        "{list:#}"
+    );
+    assert_eq!(list["pod_interfaces"][0]["index"].as_u64(), Some(index));
+    let c = &list["counters"];
+    let (peer, replies) = (
+        c["redirected_peer"].as_u64().unwrap(),
+        c["reply_redirected"].as_u64().unwrap(),
+    );
+    // The first request to a pod finds no neighbour entry and goes through
+    // neighbour resolution; the rest of the session goes into the pod.
+    assert!(peer > 5, "requests handed into the pod: {c}");
+    assert!(replies > 5, "replies sent straight out: {c}");
+    assert_eq!(
+        c["reverse_nat"].as_u64(),
+        Some(replies),
+        "every reply was reverse-NATed on the pod's interface, none at egress: {c}"
+    );
+}
+
+#[test]
+fn a_pods_own_ssh_to_a_mapped_pod_is_left_alone() {
+    if !privilege::check("a_pods_own_ssh_to_a_mapped_pod_is_left_alone") {
+        return;
+    }
+    // MPI ranks ssh to each other's pod IP: those replies leave through a
+    // pod interface, not an external one, and must keep the pod's address.
+    let bed = Bed::start(
+        Topology::single_node(2).unwrap(),
+        &[("rank0", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let rank1 = &bed.topo.pods[1].ns;
+    let hostname = bed.ssh().run(rank1, "10.244.1.5", 22, "hostname").unwrap();
+    assert_eq!(hostname, "pod-1");
+    assert!(counter(&bed, "reply_to_stack") > 5);
+    assert_eq!(counter(&bed, "reverse_nat"), 0, "nothing was rewritten");
+    // And the frontend still works alongside.
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert!(counter(&bed, "reply_redirected") > 5);
+}
+
+#[test]
+fn a_pod_interface_with_a_qdisc_gets_no_peer_redirects() {
+    if !privilege::check("a_pod_interface_with_a_qdisc_gets_no_peer_redirects") {
+        return;
+    }
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    // A bandwidth limit on the pod's interface, as the CNI bandwidth plugin
+    // sets one: a peer redirect would bypass it.
+    let node = &bed.topo.nodes[0].ns;
+    cmd::run(node.command("tc").args([
+        "qdisc", "add", "dev", "pod1", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency",
+        "50ms",
+    ]))
+    .unwrap();
+    // The next rescan (every 2 s) withdraws the flag.
+    let flags = || {
+        cmd::run(node.command("bpftool").args(["map", "dump", "pinned"]).arg(
+            bed.bpffs[0].path().join(format!(
+                "v{}/maps/IFACES",
+                ssh_fwd_common::maps::LAYOUT_VERSION
+            )),
+        ))
+        .unwrap()
+    };
+    let withdrawn = cmd::wait_until(Duration::from_secs(10), || {
+        // bpftool prints values as hex bytes; only the external
+        // interface's flag (1) may remain, not a pod's (2).
+        !flags().contains("value: 02 00 00 00")
+    });
+    assert!(withdrawn, "pod1 still flagged: {}", flags());
+    let before = counter(&bed, "redirected_peer");
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert_eq!(counter(&bed, "redirected_peer"), before, "no peer redirect");
+    assert!(
+        counter(&bed, "redirected") > 5,
+        "still redirected, the ordinary way"
+    );
+}
