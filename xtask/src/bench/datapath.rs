@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 
 use super::{
     bed::Bed,
-    paths::{self, Attach, Path},
+    paths::{self, Attach, Path, PodIfaces},
     report::{Run, Sample},
     workloads,
 };
@@ -130,9 +130,10 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
 fn path_list(services: &[usize], ipvs: bool) -> Vec<Path> {
     let mut all = vec![
         Path::Routing,
-        Path::SshFwd(Attach::Tc),
-        Path::SshFwd(Attach::XdpGeneric),
-        Path::SshFwd(Attach::Xdp),
+        Path::SshFwd(Attach::Tc, PodIfaces::Auto),
+        Path::SshFwd(Attach::Tc, PodIfaces::Off),
+        Path::SshFwd(Attach::XdpGeneric, PodIfaces::Auto),
+        Path::SshFwd(Attach::Xdp, PodIfaces::Auto),
     ];
     all.extend(services.iter().map(|&n| Path::Iptables(n)));
     all.extend(services.iter().map(|&n| Path::Nftables(n)));

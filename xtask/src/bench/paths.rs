@@ -32,11 +32,19 @@ impl Attach {
     }
 }
 
+/// ssh-fwd's `--pod-ifaces`: with `Off`, replies take the node's stack and
+/// the egress program (the data path before the reply program existed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum PodIfaces {
+    Auto,
+    Off,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Path {
     /// Straight to the pod IP, no NAT: the reference.
     Routing,
-    SshFwd(Attach),
+    SshFwd(Attach, PodIfaces),
     /// kube-proxy iptables mode with N Services.
     Iptables(usize),
     /// kube-proxy nftables mode with N Services.
@@ -51,7 +59,8 @@ impl Path {
     pub fn label(self) -> String {
         match self {
             Path::Routing => "plain routing".into(),
-            Path::SshFwd(a) => format!("ssh-fwd {}", a.arg()),
+            Path::SshFwd(a, PodIfaces::Auto) => format!("ssh-fwd {}", a.arg()),
+            Path::SshFwd(a, PodIfaces::Off) => format!("ssh-fwd {}, pod-ifaces off", a.arg()),
             Path::Iptables(n) => format!("iptables, {n} Services"),
             Path::Nftables(n) => format!("nftables, {n} Services"),
             Path::Ipvs(n) => format!("IPVS, {n} Services"),
@@ -81,16 +90,17 @@ pub enum Installed {
 }
 
 impl Installed {
-    /// For ssh-fwd: the share of DNATed packets that took the redirect
-    /// (skipping the node's stack), from the agent's counters.
+    /// For ssh-fwd: the share of rewritten packets, both ways, that were
+    /// redirected (skipping the node's IP stack), from the agent's counters.
     pub fn redirected_share(&self) -> Option<f64> {
         let Installed::SshFwd { bpffs, .. } = self else {
             return None;
         };
         let listing = bpffs.list().ok()?;
-        let dnat = listing["counters"]["dnat"].as_f64()?;
-        let redirected = listing["counters"]["redirected"].as_f64().unwrap_or(0.0);
-        (dnat > 0.0).then(|| redirected / dnat)
+        let c = |name: &str| listing["counters"][name].as_f64().unwrap_or(0.0);
+        let rewritten = c("dnat") + c("reverse_nat");
+        let redirected = c("redirected") + c("reply_redirected");
+        (rewritten > 0.0).then(|| redirected / rewritten)
     }
 
     /// The process doing the forwarding in user space, if any (for CPU).
@@ -115,7 +125,7 @@ pub fn install(path: Path, bed: &Bed) -> anyhow::Result<Installed> {
     let node = &bed.node;
     match path {
         Path::Routing => Ok(Installed::Nothing),
-        Path::SshFwd(attach) => ssh_fwd(node, attach),
+        Path::SshFwd(attach, pod_ifaces) => ssh_fwd(node, attach, pod_ifaces),
         Path::Iptables(n) => {
             restore(node, "iptables-restore", &[], &kube_rules::iptables(n))?;
             Ok(Installed::Nothing)
@@ -152,7 +162,7 @@ pub fn install(path: Path, bed: &Bed) -> anyhow::Result<Installed> {
 }
 
 /// The release agent in static-file mode with the two benchmark mappings.
-fn ssh_fwd(node: &NetNs, attach: Attach) -> anyhow::Result<Installed> {
+fn ssh_fwd(node: &NetNs, attach: Attach, pod_ifaces: PodIfaces) -> anyhow::Result<Installed> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("mappings.yaml");
     let (from, to) = (Target::frontend(), Target::pod());
@@ -173,12 +183,16 @@ fn ssh_fwd(node: &NetNs, attach: Attach) -> anyhow::Result<Installed> {
     )?;
     let bpffs = Bpffs::new()?;
     super::datapath::remember_bpffs(bpffs.path());
+    let pod_ifaces = match pod_ifaces {
+        PodIfaces::Auto => "auto",
+        PodIfaces::Off => "off",
+    };
     let agent = Agent::start(
         node,
         &[EXT_IFACE],
         &file,
         &bpffs,
-        &["--attach", attach.arg()],
+        &["--attach", attach.arg(), "--pod-ifaces", pod_ifaces],
     )
     .with_context(|| format!("starting the agent with --attach {}", attach.arg()))?;
     Ok(Installed::SshFwd {
