@@ -91,12 +91,13 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
         ),
     );
     api.apply(Kind::Pod, pod("job-7-rank-1", &topo.pods[1].ip, json!({})));
-    let printed: String = eventually("the SSHReady event", || {
+    let event: Value = eventually("the SSHReady event", || {
         api.list(Kind::Event)
-            .iter()
+            .into_iter()
             .find(|e| e["regarding"]["name"] == "job-7-rank-0" && e["reason"] == "SSHReady")
-            .and_then(|e| e["note"].as_str().map(str::to_owned))
     });
+    assert_eq!(event["type"], "Normal", "{event}");
+    let printed = event["note"].as_str().unwrap().to_owned();
     let command = printed
         .strip_prefix("SSH: Connected! Available at: ")
         .unwrap_or_else(|| panic!("unexpected event text: {printed}"))

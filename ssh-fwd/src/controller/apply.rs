@@ -1,25 +1,31 @@
 //! Carries out a plan against the API. Each write stands alone: one that
 //! fails is logged and counted, and the next reconcile (which recomputes
-//! everything) tries again.
+//! everything) tries again. Writes name the object they mean by uid where
+//! the API allows it, so one made since under the same name is left alone.
 
 use std::{
     collections::BTreeSet,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::{
     Api, Client,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::events::{Event, EventType, Recorder},
 };
 use serde_json::json;
 
 use super::{
+    api_error::{self, Grant},
     expect::Done,
-    plan::{Action, DeleteReason, PodRef},
+    plan::{Action, DeleteReason, PodRef, Problem},
     service::{ENDPOINT_ANNOTATION, SERVICE_LABEL},
+    warn::Scope,
 };
 
 /// What the writes need to know beyond the plan.
@@ -30,7 +36,8 @@ pub struct Context {
     pub host: String,
     pub user: String,
     pub range: std::ops::RangeInclusive<u16>,
-    pub api_errors: AtomicU64,
+    /// Failed writes here, and failed watches (`k8s::source`).
+    pub api_errors: Arc<AtomicU64>,
     pub services_created: AtomicU64,
     pub services_deleted: AtomicU64,
 }
@@ -48,21 +55,29 @@ pub struct Applied {
 /// fall into separate passes), so they need not wait for each other.
 const CONCURRENT_WRITES: usize = 16;
 
-/// Runs `actions`. `warned` holds the pods already told there is no free
-/// port, so a full range does not turn into an event storm.
-pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut BTreeSet<String>) -> Applied {
+/// Pods (by uid) already warned of a problem, so a lasting one (a full
+/// range, a bad annotation) does not turn into an event storm.
+pub type Warned = BTreeSet<(String, Problem)>;
+
+/// What a successful write leaves to remember.
+enum Outcome {
+    Nothing,
+    Done(Done),
+    Warned(String, Problem),
+}
+
+/// Runs `actions`. A warning already in `warned` is not sent again; one is
+/// added only once its event is written, and a pod's warnings are forgotten
+/// once it gets a Service.
+pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> Applied {
     let actions: Vec<Action> = actions
         .into_iter()
         .filter(|action| match action {
-            Action::NoFreePort { pod } => warned.insert(pod.uid.clone()),
-            Action::Create { pod, .. } => {
-                warned.remove(&pod.uid);
-                true
-            }
+            Action::Warn { pod, problem } => !warned.contains(&(pod.uid.clone(), problem.clone())),
             _ => true,
         })
         .collect();
-    let outcomes: Vec<anyhow::Result<Option<Done>>> = futures::stream::iter(actions)
+    let outcomes: Vec<anyhow::Result<Outcome>> = futures::stream::iter(actions)
         .map(|action| run(ctx, action))
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
@@ -70,7 +85,16 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut BTreeSet<St
     let mut applied = Applied::default();
     for outcome in outcomes {
         match outcome {
-            Ok(done) => applied.done.extend(done),
+            Ok(Outcome::Nothing) => {}
+            Ok(Outcome::Done(done)) => {
+                if let Done::Created { uid, .. } = &done {
+                    warned.retain(|(warned, _)| warned != uid);
+                }
+                applied.done.push(done);
+            }
+            Ok(Outcome::Warned(uid, problem)) => {
+                warned.insert((uid, problem));
+            }
             Err(e) => {
                 applied.failures += 1;
                 ctx.api_errors.fetch_add(1, Ordering::Relaxed);
@@ -81,18 +105,32 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut BTreeSet<St
     applied
 }
 
-/// One action; returns what the caches should show for it.
-async fn run(ctx: &Context, action: Action) -> anyhow::Result<Option<Done>> {
+/// One action; returns what to remember of it.
+async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
     match action {
         Action::Create { pod, port, service } => {
             let created = create(ctx, &pod, port, &service).await?;
-            return Ok(created.then_some(Done::Created { uid: pod.uid, port }));
+            let done = Done::Created { uid: pod.uid, port };
+            return Ok(if created {
+                Outcome::Done(done)
+            } else {
+                Outcome::Nothing
+            });
         }
         Action::Delete {
             namespace,
             name,
+            uid,
             why,
-        } => delete(ctx, &namespace, &name, &why).await?,
+            unpublish: pod,
+        } => {
+            // In this order: a Service deleted first would leave a failed
+            // withdrawal with nothing to retry it.
+            if let Some(pod) = pod {
+                unpublish(ctx, &pod).await?;
+            }
+            delete(ctx, &namespace, &name, uid, &why).await?;
+        }
         Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
         Action::Publish {
             pod,
@@ -101,15 +139,17 @@ async fn run(ctx: &Context, action: Action) -> anyhow::Result<Option<Done>> {
             announce,
         } => {
             let endpoint = publish(ctx, &pod, &service, port, announce).await?;
-            return Ok(Some(Done::Published {
+            return Ok(Outcome::Done(Done::Published {
                 uid: pod.uid,
                 endpoint,
             }));
         }
-        Action::Unpublish { namespace, name } => unpublish(ctx, &namespace, &name).await?,
-        Action::NoFreePort { pod } => no_free_port(ctx, &pod).await?,
+        Action::Warn { pod, problem } => {
+            warn(ctx, &pod, &problem).await?;
+            return Ok(Outcome::Warned(pod.uid, problem));
+        }
     }
-    Ok(None)
+    Ok(Outcome::Nothing)
 }
 
 /// Whether a Service was created (it may exist already, from a pass the
@@ -125,21 +165,34 @@ async fn create(ctx: &Context, pod: &PodRef, port: u16, service: &Service) -> an
         }
         // Made by an earlier pass whose create the cache had not shown yet.
         Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
-        Err(e) => Err(anyhow::Error::new(e).context(format!(
-            "creating Service {}/{name} for pod {} on port {port}",
-            pod.namespace, pod.name
-        ))),
+        Err(e) => Err(api_error::context(
+            e,
+            format!(
+                "creating Service {}/{name} for pod {} on port {port}",
+                pod.namespace, pod.name
+            ),
+            Grant::Cluster,
+        )),
     }
 }
 
+/// Deletes the Service `namespace/name` if it is still the one with `uid`.
 async fn delete(
     ctx: &Context,
     namespace: &str,
     name: &str,
+    uid: Option<String>,
     why: &DeleteReason,
 ) -> anyhow::Result<()> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
-    match api.delete(name, &DeleteParams::default()).await {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
         Ok(_) => {
             ctx.services_deleted.fetch_add(1, Ordering::Relaxed);
             match why {
@@ -155,10 +208,13 @@ async fn delete(
             }
             Ok(())
         }
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Err(e) => {
-            Err(anyhow::Error::new(e).context(format!("deleting Service {namespace}/{name}")))
-        }
+        // Gone already, or a namesake made since (the uid precondition).
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
+        Err(e) => Err(api_error::context(
+            e,
+            format!("deleting Service {namespace}/{name}"),
+            Grant::Cluster,
+        )),
     }
 }
 
@@ -169,9 +225,8 @@ async fn set_ingress(ctx: &Context, namespace: &str, name: &str) -> anyhow::Resu
         .await
         .map(drop)
         .map_err(|e| {
-            anyhow::Error::new(e).context(format!(
-                "writing the load-balancer status of Service {namespace}/{name}"
-            ))
+            let what = format!("writing the load-balancer status of Service {namespace}/{name}");
+            api_error::context(e, what, Grant::Cluster)
         })
 }
 
@@ -184,8 +239,10 @@ async fn publish(
 ) -> anyhow::Result<String> {
     let endpoint = format!("{}:{port}", ctx.host);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
-    let patch = |fields: serde_json::Value| {
+    let patch = |mut fields: serde_json::Value| {
         let api = api.clone();
+        // The uid makes the patch fail on a namesake made since.
+        fields["uid"] = json!(pod.uid);
         async move {
             api.patch(
                 &pod.name,
@@ -195,8 +252,8 @@ async fn publish(
             .await
             .map(drop)
             .map_err(|e| {
-                anyhow::Error::new(e)
-                    .context(format!("patching pod {}/{}", pod.namespace, pod.name))
+                let what = format!("patching pod {}/{}", pod.namespace, pod.name);
+                api_error::context(e, what, Grant::Cluster)
             })
         }
     };
@@ -217,32 +274,41 @@ async fn publish(
     Ok(endpoint)
 }
 
-async fn unpublish(ctx: &Context, namespace: &str, name: &str) -> anyhow::Result<()> {
+/// Takes the endpoint off a pod whose Service goes; a pod that is gone, or
+/// replaced by a namesake, has nothing to take off.
+async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
     let patch = json!({"metadata": {
+        "uid": pod.uid,
         "labels": {SERVICE_LABEL: null},
         "annotations": {ENDPOINT_ANNOTATION: null},
     }});
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
-        Err(e) => Err(anyhow::Error::new(e).context(format!(
-            "removing the SSH endpoint from pod {namespace}/{name}"
-        ))),
+        Err(e) if api_error::is_gone(&e) => Ok(()),
+        Err(e) => {
+            let what = format!(
+                "removing the SSH endpoint from pod {}/{}",
+                pod.namespace, pod.name
+            );
+            Err(api_error::context(e, what, Grant::Cluster))
+        }
     }
 }
 
-async fn no_free_port(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
-    let (first, last) = (ctx.range.start(), ctx.range.end());
-    let note = format!(
-        "No free SSH port: all of {first}-{last} on {} are taken. The pod gets one as soon as another SSH job ends; an operator can widen --port-range (and the agents' --port-range).",
-        ctx.ssh_ip
-    );
+async fn warn(ctx: &Context, pod: &PodRef, problem: &Problem) -> anyhow::Result<()> {
+    let scope = Scope {
+        ssh_ip: ctx.ssh_ip,
+        range: &ctx.range,
+        namespace: &pod.namespace,
+    };
+    let note = problem.note(&scope);
     tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "{note}");
-    event(ctx, pod, EventType::Warning, "NoFreePort", "Allocate", note).await
+    let (reason, action) = (problem.reason(), problem.action());
+    event(ctx, pod, EventType::Warning, reason, action, note).await
 }
 
 async fn event(
@@ -269,9 +335,10 @@ async fn event(
         secondary: None,
     };
     ctx.recorder.publish(&event, &regarding).await.map_err(|e| {
-        anyhow::Error::new(e).context(format!(
+        let what = format!(
             "sending a {reason} event to pod {}/{}",
             pod.namespace, pod.name
-        ))
+        );
+        api_error::context(e, what, Grant::Cluster)
     })
 }

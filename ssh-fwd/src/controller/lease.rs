@@ -3,17 +3,25 @@
 //! resourceVersion it read, so two replicas cannot both take the Lease.
 //! A leader that cannot renew for two thirds of the Lease duration stops
 //! (the process exits and restarts as a standby) before anyone else may
-//! take over.
+//! take over. Expiry is judged by the standby's own clock, as client-go
+//! does: a Lease is expired once it has not changed for its duration since
+//! the standby last saw it change. The holder's renewTime is its clock, and
+//! with skew between nodes it would make a standby take over early (or
+//! never).
 
-use std::time::Duration;
+use std::{
+    sync::{Mutex, PoisonError},
+    time::{Duration, Instant},
+};
 
-use anyhow::Context as _;
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
-    jiff::{SignedDuration, Timestamp},
+    jiff::Timestamp,
 };
 use kube::{Api, api::PostParams};
+
+use super::api_error::{self, Grant};
 
 /// What to do about the Lease as read.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,26 +38,42 @@ pub enum Step {
     },
 }
 
-pub fn decide(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
+/// The Lease as last read, and since when (by our clock) it has read so.
+#[derive(Debug, Default)]
+pub struct Observed {
+    last: Option<(LeaseSpec, Instant)>,
+}
+
+impl Observed {
+    /// Notes the Lease as read at `now`; returns since when it has been so.
+    fn see(&mut self, spec: &LeaseSpec, now: Instant) -> Instant {
+        match &self.last {
+            Some((seen, since)) if seen == spec => *since,
+            _ => {
+                self.last = Some((spec.clone(), now));
+                now
+            }
+        }
+    }
+}
+
+pub fn decide(spec: Option<&LeaseSpec>, me: &str, observed: &mut Observed, now: Instant) -> Step {
     let Some(spec) = spec else {
         return Step::Create;
     };
+    let since = observed.see(spec, now);
     let holder = spec.holder_identity.as_deref().unwrap_or("");
     if holder == me {
         return Step::Renew;
     }
-    let duration = SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(0)));
-    let expires = spec
-        .renew_time
-        .as_ref()
-        .or(spec.acquire_time.as_ref())
-        .and_then(|t| t.0.checked_add(duration).ok());
-    match expires {
-        Some(expires) if !holder.is_empty() && expires > now => Step::Wait {
-            holder: holder.to_owned(),
-            for_: Duration::try_from(expires.duration_since(now)).unwrap_or_default(),
-        },
-        _ => Step::Take,
+    let seconds = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
+    let expires = since + Duration::from_secs(seconds);
+    if holder.is_empty() || expires <= now {
+        return Step::Take;
+    }
+    Step::Wait {
+        holder: holder.to_owned(),
+        for_: expires - now,
     }
 }
 
@@ -58,6 +82,7 @@ pub struct Elector {
     pub name: String,
     pub me: String,
     pub duration: Duration,
+    pub observed: Mutex<Observed>,
 }
 
 impl Elector {
@@ -141,16 +166,20 @@ impl Elector {
     /// One round: `None` when we hold the Lease afterwards, else the step
     /// that stopped us (a conflicting write shows up as an error).
     async fn try_once(&self) -> anyhow::Result<Option<Step>> {
+        let failed = |e, what: &str| {
+            api_error::context(e, format!("{what} the Lease {}", self.name), Grant::Lease)
+        };
         let current = self
             .api
             .get_opt(&self.name)
             .await
-            .context("reading the Lease")?;
+            .map_err(|e| failed(e, "reading"))?;
         let now = Timestamp::now();
         let step = decide(
             current.as_ref().and_then(|l| l.spec.as_ref()),
             &self.me,
-            now,
+            &mut self.observed.lock().unwrap_or_else(PoisonError::into_inner),
+            Instant::now(),
         );
         let seconds = i32::try_from(self.duration.as_secs())
             .unwrap_or(i32::MAX)
@@ -174,7 +203,7 @@ impl Elector {
                 self.api
                     .create(&PostParams::default(), &lease)
                     .await
-                    .context("creating the Lease")?;
+                    .map_err(|e| failed(e, "creating"))?;
                 Ok(None)
             }
             (Step::Take | Step::Renew, Some(mut lease)) => {
@@ -189,7 +218,7 @@ impl Elector {
                 self.api
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
-                    .context("writing the Lease")?;
+                    .map_err(|e| failed(e, "writing"))?;
                 Ok(None)
             }
             _ => Ok(Some(step)),
@@ -210,33 +239,64 @@ mod tests {
         }
     }
 
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
     #[test]
     fn a_missing_lease_is_created_and_our_own_is_renewed() {
-        let now = Timestamp::now();
-        assert_eq!(decide(None, "a", now), Step::Create);
-        assert_eq!(decide(Some(&held_by("a", now, 15)), "a", now), Step::Renew);
+        let (now, mut seen) = (Instant::now(), Observed::default());
+        assert_eq!(decide(None, "a", &mut seen, now), Step::Create);
+        let ours = held_by("a", Timestamp::now(), 15);
+        assert_eq!(decide(Some(&ours), "a", &mut seen, now), Step::Renew);
     }
 
     #[test]
-    fn a_live_lease_of_another_replica_is_waited_for() {
-        let now = Timestamp::now();
-        let renewed = now - SignedDuration::from_secs(5);
-        let Step::Wait { holder, for_ } = decide(Some(&held_by("b", renewed, 15)), "a", now) else {
+    fn a_live_lease_of_another_replica_is_waited_for_its_duration_from_its_last_change() {
+        let (t0, mut seen) = (Instant::now(), Observed::default());
+        let lease = held_by("b", Timestamp::now(), 15);
+        let Step::Wait { holder, for_ } = decide(Some(&lease), "a", &mut seen, t0) else {
             panic!("expected to wait")
         };
-        assert_eq!(holder, "b");
-        assert_eq!(for_.as_secs(), 10);
+        assert_eq!((holder.as_str(), for_), ("b", secs(15)));
+        let later = decide(Some(&lease), "a", &mut seen, t0 + secs(5));
+        assert!(matches!(later, Step::Wait { for_, .. } if for_ == secs(10)));
+        // Renewed: the wait starts over.
+        let renewed = held_by("b", Timestamp::now() + secs(1), 15);
+        let after = decide(Some(&renewed), "a", &mut seen, t0 + secs(14));
+        assert!(matches!(after, Step::Wait { for_, .. } if for_ == secs(15)));
+        assert_eq!(
+            decide(Some(&renewed), "a", &mut seen, t0 + secs(29)),
+            Step::Take
+        );
     }
 
     #[test]
-    fn an_expired_or_released_lease_is_taken() {
-        let now = Timestamp::now();
-        let renewed = now - SignedDuration::from_secs(16);
-        assert_eq!(
-            decide(Some(&held_by("b", renewed, 15)), "a", now),
-            Step::Take
-        );
-        assert_eq!(decide(Some(&held_by("", now, 15)), "a", now), Step::Take);
-        assert_eq!(decide(Some(&LeaseSpec::default()), "a", now), Step::Take);
+    fn the_holders_clock_does_not_decide_expiry() {
+        // A holder whose clock runs an hour behind looks long expired by its
+        // renewTime, and one an hour ahead looks live for an hour: neither
+        // counts, only how long the Lease has gone unchanged here.
+        let hour = secs(3600);
+        for renewed in [Timestamp::now() - hour, Timestamp::now() + hour] {
+            let (t0, mut seen) = (Instant::now(), Observed::default());
+            let lease = held_by("b", renewed, 15);
+            assert!(matches!(
+                decide(Some(&lease), "a", &mut seen, t0),
+                Step::Wait { .. }
+            ));
+            assert_eq!(
+                decide(Some(&lease), "a", &mut seen, t0 + secs(15)),
+                Step::Take
+            );
+        }
+    }
+
+    #[test]
+    fn a_released_lease_is_taken_at_once() {
+        let (now, mut seen) = (Instant::now(), Observed::default());
+        let released = held_by("", Timestamp::now(), 15);
+        assert_eq!(decide(Some(&released), "a", &mut seen, now), Step::Take);
+        let empty = LeaseSpec::default();
+        assert_eq!(decide(Some(&empty), "a", &mut seen, now), Step::Take);
     }
 }

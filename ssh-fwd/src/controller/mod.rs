@@ -3,12 +3,15 @@
 //! recomputes the writes from the full caches of labelled pods and all
 //! Services (`plan`), so a missed event or a restart costs nothing.
 
+mod api_error;
 mod apply;
 mod expect;
+mod flags;
 mod lease;
 mod plan;
 mod ports;
 mod service;
+mod warn;
 
 #[cfg(test)]
 mod tests;
@@ -16,13 +19,13 @@ mod tests;
 use std::{
     collections::BTreeSet,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::{
     Api,
@@ -36,7 +39,7 @@ use tokio::{
 };
 
 use crate::{cli::ControllerArgs, http_probe, k8s};
-use apply::{Applied, Context};
+use apply::{Applied, Context, Warned};
 use expect::Expectations;
 use lease::Elector;
 use service::Settings;
@@ -45,16 +48,7 @@ use service::Settings;
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    if args.ssh_user.trim().is_empty() || args.ssh_user.contains(char::is_whitespace) {
-        bail!(
-            "--ssh-user `{}` must be one word, e.g. ucloud",
-            args.ssh_user
-        );
-    }
-    let host = args
-        .ssh_hostname
-        .clone()
-        .unwrap_or_else(|| args.ssh_ip.to_string());
+    let host = flags::check(&args)?;
     let identity = match &args.identity {
         Some(id) => id.clone(),
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -78,7 +72,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         host,
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),
-        api_errors: AtomicU64::new(0),
+        api_errors: Arc::new(AtomicU64::new(0)),
         services_created: AtomicU64::new(0),
         services_deleted: AtomicU64::new(0),
     });
@@ -90,6 +84,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         name: args.lease_name.clone(),
         me: identity,
         duration: args.lease_duration,
+        observed: Mutex::default(),
     });
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -120,7 +115,6 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 /// What the leader does: watch, then reconcile on every change and timer.
 async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> anyhow::Result<()> {
     let changed = Arc::new(Notify::new());
-    let api_errors = Arc::new(AtomicU64::new(0));
     let pods: Store<Pod> = k8s::source::spawn_reflector(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
@@ -131,7 +125,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         prune_pod,
         "Pod",
         &changed,
-        &api_errors,
+        &ctx.api_errors,
     );
     let services: Store<Service> = k8s::source::spawn_reflector(
         Api::all(client),
@@ -139,7 +133,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         k8s::source::drop_managed_fields,
         "Service",
         &changed,
-        &api_errors,
+        &ctx.api_errors,
     );
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
@@ -152,11 +146,12 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     let mut resync = interval(args.resync_interval);
     resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut expected = Expectations::default();
-    let mut warned = BTreeSet::new();
+    let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
     loop {
         let (pods, services) = (pods.state(), services.state());
         expected.settle(&pods, &services, Instant::now());
+        forget_gone(&mut warned, &pods);
         let input = plan::Input {
             pods: &pods,
             services: &services,
@@ -177,6 +172,18 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             _ = tokio::time::sleep(RETRY_AFTER), if failures > 0 => {}
         }
     }
+}
+
+/// Warnings of pods no longer labelled (or gone) need not be remembered.
+fn forget_gone(warned: &mut Warned, pods: &[Arc<Pod>]) {
+    if warned.is_empty() {
+        return;
+    }
+    let uids: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    warned.retain(|(uid, _)| uids.contains(uid.as_str()));
 }
 
 /// Keeps what the plan reads of a pod: its metadata and phase. A pod's spec
@@ -237,7 +244,7 @@ async fn serve_metrics(
                     line(
                         "ssh_fwd_controller_api_errors_total",
                         "counter",
-                        "Failed API writes (retried).",
+                        "Failed API writes and watches (each retried).",
                         ctx.api_errors.load(Ordering::Relaxed),
                     ),
                 ]

@@ -5,20 +5,28 @@
 //! terminating gets one Service on a free port. Two Services holding one port
 //! on the SSH IP: the oldest keeps it (then by name; the agents decide the
 //! same way) and a younger one of ours is deleted, so its pod gets another
-//! port. A pod is told its endpoint only once its Service holds the port.
-//! Services whose pod is gone or no longer asks are deleted.
+//! port. A pod is told its endpoint only once its Service holds the port
+//! and, for a LoadBalancer, once the cache shows the ingress address written.
+//! Services whose pod is gone or no longer asks are deleted, after the
+//! endpoint is taken off the pod. A pod that cannot be served (bad
+//! target-port annotation, its Service name taken by someone else's, no
+//! free port) gets a Warning instead.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use rand::Rng;
 
+pub use super::warn::Problem;
 use super::{
     expect::Expectations,
     ports,
     service::{self, Claim, Settings},
 };
 use crate::k8s::desired::seniority;
+use races::retire_port_losers;
+
+mod races;
 
 /// A pod, by what the API needs to address it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -35,16 +43,19 @@ pub enum Action {
         port: u16,
         service: Box<Service>,
     },
+    /// Delete one of our Services, only if it is still the one with this
+    /// uid. `unpublish`: first take the endpoint off this pod (if it still
+    /// exists); the Service stays until that worked, so a failure is retried
+    /// instead of leaving a stale endpoint on a pod no Service points to.
     Delete {
         namespace: String,
         name: String,
+        uid: Option<String>,
         why: DeleteReason,
+        unpublish: Option<PodRef>,
     },
     /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
-    SetIngress {
-        namespace: String,
-        name: String,
-    },
+    SetIngress { namespace: String, name: String },
     /// Label the pod for its Service's selector, annotate the endpoint and
     /// send the "ssh ..." event.
     Publish {
@@ -54,15 +65,8 @@ pub enum Action {
         /// The endpoint is new to the pod: tell the user.
         announce: bool,
     },
-    /// Forget a published endpoint on a pod that no longer has a Service
-    /// (it may be gone: not finding it is fine).
-    Unpublish {
-        namespace: String,
-        name: String,
-    },
-    NoFreePort {
-        pod: PodRef,
-    },
+    /// The pod cannot be served: tell it why (once) and what fixes it.
+    Warn { pod: PodRef, problem: Problem },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +108,13 @@ pub fn compute(
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
         .collect();
     let (ours, retiring) = sort_out_ours(input.services, &wanted, &lost, &mut actions);
+    // Services by name, with whether they are ours: a name someone else's
+    // Service has is not ours to take.
+    let names: BTreeMap<String, bool> = input
+        .services
+        .iter()
+        .map(|s| (full_name(s), service::is_managed(s)))
+        .collect();
 
     let mut used: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
     used.extend(input.expected.ports());
@@ -115,41 +126,70 @@ pub fn compute(
         };
         if let Some(svc) = ours.get(uid) {
             let published = input.expected.published(uid);
-            publish(svc, pod, pod_ref, published, endpoint_host, &mut actions);
-        } else if retiring.contains(uid) {
-            // A new port next pass, once the old Service (same name) is gone.
-        } else if input.expected.creating(uid) {
-            // Created; the cache will show it.
-        } else if let Some(port) = ports::pick_free(range, &used, rng) {
-            used.insert(port);
-            actions.push(Action::Create {
-                service: Box::new(service::build(pod, port, settings)),
-                pod: pod_ref,
-                port,
-            });
-        } else {
-            actions.push(Action::NoFreePort { pod: pod_ref });
+            let to = Target {
+                ip: settings.ssh_ip,
+                host: endpoint_host,
+            };
+            publish(svc, pod, pod_ref, published, &to, &mut actions);
+            continue;
+        }
+        // Retiring: a new port next pass, once the old Service (same name)
+        // is gone. Creating: the cache will show it.
+        if !retiring.contains(uid) && !input.expected.creating(uid) {
+            let free = Free {
+                range,
+                used: &mut used,
+            };
+            actions.extend(serve_new(pod, pod_ref, &names, settings, free, rng));
         }
     }
     actions
 }
 
-/// Deletes our Services that hold a port an older Service holds; returns
-/// their `namespace/name`s.
-fn retire_port_losers(claims: &[Claim], actions: &mut Vec<Action>) -> BTreeSet<String> {
-    let losers = port_losers(claims);
-    for (service, holder) in &losers {
-        let (namespace, name) = split(&service.service);
-        actions.push(Action::Delete {
-            namespace,
-            name,
-            why: DeleteReason::LostPort {
-                port: service.port,
-                holder: holder.clone(),
-            },
-        });
+/// The ports a create may take.
+struct Free<'a> {
+    range: &'a std::ops::RangeInclusive<u16>,
+    used: &'a mut BTreeSet<u16>,
+}
+
+/// What gets a pod without a Service one: a create on a free port, or a
+/// Warning saying why it cannot be served.
+fn serve_new(
+    pod: &Pod,
+    pod_ref: PodRef,
+    names: &BTreeMap<String, bool>,
+    settings: &Settings,
+    free: Free<'_>,
+    rng: &mut impl Rng,
+) -> Option<Action> {
+    let warn = |pod, problem| Some(Action::Warn { pod, problem });
+    let target = match service::target_port(pod) {
+        Ok(target) => target,
+        Err(bad) => return warn(pod_ref, Problem::InvalidTargetPort { value: bad.0 }),
+    };
+    let name = service::service_name(&pod_ref.name);
+    match names.get(&format!("{}/{name}", pod_ref.namespace)) {
+        // Ours for an earlier pod of this name: being deleted.
+        Some(true) => None,
+        Some(false) => warn(pod_ref, Problem::NameTaken { service: name }),
+        None => match ports::pick_free(free.range, free.used, rng) {
+            Some(port) => {
+                free.used.insert(port);
+                Some(Action::Create {
+                    service: Box::new(service::build(pod, port, target, settings)),
+                    pod: pod_ref,
+                    port,
+                })
+            }
+            None => warn(pod_ref, Problem::NoFreePort),
+        },
     }
-    losers.into_iter().map(|(c, _)| c.service).collect()
+}
+
+/// Where a published endpoint points.
+struct Target<'a> {
+    ip: std::net::Ipv4Addr,
+    host: &'a str,
 }
 
 /// Our Services by the uid of the pod they serve (the oldest when there are
@@ -189,31 +229,30 @@ fn sort_out_ours<'a>(
             continue;
         };
         let (namespace, name) = split(&key);
-        if why == DeleteReason::PodGone
-            && let Some(pod) = pod_name_of(svc)
-        {
-            actions.push(Action::Unpublish {
-                namespace: namespace.clone(),
-                name: pod,
-            });
-        }
+        let unpublish = match why {
+            DeleteReason::PodGone => pod_of(svc, &namespace),
+            _ => None,
+        };
         actions.push(Action::Delete {
             namespace,
             name,
+            uid: svc.metadata.uid.clone(),
             why,
+            unpublish,
         });
     }
     (ours, retiring)
 }
 
-/// What a pod with a Service still needs: the LoadBalancer status, then the
-/// label, annotation and event.
+/// What a pod with a Service still needs: the LoadBalancer status, then (in
+/// a later pass, once the cache shows the status) the label, annotation and
+/// event, so "Connected!" is never sent for an address not yet written.
 fn publish(
     svc: &Service,
     pod: &Pod,
     pod_ref: PodRef,
     published: Option<&str>,
-    endpoint_host: &str,
+    to: &Target<'_>,
     actions: &mut Vec<Action>,
 ) {
     let Some(port) = svc
@@ -226,13 +265,14 @@ fn publish(
     };
     let name = svc.metadata.name.clone().unwrap_or_default();
     let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
-    if is_lb && !has_ingress(svc) {
+    if is_lb && !has_ingress(svc, to.ip) {
         actions.push(Action::SetIngress {
             namespace: pod_ref.namespace.clone(),
-            name: name.clone(),
+            name,
         });
+        return;
     }
-    let endpoint = format!("{endpoint_host}:{port}");
+    let endpoint = format!("{}:{port}", to.host);
     let meta = &pod.metadata;
     // Published in a pass the pod cache has not caught up with: done.
     if published == Some(endpoint.as_str()) {
@@ -258,12 +298,23 @@ fn publish(
     }
 }
 
-fn has_ingress(svc: &Service) -> bool {
-    svc.status
+/// Whether the LoadBalancer status is exactly what we write, `[{ip:
+/// IP}]`; a stale or extra address is rewritten. Fields the API server
+/// fills in itself (`ipMode`) do not count.
+fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
+    let ingress = svc
+        .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default();
+    match ingress {
+        [only] => {
+            only.ip.as_deref() == Some(ip.to_string().as_str())
+                && only.hostname.as_deref().unwrap_or("").is_empty()
+        }
+        _ => false,
+    }
 }
 
 /// Labelled, not terminating, not finished.
@@ -282,27 +333,6 @@ pub fn asks_for_ssh(pod: &Pod) -> bool {
     labelled && !finished && pod.metadata.deletion_timestamp.is_none()
 }
 
-/// Our Services that hold a port an older Service also holds, each with the
-/// holder; the same order the agents use to pick a winner.
-fn port_losers(claims: &[Claim]) -> Vec<(Claim, String)> {
-    let mut by_port: BTreeMap<u16, Vec<&Claim>> = BTreeMap::new();
-    for claim in claims {
-        by_port.entry(claim.port).or_default().push(claim);
-    }
-    let mut losers = Vec::new();
-    for (_, mut holders) in by_port {
-        holders.sort_by(|a, b| {
-            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
-        });
-        holders.dedup_by(|a, b| a.service == b.service);
-        let winner = holders[0].service.clone();
-        for loser in holders.into_iter().skip(1).filter(|c| c.managed) {
-            losers.push((loser.clone(), winner.clone()));
-        }
-    }
-    losers
-}
-
 fn full_name(s: &Service) -> String {
     format!(
         "{}/{}",
@@ -311,16 +341,21 @@ fn full_name(s: &Service) -> String {
     )
 }
 
-fn pod_name_of(s: &Service) -> Option<String> {
+/// The pod that owns one of our Services (in its namespace).
+fn pod_of(s: &Service, namespace: &str) -> Option<PodRef> {
     s.metadata
         .owner_references
         .as_ref()?
         .iter()
         .find(|o| o.kind == "Pod")
-        .map(|o| o.name.clone())
+        .map(|o| PodRef {
+            namespace: namespace.to_owned(),
+            name: o.name.clone(),
+            uid: o.uid.clone(),
+        })
 }
 
-fn split(key: &str) -> (String, String) {
+pub(super) fn split(key: &str) -> (String, String) {
     let (ns, name) = key.split_once('/').unwrap_or(("", key));
     (ns.to_owned(), name.to_owned())
 }

@@ -55,24 +55,54 @@ pub fn service_name(pod_name: &str) -> String {
     format!("{head}-{:08x}", hash as u32)
 }
 
-/// The target port a pod asked for.
-pub fn target_port(pod: &Pod) -> IntOrString {
+/// A target-port annotation the API server would refuse in a Service.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the annotation {TARGET_PORT_ANNOTATION} is `{0}`, which is neither a port number (1-65535) nor a container port name (up to 15 lowercase letters, digits and '-', with a letter, no '-' at either end or twice in a row); set it to the port sshd listens on, e.g. \"2222\" or \"ssh\", or remove it for port 22"
+)]
+pub struct InvalidTargetPort(pub String);
+
+/// The target port a pod asked for, checked the way the API server checks
+/// a Service's targetPort, so a bad annotation is reported to the pod
+/// instead of failing every create.
+pub fn target_port(pod: &Pod) -> Result<IntOrString, InvalidTargetPort> {
     let asked = pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(TARGET_PORT_ANNOTATION))
         .map(|v| v.trim());
-    match asked {
-        None | Some("") => IntOrString::Int(DEFAULT_TARGET_PORT),
-        Some(v) => v
-            .parse()
-            .map_or_else(|_| IntOrString::String(v.to_owned()), IntOrString::Int),
+    let v = match asked {
+        None | Some("") => return Ok(IntOrString::Int(DEFAULT_TARGET_PORT)),
+        Some(v) => v,
+    };
+    let invalid = || InvalidTargetPort(v.to_owned());
+    if v.bytes().all(|b| b.is_ascii_digit()) {
+        let port: i32 = v.parse().map_err(|_| invalid())?;
+        return (1..=65535)
+            .contains(&port)
+            .then_some(IntOrString::Int(port))
+            .ok_or_else(invalid);
     }
+    is_port_name(v)
+        .then(|| IntOrString::String(v.to_owned()))
+        .ok_or_else(invalid)
 }
 
-/// The Service exposing `port` on the SSH IP for `pod`.
-pub fn build(pod: &Pod, port: u16, settings: &Settings) -> Service {
+/// Kubernetes' IANA_SVC_NAME: what a container port name may be.
+fn is_port_name(v: &str) -> bool {
+    (1..=15).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && v.bytes().any(|b| b.is_ascii_lowercase())
+        && !v.starts_with('-')
+        && !v.ends_with('-')
+        && !v.contains("--")
+}
+
+/// The Service exposing `port` on the SSH IP for `pod`, forwarding to
+/// `target` (from [`target_port`]).
+pub fn build(pod: &Pod, port: u16, target: IntOrString, settings: &Settings) -> Service {
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let name = service_name(&pod_name);
@@ -87,7 +117,7 @@ pub fn build(pod: &Pod, port: u16, settings: &Settings) -> Service {
             name: Some("ssh".into()),
             protocol: Some("TCP".into()),
             port: i32::from(port),
-            target_port: Some(target_port(pod)),
+            target_port: Some(target),
             ..ServicePort::default()
         }]),
         ..ServiceSpec::default()
@@ -147,6 +177,7 @@ pub struct Claim {
     pub created: Option<Time>,
     /// `namespace/name`
     pub service: String,
+    pub uid: Option<String>,
     pub managed: bool,
 }
 
@@ -183,6 +214,7 @@ pub fn claims(service: &Service, ip: Ipv4Addr) -> Vec<Claim> {
             port,
             created: service.metadata.creation_timestamp.clone(),
             service: key.clone(),
+            uid: service.metadata.uid.clone(),
             managed,
         })
         .collect()

@@ -1,13 +1,18 @@
 //! The controller's reconcile loop against an API server that speaks the
 //! real JSON (`ssh_fwd_tests::fake_api`, on loopback): writes, races,
-//! exhaustion, restart, failover, and every request checked against the
-//! API-call list the RBAC is built from.
+//! exhaustion, warnings, retries, restart, failover. Every test ends by
+//! checking every request made against the API-call list the RBAC is built
+//! from.
+
+mod failover;
+mod retries;
+mod warnings;
 
 use std::time::Duration;
 
 use clap::Parser as _;
 use serde_json::{Value, json};
-use ssh_fwd_tests::fake_api::{FakeApi, Kind};
+use ssh_fwd_tests::fake_api::{FakeApi, Kind, Request};
 
 use crate::{
     cli::{Cli, Command},
@@ -18,30 +23,28 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 struct Bed {
     api: FakeApi,
-    _dir: tempfile::TempDir,
-    kubeconfig: String,
+    dir: tempfile::TempDir,
 }
 
 impl Bed {
     fn new() -> Self {
-        let api = FakeApi::start_on_loopback().unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("kubeconfig");
-        std::fs::write(&path, api.kubeconfig()).unwrap();
         Self {
-            api,
-            kubeconfig: path.display().to_string(),
-            _dir: dir,
+            api: FakeApi::start_on_loopback().unwrap(),
+            dir: tempfile::tempdir().unwrap(),
         }
     }
 
     /// Starts a controller in this runtime; dropping the handle's task
-    /// (abort) is a crash: no Lease release.
+    /// (abort) is a crash: no Lease release. Its requests carry `identity`
+    /// as their user.
     fn controller(
         &self,
         identity: &str,
         extra: &[&str],
     ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+        let path = self.dir.path().join(format!("kubeconfig-{identity}"));
+        std::fs::write(&path, self.api.kubeconfig_as(identity)).unwrap();
+        let kubeconfig = path.display().to_string();
         let mut argv = vec![
             "ssh-fwd",
             "controller",
@@ -50,7 +53,7 @@ impl Bed {
             "--ssh-hostname",
             "ssh.example.org",
             "--kubeconfig",
-            &self.kubeconfig,
+            &kubeconfig,
             "--identity",
             identity,
             "--lease-duration",
@@ -66,11 +69,16 @@ impl Bed {
     }
 
     fn pod(&self, name: &str) {
+        self.pod_with(name, json!({}));
+    }
+
+    fn pod_with(&self, name: &str, annotations: Value) {
         self.api.apply(
             Kind::Pod,
             json!({"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "namespace": "jobs",
-                                "labels": {"ssh-fwd.io/ssh": "enabled"}},
+                                "labels": {"ssh-fwd.io/ssh": "enabled"},
+                                "annotations": annotations},
                    "spec": {"containers": [{"name": "main", "image": "sshd"}]},
                    "status": {"phase": "Running", "podIP": "10.244.0.5"}}),
         );
@@ -87,13 +95,28 @@ impl Bed {
         self.endpoint(pod)?.rsplit_once(':')?.1.parse().ok()
     }
 
-    fn notes(&self, pod: &str, reason: &str) -> Vec<String> {
-        self.api
-            .list(Kind::Event)
+    /// The notes of the events with this reason about `pod`, each checked
+    /// to be of `type_` (Normal or Warning).
+    fn notes(&self, pod: &str, reason: &str, type_: &str) -> Vec<String> {
+        let events = self.api.list(Kind::Event);
+        let events: Vec<&Value> = events
             .iter()
             .filter(|e| e["regarding"]["name"] == pod && e["reason"] == reason)
+            .collect();
+        for e in &events {
+            assert_eq!(e["type"], type_, "{e}");
+        }
+        events
+            .iter()
             .filter_map(|e| e["note"].as_str().map(str::to_owned))
             .collect()
+    }
+
+    /// The requests made with this user (a controller's identity).
+    fn requests_of(&self, user: &str) -> Vec<Request> {
+        let mut requests = self.api.requests();
+        requests.retain(|r| r.user == user);
+        requests
     }
 
     fn our_services(&self) -> Vec<Value> {
@@ -145,11 +168,11 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     let pod = bed.api.get(Kind::Pod, "jobs", "job-1").unwrap();
     assert_eq!(pod["metadata"]["labels"]["ssh-fwd.io/service"], "ssh-job-1");
     eventually("the event is sent", || {
-        !bed.notes("job-1", "SSHReady").is_empty()
+        !bed.notes("job-1", "SSHReady", "Normal").is_empty()
     })
     .await;
     assert_eq!(
-        bed.notes("job-1", "SSHReady"),
+        bed.notes("job-1", "SSHReady", "Normal"),
         [format!(
             "SSH: Connected! Available at: ssh ucloud@ssh.example.org -p {port}"
         )]
@@ -186,35 +209,12 @@ async fn externalips_style_lists_the_ssh_ip() {
     assert_eq!(svc["spec"]["externalIPs"], json!(["198.18.0.10"]));
     assert!(svc["status"]["loadBalancer"]["ingress"].is_null());
     eventually("the event is sent", || {
-        !bed.notes("job-1", "SSHReady").is_empty()
+        !bed.notes("job-1", "SSHReady", "Normal").is_empty()
     })
     .await;
-    assert!(bed.notes("job-1", "SSHReady")[0].contains("ssh alice@ssh.example.org -p "));
+    assert!(bed.notes("job-1", "SSHReady", "Normal")[0].contains("ssh alice@ssh.example.org -p "));
     bed.assert_requests_listed();
     controller.abort();
-}
-
-#[tokio::test]
-async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
-    let bed = Bed::new();
-    let first = bed.controller("a", &["--port-range", "9000-9001"]);
-    bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
-    let port = bed.port_of("job-1").unwrap();
-    first.abort();
-    let _ = first.await;
-    let second = bed.controller("a", &["--port-range", "9000-9001"]);
-    bed.pod("job-2");
-    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
-    // The only other port in the range, whatever the random pick.
-    assert_eq!(
-        bed.port_of("job-2").unwrap(),
-        if port == 9000 { 9001 } else { 9000 }
-    );
-    assert_eq!(bed.port_of("job-1"), Some(port));
-    assert_eq!(bed.notes("job-1", "SSHReady").len(), 1);
-    assert_eq!(bed.our_services().len(), 2);
-    second.abort();
 }
 
 #[tokio::test]
@@ -243,74 +243,10 @@ async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
     assert_ne!(bed.port_of("job-1"), Some(rival_port));
     assert_eq!(bed.our_services().len(), 1);
     assert_eq!(
-        bed.notes("job-1", "SSHReady").len(),
+        bed.notes("job-1", "SSHReady", "Normal").len(),
         1,
         "only the final port is announced"
     );
-    controller.abort();
-}
-
-#[tokio::test]
-async fn a_full_range_warns_the_pod_and_a_freed_port_goes_to_it() {
-    let bed = Bed::new();
-    let controller = bed.controller("a", &["--port-range", "9000-9000"]);
-    bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
-    bed.pod("job-2");
-    eventually("job-2 is told", || {
-        !bed.notes("job-2", "NoFreePort").is_empty()
-    })
-    .await;
-    assert!(bed.notes("job-2", "NoFreePort")[0].contains("9000-9000"));
-    bed.api.delete(Kind::Pod, "jobs", "job-1");
-    eventually("job-2 gets the freed port", || {
-        bed.port_of("job-2") == Some(9000)
-    })
-    .await;
-    assert!(bed.api.get(Kind::Service, "jobs", "ssh-job-1").is_none());
     bed.assert_requests_listed();
     controller.abort();
-}
-
-#[tokio::test]
-async fn failed_creates_are_retried() {
-    let bed = Bed::new();
-    bed.api.fail_creates(Kind::Service, &[500, 503]);
-    let controller = bed.controller("a", &[]);
-    bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
-    assert_eq!(bed.our_services().len(), 1);
-    controller.abort();
-}
-
-#[tokio::test]
-async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
-    let bed = Bed::new();
-    let a = bed.controller("a", &[]);
-    eventually("a leads", || {
-        bed.api
-            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")
-            .is_some_and(|l| l["spec"]["holderIdentity"] == "a")
-    })
-    .await;
-    let b = bed.controller("b", &[]);
-    bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(bed.our_services().len(), 1);
-    a.abort();
-    eventually("b leads", || {
-        bed.api
-            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")
-            .is_some_and(|l| l["spec"]["holderIdentity"] == "b")
-    })
-    .await;
-    bed.pod("job-2");
-    eventually("job-2 is annotated by b", || {
-        bed.endpoint("job-2").is_some()
-    })
-    .await;
-    assert_ne!(bed.port_of("job-1"), bed.port_of("job-2"));
-    bed.assert_requests_listed();
-    b.abort();
 }

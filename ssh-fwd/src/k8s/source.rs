@@ -117,7 +117,7 @@ where
                 Ok(_) => changed.notify_one(),
                 Err(e) => {
                     errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(kind, error = %e, "watch failed; keeping the current maps and retrying with backoff");
+                    tracing::warn!(kind, error = %e, "watch failed; keeping the cache as it is and retrying with backoff");
                 }
             }
         }

@@ -10,11 +10,7 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::{
-    Kind, Request, Shared,
-    selector::Selector,
-    store::{ApiError, Change},
-};
+use super::{Kind, Request, Shared, selector::Selector, status::ApiError, store::Change};
 
 /// `/api/v1/...` or `/apis/GROUP/VERSION/...`, then
 /// `[namespaces/NS/]RESOURCE[/NAME[/SUBRESOURCE]]`.
@@ -103,19 +99,22 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
         .query
         .get("watch")
         .is_some_and(|v| v == "true" || v == "1");
-    record(&shared, &method, &target, watch);
+    let verb = verb(&method, &target, watch);
+    record(&shared, &head, verb, &target);
     if watch {
         return watch_stream(stream, &shared, &target).await;
     }
-    let (code, answer) = match handle(&shared, &method, &target, body) {
+    let injected = shared.store().injected_failure(target.kind, verb);
+    let (code, answer) = match injected.and_then(|()| handle(&shared, &method, &target, body)) {
         Ok((code, value)) => (code, value),
         Err(e) => (e.code, e.status()),
     };
     respond(&mut stream, code, &answer).await
 }
 
-fn record(shared: &Shared, method: &str, target: &Target, watch: bool) {
-    let verb = match (method, target.name.is_some()) {
+/// The RBAC verb of a request.
+fn verb(method: &str, target: &Target, watch: bool) -> &'static str {
+    match (method, target.name.is_some()) {
         ("GET", _) if watch => "watch",
         ("GET", true) => "get",
         ("GET", false) => "list",
@@ -124,7 +123,18 @@ fn record(shared: &Shared, method: &str, target: &Target, watch: bool) {
         ("PATCH", _) => "patch",
         ("DELETE", _) => "delete",
         _ => "unknown",
-    };
+    }
+}
+
+/// Records a request, with the bearer token in `head` as its user.
+fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
+    let user = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        .and_then(|(_, v)| v.trim().strip_prefix("Bearer "))
+        .unwrap_or("")
+        .to_owned();
     let mut resource = target.kind.resource().to_owned();
     if let Some(sub) = &target.subresource {
         resource = format!("{resource}/{sub}");
@@ -134,6 +144,7 @@ fn record(shared: &Shared, method: &str, target: &Target, watch: bool) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(Request {
+            user,
             verb,
             group: target.kind.group().to_owned(),
             resource,
@@ -181,7 +192,7 @@ fn handle(
             (200, object, changes)
         }
         ("DELETE", Some(key)) => {
-            let (object, changes) = store.remove(kind, &key)?;
+            let (object, changes) = store.remove(kind, &key, &body["preconditions"])?;
             (200, object, changes)
         }
         _ => {

@@ -8,9 +8,11 @@
 //! check them against RBAC. Its socket lives on loopback, inside a network
 //! namespace the test made or the test's own.
 
+mod clock;
 mod endpoints;
 mod http;
 mod selector;
+mod status;
 mod store;
 
 use std::{
@@ -93,6 +95,9 @@ impl Kind {
 /// One request as RBAC sees it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Request {
+    /// The bearer token the client sent ([`FakeApi::kubeconfig_as`]); empty
+    /// when it sent none.
+    pub user: String,
     /// get, list, watch, create, update, patch or delete.
     pub verb: &'static str,
     pub group: String,
@@ -190,8 +195,18 @@ impl FakeApi {
 
     /// A kubeconfig pointing at this server.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_user("{}".to_owned())
+    }
+
+    /// A kubeconfig whose client sends `user` as its bearer token, so
+    /// [`Request::user`] tells this client's requests from others'.
+    pub fn kubeconfig_as(&self, user: &str) -> String {
+        self.kubeconfig_with_user(format!("{{token: \"{user}\"}}"))
+    }
+
+    fn kubeconfig_with_user(&self, user: String) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {user}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
             self.addr
         )
     }
@@ -204,10 +219,10 @@ impl FakeApi {
     }
 
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
-        let removed = self
-            .shared
-            .store()
-            .remove(kind, &format!("{namespace}/{name}"));
+        let removed =
+            self.shared
+                .store()
+                .remove(kind, &format!("{namespace}/{name}"), &Value::Null);
         if let Ok((_, changes)) = removed {
             self.shared.publish(changes);
         }
@@ -263,9 +278,19 @@ impl FakeApi {
 
     /// Answers the next creates of `kind` with these status codes.
     pub fn fail_creates(&self, kind: Kind, codes: &[u16]) {
+        self.fail_next(kind, "create", codes);
+    }
+
+    /// Answers the next patches of `kind` (status included) with these
+    /// status codes.
+    pub fn fail_patches(&self, kind: Kind, codes: &[u16]) {
+        self.fail_next(kind, "patch", codes);
+    }
+
+    fn fail_next(&self, kind: Kind, verb: &'static str, codes: &[u16]) {
         let mut codes = codes.to_vec();
         codes.reverse();
-        self.shared.store().fail_creates.insert(kind, codes);
+        self.shared.store().failures.insert((kind, verb), codes);
     }
 
     /// Cuts the API off: open watches end and new requests get no answer

@@ -1,6 +1,7 @@
 //! The API server's state and the semantics the clients rely on: create
 //! refuses an existing name, replace checks the resourceVersion, merge patch
-//! (RFC 7386) and the `/status` subresource, deletion with the owner-reference
+//! (RFC 7386) and the `/status` subresource, a uid in a write or a delete's
+//! preconditions must match the object, deletion with the owner-reference
 //! garbage collection Kubernetes does for Pods, and a change log that watches
 //! replay from a resourceVersion.
 
@@ -8,7 +9,13 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{Kind, endpoints, selector::Selector};
+use super::{
+    Kind,
+    clock::now_rfc3339,
+    endpoints,
+    selector::Selector,
+    status::{ApiError, check_preconditions},
+};
 
 /// One change: `old` is absent for a creation, `new` for a deletion.
 #[derive(Clone, Debug)]
@@ -17,29 +24,6 @@ pub struct Change {
     pub kind: Kind,
     pub old: Option<Value>,
     pub new: Option<Value>,
-}
-
-/// A failure answered as a `Status` object, as the real server does.
-#[derive(Debug)]
-pub struct ApiError {
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn status(&self) -> Value {
-        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-               "message": self.message, "reason": self.reason, "code": self.code})
-    }
-
-    fn not_found(kind: Kind, key: &str) -> Self {
-        Self {
-            code: 404,
-            reason: "NotFound",
-            message: format!("{} \"{key}\" not found", kind.resource()),
-        }
-    }
 }
 
 /// Called with a Service about to be created; whatever it returns is
@@ -57,8 +41,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
-    /// Status codes to answer the next creates of a kind with, in order.
-    pub fail_creates: BTreeMap<Kind, Vec<u16>>,
+    /// Status codes to answer the next requests of a kind and verb with,
+    /// last first.
+    pub failures: BTreeMap<(Kind, &'static str), Vec<u16>>,
 }
 
 pub fn key_of(object: &Value) -> String {
@@ -114,18 +99,24 @@ impl Store {
         self.write_with_effects(kind, key, Some(object))
     }
 
+    /// A failure the test asked for, for the next request of this kind and
+    /// verb.
+    pub fn injected_failure(&mut self, kind: Kind, verb: &'static str) -> Result<(), ApiError> {
+        match self.failures.get_mut(&(kind, verb)).and_then(Vec::pop) {
+            Some(code) => Err(ApiError {
+                code,
+                reason: "InternalError",
+                message: "injected failure".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn create(
         &mut self,
         kind: Kind,
         mut object: Value,
     ) -> Result<(Value, Vec<Change>), ApiError> {
-        if let Some(code) = self.fail_creates.get_mut(&kind).and_then(|c| c.pop()) {
-            return Err(ApiError {
-                code,
-                reason: "InternalError",
-                message: "injected failure".into(),
-            });
-        }
         let mut changes = Vec::new();
         if kind == Kind::Service
             && let Some(hook) = self.before_service_create.as_mut()
@@ -158,17 +149,8 @@ impl Store {
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
             .clone();
-        let wanted = object["metadata"]["resourceVersion"].as_str();
-        if wanted.is_some_and(|rv| Some(rv) != current["metadata"]["resourceVersion"].as_str()) {
-            return Err(ApiError {
-                code: 409,
-                reason: "Conflict",
-                message: format!(
-                    "Operation cannot be fulfilled on {} \"{key}\": the object has been modified; please apply your changes to the latest version and try again",
-                    kind.resource()
-                ),
-            });
-        }
+        let meta = &object["metadata"];
+        check_preconditions(kind, key, &current, &meta["uid"], &meta["resourceVersion"])?;
         let mut next = current.clone();
         if status_only {
             next["status"] = object["status"].clone();
@@ -195,6 +177,7 @@ impl Store {
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
             .clone();
+        check_preconditions(kind, key, &next, &patch["metadata"]["uid"], &Value::Null)?;
         if status_only {
             merge(&mut next["status"], &patch["status"]);
         } else {
@@ -207,11 +190,20 @@ impl Store {
         Ok(self.update(kind, key, next))
     }
 
-    pub fn remove(&mut self, kind: Kind, key: &str) -> Result<(Value, Vec<Change>), ApiError> {
+    /// Deletes an object; `preconditions` is a DeleteOptions' field (null
+    /// for none).
+    pub fn remove(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        preconditions: &Value,
+    ) -> Result<(Value, Vec<Change>), ApiError> {
         let object = self
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
             .clone();
+        let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
+        check_preconditions(kind, key, &object, uid, rv)?;
         let mut changes = self.write_with_effects(kind, key.to_owned(), None);
         if kind == Kind::Pod {
             changes.extend(self.collect_garbage(&object));
@@ -360,33 +352,6 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,9 +364,27 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates_are_right() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_819), (2027, 1, 1));
-        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
+    fn writes_and_deletes_naming_another_uid_are_refused() {
+        let mut store = Store::new();
+        store.put(
+            Kind::Pod,
+            json!({"metadata": {"name": "p", "namespace": "ns", "uid": "new"}}),
+        );
+        let stale = json!({"metadata": {"uid": "old", "labels": {"a": "b"}}});
+        let refused = store.merge_patch(Kind::Pod, "ns/p", &stale, false);
+        assert_eq!(refused.map(drop).unwrap_err().code, 409);
+        let refused = store.remove(Kind::Pod, "ns/p", &json!({"uid": "old"}));
+        assert_eq!(refused.map(drop).unwrap_err().code, 409);
+        let current = json!({"metadata": {"uid": "new", "labels": {"a": "b"}}});
+        assert!(
+            store
+                .merge_patch(Kind::Pod, "ns/p", &current, false)
+                .is_ok()
+        );
+        assert!(
+            store
+                .remove(Kind::Pod, "ns/p", &json!({"uid": "new"}))
+                .is_ok()
+        );
     }
 }

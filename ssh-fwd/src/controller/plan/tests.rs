@@ -1,11 +1,15 @@
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use rand::{SeedableRng as _, rngs::StdRng};
 use serde_json::{Value, json};
 
 use super::*;
 use crate::cli::ServiceStyle;
 use crate::controller::expect::{Done, Expectations};
+
+mod publish;
+mod warnings;
 
 const HOST: &str = "ssh.example.org";
 
@@ -39,9 +43,10 @@ fn merge(into: &mut Value, from: &Value) {
 
 /// The Service the controller made for `pod`, as the API returns it.
 fn ours(pod: &Pod, port: u16, created: &str, ingress: bool) -> Arc<Service> {
-    let mut svc = service::build(pod, port, &settings());
+    let mut svc = service::build(pod, port, IntOrString::Int(22), &settings());
     let mut value = serde_json::to_value(&svc).unwrap();
     value["metadata"]["creationTimestamp"] = json!(created);
+    value["metadata"]["uid"] = json!(format!("svc-{}", svc.metadata.name.as_deref().unwrap()));
     if ingress {
         value["status"] = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
     }
@@ -109,73 +114,6 @@ fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
 }
 
 #[test]
-fn a_new_service_gets_its_ingress_and_the_pod_its_endpoint_and_event() {
-    let p = pod("job-1", json!({}));
-    let actions = run(
-        std::slice::from_ref(&p),
-        &[ours(&p, 8123, "2026-11-01T00:00:00Z", false)],
-        8000..=16000,
-    );
-    assert_eq!(
-        actions,
-        [
-            Action::SetIngress {
-                namespace: "jobs".into(),
-                name: "ssh-job-1".into()
-            },
-            Action::Publish {
-                pod: PodRef {
-                    namespace: "jobs".into(),
-                    name: "job-1".into(),
-                    uid: "uid-job-1".into()
-                },
-                service: "ssh-job-1".into(),
-                port: 8123,
-                announce: true,
-            }
-        ]
-    );
-}
-
-#[test]
-fn a_published_pod_needs_nothing_more() {
-    let p = pod(
-        "job-1",
-        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job-1"},
-                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
-    );
-    let actions = run(
-        std::slice::from_ref(&p),
-        &[ours(&p, 8123, "2026-11-01T00:00:00Z", true)],
-        8000..=16000,
-    );
-    assert_eq!(actions, []);
-}
-
-#[test]
-fn a_lost_selector_label_is_restored_without_a_second_event() {
-    let p = pod(
-        "job-1",
-        json!({"metadata": {"annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
-    );
-    let actions = run(
-        std::slice::from_ref(&p),
-        &[ours(&p, 8123, "2026-11-01T00:00:00Z", true)],
-        8000..=16000,
-    );
-    assert!(
-        matches!(
-            actions.as_slice(),
-            [Action::Publish {
-                announce: false,
-                ..
-            }]
-        ),
-        "{actions:?}"
-    );
-}
-
-#[test]
 fn services_of_gone_finished_or_unlabelled_pods_are_deleted() {
     let gone = pod("gone", json!({}));
     let finished = pod("done", json!({"status": {"phase": "Succeeded"}}));
@@ -198,25 +136,31 @@ fn services_of_gone_finished_or_unlabelled_pods_are_deleted() {
         &services,
         8000..=16000,
     );
-    let mut deleted: Vec<&str> = actions
+    // Each delete first takes the endpoint off its pod (by uid), in the
+    // same action, so the Service stays until that worked.
+    let mut deleted: Vec<(&str, &str, &str)> = actions
         .iter()
         .filter_map(|a| match a {
             Action::Delete {
                 name,
                 why: DeleteReason::PodGone,
+                unpublish: Some(pod),
                 ..
-            } => Some(name.as_str()),
+            } => Some((name.as_str(), pod.name.as_str(), pod.uid.as_str())),
             _ => None,
         })
         .collect();
     deleted.sort_unstable();
-    assert_eq!(deleted, ["ssh-bye", "ssh-done", "ssh-gone", "ssh-plain"]);
-    let unpublished = actions
-        .iter()
-        .filter(|a| matches!(a, Action::Unpublish { .. }))
-        .count();
-    assert_eq!(unpublished, 4);
-    assert!(created_ports(&actions).is_empty());
+    assert_eq!(
+        deleted,
+        [
+            ("ssh-bye", "bye", "uid-bye"),
+            ("ssh-done", "done", "uid-done"),
+            ("ssh-gone", "gone", "uid-gone"),
+            ("ssh-plain", "plain", "uid-plain")
+        ]
+    );
+    assert_eq!(actions.len(), 4, "{actions:?}");
 }
 
 #[test]
@@ -269,25 +213,6 @@ fn writes_the_cache_does_not_show_yet_are_not_redone() {
 }
 
 #[test]
-fn when_the_range_is_full_one_pod_is_told_and_the_others_are_served() {
-    let pods = [pod("a", json!({})), pod("b", json!({}))];
-    let actions = run(
-        &pods,
-        &[foreign("legacy", 9000, "2026-10-01T00:00:00Z")],
-        9000..=9001,
-    );
-    assert_eq!(created_ports(&actions), [9001]);
-    let told: Vec<&str> = actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::NoFreePort { pod } => Some(pod.name.as_str()),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(told.len(), 1);
-}
-
-#[test]
 fn a_service_that_lost_its_port_to_an_older_one_is_replaced() {
     let p = pod("job", json!({}));
     let services = [
@@ -300,10 +225,12 @@ fn a_service_that_lost_its_port_to_an_older_one_is_replaced() {
         [Action::Delete {
             namespace: "jobs".into(),
             name: "ssh-job".into(),
+            uid: Some("svc-ssh-job".into()),
             why: DeleteReason::LostPort {
                 port: 9000,
                 holder: "other/rival".into()
-            }
+            },
+            unpublish: None,
         }]
     );
     // Once it is gone, the pod gets a port the rival does not hold.
@@ -335,6 +262,7 @@ fn a_second_service_for_one_pod_is_deleted_and_the_older_kept() {
     let mut extra =
         serde_json::to_value(ours(&p, 9001, "2026-11-01T00:00:09Z", true).as_ref()).unwrap();
     extra["metadata"]["name"] = json!("ssh-job-copy");
+    extra["metadata"]["uid"] = json!("svc-copy");
     let services = [
         ours(&p, 9000, "2026-11-01T00:00:01Z", true),
         Arc::new(serde_json::from_value(extra).unwrap()),
@@ -344,7 +272,9 @@ fn a_second_service_for_one_pod_is_deleted_and_the_older_kept() {
         [Action::Delete {
             namespace: "jobs".into(),
             name: "ssh-job-copy".into(),
-            why: DeleteReason::Duplicate
+            uid: Some("svc-copy".into()),
+            why: DeleteReason::Duplicate,
+            unpublish: None,
         }]
     );
 }

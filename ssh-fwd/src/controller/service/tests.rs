@@ -38,7 +38,12 @@ fn service_names_are_dns_labels_stable_and_distinct() {
 #[test]
 fn load_balancer_service_selects_only_its_pod_and_is_owned_by_it() {
     let pod = pod("job-1", "uid-1", json!({}));
-    let svc = build(&pod, 8123, &settings(ServiceStyle::Loadbalancer));
+    let svc = build(
+        &pod,
+        8123,
+        IntOrString::Int(22),
+        &settings(ServiceStyle::Loadbalancer),
+    );
     let value = serde_json::to_value(&svc).unwrap();
     assert_eq!(
         value["spec"],
@@ -63,8 +68,13 @@ fn load_balancer_service_selects_only_its_pod_and_is_owned_by_it() {
 #[test]
 fn external_ips_service_lists_the_ssh_ip() {
     let pod = pod("job-1", "uid-1", json!({}));
-    let value =
-        serde_json::to_value(build(&pod, 8123, &settings(ServiceStyle::Externalips))).unwrap();
+    let value = serde_json::to_value(build(
+        &pod,
+        8123,
+        IntOrString::Int(22),
+        &settings(ServiceStyle::Externalips),
+    ))
+    .unwrap();
     assert_eq!(value["spec"]["type"], "ClusterIP");
     assert_eq!(value["spec"]["externalIPs"], json!(["198.18.0.10"]));
     assert!(value["spec"]["loadBalancerClass"].is_null());
@@ -73,10 +83,41 @@ fn external_ips_service_lists_the_ssh_ip() {
 #[test]
 fn target_port_annotation_takes_a_number_or_a_name() {
     let numbered = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "2222"}));
-    assert_eq!(target_port(&numbered), IntOrString::Int(2222));
+    assert_eq!(target_port(&numbered), Ok(IntOrString::Int(2222)));
     let named = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "sshd"}));
-    assert_eq!(target_port(&named), IntOrString::String("sshd".into()));
-    assert_eq!(target_port(&pod("p", "u", json!({}))), IntOrString::Int(22));
+    assert_eq!(target_port(&named), Ok(IntOrString::String("sshd".into())));
+    assert_eq!(
+        target_port(&pod("p", "u", json!({}))),
+        Ok(IntOrString::Int(22))
+    );
+}
+
+#[test]
+fn target_ports_the_api_server_would_refuse_are_reported_with_the_fix() {
+    for bad in [
+        "0",
+        "99999",
+        "-1",
+        "bad name",
+        "SSH",
+        "2222-",
+        "a--b",
+        "sixteen-chars-xx",
+        "123-456",
+        "99999999999",
+    ] {
+        let p = pod("p", "u", json!({TARGET_PORT_ANNOTATION: bad}));
+        let error = target_port(&p).expect_err(bad);
+        assert_eq!(error, InvalidTargetPort(bad.into()));
+        let message = error.to_string();
+        assert!(message.contains(TARGET_PORT_ANNOTATION), "{message}");
+        assert!(message.contains(&format!("`{bad}`")), "{message}");
+        assert!(message.contains("remove it for port 22"), "{message}");
+    }
+    for good in ["1", "65535", "ssh", "ssh-2", "s15-chars-xxxxx"] {
+        let p = pod("p", "u", json!({TARGET_PORT_ANNOTATION: good}));
+        assert!(target_port(&p).is_ok(), "{good}");
+    }
 }
 
 #[test]
@@ -104,6 +145,7 @@ fn claims_count_services_on_the_ssh_ip_only() {
     let ours = build(
         &pod("job", "u", json!({})),
         9000,
+        IntOrString::Int(22),
         &settings(ServiceStyle::Loadbalancer),
     );
     assert_eq!(claims(&ours, ip)[0].port, 9000);

@@ -1,0 +1,85 @@
+//! Checks of the flags that end up in the published `ssh USER@HOST -p PORT`
+//! command: users paste it into a shell, so it must be words a shell and ssh
+//! take as they are.
+
+use crate::cli::ControllerArgs;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error(
+        "--ssh-user `{0}` must be one user name users can type, e.g. ucloud: letters, digits, '.', '_' and '-', not starting with '-'"
+    )]
+    User(String),
+    #[error(
+        "--ssh-hostname `{0}` must be a host name or IP address users can type, e.g. ssh.example.org: letters, digits, '.', '-' and ':', not starting with '-'; leave the flag out to show --ssh-ip"
+    )]
+    Hostname(String),
+}
+
+/// The host name shown in the command: --ssh-hostname, else --ssh-ip.
+pub fn check(args: &ControllerArgs) -> Result<String, FlagError> {
+    if !is_word(&args.ssh_user, &['.', '_', '-']) {
+        return Err(FlagError::User(args.ssh_user.clone()));
+    }
+    match &args.ssh_hostname {
+        Some(host) if !is_word(host, &['.', '-', ':']) => Err(FlagError::Hostname(host.clone())),
+        Some(host) => Ok(host.clone()),
+        None => Ok(args.ssh_ip.to_string()),
+    }
+}
+
+/// Non-empty ASCII letters, digits and `extra`, not starting with '-' (ssh
+/// would read it as an option).
+fn is_word(s: &str, extra: &[char]) -> bool {
+    !s.is_empty()
+        && !s.starts_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn args(extra: &[&str]) -> ControllerArgs {
+        let argv = ["ssh-fwd", "controller", "--ssh-ip", "198.18.0.10"];
+        let cli = Cli::try_parse_from(argv.iter().chain(extra).copied()).unwrap();
+        let Command::Controller(args) = cli.command else {
+            unreachable!()
+        };
+        args
+    }
+
+    #[test]
+    fn the_host_shown_is_the_hostname_flag_else_the_ip() {
+        assert_eq!(check(&args(&[])), Ok("198.18.0.10".into()));
+        let named = args(&["--ssh-hostname", "ssh.example.org", "--ssh-user", "a.b_c-1"]);
+        assert_eq!(check(&named), Ok("ssh.example.org".into()));
+        assert!(check(&args(&["--ssh-hostname", "2001:db8::1"])).is_ok());
+    }
+
+    #[test]
+    fn hostnames_and_users_a_shell_or_ssh_would_misread_are_refused_naming_the_flag() {
+        for bad in [
+            "",
+            " ",
+            "ssh host",
+            "h;rm -rf ~",
+            "$(id)",
+            "-oProxyCommand=x",
+            "h`",
+            "h\n",
+        ] {
+            let error = check(&args(&[&format!("--ssh-hostname={bad}")])).unwrap_err();
+            assert_eq!(error, FlagError::Hostname(bad.into()));
+            let message = error.to_string();
+            assert!(message.starts_with("--ssh-hostname `"), "{message}");
+            assert!(message.contains("e.g. ssh.example.org"), "{message}");
+            let error = check(&args(&[&format!("--ssh-user={bad}")])).unwrap_err();
+            assert!(error.to_string().starts_with("--ssh-user `"), "{error}");
+        }
+    }
+}

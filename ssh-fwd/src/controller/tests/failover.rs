@@ -1,0 +1,80 @@
+//! Restart and leader election: ports and announcements survive a restart,
+//! and only the Lease holder watches or writes.
+
+use super::*;
+
+fn lease_holder(bed: &Bed) -> Option<String> {
+    let lease = bed.api.get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")?;
+    lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+}
+
+#[tokio::test]
+async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
+    let bed = Bed::new();
+    let first = bed.controller("a", &["--port-range", "9000-9001"]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    let port = bed.port_of("job-1").unwrap();
+    first.abort();
+    let _ = first.await;
+    let before_restart = bed.api.requests().len();
+    let second = bed.controller("a", &["--port-range", "9000-9001"]);
+    bed.pod("job-2");
+    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
+    // The only other port in the range, whatever the random pick.
+    assert_eq!(
+        bed.port_of("job-2").unwrap(),
+        if port == 9000 { 9001 } else { 9000 }
+    );
+    assert_eq!(bed.port_of("job-1"), Some(port));
+    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    assert_eq!(bed.our_services().len(), 2);
+    // Kept because it was never touched, not deleted and re-created.
+    let deletes: Vec<Request> = bed.api.requests()[before_restart..]
+        .iter()
+        .filter(|r| r.resource == "services" && r.verb == "delete")
+        .cloned()
+        .collect();
+    assert!(deletes.is_empty(), "{deletes:?}");
+    bed.assert_requests_listed();
+    second.abort();
+}
+
+#[tokio::test]
+async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
+    let bed = Bed::new();
+    let a = bed.controller("a", &[]);
+    eventually("a leads", || lease_holder(&bed).as_deref() == Some("a")).await;
+    let b = bed.controller("b", &[]);
+    bed.pod("job-1");
+    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    eventually("b has read the Lease", || !bed.requests_of("b").is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(bed.our_services().len(), 1);
+    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    // The standby only reads the Lease: it watches nothing and writes
+    // nothing while another replica leads.
+    let standby = bed.requests_of("b");
+    assert!(
+        standby
+            .iter()
+            .all(|r| r.resource == "leases" && r.verb == "get"),
+        "{standby:?}"
+    );
+    a.abort();
+    eventually("b leads", || lease_holder(&bed).as_deref() == Some("b")).await;
+    bed.pod("job-2");
+    eventually("job-2 is annotated by b", || {
+        bed.endpoint("job-2").is_some()
+    })
+    .await;
+    assert_ne!(bed.port_of("job-1"), bed.port_of("job-2"));
+    let writes_by_b = bed
+        .requests_of("b")
+        .iter()
+        .filter(|r| r.resource == "services" && r.verb == "create")
+        .count();
+    assert_eq!(writes_by_b, 1, "b created job-2's Service");
+    bed.assert_requests_listed();
+    b.abort();
+}
