@@ -10,13 +10,16 @@ use core::mem::{size_of, zeroed};
 use crate::{maps::IFACES, skb::bytes_at};
 use aya_ebpf::{
     EbpfContext as _,
-    bindings::{BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, TC_ACT_SHOT, bpf_fib_lookup},
+    bindings::{BPF_FIB_LKUP_RET_NO_NEIGH, BPF_FIB_LKUP_RET_SUCCESS, bpf_fib_lookup},
     helpers::{bpf_fib_lookup as fib_lookup, bpf_redirect, bpf_redirect_neigh, bpf_redirect_peer},
     programs::TcContext,
 };
 use ssh_fwd_common::{
+    csum,
     maps::Endpoint,
-    packet::{ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_TTL_OFF, forwarded_ttl_word},
+    packet::{
+        ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_MIN_LEN, IPV4_TTL_OFF, forwarded_ttl_word,
+    },
 };
 
 const AF_INET: u8 = 2;
@@ -95,28 +98,31 @@ pub enum Sent {
 }
 
 /// Decrements the TTL, writes the next hop's MAC addresses and redirects the
-/// packet along `route`. With `peer_ok` (the route's interface is a pod's
-/// veth or netkit host end) the packet is delivered straight to the peer's
-/// ingress, which skips the veth's transmit queue and one softirq pass.
-/// Returns the tc action; `TC_ACT_SHOT` if the packet was left half-written.
+/// packet along `route`; returns the tc action. With `peer_ok` (the route's
+/// interface is a pod's veth end) the packet is delivered straight to the
+/// peer's ingress, which skips the veth's transmit path and one softirq
+/// pass. `None`: the headers are not where they must be, nothing was
+/// written, and the stack should route the packet.
+///
+/// The writes are direct: the TTL and the IPv4 checksum change by amounts
+/// that cancel in the header's sum (so even a CHECKSUM_COMPLETE skb stays
+/// valid), and no skb checksum covers the Ethernet header. Four helper
+/// calls cost more than the rest of the redirect.
 #[inline(always)]
-pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> (i32, Option<Sent>) {
-    if ctx
-        .l3_csum_replace(
-            ETH_HLEN + IPV4_CHECK_OFF,
-            route.ttl_word as u64,
-            route.new_ttl_word as u64,
-            2,
-        )
-        .is_err()
-    {
-        return (TC_ACT_SHOT, None);
-    }
-    if ctx
-        .store(ETH_HLEN + IPV4_TTL_OFF, &route.new_ttl_word, 0)
-        .is_err()
-    {
-        return (TC_ACT_SHOT, None);
+pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> Option<(i32, Sent)> {
+    let frame = bytes_at_mut::<{ ETH_HLEN + IPV4_MIN_LEN }>(ctx)?;
+    // SAFETY: every write stays inside the range bytes_at_mut checked; the
+    // program has the skb to itself (the verifier unclones it first).
+    unsafe {
+        let check = frame.add(ETH_HLEN + IPV4_CHECK_OFF).cast::<u16>();
+        check.write_unaligned(csum::apply(
+            check.read_unaligned(),
+            csum::diff16(route.ttl_word, route.new_ttl_word),
+        ));
+        frame
+            .add(ETH_HLEN + IPV4_TTL_OFF)
+            .cast::<u16>()
+            .write_unaligned(route.new_ttl_word);
     }
     if !route.neighbour_known {
         // No neighbour entry yet: the kernel resolves it (and queues the
@@ -124,20 +130,32 @@ pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> (i32, Option<Sent>
         // SAFETY: a NULL parameter block asks the helper to look up the
         // next hop itself.
         let action = unsafe { bpf_redirect_neigh(route.fib.ifindex, core::ptr::null_mut(), 0, 0) };
-        return (action as i32, Some(Sent::Out));
+        return Some((action as i32, Sent::Out));
     }
-    if ctx.store(0, &route.fib.dmac, 0).is_err() || ctx.store(6, &route.fib.smac, 0).is_err() {
-        return (TC_ACT_SHOT, None);
+    // SAFETY: as above; the MACs are the first 12 bytes of the frame.
+    unsafe {
+        core::ptr::copy_nonoverlapping(route.fib.dmac.as_ptr(), frame, 6);
+        core::ptr::copy_nonoverlapping(route.fib.smac.as_ptr(), frame.add(6), 6);
     }
     // SAFETY: helper calls with plain integer arguments.
-    unsafe {
+    Some(unsafe {
         if peer_ok {
             (
                 bpf_redirect_peer(route.fib.ifindex, 0) as i32,
-                Some(Sent::IntoPeer),
+                Sent::IntoPeer,
             )
         } else {
-            (bpf_redirect(route.fib.ifindex, 0) as i32, Some(Sent::Out))
+            (bpf_redirect(route.fib.ifindex, 0) as i32, Sent::Out)
         }
+    })
+}
+
+/// A bounds-checked writable pointer to the first `N` bytes of the packet.
+#[inline(always)]
+fn bytes_at_mut<const N: usize>(ctx: &TcContext) -> Option<*mut u8> {
+    let start = ctx.data();
+    if start + N > ctx.data_end() {
+        return None;
     }
+    Some(start as *mut u8)
 }

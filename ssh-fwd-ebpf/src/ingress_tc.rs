@@ -32,14 +32,12 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
                 return TC_ACT_UNSPEC;
             };
             let peer_ok = iface_flags(route.ifindex()) & IFACE_POD_PEER != 0;
-            let (action, sent) = send(&ctx, &route, peer_ok);
-            match sent {
-                Some(Sent::IntoPeer) => {
-                    count(Outcome::Redirected);
-                    count(Outcome::RedirectedPeer);
-                }
-                Some(Sent::Out) => count(Outcome::Redirected),
-                None => count(Outcome::RewriteError),
+            let Some((action, sent)) = send(&ctx, &route, peer_ok) else {
+                return TC_ACT_UNSPEC;
+            };
+            count(Outcome::Redirected);
+            if sent == Sent::IntoPeer {
+                count(Outcome::RedirectedPeer);
             }
             action
         }

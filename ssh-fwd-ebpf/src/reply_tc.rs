@@ -57,7 +57,9 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     count(Outcome::ReverseNat);
     count_mapping(target.slot, Direction::ToClient, ctx.len() as u64);
     match send(ctx, &route, false) {
-        (action, Some(_)) => (Outcome::ReplyRedirected, action),
-        (action, None) => (Outcome::RewriteError, action),
+        Some((action, _)) => (Outcome::ReplyRedirected, action),
+        // Rewritten and bound for an external interface: the stack routes
+        // it there, and egress finds nothing left to do.
+        None => (Outcome::ReplyToStack, TC_ACT_UNSPEC),
     }
 }
