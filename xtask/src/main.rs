@@ -64,6 +64,13 @@ enum Bench {
         #[arg(long, default_value_t = 100)]
         new_pods: usize,
     },
+    /// Each kernel program's cost per packet, by case (hit, miss, reply),
+    /// through BPF_PROG_TEST_RUN in a bench bed, as a markdown table.
+    Progs {
+        /// Test runs per case (each of 200 iterations); the median is shown.
+        #[arg(long, default_value_t = 50)]
+        runs: usize,
+    },
     /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
     /// nftables and IPVS with N Services, and a userspace proxy, side by
     /// side in namespaces: throughput (1 and 8 streams), ping-pong latency,
@@ -117,6 +124,9 @@ fn main() -> std::process::ExitCode {
                 only,
             })
         }),
+        Task::Bench {
+            which: Bench::Progs { runs },
+        } => setup::run().and_then(|()| bench::progs::run(runs)),
         Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
     };

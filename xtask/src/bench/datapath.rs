@@ -1,8 +1,10 @@
 //! `cargo xtask bench datapath`: the same workloads through plain routing,
 //! ssh-fwd in each attach mode, kube-proxy-style iptables, nftables and IPVS
 //! with N Services, and a userspace proxy - all in one run, several rounds,
-//! each path in a fresh client -> node -> pod bed, in round-robin order so
-//! slow drift of the machine spreads over every path alike.
+//! each path in a client -> node -> pod bed of its own, all set up at once
+//! and interleaved workload by workload, so the machine's drift lands on
+//! every path alike and each is compared with plain routing's sample taken
+//! moments apart.
 
 use std::{path::PathBuf, sync::Mutex, time::Instant};
 
@@ -83,22 +85,52 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         })
         .collect();
     let started = Instant::now();
+    let beds = all_paths
+        .iter()
+        .map(|&path| {
+            println!("==> setting up {}", path.label());
+            Measured::new(path).with_context(|| format!("setting up {}", path.label()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let mut samples = Vec::new();
     for round in 0..rounds {
-        for &path in &all_paths {
-            print!("==> round {}/{rounds}: {:<28}", round + 1, path.label());
-            let t = Instant::now();
-            let values =
-                measure(path, secs).with_context(|| format!("measuring {}", path.label()))?;
-            println!("{} ({:.1} s)", one_line(&values), t.elapsed().as_secs_f64());
-            samples.extend(values.into_iter().map(|(metric, value)| Sample {
-                round,
-                path: path.label(),
-                metric,
-                value,
-            }));
+        for workload in workloads::Workload::ALL {
+            // Every path takes its turn at one workload before the next
+            // workload starts, so each sample is seconds, not minutes, from
+            // plain routing's of the same round; the starting path rotates
+            // so no path always follows the same one.
+            for k in 0..beds.len() {
+                let m = &beds[(k + round) % beds.len()];
+                let label = m.path.label();
+                let values = m
+                    .run(workload, secs)
+                    .with_context(|| format!("measuring {label}, {workload:?}"))?;
+                println!(
+                    "==> round {}/{rounds} {:<9} {label:<28} {}",
+                    round + 1,
+                    format!("{workload:?}"),
+                    one_line(&values)
+                );
+                samples.extend(values.into_iter().map(|(metric, value)| Sample {
+                    round,
+                    path: label.clone(),
+                    metric,
+                    value,
+                }));
+            }
         }
     }
+    for m in &beds {
+        if let Some(share) = m.installed.redirected_share() {
+            samples.push(Sample {
+                round: 0,
+                path: m.path.label(),
+                metric: workloads::Metric::RedirectedPct,
+                value: share * 100.0,
+            });
+        }
+    }
+    drop(beds);
     notes.push(
         "CPU: softirq time on all CPUs during the 8-stream and setup-rate workloads (plus the \
          proxy process's own CPU time for the userspace proxy); it includes the client's and \
@@ -144,17 +176,38 @@ fn path_list(services: &[usize], ipvs: bool) -> Vec<Path> {
     all
 }
 
-/// One path, one round, in a bed of its own.
-fn measure(path: Path, secs: u64) -> anyhow::Result<Vec<(workloads::Metric, f64)>> {
-    let bed = Bed::new()?;
-    let installed = paths::install(path, &bed)?;
-    let mut values = workloads::run_all(&bed, &path.target(), installed.forwarder_pid(), secs)?;
-    if let Some(share) = installed.redirected_share() {
-        values.push((workloads::Metric::RedirectedPct, share * 100.0));
+/// One path in a bed of its own, kept for the whole run. Field order is
+/// drop order: what the path installed goes before the namespaces.
+struct Measured {
+    path: Path,
+    installed: paths::Installed,
+    bed: Bed,
+}
+
+impl Measured {
+    fn new(path: Path) -> anyhow::Result<Self> {
+        let bed = Bed::new()?;
+        let installed = paths::install(path, &bed)?;
+        Ok(Self {
+            path,
+            installed,
+            bed,
+        })
     }
-    drop(installed);
-    drop(bed);
-    Ok(values)
+
+    fn run(
+        &self,
+        workload: workloads::Workload,
+        secs: u64,
+    ) -> anyhow::Result<Vec<(workloads::Metric, f64)>> {
+        workloads::run(
+            workload,
+            &self.bed,
+            &self.path.target(),
+            self.installed.forwarder_pid(),
+            secs,
+        )
+    }
 }
 
 fn one_line(values: &[(workloads::Metric, f64)]) -> String {

@@ -9,6 +9,7 @@ pub mod datapath;
 pub mod helpers;
 mod kube_rules;
 mod paths;
+pub mod progs;
 mod proxy;
 mod report;
 mod stats;

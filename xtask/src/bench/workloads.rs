@@ -95,30 +95,61 @@ fn process_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(field(11) + field(12))
 }
 
-/// Runs every workload once; returns each metric's value.
-pub fn run_all(
+/// One workload and the metrics it yields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// iperf3, one stream.
+    Stream1,
+    /// iperf3, 8 streams, and the CPU the node spent per GB.
+    Stream8,
+    /// 1-byte ping-pong on an open connection.
+    PingPong,
+    /// Connect, one exchange, close; and the CPU per 1,000 connections.
+    Setup,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [
+        Workload::Stream1,
+        Workload::Stream8,
+        Workload::PingPong,
+        Workload::Setup,
+    ];
+}
+
+/// Runs one workload once; returns each of its metrics' values.
+pub fn run(
+    workload: Workload,
     bed: &Bed,
     target: &Target,
     forwarder: Option<u32>,
     secs: u64,
 ) -> anyhow::Result<Vec<(Metric, f64)>> {
-    let mut out = Vec::new();
-    let (gbps1, _) = iperf(bed, target, 1, secs)?;
-    out.push((Metric::Gbps1, gbps1));
-    let before = CpuClock::now(forwarder)?;
-    let (gbps8, bytes) = iperf(bed, target, 8, secs)?;
-    let cpu_ms = CpuClock::now(forwarder)?.ms_since(&before);
-    out.push((Metric::Gbps8, gbps8));
-    out.push((Metric::CpuMsPerGb, cpu_ms / (bytes / 1e9)));
-    let (p50, p99) = ping_pong(bed, target, secs)?;
-    out.push((Metric::P50Us, p50));
-    out.push((Metric::P99Us, p99));
-    let before = CpuClock::now(forwarder)?;
-    let (rate, conns) = setup_rate(bed, target, secs)?;
-    let cpu_ms = CpuClock::now(forwarder)?.ms_since(&before);
-    out.push((Metric::SetupPerSec, rate));
-    out.push((Metric::CpuMsPer1kConn, cpu_ms / (conns / 1000.0)));
-    Ok(out)
+    Ok(match workload {
+        Workload::Stream1 => vec![(Metric::Gbps1, iperf(bed, target, 1, secs)?.0)],
+        Workload::Stream8 => {
+            let before = CpuClock::now(forwarder)?;
+            let (gbps8, bytes) = iperf(bed, target, 8, secs)?;
+            let cpu_ms = CpuClock::now(forwarder)?.ms_since(&before);
+            vec![
+                (Metric::Gbps8, gbps8),
+                (Metric::CpuMsPerGb, cpu_ms / (bytes / 1e9)),
+            ]
+        }
+        Workload::PingPong => {
+            let (p50, p99) = ping_pong(bed, target, secs)?;
+            vec![(Metric::P50Us, p50), (Metric::P99Us, p99)]
+        }
+        Workload::Setup => {
+            let before = CpuClock::now(forwarder)?;
+            let (rate, conns) = setup_rate(bed, target, secs)?;
+            let cpu_ms = CpuClock::now(forwarder)?.ms_since(&before);
+            vec![
+                (Metric::SetupPerSec, rate),
+                (Metric::CpuMsPer1kConn, cpu_ms / (conns / 1000.0)),
+            ]
+        }
+    })
 }
 
 /// Receiver-side Gbit/s and bytes of one iperf3 run, client -> pod.
