@@ -5,6 +5,7 @@
 
 use aya_ebpf::{bindings::BPF_F_PSEUDO_HDR, programs::TcContext};
 use ssh_fwd_common::{
+    csum,
     maps::Endpoint,
     outcome::Outcome,
     packet::{
@@ -102,7 +103,14 @@ pub enum Field {
 }
 
 /// Replaces one side's address and port, fixing the IPv4 checksum and the TCP
-/// checksum (pseudo-header aware, so CHECKSUM_PARTIAL skbs stay correct).
+/// checksum. Only the TCP checksum goes through the kernel's helper: whether
+/// the skb's checksum is still to be completed (CHECKSUM_PARTIAL, where only
+/// the pseudo-header part changes) or covered by `skb->csum`
+/// (CHECKSUM_COMPLETE) is the kernel's to know. The rest is written
+/// directly: the address and the IPv4 checksum change by amounts that cancel
+/// in the header's sum, and the port by what the helper already took out of
+/// the TCP checksum, so `skb->csum` stays as valid as with helper stores.
+/// An `Err` after the first helper leaves the packet half-written: drop it.
 #[inline(always)]
 pub fn rewrite(
     ctx: &TcContext,
@@ -112,8 +120,8 @@ pub fn rewrite(
     to: Endpoint,
 ) -> Result<(), i64> {
     let (addr_off, port_off) = match field {
-        Field::Source => (ETH_HLEN + IPV4_SADDR_OFF, l4 + TCP_SPORT_OFF),
-        Field::Destination => (ETH_HLEN + IPV4_DADDR_OFF, l4 + TCP_DPORT_OFF),
+        Field::Source => (IPV4_SADDR_OFF, TCP_SPORT_OFF),
+        Field::Destination => (IPV4_DADDR_OFF, TCP_DPORT_OFF),
     };
     let tcp_check = l4 + TCP_CHECK_OFF;
     ctx.l4_csum_replace(
@@ -123,13 +131,19 @@ pub fn rewrite(
         (BPF_F_PSEUDO_HDR | 4) as u64,
     )?;
     ctx.l4_csum_replace(tcp_check, from.port as u64, to.port as u64, 2)?;
-    ctx.l3_csum_replace(
-        ETH_HLEN + IPV4_CHECK_OFF,
-        from.addr as u64,
-        to.addr as u64,
-        4,
-    )?;
-    ctx.store(addr_off, &to.addr, 0)?;
-    ctx.store(port_off, &to.port, 0)?;
+    // The helpers may have moved the data: look the headers up again.
+    let ip = bytes_at::<IPV4_MIN_LEN>(ctx, ETH_HLEN).ok_or(-1i64)? as *mut u8;
+    let tcp = bytes_at::<TCP_MIN_LEN>(ctx, l4).ok_or(-1i64)? as *mut u8;
+    // SAFETY: every write stays inside a range bytes_at checked; the program
+    // has the skb to itself (the verifier unclones it first).
+    unsafe {
+        let check = ip.add(IPV4_CHECK_OFF).cast::<u16>();
+        check.write_unaligned(csum::apply(
+            check.read_unaligned(),
+            csum::diff32(from.addr, to.addr),
+        ));
+        ip.add(addr_off).cast::<u32>().write_unaligned(to.addr);
+        tcp.add(port_off).cast::<u16>().write_unaligned(to.port);
+    }
     Ok(())
 }
