@@ -131,3 +131,56 @@ fn a_pod_interface_with_a_qdisc_gets_no_peer_redirects() {
         "still redirected, the ordinary way"
     );
 }
+
+#[test]
+fn a_restarted_agent_swaps_its_program_into_the_pod_links_it_inherits() {
+    if !privilege::check("a_restarted_agent_swaps_its_program_into_the_pod_links_it_inherits") {
+        return;
+    }
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    let dir = bed.bpffs[0].path().join(format!(
+        "v{}/pod-links",
+        ssh_fwd_common::maps::LAYOUT_VERSION
+    ));
+    let pin = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .expect("one pod link pinned")
+        .unwrap()
+        .path();
+    let program = || {
+        let out = cmd::run(
+            std::process::Command::new("bpftool")
+                .args(["-j", "link", "show", "pinned"])
+                .arg(&pin),
+        )
+        .unwrap();
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["prog_id"]
+            .as_u64()
+            .unwrap()
+    };
+    let old = program();
+    // An upgrade: the old agent goes, the link stays; a new one starts.
+    bed.agents.clear();
+    assert_eq!(program(), old, "the link outlives the agent");
+    bed.agents.push(
+        ssh_fwd_tests::Agent::start(
+            &bed.topo.nodes[0].ns,
+            &[ssh_fwd_tests::topology::EXT_IFACE],
+            &bed.mappings,
+            &bed.bpffs[0],
+            &[],
+        )
+        .unwrap(),
+    );
+    // The first interface scan runs before the agent reports ready.
+    assert_ne!(program(), old, "the new agent's program runs in the link");
+    let before = counter(&bed, "reply_redirected");
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert!(counter(&bed, "reply_redirected") > before);
+}

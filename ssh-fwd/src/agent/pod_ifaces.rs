@@ -43,6 +43,10 @@ pub struct PodIfaces {
     enabled: bool,
     /// Interfaces holding the reply program (pinned), by index.
     attached: BTreeMap<u32, String>,
+    /// Links a previous agent pinned, still running its program: the first
+    /// scan swaps ours in (atomically, in the pinned link), so an upgrade
+    /// reaches pods' interfaces too.
+    inherited: BTreeSet<u32>,
     /// Interfaces that refused the program; tried again only if they come
     /// back under a new index, so a refusal is logged once.
     refused: BTreeSet<u32>,
@@ -59,15 +63,16 @@ impl PodIfaces {
             .take_map(IFACES)
             .ok_or_else(|| anyhow!("the eBPF object has no map {IFACES}; rebuild ssh-fwd"))?;
         let pins = layout.pod_links_dir();
+        let inherited: BTreeSet<u32> = layout.pod_links().into_iter().collect();
         Ok(Self {
             ebpf,
             flags: HashMap::try_from(map).context(IFACES)?,
             // Names are unknown until the next scan.
-            attached: layout
-                .pod_links()
-                .into_iter()
-                .map(|index| (index, format!("#{index}")))
+            attached: inherited
+                .iter()
+                .map(|&index| (index, format!("#{index}")))
                 .collect(),
+            inherited,
             pins,
             external: external.iter().cloned().collect(),
             enabled,
@@ -121,7 +126,8 @@ impl PodIfaces {
         }
         self.refused.retain(|index| pods.contains_key(index));
         for (&index, name) in &pods {
-            if self.attached.contains_key(&index) || self.refused.contains(&index) {
+            let current = self.attached.contains_key(&index) && !self.inherited.contains(&index);
+            if current || self.refused.contains(&index) {
                 continue;
             }
             let pin = self.pin(index);
@@ -146,6 +152,8 @@ impl PodIfaces {
                 }
             }
         }
+        // Inherited links not swapped by now are gone or refused ours.
+        self.inherited.clear();
         let peer_ok = self.peer_ok(&links, &pods)?;
         self.write_flags(&desired_flags(&links, &self.external, &peer_ok))
     }
