@@ -45,7 +45,7 @@ impl Route {
 #[inline(always)]
 pub fn iface_flags(ifindex: u32) -> u32 {
     // SAFETY: copied out immediately.
-    unsafe { IFACES.get(&ifindex) }.copied().unwrap_or(0)
+    unsafe { IFACES.get(ifindex) }.copied().unwrap_or(0)
 }
 
 /// The route the stack would pick for this packet, now carrying `src -> dst`

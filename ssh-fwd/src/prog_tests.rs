@@ -136,6 +136,32 @@ mod redirect;
 
 const JOB: (&str, &str, &str) = ("job", "198.18.0.10:8022", "10.244.1.5:22");
 
+/// A reply from the backend to the client (192.0.2.2:40000).
+fn reply() -> Vec<u8> {
+    Frame {
+        src: Ipv4Addr::new(10, 244, 1, 5),
+        sport: 22,
+        dst: Ipv4Addr::new(192, 0, 2, 2),
+        dport: 40_000,
+        payload: vec![7; 300],
+        ..Frame::default()
+    }
+    .build()
+}
+
+/// The host reference of the reverse NAT: the source back to the frontend.
+fn reverse_natted(frame: &[u8]) -> Vec<u8> {
+    let mut expected = frame.to_vec();
+    let tcp = packet::classify(&expected).expect("classify");
+    packet::rewrite(
+        &mut expected,
+        tcp,
+        Side::Source,
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022),
+    );
+    expected
+}
+
 fn backend() -> Endpoint {
     Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22)
 }
@@ -294,26 +320,10 @@ fn tc_egress_program_restores_the_frontend_on_replies() {
         return;
     }
     let l = load(&[JOB]);
-    let reply = Frame {
-        src: Ipv4Addr::new(10, 244, 1, 5),
-        sport: 22,
-        dst: Ipv4Addr::new(192, 0, 2, 2),
-        dport: 40_000,
-        payload: vec![7; 300],
-        ..Frame::default()
-    }
-    .build();
+    let reply = reply();
     let (verdict, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply);
     assert_eq!(verdict, TC_ACT_UNSPEC);
-    let mut expected = reply.clone();
-    let tcp = packet::classify(&expected).expect("classify");
-    packet::rewrite(
-        &mut expected,
-        tcp,
-        Side::Source,
-        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022),
-    );
-    assert_eq!(out, expected);
+    assert_eq!(out, reverse_natted(&reply));
     assert!(checksums_verify(&out));
     // Not from a backend: untouched.
     let other = Frame {

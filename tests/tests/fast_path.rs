@@ -15,6 +15,16 @@ use std::time::Duration;
 use common::{Bed, FRONTEND};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
+/// A node with `pods` pods and an agent mapping the frontend to pod 1.
+fn pod_1_mapped(pods: usize) -> Bed {
+    Bed::start(
+        Topology::single_node(pods).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap()
+}
+
 fn counter(bed: &Bed, name: &str) -> u64 {
     bed.bpffs[0].list().unwrap()["counters"][name]
         .as_u64()
@@ -26,12 +36,7 @@ fn ssh_session_takes_the_fast_path_both_ways() {
     if !privilege::check("ssh_session_takes_the_fast_path_both_ways") {
         return;
     }
-    let bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("job", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let bed = pod_1_mapped(1);
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     let list = bed.bpffs[0].list().unwrap();
     // `list` runs outside the node's namespace here, so compare indexes.
@@ -72,12 +77,7 @@ fn a_pods_own_ssh_to_a_mapped_pod_is_left_alone() {
     }
     // MPI ranks ssh to each other's pod IP: those replies leave through a
     // pod interface, not an external one, and must keep the pod's address.
-    let bed = Bed::start(
-        Topology::single_node(2).unwrap(),
-        &[("rank0", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let bed = pod_1_mapped(2);
     let rank1 = &bed.topo.pods[1].ns;
     let hostname = bed.ssh().run(rank1, "10.244.1.5", 22, "hostname").unwrap();
     assert_eq!(hostname, "pod-1");
@@ -93,12 +93,7 @@ fn a_pod_interface_with_a_qdisc_gets_no_peer_redirects() {
     if !privilege::check("a_pod_interface_with_a_qdisc_gets_no_peer_redirects") {
         return;
     }
-    let bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("job", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let bed = pod_1_mapped(1);
     // A bandwidth limit on the pod's interface, as the CNI bandwidth plugin
     // sets one: a peer redirect would bypass it.
     let node = &bed.topo.nodes[0].ns;
@@ -137,12 +132,7 @@ fn a_restarted_agent_swaps_its_program_into_the_pod_links_it_inherits() {
     if !privilege::check("a_restarted_agent_swaps_its_program_into_the_pod_links_it_inherits") {
         return;
     }
-    let mut bed = Bed::start(
-        Topology::single_node(1).unwrap(),
-        &[("job", FRONTEND, "10.244.1.5:22")],
-        &[],
-    )
-    .unwrap();
+    let mut bed = pod_1_mapped(1);
     let dir = bed.bpffs[0].path().join(format!(
         "v{}/pod-links",
         ssh_fwd_common::maps::LAYOUT_VERSION

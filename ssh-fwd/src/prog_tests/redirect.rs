@@ -8,13 +8,14 @@ use std::net::Ipv4Addr;
 use aya::maps::{HashMap, Map, MapData};
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
-    maps::{self, Endpoint},
+    maps,
     packet::{self, Side},
 };
 use ssh_fwd_tests::{NetNs, privilege};
 
 use super::{
-    JOB, Loaded, TC_ACT_REDIRECT, TC_ACT_UNSPEC, backend, counters, delta, load, test_run_tc,
+    JOB, Loaded, TC_ACT_REDIRECT, TC_ACT_UNSPEC, backend, counters, delta, load, reply,
+    reverse_natted, test_run_tc,
 };
 use crate::attach::{PROG_INGRESS_TC, PROG_REPLY_TC};
 
@@ -235,19 +236,6 @@ fn add_client_route(ns: &NetNs) {
     ns.sysctl("net.ipv4.ip_forward", "1").expect("forwarding");
 }
 
-/// A reply from the backend to the client (192.0.2.2:40000).
-fn reply() -> Vec<u8> {
-    Frame {
-        src: Ipv4Addr::new(10, 244, 1, 5),
-        sport: 22,
-        dst: Ipv4Addr::new(192, 0, 2, 2),
-        dport: 40_000,
-        payload: vec![7; 300],
-        ..Frame::default()
-    }
-    .build()
-}
-
 #[test]
 fn reply_program_restores_the_frontend_and_redirects_out_of_the_external_interface() {
     if !privilege::check(
@@ -262,14 +250,7 @@ fn reply_program_restores_the_frontend_and_redirects_out_of_the_external_interfa
     let before = counters(&l);
     let (verdict, out) = test_run_tc(&l, PROG_REPLY_TC, &frame);
     assert_eq!(verdict, TC_ACT_REDIRECT);
-    let mut expected = frame.clone();
-    let tcp = packet::classify(&expected).expect("classify");
-    packet::rewrite(
-        &mut expected,
-        tcp,
-        Side::Source,
-        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022),
-    );
+    let mut expected = reverse_natted(&frame);
     assert!(packet::forward(&mut expected, EXT_MAC, CLIENT_MAC));
     assert_eq!(out, expected);
     assert!(checksums_verify(&out));
