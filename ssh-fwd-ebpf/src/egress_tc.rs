@@ -8,12 +8,7 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::outcome::Outcome;
 
-use crate::{
-    counters::{Direction, count, count_mapping},
-    maps::REVERSE,
-    skb::{Field, parse, rewrite},
-    track::frontend_for_reply,
-};
+use crate::{counters::count, maps::REVERSE, reverse::restore_frontend, skb::parse};
 
 #[classifier]
 pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
@@ -36,10 +31,8 @@ fn reverse_nat(ctx: &TcContext) -> Outcome {
     let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return Outcome::PassNoBackend;
     };
-    let target = frontend_for_reply(client, backend, primary);
-    if rewrite(ctx, headers.l4, Field::Source, backend, target.endpoint).is_err() {
-        return Outcome::RewriteError;
+    match restore_frontend(ctx, headers.l4, backend, client, primary) {
+        Ok(()) => Outcome::ReverseNat,
+        Err(()) => Outcome::RewriteError,
     }
-    count_mapping(target.slot, Direction::ToClient, ctx.len() as u64);
-    Outcome::ReverseNat
 }

@@ -110,8 +110,8 @@ pub enum Sent {
 /// calls cost more than the rest of the redirect.
 #[inline(always)]
 pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> Option<(i32, Sent)> {
-    let frame = bytes_at_mut::<{ ETH_HLEN + IPV4_MIN_LEN }>(ctx)?;
-    // SAFETY: every write stays inside the range bytes_at_mut checked; the
+    let frame = bytes_at::<{ ETH_HLEN + IPV4_MIN_LEN }>(ctx, 0)?;
+    // SAFETY: every write stays inside the range bytes_at checked; the
     // program has the skb to itself (the verifier unclones it first).
     unsafe {
         let check = frame.add(ETH_HLEN + IPV4_CHECK_OFF).cast::<u16>();
@@ -148,14 +148,4 @@ pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> Option<(i32, Sent)
             (bpf_redirect(route.fib.ifindex, 0) as i32, Sent::Out)
         }
     })
-}
-
-/// A bounds-checked writable pointer to the first `N` bytes of the packet.
-#[inline(always)]
-fn bytes_at_mut<const N: usize>(ctx: &TcContext) -> Option<*mut u8> {
-    let start = ctx.data();
-    if start + N > ctx.data_end() {
-        return None;
-    }
-    Some(start as *mut u8)
 }

@@ -19,6 +19,7 @@ mod ingress_tc;
 mod ingress_xdp;
 mod maps;
 mod reply_tc;
+mod reverse;
 mod skb;
 mod track;
 

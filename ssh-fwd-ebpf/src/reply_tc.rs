@@ -17,11 +17,11 @@ use aya_ebpf::{
 use ssh_fwd_common::{maps::IFACE_EXTERNAL, outcome::Outcome};
 
 use crate::{
-    counters::{Direction, count, count_mapping},
+    counters::count,
     forward::{iface_flags, route, send},
     maps::REVERSE,
-    skb::{Field, parse, rewrite},
-    track::frontend_for_reply,
+    reverse::restore_frontend,
+    skb::parse,
 };
 
 #[classifier]
@@ -50,12 +50,10 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     if iface_flags(route.ifindex()) & IFACE_EXTERNAL == 0 {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     }
-    let target = frontend_for_reply(client, backend, primary);
-    if rewrite(ctx, headers.l4, Field::Source, backend, target.endpoint).is_err() {
+    if restore_frontend(ctx, headers.l4, backend, client, primary).is_err() {
         return (Outcome::RewriteError, TC_ACT_SHOT);
     }
     count(Outcome::ReverseNat);
-    count_mapping(target.slot, Direction::ToClient, ctx.len() as u64);
     match send(ctx, &route, false) {
         Some((action, _)) => (Outcome::ReplyRedirected, action),
         // Rewritten and bound for an external interface: the stack routes

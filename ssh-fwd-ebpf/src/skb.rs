@@ -45,14 +45,15 @@ pub fn parse(ctx: &TcContext) -> Result<Tcp4, Outcome> {
 }
 
 /// A bounds-checked pointer `offset` bytes into the linear data, valid for
-/// `N` bytes.
+/// `N` bytes; writable as far as the verifier is concerned (it unclones the
+/// skb of a program that writes).
 #[inline(always)]
-pub fn bytes_at<const N: usize>(ctx: &TcContext, offset: usize) -> Option<*const u8> {
+pub fn bytes_at<const N: usize>(ctx: &TcContext, offset: usize) -> Option<*mut u8> {
     let start = ctx.data();
     if start + offset + N > ctx.data_end() {
         return None;
     }
-    Some((start + offset) as *const u8)
+    Some((start + offset) as *mut u8)
 }
 
 /// `None`: the headers reach past the linear data.
@@ -132,8 +133,8 @@ pub fn rewrite(
     )?;
     ctx.l4_csum_replace(tcp_check, from.port as u64, to.port as u64, 2)?;
     // The helpers may have moved the data: look the headers up again.
-    let ip = bytes_at::<IPV4_MIN_LEN>(ctx, ETH_HLEN).ok_or(-1i64)? as *mut u8;
-    let tcp = bytes_at::<TCP_MIN_LEN>(ctx, l4).ok_or(-1i64)? as *mut u8;
+    let ip = bytes_at::<IPV4_MIN_LEN>(ctx, ETH_HLEN).ok_or(-1i64)?;
+    let tcp = bytes_at::<TCP_MIN_LEN>(ctx, l4).ok_or(-1i64)?;
     // SAFETY: every write stays inside a range bytes_at checked; the program
     // has the skb to itself (the verifier unclones it first).
     unsafe {

@@ -325,9 +325,8 @@ pub fn attach_reply(ebpf: &mut Ebpf, pin: &Path, name: &str) -> anyhow::Result<(
 }
 
 fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> anyhow::Result<()> {
-    let pin = pin.to_owned();
     let prog = classifier(ebpf, spec.program)?;
-    if let Some(old) = adopt(&pin)? {
+    if let Some(old) = adopt(pin)? {
         match SchedClassifierLink::try_from(old)
             .map_err(anyhow::Error::from)
             .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
@@ -339,7 +338,7 @@ fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> an
                     error = format!("{e:#}"),
                     "cannot reuse pinned tc link; attaching anew"
                 );
-                unpin(&pin)?;
+                unpin(pin)?;
             }
         }
     }
@@ -359,7 +358,7 @@ fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> an
     let link = prog.take_link(id)?;
     let fd =
         FdLink::try_from(link).map_err(|e| anyhow!("tcx link on {name} cannot be pinned: {e}"))?;
-    fd.pin(&pin)
+    fd.pin(pin)
         .with_context(|| format!("pinning link {}", pin.display()))?;
     Ok(())
 }

@@ -25,6 +25,28 @@ fn pod_1_mapped(pods: usize) -> Bed {
     .unwrap()
 }
 
+/// Whether some interface carries the pod flag (`IFACE_POD_PEER`) in the
+/// node's `IFACES` map (values as bpftool prints them: hex bytes).
+fn pod_flagged(bed: &Bed) -> bool {
+    let map = bed.bpffs[0].path().join(format!(
+        "v{}/maps/IFACES",
+        ssh_fwd_common::maps::LAYOUT_VERSION
+    ));
+    let out = cmd::run(
+        std::process::Command::new("bpftool")
+            .args(["-j", "map", "dump", "pinned"])
+            .arg(map),
+    )
+    .unwrap();
+    let flag = format!("0x{:02x}", ssh_fwd_common::maps::IFACE_POD_PEER);
+    serde_json::from_str::<serde_json::Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|entry| entry["value"][0] == flag.as_str())
+}
+
 fn counter(bed: &Bed, name: &str) -> u64 {
     bed.bpffs[0].list().unwrap()["counters"][name]
         .as_u64()
@@ -96,6 +118,7 @@ fn a_pod_interface_with_a_qdisc_gets_no_peer_redirects() {
     let bed = pod_1_mapped(1);
     // A bandwidth limit on the pod's interface, as the CNI bandwidth plugin
     // sets one: a peer redirect would bypass it.
+    assert!(pod_flagged(&bed), "flagged before the qdisc");
     let node = &bed.topo.nodes[0].ns;
     cmd::run(node.command("tc").args([
         "qdisc", "add", "dev", "pod1", "root", "tbf", "rate", "1gbit", "burst", "256kb", "latency",
@@ -103,21 +126,8 @@ fn a_pod_interface_with_a_qdisc_gets_no_peer_redirects() {
     ]))
     .unwrap();
     // The next rescan (every 2 s) withdraws the flag.
-    let flags = || {
-        cmd::run(node.command("bpftool").args(["map", "dump", "pinned"]).arg(
-            bed.bpffs[0].path().join(format!(
-                "v{}/maps/IFACES",
-                ssh_fwd_common::maps::LAYOUT_VERSION
-            )),
-        ))
-        .unwrap()
-    };
-    let withdrawn = cmd::wait_until(Duration::from_secs(10), || {
-        // bpftool prints values as hex bytes; only the external
-        // interface's flag (1) may remain, not a pod's (2).
-        !flags().contains("value: 02 00 00 00")
-    });
-    assert!(withdrawn, "pod1 still flagged: {}", flags());
+    let withdrawn = cmd::wait_until(Duration::from_secs(10), || !pod_flagged(&bed));
+    assert!(withdrawn, "pod1 still flagged for peer redirects");
     let before = counter(&bed, "redirected_peer");
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     assert_eq!(counter(&bed, "redirected_peer"), before, "no peer redirect");

@@ -37,16 +37,14 @@ pub struct PodIfaces {
     /// Owns the reply program; the object lives as long as this does.
     ebpf: Ebpf,
     flags: HashMap<MapData, u32, u32>,
-    pins: PathBuf,
+    layout: PinLayout,
     external: BTreeSet<String>,
     /// `false` with `--pod-ifaces off`: no reply programs, no peer redirects.
     enabled: bool,
-    /// Interfaces holding the reply program (pinned), by index.
-    attached: BTreeMap<u32, String>,
-    /// Links a previous agent pinned, still running its program: the first
-    /// scan swaps ours in (atomically, in the pinned link), so an upgrade
-    /// reaches pods' interfaces too.
-    inherited: BTreeSet<u32>,
+    /// Interfaces whose pinned link runs this agent's program, by index.
+    /// Links a previous agent pinned are not in it, so the first scan swaps
+    /// ours into them (atomically) and an upgrade reaches pods too.
+    attached: BTreeSet<u32>,
     /// Interfaces that refused the program; tried again only if they come
     /// back under a new index, so a refusal is logged once.
     refused: BTreeSet<u32>,
@@ -62,18 +60,11 @@ impl PodIfaces {
         let map = ebpf
             .take_map(IFACES)
             .ok_or_else(|| anyhow!("the eBPF object has no map {IFACES}; rebuild ssh-fwd"))?;
-        let pins = layout.pod_links_dir();
-        let inherited: BTreeSet<u32> = layout.pod_links().into_iter().collect();
         Ok(Self {
             ebpf,
             flags: HashMap::try_from(map).context(IFACES)?,
-            // Names are unknown until the next scan.
-            attached: inherited
-                .iter()
-                .map(|&index| (index, format!("#{index}")))
-                .collect(),
-            inherited,
-            pins,
+            attached: BTreeSet::new(),
+            layout: layout.clone(),
             external: external.iter().cloned().collect(),
             enabled,
             refused: BTreeSet::new(),
@@ -114,20 +105,20 @@ impl PodIfaces {
         } else {
             BTreeMap::new()
         };
-        for (index, name) in self.attached.clone() {
+        // The pins, ours or a previous agent's, say what is attached.
+        for index in self.layout.pod_links() {
             if !pods.contains_key(&index) {
                 let pin = self.pin(index);
                 std::fs::remove_file(&pin)
                     .or_else(ignore_missing)
                     .with_context(|| format!("removing pinned link {}", pin.display()))?;
                 self.attached.remove(&index);
-                tracing::debug!(iface = name, index, "pod interface gone; link removed");
+                tracing::debug!(index, "pod interface gone; link removed");
             }
         }
         self.refused.retain(|index| pods.contains_key(index));
         for (&index, name) in &pods {
-            let current = self.attached.contains_key(&index) && !self.inherited.contains(&index);
-            if current || self.refused.contains(&index) {
+            if self.attached.contains(&index) || self.refused.contains(&index) {
                 continue;
             }
             let pin = self.pin(index);
@@ -138,7 +129,7 @@ impl PodIfaces {
                         index,
                         "reply program attached to pod interface"
                     );
-                    self.attached.insert(index, name.clone());
+                    self.attached.insert(index);
                 }
                 Err(e) => {
                     tracing::warn!(
@@ -152,8 +143,6 @@ impl PodIfaces {
                 }
             }
         }
-        // Inherited links not swapped by now are gone or refused ours.
-        self.inherited.clear();
         let peer_ok = self.peer_ok(&links, &pods)?;
         self.write_flags(&desired_flags(&links, &self.external, &peer_ok))
     }
@@ -183,7 +172,7 @@ impl PodIfaces {
     }
 
     fn pin(&self, index: u32) -> PathBuf {
-        self.pins.join(index.to_string())
+        self.layout.pod_links_dir().join(index.to_string())
     }
 
     /// Makes `IFACES` hold exactly `desired`: new flags first, then removals.

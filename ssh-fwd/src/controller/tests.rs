@@ -91,6 +91,14 @@ impl Bed {
             .map(str::to_owned)
     }
 
+    /// Waits until `pod` has its endpoint annotation.
+    async fn annotated(&self, pod: &str) {
+        eventually(&format!("{pod} is annotated"), || {
+            self.endpoint(pod).is_some()
+        })
+        .await;
+    }
+
     fn port_of(&self, pod: &str) -> Option<u16> {
         self.endpoint(pod)?.rsplit_once(':')?.1.parse().ok()
     }
@@ -153,7 +161,7 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     let bed = Bed::new();
     let controller = bed.controller("a", &[]);
     bed.pod("job-1");
-    eventually("the pod is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let port = bed.port_of("job-1").unwrap();
     assert!((8000..=16000).contains(&port));
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
@@ -204,7 +212,7 @@ async fn externalips_style_lists_the_ssh_ip() {
         &["--service-style", "externalips", "--ssh-user", "alice"],
     );
     bed.pod("job-1");
-    eventually("the pod is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["externalIPs"], json!(["198.18.0.10"]));
     assert!(svc["status"]["loadBalancer"]["ingress"].is_null());
@@ -238,7 +246,7 @@ async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
     }));
     let controller = bed.controller("a", &["--port-range", "9000-9003"]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let rival_port = raced.lock().unwrap().expect("the hook ran") as u16;
     assert_ne!(bed.port_of("job-1"), Some(rival_port));
     assert_eq!(bed.our_services().len(), 1);

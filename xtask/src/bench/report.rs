@@ -174,27 +174,38 @@ fn machine() -> serde_json::Value {
 mod tests {
     use super::*;
 
-    #[test]
-    fn ratios_are_to_plain_routing_in_the_same_run() {
-        let sample = |path: Path, round, value| Sample {
-            round,
-            path: path.label(),
-            metric: Metric::Gbps1,
-            value,
-        };
-        let run = Run {
+    /// A 3-round run of plain routing and the proxy, one metric.
+    fn run_of(metric: Metric, samples: &[(Path, usize, f64)], notes: Vec<String>) -> Run {
+        Run {
             paths: vec![Path::Routing, Path::Proxy],
-            samples: vec![
-                sample(Path::Routing, 0, 10.0),
-                sample(Path::Routing, 1, 12.0),
-                sample(Path::Routing, 2, 11.0),
-                sample(Path::Proxy, 0, 5.5),
-            ],
-            notes: vec!["IPVS: not measured".into()],
+            samples: samples
+                .iter()
+                .map(|&(path, round, value)| Sample {
+                    round,
+                    path: path.label(),
+                    metric,
+                    value,
+                })
+                .collect(),
+            notes,
             rounds: 3,
             secs: 1,
             quick: false,
-        };
+        }
+    }
+
+    #[test]
+    fn ratios_are_to_plain_routing_in_the_same_run() {
+        let run = run_of(
+            Metric::Gbps1,
+            &[
+                (Path::Routing, 0, 10.0),
+                (Path::Routing, 1, 12.0),
+                (Path::Routing, 2, 11.0),
+                (Path::Proxy, 0, 5.5),
+            ],
+            vec!["IPVS: not measured".into()],
+        );
         // Paired with routing's round 0 (10.0), not with its median (11.0).
         assert_eq!(run.ratio(&Path::Proxy.label(), Metric::Gbps1), Some(0.55));
         let md = run.markdown();
@@ -208,30 +219,21 @@ mod tests {
 
     #[test]
     fn ratios_pair_rounds_so_drift_of_the_machine_cancels() {
-        let sample = |path: Path, round, value| Sample {
-            round,
-            path: path.label(),
-            metric: Metric::SetupPerSec,
-            value,
-        };
         // The machine got three times faster in round 1: the path is 10%
         // ahead in two rounds of three, which the medians alone (20 vs 19)
         // would turn into 5% behind.
-        let run = Run {
-            paths: vec![Path::Routing, Path::Proxy],
-            samples: vec![
-                sample(Path::Routing, 0, 10.0),
-                sample(Path::Routing, 1, 30.0),
-                sample(Path::Routing, 2, 20.0),
-                sample(Path::Proxy, 0, 11.0),
-                sample(Path::Proxy, 1, 33.0),
-                sample(Path::Proxy, 2, 19.0),
+        let run = run_of(
+            Metric::SetupPerSec,
+            &[
+                (Path::Routing, 0, 10.0),
+                (Path::Routing, 1, 30.0),
+                (Path::Routing, 2, 20.0),
+                (Path::Proxy, 0, 11.0),
+                (Path::Proxy, 1, 33.0),
+                (Path::Proxy, 2, 19.0),
             ],
-            notes: vec![],
-            rounds: 3,
-            secs: 1,
-            quick: false,
-        };
+            vec![],
+        );
         let label = Path::Proxy.label();
         assert_eq!(
             run.round_ratios(&label, Metric::SetupPerSec),

@@ -13,14 +13,14 @@ async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
     let bed = Bed::new();
     let first = bed.controller("a", &["--port-range", "9000-9001"]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let port = bed.port_of("job-1").unwrap();
     first.abort();
     let _ = first.await;
     let before_restart = bed.api.requests().len();
     let second = bed.controller("a", &["--port-range", "9000-9001"]);
     bed.pod("job-2");
-    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
+    bed.annotated("job-2").await;
     // The only other port in the range, whatever the random pick.
     assert_eq!(
         bed.port_of("job-2").unwrap(),
@@ -47,7 +47,7 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     eventually("a leads", || lease_holder(&bed).as_deref() == Some("a")).await;
     let b = bed.controller("b", &[]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     eventually("b has read the Lease", || !bed.requests_of("b").is_empty()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(bed.our_services().len(), 1);

@@ -8,7 +8,7 @@ async fn failed_creates_are_retried() {
     bed.api.fail_creates(Kind::Service, &[500, 503]);
     let controller = bed.controller("a", &[]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     assert_eq!(bed.our_services().len(), 1);
     bed.assert_requests_listed();
     controller.abort();
@@ -19,7 +19,7 @@ async fn a_failed_endpoint_withdrawal_keeps_the_service_until_it_is_retried() {
     let bed = Bed::new();
     let controller = bed.controller("a", &[]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let patches = || {
         bed.api
             .requests()

@@ -8,7 +8,7 @@ async fn a_full_range_warns_the_pod_and_a_freed_port_goes_to_it() {
     let bed = Bed::new();
     let controller = bed.controller("a", &["--port-range", "9000-9000"]);
     bed.pod("job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     bed.pod("job-2");
     eventually("job-2 is told", || {
         !bed.notes("job-2", "NoFreePort", "Warning").is_empty()
@@ -37,7 +37,7 @@ async fn an_invalid_target_port_warns_the_pod_once_and_a_fixed_one_is_served() {
     .await;
     // More passes (another pod's writes) do not repeat it.
     bed.pod("job-2");
-    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
+    bed.annotated("job-2").await;
     let notes = bed.notes("job-1", "InvalidTargetPort", "Warning");
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
@@ -52,7 +52,7 @@ async fn an_invalid_target_port_warns_the_pod_once_and_a_fixed_one_is_served() {
         "job-1",
         &json!({"metadata": {"annotations": {"ssh-fwd.io/target-port": "2222"}}}),
     );
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["ports"][0]["targetPort"], 2222);
     bed.assert_requests_listed();
@@ -73,7 +73,7 @@ async fn a_service_name_taken_by_someone_else_warns_the_pod_and_is_left_alone() 
     })
     .await;
     bed.pod("job-2");
-    eventually("job-2 is annotated", || bed.endpoint("job-2").is_some()).await;
+    bed.annotated("job-2").await;
     let notes = bed.notes("job-1", "ServiceNameTaken", "Warning");
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
@@ -84,7 +84,7 @@ async fn a_service_name_taken_by_someone_else_warns_the_pod_and_is_left_alone() 
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["ports"][0]["port"], 80, "theirs is untouched");
     bed.api.delete(Kind::Service, "jobs", "ssh-job-1");
-    eventually("job-1 is annotated", || bed.endpoint("job-1").is_some()).await;
+    bed.annotated("job-1").await;
     bed.assert_requests_listed();
     controller.abort();
 }
