@@ -57,16 +57,16 @@ pub fn checksum(data: &[u8], mut sum: u32) -> u16 {
     !fold(sum)
 }
 
-/// The IPv4 TCP pseudo-header sum (raw words), to seed [`checksum`] for a TCP
-/// segment of `tcp_len` bytes.
-pub fn tcp_pseudo_header_sum(src: [u8; 4], dst: [u8; 4], tcp_len: u16) -> u32 {
+/// The IPv4 pseudo-header sum (raw words), to seed [`checksum`] for a
+/// segment of `protocol` (TCP, UDP) that is `len` bytes long.
+pub fn pseudo_header_sum(src: [u8; 4], dst: [u8; 4], protocol: u8, len: u16) -> u32 {
     let words = [
         u16::from_ne_bytes([src[0], src[1]]),
         u16::from_ne_bytes([src[2], src[3]]),
         u16::from_ne_bytes([dst[0], dst[1]]),
         u16::from_ne_bytes([dst[2], dst[3]]),
-        u16::from_ne_bytes([0, crate::packet::IPPROTO_TCP]),
-        u16::from_ne_bytes(tcp_len.to_be_bytes()),
+        u16::from_ne_bytes([0, protocol]),
+        u16::from_ne_bytes(len.to_be_bytes()),
     ];
     words.iter().map(|w| *w as u32).sum()
 }

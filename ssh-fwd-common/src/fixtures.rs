@@ -66,8 +66,12 @@ impl Frame {
         }
         l4.extend_from_slice(&self.payload);
         if self.protocol == packet::IPPROTO_TCP {
-            let seed =
-                csum::tcp_pseudo_header_sum(self.src.octets(), self.dst.octets(), l4.len() as u16);
+            let seed = csum::pseudo_header_sum(
+                self.src.octets(),
+                self.dst.octets(),
+                packet::IPPROTO_TCP,
+                l4.len() as u16,
+            );
             let check = csum::checksum(&l4, seed);
             l4[packet::TCP_CHECK_OFF..packet::TCP_CHECK_OFF + 2]
                 .copy_from_slice(&check.to_ne_bytes());
@@ -107,6 +111,6 @@ pub fn checksums_verify(frame: &[u8]) -> bool {
     let l4 = &frame[tcp.l4_off..packet::ETH_HLEN + total];
     let src: [u8; 4] = ip[12..16].try_into().unwrap_or_default();
     let dst: [u8; 4] = ip[16..20].try_into().unwrap_or_default();
-    let seed = csum::tcp_pseudo_header_sum(src, dst, l4.len() as u16);
+    let seed = csum::pseudo_header_sum(src, dst, packet::IPPROTO_TCP, l4.len() as u16);
     csum::checksum(ip, 0) == 0 && csum::checksum(l4, seed) == 0
 }

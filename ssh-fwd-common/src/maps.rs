@@ -31,8 +31,12 @@ pub const MAPPING_NAMES: &str = "MAPPING_NAMES";
 /// interfaces a redirect may target. Written by the agent.
 pub const IFACES: &str = "IFACES";
 
+/// What the running agent says about itself, for `ssh-fwd status`: one
+/// [`AgentStatus`], written by the agent, never read by the programs.
+pub const AGENT_STATUS: &str = "AGENT_STATUS";
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 7] = [
+pub const ALL_MAPS: [&str; 8] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -40,6 +44,7 @@ pub const ALL_MAPS: [&str; 7] = [
     GLOBAL_STATS,
     MAPPING_NAMES,
     IFACES,
+    AGENT_STATUS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the
@@ -162,11 +167,70 @@ impl MappingName {
     }
 }
 
-const _: () = assert!(core::mem::size_of::<Endpoint>() == 8);
-const _: () = assert!(core::mem::size_of::<NatTarget>() == 16);
-const _: () = assert!(core::mem::size_of::<ConnKey>() == 12);
-const _: () = assert!(core::mem::size_of::<MappingCounters>() == 32);
-const _: () = assert!(core::mem::size_of::<MappingName>() == MAX_NAME_LEN + 1);
+/// Longest source description kept in [`AgentStatus`], in bytes.
+pub const STATUS_SOURCE_LEN: usize = 128;
+/// Longest error message kept in [`AgentStatus`], in bytes.
+pub const STATUS_ERROR_LEN: usize = 256;
+
+/// Value of [`AGENT_STATUS`]. Times are Unix milliseconds (0: never); texts
+/// are UTF-8, zero-padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgentStatus {
+    /// When the agent last wrote this: an agent that stopped writing has
+    /// stopped (it rewrites it every few seconds).
+    pub heartbeat_ms: u64,
+    pub started_ms: u64,
+    pub pid: u64,
+    pub last_reconcile_ms: u64,
+    pub last_reconcile_micros: u64,
+    pub reconciles: u64,
+    pub reconcile_errors: u64,
+    pub mappings: u64,
+    pub last_error_ms: u64,
+    /// Where the mappings come from: `file PATH` or `kubernetes ...`.
+    pub source: [u8; STATUS_SOURCE_LEN],
+    pub last_error: [u8; STATUS_ERROR_LEN],
+}
+
+impl AgentStatus {
+    pub const EMPTY: Self = Self {
+        heartbeat_ms: 0,
+        started_ms: 0,
+        pid: 0,
+        last_reconcile_ms: 0,
+        last_reconcile_micros: 0,
+        reconciles: 0,
+        reconcile_errors: 0,
+        mappings: 0,
+        last_error_ms: 0,
+        source: [0; STATUS_SOURCE_LEN],
+        last_error: [0; STATUS_ERROR_LEN],
+    };
+}
+
+/// Copies `text` into a zero-padded field, cut at a character boundary.
+pub fn put_text(field: &mut [u8], text: &str) {
+    let mut end = text.len().min(field.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    field.fill(0);
+    field[..end].copy_from_slice(&text.as_bytes()[..end]);
+}
+
+/// The text in a zero-padded field (empty if it is not UTF-8).
+pub fn get_text(field: &[u8]) -> &str {
+    let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
+    core::str::from_utf8(&field[..end]).unwrap_or("")
+}
+
+const _: () = assert!(size_of::<Endpoint>() == 8);
+const _: () = assert!(size_of::<NatTarget>() == 16);
+const _: () = assert!(size_of::<ConnKey>() == 12);
+const _: () = assert!(size_of::<MappingCounters>() == 32);
+const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
+const _: () = assert!(size_of::<AgentStatus>() == 9 * 8 + STATUS_SOURCE_LEN + STATUS_ERROR_LEN);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -183,6 +247,8 @@ mod pod {
     unsafe impl aya::Pod for MappingCounters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for MappingName {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AgentStatus {}
 }
 
 #[cfg(test)]
@@ -196,6 +262,17 @@ mod tests {
         assert_eq!(e.port.to_ne_bytes(), [0x1f, 0x56]);
         assert_eq!(e.ip(), Ipv4Addr::new(198, 18, 0, 10));
         assert_eq!(e.port(), 8022);
+    }
+
+    #[test]
+    fn status_texts_round_trip_and_are_cut_at_a_char_boundary() {
+        let mut status = AgentStatus::EMPTY;
+        put_text(&mut status.source, "file /etc/ssh-fwd/mappings.yaml");
+        assert_eq!(get_text(&status.source), "file /etc/ssh-fwd/mappings.yaml");
+        put_text(&mut status.source, &"é".repeat(100));
+        assert_eq!(get_text(&status.source).len(), STATUS_SOURCE_LEN);
+        put_text(&mut status.source, "short");
+        assert_eq!(get_text(&status.source), "short", "the old text is cleared");
     }
 
     #[test]

@@ -48,6 +48,29 @@ pub enum Outcome {
     ReplyToStack = 14,
 }
 
+/// How an operator should read an outcome's counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Class {
+    /// ssh-fwd rewrote or delivered the packet: its work.
+    Forwarded,
+    /// Left untouched because it is not ssh-fwd's to handle (other traffic,
+    /// a reply another program already rewrote). Normal, and most packets.
+    Passed,
+    /// Something went wrong or degraded: malformed packets, failed
+    /// rewrites, replies without the state to restore their frontend.
+    Problem,
+}
+
+impl Class {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Passed => "passed",
+            Self::Problem => "problem",
+        }
+    }
+}
+
 impl Outcome {
     pub const COUNT: u32 = 15;
 
@@ -69,16 +92,35 @@ impl Outcome {
         Self::ReplyToStack,
     ];
 
+    /// Which group the counter belongs to.
+    pub const fn class(self) -> Class {
+        match self {
+            Self::Dnat
+            | Self::ReverseNat
+            | Self::ConnTracked
+            | Self::Redirected
+            | Self::RedirectedPeer
+            | Self::ReplyRedirected => Class::Forwarded,
+            Self::PassNotIpv4
+            | Self::PassNotTcp
+            | Self::PassFragment
+            | Self::PassNoFrontend
+            | Self::PassNoBackend
+            | Self::ReplyToStack => Class::Passed,
+            Self::Malformed | Self::ReverseFallback | Self::RewriteError => Class::Problem,
+        }
+    }
+
     /// Stable snake_case name for logs, `ssh-fwd list` and metrics.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Dnat => "dnat",
             Self::ReverseNat => "reverse_nat",
-            Self::PassNotIpv4 => "pass_not_ipv4",
-            Self::PassNotTcp => "pass_not_tcp",
-            Self::PassFragment => "pass_fragment",
-            Self::PassNoFrontend => "pass_no_frontend",
-            Self::PassNoBackend => "pass_no_backend",
+            Self::PassNotIpv4 => "not_ipv4",
+            Self::PassNotTcp => "not_tcp",
+            Self::PassFragment => "fragment",
+            Self::PassNoFrontend => "not_to_a_frontend",
+            Self::PassNoBackend => "not_from_a_backend",
             Self::Malformed => "malformed",
             Self::ReverseFallback => "reverse_fallback",
             Self::ConnTracked => "conn_tracked",
@@ -86,7 +128,7 @@ impl Outcome {
             Self::Redirected => "redirected",
             Self::RedirectedPeer => "redirected_peer",
             Self::ReplyRedirected => "reply_redirected",
-            Self::ReplyToStack => "reply_to_stack",
+            Self::ReplyToStack => "reply_left_to_stack",
         }
     }
 }

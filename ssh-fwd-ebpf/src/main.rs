@@ -25,7 +25,7 @@ mod track;
 
 #[cfg(not(test))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     // The verifier rejects any path that could reach this; it exists only to
     // satisfy no_std.
     loop {}

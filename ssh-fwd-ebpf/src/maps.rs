@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        CONN_CAPACITY, ConnKey, Endpoint, MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName,
-        NatTarget,
+        AgentStatus, CONN_CAPACITY, ConnKey, Endpoint, MAX_IFACES, MAX_MAPPINGS, MappingCounters,
+        MappingName, NatTarget,
     },
     outcome::Outcome,
 };
@@ -44,3 +44,8 @@ pub static MAPPING_NAMES: Array<MappingName> = Array::pinned(MAX_MAPPINGS, 0);
 /// and which are pods' veth ends (`bpf_redirect_peer` may target them).
 #[map(name = "IFACES")]
 pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);
+
+/// What the agent says about itself for `ssh-fwd status`; pinned with the
+/// other maps so it outlives the agent. Never read here.
+#[map(name = "AGENT_STATUS")]
+pub static AGENT_STATUS: Array<AgentStatus> = Array::pinned(1, 0);

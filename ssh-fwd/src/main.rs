@@ -1,31 +1,12 @@
 //! `ssh-fwd`: see `ssh-fwd --help`.
 
-mod agent;
-mod attach;
-mod cli;
-mod controller;
-mod dataplane;
-mod http_probe;
-mod iface;
-mod k8s;
-mod links;
-mod list;
-mod loader;
-mod logging;
-mod mappings;
-mod pins;
-mod plan;
-mod preflight;
-mod teardown;
-
-#[cfg(test)]
-mod deploy_tests;
-#[cfg(test)]
-mod prog_tests;
-
 use clap::Parser as _;
-
-use cli::{Cli, Command};
+use ssh_fwd::{
+    agent,
+    cli::{Cli, Command},
+    commands, controller,
+    telemetry::logging,
+};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -41,8 +22,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Agent(args) => block_on(agent::run(args)),
         Command::Controller(args) => block_on(controller::run(args)),
-        Command::List(args) => list::run(args),
-        Command::Teardown(args) => teardown::run(args),
+        Command::List(args) => commands::list::run(args),
+        Command::Status(args) => commands::status::run(args),
+        Command::Teardown(args) => commands::teardown::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -56,7 +38,7 @@ fn main() -> std::process::ExitCode {
 
 /// Runs a long-lived command on a small runtime: two workers are plenty for
 /// watchers, a reconcile loop and a metrics endpoint.
-fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+fn block_on(command: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -66,14 +66,46 @@ impl Bpffs {
         self.dir.path().join(format!("agent-{name}.log"))
     }
 
-    /// `ssh-fwd list --output json` against this directory.
-    pub fn list(&self) -> anyhow::Result<serde_json::Value> {
+    /// `ssh-fwd list WHAT -o json` against this directory.
+    pub fn list_of(&self, what: &str) -> anyhow::Result<serde_json::Value> {
         let out = cmd::run(
             Command::new(binary()?)
-                .args(["list", "--output", "json", "--bpffs"])
+                .args(["list", what, "-o", "json", "--bpffs"])
                 .arg(self.path()),
         )?;
         Ok(serde_json::from_str(&out)?)
+    }
+
+    /// Everything `ssh-fwd list` shows, as one object: `mappings`,
+    /// `counters` (packets by outcome name), `conns`,
+    /// `tracked_connections`, `hooks` and `pod_interfaces` (the hooks on
+    /// pods' interfaces).
+    pub fn list(&self) -> anyhow::Result<serde_json::Value> {
+        let mappings = self.list_of("mappings")?;
+        let counters: serde_json::Map<String, serde_json::Value> = self
+            .list_of("counters")?
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(name, row)| (name.clone(), row["packets"].clone()))
+            .collect();
+        let conns = self.list_of("conns")?;
+        let hooks = self.list_of("hooks")?;
+        let pods: Vec<serde_json::Value> = hooks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|h| h["target"] == "pod-interface")
+            .map(|h| serde_json::json!({"index": h["ifindex"], "iface": h["iface"]}))
+            .collect();
+        Ok(serde_json::json!({
+            "mappings": mappings,
+            "counters": counters,
+            "tracked_connections": conns.as_array().map_or(0, Vec::len),
+            "conns": conns,
+            "hooks": hooks,
+            "pod_interfaces": pods,
+        }))
     }
 }
 

@@ -1,11 +1,8 @@
-//! Tests that need root, namespaces or BPF either run, or say loudly that
-//! they cannot. With `SSH_FWD_REQUIRE_PRIVILEGED=1` (set by `cargo xtask
-//! test`) a test that cannot run fails instead of skipping.
-
-use std::io::Write as _;
-
-/// The environment variable that turns skips into failures.
-pub const REQUIRE_ENV: &str = "SSH_FWD_REQUIRE_PRIVILEGED";
+//! Tests that need root, network namespaces or BPF are marked
+//! `#[ignore = "..."]`: a plain `cargo test` reports them as ignored, never
+//! as passed. `cargo xtask test` runs them (`--include-ignored`), and each
+//! starts with [`require`], which fails with the reason when the machine
+//! cannot run it.
 
 /// Why this process cannot run privileged tests, if it cannot.
 pub fn missing() -> Option<String> {
@@ -23,16 +20,11 @@ pub fn missing() -> Option<String> {
     None
 }
 
-/// Returns true if the test may go on. Otherwise prints a SKIPPED line, or
-/// panics when skips are not allowed.
-pub fn check(test: &str) -> bool {
-    let Some(why) = missing() else { return true };
-    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
-        panic!("{test}: cannot run: {why}; and {REQUIRE_ENV}=1 forbids skipping");
+/// Fails the calling test, saying why, when it cannot run here.
+pub fn require() {
+    if let Some(why) = missing() {
+        panic!("this test cannot run here: {why}; run it with `sudo -E cargo xtask test`");
     }
-    let line = format!("SKIPPED {test}: {why}\n");
-    let _ = std::io::stderr().write_all(line.as_bytes());
-    false
 }
 
 pub fn which(tool: &str) -> Option<std::path::PathBuf> {

@@ -24,10 +24,9 @@ fn one_mapping_bed(pods: usize, extra: &[&str]) -> Bed {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn mapping_added_and_removed_while_running_reaches_the_data_path() {
-    if !privilege::check("mapping_added_and_removed_while_running_reaches_the_data_path") {
-        return;
-    }
+    privilege::require();
     let mut bed = one_mapping_bed(2, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     assert!(refused(bed.client(), 8023), "8023 is not mapped yet");
@@ -62,10 +61,9 @@ fn mapping_added_and_removed_while_running_reaches_the_data_path() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn bad_mappings_file_is_rejected_and_running_maps_stay() {
-    if !privilege::check("bad_mappings_file_is_rejected_and_running_maps_stay") {
-        return;
-    }
+    privilege::require();
     let mut bed = one_mapping_bed(1, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     std::fs::write(
@@ -98,10 +96,9 @@ fn bad_mappings_file_is_rejected_and_running_maps_stay() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn ssh_session_survives_an_agent_restart() {
-    if !privilege::check("ssh_session_survives_an_agent_restart") {
-        return;
-    }
+    privilege::require();
     let mut bed = one_mapping_bed(1, &[]);
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     bed.agents[0].stop().unwrap();
@@ -138,10 +135,9 @@ fn ssh_session_survives_an_agent_restart() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn teardown_removes_the_data_path() {
-    if !privilege::check("teardown_removes_the_data_path") {
-        return;
-    }
+    privilege::require();
     let mut bed = one_mapping_bed(1, &["--attach", "xdp"]);
     bed.agents[0].stop().unwrap();
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
@@ -169,10 +165,9 @@ fn teardown_removes_the_data_path() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn agent_errors_name_the_problem() {
-    if !privilege::check("agent_errors_name_the_problem") {
-        return;
-    }
+    privilege::require();
     let topo = Topology::single_node(0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("m.yaml");
@@ -230,10 +225,9 @@ fn agent_errors_name_the_problem() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn entry_deleted_behind_the_agents_back_returns_at_the_next_resync() {
-    if !privilege::check("entry_deleted_behind_the_agents_back_returns_at_the_next_resync") {
-        return;
-    }
+    privilege::require();
     let bed = one_mapping_bed(1, &["--resync-interval", "1s"]);
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
     // Key of 198.18.0.10:8022 in FRONTENDS: address and port in wire order.

@@ -14,10 +14,9 @@ use common::{Bed, EXTERNAL_IP, FRONTEND, mapping_counters};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn ssh_login_through_frontend_lands_in_the_pod() {
-    if !privilege::check("ssh_login_through_frontend_lands_in_the_pod") {
-        return;
-    }
+    privilege::require();
     let bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("job-4711", FRONTEND, "10.244.1.5:22")],
@@ -101,41 +100,40 @@ fn bulk_copy_is_bit_identical(mode: &str, software_checksums: bool) {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn bulk_64mib_each_way_is_bit_identical_with_tc_ingress() {
-    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_tc_ingress") {
-        bulk_copy_is_bit_identical("tc", true);
-    }
+    privilege::require();
+    bulk_copy_is_bit_identical("tc", true);
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn bulk_64mib_each_way_is_bit_identical_with_native_xdp() {
-    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_native_xdp") {
-        bulk_copy_is_bit_identical("xdp", true);
-    }
+    privilege::require();
+    bulk_copy_is_bit_identical("xdp", true);
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn bulk_64mib_each_way_is_bit_identical_with_generic_xdp() {
-    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_generic_xdp") {
-        bulk_copy_is_bit_identical("xdp-generic", true);
-    }
+    privilege::require();
+    bulk_copy_is_bit_identical("xdp-generic", true);
 }
 
 /// With offloads on (the veth default), pod replies reach tc egress with the
 /// checksum still to be completed (CHECKSUM_PARTIAL); the rewrite must keep
 /// that state consistent.
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn bulk_64mib_each_way_is_bit_identical_with_checksum_offload_on() {
-    if privilege::check("bulk_64mib_each_way_is_bit_identical_with_checksum_offload_on") {
-        bulk_copy_is_bit_identical("tc", false);
-    }
+    privilege::require();
+    bulk_copy_is_bit_identical("tc", false);
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn client_sees_only_the_frontend_address() {
-    if !privilege::check("client_sees_only_the_frontend_address") {
-        return;
-    }
+    privilege::require();
     let bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("job", FRONTEND, "10.244.1.5:22")],

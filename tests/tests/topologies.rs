@@ -11,10 +11,9 @@ use common::{Bed, FRONTEND, Session, mapping_counters};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn request_enters_node_a_pod_on_node_b_reply_leaves_node_b() {
-    if !privilege::check("request_enters_node_a_pod_on_node_b_reply_leaves_node_b") {
-        return;
-    }
+    privilege::require();
     // Every node holds every mapping; the pod is 10.244.1.5 on node B.
     let bed = Bed::start(
         Topology::two_nodes().unwrap(),
@@ -51,11 +50,9 @@ fn request_enters_node_a_pod_on_node_b_reply_leaves_node_b() {
 }
 
 #[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn backend_behind_two_frontends_answers_with_the_frontend_each_client_used() {
-    if !privilege::check("backend_behind_two_frontends_answers_with_the_frontend_each_client_used")
-    {
-        return;
-    }
+    privilege::require();
     let bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[

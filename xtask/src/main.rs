@@ -24,10 +24,14 @@ enum Task {
     /// namespaces (client, node running the agent, pod running sshd), and
     /// remove everything again.
     Demo,
-    /// Set up, build, and run every test: host unit tests, the kernel
+    /// Set up, check formatting and clippy (every crate, the eBPF crate
+    /// included), build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
     Test {
+        /// Skip `cargo fmt --check` and clippy (for a quick rerun of tests).
+        #[arg(long)]
+        no_lints: bool,
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -128,7 +132,7 @@ fn main() -> std::process::ExitCode {
             which: Bench::Progs { runs },
         } => setup::run().and_then(|()| bench::progs::run(runs)),
         Task::BenchHelper { which } => bench::helpers::run(which),
-        Task::Test { args } => setup::run().and_then(|()| test::run(&args)),
+        Task::Test { no_lints, args } => setup::run().and_then(|()| test::run(!no_lints, &args)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,13 +1,16 @@
-//! Installs what is missing, says what it does, and is quick otherwise.
+//! Installs what is missing, one line per step. What the installers print
+//! goes to a log file, shown only if a step fails.
 
-use std::process::Command;
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use anyhow::{Context as _, bail};
 
-use crate::run as run_cmd;
-
 /// Debian packages the tests and the demo use, with the command each provides.
-const PACKAGES: [(&str, &str); 13] = [
+const PACKAGES: [(&str, &str); 15] = [
     ("iproute2", "/usr/sbin/ip"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
@@ -16,6 +19,9 @@ const PACKAGES: [(&str, &str); 13] = [
     ("tcpdump", "/usr/bin/tcpdump"),
     ("util-linux", "/usr/bin/nsenter"),
     ("procps", "/usr/sbin/sysctl"),
+    // The container image test: build and run the agent's image.
+    ("podman", "/usr/bin/podman"),
+    ("runc", "/usr/sbin/runc"),
     // `cargo xtask bench datapath`: the compared paths, the load, the chart.
     ("iperf3", "/usr/bin/iperf3"),
     ("iptables", "/usr/sbin/iptables-restore"),
@@ -30,16 +36,64 @@ const PACKAGES: [(&str, &str); 13] = [
 const BPF_LINKER_VERSION: &str = "0.13";
 
 pub fn run() -> anyhow::Result<()> {
-    apt_packages()?;
-    rust_src()?;
-    bpf_linker()?;
+    let log = Log::new()?;
+    apt_packages(&log)?;
+    rust_src(&log)?;
+    bpf_linker(&log)?;
     Ok(())
 }
 
-fn apt_packages() -> anyhow::Result<()> {
+/// Where the installers' output goes.
+struct Log {
+    path: PathBuf,
+}
+
+impl Log {
+    fn new() -> anyhow::Result<Self> {
+        let dir = crate::workspace_root().join("target");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self {
+            path: dir.join("xtask-setup.log"),
+        })
+    }
+
+    /// Runs one step: prints `==> what ... `, then `done` or the failure
+    /// with the step's output.
+    fn step(&self, what: &str, cmd: &mut Command) -> anyhow::Result<()> {
+        print!("==> {what} ... ");
+        let _ = std::io::stdout().flush();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .with_context(|| format!("opening {}", self.path.display()))?;
+        let status = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .status()
+            .with_context(|| format!("cannot run {cmd:?}"))?;
+        if status.success() {
+            println!("done");
+            return Ok(());
+        }
+        println!("failed");
+        let output = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let tail: Vec<&str> = output.lines().rev().take(60).collect();
+        for line in tail.into_iter().rev() {
+            eprintln!("    {line}");
+        }
+        bail!(
+            "{what} failed ({status}); the whole output is in {}",
+            self.path.display()
+        )
+    }
+}
+
+fn apt_packages(log: &Log) -> anyhow::Result<()> {
     let missing: Vec<&str> = PACKAGES
         .iter()
-        .filter(|(_, path)| !std::path::Path::new(path).exists())
+        .filter(|(_, path)| !Path::new(path).exists())
         .map(|(pkg, _)| *pkg)
         .collect();
     if missing.is_empty() {
@@ -53,11 +107,14 @@ fn apt_packages() -> anyhow::Result<()> {
             missing.join(" ")
         );
     }
-    println!("==> installing Debian packages: {}", missing.join(" "));
-    run_cmd(Command::new("apt-get").args(["update", "-qq"]))?;
-    run_cmd(
+    log.step(
+        "updating the Debian package lists",
+        Command::new("apt-get").args(["update", "-q"]),
+    )?;
+    log.step(
+        &format!("installing Debian packages: {}", missing.join(" ")),
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(["install", "-y", "-q", "--no-install-recommends"])
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
     )
@@ -74,19 +131,21 @@ fn nightly_sysroot() -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn rust_src() -> anyhow::Result<()> {
+fn rust_src(log: &Log) -> anyhow::Result<()> {
     let sysroot = nightly_sysroot()?;
-    if std::path::Path::new(&sysroot)
+    if Path::new(&sysroot)
         .join("lib/rustlib/src/rust/library/core")
         .exists()
     {
         return Ok(());
     }
-    println!("==> adding rust-src to the nightly toolchain (the eBPF build compiles core)");
-    run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+    log.step(
+        "adding rust-src to the nightly toolchain (the eBPF build compiles core)",
+        Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]),
+    )
 }
 
-fn bpf_linker() -> anyhow::Result<()> {
+fn bpf_linker(log: &Log) -> anyhow::Result<()> {
     let installed = Command::new("bpf-linker")
         .arg("--version")
         .output()
@@ -96,7 +155,7 @@ fn bpf_linker() -> anyhow::Result<()> {
         return Ok(());
     }
     let sysroot = nightly_sysroot()?;
-    let lib = std::path::Path::new(&sysroot).join("lib");
+    let lib = Path::new(&sysroot).join("lib");
     // bpf-linker links against the nightly's own LLVM, which rustup ships as
     // libLLVM.so.<version>-rust-<release>; give it the name the linker expects.
     let llvm = std::fs::read_dir(&lib)
@@ -116,10 +175,10 @@ fn bpf_linker() -> anyhow::Result<()> {
         std::os::unix::fs::symlink(&llvm, &link)
             .with_context(|| format!("linking {}", link.display()))?;
     }
-    println!(
-        "==> building bpf-linker {BPF_LINKER_VERSION} against the nightly's LLVM {major} (about a minute)"
-    );
-    run_cmd(
+    log.step(
+        &format!(
+            "building bpf-linker {BPF_LINKER_VERSION} against the nightly's LLVM {major} (about a minute)"
+        ),
         Command::new("cargo")
             .args([
                 "+nightly",

@@ -1,31 +1,107 @@
-//! `cargo xtask test`: every test, none skipped.
+//! `cargo xtask test`: the lints, then every test, none skipped.
+//!
+//! Tests that need root, namespaces or BPF are `#[ignore]`d so that a plain
+//! `cargo test` reports them as ignored instead of passing them; this runs
+//! them with `--include-ignored`.
 
 use std::process::Command;
 
 use anyhow::bail;
-use ssh_fwd_tests::privilege::REQUIRE_ENV;
 
 use crate::{build_ssh_fwd, run as run_cmd, workspace_root};
 
-pub fn run(args: &[String]) -> anyhow::Result<()> {
+/// The nightly the eBPF crate is built with (by aya-build) and linted with.
+const EBPF_TOOLCHAIN: &str = "+nightly";
+
+pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!(
             "cargo xtask test runs the kernel and network-namespace tests, which cannot run here: \
              {why}. Run it as root (sudo -E cargo xtask test), or run `cargo test` for the tests \
-             that need no privileges (the others then say SKIPPED)"
+             that need no privileges (the others are reported as ignored)"
         );
+    }
+    if lints {
+        lint()?;
     }
     let bin = build_ssh_fwd()?;
     println!(
         "==> running all tests: host unit tests, eBPF programs on crafted packets, network-namespace end to end"
     );
+    let (cargo_args, test_args) = split_at_dashes(args);
     // Default members only: the eBPF crate builds for the bpf target, via build.rs.
     run_cmd(
         Command::new(env!("CARGO"))
             .arg("test")
-            .args(args)
+            .args(cargo_args)
+            .arg("--")
+            .arg("--include-ignored")
+            .args(test_args)
             .current_dir(workspace_root())
-            .env(REQUIRE_ENV, "1")
             .env("SSH_FWD_BIN", bin),
     )
+}
+
+/// `cargo fmt --check`, and clippy with warnings as errors for every crate:
+/// the host crates with all their targets, and the eBPF crate for the BPF
+/// target with the nightly that builds it.
+fn lint() -> anyhow::Result<()> {
+    println!("==> cargo fmt --check");
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .args(["fmt", "--all", "--check"])
+            .current_dir(workspace_root()),
+    )
+    .map_err(|e| e.context("formatting differs; run `cargo fmt --all`"))?;
+    println!("==> cargo clippy (host crates, all targets) -D warnings");
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"])
+            .current_dir(workspace_root()),
+    )?;
+    println!("==> cargo clippy (eBPF crate, bpfel-unknown-none) -D warnings");
+    run_cmd(
+        Command::new("cargo")
+            .arg(EBPF_TOOLCHAIN)
+            .args([
+                "clippy",
+                "--quiet",
+                "--package",
+                "ssh-fwd-ebpf",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("CARGO")
+            .current_dir(workspace_root()),
+    )
+}
+
+/// `cargo xtask test FILTER -- --nocapture` passes `FILTER` to cargo and
+/// `--nocapture` to the test binaries.
+fn split_at_dashes(args: &[String]) -> (&[String], &[String]) {
+    match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], &args[i + 1..]),
+        None => (args, &[]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_after_dashes_go_to_the_test_binaries() {
+        let args: Vec<String> = ["login", "--", "--nocapture"].map(String::from).into();
+        let (cargo, tests) = split_at_dashes(&args);
+        assert_eq!(cargo, ["login"]);
+        assert_eq!(tests, ["--nocapture"]);
+        let (cargo, tests) = split_at_dashes(&args[..1]);
+        assert_eq!((cargo.len(), tests.len()), (1, 0));
+    }
 }

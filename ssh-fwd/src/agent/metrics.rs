@@ -1,141 +1,225 @@
-//! `/metrics` (Prometheus text), `/healthz` and `/readyz`: a minimal HTTP/1.1
-//! responder, enough for Prometheus and kubelet probes.
+//! The agent's metrics: the figures it records as it reconciles, and the data
+//! path's own counters, read from the pinned maps at each scrape.
 
-use std::{fmt::Write as _, net::SocketAddr, sync::Arc, sync::atomic::Ordering};
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
-use super::health::Health;
-use crate::{http_probe, list, pins::PinLayout};
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric as _},
+    metrics::{
+        MetricType,
+        counter::{ConstCounter, Counter},
+        gauge::{ConstGauge, Gauge},
+        histogram::Histogram,
+    },
+    registry::Registry,
+};
 
-pub async fn serve(addr: SocketAddr, layout: PinLayout, health: Arc<Health>) -> anyhow::Result<()> {
-    http_probe::serve(
-        addr,
-        Arc::new(move |path: &str| match path {
-            "/healthz" => ("200 OK", "ok\n".to_owned()),
-            "/readyz" if health.ready.load(Ordering::Relaxed) => ("200 OK", "ready\n".to_owned()),
-            "/readyz" => (
-                "503 Service Unavailable",
-                "waiting for the first complete reconcile\n".to_owned(),
-            ),
-            "/metrics" => ("200 OK", render(&layout, &health)),
-            _ => (
-                "404 Not Found",
-                "try /metrics, /healthz or /readyz\n".to_owned(),
-            ),
-        }),
-    )
-    .await
+use ssh_fwd_common::maps::MappingCounters;
+
+use crate::{
+    datapath::{maps::Maps, maps::show, pins::PinLayout, stats},
+    telemetry::{http::Endpoints, metrics},
+};
+
+/// What the reconcile loop records.
+#[derive(Clone)]
+pub struct AgentMetrics {
+    pub mappings: Gauge,
+    pub reconciles: Counter,
+    pub reconcile_errors: Counter,
+    pub reconcile_duration: Histogram,
+    /// From a change of the source (a watch event, the file seen changed) to
+    /// the maps holding it.
+    pub change_to_map: Histogram,
+    /// Kubernetes list/watch failures (each retried).
+    pub api_errors: Counter,
+    ready: Arc<AtomicBool>,
+    ready_gauge: Gauge,
 }
 
-fn render(layout: &PinLayout, h: &Health) -> String {
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
-    };
-    metric(
-        "ssh_fwd_mappings",
-        "gauge",
-        "Mappings installed by the last reconcile.",
-        h.mappings.load(Ordering::Relaxed).to_string(),
-    );
-    metric(
-        "ssh_fwd_reconciles_total",
-        "counter",
-        "Completed reconciles.",
-        h.reconciles.load(Ordering::Relaxed).to_string(),
-    );
-    metric(
-        "ssh_fwd_reconcile_errors_total",
-        "counter",
-        "Reconciles that failed to apply.",
-        h.reconcile_errors.load(Ordering::Relaxed).to_string(),
-    );
-    metric(
-        "ssh_fwd_reconcile_duration_seconds_sum",
-        "counter",
-        "Time spent reconciling.",
-        format!(
-            "{:.6}",
-            h.reconcile_micros_total.load(Ordering::Relaxed) as f64 / 1e6
-        ),
-    );
-    metric(
-        "ssh_fwd_last_reconcile_duration_seconds",
-        "gauge",
-        "Duration of the last reconcile.",
-        format!(
-            "{:.6}",
-            h.last_reconcile_micros.load(Ordering::Relaxed) as f64 / 1e6
-        ),
-    );
-    metric(
-        "ssh_fwd_api_errors_total",
-        "counter",
-        "Kubernetes list/watch failures (retried).",
-        h.api_errors().to_string(),
-    );
-    metric(
-        "ssh_fwd_ready",
-        "gauge",
-        "1 once the first complete reconcile is done.",
-        u8::from(h.ready.load(Ordering::Relaxed)).to_string(),
-    );
-    match list::collect(layout) {
-        Ok(listing) => {
-            type Counter = fn(&list::Row) -> (u64, u64);
-            let per_mapping: [(&str, &str, Counter); 2] = [
-                ("ssh_fwd_mapping_packets_total", "Packets", |m| {
-                    (m.packets_in, m.packets_out)
-                }),
-                ("ssh_fwd_mapping_bytes_total", "Bytes", |m| {
-                    (m.bytes_in, m.bytes_out)
-                }),
-            ];
-            for (name, what, counter) in per_mapping {
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} {what} per mapping and direction.\n# TYPE {name} counter"
-                );
-                for m in &listing.mappings {
-                    let labels = format!(
-                        "mapping=\"{}\",frontend=\"{}\",backend=\"{}\"",
-                        escape(&m.name),
-                        m.frontend,
-                        m.backend
-                    );
-                    let (inbound, outbound) = counter(m);
-                    let _ = writeln!(out, "{name}{{{labels},direction=\"in\"}} {inbound}");
-                    let _ = writeln!(out, "{name}{{{labels},direction=\"out\"}} {outbound}");
-                }
-            }
-            let _ = writeln!(
-                out,
-                "# HELP ssh_fwd_packets_total Packets seen by the data path, by outcome.\n# TYPE ssh_fwd_packets_total counter"
-            );
-            for (outcome, n) in &listing.counters {
-                let _ = writeln!(out, "ssh_fwd_packets_total{{outcome=\"{outcome}\"}} {n}");
-            }
-            let _ = writeln!(
-                out,
-                "# HELP ssh_fwd_tracked_connections Connections tracked for shared backends.\n# TYPE ssh_fwd_tracked_connections gauge\nssh_fwd_tracked_connections {}",
-                listing.tracked_connections
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(
-                out,
-                "# pinned maps unreadable: {}",
-                format!("{e:#}").replace('\n', " ")
-            );
+impl AgentMetrics {
+    pub fn new() -> Self {
+        Self {
+            mappings: Gauge::default(),
+            reconciles: Counter::default(),
+            reconcile_errors: Counter::default(),
+            reconcile_duration: metrics::seconds_histogram(),
+            change_to_map: metrics::seconds_histogram(),
+            api_errors: Counter::default(),
+            ready: Arc::default(),
+            ready_gauge: Gauge::default(),
         }
     }
-    out
+
+    /// The first complete reconcile is done.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Relaxed);
+        self.ready_gauge.set(1);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The registry: these figures plus the data path's counters from the
+    /// maps pinned under `layout`.
+    pub fn registry(&self, layout: PinLayout) -> Registry {
+        let mut r = Registry::with_prefix("ssh_fwd");
+        r.register(
+            "mappings",
+            "Mappings installed by the last reconcile.",
+            self.mappings.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Completed reconciles.",
+            self.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_errors",
+            "Reconciles that failed to apply (retried).",
+            self.reconcile_errors.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took: plan and map writes.",
+            self.reconcile_duration.clone(),
+        );
+        r.register(
+            "change_to_map_seconds",
+            "Delay from a change of the source (a watch event, a changed file) to the maps holding it.",
+            self.change_to_map.clone(),
+        );
+        r.register(
+            "api_errors",
+            "Kubernetes list/watch failures (each retried with backoff).",
+            self.api_errors.clone(),
+        );
+        r.register(
+            "ready",
+            "1 once the first complete reconcile is done.",
+            self.ready_gauge.clone(),
+        );
+        r.register_collector(Box::new(DatapathCollector { layout }));
+        r
+    }
+
+    /// `/metrics`, `/healthz` and `/readyz` for this agent.
+    pub fn endpoints(&self, layout: PinLayout) -> Endpoints {
+        let registry = Arc::new(self.registry(layout));
+        let ready = self.ready.clone();
+        Endpoints {
+            metrics: Arc::new(move || metrics::render(&registry)),
+            ready: Arc::new(move || {
+                if ready.load(Ordering::Relaxed) {
+                    Ok(())
+                } else {
+                    Err("waiting for the first complete reconcile".into())
+                }
+            }),
+        }
+    }
 }
 
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The data path's counters, read from the pinned maps when scraped.
+#[derive(Debug)]
+struct DatapathCollector {
+    layout: PinLayout,
+}
+
+impl Collector for DatapathCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let maps = match Maps::open_pinned(&self.layout) {
+            Ok(maps) => maps,
+            Err(e) => {
+                tracing::debug!(
+                    error = format!("{e:#}"),
+                    "pinned maps unreadable for /metrics"
+                );
+                let up = ConstGauge::new(0i64);
+                let m = encoder.encode_descriptor(
+                    "datapath_readable",
+                    "1 if the pinned maps could be read for this scrape.",
+                    None,
+                    up.metric_type(),
+                )?;
+                return up.encode(m);
+            }
+        };
+        let up = ConstGauge::new(1i64);
+        up.encode(encoder.encode_descriptor(
+            "datapath_readable",
+            "1 if the pinned maps could be read for this scrape.",
+            None,
+            up.metric_type(),
+        )?)?;
+        let rows = stats::mappings(&maps).unwrap_or_default();
+        per_mapping(
+            &mut encoder,
+            "mapping_packets",
+            "Packets per mapping and direction.",
+            &rows,
+            |c| (c.packets_in, c.packets_out),
+        )?;
+        per_mapping(
+            &mut encoder,
+            "mapping_bytes",
+            "Bytes per mapping and direction.",
+            &rows,
+            |c| (c.bytes_in, c.bytes_out),
+        )?;
+        if let Ok(outcomes) = maps.outcome_counters() {
+            let mut family = encoder.encode_descriptor(
+                "packets",
+                "Packets seen by the data path, by outcome; class says how to read it: \
+                 forwarded (ssh-fwd's work), passed (not ssh-fwd's, normal), problem.",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, n) in outcomes {
+                let labels = [
+                    ("outcome", outcome.name()),
+                    ("class", outcome.class().name()),
+                ];
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let tracked = ConstGauge::new(maps.conn_count() as i64);
+        tracked.encode(encoder.encode_descriptor(
+            "tracked_connections",
+            "Connections tracked for shared backends.",
+            None,
+            tracked.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
+/// One counter family with a sample per mapping and direction; `pick`
+/// chooses the (in, out) pair from the counters.
+fn per_mapping(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[stats::MappingStats],
+    pick: impl Fn(&MappingCounters) -> (u64, u64),
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for row in rows {
+        let (inbound, outbound) = pick(&row.counters);
+        for (direction, value) in [("in", inbound), ("out", outbound)] {
+            let labels = [
+                ("mapping", row.name.clone()),
+                ("frontend", show(&row.frontend)),
+                ("backend", show(&row.backend)),
+                ("direction", direction.to_owned()),
+            ];
+            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
 }

@@ -1,66 +1,62 @@
-//! `ssh-fwd agent`: attach, then keep the maps equal to the desired mappings.
+//! `ssh-fwd agent`: one pass down the layers, then one loop that joins them.
+//!
+//! Start-up: the source is opened and validated (a bad file or flag fails
+//! before the kernel is touched), the data path is loaded and attached (or a
+//! previous agent's adopted), the telemetry endpoints start. Then a single
+//! task keeps the maps equal to the source: on every change, on a resync
+//! timer (which also repairs drift), and rescanning pods' interfaces when
+//! links change. One task owns the data path, so nothing needs a lock.
 
-mod file_source;
-mod health;
-mod kube_source;
-mod logs;
+mod args;
 mod metrics;
-mod pod_ifaces;
-pub mod reconcile;
+mod reconcile;
+mod source;
 
-use std::collections::BTreeSet;
+use std::time::Duration;
 
-use anyhow::Context as _;
-use aya::Ebpf;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+    time::{MissedTickBehavior, interval},
+};
+
+pub use args::{AgentArgs, PodIfacesMode};
+use metrics::AgentMetrics;
+use reconcile::{RESYNC, Reconciler};
+use source::{Change, Source};
 
 use crate::{
-    attach::{self, AttachMode},
-    cli::{AgentArgs, PodIfacesMode},
-    dataplane::Dataplane,
-    loader, mappings,
-    pins::PinLayout,
-    preflight,
+    datapath::{self, Datapath, netdev, pins::PinLayout},
+    telemetry,
 };
-use reconcile::Reconciler;
+
+/// How often pods' interfaces are rescanned besides on link events: catches
+/// what sends no event (a qdisc or a CNI's tc program added to a veth).
+const SCAN_INTERVAL: Duration = Duration::from_secs(2);
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let metrics = AgentMetrics::new();
+    let mut source = Source::open(&args, &metrics).await?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
-    let health = std::sync::Arc::new(health::Health::default());
-    // Validate the source before touching the kernel: a bad file or flag at
-    // start-up is an error, and whatever a previous agent installed keeps
-    // forwarding.
-    let initial = match &args.mappings {
-        Some(path) => Some(mappings::load_file(path)?),
-        None => {
-            kube_source::policy(&args)?;
-            None
-        }
-    };
-    let (ebpf, mut reconciler) = start(&layout, &args.ifaces, args.attach, health.clone())?;
-    let mut pods = pod_ifaces::PodIfaces::new(
-        ebpf,
-        &layout,
-        &args.ifaces,
-        args.pod_ifaces == PodIfacesMode::Auto,
-    )?;
-    // The first scan before any mapping: a failure only costs speed.
-    if let Err(e) = pods.sync() {
-        tracing::warn!(
-            error = format!("{e:#}"),
-            "cannot scan pod interfaces; replies take the egress path until a rescan works"
+    let mut datapath = Datapath::start(&datapath::Config {
+        layout: &layout,
+        ifaces: &args.ifaces,
+        mode: args.attach,
+        pod_ifaces: args.pod_ifaces == PodIfacesMode::Auto,
+    })
+    .await?;
+    if datapath.adopted {
+        let installed = datapath.maps.read_installed()?;
+        tracing::info!(
+            mappings = installed.frontends.len(),
+            "adopted the pinned maps of a previous agent; open sessions keep flowing"
         );
     }
-    let pods = tokio::spawn(pods.run(pod_ifaces::SCAN_INTERVAL));
-    serve_metrics(&args, &layout, &health).await?;
-    let result = match (&args.mappings, initial) {
-        (Some(path), Some(initial)) => {
-            reconciler.reconcile(&initial, "start-up")?;
-            file_source::watch(&args, path, &mut reconciler, initial).await
-        }
-        _ => kube_source::watch(&args, &mut reconciler, health).await,
-    };
-    // The links are pinned: dropping the object closes our handles only.
-    pods.abort();
+    if let Some(addr) = args.metrics_addr {
+        telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
+    }
+    let mut reconciler = Reconciler::new(metrics, &source.describe());
+    let result = follow(&args, &mut source, &mut datapath, &mut reconciler).await;
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
@@ -68,65 +64,92 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     result
 }
 
-async fn serve_metrics(
+/// The loop: until SIGTERM or SIGINT, apply every change of the source,
+/// resync on a timer, and keep pods' interfaces attached.
+async fn follow(
     args: &AgentArgs,
-    layout: &PinLayout,
-    health: &std::sync::Arc<health::Health>,
+    source: &mut Source,
+    datapath: &mut Datapath,
+    reconciler: &mut Reconciler,
 ) -> anyhow::Result<()> {
-    match args.metrics_addr {
-        Some(addr) => metrics::serve(addr, layout.clone(), health.clone()).await,
-        None => Ok(()),
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut resync = interval(args.resync_interval);
+    resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    resync.tick().await; // the first tick is immediate
+    let mut scan = interval(SCAN_INTERVAL);
+    scan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let (link_events, mut links_changed) = mpsc::channel(1);
+    if let Err(e) = netdev::watch_links(link_events) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "no link events; pods' interfaces are found by the periodic rescan only"
+        );
+    }
+    // Pods first: a failure only costs speed, never correctness.
+    let mut scans = PodScans::default();
+    scans.run(datapath).await;
+    if let Some(change) = source.initial() {
+        apply(reconciler, datapath, &change);
+    }
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => { tracing::info!("SIGTERM received"); return Ok(()) }
+            _ = interrupt.recv() => { tracing::info!("SIGINT received"); return Ok(()) }
+            _ = hangup.recv() => {
+                if let Some(change) = source.reload() {
+                    apply(reconciler, datapath, &change);
+                }
+            }
+            change = source.next() => apply(reconciler, datapath, &change?),
+            _ = resync.tick() => {
+                if let Some(desired) = source.current() {
+                    let change = Change { desired, why: RESYNC, since: std::time::Instant::now() };
+                    apply(reconciler, datapath, &change);
+                }
+            }
+            _ = scan.tick() => {
+                scans.run(datapath).await;
+                reconciler.heartbeat(&mut datapath.status);
+            }
+            Some(()) = links_changed.recv() => scans.run(datapath).await,
+        }
     }
 }
 
-/// Checks, loads, attaches. Returns the loaded object (which must live as long
-/// as the agent, for its log buffer and program handles) and the reconciler.
-pub fn start(
-    layout: &PinLayout,
-    ifaces: &[String],
-    mode: AttachMode,
-    health: std::sync::Arc<health::Health>,
-) -> anyhow::Result<(Ebpf, Reconciler)> {
-    let need_mount = crate::pins::needs_mount(layout.root());
-    preflight::check_capabilities(need_mount)?;
-    preflight::check_kernel()?;
-    if let Some(other) = layout.other_versions().first() {
-        anyhow::bail!(
-            "{} holds the data path of another ssh-fwd version (a different pinned layout), which \
-             may still be attached: stop that agent, run `ssh-fwd teardown --bpffs {}` (it removes \
-             every layout; sessions through the old data path end), then start this agent",
-            other.display(),
-            layout.root().display()
-        );
-    }
-    for iface in ifaces {
-        crate::iface::index(iface)?;
-    }
-    layout.prepare()?;
-    let adopting = layout.has_maps();
-    let mut ebpf = loader::load(layout)?;
-    logs::forward(&mut ebpf);
-    attach::load_programs(&mut ebpf).map_err(|e| {
-        match preflight::explain_bpf_error(e.root_cause()) {
-            Some(hint) => e.context(hint),
-            None => e,
+fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, change: &Change) {
+    reconciler.reconcile(
+        &mut datapath.maps,
+        &mut datapath.status,
+        &change.desired,
+        change.why,
+        change.since,
+    );
+}
+
+/// Rescans of pods' interfaces; a failure is logged once until a scan works.
+#[derive(Default)]
+struct PodScans {
+    failing: bool,
+}
+
+impl PodScans {
+    async fn run(&mut self, datapath: &mut Datapath) {
+        match datapath.scan_pods().await {
+            Ok(()) if self.failing => {
+                tracing::info!("pod interfaces scanned again");
+                self.failing = false;
+            }
+            Ok(()) => {}
+            Err(e) if !self.failing => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot scan pod interfaces; replies take the egress path until a rescan works"
+                );
+                self.failing = true;
+            }
+            Err(_) => {}
         }
-    })?;
-    for iface in ifaces {
-        let hook = attach::attach_interface(&mut ebpf, &layout.links_dir(), iface, mode)
-            .with_context(|| format!("attaching to interface {iface}"))?;
-        tracing::info!(iface, ingress = hook.name(), "attached");
     }
-    let keep: BTreeSet<String> = ifaces.iter().cloned().collect();
-    attach::detach_others(&layout.links_dir(), &keep)?;
-    let dataplane = Dataplane::from_ebpf(&mut ebpf)?;
-    let reconciler = Reconciler::new(dataplane, health);
-    if adopting {
-        let installed = reconciler.installed()?;
-        tracing::info!(
-            mappings = installed.frontends.len(),
-            "adopted the pinned maps of a previous agent; open sessions keep flowing"
-        );
-    }
-    Ok((ebpf, reconciler))
 }

@@ -1,54 +1,118 @@
-//! One reconcile: plan the desired set against what the maps hold, apply.
+//! One reconcile: plan the desired set against what the maps hold, apply,
+//! and record what happened (metrics, logs, the pinned status).
 
-use std::{net::SocketAddrV4, time::Instant};
+use std::{
+    net::SocketAddrV4,
+    time::{Duration, Instant, SystemTime},
+};
 
+use ssh_fwd_common::maps::{AgentStatus, put_text};
+
+use super::metrics::AgentMetrics;
 use crate::{
-    dataplane::{Dataplane, show},
-    mappings::MappingSet,
-    plan::{self, Installed},
+    datapath::{
+        maps::{Maps, show},
+        plan::{self, Installed},
+        status::StatusMap,
+    },
+    mapping::MappingSet,
 };
 
 /// The `why` of the timer-driven reconcile, which re-reads the maps.
 pub const RESYNC: &str = "periodic resync";
 
 pub struct Reconciler {
-    dataplane: Dataplane,
-    /// Reconcile figures for /metrics and /readyz.
-    health: std::sync::Arc<super::health::Health>,
+    metrics: AgentMetrics,
     /// What the maps hold after our last successful apply. Reading 2 x N
     /// entries back from the kernel on every change would make each change
     /// cost O(N) syscalls; the maps are re-read at start-up, after a failed
     /// apply and on each periodic resync, which is what catches drift.
     cache: Option<Installed>,
+    /// What `ssh-fwd status` reads, rewritten after each reconcile and on
+    /// every heartbeat.
+    status: AgentStatus,
 }
 
 impl Reconciler {
-    pub fn new(dataplane: Dataplane, health: std::sync::Arc<super::health::Health>) -> Self {
+    pub fn new(metrics: AgentMetrics, source: &str) -> Self {
+        let mut status = AgentStatus::EMPTY;
+        status.started_ms = unix_ms(SystemTime::now());
+        status.pid = u64::from(std::process::id());
+        put_text(&mut status.source, source);
         Self {
-            dataplane,
-            health,
+            metrics,
             cache: None,
+            status,
         }
     }
 
-    pub fn installed(&self) -> anyhow::Result<Installed> {
-        self.dataplane.read_installed()
+    /// Makes the maps hold exactly `desired`; failures are logged and
+    /// counted, and the next reconcile re-reads the maps and tries again.
+    pub fn reconcile(
+        &mut self,
+        maps: &mut Maps,
+        status: &mut StatusMap,
+        desired: &MappingSet,
+        why: &str,
+        since: Instant,
+    ) {
+        let started = Instant::now();
+        let result = self.apply(maps, desired, why);
+        let took = started.elapsed();
+        self.metrics.reconcile_duration.observe(took.as_secs_f64());
+        let now = unix_ms(SystemTime::now());
+        match result {
+            Ok(()) => {
+                self.metrics.reconciles.inc();
+                self.metrics.mappings.set(desired.len() as i64);
+                self.metrics
+                    .change_to_map
+                    .observe(since.elapsed().as_secs_f64());
+                if !self.metrics.is_ready() {
+                    tracing::info!("agent ready: the maps hold the desired mappings");
+                    self.metrics.set_ready();
+                }
+                self.status.reconciles += 1;
+                self.status.mappings = desired.len() as u64;
+                self.status.last_reconcile_ms = now;
+                self.status.last_reconcile_micros = micros(took);
+            }
+            Err(e) => {
+                self.metrics.reconcile_errors.inc();
+                self.status.reconcile_errors += 1;
+                self.status.last_error_ms = now;
+                put_text(&mut self.status.last_error, &format!("{e:#}"));
+                tracing::error!(
+                    why,
+                    error = format!("{e:#}"),
+                    "reconcile failed; will retry at the next change or resync"
+                );
+            }
+        }
+        self.heartbeat(status);
     }
 
-    /// Makes the maps hold exactly `desired`.
-    pub fn reconcile(&mut self, desired: &MappingSet, why: &str) -> anyhow::Result<()> {
+    /// Rewrites the pinned status with the current time.
+    pub fn heartbeat(&mut self, status: &mut StatusMap) {
+        self.status.heartbeat_ms = unix_ms(SystemTime::now());
+        if let Err(e) = status.write(&self.status) {
+            tracing::debug!(error = format!("{e:#}"), "cannot write the agent status");
+        }
+    }
+
+    fn apply(&mut self, maps: &mut Maps, desired: &MappingSet, why: &str) -> anyhow::Result<()> {
         let started = Instant::now();
         if why == RESYNC {
             self.cache = None;
         }
         let installed = match self.cache.take() {
             Some(cached) => cached,
-            None => self.dataplane.read_installed()?,
+            None => maps.read_installed()?,
         };
         let (plan, after) = plan::plan_with_tables(&installed, desired)?;
         if plan.is_empty() {
             tracing::debug!(why, mappings = desired.len(), "maps already match");
-            self.done(started, desired.len(), after);
+            self.cache = Some(after);
             return Ok(());
         }
         for (frontend, target) in &plan.frontend_upserts {
@@ -75,8 +139,8 @@ impl Reconciler {
             tracing::info!(frontend = show(frontend), "mapping removed");
         }
         // On error the cache stays empty, so the next reconcile re-reads.
-        let applied = self.dataplane.apply(&plan)?;
-        self.done(started, desired.len(), after);
+        let applied = maps.apply(&plan)?;
+        self.cache = Some(after);
         tracing::info!(
             why,
             mappings = desired.len(),
@@ -88,13 +152,13 @@ impl Reconciler {
         );
         Ok(())
     }
+}
 
-    fn done(&mut self, started: Instant, mappings: usize, after: Installed) {
-        if !self.health.ready.load(std::sync::atomic::Ordering::Relaxed) {
-            tracing::info!("agent ready: the maps hold the desired mappings");
-        }
-        self.cache = Some(after);
-        self.health
-            .record_reconcile(started.elapsed().as_micros() as u64, mappings);
-    }
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }

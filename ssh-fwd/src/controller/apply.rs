@@ -3,13 +3,7 @@
 //! everything) tries again. Writes name the object they mean by uid where
 //! the API allows it, so one made since under the same name is left alone.
 
-use std::{
-    collections::BTreeSet,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::collections::BTreeSet;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -23,6 +17,7 @@ use serde_json::json;
 use super::{
     api_error::{self, Grant},
     expect::Done,
+    metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
     service::{ENDPOINT_ANNOTATION, SERVICE_LABEL},
     warn::Scope,
@@ -36,10 +31,7 @@ pub struct Context {
     pub host: String,
     pub user: String,
     pub range: std::ops::RangeInclusive<u16>,
-    /// Failed writes here, and failed watches (`k8s::source`).
-    pub api_errors: Arc<AtomicU64>,
-    pub services_created: AtomicU64,
-    pub services_deleted: AtomicU64,
+    pub metrics: ControllerMetrics,
 }
 
 /// The outcome of one pass.
@@ -97,7 +89,7 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
             }
             Err(e) => {
                 applied.failures += 1;
-                ctx.api_errors.fetch_add(1, Ordering::Relaxed);
+                ctx.metrics.api_errors.inc();
                 tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
             }
         }
@@ -159,7 +151,7 @@ async fn create(ctx: &Context, pod: &PodRef, port: u16, service: &Service) -> an
     let name = service.metadata.name.as_deref().unwrap_or("");
     match api.create(&PostParams::default(), service).await {
         Ok(_) => {
-            ctx.services_created.fetch_add(1, Ordering::Relaxed);
+            ctx.metrics.services_created.inc();
             tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), service = name, port, "created the SSH Service");
             Ok(true)
         }
@@ -194,7 +186,7 @@ async fn delete(
     };
     match api.delete(name, &params).await {
         Ok(_) => {
-            ctx.services_deleted.fetch_add(1, Ordering::Relaxed);
+            ctx.metrics.services_deleted.inc();
             match why {
                 DeleteReason::PodGone => {
                     tracing::info!(service = %format!("{namespace}/{name}"), "deleted the SSH Service: its pod is gone or no longer asks for SSH; the port is free again")

@@ -2,7 +2,7 @@
 //! command: users paste it into a shell, so it must be words a shell and ssh
 //! take as they are.
 
-use crate::cli::ControllerArgs;
+use super::args::ControllerArgs;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FlagError {
@@ -39,18 +39,11 @@ fn is_word(s: &str, extra: &[char]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
-    use crate::cli::{Cli, Command};
 
     fn args(extra: &[&str]) -> ControllerArgs {
-        let argv = ["ssh-fwd", "controller", "--ssh-ip", "198.18.0.10"];
-        let cli = Cli::try_parse_from(argv.iter().chain(extra).copied()).unwrap();
-        let Command::Controller(args) = cli.command else {
-            unreachable!()
-        };
-        args
+        let argv = ["--ssh-ip", "198.18.0.10"];
+        super::super::args::parse(argv.iter().chain(extra).copied()).unwrap()
     }
 
     #[test]

@@ -90,8 +90,19 @@ impl Elector {
         self.duration / 3
     }
 
-    /// Returns once this replica holds the Lease.
+    /// Returns once this replica holds the Lease. API errors are retried
+    /// with exponential backoff and jitter, up to the renew interval.
     pub async fn acquire(&self) -> anyhow::Result<()> {
+        use backon::BackoffBuilder as _;
+        let retries = || {
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(self.renew_every().max(Duration::from_millis(200)))
+                .with_jitter()
+                .without_max_times()
+                .build()
+        };
+        let mut backoff = retries();
         let mut announced = false;
         loop {
             match self.try_once().await {
@@ -104,6 +115,7 @@ impl Elector {
                         tracing::info!(lease = %self.name, %holder, "standing by: another replica leads");
                         announced = true;
                     }
+                    backoff = retries();
                     tokio::time::sleep(
                         for_.min(self.renew_every()).max(Duration::from_millis(200)),
                     )
@@ -112,7 +124,7 @@ impl Elector {
                 Ok(Some(_)) => {}
                 Err(e) => {
                     tracing::warn!(lease = %self.name, error = %format!("{e:#}"), "leader election failed; retrying");
-                    tokio::time::sleep(self.renew_every()).await;
+                    tokio::time::sleep(backoff.next().unwrap_or_else(|| self.renew_every())).await;
                 }
             }
         }

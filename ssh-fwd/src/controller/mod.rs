@@ -5,9 +5,11 @@
 
 mod api_error;
 mod apply;
+mod args;
 mod expect;
 mod flags;
 mod lease;
+mod metrics;
 mod plan;
 mod ports;
 mod service;
@@ -16,16 +18,10 @@ mod warn;
 #[cfg(test)]
 mod tests;
 
-use std::{
-    collections::BTreeSet,
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
-    },
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::{
     Api,
@@ -34,18 +30,27 @@ use kube::{
 use rand::SeedableRng as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::Notify,
     time::{MissedTickBehavior, interval},
 };
 
-use crate::{cli::ControllerArgs, http_probe, k8s};
+use crate::{k8s, k8s::reflector::Changes, telemetry};
 use apply::{Applied, Context, Warned};
+pub use args::{ControllerArgs, ServiceStyle};
 use expect::Expectations;
 use lease::Elector;
+use metrics::ControllerMetrics;
 use service::Settings;
 
-/// Retry delay after a pass with failed writes.
-const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How a pass with failed writes is retried: exponential backoff with
+/// jitter, from 200 ms to 30 s, started over once a pass succeeds.
+fn retry_backoff() -> impl Iterator<Item = std::time::Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(200))
+        .with_max_delay(std::time::Duration::from_secs(30))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
@@ -58,7 +63,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )?,
     };
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
-    let leader = Arc::new(AtomicBool::new(false));
+    let metrics = ControllerMetrics::new();
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -72,19 +77,17 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         host,
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),
-        api_errors: Arc::new(AtomicU64::new(0)),
-        services_created: AtomicU64::new(0),
-        services_deleted: AtomicU64::new(0),
+        metrics: metrics.clone(),
     });
     if let Some(addr) = args.metrics_addr {
-        serve_metrics(addr, ctx.clone(), leader.clone()).await?;
+        telemetry::http::serve(addr, metrics.endpoints()).await?;
     }
     let elector = Arc::new(Elector {
         api: Api::namespaced(client.clone(), &args.lease_namespace),
         name: args.lease_name.clone(),
         me: identity,
         duration: args.lease_duration,
-        observed: Mutex::default(),
+        observed: std::sync::Mutex::default(),
     });
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -93,7 +96,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         _ = terminate.recv() => return Ok(()),
         _ = interrupt.recv() => return Ok(()),
     }
-    leader.store(true, Ordering::Relaxed);
+    metrics.leader.set(1);
     let mut holding = AbortOnDrop({
         let elector = elector.clone();
         tokio::spawn(async move { elector.hold().await })
@@ -105,7 +108,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         _ = terminate.recv() => { tracing::info!("SIGTERM received"); Ok(()) }
         _ = interrupt.recv() => { tracing::info!("SIGINT received"); Ok(()) }
     };
-    leader.store(false, Ordering::Relaxed);
+    metrics.leader.set(0);
     if result.is_ok() {
         elector.release().await;
     }
@@ -114,8 +117,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 
 /// What the leader does: watch, then reconcile on every change and timer.
 async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> anyhow::Result<()> {
-    let changed = Arc::new(Notify::new());
-    let pods: Store<Pod> = k8s::source::spawn_reflector(
+    let changes = Changes::new();
+    let pods: Store<Pod> = k8s::reflector::spawn_reflector(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
             "{}={}",
@@ -124,16 +127,16 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         )),
         prune_pod,
         "Pod",
-        &changed,
-        &ctx.api_errors,
+        &changes,
+        &ctx.metrics.api_errors,
     );
-    let services: Store<Service> = k8s::source::spawn_reflector(
+    let services: Store<Service> = k8s::reflector::spawn_reflector(
         Api::all(client),
         watcher::Config::default(),
-        k8s::source::drop_managed_fields,
+        k8s::reflector::drop_managed_fields,
         "Service",
-        &changed,
-        &ctx.api_errors,
+        &changes,
+        &ctx.metrics.api_errors,
     );
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
@@ -148,7 +151,9 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     let mut expected = Expectations::default();
     let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
+    let mut backoff = retry_backoff();
     loop {
+        let started = Instant::now();
         let (pods, services) = (pods.state(), services.state());
         expected.settle(&pods, &services, Instant::now());
         forget_gone(&mut warned, &pods);
@@ -160,16 +165,26 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         let actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
         let Applied { done, failures } = apply::apply(ctx, actions, &mut warned).await;
         let now = Instant::now();
+        ctx.metrics
+            .pass_duration
+            .observe(now.duration_since(started).as_secs_f64());
         for done in done {
             expected.record(done, now);
         }
+        let retry = if failures > 0 {
+            backoff.next()
+        } else {
+            backoff = retry_backoff();
+            None
+        };
         tokio::select! {
-            _ = changed.notified() => {
+            () = changes.changed() => {
                 // Coalesce a burst of events into one pass.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                changes.take_since();
             }
             _ = resync.tick() => {}
-            _ = tokio::time::sleep(RETRY_AFTER), if failures > 0 => {}
+            () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {}
         }
     }
 }
@@ -189,7 +204,7 @@ fn forget_gone(warned: &mut Warned, pods: &[Arc<Pod>]) {
 /// Keeps what the plan reads of a pod: its metadata and phase. A pod's spec
 /// and status are most of its size, and there may be thousands of pods.
 fn prune_pod(pod: &mut Pod) {
-    k8s::source::drop_managed_fields(pod);
+    k8s::reflector::drop_managed_fields(pod);
     pod.spec = None;
     let phase = pod.status.take().and_then(|s| s.phase);
     pod.status = phase.map(|phase| k8s_openapi::api::core::v1::PodStatus {
@@ -205,57 +220,4 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-async fn serve_metrics(
-    addr: std::net::SocketAddr,
-    ctx: Arc<Context>,
-    leader: Arc<AtomicBool>,
-) -> anyhow::Result<()> {
-    http_probe::serve(
-        addr,
-        Arc::new(move |path: &str| match path {
-            // A standby is ready too: a rolling update must be able to
-            // start the new replica while the old one still leads.
-            "/healthz" | "/readyz" => ("200 OK", "ok\n".to_owned()),
-            "/metrics" => {
-                let line = |name: &str, kind: &str, help: &str, value: u64| {
-                    format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n")
-                };
-                let body = [
-                    line(
-                        "ssh_fwd_controller_leader",
-                        "gauge",
-                        "1 while this replica leads.",
-                        u64::from(leader.load(Ordering::Relaxed)),
-                    ),
-                    line(
-                        "ssh_fwd_controller_services_created_total",
-                        "counter",
-                        "SSH Services created.",
-                        ctx.services_created.load(Ordering::Relaxed),
-                    ),
-                    line(
-                        "ssh_fwd_controller_services_deleted_total",
-                        "counter",
-                        "SSH Services deleted.",
-                        ctx.services_deleted.load(Ordering::Relaxed),
-                    ),
-                    line(
-                        "ssh_fwd_controller_api_errors_total",
-                        "counter",
-                        "Failed API writes and watches (each retried).",
-                        ctx.api_errors.load(Ordering::Relaxed),
-                    ),
-                ]
-                .concat();
-                ("200 OK", body)
-            }
-            _ => (
-                "404 Not Found",
-                "try /metrics, /healthz or /readyz\n".to_owned(),
-            ),
-        }),
-    )
-    .await
 }

@@ -23,7 +23,7 @@ use super::{
     ports,
     service::{self, Claim, Settings},
 };
-use crate::k8s::desired::seniority;
+use crate::k8s::ownership::seniority;
 use races::retire_port_losers;
 
 mod races;

@@ -11,7 +11,8 @@ use k8s_openapi::{
     },
 };
 
-use crate::{cli::ServiceStyle, k8s::desired::LB_CLASS};
+use super::args::ServiceStyle;
+use crate::k8s::LB_CLASS;
 
 /// A pod asks for SSH with this label set to [`SSH_ENABLED`].
 pub const SSH_LABEL: &str = "ssh-fwd.io/ssh";

@@ -10,14 +10,10 @@ mod warnings;
 
 use std::time::Duration;
 
-use clap::Parser as _;
 use serde_json::{Value, json};
 use ssh_fwd_tests::fake_api::{FakeApi, Kind, Request};
 
-use crate::{
-    cli::{Cli, Command},
-    k8s::api_calls,
-};
+use crate::k8s::api_calls;
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -46,8 +42,6 @@ impl Bed {
         std::fs::write(&path, self.api.kubeconfig_as(identity)).unwrap();
         let kubeconfig = path.display().to_string();
         let mut argv = vec![
-            "ssh-fwd",
-            "controller",
             "--ssh-ip",
             "198.18.0.10",
             "--ssh-hostname",
@@ -62,9 +56,7 @@ impl Bed {
             "ssh-fwd",
         ];
         argv.extend_from_slice(extra);
-        let Command::Controller(args) = Cli::try_parse_from(argv).unwrap().command else {
-            unreachable!()
-        };
+        let args = super::args::parse(argv).unwrap();
         tokio::spawn(super::run(args))
     }
 

@@ -1,9 +1,12 @@
-//! Kubernetes as the source of mappings: which Services count and what they
-//! map to. The watch machinery builds on this pure core.
+//! Kubernetes plumbing the agent's source and the controller share: the
+//! client, reflectors, the rule that decides which Service owns a port, and
+//! the list of every API call made (which the RBAC in deploy/ must grant).
 
-#[cfg(test)]
 pub mod api_calls;
 pub mod client;
-pub mod desired;
-pub mod selector;
-pub mod source;
+pub mod ownership;
+pub mod reflector;
+
+/// The `spec.loadBalancerClass` ssh-fwd implements: the controller writes
+/// the status of such Services, the agents honour it.
+pub const LB_CLASS: &str = "ssh-fwd.io/ssh";

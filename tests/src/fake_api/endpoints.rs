@@ -1,14 +1,39 @@
 //! What kube-controller-manager's EndpointSlice controller would write: for
 //! each Service with a selector, one slice listing the selected Pods that
-//! have an IP, ready when the Pod's Ready condition is True.
+//! have an IP, ready when the Pod's Ready condition is True, labelled as the
+//! controller labels them: the Service's own labels (all but the reserved
+//! ones), `kubernetes.io/service-name`, `endpointslice.kubernetes.io/
+//! managed-by`, and `service.kubernetes.io/headless` for a headless Service.
+//! The labels follow the Service's when those change.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
+const SERVICE_NAME: &str = "kubernetes.io/service-name";
 const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+const HEADLESS: &str = "service.kubernetes.io/headless";
 const EMULATED: &str = "fake-api.ssh-fwd.test";
 
 pub fn same_content(a: &Value, b: &Value) -> bool {
-    a["endpoints"] == b["endpoints"] && a["ports"] == b["ports"]
+    a["endpoints"] == b["endpoints"]
+        && a["ports"] == b["ports"]
+        && a["metadata"]["labels"] == b["metadata"]["labels"]
+}
+
+/// The slice's labels for `service`.
+fn labels(service: &Value, name: &str) -> Value {
+    let mut labels: Map<String, Value> = service["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| ![SERVICE_NAME, MANAGED_BY, HEADLESS].contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(SERVICE_NAME.into(), json!(name));
+    labels.insert(MANAGED_BY.into(), json!(EMULATED));
+    if service["spec"]["clusterIP"] == "None" {
+        labels.insert(HEADLESS.into(), json!(""));
+    }
+    Value::Object(labels)
 }
 
 /// The `namespace/name` of the slice emulated for a Service.
@@ -68,7 +93,7 @@ pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> 
         "metadata": {
             "namespace": namespace,
             "name": format!("{name}-emulated"),
-            "labels": {"kubernetes.io/service-name": name, MANAGED_BY: EMULATED},
+            "labels": labels(service, name),
         },
         "addressType": "IPv4",
         "endpoints": endpoints,
@@ -96,5 +121,26 @@ fn target_port(port: &Value, pod: Option<&Value>) -> Value {
             .find(|p| p["name"] == name.as_str())
             .map_or(Value::Null, |p| p["containerPort"].clone()),
         _ => port["port"].clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_carry_the_service_labels_but_not_reserved_ones() {
+        let service = json!({
+            "metadata": {"name": "ssh-a", "namespace": "jobs",
+                         "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd",
+                                    SERVICE_NAME: "spoofed", MANAGED_BY: "someone"}},
+            "spec": {"selector": {"app": "a"}, "ports": [{"port": 8022}], "clusterIP": "None"}
+        });
+        let slice = slice_for(&service, std::iter::empty()).expect("slice");
+        assert_eq!(
+            slice["metadata"]["labels"],
+            json!({"service.kubernetes.io/service-proxy-name": "ssh-fwd",
+                   SERVICE_NAME: "ssh-a", MANAGED_BY: EMULATED, HEADLESS: ""})
+        );
     }
 }

@@ -134,7 +134,7 @@ fn slice(i: usize, generation: usize) -> Value {
     let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("job-{i}-x"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": format!("job-{i}")}},
+        "metadata": {"name": format!("job-{i}-x"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": format!("job-{i}"), "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "addressType": "IPv4",
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]

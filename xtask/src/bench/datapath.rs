@@ -6,7 +6,7 @@
 //! every path alike and each is compared with plain routing's sample taken
 //! moments apart.
 
-use std::{path::PathBuf, sync::Mutex, time::Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
@@ -24,28 +24,6 @@ pub struct Options {
     pub services: Vec<usize>,
     /// Label filters; empty means every path.
     pub only: Vec<String>,
-}
-
-/// bpffs mounts of agents started so far, unmounted by the Ctrl-C handler
-/// (the guards' destructors do not run there).
-static BPFFS_MOUNTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-
-pub fn remember_bpffs(path: &std::path::Path) {
-    if let Ok(mut all) = BPFFS_MOUNTS.lock() {
-        all.push(path.to_owned());
-    }
-}
-
-fn cleanup_after_interrupt() {
-    ssh_fwd_tests::netns::remove_all_of_this_process();
-    if let Ok(all) = BPFFS_MOUNTS.lock() {
-        for path in all.iter() {
-            if let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) {
-                // SAFETY: a valid path; failing (already unmounted) is fine.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
-        }
-    }
 }
 
 /// Tools the benchmark runs, besides the test harness's.
@@ -66,7 +44,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // SAFETY: set before other threads start.
     unsafe { std::env::set_var("SSH_FWD_BIN", &bin) };
     ctrlc::set_handler(|| {
-        cleanup_after_interrupt();
+        super::cleanup::after_interrupt();
         std::process::exit(130);
     })?;
 
@@ -154,6 +132,11 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let dir = crate::workspace_root().join("bench/results");
     for file in run.write(&dir)? {
         println!("wrote {}", file.display());
+    }
+    let png = dir.join(format!("{}.png", run.stem()));
+    match super::chart::draw(&run, &png) {
+        Ok(()) => println!("wrote {}", png.display()),
+        Err(e) => eprintln!("warning: no chart: {e:#}"),
     }
     println!("measured in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())

@@ -3,6 +3,7 @@
 
 mod bed;
 mod chart;
+mod cleanup;
 pub mod controller;
 pub mod convergence;
 pub mod datapath;

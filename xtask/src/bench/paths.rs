@@ -182,7 +182,7 @@ fn ssh_fwd(node: &NetNs, attach: Attach, pod_ifaces: PodIfaces) -> anyhow::Resul
         ],
     )?;
     let bpffs = Bpffs::new()?;
-    super::datapath::remember_bpffs(bpffs.path());
+    super::cleanup::remember_bpffs(bpffs.path());
     let pod_ifaces = match pod_ifaces {
         PodIfaces::Auto => "auto",
         PodIfaces::Off => "off",

@@ -130,7 +130,7 @@ pub fn run(runs: usize) -> anyhow::Result<()> {
         ],
     )?;
     let bpffs = Bpffs::new()?;
-    super::datapath::remember_bpffs(bpffs.path());
+    super::cleanup::remember_bpffs(bpffs.path());
     let agent = Agent::start(&bed.node, &[EXT_IFACE], &file, &bpffs, &["--attach", "tc"])?;
     // One exchange through the path puts both neighbours in the node's
     // tables, as on any node carrying traffic.

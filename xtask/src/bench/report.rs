@@ -128,17 +128,21 @@ impl Run {
         })
     }
 
-    /// Writes `datapath{-quick}.{md,json,png}`; returns the files written.
-    pub fn write(&self, dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let stem = if self.quick {
+    /// The file name stem: `datapath`, or `datapath-quick`.
+    pub fn stem(&self) -> &'static str {
+        if self.quick {
             "datapath-quick"
         } else {
             "datapath"
-        };
+        }
+    }
+
+    /// Writes `datapath{-quick}.{md,json}`; returns the files written.
+    pub fn write(&self, dir: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let stem = self.stem();
         let md = dir.join(format!("{stem}.md"));
         let js = dir.join(format!("{stem}.json"));
-        let png = dir.join(format!("{stem}.png"));
         let machine = machine();
         let header = format!(
             "# ssh-fwd datapath benchmark\n\n{} CPUs, kernel {}\n\n",
@@ -147,12 +151,7 @@ impl Run {
         );
         std::fs::write(&md, header + &self.markdown())?;
         std::fs::write(&js, serde_json::to_string_pretty(&self.json())?)?;
-        let mut written = vec![md, js];
-        match super::chart::draw(self, &png) {
-            Ok(()) => written.push(png),
-            Err(e) => eprintln!("warning: no chart: {e:#}"),
-        }
-        Ok(written)
+        Ok(vec![md, js])
     }
 }
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, DeleteReason, split};
-use crate::{controller::service::Claim, k8s::desired::seniority};
+use crate::{controller::service::Claim, k8s::ownership::seniority};
 
 /// Deletes our Services that hold a port an older Service holds; returns
 /// their `namespace/name`s.

@@ -1,0 +1,95 @@
+//! `ssh-fwd agent`'s flags. Doc comments here are the `--help` text.
+
+use std::{path::PathBuf, time::Duration};
+
+use crate::datapath::{hooks::AttachMode, pins::BpffsArg};
+
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// External interface to attach to (repeat for several). Packets for a
+    /// frontend are DNATed where they arrive; replies are reverse-NATed where
+    /// they leave.
+    #[arg(long = "iface", value_name = "IFACE", required = true)]
+    pub ifaces: Vec<String>,
+
+    /// Static mappings file (YAML), reloaded when it changes and on SIGHUP.
+    /// A bad file is rejected as a whole and the running mappings stay.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kubernetes",
+        conflicts_with = "kubernetes"
+    )]
+    pub mappings: Option<PathBuf>,
+
+    /// Take the mappings from Kubernetes Services (spec.externalIPs, or type
+    /// LoadBalancer with loadBalancerClass ssh-fwd.io/ssh) and their
+    /// EndpointSlices. Uses the in-cluster config, KUBECONFIG, or --kubeconfig.
+    #[arg(long, requires = "ssh_ips")]
+    pub kubernetes: bool,
+
+    /// Kubeconfig file for --kubernetes (default: in-cluster, then KUBECONFIG,
+    /// then ~/.kube/config).
+    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// External SSH IP this agent serves (repeatable). Services claiming any
+    /// other address are ignored, so nobody who may create Services can
+    /// capture traffic for other IPs (CVE-2020-8554).
+    #[arg(long = "ssh-ip", value_name = "IP")]
+    pub ssh_ips: Vec<std::net::Ipv4Addr>,
+
+    /// Frontend ports honoured, inclusive.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = crate::args::port_range)]
+    pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// Label selector a Service must match. The default is the standard label
+    /// that makes kube-proxy and Cilium leave a Service alone.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = "service.kubernetes.io/service-proxy-name=ssh-fwd"
+    )]
+    pub selector: String,
+
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
+    /// Where the DNAT program hooks in. `auto` picks native XDP where the
+    /// driver supports it and tc ingress otherwise (and on veth), and logs why.
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    pub attach: AttachMode,
+
+    /// `auto`: also attach a program to the host end of every pod's
+    /// interface (a veth or netkit whose peer is in another network
+    /// namespace, found by rescanning every 2 s). It reverse-NATs SSH
+    /// replies as they leave the pod and sends them straight out of the
+    /// external interface. Requests are delivered straight into the pod's
+    /// namespace where the host end has no qdisc and no tc egress program
+    /// (so no bandwidth limit or policy is skipped). In-cluster traffic to
+    /// the pods is never touched.
+    /// `off`: replies are reverse-NATed on the external interfaces only,
+    /// after the node has routed them.
+    #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
+    pub pod_ifaces: PodIfacesMode,
+
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+
+    /// How often the maps are re-read and repaired if anything changed them
+    /// behind the agent's back.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
+    pub resync_interval: Duration,
+
+    /// How often the mappings file is checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
+    pub watch_interval: Duration,
+}
+
+/// `--pod-ifaces`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodIfacesMode {
+    Auto,
+    Off,
+}

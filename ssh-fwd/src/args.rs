@@ -1,0 +1,55 @@
+//! Value types of flags that several commands share, parsed the same way
+//! everywhere: port ranges and durations.
+
+use std::{ops::RangeInclusive, time::Duration};
+
+/// Parses `8000-16000`.
+pub fn port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
+    let bad = || format!("`{s}` is not a port range like 8000-16000");
+    let (first, last) = s.split_once('-').ok_or_else(bad)?;
+    let first: u16 = first.trim().parse().map_err(|_| bad())?;
+    let last: u16 = last.trim().parse().map_err(|_| bad())?;
+    if first == 0 || first > last {
+        return Err(format!(
+            "`{s}`: the first port must be 1 or more and not above the last"
+        ));
+    }
+    Ok(first..=last)
+}
+
+/// Parses a duration as humantime writes them (`500ms`, `30s`, `5m`,
+/// `24h`, `1h 30m`); zero is refused, since every duration here is a
+/// period or a timeout.
+pub fn duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 500ms, 30s, 5m or 24h: {e}"))?;
+    if d.is_zero() {
+        return Err(format!("`{s}`: the duration must be greater than zero"));
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(duration("1h 30m"), Ok(Duration::from_secs(5_400)));
+        assert!(duration("0s").unwrap_err().contains("greater than zero"));
+        assert!(duration("7").unwrap_err().contains("like 500ms"));
+        assert!(duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn port_ranges_are_checked() {
+        assert_eq!(port_range("9000-9100"), Ok(9000..=9100));
+        assert!(port_range("9000-8000").is_err());
+        assert!(port_range("0-10").is_err());
+        assert!(port_range("8000").unwrap_err().contains("like 8000-16000"));
+    }
+}

@@ -1,0 +1,229 @@
+//! `ssh-fwd list mappings|conns|hooks|counters`: what is installed, read
+//! from the pinned maps and links, as a table, JSON or YAML.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use ssh_fwd_common::outcome::Class;
+
+use super::output::{Output, print};
+use crate::datapath::{
+    maps::{Maps, show},
+    pins::{BpffsArg, PinLayout},
+    stats::{self, Hook},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// What to list: `mappings` (frontend, backend and per-mapping packet
+    /// and byte counters), `conns` (tracked connections), `hooks` (the
+    /// programs attached, and where), `counters` (packets by outcome,
+    /// grouped: forwarded, passed through as normal, problems).
+    #[arg(value_enum, default_value_t = What::Mappings)]
+    pub what: What,
+
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum What {
+    Mappings,
+    Conns,
+    Hooks,
+    Counters,
+}
+
+pub fn run(args: ListArgs) -> anyhow::Result<()> {
+    let layout = PinLayout::new(&args.bpffs.bpffs);
+    match args.what {
+        What::Mappings => {
+            let rows = mappings(&Maps::open_pinned(&layout)?)?;
+            print(args.output, &rows, mappings_table)
+        }
+        What::Conns => {
+            let rows = conns(&Maps::open_pinned(&layout)?);
+            print(args.output, &rows, conns_table)
+        }
+        What::Hooks => print(args.output, &stats::hooks(&layout), hooks_table),
+        What::Counters => {
+            let rows = counters(&Maps::open_pinned(&layout)?)?;
+            print(args.output, &rows, counters_table)
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MappingRow {
+    pub name: String,
+    pub frontend: String,
+    pub backend: String,
+    /// The backend is also behind another frontend.
+    pub shared_backend: bool,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub packets_out: u64,
+    pub bytes_out: u64,
+}
+
+pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
+    Ok(stats::mappings(maps)?
+        .into_iter()
+        .map(|m| MappingRow {
+            name: m.name,
+            frontend: show(&m.frontend),
+            backend: show(&m.backend),
+            shared_backend: m.shared_backend,
+            packets_in: m.counters.packets_in,
+            bytes_in: m.counters.bytes_in,
+            packets_out: m.counters.packets_out,
+            bytes_out: m.counters.bytes_out,
+        })
+        .collect())
+}
+
+fn mappings_table(rows: &Vec<MappingRow>) -> String {
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
+    let mut out = format!(
+        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
+        "NAME", "FRONTEND", "BACKEND", "PKTS IN", "BYTES IN", "PKTS OUT", "BYTES OUT"
+    );
+    for r in rows {
+        let backend = if r.shared_backend {
+            format!("{}*", r.backend)
+        } else {
+            r.backend.clone()
+        };
+        out.push_str(&format!(
+            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
+            r.name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
+        ));
+    }
+    if rows.iter().any(|r| r.shared_backend) {
+        out.push_str("* backend behind several frontends: replies follow the tracked connection\n");
+    }
+    if rows.is_empty() {
+        out.push_str("(no mappings installed)\n");
+    }
+    out
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConnRow {
+    pub client: String,
+    pub backend: String,
+    pub frontend: String,
+}
+
+pub fn conns(maps: &Maps) -> Vec<ConnRow> {
+    let mut rows: Vec<ConnRow> = maps
+        .conns()
+        .into_iter()
+        .map(|(key, target)| {
+            use ssh_fwd_common::maps::Endpoint;
+            let client = Endpoint {
+                addr: key.client_addr,
+                port: key.client_port,
+                _pad: 0,
+            };
+            let backend = Endpoint {
+                addr: key.backend_addr,
+                port: key.backend_port,
+                _pad: 0,
+            };
+            ConnRow {
+                client: show(&client),
+                backend: show(&backend),
+                frontend: show(&target.endpoint),
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| (&a.frontend, &a.client).cmp(&(&b.frontend, &b.client)));
+    rows
+}
+
+fn conns_table(rows: &Vec<ConnRow>) -> String {
+    let mut out = format!("{:<21}  {:<21}  {:<21}\n", "CLIENT", "FRONTEND", "BACKEND");
+    for r in rows {
+        out.push_str(&format!(
+            "{:<21}  {:<21}  {:<21}\n",
+            r.client, r.frontend, r.backend
+        ));
+    }
+    out.push_str(&format!("{} connections tracked\n", rows.len()));
+    out
+}
+
+fn hooks_table(rows: &Vec<Hook>) -> String {
+    let mut out = format!(
+        "{:<14}  {:<16}  {:>7}  {}\n",
+        "WHERE", "IFACE", "IFINDEX", "HOOK"
+    );
+    for h in rows {
+        let target = match h.target {
+            stats::Target::Interface => "interface",
+            stats::Target::PodInterface => "pod interface",
+        };
+        let iface = if h.iface.is_empty() {
+            "(gone)"
+        } else {
+            &h.iface
+        };
+        let index = h.ifindex.map_or("-".into(), |i| i.to_string());
+        out.push_str(&format!(
+            "{target:<14}  {iface:<16}  {index:>7}  {}\n",
+            h.hook
+        ));
+    }
+    if rows.is_empty() {
+        out.push_str("(nothing attached)\n");
+    }
+    out
+}
+
+/// One outcome counter, and how to read it.
+#[derive(Debug, Serialize)]
+pub struct CounterRow {
+    pub class: &'static str,
+    pub packets: u64,
+}
+
+/// Packets by outcome name.
+pub fn counters(maps: &Maps) -> anyhow::Result<BTreeMap<&'static str, CounterRow>> {
+    Ok(maps
+        .outcome_counters()?
+        .into_iter()
+        .map(|(outcome, packets)| {
+            (
+                outcome.name(),
+                CounterRow {
+                    class: outcome.class().name(),
+                    packets,
+                },
+            )
+        })
+        .collect())
+}
+
+fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
+    let mut out = String::new();
+    for (class, heading) in [
+        (Class::Forwarded, "forwarded (ssh-fwd's work)"),
+        (
+            Class::Passed,
+            "passed through untouched (not ssh-fwd's traffic, or already handled: normal)",
+        ),
+        (Class::Problem, "problems"),
+    ] {
+        out.push_str(heading);
+        out.push('\n');
+        for (name, row) in rows.iter().filter(|(_, r)| r.class == class.name()) {
+            out.push_str(&format!("  {name:<22} {:>14}\n", row.packets));
+        }
+    }
+    out
+}

@@ -1,0 +1,198 @@
+//! `ssh-fwd status`: one screen on the node's forwarder: is an agent
+//! running, where its mappings come from, what is attached, how many
+//! mappings, the last reconcile and the last error, and the packet counters
+//! by class. Read from the pinned state, so it works without the agent's
+//! metrics endpoint and after the agent stopped.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+use ssh_fwd_common::{
+    maps::{AgentStatus, get_text},
+    outcome::Class,
+};
+
+use super::output::{Output, print};
+use crate::datapath::{
+    maps::Maps,
+    pins::{BpffsArg, PinLayout},
+    stats::{self, Hook, Target},
+    status::StatusMap,
+};
+
+/// An agent rewrites its status every few seconds; one silent for longer
+/// than this is taken to have stopped.
+const SILENT_AFTER: Duration = Duration::from_secs(30);
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    /// `running`, `stopped` (the data path keeps forwarding) or `never
+    /// started` (nothing recorded yet).
+    pub agent: &'static str,
+    pub pid: u64,
+    pub source: String,
+    pub started_unix_ms: u64,
+    pub heartbeat_age_seconds: Option<f64>,
+    pub hooks: Vec<Hook>,
+    pub mappings: usize,
+    pub reconciles: u64,
+    pub last_reconcile_age_seconds: Option<f64>,
+    pub last_reconcile_seconds: f64,
+    pub reconcile_errors: u64,
+    pub last_error: String,
+    pub last_error_age_seconds: Option<f64>,
+    pub packets_forwarded: u64,
+    pub packets_passed: u64,
+    pub packets_problem: u64,
+    pub tracked_connections: usize,
+}
+
+pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let layout = PinLayout::new(&args.bpffs.bpffs);
+    let status = collect(&layout, SystemTime::now())?;
+    print(args.output, &status, table)
+}
+
+pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
+    let maps = Maps::open_pinned(layout)?;
+    let agent = StatusMap::open_pinned(layout)?.read()?;
+    let now_ms = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let age = |ms: u64| (ms != 0).then(|| now_ms.saturating_sub(ms) as f64 / 1000.0);
+    let heartbeat = age(agent.heartbeat_ms);
+    let mut by_class = [0u64; 3];
+    for (outcome, n) in maps.outcome_counters()? {
+        let i = match outcome.class() {
+            Class::Forwarded => 0,
+            Class::Passed => 1,
+            Class::Problem => 2,
+        };
+        by_class[i] += n;
+    }
+    Ok(Status {
+        agent: liveness(&agent, heartbeat),
+        pid: agent.pid,
+        source: get_text(&agent.source).to_owned(),
+        started_unix_ms: agent.started_ms,
+        heartbeat_age_seconds: heartbeat,
+        hooks: stats::hooks(layout),
+        mappings: maps.read_installed()?.frontends.len(),
+        reconciles: agent.reconciles,
+        last_reconcile_age_seconds: age(agent.last_reconcile_ms),
+        last_reconcile_seconds: agent.last_reconcile_micros as f64 / 1e6,
+        reconcile_errors: agent.reconcile_errors,
+        last_error: get_text(&agent.last_error).to_owned(),
+        last_error_age_seconds: age(agent.last_error_ms),
+        packets_forwarded: by_class[0],
+        packets_passed: by_class[1],
+        packets_problem: by_class[2],
+        tracked_connections: maps.conn_count(),
+    })
+}
+
+fn liveness(agent: &AgentStatus, heartbeat_age: Option<f64>) -> &'static str {
+    match heartbeat_age {
+        None if agent.pid == 0 => "never started",
+        Some(age) if age <= SILENT_AFTER.as_secs_f64() => "running",
+        _ => "stopped",
+    }
+}
+
+fn ago(seconds: Option<f64>) -> String {
+    match seconds {
+        None => "never".into(),
+        Some(s) if s < 120.0 => format!("{s:.0} s ago"),
+        Some(s) if s < 7200.0 => format!("{:.0} min ago", s / 60.0),
+        Some(s) => format!("{:.1} h ago", s / 3600.0),
+    }
+}
+
+fn table(s: &Status) -> String {
+    let agent = match s.agent {
+        "running" => format!(
+            "running (pid {}, heard from {})",
+            s.pid,
+            ago(s.heartbeat_age_seconds)
+        ),
+        "stopped" => format!(
+            "stopped (last heard from {}); the data path keeps forwarding",
+            ago(s.heartbeat_age_seconds)
+        ),
+        other => other.to_owned(),
+    };
+    let interfaces: Vec<String> = s
+        .hooks
+        .iter()
+        .filter(|h| h.target == Target::Interface)
+        .map(|h| format!("{} {}", h.iface, h.hook))
+        .collect();
+    let pods = s
+        .hooks
+        .iter()
+        .filter(|h| h.target == Target::PodInterface)
+        .count();
+    let error = if s.last_error.is_empty() {
+        "none".to_owned()
+    } else {
+        format!("{} ({})", s.last_error, ago(s.last_error_age_seconds))
+    };
+    format!(
+        "agent:           {agent}\n\
+         source:          {}\n\
+         hooks:           {}; reply program on {pods} pod interface(s)\n\
+         mappings:        {}\n\
+         last reconcile:  {} (took {:.1} ms), {} in all\n\
+         errors:          {} reconcile error(s); last: {error}\n\
+         packets:         {} forwarded, {} passed through, {} problem(s)\n\
+         connections:     {} tracked\n",
+        if s.source.is_empty() { "-" } else { &s.source },
+        if interfaces.is_empty() {
+            "none".to_owned()
+        } else {
+            interfaces.join(", ")
+        },
+        s.mappings,
+        ago(s.last_reconcile_age_seconds),
+        s.last_reconcile_seconds * 1000.0,
+        s.reconciles,
+        s.reconcile_errors,
+        s.packets_forwarded,
+        s.packets_passed,
+        s.packets_problem,
+        s.tracked_connections,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_is_running_only_while_its_heartbeat_is_fresh() {
+        let mut agent = AgentStatus::EMPTY;
+        assert_eq!(liveness(&agent, None), "never started");
+        agent.pid = 42;
+        assert_eq!(liveness(&agent, Some(3.0)), "running");
+        assert_eq!(liveness(&agent, Some(31.0)), "stopped");
+        assert_eq!(liveness(&agent, None), "stopped");
+    }
+
+    #[test]
+    fn ages_read_as_a_person_says_them() {
+        assert_eq!(ago(None), "never");
+        assert_eq!(ago(Some(4.2)), "4 s ago");
+        assert_eq!(ago(Some(600.0)), "10 min ago");
+        assert_eq!(ago(Some(9000.0)), "2.5 h ago");
+    }
+}

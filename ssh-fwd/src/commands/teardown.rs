@@ -1,0 +1,77 @@
+//! `ssh-fwd teardown`: remove everything the agent installed.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt as _;
+
+use anyhow::Context as _;
+
+use crate::datapath::{
+    hooks,
+    pins::{self, BpffsArg, PinLayout},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct TeardownArgs {
+    #[command(flatten)]
+    pub bpffs: BpffsArg,
+}
+
+pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
+    let args = args.bpffs;
+    let layout = PinLayout::new(&args.bpffs);
+    if !layout.root().exists() {
+        println!(
+            "nothing to remove: {} does not exist",
+            layout.root().display()
+        );
+        return Ok(());
+    }
+    // Links first: unpinning them detaches the programs, then the maps go.
+    for (iface, link) in hooks::attached(&layout.links_dir()) {
+        println!("detaching {link} from {iface}");
+    }
+    pins::remove_tree(&layout.links_dir())?;
+    let pods = layout.pod_links();
+    if !pods.is_empty() {
+        println!(
+            "detaching the reply program from {} pod interface(s)",
+            pods.len()
+        );
+    }
+    pins::remove_tree(&layout.pod_links_dir())?;
+    let entries = std::fs::read_dir(layout.root())
+        .with_context(|| format!("listing {}", layout.root().display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Only our versioned directories: never delete what we did not create.
+        if name.starts_with('v') && name[1..].chars().all(|c| c.is_ascii_digit()) {
+            pins::remove_tree(&entry.path())?;
+            println!("removed {}", entry.path().display());
+        }
+    }
+    unmount_if_own_mount(layout.root())?;
+    Ok(())
+}
+
+/// If `root` is a bpffs mount of its own (the agent mounted it) and now
+/// empty, unmount it and remove the directory.
+fn unmount_if_own_mount(root: &std::path::Path) -> anyhow::Result<()> {
+    let parent_is_bpffs = root
+        .parent()
+        .map(|p| pins::is_bpffs(p).unwrap_or(false))
+        .unwrap_or(false);
+    let empty = std::fs::read_dir(root)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if pins::is_bpffs(root)? && !parent_is_bpffs && empty {
+        let c = CString::new(root.as_os_str().as_bytes())?;
+        // SAFETY: valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+            println!("unmounted {}", root.display());
+            let _ = std::fs::remove_dir(root);
+        }
+    } else if empty {
+        let _ = std::fs::remove_dir(root);
+    }
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `ssh-fwd controller`'s flags. Doc comments here are the `--help` text.
+
+use std::{path::PathBuf, time::Duration};
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// The external SSH IP the Services expose (the agents' --ssh-ip).
+    #[arg(long = "ssh-ip", value_name = "IP")]
+    pub ssh_ip: std::net::Ipv4Addr,
+
+    /// The host name users type in `ssh USER@HOST -p PORT` (default: the IP).
+    #[arg(long, value_name = "HOST")]
+    pub ssh_hostname: Option<String>,
+
+    /// Ports handed out, inclusive; must lie within the agents' --port-range.
+    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = crate::args::port_range)]
+    pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// The user name shown in the published ssh command.
+    #[arg(long, value_name = "USER", default_value = "ucloud")]
+    pub ssh_user: String,
+
+    /// How the Service exposes the SSH IP. `loadbalancer`: type LoadBalancer
+    /// of class ssh-fwd.io/ssh, with this controller writing its status.
+    /// `externalips`: spec.externalIPs (deprecated since Kubernetes 1.36; for
+    /// clusters that still run an older ssh-fwd agent or other tooling that
+    /// only reads externalIPs).
+    #[arg(long, value_enum, default_value_t = ServiceStyle::Loadbalancer)]
+    pub service_style: ServiceStyle,
+
+    /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then
+    /// ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Namespace of the leader-election Lease (default: this pod's
+    /// namespace from POD_NAMESPACE, else ssh-fwd).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "POD_NAMESPACE",
+        default_value = "ssh-fwd"
+    )]
+    pub lease_namespace: String,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "ssh-fwd-controller")]
+    pub lease_name: String,
+
+    /// This replica's name in the Lease (default: POD_NAME, else the host
+    /// name).
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// How long a Lease stays valid without renewal; a standby takes over
+    /// after this when the leader dies.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = crate::args::duration)]
+    pub lease_duration: Duration,
+
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+
+    /// How often everything is reconciled even without changes.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    pub resync_interval: Duration,
+}
+
+/// The Service shape the controller creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceStyle {
+    Loadbalancer,
+    Externalips,
+}
+
+/// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and
+/// subcommand names), for tests of the rooms that take them.
+#[cfg(test)]
+pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<ControllerArgs, clap::Error> {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+    Only::try_parse_from(std::iter::once("controller").chain(argv)).map(|o| o.args)
+}

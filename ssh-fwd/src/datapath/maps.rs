@@ -1,0 +1,264 @@
+//! Reads and writes the pinned maps: the one place userspace touches them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues},
+    util::nr_cpus,
+};
+use ssh_fwd_common::{
+    maps::{
+        CONNS, ConnKey, Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_NAMES, MAPPING_STATS,
+        MappingCounters, MappingName, NatTarget, REVERSE,
+    },
+    outcome::Outcome,
+};
+
+use super::{
+    pins::PinLayout,
+    plan::{Installed, Plan},
+};
+
+/// Handles to every map of the data path.
+pub struct Maps {
+    frontends: HashMap<MapData, Endpoint, NatTarget>,
+    reverse: HashMap<MapData, Endpoint, NatTarget>,
+    conns: HashMap<MapData, ConnKey, NatTarget>,
+    mapping_stats: PerCpuArray<MapData, MappingCounters>,
+    global_stats: PerCpuArray<MapData, u64>,
+    names: Array<MapData, MappingName>,
+}
+
+/// What one [`Maps::apply`] changed, for logs and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub added_or_changed: usize,
+    pub removed: usize,
+    pub stale_conns: usize,
+}
+
+impl Maps {
+    /// Takes the maps out of a freshly loaded object (whose maps are pinned).
+    pub fn from_ebpf(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
+        };
+        Self::from_maps(
+            take(FRONTENDS)?,
+            take(REVERSE)?,
+            take(CONNS)?,
+            take(MAPPING_STATS)?,
+            take(GLOBAL_STATS)?,
+            take(MAPPING_NAMES)?,
+        )
+    }
+
+    /// Opens the maps an agent pinned, without loading any program.
+    pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
+        let open = |name: &str| -> anyhow::Result<Map> {
+            let path = layout.map(name);
+            let data = MapData::from_pin(&path).with_context(|| {
+                format!(
+                    "cannot open pinned map {}; is an ssh-fwd agent running with --bpffs {}?",
+                    path.display(),
+                    layout.root().display()
+                )
+            })?;
+            Map::from_map_data(data).with_context(|| format!("map {}", path.display()))
+        };
+        Self::from_maps(
+            open(FRONTENDS)?,
+            open(REVERSE)?,
+            open(CONNS)?,
+            open(MAPPING_STATS)?,
+            open(GLOBAL_STATS)?,
+            open(MAPPING_NAMES)?,
+        )
+    }
+
+    fn from_maps(
+        frontends: Map,
+        reverse: Map,
+        conns: Map,
+        mapping_stats: Map,
+        global_stats: Map,
+        names: Map,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
+            reverse: HashMap::try_from(reverse).context(REVERSE)?,
+            conns: HashMap::try_from(conns).context(CONNS)?,
+            mapping_stats: PerCpuArray::try_from(mapping_stats).context(MAPPING_STATS)?,
+            global_stats: PerCpuArray::try_from(global_stats).context(GLOBAL_STATS)?,
+            names: Array::try_from(names).context(MAPPING_NAMES)?,
+        })
+    }
+
+    /// Everything installed, as the plan sees it.
+    pub fn read_installed(&self) -> anyhow::Result<Installed> {
+        let mut installed = Installed::default();
+        for entry in self.frontends.iter() {
+            let (k, v) = entry.context("reading FRONTENDS")?;
+            installed.frontends.insert(k, v);
+        }
+        for entry in self.reverse.iter() {
+            let (k, v) = entry.context("reading REVERSE")?;
+            installed.reverse.insert(k, v);
+        }
+        let slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
+        for slot in slots {
+            let name = self.names.get(&slot, 0).context("reading MAPPING_NAMES")?;
+            installed.names.insert(slot, name.as_str().to_owned());
+        }
+        Ok(installed)
+    }
+
+    /// Applies a plan in the order that keeps every packet's view consistent:
+    /// counters and names, then reverse entries, then frontends (which make a
+    /// mapping live), then deletions. Each map update replaces a whole
+    /// element at once, so the packet path sees the old or the new entry,
+    /// never a mix.
+    pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<Applied> {
+        let cpus = cpus()?;
+        for (slot, name) in &plan.new_slots {
+            let zero = PerCpuValues::try_from(vec![MappingCounters::default(); cpus])
+                .map_err(|e| anyhow!("building per-CPU zero counters: {e}"))?;
+            self.mapping_stats
+                .set(*slot, zero, 0)
+                .with_context(|| format!("zeroing counters of slot {slot}"))?;
+            self.set_name(*slot, name)?;
+        }
+        for (slot, name) in &plan.renamed {
+            self.set_name(*slot, name)?;
+        }
+        for (k, v) in &plan.reverse_upserts {
+            self.reverse
+                .insert(k, v, 0)
+                .with_context(|| format!("writing REVERSE entry for {}", show(k)))?;
+        }
+        for (k, v) in &plan.frontend_upserts {
+            self.frontends
+                .insert(k, v, 0)
+                .with_context(|| format!("writing FRONTENDS entry for {}", show(k)))?;
+        }
+        for k in &plan.frontend_deletes {
+            remove_if_present(&mut self.frontends, k, FRONTENDS)?;
+        }
+        for k in &plan.reverse_deletes {
+            remove_if_present(&mut self.reverse, k, REVERSE)?;
+        }
+        let stale_conns = self.purge_conns(&plan.retired_shared)?;
+        Ok(Applied {
+            added_or_changed: plan.frontend_upserts.len(),
+            removed: plan.frontend_deletes.len(),
+            stale_conns,
+        })
+    }
+
+    fn set_name(&mut self, slot: u32, name: &str) -> anyhow::Result<()> {
+        self.names
+            .set(slot, MappingName::new(name), 0)
+            .with_context(|| format!("writing name of slot {slot}"))
+    }
+
+    /// Drops the connection entries of `frontends` (shared-backend frontends
+    /// that were removed or retargeted), so a reused frontend or backend never
+    /// inherits old state. Scans CONNS only when there is something to drop.
+    fn purge_conns(&mut self, frontends: &[Endpoint]) -> anyhow::Result<usize> {
+        if frontends.is_empty() {
+            return Ok(0);
+        }
+        let retired: BTreeSet<Endpoint> = frontends.iter().copied().collect();
+        let stale: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| retired.contains(&target.endpoint))
+            .map(|(key, _)| key)
+            .collect();
+        for key in &stale {
+            // The LRU may have evicted it meanwhile; that is fine.
+            let _ = self.conns.remove(key);
+        }
+        Ok(stale.len())
+    }
+
+    /// A mapping's counters summed over CPUs.
+    pub fn mapping_counters(&self, slot: u32) -> anyhow::Result<MappingCounters> {
+        let per_cpu = self
+            .mapping_stats
+            .get(&slot, 0)
+            .with_context(|| format!("reading counters of slot {slot}"))?;
+        Ok(per_cpu
+            .iter()
+            .fold(MappingCounters::default(), |a, c| MappingCounters {
+                packets_in: a.packets_in + c.packets_in,
+                bytes_in: a.bytes_in + c.bytes_in,
+                packets_out: a.packets_out + c.packets_out,
+                bytes_out: a.bytes_out + c.bytes_out,
+            }))
+    }
+
+    /// Global outcome counters summed over CPUs, in [`Outcome::ALL`] order.
+    pub fn outcome_counters(&self) -> anyhow::Result<Vec<(Outcome, u64)>> {
+        Outcome::ALL
+            .into_iter()
+            .map(|outcome| {
+                let per_cpu = self
+                    .global_stats
+                    .get(&(outcome as u32), 0)
+                    .context("reading GLOBAL_STATS")?;
+                Ok((outcome, per_cpu.iter().sum()))
+            })
+            .collect()
+    }
+
+    /// Global outcome counters summed over CPUs, by outcome name.
+    pub fn global_counters(&self) -> anyhow::Result<BTreeMap<&'static str, u64>> {
+        Ok(self
+            .outcome_counters()?
+            .into_iter()
+            .map(|(o, n)| (o.name(), n))
+            .collect())
+    }
+
+    /// The tracked connections to shared backends: (client, backend) and
+    /// the frontend the client used.
+    pub fn conns(&self) -> Vec<(ConnKey, NatTarget)> {
+        self.conns.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Number of tracked connections to shared backends.
+    pub fn conn_count(&self) -> usize {
+        self.conns.keys().filter(Result::is_ok).count()
+    }
+}
+
+fn remove_if_present(
+    map: &mut HashMap<MapData, Endpoint, NatTarget>,
+    key: &Endpoint,
+    name: &str,
+) -> anyhow::Result<()> {
+    match map.remove(key) {
+        Ok(()) => Ok(()),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+        Err(aya::maps::MapError::SyscallError(e))
+            if e.io_error.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("removing {name} entry {}", show(key))),
+    }
+}
+
+fn cpus() -> anyhow::Result<usize> {
+    nr_cpus().map_err(|(what, e)| anyhow!("cannot count CPUs ({what}): {e}"))
+}
+
+/// `IP:PORT` of an endpoint, for messages.
+pub fn show(e: &Endpoint) -> String {
+    format!("{}:{}", e.ip(), e.port())
+}

@@ -1,0 +1,288 @@
+//! The network interfaces of the agent's namespace: names and indexes, the
+//! rtnetlink dumps of links and qdiscs (through the `rtnetlink` crate), link
+//! events, and the rules for which interfaces are the host ends of pods.
+//!
+//! Asked over netlink rather than read from /sys: a process that entered a
+//! network namespace with `nsenter --net` keeps the /sys of another one.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    ffi::CString,
+};
+
+use anyhow::{Context as _, bail};
+use futures::{StreamExt as _, TryStreamExt as _};
+use netlink_packet_route::{
+    RouteNetlinkMessage,
+    link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage},
+    tc::TcAttribute,
+};
+use rtnetlink::{Handle, MulticastGroup};
+use tokio::sync::mpsc;
+
+/// The interface index, or an error that says how to find the right name.
+pub fn index(name: &str) -> anyhow::Result<u32> {
+    let Ok(c) = CString::new(name) else {
+        bail!("interface name {name:?} contains a NUL byte");
+    };
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 {
+        bail!(
+            "interface {name} does not exist in this network namespace; `ip -br link` lists \
+             the interfaces, pass the external one with --iface"
+        );
+    }
+    Ok(index)
+}
+
+/// The name of the interface with this index, if there is one.
+pub fn name_of(index: u32) -> Option<String> {
+    let mut buf = [0u8; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has room for IF_NAMESIZE bytes, as the call requires.
+    let ptr = unsafe { libc::if_indextoname(index, buf.as_mut_ptr().cast()) };
+    if ptr.is_null() {
+        return None;
+    }
+    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+/// The kinds of device whose peer can be a pod: `bpf_redirect_peer` works
+/// on exactly these (they implement `ndo_get_peer_dev`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Veth,
+    Netkit,
+    Other,
+}
+
+/// One interface, as the kernel describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub index: u32,
+    pub name: String,
+    pub kind: Kind,
+    /// The device is one end of a pair whose other end lives in another
+    /// network namespace (`IFLA_LINK_NETNSID` is set).
+    pub peer_elsewhere: bool,
+}
+
+impl Link {
+    pub fn from_message(msg: &LinkMessage) -> Self {
+        let mut link = Self {
+            index: msg.header.index,
+            name: String::new(),
+            kind: Kind::Other,
+            peer_elsewhere: false,
+        };
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(name) => link.name.clone_from(name),
+                LinkAttribute::LinkNetNsId(_) => link.peer_elsewhere = true,
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::Kind(kind) = info {
+                            link.kind = match kind {
+                                InfoKind::Veth => Kind::Veth,
+                                InfoKind::Netkit => Kind::Netkit,
+                                _ => Kind::Other,
+                            };
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        link
+    }
+}
+
+/// The host ends of pods' interfaces, by index: veth or netkit devices whose
+/// peer is in another namespace, other than the external interfaces.
+pub fn pod_ends(links: &[Link], external: &BTreeSet<String>) -> BTreeMap<u32, String> {
+    links
+        .iter()
+        .filter(|l| matches!(l.kind, Kind::Veth | Kind::Netkit))
+        .filter(|l| l.peer_elsewhere && !external.contains(&l.name))
+        .map(|l| (l.index, l.name.clone()))
+        .collect()
+}
+
+/// Whether a request may be handed to `link`'s peer directly
+/// (`bpf_redirect_peer`). That skips the host end's transmit path: its
+/// egress hook, where a CNI may enforce the pod's ingress policy, and its
+/// qdisc, where a bandwidth limit may sit. So only veths with neither
+/// qualify: no tcx egress program, and no qdisc but veth's default
+/// `noqueue` (a clsact qdisc would carry legacy tc filters).
+pub fn peer_redirect_allowed(link: &Link, has_qdisc: bool, tcx_egress_programs: usize) -> bool {
+    link.kind == Kind::Veth && link.peer_elsewhere && !has_qdisc && tcx_egress_programs == 0
+}
+
+/// An rtnetlink connection of this namespace, for dumps.
+pub struct Netlink {
+    handle: Handle,
+}
+
+impl Netlink {
+    /// Opens the socket; the connection runs on the current tokio runtime.
+    pub fn open() -> anyhow::Result<Self> {
+        let (connection, handle, _) =
+            rtnetlink::new_connection().context("opening an rtnetlink socket")?;
+        tokio::spawn(connection);
+        Ok(Self { handle })
+    }
+
+    /// Every interface of the namespace.
+    pub async fn links(&self) -> anyhow::Result<Vec<Link>> {
+        self.handle
+            .link()
+            .get()
+            .execute()
+            .map_ok(|msg| Link::from_message(&msg))
+            .try_collect()
+            .await
+            .context("rtnetlink link dump")
+    }
+
+    /// Indexes of the interfaces with a qdisc other than `noqueue`: a
+    /// clsact (legacy tc filters), or one that shapes or schedules traffic.
+    pub async fn with_qdisc(&self) -> anyhow::Result<BTreeSet<u32>> {
+        let noqueue = TcAttribute::Kind("noqueue".into());
+        self.handle
+            .qdisc()
+            .get()
+            .execute()
+            .try_filter_map(|q| {
+                let index = (!q.attributes.contains(&noqueue))
+                    .then(|| u32::try_from(q.header.index).ok())
+                    .flatten();
+                futures::future::ready(Ok(index))
+            })
+            .try_collect()
+            .await
+            .context("rtnetlink qdisc dump")
+    }
+}
+
+/// Sends a unit on `changed` whenever an interface appears, changes or
+/// goes, until the receiver is dropped. Events are hints to rescan: the
+/// rescan reads the whole state, so a lost or coalesced event costs nothing.
+pub fn watch_links(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
+    let (connection, _, mut messages) =
+        rtnetlink::new_multicast_connection(&[MulticastGroup::Link])
+            .context("subscribing to rtnetlink link events")?;
+    tokio::spawn(connection);
+    tokio::spawn(async move {
+        while let Some((message, _)) = messages.next().await {
+            let is_link = matches!(
+                message.payload,
+                netlink_packet_core::NetlinkPayload::InnerMessage(
+                    RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_)
+                )
+            );
+            // A full channel already holds a rescan request.
+            if is_link && changed.try_send(()).is_err() && changed.is_closed() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(index: u32, name: &str, kind: Kind, peer_elsewhere: bool) -> Link {
+        Link {
+            index,
+            name: name.into(),
+            kind,
+            peer_elsewhere,
+        }
+    }
+
+    #[test]
+    fn pod_ends_are_veths_and_netkits_with_a_peer_in_another_namespace() {
+        let links = [
+            link(1, "lo", Kind::Other, false),
+            link(2, "eth0", Kind::Other, false),
+            link(3, "cali1234", Kind::Veth, true),
+            link(4, "nk0", Kind::Netkit, true),
+            // Both ends here: a peer redirect would drop the packet.
+            link(5, "vethA", Kind::Veth, false),
+            // The external interface of a test bed is a veth too.
+            link(6, "ext0", Kind::Veth, true),
+            // A VXLAN device with a netns id is not a pair.
+            link(7, "vxlan0", Kind::Other, true),
+        ];
+        let external = BTreeSet::from(["ext0".to_owned()]);
+        let ends = pod_ends(&links, &external);
+        assert_eq!(
+            ends,
+            BTreeMap::from([(3, "cali1234".to_owned()), (4, "nk0".to_owned())])
+        );
+    }
+
+    #[test]
+    fn link_message_attributes_give_name_kind_and_peer_namespace() {
+        let mut msg = LinkMessage::default();
+        msg.header.index = 42;
+        msg.attributes = vec![
+            LinkAttribute::IfName("lxc0".into()),
+            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth)]),
+            LinkAttribute::LinkNetNsId(3),
+        ];
+        assert_eq!(Link::from_message(&msg), link(42, "lxc0", Kind::Veth, true));
+        msg.attributes.truncate(1);
+        assert_eq!(
+            Link::from_message(&msg),
+            link(42, "lxc0", Kind::Other, false)
+        );
+    }
+
+    #[test]
+    fn peer_redirects_only_into_veths_whose_egress_hook_is_empty() {
+        let veth = link(3, "cali1", Kind::Veth, true);
+        assert!(peer_redirect_allowed(&veth, false, 0));
+        assert!(!peer_redirect_allowed(&veth, true, 0), "a qdisc");
+        assert!(!peer_redirect_allowed(&veth, false, 1), "tcx program");
+        let netkit = link(4, "nk0", Kind::Netkit, true);
+        assert!(
+            !peer_redirect_allowed(&netkit, false, 0),
+            "netkit runs its own programs"
+        );
+        let local = link(5, "vethA", Kind::Veth, false);
+        assert!(
+            !peer_redirect_allowed(&local, false, 0),
+            "peer in this namespace"
+        );
+    }
+
+    #[tokio::test]
+    async fn qdisc_dump_names_existing_interfaces_and_not_noqueue_ones() {
+        let netlink = Netlink::open().expect("rtnetlink");
+        let with = netlink.with_qdisc().await.expect("rtnetlink qdisc dump");
+        let links = netlink.links().await.expect("link dump");
+        assert!(with.iter().all(|i| links.iter().any(|l| l.index == *i)));
+        // `lo` always has just `noqueue`.
+        assert!(!with.contains(&1), "{with:?}");
+    }
+
+    #[tokio::test]
+    async fn dump_lists_the_loopback_interface() {
+        // Any network namespace has `lo`, at index 1; no privilege needed.
+        let links = Netlink::open()
+            .expect("rtnetlink")
+            .links()
+            .await
+            .expect("dump");
+        assert!(
+            links.iter().any(|l| l.name == "lo" && l.index == 1),
+            "{links:?}"
+        );
+        assert_eq!(name_of(1).as_deref(), Some("lo"));
+        assert_eq!(index("lo").expect("lo"), 1);
+    }
+}

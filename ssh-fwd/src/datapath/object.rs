@@ -1,0 +1,84 @@
+//! The eBPF object embedded in the binary: loading it (reusing the maps a
+//! previous agent pinned), its programs by name, and verifying them.
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{SchedClassifier, Xdp},
+};
+
+use super::{pins::PinLayout, preflight};
+
+/// The eBPF object built by build.rs from `ssh-fwd-ebpf`.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ssh-fwd"));
+
+/// DNAT on an external interface, native or generic XDP.
+pub const PROG_INGRESS_XDP: &str = "ssh_fwd_ingress_xdp";
+/// DNAT on an external interface, tc ingress.
+pub const PROG_INGRESS_TC: &str = "ssh_fwd_ingress_tc";
+/// Reverse NAT on an external interface, tc egress.
+pub const PROG_EGRESS_TC: &str = "ssh_fwd_egress_tc";
+/// Reverse NAT on the host end of a pod's interface, tc ingress.
+pub const PROG_REPLY_TC: &str = "ssh_fwd_reply_tc";
+
+/// Loads the object with its maps pinned in (or adopted from) the layout's
+/// maps directory. The programs are not loaded yet: see [`load_programs`].
+pub fn load(layout: &PinLayout) -> anyhow::Result<Ebpf> {
+    raise_memlock_limit();
+    EbpfLoader::new()
+        .default_map_pin_directory(layout.maps_dir())
+        .load(OBJECT)
+        .map_err(|e| {
+            let hint = preflight::explain_bpf_error(&e);
+            let e = anyhow::Error::new(e);
+            match hint {
+                Some(hint) => e.context(hint),
+                None => e,
+            }
+        })
+        .with_context(|| {
+            format!(
+                "loading the eBPF object with maps in {}",
+                layout.maps_dir().display()
+            )
+        })
+}
+
+/// Hands every program to the verifier (once per agent).
+pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    xdp(ebpf)?.load().context("loading the XDP program")?;
+    for name in [PROG_INGRESS_TC, PROG_EGRESS_TC, PROG_REPLY_TC] {
+        classifier(ebpf, name)?
+            .load()
+            .with_context(|| format!("loading tc program {name}"))?;
+    }
+    Ok(())
+}
+
+/// The XDP ingress program.
+pub fn xdp(ebpf: &mut Ebpf) -> anyhow::Result<&mut Xdp> {
+    ebpf.program_mut(PROG_INGRESS_XDP)
+        .ok_or_else(|| anyhow!("eBPF object lacks {PROG_INGRESS_XDP}; rebuild ssh-fwd"))?
+        .try_into()
+        .context(PROG_INGRESS_XDP)
+}
+
+/// One of the tc programs.
+pub fn classifier<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut SchedClassifier> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| anyhow!("eBPF object lacks {name}; rebuild ssh-fwd"))?
+        .try_into()
+        .with_context(|| name.to_owned())
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+fn raise_memlock_limit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        tracing::debug!("could not raise RLIMIT_MEMLOCK; fine on Linux 5.11+");
+    }
+}

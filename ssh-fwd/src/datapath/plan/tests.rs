@@ -1,0 +1,256 @@
+use std::net::SocketAddrV4;
+
+use super::*;
+use crate::mapping::Mapping;
+
+fn m(name: &str, frontend: &str, backend: &str) -> Mapping {
+    Mapping {
+        name: name.into(),
+        frontend: frontend.parse().unwrap(),
+        backend: backend.parse().unwrap(),
+    }
+}
+
+fn ep(s: &str) -> Endpoint {
+    let a: SocketAddrV4 = s.parse().unwrap();
+    Endpoint::new(*a.ip(), a.port())
+}
+
+/// Applies a plan to an in-memory copy of the maps, as the dataplane would.
+fn apply(installed: &Installed, plan: &Plan) -> Installed {
+    let mut out = installed.clone();
+    for (slot, name) in plan.new_slots.iter().chain(&plan.renamed) {
+        out.names.insert(*slot, name.clone());
+    }
+    out.reverse.extend(plan.reverse_upserts.iter().copied());
+    out.frontends.extend(plan.frontend_upserts.iter().copied());
+    for k in &plan.frontend_deletes {
+        out.frontends.remove(k);
+    }
+    for k in &plan.reverse_deletes {
+        out.reverse.remove(k);
+    }
+    let used: BTreeSet<u32> = out.frontends.values().map(|t| t.slot).collect();
+    out.names.retain(|s, _| used.contains(s));
+    out
+}
+
+fn converge(installed: &Installed, desired: &MappingSet) -> Installed {
+    let p = plan(installed, desired).unwrap();
+    let after = apply(installed, &p);
+    assert!(
+        plan(&after, desired).unwrap().is_empty(),
+        "plan must reach a fixed point"
+    );
+    after
+}
+
+#[test]
+fn first_plan_installs_every_mapping_with_distinct_slots() {
+    let desired = MappingSet::from_unique([
+        m("a", "198.18.0.10:8022", "10.244.1.5:22"),
+        m("b", "198.18.0.10:8023", "10.244.1.6:22"),
+    ]);
+    let p = plan(&Installed::default(), &desired).unwrap();
+    assert_eq!(p.new_slots, vec![(0, "a".into()), (1, "b".into())]);
+    assert_eq!(p.frontend_upserts.len(), 2);
+    assert_eq!(p.reverse_upserts.len(), 2);
+    assert!(p.frontend_deletes.is_empty() && p.reverse_deletes.is_empty());
+    let t = p.frontend_upserts[0].1;
+    assert_eq!(t.endpoint, ep("10.244.1.5:22"));
+    assert_eq!(t.flags, 0);
+}
+
+#[test]
+fn unchanged_mappings_are_never_rewritten_or_removed() {
+    let one = m("a", "198.18.0.10:8022", "10.244.1.5:22");
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([one.clone()]),
+    );
+    let desired = MappingSet::from_unique([one, m("b", "198.18.0.10:8023", "10.244.1.6:22")]);
+    let p = plan(&installed, &desired).unwrap();
+    assert_eq!(
+        p.frontend_upserts.iter().map(|u| u.0).collect::<Vec<_>>(),
+        vec![ep("198.18.0.10:8023")]
+    );
+    assert!(p.frontend_deletes.is_empty());
+    assert!(!p.reverse_upserts.iter().any(|u| u.0 == ep("10.244.1.5:22")));
+}
+
+#[test]
+fn removed_mapping_deletes_frontend_and_reverse_and_frees_slot_later() {
+    let a = m("a", "198.18.0.10:8022", "10.244.1.5:22");
+    let b = m("b", "198.18.0.10:8023", "10.244.1.6:22");
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([a.clone(), b]),
+    );
+    let p = plan(&installed, &MappingSet::from_unique([a.clone()])).unwrap();
+    assert_eq!(p.frontend_deletes, vec![ep("198.18.0.10:8023")]);
+    assert_eq!(p.reverse_deletes, vec![ep("10.244.1.6:22")]);
+    // A mapping added in the same plan does not reuse the slot being freed.
+    let c = m("c", "198.18.0.10:8024", "10.244.1.7:22");
+    let p = plan(&installed, &MappingSet::from_unique([a, c])).unwrap();
+    assert_eq!(p.new_slots, vec![(2, "c".into())]);
+}
+
+#[test]
+fn moved_backend_keeps_slot_and_replaces_reverse_entry() {
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
+    );
+    let p = plan(
+        &installed,
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.2.9:22")]),
+    )
+    .unwrap();
+    assert!(p.new_slots.is_empty());
+    assert_eq!(p.frontend_upserts[0].1.endpoint, ep("10.244.2.9:22"));
+    assert_eq!(p.frontend_upserts[0].1.slot, 0);
+    assert_eq!(p.reverse_deletes, vec![ep("10.244.1.5:22")]);
+    assert!(
+        p.frontend_deletes.is_empty(),
+        "the frontend is updated in place, never removed"
+    );
+}
+
+#[test]
+fn backend_behind_two_frontends_is_flagged_shared_with_lowest_primary() {
+    let desired = MappingSet::from_unique([
+        m("b", "198.18.0.10:9000", "10.244.1.5:22"),
+        m("a", "198.18.0.10:8022", "10.244.1.5:22"),
+    ]);
+    let t = converge(&Installed::default(), &desired);
+    for f in t.frontends.values() {
+        assert_eq!(f.flags, FLAG_SHARED_BACKEND);
+    }
+    let r = t.reverse[&ep("10.244.1.5:22")];
+    assert_eq!(r.flags, FLAG_SHARED_BACKEND);
+    assert_eq!(r.endpoint, ep("198.18.0.10:8022"));
+}
+
+#[test]
+fn becoming_shared_keeps_the_installed_primary_for_open_sessions() {
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([m("late", "198.18.0.10:9000", "10.244.1.5:22")]),
+    );
+    let t = converge(
+        &installed,
+        &MappingSet::from_unique([
+            m("late", "198.18.0.10:9000", "10.244.1.5:22"),
+            m("early", "198.18.0.10:8000", "10.244.1.5:22"),
+        ]),
+    );
+    assert_eq!(
+        t.reverse[&ep("10.244.1.5:22")].endpoint,
+        ep("198.18.0.10:9000")
+    );
+}
+
+#[test]
+fn no_longer_shared_clears_the_flag() {
+    let both = MappingSet::from_unique([
+        m("a", "198.18.0.10:8022", "10.244.1.5:22"),
+        m("b", "198.18.0.10:8023", "10.244.1.5:22"),
+    ]);
+    let installed = converge(&Installed::default(), &both);
+    let t = converge(
+        &installed,
+        &MappingSet::from_unique([m("b", "198.18.0.10:8023", "10.244.1.5:22")]),
+    );
+    assert_eq!(t.frontends[&ep("198.18.0.10:8023")].flags, 0);
+    assert_eq!(t.reverse[&ep("10.244.1.5:22")].flags, 0);
+    assert_eq!(
+        t.reverse[&ep("10.244.1.5:22")].endpoint,
+        ep("198.18.0.10:8023")
+    );
+}
+
+#[test]
+fn rename_only_touches_the_name() {
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
+    );
+    let p = plan(
+        &installed,
+        &MappingSet::from_unique([m("renamed", "198.18.0.10:8022", "10.244.1.5:22")]),
+    )
+    .unwrap();
+    assert_eq!(p.renamed, vec![(0, "renamed".into())]);
+    assert!(p.frontend_upserts.is_empty() && p.reverse_upserts.is_empty());
+}
+
+#[test]
+fn empty_desired_set_removes_everything() {
+    let installed = converge(
+        &Installed::default(),
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
+    );
+    let t = converge(&installed, &MappingSet::default());
+    assert!(t.frontends.is_empty() && t.reverse.is_empty());
+}
+
+#[test]
+fn drifted_entry_is_restored() {
+    let desired = MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let mut installed = converge(&Installed::default(), &desired);
+    installed.frontends.clear(); // someone ran `bpftool map delete`
+    let p = plan(&installed, &desired).unwrap();
+    assert_eq!(p.frontend_upserts.len(), 1);
+}
+
+#[test]
+fn more_mappings_than_capacity_is_an_error_that_says_what_to_do() {
+    let many = (0..=MAX_MAPPINGS).map(|i| {
+        m(
+            "",
+            &format!("198.18.{}.{}:8022", i / 250, i % 250 + 1),
+            "10.244.1.5:22",
+        )
+    });
+    let e = plan(&Installed::default(), &MappingSet::from_unique(many)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("remove mappings or narrow the port range")
+    );
+}
+
+#[test]
+fn only_shared_frontends_that_go_away_or_move_retire_their_connections() {
+    let shared = MappingSet::from_unique([
+        m("a", "198.18.0.10:8022", "10.244.1.5:22"),
+        m("b", "198.18.0.10:8023", "10.244.1.5:22"),
+        m("c", "198.18.0.10:8024", "10.244.1.6:22"),
+    ]);
+    let installed = converge(&Installed::default(), &shared);
+    // b removed, c (never shared) removed, a stays: only b retires.
+    let p = plan(
+        &installed,
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
+    )
+    .unwrap();
+    assert_eq!(p.retired_shared, vec![ep("198.18.0.10:8023")]);
+    // a moves to another pod: a retires too.
+    let p = plan(
+        &installed,
+        &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.2.5:22")]),
+    )
+    .unwrap();
+    assert_eq!(
+        p.retired_shared,
+        vec![ep("198.18.0.10:8022"), ep("198.18.0.10:8023")]
+    );
+    // Adding an unrelated mapping retires nothing.
+    let mut more: Vec<Mapping> = shared.iter().cloned().collect();
+    more.push(m("d", "198.18.0.10:8025", "10.244.1.7:22"));
+    assert!(
+        plan(&installed, &MappingSet::from_unique(more))
+            .unwrap()
+            .retired_shared
+            .is_empty()
+    );
+}

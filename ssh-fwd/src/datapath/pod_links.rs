@@ -1,0 +1,239 @@
+//! Keeps the reply program on the host end of every pod's interface, and the
+//! `IFACES` map equal to what the kernel programs may rely on: which
+//! interfaces are external, and which pods' veth ends a request may be
+//! handed to directly.
+//!
+//! Pods come and go without telling the agent: the agent rescans on every
+//! rtnetlink link event and on a timer. Nothing here is needed for
+//! correctness: a
+//! reply that meets no reply program is reverse-NATed by the egress program
+//! after the node routed it, and a request to a pod not yet known is
+//! redirected the ordinary way instead of into the pod's namespace.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData},
+    programs::{SchedClassifier, TcAttachType},
+};
+use ssh_fwd_common::maps::{IFACE_EXTERNAL, IFACE_POD_PEER, IFACES};
+
+use super::{
+    hooks,
+    netdev::{self, Link, Netlink},
+    pins::PinLayout,
+};
+
+/// The reply program on pods' interfaces and the `IFACES` flags.
+pub struct PodLinks {
+    flags: HashMap<MapData, u32, u32>,
+    netlink: Netlink,
+    layout: PinLayout,
+    external: BTreeSet<String>,
+    /// `false` with `--pod-ifaces off`: no reply programs, no peer redirects.
+    enabled: bool,
+    /// Interfaces whose pinned link runs this agent's program, by index.
+    /// Links a previous agent pinned are not in it, so the first scan swaps
+    /// ours into them (atomically) and an upgrade reaches pods too.
+    attached: BTreeSet<u32>,
+    /// Interfaces that refused the program; tried again only if they come
+    /// back under a new index, so a refusal is logged once.
+    refused: BTreeSet<u32>,
+}
+
+impl PodLinks {
+    /// Takes the `IFACES` map out of the loaded object.
+    pub fn new(
+        ebpf: &mut Ebpf,
+        netlink: Netlink,
+        layout: &PinLayout,
+        external: &[String],
+        enabled: bool,
+    ) -> anyhow::Result<Self> {
+        let map = ebpf
+            .take_map(IFACES)
+            .ok_or_else(|| anyhow!("the eBPF object has no map {IFACES}; rebuild ssh-fwd"))?;
+        Ok(Self {
+            flags: HashMap::try_from(map).context(IFACES)?,
+            netlink,
+            attached: BTreeSet::new(),
+            layout: layout.clone(),
+            external: external.iter().cloned().collect(),
+            enabled,
+            refused: BTreeSet::new(),
+        })
+    }
+
+    /// One scan: attach to new pod interfaces, drop pins of vanished ones,
+    /// and write the interface flags.
+    pub async fn sync(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<()> {
+        let links = self.netlink.links().await?;
+        let pods = if self.enabled {
+            netdev::pod_ends(&links, &self.external)
+        } else {
+            BTreeMap::new()
+        };
+        // The pins, ours or a previous agent's, say what is attached.
+        for index in self.layout.pod_links() {
+            if !pods.contains_key(&index) {
+                let pin = self.pin(index);
+                std::fs::remove_file(&pin)
+                    .or_else(ignore_missing)
+                    .with_context(|| format!("removing pinned link {}", pin.display()))?;
+                self.attached.remove(&index);
+                tracing::debug!(index, "pod interface gone; link removed");
+            }
+        }
+        self.refused.retain(|index| pods.contains_key(index));
+        for (&index, name) in &pods {
+            if self.attached.contains(&index) || self.refused.contains(&index) {
+                continue;
+            }
+            let pin = self.pin(index);
+            match hooks::attach_reply(ebpf, &pin, name) {
+                Ok(()) => {
+                    tracing::info!(
+                        iface = name,
+                        index,
+                        "reply program attached to pod interface"
+                    );
+                    self.attached.insert(index);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        iface = name,
+                        index,
+                        error = format!("{e:#}"),
+                        "cannot attach the reply program to this pod interface; its replies \
+                         take the egress path"
+                    );
+                    self.refused.insert(index);
+                }
+            }
+        }
+        let peer_ok = self.peer_ok(&links, &pods).await?;
+        self.write_flags(&desired_flags(&links, &self.external, &peer_ok))
+    }
+
+    /// The pod interfaces a request may be handed to directly.
+    async fn peer_ok(
+        &self,
+        links: &[Link],
+        pods: &BTreeMap<u32, String>,
+    ) -> anyhow::Result<BTreeSet<u32>> {
+        if pods.is_empty() {
+            return Ok(BTreeSet::new());
+        }
+        let queued = self.netlink.with_qdisc().await?;
+        Ok(links
+            .iter()
+            .filter(|l| pods.contains_key(&l.index))
+            .filter(|l| {
+                // An interface that vanished meanwhile has no programs: it
+                // is gone from the route too, so the flag is never used.
+                let programs = SchedClassifier::query_tcx(&l.name, TcAttachType::Egress)
+                    .map_or(0, |(_, p)| p.len());
+                netdev::peer_redirect_allowed(l, queued.contains(&l.index), programs)
+            })
+            .map(|l| l.index)
+            .collect())
+    }
+
+    fn pin(&self, index: u32) -> PathBuf {
+        self.layout.pod_links_dir().join(index.to_string())
+    }
+
+    /// Makes `IFACES` hold exactly `desired`: new flags first, then removals.
+    fn write_flags(&mut self, desired: &BTreeMap<u32, u32>) -> anyhow::Result<()> {
+        let current: BTreeMap<u32, u32> = self
+            .flags
+            .iter()
+            .collect::<Result<_, _>>()
+            .context("reading IFACES")?;
+        for (index, flags) in desired {
+            if current.get(index) != Some(flags) {
+                self.flags
+                    .insert(index, flags, 0)
+                    .with_context(|| format!("writing IFACES[{index}]"))?;
+            }
+        }
+        for index in current.keys().filter(|i| !desired.contains_key(i)) {
+            self.flags
+                .remove(index)
+                .or_else(|e| match e {
+                    aya::maps::MapError::KeyNotFound => Ok(()),
+                    e => Err(e),
+                })
+                .with_context(|| format!("removing IFACES[{index}]"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The flags the kernel programs should see: external interfaces by name,
+/// and the pods' interfaces that may take a peer redirect.
+pub fn desired_flags(
+    links: &[Link],
+    external: &BTreeSet<String>,
+    peer_ok: &BTreeSet<u32>,
+) -> BTreeMap<u32, u32> {
+    links
+        .iter()
+        .filter(|l| external.contains(&l.name))
+        .map(|l| (l.index, IFACE_EXTERNAL))
+        .chain(peer_ok.iter().map(|&index| (index, IFACE_POD_PEER)))
+        .collect()
+}
+
+fn ignore_missing(e: std::io::Error) -> std::io::Result<()> {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::netdev::Kind;
+
+    #[test]
+    fn external_interfaces_and_pods_get_their_flags_and_nothing_else_does() {
+        let links = [
+            Link {
+                index: 1,
+                name: "lo".into(),
+                kind: Kind::Other,
+                peer_elsewhere: false,
+            },
+            Link {
+                index: 2,
+                name: "eth0".into(),
+                kind: Kind::Other,
+                peer_elsewhere: false,
+            },
+            Link {
+                index: 9,
+                name: "veth9".into(),
+                kind: Kind::Veth,
+                peer_elsewhere: true,
+            },
+        ];
+        let external = BTreeSet::from(["eth0".to_owned(), "eth1-absent".to_owned()]);
+        assert_eq!(
+            desired_flags(&links, &external, &BTreeSet::from([9])),
+            BTreeMap::from([(2, IFACE_EXTERNAL), (9, IFACE_POD_PEER)])
+        );
+        assert_eq!(
+            desired_flags(&links, &external, &BTreeSet::new()),
+            BTreeMap::from([(2, IFACE_EXTERNAL)]),
+            "--pod-ifaces off: only the external interfaces"
+        );
+    }
+}

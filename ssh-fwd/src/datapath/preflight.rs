@@ -1,0 +1,157 @@
+//! Checks that turn the kernel's bare EPERM/EINVAL into a message saying what
+//! to fix, before anything is changed.
+
+use anyhow::bail;
+
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// A capability the agent may need, and what for.
+struct Needed {
+    bit: u32,
+    name: &'static str,
+    why: &'static str,
+}
+
+/// Needed always; CAP_SYS_ADMIN stands in for all of them on every kernel.
+const BPF_CAPS: [Needed; 3] = [
+    Needed {
+        bit: 39,
+        name: "CAP_BPF",
+        why: "load programs and create maps",
+    },
+    Needed {
+        bit: 12,
+        name: "CAP_NET_ADMIN",
+        why: "attach XDP and tc programs",
+    },
+    Needed {
+        bit: 38,
+        name: "CAP_PERFMON",
+        why: "let programs read packet memory with pointer arithmetic",
+    },
+];
+
+/// Needed only when the agent has to mount bpffs itself.
+const MOUNT_CAP: Needed = Needed {
+    bit: CAP_SYS_ADMIN,
+    name: "CAP_SYS_ADMIN",
+    why: "mount bpffs when --bpffs is not on one",
+};
+
+/// Fails with the names of the missing capabilities.
+pub fn check_capabilities(need_mount: bool) -> anyhow::Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(effective) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    else {
+        return Ok(()); // cannot tell; the kernel will say EPERM if needed
+    };
+    let lacks = |c: &Needed| effective & (1u64 << c.bit) == 0;
+    let mut missing: Vec<&Needed> = Vec::new();
+    if lacks(&MOUNT_CAP) {
+        missing.extend(BPF_CAPS.iter().filter(|c| lacks(c)));
+        if need_mount {
+            missing.push(&MOUNT_CAP);
+        }
+    }
+    let missing: Vec<String> = missing
+        .iter()
+        .map(|c| format!("{} (to {})", c.name, c.why))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "missing capabilities: {}; run as root, or grant them (in Kubernetes: \
+             securityContext.capabilities.add)",
+            missing.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Kernel release as (major, minor), from uname.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    // SAFETY: a plain C struct of byte arrays; all-zero is a valid value.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct we own.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    let release: String = u
+        .release
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8 as char)
+        .collect();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// tc programs are attached through tcx links, which are pinnable and can be
+/// replaced atomically on upgrade; they arrived in Linux 6.6.
+pub fn check_kernel() -> anyhow::Result<()> {
+    if let Some((major, minor)) = kernel_version()
+        && !kernel_supported((major, minor))
+    {
+        bail!(
+            "kernel {major}.{minor} is too old: ssh-fwd attaches its tc programs with tcx links, \
+             which need Linux 6.6 or newer"
+        );
+    }
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        tracing::debug!("no /sys/kernel/btf/vmlinux; ssh-fwd does not need it");
+    }
+    Ok(())
+}
+
+/// Whether a kernel release has everything the data path uses (tcx: 6.6).
+pub fn kernel_supported(version: (u32, u32)) -> bool {
+    version >= (6, 6)
+}
+
+/// Explains a failure of the BPF syscall in terms of what to do.
+pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.raw_os_error() {
+                Some(libc::EPERM) | Some(libc::EACCES) => Some(
+                    "the kernel refused a BPF operation: run as root or with CAP_BPF, \
+                     CAP_NET_ADMIN and CAP_PERFMON"
+                        .into(),
+                ),
+                Some(libc::ENOSYS) => {
+                    Some("this kernel has no BPF syscall (CONFIG_BPF_SYSCALL is off)".into())
+                }
+                _ => None,
+            };
+        }
+        source = e.source();
+    }
+    None
+}
+
+/// The capabilities the agent needs when bpffs is already mounted, as
+/// `securityContext.capabilities.add` spells them (`BPF`, `NET_ADMIN`, ...).
+pub fn required_capability_names() -> Vec<&'static str> {
+    BPF_CAPS
+        .iter()
+        .map(|c| c.name.trim_start_matches("CAP_"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_from_6_6_are_supported() {
+        assert!(!kernel_supported((5, 15)));
+        assert!(!kernel_supported((6, 5)));
+        assert!(kernel_supported((6, 6)));
+        assert!(kernel_supported((6, 18)));
+        assert!(kernel_supported((7, 0)));
+        assert!(kernel_version().is_some());
+    }
+}

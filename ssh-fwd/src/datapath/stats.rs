@@ -1,0 +1,83 @@
+//! The installed state read back for operators: each mapping with its
+//! counters, and every hook attached, from the pinned maps and links. What
+//! `ssh-fwd list`, `ssh-fwd status` and `/metrics` show.
+
+use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingCounters};
+
+use super::{hooks, maps::Maps, netdev, pins::PinLayout};
+
+/// One installed mapping and what went through it.
+#[derive(Clone, Debug)]
+pub struct MappingStats {
+    pub name: String,
+    pub frontend: Endpoint,
+    pub backend: Endpoint,
+    /// The backend is also behind another frontend.
+    pub shared_backend: bool,
+    pub counters: MappingCounters,
+}
+
+/// Every installed mapping, by frontend.
+pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingStats>> {
+    let installed = maps.read_installed()?;
+    installed
+        .frontends
+        .iter()
+        .map(|(frontend, target)| {
+            Ok(MappingStats {
+                name: installed
+                    .names
+                    .get(&target.slot)
+                    .cloned()
+                    .unwrap_or_default(),
+                frontend: *frontend,
+                backend: target.endpoint,
+                shared_backend: target.flags & FLAG_SHARED_BACKEND != 0,
+                counters: maps.mapping_counters(target.slot)?,
+            })
+        })
+        .collect()
+}
+
+/// Where a hook is attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// An external interface (`--iface`).
+    Interface,
+    /// The host end of a pod's interface.
+    PodInterface,
+}
+
+/// One attached program, as pinned.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Hook {
+    pub target: Target,
+    /// The interface name; empty for a pod interface that is gone (the
+    /// agent's next scan removes its link).
+    pub iface: String,
+    pub ifindex: Option<u32>,
+    /// The pinned link's name: `ingress-tc`, `egress-tc`, `reply-tc`...
+    pub hook: String,
+}
+
+/// Every hook pinned under `layout`.
+pub fn hooks(layout: &PinLayout) -> Vec<Hook> {
+    let interfaces = hooks::attached(&layout.links_dir())
+        .into_iter()
+        .map(|(iface, hook)| Hook {
+            target: Target::Interface,
+            ifindex: netdev::index(&iface).ok(),
+            iface,
+            hook,
+        });
+    let pods = layout.pod_links().into_iter().map(|index| Hook {
+        target: Target::PodInterface,
+        iface: netdev::name_of(index).unwrap_or_default(),
+        ifindex: Some(index),
+        hook: "reply-tc".into(),
+    });
+    let mut all: Vec<Hook> = interfaces.chain(pods).collect();
+    all.sort();
+    all
+}

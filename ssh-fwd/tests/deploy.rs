@@ -1,0 +1,343 @@
+//! deploy/ checked against the code: every manifest parses into its
+//! k8s-openapi type with no field the type does not know; kustomize lists
+//! every file; the RBAC grants exactly the API calls the code makes
+//! (`k8s::api_calls`); the workloads' arguments parse with the real CLI.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails by panicking, with the error shown"
+)]
+
+use std::{collections::BTreeSet, path::Path};
+
+use clap::Parser as _;
+use k8s_openapi::{
+    api::{
+        apps::v1::{DaemonSet, Deployment},
+        core::v1::{ConfigMap, Container, Namespace, Pod, ServiceAccount},
+        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
+    },
+    serde::{Serialize, de::DeserializeOwned},
+};
+use serde_json::Value;
+
+use ssh_fwd::{
+    cli::{Cli, Command},
+    controller::ServiceStyle,
+    k8s::api_calls::{self, ApiCall},
+};
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
+const NAMESPACE: &str = "ssh-fwd";
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Parses `doc` as `T` and fails on any field `T` does not have: whatever
+/// the typed round trip drops was unknown (a typo, or a wrong level).
+fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
+    let parsed: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+    let back = serde_json::to_value(&parsed).map_err(|e| e.to_string())?;
+    known_fields(doc, &back, "")?;
+    Ok(parsed)
+}
+
+fn known_fields(original: &Value, round: &Value, at: &str) -> Result<(), String> {
+    match (original, round) {
+        (Value::Object(a), Value::Object(b)) => a.iter().try_for_each(|(k, v)| match b.get(k) {
+            Some(w) => known_fields(v, w, &format!("{at}.{k}")),
+            None => Err(format!("unknown field {at}.{k}")),
+        }),
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .try_for_each(|(i, (v, w))| known_fields(v, w, &format!("{at}[{i}]"))),
+        (a, b) if a == b => Ok(()),
+        // Scalars the type normalises (e.g. a port given as a string).
+        (Value::String(a), b) if b.as_str().is_none() && a == &b.to_string() => Ok(()),
+        (a, b) => Err(format!("{at}: {a} became {b}")),
+    }
+}
+
+/// Every document of the base, checked against its type.
+fn base() -> Vec<Value> {
+    let dir = Path::new(DEPLOY).join("base");
+    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
+    let listed: BTreeSet<String> = kustomization["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    let present: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .collect();
+    assert_eq!(
+        listed, present,
+        "deploy/base/kustomization.yaml must list every manifest"
+    );
+    assert_eq!(kustomization["namespace"], NAMESPACE);
+    listed
+        .iter()
+        .flat_map(|f| documents(&dir.join(f)))
+        .collect()
+}
+
+fn check_kind(doc: &Value) -> Result<(), String> {
+    match doc["kind"].as_str().unwrap_or("") {
+        "Namespace" => typed::<Namespace>(doc).map(drop),
+        "ConfigMap" => typed::<ConfigMap>(doc).map(drop),
+        "ServiceAccount" => typed::<ServiceAccount>(doc).map(drop),
+        "ClusterRole" => typed::<ClusterRole>(doc).map(drop),
+        "ClusterRoleBinding" => typed::<ClusterRoleBinding>(doc).map(drop),
+        "Role" => typed::<Role>(doc).map(drop),
+        "RoleBinding" => typed::<RoleBinding>(doc).map(drop),
+        "DaemonSet" => typed::<DaemonSet>(doc).map(drop),
+        "Deployment" => typed::<Deployment>(doc).map(drop),
+        "Pod" => typed::<Pod>(doc).map(drop),
+        other => Err(format!("no check for kind {other}")),
+    }
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/base"))
+}
+
+#[test]
+fn every_manifest_parses_into_its_kubernetes_type_with_no_unknown_fields() {
+    let mut docs = base();
+    docs.extend(documents(&Path::new(DEPLOY).join("examples/ssh-job.yaml")));
+    assert!(docs.len() >= 12, "{} documents", docs.len());
+    for doc in &docs {
+        check_kind(doc)
+            .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]));
+    }
+    let overlay = documents(&Path::new(DEPLOY).join("overlays/kind/kustomization.yaml"));
+    assert_eq!(overlay[0]["resources"][0], "../../base");
+}
+
+#[test]
+fn unknown_fields_are_caught() {
+    let mut ds = find(&base(), "DaemonSet", "ssh-fwd-agent").clone();
+    ds["spec"]["template"]["spec"]["hostNetwrok"] = Value::Bool(true);
+    let error = check_kind(&ds).unwrap_err();
+    assert!(error.contains("hostNetwrok"), "{error}");
+}
+
+/// What the rules bound to a ServiceAccount grant, as (group, resource,
+/// verb, only in our namespace).
+fn granted(docs: &[Value], account: &str) -> BTreeSet<(String, String, String, bool)> {
+    let bound = |binding: &Value| {
+        binding["subjects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|s| {
+                s["kind"] == "ServiceAccount" && s["name"] == account && s["namespace"] == NAMESPACE
+            })
+    };
+    let mut grants = BTreeSet::new();
+    for (binding_kind, role_kind, namespaced) in [
+        ("ClusterRoleBinding", "ClusterRole", false),
+        ("RoleBinding", "Role", true),
+    ] {
+        for binding in docs
+            .iter()
+            .filter(|d| d["kind"] == binding_kind && bound(d))
+        {
+            assert_eq!(binding["roleRef"]["kind"], role_kind);
+            let role = find(
+                docs,
+                role_kind,
+                binding["roleRef"]["name"].as_str().unwrap(),
+            );
+            let rules: Vec<PolicyRule> = serde_json::from_value(role["rules"].clone()).unwrap();
+            for rule in rules {
+                for group in rule.api_groups.iter().flatten() {
+                    for resource in rule.resources.iter().flatten() {
+                        for verb in &rule.verbs {
+                            assert!(
+                                group != "*" && resource != "*" && verb != "*",
+                                "no wildcards"
+                            );
+                            grants.insert((
+                                group.clone(),
+                                resource.clone(),
+                                verb.clone(),
+                                namespaced,
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+fn needed(calls: &[ApiCall]) -> BTreeSet<(String, String, String, bool)> {
+    calls
+        .iter()
+        .flat_map(|c| {
+            c.verbs.iter().map(move |v| {
+                (
+                    c.group.to_owned(),
+                    c.resource.to_owned(),
+                    (*v).to_owned(),
+                    c.own_namespace,
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_exactly_the_api_calls_the_code_makes() {
+    let docs = base();
+    for (account, calls) in [
+        ("ssh-fwd-agent", api_calls::AGENT),
+        ("ssh-fwd-controller", api_calls::CONTROLLER),
+    ] {
+        assert_eq!(
+            granted(&docs, account),
+            needed(calls),
+            "RBAC of {account} differs from k8s/api_calls.rs (left: granted, right: needed)"
+        );
+    }
+}
+
+/// The container's arguments as the kubelet expands them: `$(VAR)` from
+/// the ConfigMap (envFrom) and `env`.
+fn expanded_args(container: &Container, config: &ConfigMap) -> Vec<String> {
+    let mut vars = config.data.clone().unwrap_or_default();
+    for env in container.env.iter().flatten() {
+        let value = env
+            .value
+            .clone()
+            .unwrap_or_else(|| format!("<{}>", env.name));
+        vars.insert(env.name.clone(), value);
+    }
+    assert!(container.env_from.iter().flatten().any(|e| {
+        e.config_map_ref
+            .as_ref()
+            .is_some_and(|c| Some(&c.name) == config.metadata.name.as_ref())
+    }));
+    let mut argv = vec!["ssh-fwd".to_owned()];
+    for arg in container.args.iter().flatten() {
+        let mut arg = arg.clone();
+        for (k, v) in &vars {
+            arg = arg.replace(&format!("$({k})"), v);
+        }
+        assert!(
+            !arg.contains("$("),
+            "{arg}: variable not defined in the ConfigMap or env"
+        );
+        argv.push(arg);
+    }
+    argv
+}
+
+fn probe_ports(container: &Container) -> Vec<(String, i32)> {
+    [&container.readiness_probe, &container.liveness_probe]
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.http_get.as_ref())
+        .map(|g| {
+            let port = match &g.port {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p,
+                other => panic!("probe port {other:?} must be a number"),
+            };
+            (g.path.clone().unwrap_or_default(), port)
+        })
+        .collect()
+}
+
+#[test]
+fn workload_arguments_parse_with_the_real_cli() {
+    let docs = base();
+    let config: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let ds: DaemonSet = typed(find(&docs, "DaemonSet", "ssh-fwd-agent")).unwrap();
+    let ds_spec = ds.spec.unwrap().template.spec.unwrap();
+    let agent = &ds_spec.containers[0];
+    let cli = Cli::try_parse_from(expanded_args(agent, &config)).unwrap_or_else(|e| panic!("{e}"));
+    let Command::Agent(agent_args) = cli.command else {
+        panic!("the DaemonSet must run `ssh-fwd agent`")
+    };
+    assert!(agent_args.kubernetes);
+    let metrics = agent_args
+        .metrics_addr
+        .expect("--metrics-addr for the probes");
+    assert_eq!(
+        probe_ports(agent),
+        [
+            ("/readyz".to_owned(), i32::from(metrics.port())),
+            ("/healthz".to_owned(), i32::from(metrics.port()))
+        ]
+    );
+    assert_eq!(ds_spec.host_network, Some(true));
+    assert!(
+        ds_spec
+            .tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none())
+    );
+
+    let deployment: Deployment = typed(find(&docs, "Deployment", "ssh-fwd-controller")).unwrap();
+    let pod_spec = deployment.spec.unwrap().template.spec.unwrap();
+    let controller = &pod_spec.containers[0];
+    let cli =
+        Cli::try_parse_from(expanded_args(controller, &config)).unwrap_or_else(|e| panic!("{e}"));
+    let Command::Controller(controller_args) = cli.command else {
+        panic!("the Deployment must run `ssh-fwd controller`")
+    };
+    assert_eq!(
+        agent_args.ssh_ips,
+        [controller_args.ssh_ip],
+        "one SSH IP for both"
+    );
+    assert_eq!(agent_args.port_range, controller_args.port_range);
+    assert_eq!(controller_args.service_style, ServiceStyle::Loadbalancer);
+    let metrics = controller_args
+        .metrics_addr
+        .expect("--metrics-addr for the probes");
+    assert!(
+        probe_ports(controller)
+            .iter()
+            .all(|(_, p)| *p == i32::from(metrics.port()))
+    );
+    assert_eq!(
+        pod_spec.service_account_name.as_deref(),
+        Some("ssh-fwd-controller")
+    );
+    assert_eq!(
+        ds_spec.service_account_name.as_deref(),
+        Some("ssh-fwd-agent")
+    );
+}
+
+#[test]
+fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
+    let ds: DaemonSet = typed(find(&base(), "DaemonSet", "ssh-fwd-agent")).unwrap();
+    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
+    let security = container.security_context.as_ref().unwrap();
+    let caps = security.capabilities.as_ref().unwrap();
+    assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
+    let required: BTreeSet<&str> = ssh_fwd::datapath::preflight::required_capability_names()
+        .into_iter()
+        .collect();
+    assert_eq!(added, required);
+    assert_ne!(security.privileged, Some(true));
+}

@@ -1,0 +1,174 @@
+//! Shared bits of the end-to-end tests.
+#![allow(
+    dead_code,
+    reason = "each test binary includes this module and uses a different part of it"
+)]
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    path::PathBuf,
+    process::{Child, ChildStdin, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use ssh_fwd_tests::{
+    Agent, Bpffs, NetNs, SshClient, Topology, agent::write_mappings, topology::EXT_IFACE,
+};
+
+pub const FRONTEND: &str = "198.18.0.10:8022";
+pub const EXTERNAL_IP: &str = "198.18.0.10";
+
+/// A topology with an agent on every node, all fed the same mappings file.
+pub struct Bed {
+    pub agents: Vec<Agent>,
+    pub bpffs: Vec<Bpffs>,
+    pub mappings: PathBuf,
+    pub topo: Topology,
+    _dir: tempfile::TempDir,
+}
+
+impl Bed {
+    pub fn start(
+        topo: Topology,
+        entries: &[(&str, &str, &str)],
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("ssh-fwd-e2e").tempdir()?;
+        let mappings = dir.path().join("mappings.yaml");
+        write_mappings(&mappings, entries)?;
+        let mut bed = Self {
+            agents: vec![],
+            bpffs: vec![],
+            mappings,
+            topo,
+            _dir: dir,
+        };
+        for i in 0..bed.topo.nodes.len() {
+            bed.bpffs.push(Bpffs::new()?);
+            let agent = Agent::start(
+                &bed.topo.nodes[i].ns,
+                &[EXT_IFACE],
+                &bed.mappings,
+                &bed.bpffs[i],
+                extra,
+            )?;
+            bed.agents.push(agent);
+        }
+        Ok(bed)
+    }
+
+    pub fn ssh(&self) -> SshClient {
+        self.topo.ssh()
+    }
+
+    pub fn client(&self) -> &NetNs {
+        &self.topo.client
+    }
+
+    /// `hostname` of whatever answers on the external IP and `port`.
+    pub fn hostname_via(&self, port: u16) -> anyhow::Result<String> {
+        self.ssh().run(self.client(), EXTERNAL_IP, port, "hostname")
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        // Agents stop before their bpffs is torn down.
+        self.agents.clear();
+        self.bpffs.clear();
+    }
+}
+
+/// An open interactive ssh session: a line sent comes back prefixed.
+pub struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Session {
+    pub fn open(ssh: &SshClient, ns: &NetNs, port: u16) -> anyhow::Result<Self> {
+        let mut child = ssh
+            .command(
+                ns,
+                EXTERNAL_IP,
+                port,
+                "while read l; do echo got-$l; done",
+                Duration::from_secs(120),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut s = Self {
+            child,
+            stdin,
+            lines,
+        };
+        s.echo("hello")?;
+        Ok(s)
+    }
+
+    /// Sends `word` and expects `got-word` back within 10 s.
+    pub fn echo(&mut self, word: &str) -> anyhow::Result<()> {
+        writeln!(self.stdin, "{word}")?;
+        self.stdin.flush()?;
+        let got = self
+            .lines
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| anyhow::anyhow!("session did not echo {word:?} within 10 s"))?;
+        anyhow::ensure!(got == format!("got-{word}"), "unexpected echo {got:?}");
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `PKTS` columns of a mapping in `ssh-fwd list --output json`.
+pub fn mapping_counters(bpffs: &Bpffs, frontend: &str) -> anyhow::Result<(u64, u64)> {
+    let list = bpffs.list()?;
+    let row = list["mappings"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["frontend"] == frontend))
+        .ok_or_else(|| anyhow::anyhow!("no mapping {frontend} in {list}"))?;
+    Ok((
+        row["packets_in"].as_u64().unwrap_or(0),
+        row["packets_out"].as_u64().unwrap_or(0),
+    ))
+}
+
+/// Whether a TCP connect to the external IP and `port` is refused.
+pub fn refused(ns: &NetNs, port: u16) -> bool {
+    let out = ns
+        .command("timeout")
+        .args([
+            "5",
+            "bash",
+            "-c",
+            &format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/{port}"),
+        ])
+        .output();
+    matches!(out, Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused"))
+}

@@ -1,0 +1,445 @@
+//! The kernel programs on crafted packets through BPF_PROG_TEST_RUN: bytes in,
+//! verdict and exact bytes out, compared with the host reference rewrite in
+//! `ssh_fwd_common::packet`. Needs root (CAP_BPF): ignored by a plain
+//! `cargo test`, run by `cargo xtask test`.
+//!
+//! Each test runs in a network namespace of its own: the ingress programs
+//! look up the route to the backend, and the kernel answers from the calling
+//! thread's namespace. The default one has no route, so hits pass to the
+//! stack; [`Routed`] adds a route and a neighbour, so hits are redirected.
+
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use aya::{
+    Ebpf,
+    maps::MapInfo,
+    programs::{SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp},
+};
+use ssh_fwd_common::{
+    fixtures::{Frame, checksums_verify},
+    maps::{self, Endpoint, MappingName, NatTarget},
+    packet::{self, Side},
+};
+use ssh_fwd_tests::{Bpffs, NetNs, privilege};
+
+use ssh_fwd::{
+    datapath::{
+        maps::Maps,
+        object::{self, PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_INGRESS_XDP, load_programs},
+        pins::PinLayout,
+        plan,
+    },
+    mapping::{Mapping, MappingSet},
+};
+
+const XDP_PASS: u32 = 2;
+const TC_ACT_UNSPEC: u32 = u32::MAX;
+const TC_ACT_REDIRECT: u32 = 7;
+
+/// The object loaded with its maps pinned in a private bpffs mount; the
+/// harness's [`Bpffs`] guard unmounts it when this is dropped.
+struct Loaded {
+    ebpf: Ebpf,
+    maps: Maps,
+    layout: PinLayout,
+    _bpffs: Bpffs,
+    /// The namespace this test's thread runs in.
+    netns: NetNs,
+}
+
+fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
+    let netns = NetNs::new("progtest").expect("netns");
+    netns.enter_on_this_thread().expect("enter netns");
+    let bpffs = Bpffs::new().expect("bpffs dir");
+    let layout = PinLayout::new(bpffs.path());
+    layout.prepare().expect("bpffs");
+    let mut ebpf = object::load(&layout).expect("load object");
+    load_programs(&mut ebpf).expect("verifier accepts the programs");
+    let mut maps = Maps::from_ebpf(&mut ebpf).expect("maps");
+    let set = MappingSet::from_unique(mappings.iter().map(|(name, f, b)| Mapping {
+        name: (*name).into(),
+        frontend: f.parse().expect("frontend"),
+        backend: b.parse().expect("backend"),
+    }));
+    let (p, _) = plan::plan_with_tables(&maps.read_installed().expect("read"), &set).expect("plan");
+    maps.apply(&p).expect("apply");
+    Loaded {
+        ebpf,
+        maps,
+        layout,
+        _bpffs: bpffs,
+        netns,
+    }
+}
+
+/// A program run's verdict and bytes out; `None` if the kernel's test harness
+/// refused to build the packet at all.
+type RunResult = Option<(u32, Vec<u8>)>;
+
+/// One BPF_PROG_TEST_RUN of any packet program.
+fn test_run<P>(prog: &P, frame: &[u8]) -> RunResult
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
+    let mut out = vec![0u8; frame.len() + 512];
+    let r = prog
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            repeat: 1,
+            ..TestRunOptions::new()
+        })
+        .ok()?;
+    out.truncate(r.data_size_out as usize);
+    Some((r.return_value, out))
+}
+
+fn test_run_xdp(l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
+    let prog: &Xdp = l
+        .ebpf
+        .program(PROG_INGRESS_XDP)
+        .expect("xdp")
+        .try_into()
+        .expect("xdp type");
+    test_run(prog, frame).unwrap_or_else(|| panic!("XDP test run of {} bytes refused", frame.len()))
+}
+
+fn try_test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> RunResult {
+    let prog: &SchedClassifier = l
+        .ebpf
+        .program(name)
+        .expect("tc")
+        .try_into()
+        .expect("tc type");
+    test_run(prog, frame)
+}
+
+fn test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> (u32, Vec<u8>) {
+    try_test_run_tc(l, name, frame)
+        .unwrap_or_else(|| panic!("tc test run of {} bytes refused", frame.len()))
+}
+
+fn counters(l: &Loaded) -> BTreeMap<&'static str, u64> {
+    l.maps.global_counters().expect("counters")
+}
+
+fn delta(
+    before: &BTreeMap<&'static str, u64>,
+    after: &BTreeMap<&'static str, u64>,
+) -> Vec<(&'static str, u64)> {
+    after
+        .iter()
+        .filter(|(k, v)| before[*k] != **v)
+        .map(|(k, v)| (*k, v - before[*k]))
+        .collect()
+}
+
+mod redirect;
+
+const JOB: (&str, &str, &str) = ("job", "198.18.0.10:8022", "10.244.1.5:22");
+
+/// A reply from the backend to the client (192.0.2.2:40000).
+fn reply() -> Vec<u8> {
+    Frame {
+        src: Ipv4Addr::new(10, 244, 1, 5),
+        sport: 22,
+        dst: Ipv4Addr::new(192, 0, 2, 2),
+        dport: 40_000,
+        payload: vec![7; 300],
+        ..Frame::default()
+    }
+    .build()
+}
+
+/// The host reference of the reverse NAT: the source back to the frontend.
+fn reverse_natted(frame: &[u8]) -> Vec<u8> {
+    let mut expected = frame.to_vec();
+    let tcp = packet::classify(&expected).expect("classify");
+    packet::rewrite(
+        &mut expected,
+        tcp,
+        Side::Source,
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022),
+    );
+    expected
+}
+
+fn backend() -> Endpoint {
+    Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22)
+}
+
+/// Runs one ingress program over the standard cases; returns the cases the
+/// kernel's test harness refused to build a packet for.
+fn ingress_cases(
+    run: impl Fn(&Loaded, &[u8]) -> RunResult,
+    pass_verdict: u32,
+) -> Vec<&'static str> {
+    let mut refused = Vec::new();
+    let l = load(&[JOB]);
+    // Hit, with and without IP options: exact rewrite, valid checksums.
+    for options in [vec![], vec![0x94, 0x04, 0, 0], vec![1; 40]] {
+        let frame = Frame {
+            ip_options: options.clone(),
+            payload: b"SSH-2.0-OpenSSH_9.2\r\n".to_vec(),
+            ..Frame::default()
+        }
+        .build();
+        let before = counters(&l);
+        let (verdict, out) = run(&l, &frame).expect("a well-formed frame runs");
+        assert_eq!(verdict, pass_verdict);
+        let mut expected = frame.clone();
+        let tcp = packet::classify(&expected).expect("classify");
+        packet::rewrite(&mut expected, tcp, Side::Destination, backend());
+        assert_eq!(
+            out, expected,
+            "options {options:?}: bytes differ from the reference rewrite"
+        );
+        assert!(checksums_verify(&out));
+        assert_eq!(delta(&before, &counters(&l)), vec![("dnat", 1)]);
+    }
+    // Everything else passes byte for byte, counted under its outcome.
+    let passing: Vec<(&'static str, Vec<u8>, &str)> = vec![
+        (
+            "other port",
+            Frame {
+                dport: 8023,
+                ..Frame::default()
+            }
+            .build(),
+            "not_to_a_frontend",
+        ),
+        (
+            "other ip",
+            Frame {
+                dst: Ipv4Addr::new(198, 18, 0, 11),
+                ..Frame::default()
+            }
+            .build(),
+            "not_to_a_frontend",
+        ),
+        (
+            "udp to frontend port",
+            Frame {
+                protocol: 17,
+                ..Frame::default()
+            }
+            .build(),
+            "not_tcp",
+        ),
+        (
+            "first fragment",
+            Frame {
+                frag: 0x2000,
+                ..Frame::default()
+            }
+            .build(),
+            "fragment",
+        ),
+        (
+            "later fragment",
+            Frame {
+                frag: 0x0004,
+                ..Frame::default()
+            }
+            .build(),
+            "fragment",
+        ),
+        (
+            "ipv6",
+            {
+                let mut f = Frame::default().build();
+                f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+                f
+            },
+            "not_ipv4",
+        ),
+        (
+            "ihl below 5",
+            {
+                let mut f = Frame::default().build();
+                f[14] = 0x44;
+                f
+            },
+            "malformed",
+        ),
+        (
+            "truncated ip header",
+            Frame::default().build()[..30].to_vec(),
+            "malformed",
+        ),
+        (
+            "truncated tcp header",
+            Frame::default().build()[..50].to_vec(),
+            "malformed",
+        ),
+        (
+            "options past the end",
+            Frame {
+                ip_options: vec![1; 40],
+                ..Frame::default()
+            }
+            .build()[..80]
+                .to_vec(),
+            "malformed",
+        ),
+    ];
+    for (case, frame, outcome) in passing {
+        let before = counters(&l);
+        let Some((verdict, out)) = run(&l, &frame) else {
+            refused.push(case);
+            continue;
+        };
+        assert_eq!(verdict, pass_verdict, "{case}");
+        assert_eq!(out, frame, "{case}: a passed packet must be untouched");
+        assert_eq!(delta(&before, &counters(&l)), vec![(outcome, 1)], "{case}");
+    }
+    refused
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn xdp_program_rewrites_hits_exactly_and_passes_everything_else_untouched() {
+    privilege::require();
+    let refused = ingress_cases(|l, f| Some(test_run_xdp(l, f)), XDP_PASS);
+    assert!(refused.is_empty(), "XDP runs every case: {refused:?}");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn tc_ingress_program_rewrites_hits_exactly_and_passes_everything_else_untouched() {
+    privilege::require();
+    let refused = ingress_cases(|l, f| try_test_run_tc(l, PROG_INGRESS_TC, f), TC_ACT_UNSPEC);
+    // The kernel will not build an skb whose IPv4 header is cut short, so
+    // tc can never see that case; the XDP test covers it.
+    assert_eq!(refused, ["truncated ip header"]);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn tc_egress_program_restores_the_frontend_on_replies() {
+    privilege::require();
+    let l = load(&[JOB]);
+    let reply = reply();
+    let (verdict, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply);
+    assert_eq!(verdict, TC_ACT_UNSPEC);
+    assert_eq!(out, reverse_natted(&reply));
+    assert!(checksums_verify(&out));
+    // Not from a backend: untouched.
+    let other = Frame {
+        src: Ipv4Addr::new(10, 244, 1, 6),
+        sport: 22,
+        ..Frame::default()
+    }
+    .build();
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &other).1, other);
+    let c = l.maps.mapping_counters(0).expect("slot 0");
+    assert_eq!((c.packets_out, c.bytes_out), (1, reply.len() as u64));
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn shared_backend_replies_use_the_frontend_the_client_connected_to() {
+    privilege::require();
+    let l = load(&[JOB, ("second", "198.18.0.10:9022", "10.244.1.5:22")]);
+    // Client port 40001 comes in through the second frontend.
+    let request = Frame {
+        dport: 9022,
+        sport: 40_001,
+        ..Frame::default()
+    }
+    .build();
+    let before = counters(&l);
+    test_run_xdp(&l, &request);
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("conn_tracked", 1), ("dnat", 1)]
+    );
+    test_run_xdp(&l, &request);
+    assert_eq!(
+        counters(&l)["conn_tracked"],
+        before["conn_tracked"] + 1,
+        "a known flow is not written again"
+    );
+    let reply = |dport| {
+        Frame {
+            src: Ipv4Addr::new(10, 244, 1, 5),
+            sport: 22,
+            dst: Ipv4Addr::new(192, 0, 2, 2),
+            dport,
+            ..Frame::default()
+        }
+        .build()
+    };
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(40_001));
+    let tcp = packet::classify(&out).expect("classify");
+    assert_eq!(
+        packet::endpoint(&out, tcp, Side::Source),
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022)
+    );
+    // An unknown flow falls back to the primary (lowest) frontend, counted.
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(40_002));
+    assert_eq!(
+        packet::endpoint(&out, tcp, Side::Source),
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022)
+    );
+    assert_eq!(counters(&l)["reverse_fallback"], 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn object_maps_agree_with_the_shared_constants() {
+    privilege::require();
+    let l = load(&[]);
+    let expect: [(&str, u32, usize, usize); 8] = [
+        (
+            maps::FRONTENDS,
+            maps::MAX_MAPPINGS,
+            size_of::<Endpoint>(),
+            size_of::<NatTarget>(),
+        ),
+        (
+            maps::REVERSE,
+            maps::MAX_MAPPINGS,
+            size_of::<Endpoint>(),
+            size_of::<NatTarget>(),
+        ),
+        (
+            maps::CONNS,
+            maps::CONN_CAPACITY,
+            size_of::<maps::ConnKey>(),
+            size_of::<NatTarget>(),
+        ),
+        (
+            maps::MAPPING_STATS,
+            maps::MAX_MAPPINGS,
+            4,
+            size_of::<maps::MappingCounters>(),
+        ),
+        (
+            maps::GLOBAL_STATS,
+            ssh_fwd_common::outcome::Outcome::COUNT,
+            4,
+            8,
+        ),
+        (
+            maps::MAPPING_NAMES,
+            maps::MAX_MAPPINGS,
+            4,
+            size_of::<MappingName>(),
+        ),
+        (maps::IFACES, maps::MAX_IFACES, 4, 4),
+        (maps::AGENT_STATUS, 1, 4, size_of::<maps::AgentStatus>()),
+    ];
+    assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
+    for (name, entries, key, value) in expect {
+        let info = MapInfo::from_pin(l.layout.map(name))
+            .unwrap_or_else(|e| panic!("{name} not pinned: {e}"));
+        assert_eq!(info.max_entries(), entries, "{name} capacity");
+        assert_eq!(info.key_size() as usize, key, "{name} key size");
+        assert_eq!(info.value_size() as usize, value, "{name} value size");
+    }
+    // Per-connection state is evicted only when the table is full, never on a
+    // timer: an idle ssh session keeps its entry for as long as it lives.
+    let conns = MapInfo::from_pin(l.layout.map(maps::CONNS)).expect("CONNS");
+    assert_eq!(conns.map_type().expect("type"), aya::maps::MapType::LruHash);
+}
