@@ -25,6 +25,15 @@ impl MappingSet {
         Self(mappings.into_iter().map(|m| (m.frontend, m)).collect())
     }
 
+    /// Adds or replaces the mapping of `mapping.frontend`.
+    pub fn insert(&mut self, mapping: Mapping) -> Option<Mapping> {
+        self.0.insert(mapping.frontend, mapping)
+    }
+
+    pub fn remove(&mut self, frontend: &SocketAddrV4) -> Option<Mapping> {
+        self.0.remove(frontend)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
         self.0.values()
     }

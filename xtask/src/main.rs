@@ -54,19 +54,41 @@ enum Task {
 enum Bench {
     /// The Kubernetes agent with N Services: time until all are in the maps,
     /// p50/p99 delay from one Service change to its map entry, resident memory.
+    ///
+    /// With --foreign N, again with N other Services and EndpointSlices (not
+    /// ssh-fwd's) in the cluster; with --scale, the time and memory for each
+    /// number of Services; with --before BIN, an earlier build measured
+    /// beside this one, scenario by scenario, in the same run.
     Convergence {
         #[arg(long, default_value_t = 10_000)]
         services: usize,
         #[arg(long, default_value_t = 200)]
         changes: usize,
+        #[arg(long, default_value_t = 0)]
+        foreign: usize,
+        #[arg(long, value_delimiter = ',')]
+        scale: Vec<usize>,
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        before: Option<std::path::PathBuf>,
+        /// One measurement of this binary, printed as JSON (used by the
+        /// benchmark itself).
+        #[arg(long, hide = true)]
+        only_bin: Option<std::path::PathBuf>,
     },
     /// The controller with N labelled pods: time until all are published,
     /// p50/p99 delay from a new pod to its endpoint, restart cost, memory.
+    ///
+    /// With --unlabelled N, again with N pods that do not ask for SSH in the
+    /// cluster; with --before BIN, an earlier build measured beside this one.
     Controller {
         #[arg(long, default_value_t = 5_000)]
         pods: usize,
         #[arg(long, default_value_t = 100)]
         new_pods: usize,
+        #[arg(long, default_value_t = 0)]
+        unlabelled: usize,
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        before: Option<std::path::PathBuf>,
     },
     /// Each kernel program's cost per packet, by case (hit, miss, reply),
     /// through BPF_PROG_TEST_RUN in a bench bed, as a markdown table.
@@ -105,11 +127,41 @@ fn main() -> std::process::ExitCode {
         Task::Setup => setup::run(),
         Task::Demo => setup::run().and_then(|()| demo::run()),
         Task::Bench {
-            which: Bench::Convergence { services, changes },
-        } => setup::run().and_then(|()| bench::convergence::run(services, changes)),
+            which:
+                Bench::Convergence {
+                    services,
+                    changes,
+                    foreign,
+                    scale,
+                    before,
+                    only_bin,
+                },
+        } => {
+            let options = bench::convergence::Options {
+                services,
+                changes,
+                foreign,
+                scale,
+                before,
+                only_bin,
+            };
+            // A single measurement runs inside an outer run, set up already.
+            let setup = if options.only_bin.is_some() {
+                Ok(())
+            } else {
+                setup::run()
+            };
+            setup.and_then(|()| bench::convergence::run(&options))
+        }
         Task::Bench {
-            which: Bench::Controller { pods, new_pods },
-        } => bench::controller::run(pods, new_pods),
+            which:
+                Bench::Controller {
+                    pods,
+                    new_pods,
+                    unlabelled,
+                    before,
+                },
+        } => bench::controller::run(pods, new_pods, unlabelled, before),
         Task::Bench {
             which:
                 Bench::Datapath {

@@ -2,7 +2,10 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use crate::datapath::{hooks::AttachMode, pins::BpffsArg};
+use crate::{
+    datapath::{hooks::AttachMode, pins::BpffsArg},
+    source::kubernetes::desired::Styles,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
@@ -52,6 +55,21 @@ pub struct AgentArgs {
     )]
     pub selector: String,
 
+    /// The Service shapes honoured, comma-separated: `loadbalancer` (type
+    /// LoadBalancer of class ssh-fwd.io/ssh, its address in the status only
+    /// the controller writes) and `externalips` (spec.externalIPs, which
+    /// anyone who may create a Service can set; deprecated since Kubernetes
+    /// 1.36). A Service of a shape left out is ignored and logged.
+    #[arg(
+        long,
+        value_name = "STYLES",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "loadbalancer,externalips",
+        requires = "kubernetes"
+    )]
+    pub service_styles: Vec<ServiceStyleArg>,
+
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -87,9 +105,65 @@ pub struct AgentArgs {
     pub watch_interval: Duration,
 }
 
+impl AgentArgs {
+    /// `--service-styles` as the rules take it.
+    pub fn styles(&self) -> Styles {
+        Styles {
+            load_balancer: self.service_styles.contains(&ServiceStyleArg::Loadbalancer),
+            external_ips: self.service_styles.contains(&ServiceStyleArg::Externalips),
+        }
+    }
+}
+
+/// One of `--service-styles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceStyleArg {
+    Loadbalancer,
+    Externalips,
+}
+
 /// `--pod-ifaces`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PodIfacesMode {
     Auto,
     Off,
+}
+
+/// Parses `ssh-fwd agent`'s flags alone (`argv` without the program and
+/// subcommand names), for tests of the rooms that take them.
+#[cfg(test)]
+pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<AgentArgs, clap::Error> {
+    use clap::Parser as _;
+    #[derive(clap::Parser)]
+    struct Only {
+        #[command(flatten)]
+        args: AgentArgs,
+    }
+    Only::try_parse_from(std::iter::once("agent").chain(argv)).map(|o| o.args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_service_styles_are_honoured_unless_narrowed() {
+        let base = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        assert_eq!(parse(base).unwrap().styles(), Styles::ALL);
+        let narrowed = parse(base.into_iter().chain(["--service-styles", "loadbalancer"])).unwrap();
+        assert_eq!(
+            narrowed.styles(),
+            Styles {
+                load_balancer: true,
+                external_ips: false
+            }
+        );
+        let both = ["--service-styles", "externalips,loadbalancer"];
+        assert_eq!(
+            parse(base.into_iter().chain(both)).unwrap().styles(),
+            Styles::ALL
+        );
+        let typo = parse(base.into_iter().chain(["--service-styles", "nodeport"]));
+        assert!(typo.unwrap_err().to_string().contains("nodeport"));
+    }
 }

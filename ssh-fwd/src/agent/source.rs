@@ -2,7 +2,7 @@
 //! changes (which also catches ConfigMap symlink swaps that inotify misses),
 //! or the Kubernetes caches, once their first lists are complete.
 
-use std::{collections::BTreeSet, path::PathBuf, time::Instant};
+use std::{path::PathBuf, time::Instant};
 
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
@@ -14,7 +14,7 @@ use crate::{
         file,
         kubernetes::{
             desired::{Note, Policy},
-            watch::{self, KubeSource},
+            watch::KubeSource,
         },
     },
 };
@@ -38,7 +38,7 @@ impl Source {
     /// installed keeps forwarding.
     pub async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         match &args.mappings {
-            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args)?)),
+            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args, metrics)?)),
             None => Ok(Self::Kubernetes(Box::new(
                 KubeFollower::open(args, metrics).await?,
             ))),
@@ -80,7 +80,7 @@ impl Source {
     pub fn current(&mut self) -> Option<MappingSet> {
         match self {
             Self::File(f) => Some(f.applied.clone()),
-            Self::Kubernetes(k) => k.ready.then(|| k.desired()),
+            Self::Kubernetes(k) => k.current(),
         }
     }
 
@@ -89,8 +89,8 @@ impl Source {
     pub fn reload(&mut self) -> Option<Change> {
         match self {
             Self::File(f) => f.reload("SIGHUP"),
-            Self::Kubernetes(k) => k.ready.then(|| Change {
-                desired: k.desired(),
+            Self::Kubernetes(k) => k.current().map(|desired| Change {
+                desired,
                 why: "SIGHUP",
                 since: Instant::now(),
             }),
@@ -106,10 +106,12 @@ pub struct FileSource {
     applied: MappingSet,
     last_text: Option<Vec<u8>>,
     poll: Interval,
+    /// Counts rejected files as failed reconciles.
+    metrics: AgentMetrics,
 }
 
 impl FileSource {
-    fn open(path: PathBuf, args: &AgentArgs) -> anyhow::Result<Self> {
+    fn open(path: PathBuf, args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         let last_text = std::fs::read(&path).ok();
         let applied = file::load_file(&path)?;
         let mut poll = interval(args.watch_interval);
@@ -120,6 +122,7 @@ impl FileSource {
             applied,
             last_text,
             poll,
+            metrics: metrics.clone(),
         })
     }
 
@@ -154,6 +157,7 @@ impl FileSource {
                 })
             }
             Err(e) => {
+                self.metrics.reconcile_errors.inc();
                 tracing::error!(
                     error = %e,
                     "mappings file rejected; the running mappings stay as they are until it is fixed"
@@ -164,113 +168,130 @@ impl FileSource {
     }
 }
 
-/// The Kubernetes caches.
+/// The Kubernetes watches and the desired state they keep.
 pub struct KubeFollower {
     source: KubeSource,
-    policy: Policy,
     selector: String,
-    ready: bool,
-    /// A change was noticed and not returned yet.
-    pending: bool,
-    /// Notes already logged, so a lasting one is logged once.
-    seen_notes: BTreeSet<String>,
+    /// A change was returned already (the first is the complete lists).
+    started: bool,
 }
 
 impl KubeFollower {
     async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
-        watch::check_selector(&client, &args.selector).await?;
-        let source = KubeSource::start(client, &args.selector, &metrics.api_errors);
+        k8s::selector::check(&client, &args.selector).await?;
+        let policy = Policy {
+            ssh_ips: args.ssh_ips.iter().copied().collect(),
+            ports: args.port_range.clone(),
+            styles: args.styles(),
+        };
+        let source = KubeSource::start(client, &args.selector, policy, &metrics.api_errors);
         tracing::info!(
             selector = args.selector,
             "waiting for complete lists of Services and EndpointSlices; until then the maps stay as they are"
         );
         Ok(Self {
             source,
-            policy: Policy {
-                ssh_ips: args.ssh_ips.iter().copied().collect(),
-                ports: args.port_range.clone(),
-            },
             selector: args.selector.clone(),
-            ready: false,
-            pending: false,
-            seen_notes: BTreeSet::new(),
+            started: false,
         })
     }
 
+    /// The next change: no delay on a quiet system; whatever arrived while
+    /// the last change was being written comes as one.
     async fn next(&mut self) -> anyhow::Result<Change> {
-        if !self.ready {
-            // The watchers retry API errors themselves; this fails only if
-            // they stopped.
-            self.source.wait_until_ready().await?;
-            self.ready = true;
-            let since = self
-                .source
-                .changes
-                .take_since()
-                .unwrap_or_else(Instant::now);
-            return Ok(Change {
-                desired: self.desired(),
-                why: "first complete list",
-                since,
-            });
-        }
-        if !self.pending {
-            self.source.changes.changed().await;
-            self.pending = true;
-        }
-        // Coalesce a burst of events into one reconcile.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        self.pending = false;
-        let since = self
-            .source
-            .changes
-            .take_since()
-            .unwrap_or_else(Instant::now);
+        // The watchers retry API errors themselves; this fails only if they
+        // stopped.
+        let since = self.source.changed().await?;
+        report(&self.source.take_notes());
+        let why = if self.started {
+            "cluster changed"
+        } else {
+            "first complete list"
+        };
+        self.started = true;
         Ok(Change {
-            desired: self.desired(),
-            why: "cluster changed",
+            desired: self.source.mappings().clone(),
+            why,
             since,
         })
     }
 
-    fn desired(&mut self) -> MappingSet {
-        let desired = self.source.desired(&self.policy);
-        report(&desired.notes, &mut self.seen_notes);
-        desired.mappings
+    /// The current desired state, checked against a full recompute.
+    fn current(&mut self) -> Option<MappingSet> {
+        if !self.source.is_ready() {
+            return None;
+        }
+        if let Err(drift) = self.source.check() {
+            tracing::error!(
+                differing = drift.differing,
+                "the incremental desired state differed from a full recompute; rebuilt it (please report this bug)"
+            );
+        }
+        report(&self.source.take_notes());
+        Some(self.source.mappings().clone())
     }
 }
 
-/// Logs each note once while it holds: conflicts and ambiguities as warnings,
-/// ignored Services at debug level.
-fn report(notes: &[Note], seen: &mut BTreeSet<String>) {
-    let mut now = BTreeSet::new();
+/// Logs notes as they are raised (each once while it holds): conflicts,
+/// ambiguities and refusals as warnings, ignored Services at debug level.
+fn report(notes: &[Note]) {
     for note in notes {
-        let key = format!("{note:?}");
-        if !seen.contains(&key) {
-            match note {
-                Note::Conflict {
-                    frontend,
-                    winner,
-                    loser,
-                } => {
-                    tracing::warn!(%frontend, winner, loser, "two Services claim one frontend; the older one wins")
-                }
-                Note::ManyReadyEndpoints {
-                    service,
-                    chosen,
-                    ready,
-                } => {
-                    tracing::warn!(service, %chosen, ready, "Service has several ready endpoints; an SSH Service should select one pod")
-                }
-                Note::NoReadyEndpoint { service } => tracing::info!(
-                    service,
-                    "no ready endpoint; its port stays closed until one is ready"
-                ),
-                other => tracing::debug!(note = ?other, "Service ignored"),
+        match note {
+            Note::Conflict {
+                frontend,
+                winner,
+                loser,
+            } => {
+                tracing::warn!(%frontend, winner, loser, "two Services claim one frontend; the older one owns it, ready or not")
             }
+            Note::ManyReadyEndpoints {
+                service,
+                chosen,
+                ready,
+            } => {
+                tracing::warn!(service, %chosen, ready, "Service has several ready endpoints; an SSH Service should select one pod")
+            }
+            Note::NoReadyEndpoint { service } => tracing::info!(
+                service,
+                "no ready endpoint; its port stays closed until one is ready"
+            ),
+            Note::NodePortsAllocated { service } => tracing::warn!(
+                service,
+                "LoadBalancer Service of class ssh-fwd.io/ssh ignored: it lets Kubernetes open NodePorts on every node; set spec.allocateLoadBalancerNodePorts: false"
+            ),
+            Note::StyleNotHonoured { service, style } => tracing::warn!(
+                service,
+                style,
+                "Service ignored: --service-styles does not honour this shape; add it to --service-styles or change the Service"
+            ),
+            other => tracing::debug!(note = ?other, "Service ignored"),
         }
-        now.insert(key);
     }
-    *seen = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_rejected_mappings_file_counts_as_a_failed_reconcile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mappings.yaml");
+        std::fs::write(
+            &path,
+            "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n",
+        )
+        .unwrap();
+        let args =
+            super::super::args::parse(["--iface", "eth0", "--mappings", path.to_str().unwrap()])
+                .unwrap();
+        let metrics = AgentMetrics::new();
+        let mut file = FileSource::open(path.clone(), &args, &metrics).unwrap();
+        assert_eq!(metrics.reconcile_errors.get(), 0);
+        std::fs::write(&path, "mappings:\n  - frontend: nonsense\n").unwrap();
+        assert!(file.reload("SIGHUP").is_none(), "rejected whole");
+        assert_eq!(metrics.reconcile_errors.get(), 1);
+        assert_eq!(file.applied.len(), 1, "the accepted file stays applied");
+    }
 }

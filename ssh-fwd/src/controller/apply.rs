@@ -3,7 +3,7 @@
 //! everything) tries again. Writes name the object they mean by uid where
 //! the API allows it, so one made since under the same name is left alone.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
@@ -17,9 +17,10 @@ use serde_json::json;
 use super::{
     api_error::{self, Grant},
     expect::Done,
+    lease::Term,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
-    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL},
+    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
     warn::Scope,
 };
 
@@ -32,6 +33,8 @@ pub struct Context {
     pub user: String,
     pub range: std::ops::RangeInclusive<u16>,
     pub metrics: ControllerMetrics,
+    /// This replica's term as leader: every write is bounded by it.
+    pub term: Arc<Term>,
 }
 
 /// The outcome of one pass.
@@ -40,6 +43,10 @@ pub struct Applied {
     /// Writes that succeeded (the caches may not show them yet).
     pub done: Vec<Done>,
     pub failures: usize,
+    /// Creates blocked by a Service of the same name that is someone
+    /// else's (the watches do not show it: it is not selected); retried
+    /// with backoff, so its removal is noticed.
+    pub blocked: usize,
 }
 
 /// Writes in flight at once. A pass's actions are independent (each
@@ -56,6 +63,8 @@ enum Outcome {
     Nothing,
     Done(Done),
     Warned(String, Problem),
+    /// The pod's Service name is taken (the pod was warned, now or before).
+    Blocked(String, Problem),
 }
 
 /// Runs `actions`. A warning already in `warned` is not sent again; one is
@@ -69,8 +78,12 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
             _ => true,
         })
         .collect();
+    let already: &Warned = warned;
     let outcomes: Vec<anyhow::Result<Outcome>> = futures::stream::iter(actions)
-        .map(|action| run(ctx, action))
+        .map(|action| {
+            ctx.term
+                .bounded("writing to the API", run(ctx, action, already))
+        })
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
         .await;
@@ -87,6 +100,10 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
             Ok(Outcome::Warned(uid, problem)) => {
                 warned.insert((uid, problem));
             }
+            Ok(Outcome::Blocked(uid, problem)) => {
+                applied.blocked += 1;
+                warned.insert((uid, problem));
+            }
             Err(e) => {
                 applied.failures += 1;
                 ctx.metrics.api_errors.inc();
@@ -97,17 +114,22 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
     applied
 }
 
-/// One action; returns what to remember of it.
-async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
+/// One action; returns what to remember of it. `warned`: the warnings
+/// already sent.
+async fn run(ctx: &Context, action: Action, warned: &Warned) -> anyhow::Result<Outcome> {
     match action {
         Action::Create { pod, port, service } => {
-            let created = create(ctx, &pod, port, &service).await?;
-            let done = Done::Created { uid: pod.uid, port };
-            return Ok(if created {
-                Outcome::Done(done)
-            } else {
-                Outcome::Nothing
-            });
+            return match create(ctx, &pod, port, &service).await? {
+                Created::New => Ok(Outcome::Done(Done::Created { uid: pod.uid, port })),
+                Created::Ours => Ok(Outcome::Nothing),
+                Created::Taken(name) => {
+                    let problem = Problem::NameTaken { service: name };
+                    if !warned.contains(&(pod.uid.clone(), problem.clone())) {
+                        warn(ctx, &pod, &problem).await?;
+                    }
+                    Ok(Outcome::Blocked(pod.uid, problem))
+                }
+            };
         }
         Action::Delete {
             namespace,
@@ -144,19 +166,40 @@ async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
     Ok(Outcome::Nothing)
 }
 
-/// Whether a Service was created (it may exist already, from a pass the
-/// cache had not caught up with).
-async fn create(ctx: &Context, pod: &PodRef, port: u16, service: &Service) -> anyhow::Result<bool> {
+/// What a create found.
+enum Created {
+    New,
+    /// Ours already, from a pass the cache had not caught up with.
+    Ours,
+    /// Someone else's Service has the name (the controller does not watch
+    /// Services it does not select, so it learns this here).
+    Taken(String),
+}
+
+async fn create(
+    ctx: &Context,
+    pod: &PodRef,
+    port: u16,
+    service: &Service,
+) -> anyhow::Result<Created> {
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let name = service.metadata.name.as_deref().unwrap_or("");
     match api.create(&PostParams::default(), service).await {
         Ok(_) => {
             ctx.metrics.services_created.inc();
             tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), service = name, port, "created the SSH Service");
-            Ok(true)
+            Ok(Created::New)
         }
-        // Made by an earlier pass whose create the cache had not shown yet.
-        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => {
+            let existing = api.get_opt(name).await.map_err(|e| {
+                let what = format!("reading Service {}/{name}", pod.namespace);
+                api_error::context(e, what, Grant::Cluster)
+            })?;
+            Ok(match existing {
+                Some(svc) if !is_managed(&svc) => Created::Taken(name.to_owned()),
+                _ => Created::Ours,
+            })
+        }
         Err(e) => Err(api_error::context(
             e,
             format!(

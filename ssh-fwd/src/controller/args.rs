@@ -28,6 +28,16 @@ pub struct ControllerArgs {
     #[arg(long, value_enum, default_value_t = ServiceStyle::Loadbalancer)]
     pub service_style: ServiceStyle,
 
+    /// The agents' --selector: the Services they honour. The controller
+    /// reads only its own Services and these (they may hold ports on the
+    /// SSH IP), and never the rest of the cluster's.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = "service.kubernetes.io/service-proxy-name=ssh-fwd"
+    )]
+    pub selector: String,
+
     /// Kubeconfig file (default: in-cluster, then KUBECONFIG, then
     /// ~/.kube/config).
     #[arg(long, value_name = "FILE")]

@@ -3,14 +3,21 @@
 //! resourceVersion it read, so two replicas cannot both take the Lease.
 //! A leader that cannot renew for two thirds of the Lease duration stops
 //! (the process exits and restarts as a standby) before anyone else may
-//! take over. Expiry is judged by the standby's own clock, as client-go
+//! take over. Its term runs two thirds of the duration from when it sent
+//! its last successful Lease write (a standby can see that write no
+//! earlier, and takes over a full duration after seeing it), and every API
+//! call it makes as leader is bounded by that term ([`Term::bounded`]): a
+//! call the API has not answered by then is abandoned, and none starts
+//! after it, so a leader whose connection stalls stops writing well before
+//! a standby may start. Expiry is judged by the standby's own clock, as client-go
 //! does: a Lease is expired once it has not changed for its duration since
 //! the standby last saw it change. The holder's renewTime is its clock, and
 //! with skew between nodes it would make a standby take over early (or
 //! never).
 
 use std::{
-    sync::{Mutex, PoisonError},
+    future::Future,
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -77,17 +84,63 @@ pub fn decide(spec: Option<&LeaseSpec>, me: &str, observed: &mut Observed, now: 
     }
 }
 
+/// Until when this replica may act as leader.
+#[derive(Debug, Default)]
+pub struct Term(Mutex<Option<tokio::time::Instant>>);
+
+/// A call refused or abandoned because the term ran out.
+#[derive(Debug, thiserror::Error)]
+pub enum TermError {
+    #[error("not {0}: this replica's term as leader has run out")]
+    Over(String),
+    #[error("gave up {0}: the API did not answer before this replica's term as leader ran out")]
+    Abandoned(String),
+}
+
+impl Term {
+    pub fn until(&self) -> Option<tokio::time::Instant> {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, until: Option<tokio::time::Instant>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = until;
+    }
+
+    /// Runs `call` (`what` names it for the error) if the term holds, and
+    /// abandons it when the term ends.
+    pub async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = anyhow::Result<T>>,
+    ) -> anyhow::Result<T> {
+        let now = tokio::time::Instant::now();
+        let Some(until) = self.until().filter(|until| *until > now) else {
+            return Err(TermError::Over(what.to_owned()).into());
+        };
+        tokio::time::timeout_at(until, call)
+            .await
+            .map_err(|_| TermError::Abandoned(what.to_owned()))?
+    }
+}
+
 pub struct Elector {
     pub api: Api<Lease>,
     pub name: String,
     pub me: String,
     pub duration: Duration,
     pub observed: Mutex<Observed>,
+    /// Shared with every writer of this replica.
+    pub term: Arc<Term>,
 }
 
 impl Elector {
     fn renew_every(&self) -> Duration {
         self.duration / 3
+    }
+
+    /// How long a term lasts from the send of a successful Lease write.
+    fn term_length(&self) -> Duration {
+        self.duration * 2 / 3
     }
 
     /// Returns once this replica holds the Lease. API errors are retried
@@ -105,7 +158,14 @@ impl Elector {
         let mut backoff = retries();
         let mut announced = false;
         loop {
-            match self.try_once().await {
+            let attempt = tokio::time::timeout(self.renew_every(), self.try_once());
+            let outcome = attempt.await.unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "the API did not answer within {:?}",
+                    self.renew_every()
+                ))
+            });
+            match outcome {
                 Ok(None) => {
                     tracing::info!(lease = %self.name, identity = %self.me, "leading");
                     return Ok(());
@@ -130,26 +190,36 @@ impl Elector {
         }
     }
 
-    /// Renews until it cannot; the error says why leadership ended.
+    /// Renews until it cannot; the error says why leadership ended. Each
+    /// attempt is bounded by the term, and the term ends the leadership.
     pub async fn hold(&self) -> anyhow::Error {
-        let deadline = self.duration * 2 / 3;
-        let mut renewed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(self.renew_every()).await;
-            match self.try_once().await {
-                Ok(None) => renewed = tokio::time::Instant::now(),
-                Ok(Some(Step::Wait { holder, .. })) => {
+            let until = self.term.until().unwrap_or_else(tokio::time::Instant::now);
+            match tokio::time::timeout_at(until, self.try_once()).await {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(Step::Wait { holder, .. }))) => {
+                    self.term.set(None);
                     return anyhow::anyhow!("lost the Lease {} to {holder}", self.name);
                 }
-                Ok(Some(_)) => {}
-                Err(e) => {
+                Ok(Ok(Some(_))) => {}
+                Ok(Err(e)) => {
                     tracing::warn!(lease = %self.name, error = %format!("{e:#}"), "cannot renew the Lease; retrying")
                 }
+                Err(_) => {
+                    tracing::warn!(lease = %self.name, "the API did not answer the Lease renewal in time")
+                }
             }
-            if renewed.elapsed() > deadline {
+            if self
+                .term
+                .until()
+                .is_none_or(|until| until <= tokio::time::Instant::now())
+            {
+                self.term.set(None);
                 return anyhow::anyhow!(
-                    "could not renew the Lease {} for {deadline:?}; stopping before another replica takes over",
-                    self.name
+                    "could not renew the Lease {} within {:?}; stopped writing before another replica may take over",
+                    self.name,
+                    self.term_length()
                 );
             }
         }
@@ -157,19 +227,18 @@ impl Elector {
 
     /// Hands the Lease back so a standby takes over at once.
     pub async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await else {
+        let read = self.api.get_opt(&self.name);
+        let Ok(Ok(Some(mut lease))) = tokio::time::timeout(self.renew_every(), read).await else {
             return;
         };
         if let Some(spec) = lease.spec.as_mut()
             && spec.holder_identity.as_deref() == Some(&self.me)
         {
             spec.holder_identity = None;
-            if self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await
-                .is_ok()
-            {
+            let params = PostParams::default();
+            let write = self.api.replace(&self.name, &params, &lease);
+            self.term.set(None);
+            if let Ok(Ok(_)) = tokio::time::timeout(self.renew_every(), write).await {
                 tracing::info!(lease = %self.name, "released the Lease");
             }
         }
@@ -212,10 +281,12 @@ impl Elector {
                         ..LeaseSpec::default()
                     }),
                 };
+                let sent = tokio::time::Instant::now();
                 self.api
                     .create(&PostParams::default(), &lease)
                     .await
                     .map_err(|e| failed(e, "creating"))?;
+                self.term.set(Some(sent + self.term_length()));
                 Ok(None)
             }
             (Step::Take | Step::Renew, Some(mut lease)) => {
@@ -227,10 +298,12 @@ impl Elector {
                 }
                 spec.lease_duration_seconds = Some(seconds);
                 spec.renew_time = Some(MicroTime(now));
+                let sent = tokio::time::Instant::now();
                 self.api
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
                     .map_err(|e| failed(e, "writing"))?;
+                self.term.set(Some(sent + self.term_length()));
                 Ok(None)
             }
             _ => Ok(Some(step)),

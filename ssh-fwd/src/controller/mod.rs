@@ -52,6 +52,10 @@ fn retry_backoff() -> impl Iterator<Item = std::time::Duration> {
         .build()
 }
 
+/// How often creates blocked by someone else's Service of the same name are
+/// tried again.
+const BLOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
     let identity = match &args.identity {
@@ -63,7 +67,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             )?,
     };
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
+    k8s::selector::check(&client, &args.selector).await?;
     let metrics = ControllerMetrics::new();
+    let term = Arc::new(lease::Term::default());
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -78,6 +84,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),
         metrics: metrics.clone(),
+        term: term.clone(),
     });
     if let Some(addr) = args.metrics_addr {
         telemetry::http::serve(addr, metrics.endpoints()).await?;
@@ -88,6 +95,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         me: identity,
         duration: args.lease_duration,
         observed: std::sync::Mutex::default(),
+        term,
     });
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -130,17 +138,29 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         &changes,
         &ctx.metrics.api_errors,
     );
-    let services: Store<Service> = k8s::reflector::spawn_reflector(
+    // Services: ours, and the others the agents honour (they may hold a
+    // port on the SSH IP). Nothing else in the cluster is read.
+    let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
+    let ours: Store<Service> = k8s::reflector::spawn_reflector(
+        Api::all(client.clone()),
+        watcher::Config::default().labels(&managed),
+        prune_service,
+        "Service",
+        &changes,
+        &ctx.metrics.api_errors,
+    );
+    let others: Store<Service> = k8s::reflector::spawn_reflector(
         Api::all(client),
-        watcher::Config::default(),
-        k8s::reflector::drop_managed_fields,
+        watcher::Config::default().labels(&others_selector(&args.selector)),
+        prune_service,
         "Service",
         &changes,
         &ctx.metrics.api_errors,
     );
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
-    services.wait_until_ready().await?;
+    ours.wait_until_ready().await?;
+    others.wait_until_ready().await?;
     tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
     let settings = Settings {
         ssh_ip: args.ssh_ip,
@@ -154,7 +174,9 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     let mut backoff = retry_backoff();
     loop {
         let started = Instant::now();
-        let (pods, services) = (pods.state(), services.state());
+        let pods = pods.state();
+        let mut services = ours.state();
+        services.extend(others.state());
         expected.settle(&pods, &services, Instant::now());
         forget_gone(&mut warned, &pods);
         let input = plan::Input {
@@ -163,7 +185,11 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             expected: &expected,
         };
         let actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
-        let Applied { done, failures } = apply::apply(ctx, actions, &mut warned).await;
+        let Applied {
+            done,
+            failures,
+            blocked,
+        } = apply::apply(ctx, actions, &mut warned).await;
         let now = Instant::now();
         ctx.metrics
             .pass_duration
@@ -175,12 +201,13 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             backoff.next()
         } else {
             backoff = retry_backoff();
-            None
+            // A taken name frees up without any event the watches see.
+            (blocked > 0).then_some(BLOCKED_RETRY)
         };
         tokio::select! {
+            // No delay: events that arrive during a pass wake the next one,
+            // which takes them all.
             () = changes.changed() => {
-                // Coalesce a burst of events into one pass.
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 changes.take_since();
             }
             _ = resync.tick() => {}
@@ -199,6 +226,32 @@ fn forget_gone(warned: &mut Warned, pods: &[Arc<Pod>]) {
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
     warned.retain(|(uid, _)| uids.contains(uid.as_str()));
+}
+
+/// The Services the agents honour that are not ours: `selector` (the
+/// agents' `--selector`) and not managed by this controller.
+fn others_selector(selector: &str) -> String {
+    let not_ours = format!("{}!={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
+    match selector.trim() {
+        "" => not_ours,
+        selector => format!("{selector},{not_ours}"),
+    }
+}
+
+/// Keeps what the plan reads of a Service: identity, labels, owner, ports,
+/// shape and load-balancer status.
+fn prune_service(svc: &mut Service) {
+    k8s::reflector::drop_managed_fields(svc);
+    svc.metadata.annotations = None;
+    if let Some(spec) = svc.spec.as_mut() {
+        *spec = k8s_openapi::api::core::v1::ServiceSpec {
+            type_: spec.type_.take(),
+            ports: spec.ports.take(),
+            external_ips: spec.external_ips.take(),
+            load_balancer_class: spec.load_balancer_class.take(),
+            ..Default::default()
+        };
+    }
 }
 
 /// Keeps what the plan reads of a pod: its metadata and phase. A pod's spec

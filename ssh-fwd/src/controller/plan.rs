@@ -23,7 +23,6 @@ use super::{
     ports,
     service::{self, Claim, Settings},
 };
-use crate::k8s::ownership::seniority;
 use races::retire_port_losers;
 
 mod races;
@@ -206,10 +205,9 @@ fn sort_out_ours<'a>(
         .map(AsRef::as_ref)
         .filter(|s| service::is_managed(s))
         .collect();
-    by_age.sort_by(|a, b| {
-        let (name_a, name_b) = (full_name(a), full_name(b));
-        seniority(&a.metadata.creation_timestamp, &name_a)
-            .cmp(&seniority(&b.metadata.creation_timestamp, &name_b))
+    by_age.sort_by_cached_key(|s| {
+        let created = s.metadata.creation_timestamp.clone();
+        (created.is_none(), created, full_name(s))
     });
     let mut ours = BTreeMap::new();
     let mut retiring = BTreeSet::new();

@@ -182,6 +182,15 @@ pub struct Claim {
     pub managed: bool,
 }
 
+impl crate::k8s::ownership::Claimant for Claim {
+    fn created(&self) -> Option<&Time> {
+        self.created.as_ref()
+    }
+    fn service(&self) -> &str {
+        &self.service
+    }
+}
+
 /// The ports on `ip` a Service holds: every TCP port of a Service that lists
 /// the IP in externalIPs or load-balancer ingress, or that this controller
 /// made (its LoadBalancer status may not be written yet).

@@ -233,7 +233,9 @@ async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
         *seen = Some(port);
         Some(json!({"apiVersion": "v1", "kind": "Service",
                     "metadata": {"name": "rival", "namespace": "other",
-                                 "creationTimestamp": "2020-01-01T00:00:00Z"},
+                                 "creationTimestamp": "2020-01-01T00:00:00Z",
+                                 // One the agents honour: the controller sees it.
+                                 "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
                     "spec": {"externalIPs": ["198.18.0.10"], "ports": [{"port": port}]}}))
     }));
     let controller = bed.controller("a", &["--port-range", "9000-9003"]);

@@ -36,8 +36,13 @@ pub const AGENT: &[ApiCall] = &[
 
 /// The controller (`controller::*`).
 pub const CONTROLLER: &[ApiCall] = &[
-    // Watches all Services: ports in use, and its own.
-    call("", "services", &["list", "watch", "create", "delete"]),
+    // Watches its own Services and those the agents honour (ports in use);
+    // reads one whose name a create found taken.
+    call(
+        "",
+        "services",
+        &["get", "list", "watch", "create", "delete"],
+    ),
     // The LoadBalancer ingress it implements.
     call("", "services/status", &["patch"]),
     // Watches labelled pods; labels them for the selector and publishes the

@@ -6,6 +6,7 @@ pub mod api_calls;
 pub mod client;
 pub mod ownership;
 pub mod reflector;
+pub mod selector;
 
 /// The `spec.loadBalancerClass` ssh-fwd implements: the controller writes
 /// the status of such Services, the agents honour it.

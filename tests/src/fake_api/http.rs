@@ -10,7 +10,9 @@ use tokio::{
     net::TcpStream,
 };
 
-use super::{Kind, Request, Shared, selector::Selector, status::ApiError, store::Change};
+use super::{
+    Kind, Request, Shared, paging::Page, selector::Selector, status::ApiError, store::Change,
+};
 
 /// `/api/v1/...` or `/apis/GROUP/VERSION/...`, then
 /// `[namespaces/NS/]RESOURCE[/NAME[/SUBRESOURCE]]`.
@@ -84,6 +86,12 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     let mut words = head.split_whitespace();
     let method = words.next().unwrap_or("GET").to_owned();
     let target = words.next().unwrap_or("/").to_owned();
+    if *shared.stalled.borrow() {
+        shared.unstalled().await;
+        if client_gone(&mut stream).await {
+            return Ok(()); // given up on: never handled
+        }
+    }
     if shared.store().cut {
         return Ok(()); // drop the connection: the API is unreachable
     }
@@ -110,6 +118,26 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
         Err(e) => (e.code, e.status()),
     };
     respond(&mut stream, code, &answer).await
+}
+
+/// Whether the client closed the connection while its request waited.
+async fn client_gone(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    let wait = std::time::Duration::from_millis(5);
+    matches!(
+        tokio::time::timeout(wait, stream.read(&mut byte)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// The request's label selector; one the API server would refuse is a 400.
+fn selector_of(target: &Target) -> Result<Selector, ApiError> {
+    let text = target.query.get("labelSelector").map_or("", String::as_str);
+    Selector::parse(text).map_err(|e| ApiError {
+        code: 400,
+        reason: "BadRequest",
+        message: e.0,
+    })
 }
 
 /// The RBAC verb of a request.
@@ -148,6 +176,7 @@ fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
             verb,
             group: target.kind.group().to_owned(),
             resource,
+            at: std::time::Instant::now(),
         });
 }
 
@@ -164,10 +193,16 @@ fn handle(
     let mut store = shared.store();
     let (code, object, changes): (u16, Value, Vec<Change>) = match (method, key) {
         ("GET", None) => {
-            let selector = Selector::parse(target.query.get("labelSelector").map_or("", |s| s));
-            let items = store.list(kind, target.namespace.as_deref(), &selector);
+            let selector = selector_of(target)?;
+            let page = Page::of(&target.query, store.rv())?;
+            let (items, next) =
+                store.list_page(kind, target.namespace.as_deref(), &selector, &page);
+            let mut metadata = json!({"resourceVersion": page.rv.to_string()});
+            if let Some(last) = next {
+                metadata["continue"] = json!(page.token_after(&last));
+            }
             let list = json!({"apiVersion": kind.api_version(), "kind": kind.list_kind(),
-                              "metadata": {"resourceVersion": store.rv().to_string()}, "items": items});
+                              "metadata": metadata, "items": items});
             return Ok((200, list));
         }
         ("GET", Some(key)) => {
@@ -232,7 +267,10 @@ async fn watch_stream(
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let selector = Selector::parse(target.query.get("labelSelector").map_or("", |s| s));
+    let selector = match selector_of(target) {
+        Ok(selector) => selector,
+        Err(e) => return respond(&mut stream, e.code, &e.status()).await,
+    };
     let mut rx = shared.changes.subscribe();
     let backlog: Vec<Change> = shared
         .store()
@@ -251,6 +289,7 @@ async fn watch_stream(
         let Some(change) = change else {
             return Ok(()); // cut
         };
+        shared.unstalled().await;
         if change.rv > sent {
             send(&mut stream, target, &selector, &change).await?;
             sent = change.rv;

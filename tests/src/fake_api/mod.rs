@@ -11,6 +11,7 @@
 mod clock;
 mod endpoints;
 mod http;
+mod paging;
 mod selector;
 mod status;
 mod store;
@@ -26,7 +27,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::NetNs;
-pub use selector::Selector;
+pub use selector::{Selector, SelectorError};
 use store::Store;
 pub use store::{Change, CreateHook};
 
@@ -103,6 +104,9 @@ pub struct Request {
     pub group: String,
     /// With the subresource, e.g. `services/status`.
     pub resource: String,
+    /// When the server handled it (after any stall: see
+    /// [`FakeApi::stall`]).
+    pub at: std::time::Instant,
 }
 
 struct Shared {
@@ -110,11 +114,19 @@ struct Shared {
     /// Every change; `None` cuts open watches.
     changes: broadcast::Sender<Option<Change>>,
     requests: Mutex<Vec<Request>>,
+    /// True while the API stalls: requests and watch events wait.
+    stalled: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
     fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resolves once the API does not stall (at once if it does not).
+    async fn unstalled(&self) {
+        let mut stalled = self.stalled.subscribe();
+        let _ = stalled.wait_for(|s| !*s).await;
     }
 
     fn publish(&self, changes: Vec<Change>) {
@@ -166,6 +178,7 @@ impl FakeApi {
             store: Mutex::new(Store::new()),
             changes,
             requests: Mutex::default(),
+            stalled: tokio::sync::watch::Sender::new(false),
         });
         let s = shared.clone();
         runtime.spawn(async move {
@@ -298,6 +311,20 @@ impl FakeApi {
     pub fn cut(&self) {
         self.shared.store().cut = true;
         let _ = self.shared.changes.send(None);
+    }
+
+    /// Stalls the API, as a connection that stops answering: requests are
+    /// read but not handled, and open watches deliver nothing, until
+    /// [`FakeApi::resume`]. A request whose client has given up (closed the
+    /// connection) by then is dropped unhandled, as the API server cancels
+    /// a request whose client went away; one still waited for is handled.
+    pub fn stall(&self) {
+        self.shared.stalled.send_replace(true);
+    }
+
+    /// Ends a [`FakeApi::stall`].
+    pub fn resume(&self) {
+        self.shared.stalled.send_replace(false);
     }
 
     /// Brings the API back after [`FakeApi::cut`].

@@ -5,7 +5,7 @@
 //! garbage collection Kubernetes does for Pods, and a change log that watches
 //! replay from a resourceVersion.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, ops::Bound};
 
 use serde_json::{Value, json};
 
@@ -13,6 +13,7 @@ use super::{
     Kind,
     clock::now_rfc3339,
     endpoints,
+    paging::Page,
     selector::Selector,
     status::{ApiError, check_preconditions},
 };
@@ -80,6 +81,39 @@ impl Store {
             })
             .map(|(_, v)| v.clone())
             .collect()
+    }
+
+    /// One page of a list: the objects of `kind` after `page.after` in key
+    /// order that `namespace` and `selector` let through, at most
+    /// `page.limit`; and the key of the last one when more remain.
+    pub fn list_page(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+        selector: &Selector,
+        page: &Page,
+    ) -> (Vec<Value>, Option<String>) {
+        let start = match &page.after {
+            Some(after) => Bound::Excluded((kind, after.clone())),
+            None => Bound::Included((kind, String::new())),
+        };
+        let mut items = Vec::new();
+        let mut last: Option<&str> = None;
+        for ((k, key), v) in self.objects.range((start, Bound::Unbounded)) {
+            if *k != kind {
+                break;
+            }
+            if !(namespace.is_none_or(|ns| v["metadata"]["namespace"] == ns) && selector.matches(v))
+            {
+                continue;
+            }
+            if page.limit.is_some_and(|limit| items.len() == limit) {
+                return (items, last.map(str::to_owned));
+            }
+            items.push(v.clone());
+            last = Some(key);
+        }
+        (items, None)
     }
 
     pub fn count(&self, kind: Kind, check: impl Fn(&Value) -> bool) -> usize {

@@ -5,6 +5,7 @@
 
 use std::{
     collections::BTreeSet,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -15,7 +16,23 @@ use ssh_fwd_tests::fake_api::{FakeApi, Kind};
 
 const RANGE: (u16, u16) = (8000, 16000);
 
-pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
+/// One scenario's figures for one build.
+#[derive(Debug, Default)]
+struct Figures {
+    all_published: Duration,
+    p50: Duration,
+    p99: Duration,
+    ready_again: Duration,
+    rss_mib: f64,
+    requests: usize,
+}
+
+pub fn run(
+    pods: usize,
+    new_pods: usize,
+    unlabelled: usize,
+    before: Option<PathBuf>,
+) -> anyhow::Result<()> {
     let ports = usize::from(RANGE.1 - RANGE.0) + 1;
     ensure!(
         pods + new_pods <= ports,
@@ -23,7 +40,62 @@ pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
         RANGE.0,
         RANGE.1
     );
-    let bin = crate::build_ssh_fwd_profile(true)?;
+    let after = crate::build_ssh_fwd_profile(true)?;
+    let mut builds: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(before) = before {
+        builds.push(("before", before));
+    }
+    builds.push(("after", after));
+    let mut rows = Vec::new();
+    let mut scenarios = vec![0];
+    if unlabelled > 0 {
+        scenarios.push(unlabelled);
+    }
+    for extra in scenarios {
+        let mut figures = Vec::new();
+        for (label, bin) in &builds {
+            println!("==> {label}: {pods} labelled pods, {extra} unlabelled");
+            figures.push(measure(bin, pods, new_pods, extra)?);
+        }
+        rows.push((extra, figures));
+    }
+    let labels: Vec<&str> = builds.iter().map(|(l, _)| *l).collect();
+    println!();
+    println!("| figure | {} |", labels.join(" | "));
+    println!("|---|{}", "---|".repeat(labels.len()));
+    for (extra, figures) in &rows {
+        let what = match extra {
+            0 => format!("{pods} pods"),
+            n => format!("{pods} pods + {n} unlabelled"),
+        };
+        let cells = |f: &dyn Fn(&Figures) -> String| -> String {
+            figures.iter().map(f).collect::<Vec<_>>().join(" | ")
+        };
+        println!(
+            "| {what}: controller start to all published (Service, status, label, annotation, event) | {} |",
+            cells(&|f| format!("{:.2} s", f.all_published.as_secs_f64()))
+        );
+        println!(
+            "| {what}: new pod to its endpoint annotation, p50 / p99 ({new_pods} pods) | {} |",
+            cells(&|f| format!("{:.1} ms / {:.1} ms", ms(f.p50), ms(f.p99)))
+        );
+        println!(
+            "| {what}: restart to ready; Services and events added by the restart | {} |",
+            cells(&|f| format!("{:.2} s; 0 and 0", f.ready_again.as_secs_f64()))
+        );
+        println!(
+            "| {what}: controller resident memory | {} |",
+            cells(&|f| format!("{:.1} MiB", f.rss_mib))
+        );
+        println!(
+            "| {what}: API requests in all (each pod announced once) | {} |",
+            cells(&|f| f.requests.to_string())
+        );
+    }
+    Ok(())
+}
+
+fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyhow::Result<Figures> {
     let api = FakeApi::start_on_loopback()?;
     // The controller never reads EndpointSlices; emulating them would
     // measure the fake.
@@ -31,15 +103,19 @@ pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig())?;
-    println!("==> creating {pods} labelled pods in the fake API");
+    println!("==> creating {pods} labelled pods and {unlabelled} others in the fake API");
     for i in 0..pods {
         api.apply(Kind::Pod, pod(i));
+    }
+    for i in 0..unlabelled {
+        api.apply(Kind::Pod, unlabelled_pod(i));
     }
 
     println!("==> starting the controller and waiting until every pod is published");
     let started = Instant::now();
-    let mut controller = spawn(&bin, &kubeconfig, &dir.path().join("controller-1.log"))?;
+    let mut controller = spawn(bin, &kubeconfig, &dir.path().join("controller-1.log"))?;
     wait(Duration::from_secs(600), || {
+        // Each count holds the fake API's lock: not too often.
         std::thread::sleep(Duration::from_millis(100));
         published(&api) >= pods
     })?;
@@ -63,7 +139,7 @@ pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
     stop(&mut controller)?;
     let restarted = Instant::now();
     let log = dir.path().join("controller-2.log");
-    let mut controller = spawn(&bin, &kubeconfig, &log)?;
+    let mut controller = spawn(bin, &kubeconfig, &log)?;
     wait(Duration::from_secs(120), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("controller ready"))
     })?;
@@ -96,33 +172,27 @@ pub fn run(pods: usize, new_pods: usize) -> anyhow::Result<()> {
         "{announced} events created and {repeated} repeated for {} pods",
         pods + new_pods
     );
+    Ok(Figures {
+        all_published,
+        p50: pct(0.5),
+        p99: pct(0.99),
+        ready_again,
+        rss_mib: rss as f64 / 1024.0,
+        requests: requests.len(),
+    })
+}
 
-    println!();
-    println!("| figure | value |");
-    println!("| --- | --- |");
-    println!("| labelled pods at start | {pods} |");
-    println!(
-        "| controller start to all {pods} published (Service, status, label, annotation, event) | {:.2} s |",
-        all_published.as_secs_f64()
-    );
-    println!(
-        "| new pod to its endpoint annotation, p50 / p99 ({new_pods} pods) | {:.1} ms / {:.1} ms |",
-        ms(pct(0.5)),
-        ms(pct(0.99))
-    );
-    println!(
-        "| restart to ready (Lease taken, lists complete), Services and events added | {:.2} s, 0, 0 |",
-        ready_again.as_secs_f64()
-    );
-    println!(
-        "| controller resident memory with {pods} pods | {:.1} MiB |",
-        rss as f64 / 1024.0
-    );
-    println!(
-        "| API requests in all (each pod announced once) | {} |",
-        requests.len()
-    );
-    Ok(())
+/// A pod that does not ask for SSH, as a busy cluster has them by the
+/// ten thousand.
+fn unlabelled_pod(i: usize) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": format!("web-{i}"), "namespace": format!("team-{}", i % 100),
+                        "labels": {"app.kubernetes.io/name": "web", "pod-template-hash": "5d8f7c9b4"},
+                        "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}},
+           "spec": {"containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 8080}]}],
+                    "nodeName": format!("node-{}", i % 50)},
+           "status": {"phase": "Running", "podIP": format!("10.{}.{}.9", 128 + i / 65536 % 64, i / 256 % 256),
+                      "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
 fn ms(d: Duration) -> f64 {
@@ -171,11 +241,7 @@ fn check_unique_ports(api: &FakeApi, pods: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn(
-    bin: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    log: &std::path::Path,
-) -> anyhow::Result<Child> {
+fn spawn(bin: &Path, kubeconfig: &Path, log: &Path) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log)?;
     Command::new(bin)
         .args([

@@ -5,10 +5,12 @@
 
 use std::{
     io::{Read as _, Seek as _},
+    path::{Path, PathBuf},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use anyhow::{Context as _, bail};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use ssh_fwd_tests::{
     Agent, Bpffs, Topology,
@@ -16,34 +18,222 @@ use ssh_fwd_tests::{
     topology::EXT_IFACE,
 };
 
-const SSH_IPS: [&str; 2] = ["198.18.0.10", "198.18.0.11"];
+/// Frontend ports per SSH IP (the default --port-range 8000-16000).
+const PORTS_PER_IP: usize = 8001;
 
-pub fn run(services: usize, changes: usize) -> anyhow::Result<()> {
+/// What to measure.
+pub struct Options {
+    pub services: usize,
+    pub changes: usize,
+    /// Services and EndpointSlices of others (not selected) in the cluster,
+    /// for the second row; 0 skips it.
+    pub foreign: usize,
+    /// Numbers of Services for the scale curve; empty skips it.
+    pub scale: Vec<usize>,
+    /// An earlier `ssh-fwd` build to measure beside this one, in the same
+    /// run, scenario by scenario.
+    pub before: Option<PathBuf>,
+    /// Internal: measure one scenario with this binary and print it as JSON.
+    pub only_bin: Option<PathBuf>,
+}
+
+/// One scenario's figures for one binary.
+#[derive(Debug, Default, Deserialize, Serialize)]
+struct Figures {
+    /// Seconds from the agent's start to all mappings in the maps (or to
+    /// its refusal, when they do not fit).
+    converged_s: f64,
+    installed: usize,
+    /// Why the maps could not take them all, if so.
+    refused: Option<String>,
+    rss_mib: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+/// A scenario: our Services, others' objects, endpoint changes.
+#[derive(Clone, Copy, Debug)]
+struct Scenario {
+    services: usize,
+    foreign: usize,
+    changes: usize,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
     }
-    let per_ip = services.div_ceil(SSH_IPS.len());
-    if per_ip > 8001 {
-        bail!(
-            "at most {} Services fit the port range on {} IPs",
-            8001 * SSH_IPS.len(),
-            SSH_IPS.len()
+    if let Some(bin) = &options.only_bin {
+        let scenario = Scenario {
+            services: options.services,
+            foreign: options.foreign,
+            changes: options.changes,
+        };
+        let figures = measure_with(bin, scenario)?;
+        println!("RESULT {}", serde_json::to_string(&figures)?);
+        return Ok(());
+    }
+    let after = crate::build_ssh_fwd_profile(true)?;
+    let mut builds: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(before) = &options.before {
+        builds.push(("before", before.clone()));
+    }
+    builds.push(("after", after));
+    let main = Scenario {
+        services: options.services,
+        foreign: 0,
+        changes: options.changes,
+    };
+    let mut rows = vec![(main, measure_all(&builds, main)?)];
+    if options.foreign > 0 {
+        let crowded = Scenario {
+            foreign: options.foreign,
+            ..main
+        };
+        rows.push((crowded, measure_all(&builds, crowded)?));
+    }
+    let mut curve = Vec::new();
+    for &services in &options.scale {
+        let point = Scenario {
+            services,
+            foreign: 0,
+            changes: 0,
+        };
+        curve.push((point, measure_all(&builds, point)?));
+    }
+    print_tables(&builds, &rows, &curve);
+    Ok(())
+}
+
+/// Runs `scenario` with each build, each in a process of its own (this
+/// program again), so each starts from a clean slate.
+fn measure_all(builds: &[(&str, PathBuf)], scenario: Scenario) -> anyhow::Result<Vec<Figures>> {
+    builds
+        .iter()
+        .map(|(label, bin)| {
+            println!("==> {label}: {scenario:?}");
+            let out = std::process::Command::new(std::env::current_exe()?)
+                .args(["bench", "convergence", "--only-bin"])
+                .arg(bin)
+                .args(["--services", &scenario.services.to_string()])
+                .args(["--foreign", &scenario.foreign.to_string()])
+                .args(["--changes", &scenario.changes.to_string()])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .context("running one measurement")?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("RESULT "))
+                .with_context(|| format!("{label}: no result ({}): {text}", out.status))?;
+            Ok(serde_json::from_str(line)?)
+        })
+        .collect()
+}
+
+fn print_tables(
+    builds: &[(&str, PathBuf)],
+    rows: &[(Scenario, Vec<Figures>)],
+    curve: &[(Scenario, Vec<Figures>)],
+) {
+    let labels: Vec<&str> = builds.iter().map(|(l, _)| *l).collect();
+    println!();
+    println!("| figure | {} |", labels.join(" | "));
+    println!("|---|{}", "---|".repeat(labels.len()));
+    for (scenario, figures) in rows {
+        let what = match scenario.foreign {
+            0 => format!("{} Services", scenario.services),
+            n => format!(
+                "{} Services + {n} others' Services and EndpointSlices",
+                scenario.services
+            ),
+        };
+        let cells = |f: &dyn Fn(&Figures) -> String| -> String {
+            figures.iter().map(f).collect::<Vec<_>>().join(" | ")
+        };
+        println!(
+            "| {what}: agent start to all in the maps | {} |",
+            cells(&|f| format!("{:.2} s", f.converged_s))
+        );
+        if scenario.changes > 0 {
+            println!(
+                "| {what}: one endpoint change to its map entry, p50 / p99 ({} changes) | {} |",
+                scenario.changes,
+                cells(&|f| format!(
+                    "{:.1} ms / {:.1} ms",
+                    f.p50_ms.unwrap_or_default(),
+                    f.p99_ms.unwrap_or_default()
+                ))
+            );
+        }
+        println!(
+            "| {what}: agent resident memory | {} |",
+            cells(&|f| format!("{:.1} MiB", f.rss_mib))
         );
     }
-    let bin = crate::build_ssh_fwd_profile(true)?;
-    // SAFETY: set before other threads start.
-    unsafe { std::env::set_var("SSH_FWD_BIN", &bin) };
+    if curve.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| Services | {} |",
+        labels
+            .iter()
+            .map(|l| format!("{l}: time, memory"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+    println!("|---:|{}", "---|".repeat(labels.len()));
+    for (scenario, figures) in curve {
+        let cells: Vec<String> = figures
+            .iter()
+            .map(|f| match &f.refused {
+                None => format!("{:.2} s, {:.1} MiB", f.converged_s, f.rss_mib),
+                Some(why) => format!(
+                    "refused after {:.2} s ({why}), {:.1} MiB",
+                    f.converged_s, f.rss_mib
+                ),
+            })
+            .collect();
+        println!("| {} | {} |", scenario.services, cells.join(" | "));
+    }
+}
+
+/// How many SSH IPs the Services need (two at least, as the 10,000 row has
+/// always used).
+fn ip_count(services: usize) -> usize {
+    services.div_ceil(PORTS_PER_IP).max(2)
+}
+
+fn ssh_ip(n: usize) -> String {
+    format!("198.18.0.{}", 10 + n)
+}
+
+fn measure_with(bin: &Path, scenario: Scenario) -> anyhow::Result<Figures> {
+    // SAFETY: set before this process starts other threads.
+    unsafe { std::env::set_var("SSH_FWD_BIN", bin) };
     ctrlc::set_handler(|| {
         ssh_fwd_tests::netns::remove_all_of_this_process();
         std::process::exit(130);
     })?;
+    let Scenario {
+        services,
+        foreign,
+        changes,
+    } = scenario;
+    let ips = ip_count(services);
+    let per_ip = services.div_ceil(ips);
     let topo = Topology::single_node(0)?;
     let node = &topo.nodes[0].ns;
     let api = FakeApi::start(node)?;
-    println!("==> creating {services} Services and EndpointSlices in the fake API");
+    eprintln!("==> creating {services} Services and EndpointSlices, and {foreign} of others'");
     for i in 0..services {
         api.apply(Kind::Service, service(i, per_ip));
         api.apply(Kind::EndpointSlice, slice(i, 0));
+    }
+    for i in 0..foreign {
+        api.apply(Kind::Service, foreign_service(i));
+        api.apply(Kind::EndpointSlice, foreign_slice(i));
     }
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
@@ -54,8 +244,8 @@ pub fn run(services: usize, changes: usize) -> anyhow::Result<()> {
         "--kubeconfig".into(),
         kubeconfig.display().to_string(),
     ];
-    for ip in SSH_IPS {
-        args.extend(["--ssh-ip".into(), ip.into()]);
+    for n in 0..ips {
+        args.extend(["--ssh-ip".into(), ssh_ip(n)]);
     }
     args.extend([
         "--port-range".into(),
@@ -64,18 +254,81 @@ pub fn run(services: usize, changes: usize) -> anyhow::Result<()> {
         "10m".into(),
     ]);
 
-    println!("==> starting the agent and waiting until all {services} are in the maps");
-    let started = Instant::now();
-    let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args)?;
-    let converged = started.elapsed();
+    eprintln!("==> starting the agent and waiting until all {services} are in the maps");
+    let started = SystemTime::now();
+    let agent = Agent::spawn(node, &[EXT_IFACE], &bpffs, &args)?;
+    let (done, refused) = wait_converged(&agent, Duration::from_secs(300))?;
+    let converged = done.duration_since(started).unwrap_or_default();
     let listing = bpffs.list()?;
     let installed = listing["mappings"].as_array().map_or(0, Vec::len);
-    if installed != services {
+    if refused.is_none() && installed != services {
         bail!("only {installed} of {services} mappings installed");
     }
     let rss_kib = rss_kib(agent.pid().context("agent pid")?)?;
+    let mut figures = Figures {
+        converged_s: converged.as_secs_f64(),
+        installed,
+        refused,
+        rss_mib: rss_kib as f64 / 1024.0,
+        ..Figures::default()
+    };
+    if changes > 0 && figures.refused.is_none() {
+        let delays = change_delays(&api, &agent, services, per_ip, changes)?;
+        let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
+        figures.p50_ms = Some(pct(0.50).as_secs_f64() * 1e3);
+        figures.p99_ms = Some(pct(0.99).as_secs_f64() * 1e3);
+    }
+    drop(agent);
+    Ok(figures)
+}
 
-    println!("==> {changes} endpoint changes, one at a time");
+/// Waits for the first complete reconcile, reading the log as it grows;
+/// returns the time of the line that says so (the agent writes it right
+/// after the map writes), and the error when the agent refused the desired
+/// state instead (more mappings than the maps hold).
+fn wait_converged(agent: &Agent, limit: Duration) -> anyhow::Result<(SystemTime, Option<String>)> {
+    let deadline = Instant::now() + limit;
+    let mut log = std::fs::File::open(agent.log_path())?;
+    let mut pending = String::new();
+    loop {
+        log.read_to_string(&mut pending)?;
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            let ready = line.contains("agent ready");
+            if !ready && !line.contains("reconcile failed") {
+                continue;
+            }
+            let v: Value = serde_json::from_str(&line)?;
+            let at = parse_rfc3339(v["timestamp"].as_str().unwrap_or(""))?;
+            if ready {
+                return Ok((at, None));
+            }
+            let error = v["fields"]["error"].as_str().unwrap_or(&line);
+            return Ok((
+                at,
+                Some(error.split(';').next().unwrap_or(error).to_owned()),
+            ));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the agent did not converge within {limit:?}:\n{}",
+                agent.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Moves `changes` Services' endpoints one at a time; each delay runs from
+/// the API accepting the change to the agent's log line after the map write.
+fn change_delays(
+    api: &FakeApi,
+    agent: &Agent,
+    services: usize,
+    per_ip: usize,
+    changes: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    eprintln!("==> {changes} endpoint changes, one at a time");
     let mut log = std::fs::File::open(agent.log_path())?;
     log.seek(std::io::SeekFrom::End(0))?;
     let mut delays = Vec::with_capacity(changes);
@@ -88,33 +341,11 @@ pub fn run(services: usize, changes: usize) -> anyhow::Result<()> {
         delays.push(done.duration_since(applied_at).unwrap_or_default());
     }
     delays.sort();
-    let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
-    println!();
-    println!("| figure | value |");
-    println!("| --- | --- |");
-    println!("| Services (and EndpointSlices) | {services} |");
-    println!(
-        "| agent start to all mappings in the maps | {:.2} s |",
-        converged.as_secs_f64()
-    );
-    println!(
-        "| one endpoint change to its map entry, p50 | {:.1} ms |",
-        pct(0.50).as_secs_f64() * 1e3
-    );
-    println!(
-        "| one endpoint change to its map entry, p99 | {:.1} ms |",
-        pct(0.99).as_secs_f64() * 1e3
-    );
-    println!(
-        "| agent resident memory with {services} mappings | {:.1} MiB |",
-        rss_kib as f64 / 1024.0
-    );
-    drop(agent);
-    Ok(())
+    Ok(delays)
 }
 
 fn frontend(i: usize, per_ip: usize) -> String {
-    format!("{}:{}", SSH_IPS[i / per_ip], 8000 + i % per_ip)
+    format!("{}:{}", ssh_ip(i / per_ip), 8000 + i % per_ip)
 }
 
 fn service(i: usize, per_ip: usize) -> Value {
@@ -124,13 +355,13 @@ fn service(i: usize, per_ip: usize) -> Value {
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh", "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": 8000 + i % per_ip, "targetPort": 22, "protocol": "TCP"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": SSH_IPS[i / per_ip]}]}}
+        "status": {"loadBalancer": {"ingress": [{"ip": ssh_ip(i / per_ip)}]}}
     })
 }
 
 /// Pod IPs inside 10.0.0.0/8 (never contacted: no packets are sent).
 fn slice(i: usize, generation: usize) -> Value {
-    let n = i + generation * 20_000;
+    let n = i + generation * 60_000;
     let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -138,6 +369,37 @@ fn slice(i: usize, generation: usize) -> Value {
         "addressType": "IPv4",
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+    })
+}
+
+/// Another team's Service, as a cluster has them by the thousand: not
+/// ssh-fwd's (no proxy-name label), with the annotations and fields a
+/// real one carries.
+fn foreign_service(i: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("web-{i}"), "namespace": format!("team-{}", i % 100),
+                     "creationTimestamp": "2025-06-01T00:00:00Z",
+                     "labels": {"app.kubernetes.io/name": format!("web-{i}"), "app.kubernetes.io/part-of": "shop"},
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"v1\",\"kind\":\"Service\"}"}},
+        "spec": {"type": "ClusterIP", "clusterIP": format!("10.96.{}.{}", (i >> 8) & 0xff, i & 0xff),
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+                 "sessionAffinity": "None", "internalTrafficPolicy": "Cluster"}
+    })
+}
+
+fn foreign_slice(i: usize) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("web-{i}-abcde"), "namespace": format!("team-{}", i % 100),
+                     "labels": {"kubernetes.io/service-name": format!("web-{i}"),
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                                "app.kubernetes.io/name": format!("web-{i}")}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [format!("10.250.{}.{}", (i >> 8) & 0xff, i & 0xff)],
+                       "conditions": {"ready": true, "serving": true, "terminating": false},
+                       "nodeName": format!("node-{}", i % 50)}]
     })
 }
 

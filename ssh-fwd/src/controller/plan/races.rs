@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, DeleteReason, split};
-use crate::{controller::service::Claim, k8s::ownership::seniority};
+use crate::{controller::service::Claim, k8s::ownership};
 
 /// Deletes our Services that hold a port an older Service holds; returns
 /// their `namespace/name`s.
@@ -35,14 +35,18 @@ fn port_losers(claims: &[Claim]) -> Vec<(Claim, String)> {
         by_port.entry(claim.port).or_default().push(claim);
     }
     let mut losers = Vec::new();
-    for (_, mut holders) in by_port {
-        holders.sort_by(|a, b| {
-            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
-        });
-        holders.dedup_by(|a, b| a.service == b.service);
-        let winner = holders[0].service.clone();
-        for loser in holders.into_iter().skip(1).filter(|c| c.managed) {
-            losers.push((loser.clone(), winner.clone()));
+    for (_, holders) in by_port {
+        let Some(owner) = ownership::owner(holders.iter().copied()) else {
+            continue;
+        };
+        let mut seen = BTreeSet::new();
+        for loser in holders
+            .iter()
+            .filter(|c| c.service != owner.service && c.managed)
+        {
+            if seen.insert(&loser.service) {
+                losers.push(((*loser).clone(), owner.service.clone()));
+            }
         }
     }
     losers

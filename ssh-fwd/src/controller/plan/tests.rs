@@ -8,6 +8,7 @@ use super::*;
 use crate::controller::args::ServiceStyle;
 use crate::controller::expect::{Done, Expectations};
 
+mod ownership;
 mod publish;
 mod warnings;
 

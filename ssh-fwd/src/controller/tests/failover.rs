@@ -53,12 +53,16 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     assert_eq!(bed.our_services().len(), 1);
     assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
     // The standby only reads the Lease: it watches nothing and writes
-    // nothing while another replica leads.
+    // nothing while another replica leads (besides having the API server
+    // check its --selector once at start-up).
     let standby = bed.requests_of("b");
+    let checks = standby.iter().filter(|r| r.resource == "services").count();
     assert!(
-        standby
-            .iter()
-            .all(|r| r.resource == "leases" && r.verb == "get"),
+        checks == 1
+            && standby
+                .iter()
+                .all(|r| r.resource == "leases" && r.verb == "get"
+                    || r.resource == "services" && r.verb == "list"),
         "{standby:?}"
     );
     a.abort();
@@ -77,4 +81,56 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     assert_eq!(writes_by_b, 1, "b created job-2's Service");
     bed.assert_requests_listed();
     b.abort();
+}
+
+#[tokio::test]
+async fn a_leader_whose_api_stalls_stops_writing_before_its_lease_could_expire() {
+    let bed = Bed::new();
+    let a = bed.controller("a", &[]);
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    let lease_writes = |bed: &Bed| {
+        bed.requests_of("a")
+            .into_iter()
+            .filter(|r| r.resource == "leases" && matches!(r.verb, "create" | "update"))
+            .count()
+    };
+    let before = lease_writes(&bed);
+    eventually("a renews", || lease_writes(&bed) > before).await;
+    // The connection stalls mid-term, with work waiting: a pod the leader
+    // will only hear of once the API answers again.
+    bed.api.stall();
+    let stalled = std::time::Instant::now();
+    bed.pod("job-2");
+    tokio::time::sleep(Duration::from_secs(4)).await; // twice the Lease duration
+    bed.api.resume();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let requests = bed.requests_of("a");
+    let renewed = requests
+        .iter()
+        .filter(|r| r.resource == "leases" && matches!(r.verb, "create" | "update"))
+        .filter(|r| r.at < stalled)
+        .map(|r| r.at)
+        .max()
+        .expect("the leader renewed before the stall");
+    // A standby seeing that renewal would take over 2 s later.
+    let expired = renewed + Duration::from_secs(2);
+    let late: Vec<&Request> = requests
+        .iter()
+        .filter(|r| !matches!(r.verb, "get" | "list" | "watch") && r.at >= expired)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "writes after the Lease could have expired: {late:?}"
+    );
+    assert!(
+        bed.endpoint("job-2").is_none(),
+        "the stalled leader did not serve job-2"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), a)
+        .await
+        .expect("the stalled leader stops on its own")
+        .unwrap();
+    let error = format!("{:#}", ended.unwrap_err());
+    assert!(error.contains("Lease"), "{error}");
 }

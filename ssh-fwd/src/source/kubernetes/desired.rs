@@ -1,32 +1,35 @@
-//! From cached Services and EndpointSlices to the mappings a node should
-//! hold: a pure function, so every rule is a unit test.
+//! From Services and EndpointSlices (as [`objects`](super::objects) keeps
+//! them) to the mappings a node should hold: pure functions, so every rule
+//! is a unit test. Two halves, shared by the full recompute ([`compute`])
+//! and the incremental index ([`super::index`]): what one Service claims
+//! ([`claims_of`]), and who owns each claimed frontend ([`resolve`]).
 //!
-//! Rules: a Service counts if it exposes an external address in `--ssh-ip`,
-//! either legacy (`spec.externalIPs`) or as a LoadBalancer of class
-//! [`LB_CLASS`] (`status.loadBalancer.ingress[].ip`). Which Services are seen
-//! at all is decided by the API server: the watches carry `--selector`.
-//! Each TCP port in `--port-range` maps to the Service's ready endpoint. Two
-//! Services claiming one address and port: the oldest wins, then by name.
+//! Rules: a Service counts if it exposes an address in `--ssh-ip`, either
+//! legacy (`spec.externalIPs`) or as a LoadBalancer of class [`LB_CLASS`]
+//! (`status.loadBalancer.ingress[].ip`), each shape only if
+//! `--service-styles` honours it. A LoadBalancer of our class that lets
+//! Kubernetes allocate NodePorts is refused whole. Which Services are seen at
+//! all is decided by the API server: the watches carry `--selector`. Each
+//! TCP port in `--port-range` claims its frontend on each such address. Two
+//! Services claiming one frontend: the oldest owns it, ready or not
+//! ([`ownership::owner`]); the frontend maps to the owner's ready endpoint,
+//! and is closed while the owner has none.
+//!
+//! [`LB_CLASS`]: crate::k8s::LB_CLASS
 
 use std::{
-    borrow::Borrow,
     collections::{BTreeMap, BTreeSet},
     net::{Ipv4Addr, SocketAddrV4},
     ops::RangeInclusive,
 };
 
-use k8s_openapi::{
-    api::{core::v1::Service, discovery::v1::EndpointSlice},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
-    k8s::{LB_CLASS, ownership::seniority},
+    k8s::ownership::{self, Claimant},
     mapping::{Mapping, MappingSet},
 };
-
-/// Label linking an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// What the agent honours; everything else is ignored (CVE-2020-8554: never
 /// let an arbitrary Service capture traffic).
@@ -34,12 +37,40 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub struct Policy {
     pub ssh_ips: BTreeSet<Ipv4Addr>,
     pub ports: RangeInclusive<u16>,
+    pub styles: Styles,
+}
+
+/// The Service shapes honoured (`--service-styles`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Styles {
+    /// `type: LoadBalancer` of class `ssh-fwd.io/ssh`.
+    pub load_balancer: bool,
+    /// `spec.externalIPs`.
+    pub external_ips: bool,
+}
+
+impl Styles {
+    pub const ALL: Self = Self {
+        load_balancer: true,
+        external_ips: true,
+    };
 }
 
 /// Why a Service or port produced no mapping, or what was chosen for it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Note {
     NoSshIp {
+        service: String,
+    },
+    /// The Service exposes an SSH IP in a shape `--service-styles` leaves
+    /// out (`externalIPs` or `LoadBalancer`).
+    StyleNotHonoured {
+        service: String,
+        style: &'static str,
+    },
+    /// A LoadBalancer of our class with `allocateLoadBalancerNodePorts`
+    /// not false: refused whole.
+    NodePortsAllocated {
         service: String,
     },
     PortOutsideRange {
@@ -71,192 +102,129 @@ pub struct Desired {
     pub notes: Vec<Note>,
 }
 
-struct Claim {
-    mapping: Mapping,
-    created: Option<Time>,
-    service: String,
+/// One frontend a Service claims.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    pub frontend: SocketAddrV4,
+    /// The mapping's name.
+    pub name: String,
+    /// The ready endpoint; `None` while there is none (the claim still
+    /// holds the frontend, closed).
+    pub backend: Option<SocketAddrV4>,
 }
 
-pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
-    services: &[S],
-    slices: &[E],
-    policy: &Policy,
-) -> Desired {
-    let mut notes = Vec::new();
-    let mut by_service: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
-    for slice in slices.iter().map(Borrow::borrow) {
-        let meta = &slice.metadata;
-        if let (Some(ns), Some(svc)) = (
-            &meta.namespace,
-            meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)),
-        ) {
-            by_service
-                .entry((ns.clone(), svc.clone()))
-                .or_default()
-                .push(slice);
-        }
+/// Everything one Service claims, and why it claims less than it asks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServiceClaims {
+    pub claims: Vec<Claim>,
+    pub notes: Vec<Note>,
+}
+
+/// What one Service claims, given its EndpointSlices.
+pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> ServiceClaims {
+    let mut out = ServiceClaims::default();
+    let id = svc.id.to_string();
+    if svc.ours && !svc.node_ports_off {
+        out.notes.push(Note::NodePortsAllocated { service: id });
+        return out;
     }
-    let mut claims: BTreeMap<SocketAddrV4, Vec<Claim>> = BTreeMap::new();
-    for svc in services.iter().map(Borrow::borrow) {
-        let ns = svc.metadata.namespace.clone().unwrap_or_default();
-        let name = svc.metadata.name.clone().unwrap_or_default();
-        let id = format!("{ns}/{name}");
-        let ips: Vec<Ipv4Addr> = external_ips(svc)
-            .into_iter()
-            .filter(|ip| policy.ssh_ips.contains(ip))
-            .collect();
-        if ips.is_empty() {
-            notes.push(Note::NoSshIp { service: id });
+    let ips = addresses(svc, policy, &mut out.notes);
+    if ips.is_empty() {
+        if out.notes.is_empty() {
+            out.notes.push(Note::NoSshIp { service: id });
+        }
+        return out;
+    }
+    let multi = svc.ports.len() > 1;
+    for port in &svc.ports {
+        if !port.tcp {
+            out.notes.push(Note::NotTcp {
+                service: id.clone(),
+                port: port.port,
+            });
             continue;
         }
-        let slices = by_service
-            .get(&(ns, name))
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        let ports = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.ports.as_deref())
-            .unwrap_or_default();
-        let multi = ports.len() > 1;
-        for port in ports {
-            if port.protocol.as_deref().unwrap_or("TCP") != "TCP" {
-                notes.push(Note::NotTcp {
-                    service: id.clone(),
-                    port: port.port,
-                });
-                continue;
-            }
-            let Ok(number) = u16::try_from(port.port) else {
-                continue;
-            };
-            if !policy.ports.contains(&number) {
-                notes.push(Note::PortOutsideRange {
-                    service: id.clone(),
-                    port: port.port,
-                });
-                continue;
-            }
-            let port_name = port.name.clone().unwrap_or_default();
-            let Some(backend) = ready_backend(slices, &port_name, port, &id, &mut notes) else {
-                notes.push(Note::NoReadyEndpoint {
-                    service: id.clone(),
-                });
-                continue;
-            };
-            for ip in &ips {
-                let frontend = SocketAddrV4::new(*ip, number);
-                let label = if multi {
-                    format!(
-                        "{id}:{}",
-                        if port_name.is_empty() {
-                            number.to_string()
-                        } else {
-                            port_name.clone()
-                        }
-                    )
-                } else {
-                    id.clone()
-                };
-                claims.entry(frontend).or_default().push(Claim {
-                    mapping: Mapping {
-                        name: label,
-                        frontend,
-                        backend,
-                    },
-                    created: svc.metadata.creation_timestamp.clone(),
-                    service: id.clone(),
-                });
-            }
-        }
-    }
-    let mut mappings = Vec::new();
-    for (frontend, mut contenders) in claims {
-        // Oldest first; a missing timestamp sorts last; then by name. Stable
-        // across restarts and event order, so the winner never flaps.
-        contenders.sort_by(|a, b| {
-            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
-        });
-        let mut contenders = contenders.into_iter();
-        let Some(winner) = contenders.next() else {
+        let Ok(number) = u16::try_from(port.port) else {
             continue;
         };
-        for loser in contenders {
-            notes.push(Note::Conflict {
-                frontend,
-                winner: winner.service.clone(),
-                loser: loser.service,
+        if !policy.ports.contains(&number) {
+            out.notes.push(Note::PortOutsideRange {
+                service: id.clone(),
+                port: port.port,
+            });
+            continue;
+        }
+        let backend = ready_backend(slices, port, &id, &mut out.notes);
+        if backend.is_none() {
+            out.notes.push(Note::NoReadyEndpoint {
+                service: id.clone(),
             });
         }
-        mappings.push(winner.mapping);
-    }
-    Desired {
-        mappings: MappingSet::from_unique(mappings),
-        notes,
-    }
-}
-
-/// The Service's external IPv4 addresses in either shape.
-fn external_ips(svc: &Service) -> Vec<Ipv4Addr> {
-    let Some(spec) = &svc.spec else { return vec![] };
-    let mut out: Vec<Ipv4Addr> = spec
-        .external_ips
-        .iter()
-        .flatten()
-        .filter_map(|ip| ip.parse().ok())
-        .collect();
-    let is_ours = spec.type_.as_deref() == Some("LoadBalancer")
-        && spec.load_balancer_class.as_deref() == Some(LB_CLASS);
-    if is_ours {
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref());
-        out.extend(
-            ingress
-                .into_iter()
-                .flatten()
-                .filter_map(|i| i.ip.as_deref()?.parse::<Ipv4Addr>().ok()),
-        );
+        let name = match (multi, port.name.is_empty()) {
+            (false, _) => id.clone(),
+            (true, true) => format!("{id}:{number}"),
+            (true, false) => format!("{id}:{}", port.name),
+        };
+        for ip in &ips {
+            let frontend = SocketAddrV4::new(*ip, number);
+            // A port listed twice (the API server refuses that) claims once.
+            if out.claims.iter().any(|c| c.frontend == frontend) {
+                continue;
+            }
+            out.claims.push(Claim {
+                frontend,
+                name: name.clone(),
+                backend,
+            });
+        }
     }
     out
 }
 
+/// The SSH IPs the Service exposes in the shapes honoured.
+fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTreeSet<Ipv4Addr> {
+    let ours = |ips: &[Ipv4Addr]| -> BTreeSet<Ipv4Addr> {
+        ips.iter()
+            .copied()
+            .filter(|ip| policy.ssh_ips.contains(ip))
+            .collect()
+    };
+    let (mut external, mut ingress) = (ours(&svc.external_ips), ours(&svc.ingress));
+    let mut refuse = |set: &mut BTreeSet<Ipv4Addr>, honoured: bool, style: &'static str| {
+        if !honoured && !set.is_empty() {
+            set.clear();
+            notes.push(Note::StyleNotHonoured {
+                service: svc.id.to_string(),
+                style,
+            });
+        }
+    };
+    refuse(&mut external, policy.styles.external_ips, "externalIPs");
+    refuse(&mut ingress, policy.styles.load_balancer, "LoadBalancer");
+    external.extend(ingress);
+    external
+}
+
 /// The ready endpoint and resolved target port for one Service port. The
 /// EndpointSlice carries the port by the Service port's name, already
-/// resolved for named targetPorts, as kube-proxy reads it.
+/// resolved for named targetPorts, as kube-proxy reads it. Several ready
+/// endpoints: the lowest address, with a note.
 fn ready_backend(
-    slices: &[&EndpointSlice],
-    port_name: &str,
-    port: &k8s_openapi::api::core::v1::ServicePort,
+    slices: &[&SliceView],
+    port: &PortView,
     service: &str,
     notes: &mut Vec<Note>,
 ) -> Option<SocketAddrV4> {
     let mut ready: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
-    for slice in slices.iter().filter(|s| s.address_type == "IPv4") {
-        let slice_port = slice
+    for slice in slices.iter().filter(|s| s.ipv4) {
+        let target = slice
             .ports
             .iter()
-            .flatten()
-            .find(|p| p.name.as_deref().unwrap_or("") == port_name)
-            .and_then(|p| p.port)
-            .and_then(|p| u16::try_from(p).ok())
-            .or_else(|| numeric_target(port));
-        let Some(target) = slice_port else { continue };
-        for endpoint in slice.endpoints.iter().flatten() {
-            // An absent `ready` means ready (API semantics).
-            if endpoint.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                continue;
-            }
-            ready.extend(
-                endpoint
-                    .addresses
-                    .iter()
-                    .filter_map(|a| a.parse::<Ipv4Addr>().ok())
-                    .map(|ip| (ip, target)),
-            );
-        }
+            .find(|(name, _)| *name == port.name)
+            .and_then(|(_, number)| *number)
+            .or(port.numeric_target);
+        let Some(target) = target else { continue };
+        ready.extend(slice.ready.iter().map(|ip| (*ip, target)));
     }
     let (ip, target) = *ready.first()?;
     if ready.len() > 1 {
@@ -269,12 +237,103 @@ fn ready_backend(
     Some(SocketAddrV4::new(ip, target))
 }
 
-fn numeric_target(port: &k8s_openapi::api::core::v1::ServicePort) -> Option<u16> {
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    match &port.target_port {
-        Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
-        Some(IntOrString::String(_)) => None,
-        None => u16::try_from(port.port).ok(),
+/// One Service's claim on a frontend, as the owner rule sees it.
+pub struct Contender<'a> {
+    pub id: &'a Id,
+    pub created: Option<&'a Time>,
+    pub claim: &'a Claim,
+}
+
+impl Claimant for Contender<'_> {
+    fn created(&self) -> Option<&Time> {
+        self.created
+    }
+    fn service(&self) -> &str {
+        self.id
+    }
+}
+
+/// Who owns `frontend` among its contenders: the mapping to the owner's
+/// ready endpoint (none while it has none), and a note per younger
+/// claimant.
+pub fn resolve<'a>(
+    frontend: SocketAddrV4,
+    contenders: impl IntoIterator<Item = Contender<'a>>,
+) -> (Option<Mapping>, Vec<Note>) {
+    let contenders: Vec<Contender<'a>> = contenders.into_iter().collect();
+    let Some(owner) = ownership::owner(&contenders) else {
+        return (None, Vec::new());
+    };
+    let losers: BTreeSet<&str> = contenders
+        .iter()
+        .map(|c| &**c.id)
+        .filter(|id| *id != &**owner.id)
+        .collect();
+    let notes = losers
+        .into_iter()
+        .map(|loser| Note::Conflict {
+            frontend,
+            winner: owner.id.to_string(),
+            loser: loser.to_owned(),
+        })
+        .collect();
+    let mapping = owner.claim.backend.map(|backend| Mapping {
+        name: owner.claim.name.clone(),
+        frontend,
+        backend,
+    });
+    (mapping, notes)
+}
+
+/// The whole desired state from scratch: the reference the incremental
+/// index is checked against, and the periodic self-check.
+pub fn compute<'a>(
+    services: impl IntoIterator<Item = &'a ServiceView>,
+    slices: impl IntoIterator<Item = &'a SliceView>,
+    policy: &Policy,
+) -> Desired {
+    let mut by_service: BTreeMap<&str, Vec<&SliceView>> = BTreeMap::new();
+    for slice in slices {
+        if let Some(service) = &slice.service {
+            by_service.entry(service).or_default().push(slice);
+        }
+    }
+    let mut services: Vec<&ServiceView> = services.into_iter().collect();
+    services.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut notes = Vec::new();
+    let claimed: Vec<(&ServiceView, ServiceClaims)> = services
+        .into_iter()
+        .map(|svc| {
+            let slices = by_service
+                .get(&*svc.id)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            (svc, claims_of(svc, slices, policy))
+        })
+        .collect();
+    let mut frontends: BTreeMap<SocketAddrV4, Vec<Contender<'_>>> = BTreeMap::new();
+    for (svc, claims) in &claimed {
+        notes.extend(claims.notes.iter().cloned());
+        for claim in &claims.claims {
+            frontends
+                .entry(claim.frontend)
+                .or_default()
+                .push(Contender {
+                    id: &svc.id,
+                    created: svc.created.as_ref(),
+                    claim,
+                });
+        }
+    }
+    let mut mappings = Vec::new();
+    for (frontend, contenders) in frontends {
+        let (mapping, conflicts) = resolve(frontend, contenders);
+        mappings.extend(mapping);
+        notes.extend(conflicts);
+    }
+    Desired {
+        mappings: MappingSet::from_unique(mappings),
+        notes,
     }
 }
 

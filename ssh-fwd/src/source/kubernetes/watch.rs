@@ -1,109 +1,253 @@
-//! Watches Services and EndpointSlices into local caches with kube-rs
-//! reflectors. Events only say "something changed"; the reconciler always
-//! recomputes from the full caches (level-triggered), so a lost event costs
-//! nothing and a relist after 410 Gone replaces a cache whole.
+//! Watches Services and EndpointSlices and keeps the desired state up to
+//! date as events arrive ([`KubeSource`]). Each watch reads only the fields
+//! the rules use ([`objects`](super::objects)) and hands over small views;
+//! the [`Index`] recomputes what an event touches. A relist (the first
+//! list, or after a watch expired with 410 Gone) arrives whole and replaces
+//! everything of its kind, so a missed delete cannot linger.
 //!
 //! Both watches carry the `--selector` label selector, so the API server
 //! sends only ssh-fwd's Services, and their EndpointSlices, which carry
 //! their Service's labels (the EndpointSlice controller copies them; this
 //! is how kube-proxy filters on `service.kubernetes.io/service-proxy-name`).
+//!
+//! Changes are taken as they come: whatever arrived while the agent was
+//! busy (writing the maps) is applied together, and nothing waits on a
+//! quiet system.
 
-use std::sync::Arc;
+use std::time::Instant;
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use futures::StreamExt as _;
 use kube::{
     Api, Client,
-    api::ListParams,
-    runtime::{reflector::Store, watcher},
+    runtime::{WatchStreamExt as _, watcher},
 };
 use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
 
-use super::desired::{self, Desired, Policy};
-use crate::k8s::reflector::{Changes, drop_managed_fields, spawn_reflector};
+use super::{
+    desired::{Note, Policy},
+    index::{Drift, Index, Update},
+    objects::{Id, ServiceView, SliceView, WireService, WireSlice},
+};
+use crate::mapping::MappingSet;
 
-/// Why the agent cannot start watching.
+/// The watchers stopped (only when the runtime shuts down).
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "--selector `{selector}` was refused by the API server ({message}); write it as kubectl -l \
-     takes it, e.g. service.kubernetes.io/service-proxy-name=ssh-fwd or \
-     'app in (a,b),!skip'"
-)]
-pub struct BadSelector {
-    selector: String,
-    message: String,
-}
+#[error("the Kubernetes watchers stopped")]
+pub struct Stopped;
 
-/// Asks the API server to parse `selector` (one list of at most one
-/// Service), so a typo fails at start-up instead of in every watch retry.
-/// Anything but a 400 Bad Request (the API is down, RBAC) is left to the
-/// watchers, which retry: the maps must keep forwarding meanwhile.
-pub async fn check_selector(client: &Client, selector: &str) -> Result<(), BadSelector> {
-    let services: Api<Service> = Api::all(client.clone());
-    match services
-        .list_metadata(&ListParams::default().labels(selector).limit(1))
-        .await
-    {
-        Err(kube::Error::Api(status)) if status.code == 400 => Err(BadSelector {
-            selector: selector.to_owned(),
-            message: status.message.clone(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// The caches and what the watchers report about themselves.
-#[derive(Clone)]
+/// The desired state as the watches have it.
 pub struct KubeSource {
-    services: Store<Service>,
-    slices: Store<EndpointSlice>,
-    /// Woken after every cache change.
-    pub changes: Arc<Changes>,
+    updates: mpsc::UnboundedReceiver<(Instant, Update)>,
+    index: Index,
+    services_listed: bool,
+    slices_listed: bool,
+    /// When the oldest change not yet returned by [`KubeSource::changed`]
+    /// arrived.
+    pending: Option<Instant>,
+    /// Notes raised and not yet taken.
+    raised: Vec<Note>,
+    /// A change was returned already: until then the first complete lists
+    /// count as one even if they map nothing.
+    returned: bool,
 }
 
 impl KubeSource {
     /// Starts both watchers on the runtime; they run until the process ends,
-    /// retrying with backoff on any API error while the caches keep their
-    /// last good content.
-    /// Watch and list failures are counted in `api_errors`.
-    pub fn start(client: Client, selector: &str, api_errors: &Counter) -> Self {
-        let changes = Changes::new();
-        let services = spawn_reflector::<Service>(
-            Api::all(client.clone()),
-            watcher::Config::default().labels(selector),
-            drop_managed_fields,
-            "Service",
-            &changes,
-            api_errors,
-        );
-        let slices = spawn_reflector::<EndpointSlice>(
-            Api::all(client),
-            watcher::Config::default().labels(selector),
-            drop_managed_fields,
-            "EndpointSlice",
-            &changes,
-            api_errors,
-        );
+    /// retrying with kube's watcher backoff on any API error while the
+    /// desired state keeps its last good content. Watch and list failures
+    /// are counted in `api_errors`.
+    pub fn start(client: Client, selector: &str, policy: Policy, api_errors: &Counter) -> Self {
+        let (tx, updates) = mpsc::unbounded_channel();
+        let config = watcher::Config::default().labels(selector);
+        spawn_watch::<WireService>(Api::all(client.clone()), config.clone(), &tx, api_errors);
+        spawn_watch::<WireSlice>(Api::all(client), config, &tx, api_errors);
         Self {
-            services,
-            slices,
-            changes,
+            updates,
+            index: Index::new(policy),
+            services_listed: false,
+            slices_listed: false,
+            pending: None,
+            raised: Vec::new(),
+            returned: false,
         }
     }
 
-    /// Resolves once both caches hold a complete first list. Until then the
-    /// agent must not remove anything: an empty cache is not "no Services".
-    pub async fn wait_until_ready(&self) -> anyhow::Result<()> {
-        self.services.wait_until_ready().await?;
-        self.slices.wait_until_ready().await?;
+    /// Both kinds have been listed completely once. Until then the agent
+    /// must not remove anything: an empty cache is not "no Services".
+    pub fn is_ready(&self) -> bool {
+        self.services_listed && self.slices_listed
+    }
+
+    /// Resolves once the source is ready.
+    pub async fn wait_until_ready(&mut self) -> Result<(), Stopped> {
+        while !self.is_ready() {
+            self.receive().await?;
+        }
         Ok(())
     }
 
-    /// The desired mappings for the current caches.
-    pub fn desired(&self, policy: &Policy) -> Desired {
-        let services = self.services.state();
-        let slices = self.slices.state();
-        desired::compute(&services, &slices, policy)
+    /// Waits until the source is ready and its mappings have changed since
+    /// the last call (the first call: since start); returns when the oldest
+    /// of those changes arrived. Cancel-safe: changes taken in by a
+    /// cancelled call are returned by the next.
+    pub async fn changed(&mut self) -> Result<Instant, Stopped> {
+        loop {
+            if self.is_ready()
+                && let Some(since) = self.pending.take()
+            {
+                self.returned = true;
+                return Ok(since);
+            }
+            self.receive().await?;
+        }
     }
+
+    /// Waits for the next update, then takes in everything else already
+    /// queued with it.
+    async fn receive(&mut self) -> Result<(), Stopped> {
+        let first = self.updates.recv().await.ok_or(Stopped)?;
+        let mut batch = vec![first];
+        while let Ok(more) = self.updates.try_recv() {
+            batch.push(more);
+        }
+        let before = self.index.generation();
+        let oldest = batch.iter().map(|(at, _)| *at).min();
+        for (_, update) in &batch {
+            match update {
+                Update::Services(_) => self.services_listed = true,
+                Update::Slices(_) => self.slices_listed = true,
+                _ => {}
+            }
+        }
+        let raised = self.index.apply(batch.into_iter().map(|(_, u)| u));
+        self.raised.extend(raised);
+        if self.index.generation() != before || !self.returned {
+            self.pending = match (self.pending, oldest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Ok(())
+    }
+
+    /// The desired mappings now.
+    pub fn mappings(&self) -> &MappingSet {
+        self.index.mappings()
+    }
+
+    /// The notes raised since the last call, each once while it holds.
+    pub fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.raised)
+    }
+
+    /// Compares the incremental state with a full recompute, rebuilding it
+    /// if they differ.
+    pub fn check(&mut self) -> Result<(), Drift> {
+        self.index.check()
+    }
+}
+
+/// What a watch reports of one kind of object.
+trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + 'static
+{
+    const KIND: &'static str;
+    type View: Send + 'static;
+    fn view(&self) -> (Id, Self::View);
+    fn id(&self) -> Id;
+    fn one(id: Id, view: Option<Self::View>) -> Update;
+    fn all(views: Vec<(Id, Self::View)>) -> Update;
+}
+
+impl Watched for WireService {
+    const KIND: &'static str = "Service";
+    type View = ServiceView;
+    fn view(&self) -> (Id, ServiceView) {
+        let view = WireService::view(self);
+        (view.id.clone(), view)
+    }
+    fn id(&self) -> Id {
+        super::objects::id_of(kube::Resource::meta(self))
+    }
+    fn one(id: Id, view: Option<ServiceView>) -> Update {
+        Update::Service(id, view)
+    }
+    fn all(views: Vec<(Id, ServiceView)>) -> Update {
+        Update::Services(views.into_iter().map(|(_, v)| v).collect())
+    }
+}
+
+impl Watched for WireSlice {
+    const KIND: &'static str = "EndpointSlice";
+    type View = SliceView;
+    fn view(&self) -> (Id, SliceView) {
+        (WireSlice::id(self), WireSlice::view(self))
+    }
+    fn id(&self) -> Id {
+        WireSlice::id(self)
+    }
+    fn one(id: Id, view: Option<SliceView>) -> Update {
+        Update::Slice(id, view)
+    }
+    fn all(views: Vec<(Id, SliceView)>) -> Update {
+        Update::Slices(views)
+    }
+}
+
+/// Watches `api` in the background and sends each change as an update;
+/// a relist is sent whole once complete. Failures are counted, logged and
+/// retried with kube's watcher backoff.
+fn spawn_watch<K: Watched>(
+    api: Api<K>,
+    config: watcher::Config,
+    tx: &mpsc::UnboundedSender<(Instant, Update)>,
+    errors: &Counter,
+) {
+    let (tx, errors) = (tx.clone(), errors.clone());
+    tokio::spawn(async move {
+        let stream = watcher(api, config).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let mut relist: Vec<(Id, K::View)> = Vec::new();
+        while let Some(event) = stream.next().await {
+            let update = match event {
+                Ok(watcher::Event::Init) => {
+                    relist.clear();
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(object)) => {
+                    relist.push(object.view());
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => {
+                    tracing::debug!(
+                        kind = K::KIND,
+                        objects = relist.len(),
+                        "complete list received"
+                    );
+                    K::all(std::mem::take(&mut relist))
+                }
+                Ok(watcher::Event::Apply(object)) => {
+                    let (id, view) = object.view();
+                    K::one(id, Some(view))
+                }
+                Ok(watcher::Event::Delete(object)) => K::one(object.id(), None),
+                Err(e) => {
+                    errors.inc();
+                    tracing::warn!(kind = K::KIND, error = %e, "watch failed; keeping the desired state as it is and retrying with backoff");
+                    continue;
+                }
+            };
+            if tx.send((Instant::now(), update)).is_err() {
+                return; // the source is gone
+            }
+        }
+    });
 }
 
 #[cfg(test)]

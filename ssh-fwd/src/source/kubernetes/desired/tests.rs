@@ -3,7 +3,10 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::k8s::LB_CLASS;
+use crate::{
+    k8s::LB_CLASS,
+    source::kubernetes::objects::{SERVICE_NAME_LABEL, WireService, WireSlice},
+};
 
 const SSH_IP: &str = "198.18.0.10";
 const PROXY_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -12,6 +15,7 @@ fn policy() -> Policy {
     Policy {
         ssh_ips: [SSH_IP.parse().unwrap()].into(),
         ports: 8000..=16000,
+        styles: Styles::ALL,
     }
 }
 
@@ -44,16 +48,26 @@ fn ready(ip: &str) -> Value {
     json!({"addresses": [ip], "conditions": {"ready": true}})
 }
 
+/// The objects as the watches read them.
+pub fn views(services: Vec<Value>, slices: Vec<Value>) -> (Vec<ServiceView>, Vec<SliceView>) {
+    let services = services
+        .into_iter()
+        .map(|v| serde_json::from_value::<WireService>(v).unwrap().view())
+        .collect();
+    let slices = slices
+        .into_iter()
+        .map(|v| serde_json::from_value::<WireSlice>(v).unwrap().view())
+        .collect();
+    (services, slices)
+}
+
+fn run_with(services: Vec<Value>, slices: Vec<Value>, policy: &Policy) -> Desired {
+    let (services, slices) = views(services, slices);
+    compute(&services, &slices, policy)
+}
+
 fn run(services: Vec<Value>, slices: Vec<Value>) -> Desired {
-    let services: Vec<Service> = services
-        .into_iter()
-        .map(|v| serde_json::from_value(v).unwrap())
-        .collect();
-    let slices: Vec<EndpointSlice> = slices
-        .into_iter()
-        .map(|v| serde_json::from_value(v).unwrap())
-        .collect();
-    compute(&services, &slices, &policy())
+    run_with(services, slices, &policy())
 }
 
 fn pairs(d: &Desired) -> Vec<(String, String, String)> {
@@ -276,4 +290,104 @@ fn slices_of_a_same_named_service_in_another_namespace_do_not_count() {
     s["metadata"]["namespace"] = json!("other");
     let d = run(vec![legacy("job-1", 8123, "2026-01-01T00:00:00Z")], vec![s]);
     assert!(d.mappings.is_empty());
+}
+
+#[test]
+fn a_port_whose_older_owner_is_not_ready_stays_closed_instead_of_going_to_a_younger_claimant() {
+    // The owner's pod restarts: its endpoint is not ready for a moment. A
+    // younger Service claiming the same port must not capture it.
+    let owner = legacy("owner", 8123, "2026-01-01T00:00:00Z");
+    let younger = legacy("younger", 8123, "2026-02-01T00:00:00Z");
+    let not_ready = json!([{"addresses": ["10.244.1.5"], "conditions": {"ready": false}}]);
+    let d = run(
+        vec![owner.clone(), younger.clone()],
+        vec![
+            slice("owner", "", 22, not_ready),
+            slice("younger", "", 22, json!([ready("10.244.9.9")])),
+        ],
+    );
+    assert!(
+        d.mappings.is_empty(),
+        "closed, not handed over: {:?}",
+        pairs(&d)
+    );
+    assert!(d.notes.contains(&Note::Conflict {
+        frontend: "198.18.0.10:8123".parse().unwrap(),
+        winner: "jobs/owner".into(),
+        loser: "jobs/younger".into()
+    }));
+    // Without any slice at all the owner still holds the port.
+    let d = run(
+        vec![owner, younger],
+        vec![slice("younger", "", 22, json!([ready("10.244.9.9")]))],
+    );
+    assert!(d.mappings.is_empty(), "{:?}", pairs(&d));
+}
+
+#[test]
+fn external_ips_services_are_ignored_with_a_note_when_only_load_balancers_are_honoured() {
+    let only_lb = Policy {
+        styles: Styles {
+            load_balancer: true,
+            external_ips: false,
+        },
+        ..policy()
+    };
+    let services = vec![
+        legacy("legacy", 8123, "2026-01-01T00:00:00Z"),
+        lb("balanced", 9000, json!(22)),
+    ];
+    let slices = vec![
+        slice("legacy", "", 22, json!([ready("10.244.1.5")])),
+        slice("balanced", "ssh", 22, json!([ready("10.244.2.7")])),
+    ];
+    let d = run_with(services.clone(), slices.clone(), &only_lb);
+    assert_eq!(
+        pairs(&d),
+        [(
+            "jobs/balanced".into(),
+            "198.18.0.10:9000".into(),
+            "10.244.2.7:22".into()
+        )]
+    );
+    assert!(d.notes.contains(&Note::StyleNotHonoured {
+        service: "jobs/legacy".into(),
+        style: "externalIPs"
+    }));
+    let only_legacy = Policy {
+        styles: Styles {
+            load_balancer: false,
+            external_ips: true,
+        },
+        ..policy()
+    };
+    let d = run_with(services, slices, &only_legacy);
+    assert_eq!(pairs(&d)[0].0, "jobs/legacy");
+    assert_eq!(d.mappings.len(), 1);
+}
+
+#[test]
+fn a_load_balancer_of_our_class_that_allocates_node_ports_is_refused() {
+    let mut open = lb("open", 9000, json!(22));
+    open["spec"]["allocateLoadBalancerNodePorts"] = json!(true);
+    let mut unset = lb("unset", 9001, json!(22));
+    unset["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("allocateLoadBalancerNodePorts");
+    let d = run(
+        vec![open, unset, lb("closed", 9002, json!(22))],
+        vec![
+            slice("open", "ssh", 22, json!([ready("10.244.1.5")])),
+            slice("unset", "ssh", 22, json!([ready("10.244.1.6")])),
+            slice("closed", "ssh", 22, json!([ready("10.244.1.7")])),
+        ],
+    );
+    assert_eq!(pairs(&d).len(), 1);
+    assert_eq!(pairs(&d)[0].0, "jobs/closed");
+    for service in ["jobs/open", "jobs/unset"] {
+        assert!(d.notes.contains(&Note::NodePortsAllocated {
+            service: service.into()
+        }));
+    }
 }

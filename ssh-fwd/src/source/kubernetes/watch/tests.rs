@@ -142,7 +142,7 @@ fn service(name: &str, port: i32, rv: &str) -> Value {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "jobs", "resourceVersion": rv, "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "ports": [{"name": "ssh", "port": port, "targetPort": 22}]},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "allocateLoadBalancerNodePorts": false, "ports": [{"name": "ssh", "port": port, "targetPort": 22}]},
         "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}
     })
 }
@@ -161,16 +161,27 @@ fn policy() -> Policy {
     Policy {
         ssh_ips: ["198.18.0.10".parse().expect("ip")].into(),
         ports: 8000..=16000,
+        styles: super::super::desired::Styles::ALL,
     }
 }
 
 fn backends(source: &KubeSource) -> Vec<String> {
     source
-        .desired(&policy())
-        .mappings
+        .mappings()
         .iter()
         .map(|m| format!("{}->{}", m.frontend, m.backend))
         .collect()
+}
+
+/// Takes in changes until `check` holds, or fails the test after 10 s.
+async fn until(source: &mut KubeSource, what: &str, check: impl Fn(&KubeSource) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check(source) {
+        match tokio::time::timeout_at(deadline, source.changed()).await {
+            Ok(changed) => drop(changed.expect("watchers running")),
+            Err(_) => panic!("timed out waiting for: {what}"),
+        }
+    }
 }
 
 /// Polls until `check` holds, or fails the test after 10 s.
@@ -188,7 +199,7 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// A source on the fake API, once its first lists are complete.
 async fn ready_source(fake: &Shared) -> (KubeSource, Counter) {
     let errors = Counter::default();
-    let source = KubeSource::start(start_fake(fake.clone()), SELECTOR, &errors);
+    let mut source = KubeSource::start(start_fake(fake.clone()), SELECTOR, policy(), &errors);
     tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
         .await
         .expect("ready in time")
@@ -236,7 +247,7 @@ async fn services_and_their_slices_are_selected_on_the_server() {
 #[tokio::test]
 async fn watch_events_move_the_backend_and_delete_the_service() {
     let fake = fake_with_one_job();
-    let (source, errors) = ready_source(&fake).await;
+    let (mut source, errors) = ready_source(&fake).await;
     eventually("both watches open", || {
         let f = fake.lock().expect("lock");
         !f.slices.parked.is_empty() && !f.services.parked.is_empty()
@@ -252,8 +263,8 @@ async fn watch_events_move_the_backend_and_delete_the_service() {
             json!({"type": "MODIFIED", "object": slice("job-1", "10.244.2.9", &rv)}),
         ],
     );
-    eventually("pod moved", || {
-        backends(&source) == ["198.18.0.10:8123->10.244.2.9:22"]
+    until(&mut source, "pod moved", |s| {
+        backends(s) == ["198.18.0.10:8123->10.244.2.9:22"]
     })
     .await;
 
@@ -267,14 +278,14 @@ async fn watch_events_move_the_backend_and_delete_the_service() {
         Kind::Services,
         &[json!({"type": "DELETED", "object": service("job-1", 8123, &rv)})],
     );
-    eventually("service gone", || backends(&source).is_empty()).await;
+    until(&mut source, "service gone", |s| backends(s).is_empty()).await;
     assert_eq!(errors.get(), 0, "a bookmark is not an error");
 }
 
 #[tokio::test]
 async fn expired_watch_relists_and_replaces_the_cache_whole() {
     let fake = fake_with_one_job();
-    let (source, _errors) = ready_source(&fake).await;
+    let (mut source, _errors) = ready_source(&fake).await;
     eventually("services watch open", || {
         !fake.lock().expect("lock").services.parked.is_empty()
     })
@@ -299,8 +310,8 @@ async fn expired_watch_relists_and_replaces_the_cache_whole() {
             json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "too old resource version", "reason": "Expired", "code": 410}}),
         ],
     );
-    eventually("relisted cache", || {
-        backends(&source) == ["198.18.0.10:8124->10.244.3.3:22"]
+    until(&mut source, "relisted cache", |s| {
+        backends(s) == ["198.18.0.10:8124->10.244.3.3:22"]
     })
     .await;
     assert!(
@@ -314,7 +325,7 @@ async fn failing_lists_leave_the_source_unready_until_one_succeeds() {
     let fake = fake_with_one_job();
     fake.lock().expect("lock").services.list_errors = vec![500, 503];
     let errors = Counter::default();
-    let source = KubeSource::start(start_fake(fake.clone()), SELECTOR, &errors);
+    let mut source = KubeSource::start(start_fake(fake.clone()), SELECTOR, policy(), &errors);
     let early = tokio::time::timeout(Duration::from_millis(300), source.wait_until_ready()).await;
     assert!(
         early.is_err(),
@@ -345,7 +356,7 @@ async fn agent_requests_are_all_in_the_api_call_list() {
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, api.kubeconfig()).unwrap();
     let client = crate::k8s::client::connect(Some(&path)).await.unwrap();
-    let source = KubeSource::start(client, SELECTOR, &Counter::default());
+    let mut source = KubeSource::start(client, SELECTOR, policy(), &Counter::default());
     tokio::time::timeout(Duration::from_secs(20), source.wait_until_ready())
         .await
         .expect("first lists within 20 s")

@@ -1,0 +1,288 @@
+//! The desired state kept up to date event by event. An update recomputes
+//! the claims of the Services it touches (a Service, or the Service an
+//! EndpointSlice belongs to) and resolves ownership again only for the
+//! frontends those claims held or hold, with the same functions the full
+//! recompute uses ([`desired::claims_of`], [`desired::resolve`]). So one
+//! change costs what it touches, not the size of the cluster. The full
+//! recompute ([`Index::full`]) stays as the periodic self-check, and a
+//! property test holds the two equal over random event sequences.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::SocketAddrV4,
+};
+
+use super::{
+    desired::{self, Contender, Desired, Note, Policy, ServiceClaims},
+    objects::{Id, ServiceView, SliceView},
+};
+use crate::mapping::MappingSet;
+
+/// One change of the caches, as the watches report it.
+#[derive(Clone, Debug)]
+pub enum Update {
+    /// A Service created or changed (`Some`) or deleted (`None`).
+    Service(Id, Option<ServiceView>),
+    /// An EndpointSlice, by its own `namespace/name`.
+    Slice(Id, Option<SliceView>),
+    /// A complete list of Services: it replaces them all (a relist after a
+    /// watch expired may have missed deletions).
+    Services(Vec<ServiceView>),
+    Slices(Vec<(Id, SliceView)>),
+}
+
+#[derive(Debug)]
+pub struct Index {
+    policy: Policy,
+    services: HashMap<Id, ServiceView>,
+    slices: HashMap<Id, SliceView>,
+    /// Slice ids by the Service they name (known or not yet).
+    slices_of: HashMap<Id, BTreeSet<Id>>,
+    /// What each Service claims now.
+    claims: HashMap<Id, ServiceClaims>,
+    /// The Services claiming each frontend.
+    contenders: HashMap<SocketAddrV4, Vec<Id>>,
+    /// The conflict notes of each contested frontend.
+    conflicts: HashMap<SocketAddrV4, Vec<Note>>,
+    mappings: MappingSet,
+    /// Counts changes of `mappings`.
+    generation: u64,
+}
+
+/// The incremental state differed from the full recompute (a bug): how
+/// many mappings differed. The index was rebuilt from the full recompute.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Drift {
+    pub differing: usize,
+}
+
+impl Index {
+    pub fn new(policy: Policy) -> Self {
+        Self {
+            policy,
+            services: HashMap::new(),
+            slices: HashMap::new(),
+            slices_of: HashMap::new(),
+            claims: HashMap::new(),
+            contenders: HashMap::new(),
+            conflicts: HashMap::new(),
+            mappings: MappingSet::default(),
+            generation: 0,
+        }
+    }
+
+    /// Changes whenever the mappings change.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The mappings for everything applied so far.
+    pub fn mappings(&self) -> &MappingSet {
+        &self.mappings
+    }
+
+    /// Every note that holds now.
+    pub fn notes(&self) -> Vec<Note> {
+        let mut notes: Vec<Note> = (self.claims.values())
+            .flat_map(|c| c.notes.iter().cloned())
+            .chain(self.conflicts.values().flatten().cloned())
+            .collect();
+        notes.sort();
+        notes
+    }
+
+    /// Applies updates; returns the notes they raised (those that did not
+    /// hold before), for logging each once while it holds.
+    pub fn apply(&mut self, updates: impl IntoIterator<Item = Update>) -> Vec<Note> {
+        let mut dirty = BTreeSet::new();
+        for update in updates {
+            match update {
+                Update::Service(id, view) => self.set_service(id, view, &mut dirty),
+                Update::Slice(id, view) => self.set_slice(id, view, &mut dirty),
+                Update::Services(all) => {
+                    let listed: BTreeSet<Id> = all.iter().map(|s| s.id.clone()).collect();
+                    let gone: Vec<Id> = (self.services.keys())
+                        .filter(|id| !listed.contains(*id))
+                        .cloned()
+                        .collect();
+                    for id in gone {
+                        self.set_service(id, None, &mut dirty);
+                    }
+                    for view in all {
+                        self.set_service(view.id.clone(), Some(view), &mut dirty);
+                    }
+                }
+                Update::Slices(all) => {
+                    let listed: BTreeSet<&Id> = all.iter().map(|(id, _)| id).collect();
+                    let gone: Vec<Id> = (self.slices.keys())
+                        .filter(|id| !listed.contains(id))
+                        .cloned()
+                        .collect();
+                    for id in gone {
+                        self.set_slice(id, None, &mut dirty);
+                    }
+                    for (id, view) in all {
+                        self.set_slice(id, Some(view), &mut dirty);
+                    }
+                }
+            }
+        }
+        let mut raised = Vec::new();
+        let mut frontends = BTreeSet::new();
+        for service in &dirty {
+            self.recompute(service, &mut frontends, &mut raised);
+        }
+        for frontend in frontends {
+            self.resolve(frontend, &mut raised);
+        }
+        raised
+    }
+
+    /// The desired state recomputed from scratch from what the index holds.
+    pub fn full(&self) -> Desired {
+        desired::compute(self.services.values(), self.slices.values(), &self.policy)
+    }
+
+    /// The periodic self-check: compares the incremental mappings with the
+    /// full recompute, and rebuilds the index if they differ.
+    pub fn check(&mut self) -> Result<(), Drift> {
+        let full = self.full().mappings;
+        if full == self.mappings {
+            return Ok(());
+        }
+        let differing = full
+            .iter()
+            .filter(|m| self.mappings.get(&m.frontend) != Some(*m))
+            .count()
+            + (self.mappings.iter())
+                .filter(|m| full.get(&m.frontend).is_none())
+                .count();
+        let services: Vec<ServiceView> = self.services.values().cloned().collect();
+        let slices: Vec<(Id, SliceView)> = (self.slices.iter())
+            .map(|(id, s)| (id.clone(), s.clone()))
+            .collect();
+        let generation = self.generation + 1;
+        *self = Self::new(self.policy.clone());
+        self.apply([Update::Services(services), Update::Slices(slices)]);
+        self.generation += generation;
+        Err(Drift { differing })
+    }
+
+    fn set_service(&mut self, id: Id, view: Option<ServiceView>, dirty: &mut BTreeSet<Id>) {
+        let changed = match view {
+            Some(view) if self.services.get(&id) == Some(&view) => false,
+            Some(view) => {
+                self.services.insert(id.clone(), view);
+                true
+            }
+            None => self.services.remove(&id).is_some(),
+        };
+        if changed {
+            dirty.insert(id);
+        }
+    }
+
+    fn set_slice(&mut self, id: Id, view: Option<SliceView>, dirty: &mut BTreeSet<Id>) {
+        if self.slices.get(&id) == view.as_ref() {
+            return;
+        }
+        if let Some(old) = self.slices.remove(&id)
+            && let Some(service) = old.service
+        {
+            if let Some(ids) = self.slices_of.get_mut(&service) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.slices_of.remove(&service);
+                }
+            }
+            dirty.insert(service);
+        }
+        if let Some(view) = view {
+            if let Some(service) = &view.service {
+                let ids = self.slices_of.entry(service.clone()).or_default();
+                ids.insert(id.clone());
+                dirty.insert(service.clone());
+            }
+            self.slices.insert(id, view);
+        }
+    }
+
+    /// Recomputes what `service` claims; notes the frontends whose owner
+    /// may have changed.
+    fn recompute(
+        &mut self,
+        service: &Id,
+        frontends: &mut BTreeSet<SocketAddrV4>,
+        raised: &mut Vec<Note>,
+    ) {
+        let new = match self.services.get(service) {
+            Some(svc) => {
+                let slices: Vec<&SliceView> = (self.slices_of.get(service).into_iter())
+                    .flatten()
+                    .filter_map(|id| self.slices.get(id))
+                    .collect();
+                desired::claims_of(svc, &slices, &self.policy)
+            }
+            None => ServiceClaims::default(),
+        };
+        let old = self.claims.remove(service).unwrap_or_default();
+        for claim in &old.claims {
+            frontends.insert(claim.frontend);
+            if let Some(ids) = self.contenders.get_mut(&claim.frontend) {
+                ids.retain(|id| id != service);
+                if ids.is_empty() {
+                    self.contenders.remove(&claim.frontend);
+                }
+            }
+        }
+        for claim in &new.claims {
+            frontends.insert(claim.frontend);
+            self.contenders
+                .entry(claim.frontend)
+                .or_default()
+                .push(service.clone());
+        }
+        raised.extend(new.notes.iter().filter(|n| !old.notes.contains(n)).cloned());
+        if !(new.claims.is_empty() && new.notes.is_empty()) {
+            self.claims.insert(service.clone(), new);
+        }
+    }
+
+    /// Decides the owner of `frontend` again from its contenders.
+    fn resolve(&mut self, frontend: SocketAddrV4, raised: &mut Vec<Note>) {
+        let contenders = (self.contenders.get(&frontend).into_iter())
+            .flatten()
+            .filter_map(|id| {
+                let svc = self.services.get(id)?;
+                let claim =
+                    (self.claims.get(id)?.claims.iter()).find(|c| c.frontend == frontend)?;
+                Some(Contender {
+                    id,
+                    created: svc.created.as_ref(),
+                    claim,
+                })
+            });
+        let (mapping, notes) = desired::resolve(frontend, contenders);
+        match mapping {
+            Some(mapping) => {
+                if self.mappings.get(&frontend) != Some(&mapping) {
+                    self.mappings.insert(mapping);
+                    self.generation += 1;
+                }
+            }
+            None => {
+                if self.mappings.remove(&frontend).is_some() {
+                    self.generation += 1;
+                }
+            }
+        }
+        let old = self.conflicts.remove(&frontend).unwrap_or_default();
+        raised.extend(notes.iter().filter(|n| !old.contains(n)).cloned());
+        if !notes.is_empty() {
+            self.conflicts.insert(frontend, notes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! The incremental index against the full recompute: random sequences of
+//! watch events over a small cluster (few names, so events collide: ports
+//! shared by several Services, slices moving between Services, relists that
+//! drop objects), checked after every event.
+
+use std::net::Ipv4Addr;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use proptest::prelude::*;
+
+use super::*;
+use crate::{
+    mapping::Mapping,
+    source::kubernetes::{desired::Styles, objects::PortView},
+};
+
+const SSH_IPS: [&str; 2] = ["198.18.0.10", "198.18.0.11"];
+const OTHER_IP: &str = "203.0.113.9";
+const POD_IPS: [&str; 3] = ["10.244.1.5", "10.244.1.6", "10.244.2.7"];
+
+fn ip(text: &str) -> Ipv4Addr {
+    text.parse().expect("ip")
+}
+
+fn policy(styles: Styles) -> Policy {
+    Policy {
+        ssh_ips: SSH_IPS.iter().map(|t| ip(t)).collect(),
+        ports: 8000..=8001,
+        styles,
+    }
+}
+
+fn service_id(n: usize) -> Id {
+    format!("jobs/s{n}").into()
+}
+
+fn addresses() -> impl Strategy<Value = Vec<Ipv4Addr>> {
+    proptest::sample::subsequence(vec![SSH_IPS[0], SSH_IPS[1], OTHER_IP], 0..=2)
+        .prop_map(|ips| ips.into_iter().map(ip).collect())
+}
+
+fn port() -> impl Strategy<Value = PortView> {
+    (
+        prop_oneof![Just(""), Just("ssh"), Just("alt")],
+        prop_oneof![Just(8000), Just(8001), Just(7999)],
+        prop::bool::weighted(0.9),
+        prop::option::of(prop_oneof![Just(22u16), Just(2222)]),
+    )
+        .prop_map(|(name, port, tcp, numeric_target)| PortView {
+            name: name.into(),
+            port,
+            tcp,
+            numeric_target,
+        })
+}
+
+fn service(n: usize) -> impl Strategy<Value = ServiceView> {
+    (
+        prop::option::of(0..3i64),
+        any::<bool>(),
+        prop::bool::weighted(0.8),
+        addresses(),
+        addresses(),
+        prop::collection::vec(port(), 1..=2),
+    )
+        .prop_map(
+            move |(age, ours, node_ports_off, external_ips, ingress, ports)| {
+                let created = age.map(|days| {
+                    let text = format!("2026-01-0{}T00:00:00Z", days + 1);
+                    Time(text.parse().expect("time"))
+                });
+                ServiceView {
+                    id: service_id(n),
+                    created,
+                    external_ips,
+                    ours,
+                    node_ports_off,
+                    ingress: if ours { ingress } else { Vec::new() },
+                    ports,
+                }
+            },
+        )
+}
+
+fn slice() -> impl Strategy<Value = SliceView> {
+    (
+        prop::option::of(0..4usize),
+        prop::bool::weighted(0.9),
+        prop::collection::vec(
+            (
+                prop_oneof![Just(""), Just("ssh"), Just("alt")],
+                prop::option::of(prop_oneof![Just(22u16), Just(2200)]),
+            ),
+            0..=2,
+        ),
+        proptest::sample::subsequence(POD_IPS.to_vec(), 0..=2),
+    )
+        .prop_map(|(service, ipv4, ports, ready)| SliceView {
+            service: service.map(service_id),
+            ipv4,
+            ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
+            ready: ready.into_iter().map(ip).collect(),
+        })
+}
+
+fn slice_id(n: usize) -> Id {
+    format!("jobs/slice-{n}").into()
+}
+
+fn update() -> impl Strategy<Value = Update> {
+    let one_service = (0..4usize).prop_flat_map(|n| {
+        prop::option::weighted(0.8, service(n)).prop_map(move |v| Update::Service(service_id(n), v))
+    });
+    let one_slice = (0..6usize, prop::option::weighted(0.8, slice()))
+        .prop_map(|(n, v)| Update::Slice(slice_id(n), v));
+    let services =
+        prop::collection::vec((0..4usize).prop_flat_map(service), 0..=4).prop_map(|mut all| {
+            all.sort_by(|a, b| a.id.cmp(&b.id));
+            all.dedup_by(|a, b| a.id == b.id);
+            Update::Services(all)
+        });
+    let slices = prop::collection::btree_map(0..6usize, slice(), 0..=6)
+        .prop_map(|all| Update::Slices(all.into_iter().map(|(n, v)| (slice_id(n), v)).collect()));
+    prop_oneof![4 => one_service, 4 => one_slice, 1 => services, 1 => slices]
+}
+
+fn styles() -> impl Strategy<Value = Styles> {
+    prop_oneof![
+        3 => Just(Styles::ALL),
+        1 => Just(Styles { load_balancer: true, external_ips: false }),
+        1 => Just(Styles { load_balancer: false, external_ips: true }),
+    ]
+}
+
+fn sorted(mut notes: Vec<Note>) -> Vec<Note> {
+    notes.sort();
+    notes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn incremental_state_always_equals_the_full_recompute(
+        styles in styles(),
+        batches in prop::collection::vec(prop::collection::vec(update(), 1..=3), 1..=25),
+    ) {
+        let mut index = Index::new(policy(styles));
+        for batch in batches {
+            index.apply(batch.clone());
+            let full = index.full();
+            prop_assert_eq!(index.mappings(), &full.mappings, "after {:?}", batch);
+            prop_assert_eq!(index.notes(), sorted(full.notes), "after {:?}", batch);
+        }
+        prop_assert_eq!(index.check(), Ok(()));
+    }
+}
+
+fn view(n: usize, created: &str, port: i32) -> ServiceView {
+    ServiceView {
+        id: service_id(n),
+        created: Some(Time(created.parse().expect("time"))),
+        external_ips: vec![ip(SSH_IPS[0])],
+        ours: false,
+        node_ports_off: false,
+        ingress: Vec::new(),
+        ports: vec![PortView {
+            name: "".into(),
+            port,
+            tcp: true,
+            numeric_target: Some(22),
+        }],
+    }
+}
+
+fn ready(service: usize, pod: &str) -> SliceView {
+    SliceView {
+        service: Some(service_id(service)),
+        ipv4: true,
+        ports: vec![("".into(), Some(22))],
+        ready: vec![ip(pod)],
+    }
+}
+
+#[test]
+fn a_port_goes_to_the_younger_claimant_only_once_the_owner_is_deleted() {
+    let mut index = Index::new(policy(Styles::ALL));
+    let raised = index.apply([
+        Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000))),
+        Update::Service(service_id(1), Some(view(1, "2026-02-01T00:00:00Z", 8000))),
+        Update::Slice(slice_id(1), Some(ready(1, POD_IPS[1]))),
+    ]);
+    assert!(index.mappings().is_empty(), "the owner has no endpoint yet");
+    assert!(raised.iter().any(|n| matches!(n, Note::Conflict { .. })));
+    index.apply([Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0])))]);
+    let backends: Vec<String> = index
+        .mappings()
+        .iter()
+        .map(|m| m.backend.to_string())
+        .collect();
+    assert_eq!(backends, ["10.244.1.5:22"]);
+    // The owner's pod restarts: closed, not handed over.
+    index.apply([Update::Slice(slice_id(0), None)]);
+    assert!(index.mappings().is_empty());
+    // The owner goes: now the younger one owns the port.
+    let raised = index.apply([Update::Service(service_id(0), None)]);
+    assert!(raised.is_empty(), "nothing new to log: {raised:?}");
+    let backends: Vec<String> = index
+        .mappings()
+        .iter()
+        .map(|m| m.backend.to_string())
+        .collect();
+    assert_eq!(backends, ["10.244.1.6:22"]);
+}
+
+#[test]
+fn a_note_is_raised_once_while_it_holds() {
+    let mut index = Index::new(policy(Styles::ALL));
+    let first = index.apply([Update::Service(
+        service_id(0),
+        Some(view(0, "2026-01-01T00:00:00Z", 8000)),
+    )]);
+    assert_eq!(
+        first,
+        [Note::NoReadyEndpoint {
+            service: "jobs/s0".into()
+        }]
+    );
+    let again = index.apply([Update::Service(
+        service_id(0),
+        Some(view(0, "2026-01-01T00:00:00Z", 8001)),
+    )]);
+    assert!(again.is_empty(), "still the same note: {again:?}");
+}
+
+#[test]
+fn the_self_check_finds_and_repairs_drift() {
+    let mut index = Index::new(policy(Styles::ALL));
+    index.apply([
+        Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000))),
+        Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0]))),
+    ]);
+    assert_eq!(index.check(), Ok(()));
+    index.mappings.insert(Mapping {
+        name: "stray".into(),
+        frontend: "198.18.0.10:8001".parse().expect("addr"),
+        backend: "10.9.9.9:22".parse().expect("addr"),
+    });
+    assert_eq!(index.check(), Err(Drift { differing: 1 }));
+    assert_eq!(index.mappings(), &index.full().mappings);
+    assert_eq!(index.mappings().len(), 1);
+}

@@ -1,0 +1,399 @@
+//! Services and EndpointSlices as the agent keeps them: read off the wire
+//! into types that hold only the fields the rules use (serde skips the rest
+//! without allocating it: annotations, managed fields, conditions, topology),
+//! then projected into small views. A cluster's Services can be many and
+//! large; the agent's memory should grow with what it forwards, not with
+//! what the objects happen to carry.
+
+use std::{borrow::Cow, net::Ipv4Addr, sync::Arc};
+
+use k8s_openapi::{
+    NamespaceResourceScope,
+    apimachinery::pkg::{
+        apis::meta::v1::{ObjectMeta, Time},
+        util::intstr::IntOrString,
+    },
+};
+use serde::Deserialize;
+
+use crate::k8s::LB_CLASS;
+
+/// Label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// `namespace/name`, shared between the views and the index that refer to
+/// an object.
+pub type Id = Arc<str>;
+
+/// A Service's port, as the rules read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortView {
+    /// The port's name; empty when unnamed.
+    pub name: Box<str>,
+    pub port: i32,
+    pub tcp: bool,
+    /// The pod port when the Service names it by number (or leaves it to
+    /// default to `port`); `None` for a named `targetPort`, which only the
+    /// EndpointSlices resolve.
+    pub numeric_target: Option<u16>,
+}
+
+/// What the agent keeps of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceView {
+    pub id: Id,
+    pub created: Option<Time>,
+    /// `spec.externalIPs` that are IPv4 addresses.
+    pub external_ips: Vec<Ipv4Addr>,
+    /// `type: LoadBalancer` with `loadBalancerClass` [`LB_CLASS`].
+    pub ours: bool,
+    /// `spec.allocateLoadBalancerNodePorts` is `false` (the API server
+    /// defaults it to true for a LoadBalancer).
+    pub node_ports_off: bool,
+    /// `status.loadBalancer.ingress[].ip` that are IPv4 addresses, for a
+    /// Service of our class (nobody else's status counts).
+    pub ingress: Vec<Ipv4Addr>,
+    pub ports: Vec<PortView>,
+}
+
+/// What the agent keeps of an EndpointSlice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceView {
+    /// `namespace/<kubernetes.io/service-name>`; `None` for a slice of no
+    /// Service.
+    pub service: Option<Id>,
+    pub ipv4: bool,
+    /// Port names and numbers.
+    pub ports: Vec<(Box<str>, Option<u16>)>,
+    /// Ready endpoint addresses (an absent `ready` counts as ready).
+    pub ready: Vec<Ipv4Addr>,
+}
+
+/// A Service off the wire: only what [`ServiceView`] needs is read.
+#[derive(Clone, Debug, Deserialize)]
+pub struct WireService {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: WireServiceSpec,
+    #[serde(default)]
+    status: WireServiceStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireServiceSpec {
+    #[serde(rename = "type")]
+    type_: Option<String>,
+    load_balancer_class: Option<String>,
+    allocate_load_balancer_node_ports: Option<bool>,
+    #[serde(rename = "externalIPs")]
+    external_ips: Option<Vec<String>>,
+    ports: Option<Vec<WireServicePort>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireServicePort {
+    name: Option<String>,
+    protocol: Option<String>,
+    port: i32,
+    target_port: Option<IntOrString>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireServiceStatus {
+    load_balancer: Option<WireLoadBalancer>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct WireLoadBalancer {
+    ingress: Option<Vec<WireIngress>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct WireIngress {
+    ip: Option<String>,
+}
+
+/// An EndpointSlice off the wire.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireSlice {
+    #[serde(deserialize_with = "meta")]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    address_type: String,
+    ports: Option<Vec<WireSlicePort>>,
+    endpoints: Option<Vec<WireEndpoint>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct WireSlicePort {
+    name: Option<String>,
+    port: Option<i32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct WireEndpoint {
+    #[serde(default)]
+    addresses: Vec<String>,
+    conditions: Option<WireConditions>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct WireConditions {
+    ready: Option<bool>,
+}
+
+/// The metadata fields read: identity, version, age, and of the labels
+/// only the one that links a slice to its Service.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    labels: ServiceNameLabel,
+}
+
+/// Of a label map, only `kubernetes.io/service-name`.
+#[derive(Default)]
+struct ServiceNameLabel(Option<String>);
+
+impl<'de> Deserialize<'de> for ServiceNameLabel {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = ServiceNameLabel;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of labels or null")
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(ServiceNameLabel(None))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(ServiceNameLabel(None))
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut found = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == SERVICE_NAME_LABEL {
+                        found = Some(map.next_value::<String>()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(ServiceNameLabel(found))
+            }
+        }
+        d.deserialize_option(Visit)
+    }
+}
+
+fn meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let wire = WireMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: wire.name,
+        namespace: wire.namespace,
+        resource_version: wire.resource_version,
+        creation_timestamp: wire.creation_timestamp,
+        labels: wire
+            .labels
+            .0
+            .map(|service| [(SERVICE_NAME_LABEL.to_owned(), service)].into()),
+        ..ObjectMeta::default()
+    })
+}
+
+/// `kube::Resource` for a wire type: a namespaced core or group/v1 kind.
+macro_rules! resource {
+    ($type:ty, $kind:literal, $group:literal, $plural:literal) => {
+        impl kube::Resource for $type {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+resource!(WireService, "Service", "", "services");
+resource!(
+    WireSlice,
+    "EndpointSlice",
+    "discovery.k8s.io",
+    "endpointslices"
+);
+
+/// `namespace/name` of an object.
+pub fn id_of(meta: &ObjectMeta) -> Id {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+    .into()
+}
+
+fn ipv4s<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<Ipv4Addr> {
+    texts.into_iter().filter_map(|t| t.parse().ok()).collect()
+}
+
+impl WireService {
+    pub fn view(&self) -> ServiceView {
+        let spec = &self.spec;
+        let ours = spec.type_.as_deref() == Some("LoadBalancer")
+            && spec.load_balancer_class.as_deref() == Some(LB_CLASS);
+        let ingress = match &self.status.load_balancer {
+            Some(lb) if ours => ipv4s(lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref())),
+            _ => Vec::new(),
+        };
+        let ports = spec
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| PortView {
+                name: p.name.as_deref().unwrap_or("").into(),
+                port: p.port,
+                tcp: p.protocol.as_deref().unwrap_or("TCP") == "TCP",
+                numeric_target: match &p.target_port {
+                    Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+                    Some(IntOrString::String(_)) => None,
+                    None => u16::try_from(p.port).ok(),
+                },
+            })
+            .collect();
+        ServiceView {
+            id: id_of(&self.metadata),
+            created: self.metadata.creation_timestamp.clone(),
+            external_ips: ipv4s(spec.external_ips.iter().flatten().map(String::as_str)),
+            ours,
+            node_ports_off: spec.allocate_load_balancer_node_ports == Some(false),
+            ingress,
+            ports,
+        }
+    }
+}
+
+impl WireSlice {
+    pub fn view(&self) -> SliceView {
+        let service = self
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .map(|name| {
+                let ns = self.metadata.namespace.as_deref().unwrap_or("");
+                Id::from(format!("{ns}/{name}"))
+            });
+        let ready = self
+            .endpoints
+            .iter()
+            .flatten()
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+            .flat_map(|e| ipv4s(e.addresses.iter().map(String::as_str)))
+            .collect();
+        SliceView {
+            service,
+            ipv4: self.address_type == "IPv4",
+            ports: self
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| {
+                    let name = p.name.as_deref().unwrap_or("").into();
+                    (name, p.port.and_then(|n| u16::try_from(n).ok()))
+                })
+                .collect(),
+            ready,
+        }
+    }
+
+    pub fn id(&self) -> Id {
+        id_of(&self.metadata)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn only_the_service_name_label_is_kept_of_a_slice() {
+        let slice: WireSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s-1", "namespace": "jobs", "resourceVersion": "7",
+                         "labels": {"kubernetes.io/service-name": "job-1", "other": "x"},
+                         "annotations": {"big": "x".repeat(10_000)},
+                         "managedFields": [{"manager": "kube-controller-manager"}]},
+            "addressType": "IPv4",
+            "ports": [{"name": "ssh", "port": 22}],
+            "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                          {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+                          {"addresses": ["10.0.0.3"]}]
+        }))
+        .unwrap();
+        let meta = kube::Resource::meta(&slice);
+        assert_eq!(meta.resource_version.as_deref(), Some("7"));
+        assert_eq!(meta.labels.as_ref().map(|l| l.len()), Some(1));
+        assert!(meta.annotations.is_none() && meta.managed_fields.is_none());
+        let view = slice.view();
+        assert_eq!(view.service.as_deref(), Some("jobs/job-1"));
+        assert_eq!(
+            view.ready,
+            [
+                "10.0.0.1".parse::<Ipv4Addr>().unwrap(),
+                "10.0.0.3".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_load_balancers_ingress_counts_only_for_our_class() {
+        let service = |class: &str| -> WireService {
+            serde_json::from_value(json!({
+                "metadata": {"name": "a", "namespace": "jobs"},
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": class,
+                         "ports": [{"port": 8022, "targetPort": "ssh"}, {"port": 8023}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}, {"hostname": "x"}]}}
+            }))
+            .unwrap()
+        };
+        let ours = service(LB_CLASS).view();
+        assert!(ours.ours && !ours.node_ports_off);
+        assert_eq!(ours.ingress, ["198.18.0.10".parse::<Ipv4Addr>().unwrap()]);
+        assert_eq!(ours.ports[0].numeric_target, None, "named: from the slice");
+        assert_eq!(ours.ports[1].numeric_target, Some(8023), "defaults to port");
+        assert!(service("metallb.io/x").view().ingress.is_empty());
+    }
+}
