@@ -254,36 +254,63 @@ async fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Re
     stream.shutdown().await
 }
 
-/// Replays the log after the requested resourceVersion, then streams live
-/// changes, as ADDED/MODIFIED/DELETED of the objects the selector matches
-/// (an object that stops matching is DELETED for this watch).
+/// Where a watch starts: with `resourceVersion` unset or "0", the current
+/// state as ADDED events, then what follows ("Get State and Start at Most
+/// Recent" / "Start at Any"); with a version, every change after it.
+fn watch_start(
+    shared: &Shared,
+    target: &Target,
+    selector: &Selector,
+) -> Result<(Vec<Change>, u64), ApiError> {
+    let store = shared.store();
+    let rv = target
+        .query
+        .get("resourceVersion")
+        .map_or("", String::as_str);
+    if matches!(rv, "" | "0") {
+        let now = store.rv();
+        let state = store
+            .list(target.kind, target.namespace.as_deref(), selector)
+            .into_iter()
+            .map(|object| Change {
+                rv: now,
+                kind: target.kind,
+                old: None,
+                new: Some(object),
+            })
+            .collect();
+        return Ok((state, now));
+    }
+    let from: u64 = rv.parse().map_err(|_| ApiError {
+        code: 400,
+        reason: "BadRequest",
+        message: format!("invalid resource version: {rv:?}"),
+    })?;
+    let backlog = store.log.iter().filter(|c| c.rv > from).cloned().collect();
+    Ok((backlog, from))
+}
+
+/// A watch: where it starts ([`watch_start`]), then live changes, as
+/// ADDED/MODIFIED/DELETED of the objects the selector matches.
 async fn watch_stream(
     mut stream: TcpStream,
     shared: &Shared,
     target: &Target,
 ) -> std::io::Result<()> {
-    let from: u64 = target
-        .query
-        .get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
     let selector = match selector_of(target) {
         Ok(selector) => selector,
         Err(e) => return respond(&mut stream, e.code, &e.status()).await,
     };
+    // Subscribed before the start is read, so nothing falls in between.
     let mut rx = shared.changes.subscribe();
-    let backlog: Vec<Change> = shared
-        .store()
-        .log
-        .iter()
-        .filter(|c| c.rv > from)
-        .cloned()
-        .collect();
+    let (backlog, mut sent) = match watch_start(shared, target, &selector) {
+        Ok(start) => start,
+        Err(e) => return respond(&mut stream, e.code, &e.status()).await,
+    };
     stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
-    let mut sent = from;
     for change in backlog {
         send(&mut stream, target, &selector, &change).await?;
-        sent = change.rv;
+        sent = sent.max(change.rv);
     }
     while let Ok(change) = rx.recv().await {
         let Some(change) = change else {
@@ -298,14 +325,12 @@ async fn watch_stream(
     Ok(())
 }
 
-async fn send(
-    stream: &mut TcpStream,
-    target: &Target,
-    selector: &Selector,
-    change: &Change,
-) -> std::io::Result<()> {
+/// The event `change` is for this watch, as the API server's watch cache
+/// makes it: an object that stops matching the selector is DELETED with
+/// its previous content at the change's resourceVersion.
+fn event_for(target: &Target, selector: &Selector, change: &Change) -> Option<Value> {
     if change.kind != target.kind {
-        return Ok(());
+        return None;
     }
     let visible = |o: &Option<Value>| {
         o.as_ref().is_some_and(|o| {
@@ -316,12 +341,29 @@ async fn send(
                     .is_none_or(|ns| o["metadata"]["namespace"] == ns.as_str())
         })
     };
-    let event = match (visible(&change.old), visible(&change.new), &change.new) {
-        (false, true, Some(new)) => json!({"type": "ADDED", "object": new}),
-        (true, true, Some(new)) => json!({"type": "MODIFIED", "object": new}),
-        (true, false, Some(new)) => json!({"type": "DELETED", "object": new}),
-        (true, false, None) => json!({"type": "DELETED", "object": change.old}),
-        _ => return Ok(()),
+    let (old, new) = (visible(&change.old), visible(&change.new));
+    match (&change.old, &change.new) {
+        (_, Some(object)) if new => {
+            let kind = if old { "MODIFIED" } else { "ADDED" };
+            Some(json!({"type": kind, "object": object}))
+        }
+        (Some(previous), _) if old => {
+            let mut previous = previous.clone();
+            previous["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+            Some(json!({"type": "DELETED", "object": previous}))
+        }
+        _ => None,
+    }
+}
+
+async fn send(
+    stream: &mut TcpStream,
+    target: &Target,
+    selector: &Selector,
+    change: &Change,
+) -> std::io::Result<()> {
+    let Some(event) = event_for(target, selector, change) else {
+        return Ok(());
     };
     let mut line = event.to_string();
     line.push('\n');

@@ -15,6 +15,8 @@ mod paging;
 mod selector;
 mod status;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use std::{
     net::SocketAddr,

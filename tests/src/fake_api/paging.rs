@@ -24,6 +24,10 @@ pub struct Page {
 
 impl Page {
     /// The page a list request asks for, given the store's resourceVersion.
+    /// Refused as the API server refuses them: `resourceVersionMatch`
+    /// without `resourceVersion` or with `continue` (422, the ListOptions'
+    /// validation), `continue` with a `resourceVersion` other than "" or
+    /// "0", and a token it did not make (400, the storage's checks).
     pub fn of(query: &BTreeMap<String, String>, current_rv: u64) -> Result<Self, ApiError> {
         let bad = |message: String| ApiError {
             code: 400,
@@ -38,18 +42,30 @@ impl Page {
                 Err(_) => return Err(bad(format!("invalid limit {text:?}: not an integer"))),
             },
         };
-        let Some(token) = query.get("continue").filter(|t| !t.is_empty()) else {
+        let param = |name: &str| query.get(name).map_or("", String::as_str);
+        let token = param("continue");
+        check_version_match(
+            param("resourceVersionMatch"),
+            param("resourceVersion"),
+            token,
+        )?;
+        if token.is_empty() {
             return Ok(Self {
                 limit,
                 after: None,
                 rv: current_rv,
             });
-        };
+        }
+        if !matches!(param("resourceVersion"), "" | "0") {
+            return Err(bad(
+                "specifying resource version is not allowed when using continue".into(),
+            ));
+        }
         let (rv, after) = token
             .strip_prefix(TOKEN_PREFIX)
             .and_then(|rest| rest.split_once('|'))
             .and_then(|(rv, after)| Some((rv.parse().ok()?, after.to_owned())))
-            .ok_or_else(|| bad(format!("continue key is not valid: {token:?}")))?;
+            .ok_or_else(|| bad(format!("invalid continue token: {token:?}")))?;
         Ok(Self {
             limit,
             after: Some(after),
@@ -61,6 +77,30 @@ impl Page {
     pub fn token_after(&self, last: &str) -> String {
         format!("{TOKEN_PREFIX}{}|{last}", self.rv)
     }
+}
+
+/// `ValidateListOptions`' rules for `resourceVersionMatch` (a 422, as
+/// every ListOptions validation failure is).
+fn check_version_match(matching: &str, rv: &str, token: &str) -> Result<(), ApiError> {
+    if matching.is_empty() {
+        return Ok(());
+    }
+    let forbidden = if rv.is_empty() {
+        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".to_owned()
+    } else if !token.is_empty() {
+        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided".to_owned()
+    } else if !matches!(matching, "Exact" | "NotOlderThan") {
+        format!(
+            "resourceVersionMatch: Unsupported value: {matching:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("ListOptions.meta.k8s.io \"\" is invalid: {forbidden}"),
+    })
 }
 
 #[cfg(test)]
@@ -99,5 +139,44 @@ mod tests {
             400
         );
         assert_eq!(Page::of(&query(&[("limit", "0")]), 1).unwrap().limit, None);
+        assert_eq!(Page::of(&query(&[("limit", "-1")]), 1).unwrap().limit, None);
+    }
+
+    #[test]
+    fn a_continued_list_takes_no_resource_version_but_empty_or_zero() {
+        let token = Page::of(&query(&[("limit", "1")]), 7)
+            .unwrap()
+            .token_after("a/b");
+        for rv in ["", "0"] {
+            let page = Page::of(&query(&[("continue", &token), ("resourceVersion", rv)]), 9);
+            assert_eq!(page.unwrap().rv, 7, "resourceVersion {rv:?}");
+        }
+        let refused = Page::of(&query(&[("continue", &token), ("resourceVersion", "7")]), 9);
+        let refused = refused.unwrap_err();
+        assert_eq!(refused.code, 400);
+        assert!(refused.message.contains("not allowed when using continue"));
+    }
+
+    #[test]
+    fn resource_version_match_needs_a_version_and_no_continue() {
+        let token = Page::of(&query(&[]), 7).unwrap().token_after("a/b");
+        let refused = [
+            vec![("resourceVersionMatch", "NotOlderThan")],
+            vec![
+                ("resourceVersionMatch", "NotOlderThan"),
+                ("resourceVersion", "0"),
+                ("continue", &token),
+            ],
+            vec![("resourceVersionMatch", "Newest"), ("resourceVersion", "5")],
+        ];
+        for q in refused {
+            assert_eq!(Page::of(&query(&q), 9).unwrap_err().code, 422, "{q:?}");
+        }
+        let any = [
+            ("resourceVersionMatch", "NotOlderThan"),
+            ("resourceVersion", "0"),
+            ("limit", "500"),
+        ];
+        assert_eq!(Page::of(&query(&any), 9).unwrap().limit, Some(500));
     }
 }

@@ -1,0 +1,195 @@
+//! The fake API over HTTP, checked against the API server's documented
+//! behaviour for what the clients rely on: paged lists, watches from a
+//! resourceVersion or from the current state, and selectors.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+use serde_json::{Value, json};
+
+use super::{FakeApi, Kind};
+
+fn service(name: &str, labels: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": name, "namespace": "jobs", "labels": labels}})
+}
+
+fn connect(api: &FakeApi, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(api.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: fake\r\n\r\n").unwrap();
+    stream
+}
+
+/// One request: the status code and the JSON body.
+fn get(api: &FakeApi, path: &str) -> (u16, Value) {
+    let mut stream = connect(api, path);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let code = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    (code, serde_json::from_str(body).unwrap())
+}
+
+/// The first `n` events of a watch (each is one JSON line in a chunk).
+fn events(api: &FakeApi, path: &str, n: usize, while_open: impl FnOnce()) -> Vec<Value> {
+    let mut stream = connect(api, path);
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    let mut while_open = Some(while_open);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let lines: Vec<Value> = (text.lines())
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= n || Instant::now() > deadline {
+            return lines;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return lines,
+            Ok(read) => text.push_str(std::str::from_utf8(&buf[..read]).unwrap()),
+            // Quiet: the watch has sent what it had; now make changes.
+            Err(_) => {
+                if let Some(act) = while_open.take() {
+                    act();
+                }
+            }
+        }
+    }
+}
+
+fn names(items: &Value) -> Vec<&str> {
+    (items.as_array().unwrap().iter())
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_paged_list_reports_the_first_pages_version_and_ends_without_a_token() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    for name in ["a", "b", "c", "d", "e"] {
+        api.apply(Kind::Service, service(name, json!({"app": "x"})));
+    }
+    api.apply(Kind::Service, service("bb", json!({"app": "other"})));
+    let (code, first) = get(&api, "/api/v1/services?labelSelector=app%3Dx&limit=2");
+    assert_eq!(code, 200);
+    assert_eq!(names(&first["items"]), ["a", "b"]);
+    let rv = first["metadata"]["resourceVersion"].clone();
+    api.apply(Kind::Service, service("f", json!({"app": "x"})));
+    let mut seen = names(&first["items"]).join(",");
+    let mut token = first["metadata"]["continue"].as_str().unwrap().to_owned();
+    loop {
+        let path = format!("/api/v1/services?labelSelector=app%3Dx&limit=2&continue={token}");
+        let (code, page) = get(&api, &path);
+        assert_eq!(code, 200);
+        assert_eq!(page["metadata"]["resourceVersion"], rv);
+        seen = format!("{seen},{}", names(&page["items"]).join(","));
+        match page["metadata"]["continue"].as_str() {
+            Some(next) => token = next.to_owned(),
+            None => break,
+        }
+    }
+    // Full pages of matching objects: the selector is applied before the
+    // limit, as the API server fills a page.
+    assert_eq!(seen, "a,b,c,d,e,f");
+    let refused = format!("/api/v1/services?limit=2&continue={token}&resourceVersion=3");
+    assert_eq!(get(&api, &refused).0, 400);
+}
+
+#[test]
+fn an_invalid_selector_is_a_400_for_lists_and_watches() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let (code, status) = get(&api, "/api/v1/services?labelSelector=a%20in%20b");
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")));
+    let (code, _) = get(&api, "/api/v1/services?watch=true&labelSelector=%21");
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn a_watch_from_a_version_replays_what_changed_after_it() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.apply(Kind::Service, service("a", json!({"app": "x"})));
+    let (_, list) = get(&api, "/api/v1/services");
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    api.apply(Kind::Service, service("b", json!({"app": "x"})));
+    api.delete(Kind::Service, "jobs", "a");
+    let got = events(
+        &api,
+        &format!("/api/v1/services?watch=true&resourceVersion={rv}"),
+        2,
+        || {},
+    );
+    let kinds: Vec<(&str, &str)> = (got.iter())
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["object"]["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [("ADDED", "b"), ("DELETED", "a")]);
+}
+
+#[test]
+fn a_watch_without_a_version_starts_from_the_current_state() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.apply(Kind::Service, service("gone", json!({"app": "x"})));
+    api.delete(Kind::Service, "jobs", "gone");
+    api.apply(Kind::Service, service("kept", json!({"app": "x"})));
+    api.apply(
+        Kind::Service,
+        service("kept", json!({"app": "x", "v": "2"})),
+    );
+    for rv in ["", "&resourceVersion=0"] {
+        let got = events(&api, &format!("/api/v1/services?watch=true{rv}"), 2, || {});
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["type"], "ADDED");
+        assert_eq!(got[0]["object"]["metadata"]["labels"]["v"], "2");
+    }
+}
+
+#[test]
+fn an_object_that_stops_matching_is_deleted_with_its_previous_content_at_the_new_version() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.apply(Kind::Service, service("a", json!({"app": "x"})));
+    let (_, list) = get(&api, "/api/v1/services");
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/v1/services?watch=true&labelSelector=app%3Dx&resourceVersion={rv}");
+    let got = events(&api, &path, 2, || {
+        api.apply(Kind::Service, service("a", json!({"app": "y"})));
+        api.apply(Kind::Service, service("a", json!({"app": "x"})));
+    });
+    let now = api.get(Kind::Service, "jobs", "a").unwrap();
+    let relabelled: u64 = now["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0]["type"], "DELETED");
+    assert_eq!(got[0]["object"]["metadata"]["labels"]["app"], "x");
+    assert_eq!(
+        got[0]["object"]["metadata"]["resourceVersion"],
+        (relabelled - 1).to_string()
+    );
+    assert_eq!(got[1]["type"], "ADDED");
+    assert_eq!(
+        got[1]["object"]["metadata"]["resourceVersion"],
+        relabelled.to_string()
+    );
+}
