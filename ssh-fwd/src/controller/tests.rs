@@ -252,3 +252,57 @@ async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
     bed.assert_requests_listed();
     controller.abort();
 }
+
+#[tokio::test]
+async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_honour() {
+    let bed = Bed::new();
+    let service = |name: &str, port: u16, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name, "namespace": "other", "labels": labels,
+                            "creationTimestamp": "2025-01-01T00:00:00Z"},
+               "spec": {"externalIPs": ["198.18.0.10"],
+                        "ports": [{"port": port, "targetPort": 22, "protocol": "TCP"}]}})
+    };
+    // The agents honour this one: its port is taken.
+    let honoured = json!({"service.kubernetes.io/service-proxy-name": "ssh-fwd"});
+    bed.api
+        .apply(Kind::Service, service("rival", 8000, honoured));
+    // The agents ignore this one (not selected): its port is not.
+    bed.api
+        .apply(Kind::Service, service("web", 8001, json!({"app": "web"})));
+    bed.api.apply(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "web-1", "namespace": "jobs", "labels": {"app": "web"}},
+               "spec": {"containers": [{"name": "main", "image": "nginx"}]},
+               "status": {"phase": "Running", "podIP": "10.244.0.9"}}),
+    );
+    let controller = bed.controller("a", &["--port-range", "8000-8001"]);
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    assert_eq!(bed.port_of("job-1"), Some(8001));
+    let reads: Vec<Request> = (bed.requests_of("a").into_iter())
+        .filter(|r| matches!(r.verb, "list" | "watch"))
+        .collect();
+    let selectors = |resource: &str| -> Vec<String> {
+        let mut s: Vec<String> = (reads.iter())
+            .filter(|r| r.resource == resource)
+            .map(|r| r.selector.clone())
+            .collect();
+        s.sort();
+        s.dedup();
+        s
+    };
+    assert_eq!(selectors("pods"), ["ssh-fwd.io/ssh=enabled"]);
+    assert_eq!(
+        selectors("services"),
+        [
+            "app.kubernetes.io/managed-by=ssh-fwd-controller",
+            "service.kubernetes.io/service-proxy-name=ssh-fwd,app.kubernetes.io/managed-by!=ssh-fwd-controller",
+        ]
+    );
+    let web = bed.api.get(Kind::Pod, "jobs", "web-1").unwrap();
+    assert!(web["metadata"]["annotations"].is_null(), "{web}");
+    bed.assert_requests_listed();
+    controller.abort();
+}

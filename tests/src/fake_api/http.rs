@@ -176,6 +176,11 @@ fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
             verb,
             group: target.kind.group().to_owned(),
             resource,
+            selector: target
+                .query
+                .get("labelSelector")
+                .cloned()
+                .unwrap_or_default(),
             at: std::time::Instant::now(),
         });
 }

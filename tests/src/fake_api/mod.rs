@@ -106,6 +106,8 @@ pub struct Request {
     pub group: String,
     /// With the subresource, e.g. `services/status`.
     pub resource: String,
+    /// The `labelSelector` of a list or watch, as sent (empty for none).
+    pub selector: String,
     /// When the server handled it (after any stall: see
     /// [`FakeApi::stall`]).
     pub at: std::time::Instant,
