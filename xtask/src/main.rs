@@ -70,6 +70,9 @@ enum Bench {
         scale: Vec<usize>,
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         before: Option<std::path::PathBuf>,
+        /// Measure this build as "after" instead of building the worktree's.
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        after: Option<std::path::PathBuf>,
         /// One measurement of this binary, printed as JSON (used by the
         /// benchmark itself).
         #[arg(long, hide = true)]
@@ -89,6 +92,9 @@ enum Bench {
         unlabelled: usize,
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         before: Option<std::path::PathBuf>,
+        /// Measure this build as "after" instead of building the worktree's.
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        after: Option<std::path::PathBuf>,
     },
     /// Each kernel program's cost per packet, by case (hit, miss, reply),
     /// through BPF_PROG_TEST_RUN in a bench bed, as a markdown table.
@@ -134,6 +140,7 @@ fn main() -> std::process::ExitCode {
                     foreign,
                     scale,
                     before,
+                    after,
                     only_bin,
                 },
         } => {
@@ -143,6 +150,7 @@ fn main() -> std::process::ExitCode {
                 foreign,
                 scale,
                 before,
+                after,
                 only_bin,
             };
             // A single measurement runs inside an outer run, set up already.
@@ -160,8 +168,9 @@ fn main() -> std::process::ExitCode {
                     new_pods,
                     unlabelled,
                     before,
+                    after,
                 },
-        } => bench::controller::run(pods, new_pods, unlabelled, before),
+        } => bench::controller::run(pods, new_pods, unlabelled, before, after),
         Task::Bench {
             which:
                 Bench::Datapath {

@@ -32,6 +32,7 @@ pub fn run(
     new_pods: usize,
     unlabelled: usize,
     before: Option<PathBuf>,
+    after: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let ports = usize::from(RANGE.1 - RANGE.0) + 1;
     ensure!(
@@ -40,7 +41,10 @@ pub fn run(
         RANGE.0,
         RANGE.1
     );
-    let after = crate::build_ssh_fwd_profile(true)?;
+    let after = match after {
+        Some(bin) => bin,
+        None => crate::build_ssh_fwd_profile(true)?,
+    };
     let mut builds: Vec<(&str, PathBuf)> = Vec::new();
     if let Some(before) = before {
         builds.push(("before", before));

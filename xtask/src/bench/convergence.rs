@@ -33,6 +33,8 @@ pub struct Options {
     /// An earlier `ssh-fwd` build to measure beside this one, in the same
     /// run, scenario by scenario.
     pub before: Option<PathBuf>,
+    /// The build to measure as "after"; `None` builds the worktree's.
+    pub after: Option<PathBuf>,
     /// Internal: measure one scenario with this binary and print it as JSON.
     pub only_bin: Option<PathBuf>,
 }
@@ -73,7 +75,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         println!("RESULT {}", serde_json::to_string(&figures)?);
         return Ok(());
     }
-    let after = crate::build_ssh_fwd_profile(true)?;
+    let after = match &options.after {
+        Some(bin) => bin.clone(),
+        None => crate::build_ssh_fwd_profile(true)?,
+    };
     let mut builds: Vec<(&str, PathBuf)> = Vec::new();
     if let Some(before) = &options.before {
         builds.push(("before", before.clone()));
