@@ -298,6 +298,8 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
         selectors("services"),
         [
             "app.kubernetes.io/managed-by=ssh-fwd-controller",
+            // The start-up check that the API server accepts --selector.
+            "service.kubernetes.io/service-proxy-name=ssh-fwd",
             "service.kubernetes.io/service-proxy-name=ssh-fwd,app.kubernetes.io/managed-by!=ssh-fwd-controller",
         ]
     );
