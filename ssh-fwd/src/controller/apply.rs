@@ -6,7 +6,10 @@
 use std::collections::BTreeSet;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ObjectReference, Pod, Service},
+};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -19,13 +22,15 @@ use super::{
     expect::Done,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
-    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL},
+    service::{ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL},
     warn::Scope,
 };
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
     pub client: Client,
+    /// The port reservations, in the controller's own namespace.
+    pub reservations: Api<Lease>,
     pub recorder: Recorder,
     pub ssh_ip: std::net::Ipv4Addr,
     pub host: String,
@@ -56,6 +61,8 @@ enum Outcome {
     Nothing,
     Done(Done),
     Warned(String, Problem),
+    /// Lost a race for a port: the next pass, soon, picks another.
+    Raced,
 }
 
 /// Runs `actions`. A warning already in `warned` is not sent again; one is
@@ -87,6 +94,7 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
             Ok(Outcome::Warned(uid, problem)) => {
                 warned.insert((uid, problem));
             }
+            Ok(Outcome::Raced) => applied.failures += 1,
             Err(e) => {
                 applied.failures += 1;
                 ctx.metrics.api_errors.inc();
@@ -100,7 +108,18 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
 /// One action; returns what to remember of it.
 async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
     match action {
-        Action::Create { pod, port, service } => {
+        Action::Create {
+            pod,
+            port,
+            service,
+            reserve,
+        } => {
+            if let Some(lease) = reserve
+                && !reserve_port(ctx, &lease, port).await?
+            {
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
+                return Ok(Outcome::Raced);
+            }
             let created = create(ctx, &pod, port, &service).await?;
             let done = Done::Created { uid: pod.uid, port };
             return Ok(if created {
@@ -124,6 +143,18 @@ async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
             delete(ctx, &namespace, &name, uid, &why).await?;
         }
         Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
+        Action::Reserve { lease } => {
+            let port = lease_port(&lease);
+            if reserve_port(ctx, &lease, port).await? {
+                tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
+            }
+        }
+        Action::Release {
+            name,
+            port,
+            uid,
+            resource_version,
+        } => release(ctx, &name, port, uid, resource_version).await?,
         Action::Publish {
             pod,
             service,
@@ -142,6 +173,57 @@ async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Nothing)
+}
+
+/// Whether this call reserved the port (false: it was reserved already).
+async fn reserve_port(ctx: &Context, lease: &Lease, port: u16) -> anyhow::Result<bool> {
+    super::reservation::create(&ctx.reservations, lease)
+        .await
+        .map_err(|e| api_error::context(e, format!("reserving port {port}"), Grant::Lease))
+}
+
+fn lease_port(lease: &Lease) -> u16 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(super::reservation::PORT))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Deletes a reservation if it is still the one read (uid and version).
+async fn release(
+    ctx: &Context,
+    name: &str,
+    port: u16,
+    uid: Option<String>,
+    resource_version: Option<String>,
+) -> anyhow::Result<()> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version,
+        }),
+        ..DeleteParams::default()
+    };
+    match ctx.reservations.delete(name, &params).await {
+        Ok(_) => {
+            tracing::info!(
+                port,
+                reservation = name,
+                "released the reservation of a port no pod or Service uses"
+            );
+            Ok(())
+        }
+        // Gone already, or changed since it was read.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
+        Err(e) => Err(api_error::context(
+            e,
+            format!("releasing the reservation {name}"),
+            Grant::Lease,
+        )),
+    }
 }
 
 /// Whether a Service was created (it may exist already, from a pass the
@@ -262,7 +344,10 @@ async fn publish(
         event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
-    patch(json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint}})).await?;
+    patch(
+        json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint}}),
+    )
+    .await?;
     Ok(endpoint)
 }
 
@@ -272,7 +357,7 @@ async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
     let patch = json!({"metadata": {
         "uid": pod.uid,
         "labels": {SERVICE_LABEL: null},
-        "annotations": {ENDPOINT_ANNOTATION: null},
+        "annotations": {ENDPOINT_ANNOTATION: null, ANNOUNCED_ANNOTATION: null},
     }});
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api

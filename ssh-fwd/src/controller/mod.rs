@@ -12,8 +12,10 @@ mod lease;
 mod metrics;
 mod plan;
 mod ports;
+mod reservation;
 mod service;
 mod warn;
+pub mod webhook;
 
 #[cfg(test)]
 mod tests;
@@ -22,7 +24,10 @@ use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Pod, Service},
+};
 use kube::{
     Api,
     runtime::{events::Recorder, reflector::Store, watcher},
@@ -54,6 +59,7 @@ fn retry_backoff() -> impl Iterator<Item = std::time::Duration> {
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
+    args.admission.check()?;
     let identity = match &args.identity {
         Some(id) => id.clone(),
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -64,7 +70,31 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     };
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
     let metrics = ControllerMetrics::new();
+    let namespace = args.lease_namespace.clone();
+    let changes = Changes::new();
+    // Every replica's webhook reads the reservations (which ports to try);
+    // without a webhook only the leader needs them.
+    let early = args
+        .admission
+        .webhook_addr
+        .map(|_| watch_reservations(&client, &namespace, args.ssh_ip, &changes, &metrics));
+    let _webhook = match &early {
+        Some(store) => {
+            let shared = webhook::Shared {
+                client: client.clone(),
+                namespace: namespace.clone(),
+                ssh_ip: args.ssh_ip,
+                host: host.clone(),
+                range: args.port_range.clone(),
+                store: store.clone(),
+                metrics: metrics.admission.clone(),
+            };
+            Some(webhook::start(&args.admission, shared).await?)
+        }
+        None => None,
+    };
     let ctx = Arc::new(Context {
+        reservations: Api::namespaced(client.clone(), &namespace),
         recorder: Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
@@ -102,7 +132,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { elector.hold().await })
     });
     let result = tokio::select! {
-        result = lead(&args, &ctx, client) => result,
+        result = lead(&args, &ctx, client, &changes, early) => result,
         lost = &mut holding.0 => Err(lost.unwrap_or_else(|e| anyhow::anyhow!("the Lease task ended: {e}")))
             .context("stopping: another replica may lead now; a restart rejoins the election"),
         _ = terminate.recv() => { tracing::info!("SIGTERM received"); Ok(()) }
@@ -115,9 +145,41 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     result
 }
 
+/// The port reservations on the SSH IP, in the controller's namespace.
+fn watch_reservations(
+    client: &kube::Client,
+    namespace: &str,
+    ip: std::net::Ipv4Addr,
+    changes: &Arc<Changes>,
+    metrics: &ControllerMetrics,
+) -> Store<Lease> {
+    k8s::reflector::spawn_reflector(
+        Api::namespaced(client.clone(), namespace),
+        watcher::Config::default().labels(&reservation::selector(ip)),
+        k8s::reflector::drop_managed_fields,
+        "Lease",
+        changes,
+        &metrics.api_errors,
+    )
+}
+
 /// What the leader does: watch, then reconcile on every change and timer.
-async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> anyhow::Result<()> {
-    let changes = Changes::new();
+async fn lead(
+    args: &ControllerArgs,
+    ctx: &Context,
+    client: kube::Client,
+    changes: &Arc<Changes>,
+    reservations: Option<Store<Lease>>,
+) -> anyhow::Result<()> {
+    let reservations = reservations.unwrap_or_else(|| {
+        watch_reservations(
+            &client,
+            &args.lease_namespace,
+            ctx.ssh_ip,
+            changes,
+            &ctx.metrics,
+        )
+    });
     let pods: Store<Pod> = k8s::reflector::spawn_reflector(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
@@ -127,7 +189,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         )),
         prune_pod,
         "Pod",
-        &changes,
+        changes,
         &ctx.metrics.api_errors,
     );
     let services: Store<Service> = k8s::reflector::spawn_reflector(
@@ -135,12 +197,13 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         watcher::Config::default(),
         k8s::reflector::drop_managed_fields,
         "Service",
-        &changes,
+        changes,
         &ctx.metrics.api_errors,
     );
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
     services.wait_until_ready().await?;
+    reservations.wait_until_ready().await?;
     tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
     let settings = Settings {
         ssh_ip: args.ssh_ip,
@@ -152,17 +215,33 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
     let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut backoff = retry_backoff();
+    let mut sightings = plan::reservations::Sightings::default();
+    let grace = args.admission.reservation_grace;
+    let variable = args
+        .admission
+        .webhook_addr
+        .map(|_| args.admission.env_name.as_str());
     loop {
         let started = Instant::now();
         let (pods, services) = (pods.state(), services.state());
         expected.settle(&pods, &services, Instant::now());
         forget_gone(&mut warned, &pods);
+        let book = plan::reservations::Book::new(&reservations.state(), ctx.ssh_ip);
+        let used = plan::reservations::in_use(&book, &pods, &services, &expected, ctx.ssh_ip);
+        sightings.update(&book, &used, started);
         let input = plan::Input {
             pods: &pods,
             services: &services,
             expected: &expected,
+            book: &book,
+            sightings: &sightings,
+            grace,
+            variable,
         };
-        let actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
+        let mut actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
+        actions.extend(plan::reservations::upkeep(
+            &input, ctx.ssh_ip, &ctx.range, started,
+        ));
         let Applied { done, failures } = apply::apply(ctx, actions, &mut warned).await;
         let now = Instant::now();
         ctx.metrics
@@ -177,7 +256,11 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             backoff = retry_backoff();
             None
         };
+        // A reservation's grace ending is a change too.
+        let due = sightings.next_due(grace, Instant::now());
+        let until_due = due.map(|d| d.saturating_duration_since(Instant::now()));
         tokio::select! {
+            () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => {}
             () = changes.changed() => {
                 // Coalesce a burst of events into one pass.
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;

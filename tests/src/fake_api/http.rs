@@ -104,6 +104,10 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     if watch {
         return watch_stream(stream, &shared, &target).await;
     }
+    let delay = shared.store().delays.get(&(target.kind, verb)).copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     let injected = shared.store().injected_failure(target.kind, verb);
     let (code, answer) = match injected.and_then(|()| handle(&shared, &method, &target, body)) {
         Ok((code, value)) => (code, value),
@@ -179,7 +183,10 @@ fn handle(
             return Ok((200, object));
         }
         ("POST", None) => {
-            body["metadata"]["namespace"] = json!(ns);
+            // Cluster-scoped objects (no namespace in the path) have none.
+            if !ns.is_empty() {
+                body["metadata"]["namespace"] = json!(ns);
+            }
             let (object, changes) = store.create(kind, body)?;
             (201, object, changes)
         }

@@ -37,24 +37,30 @@ pub enum Kind {
     Pod,
     Lease,
     Event,
+    Secret,
+    /// Cluster-scoped: stored under the namespace "".
+    MutatingWebhookConfiguration,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 7] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Pod,
         Kind::Lease,
         Kind::Event,
+        Kind::Secret,
+        Kind::MutatingWebhookConfiguration,
     ];
 
     /// The API group ("" for the core group).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Pod => "",
+            Kind::Service | Kind::Pod | Kind::Secret => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Lease => "coordination.k8s.io",
             Kind::Event => "events.k8s.io",
+            Kind::MutatingWebhookConfiguration => "admissionregistration.k8s.io",
         }
     }
 
@@ -65,6 +71,8 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Lease => "leases",
             Kind::Event => "events",
+            Kind::Secret => "secrets",
+            Kind::MutatingWebhookConfiguration => "mutatingwebhookconfigurations",
         }
     }
 
@@ -82,6 +90,8 @@ impl Kind {
             Kind::Pod => "PodList",
             Kind::Lease => "LeaseList",
             Kind::Event => "EventList",
+            Kind::Secret => "SecretList",
+            Kind::MutatingWebhookConfiguration => "MutatingWebhookConfigurationList",
         }
     }
 
@@ -291,6 +301,12 @@ impl FakeApi {
         let mut codes = codes.to_vec();
         codes.reverse();
         self.shared.store().failures.insert((kind, verb), codes);
+    }
+
+    /// Answers requests of `kind` and `verb` only after `by` (a slow API
+    /// server; zero ends it).
+    pub fn delay(&self, kind: Kind, verb: &'static str, by: std::time::Duration) {
+        self.shared.store().delays.insert((kind, verb), by);
     }
 
     /// Cuts the API off: open watches end and new requests get no answer

@@ -41,6 +41,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
+    /// How long to wait before answering requests of a kind and verb (a
+    /// slow API server).
+    pub delays: BTreeMap<(Kind, &'static str), std::time::Duration>,
     /// Status codes to answer the next requests of a kind and verb with,
     /// last first.
     pub failures: BTreeMap<(Kind, &'static str), Vec<u16>>,
