@@ -25,6 +25,7 @@ fn main() -> std::process::ExitCode {
         Command::List(args) => commands::list::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Teardown(args) => commands::teardown::run(args),
+        Command::InstallKeys(args) => commands::install_keys::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
