@@ -7,6 +7,7 @@
 mod failover;
 mod retries;
 mod warnings;
+mod webhook;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@ pub mod keys;
 mod metrics;
 pub mod mutate;
 mod review;
-mod self_signed;
+pub mod self_signed;
 mod tls;
 
 use std::{net::SocketAddr, ops::RangeInclusive, sync::Arc, time::Duration};
