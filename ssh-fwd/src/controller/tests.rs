@@ -6,6 +6,7 @@
 
 mod failover;
 mod retries;
+mod self_signed;
 mod warnings;
 mod webhook;
 

@@ -41,6 +41,16 @@ pub fn free_port() -> u16 {
 
 /// POSTs `body` to `https://localhost:PORT/mutate`, trusting only `ca`.
 pub async fn post(port: u16, ca: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+    post_to(port, "localhost", ca, body).await
+}
+
+/// POSTs `body` to the webhook on `port` as `host`, trusting only `ca`.
+pub async fn post_to(
+    port: u16,
+    host: &str,
+    ca: &str,
+    body: &Value,
+) -> anyhow::Result<(u16, Value)> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -52,12 +62,12 @@ pub async fn post(port: u16, ca: &str, body: &Value) -> anyhow::Result<(u16, Val
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
     let mut tls = connector
-        .connect(ServerName::try_from("localhost")?, tcp)
+        .connect(ServerName::try_from(host.to_owned())?, tcp)
         .await?;
     let body = body.to_string();
     let head = format!(
-        "POST /mutate?timeout=5s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+        "POST /mutate?timeout=5s HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len(),
     );
     tls.write_all(head.as_bytes()).await?;
     tls.write_all(body.as_bytes()).await?;
