@@ -49,7 +49,8 @@ pub enum Command {
     /// the pod's port 22, and publish the ready `ssh` command on the pod (an
     /// `ssh-fwd.io/endpoint` annotation and an Event). One replica acts at a
     /// time (leader election with a Lease).
-    Controller(ControllerArgs),
+    // Boxed: its flags are many times the size of the other commands'.
+    Controller(Box<ControllerArgs>),
     /// Write a pod's authorized_keys from its keys Secret: directory 0700,
     /// file 0600, owned by the job's user; bad lines skipped with a warning.
     /// With --watch, keep it up to date as the Secret changes (the webhook

@@ -21,7 +21,7 @@ fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::Agent(args) => block_on(agent::run(args)),
-        Command::Controller(args) => block_on(controller::run(args)),
+        Command::Controller(args) => block_on(controller::run(*args)),
         Command::List(args) => commands::list::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Teardown(args) => commands::teardown::run(args),

@@ -359,7 +359,7 @@ fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deplo
     let Command::Controller(args) = cli.command else {
         panic!("the Deployment must run `ssh-fwd controller`")
     };
-    (args, deployment)
+    (*args, deployment)
 }
 
 #[test]

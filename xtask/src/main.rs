@@ -37,7 +37,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
-    /// bench convergence`, `cargo xtask bench controller`.
+    /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
+    /// webhook`.
     Bench {
         #[command(subcommand)]
         which: Bench,
@@ -59,6 +60,16 @@ enum Bench {
         services: usize,
         #[arg(long, default_value_t = 200)]
         changes: usize,
+    },
+    /// The controller's admission webhook over HTTPS: p50/p99 of one
+    /// admission, N at once, and answers while the API server is slow.
+    Webhook {
+        #[arg(long, default_value_t = 300)]
+        sequential: usize,
+        #[arg(long, default_value_t = 500)]
+        concurrent: usize,
+        #[arg(long, default_value_t = 10)]
+        slow: usize,
     },
     /// The controller with N labelled pods: time until all are published,
     /// p50/p99 delay from a new pod to its endpoint, restart cost, memory.
@@ -110,6 +121,14 @@ fn main() -> std::process::ExitCode {
         Task::Bench {
             which: Bench::Controller { pods, new_pods },
         } => bench::controller::run(pods, new_pods),
+        Task::Bench {
+            which:
+                Bench::Webhook {
+                    sequential,
+                    concurrent,
+                    slow,
+                },
+        } => bench::webhook::run(sequential, concurrent, slow),
         Task::Bench {
             which:
                 Bench::Datapath {

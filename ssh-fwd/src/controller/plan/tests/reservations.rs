@@ -210,7 +210,17 @@ fn a_reservation_stays_while_its_pod_lives_and_goes_once_the_service_is_gone() {
     let p = admitted_pod("job-2", 9002, "tok2");
     let leases = [lease(9002, &admitted("jobs", "tok2"))];
     let svc = ours(&p, 9002, "2026-11-01T00:00:00Z", true);
-    assert!(releases(&pass(&[p.clone()], &[svc.clone()], &leases).at(t0, late)).is_empty());
+    assert!(
+        releases(
+            &pass(
+                std::slice::from_ref(&p),
+                std::slice::from_ref(&svc),
+                &leases
+            )
+            .at(t0, late)
+        )
+        .is_empty()
+    );
     // The pod ended: its Service is deleted first, the reservation kept.
     let ended = pod("job-2", json!({"status": {"phase": "Succeeded"}}));
     let while_deleting = pass(
