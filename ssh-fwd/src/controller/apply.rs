@@ -17,6 +17,10 @@ use kube::{
 };
 use serde_json::json;
 
+use reserve::{lease_port, release, reserve_port};
+
+mod reserve;
+
 use super::{
     api_error::{self, Grant},
     expect::Done,
@@ -173,57 +177,6 @@ async fn run(ctx: &Context, action: Action) -> anyhow::Result<Outcome> {
         }
     }
     Ok(Outcome::Nothing)
-}
-
-/// Whether this call reserved the port (false: it was reserved already).
-async fn reserve_port(ctx: &Context, lease: &Lease, port: u16) -> anyhow::Result<bool> {
-    super::reservation::create(&ctx.reservations, lease)
-        .await
-        .map_err(|e| api_error::context(e, format!("reserving port {port}"), Grant::Lease))
-}
-
-fn lease_port(lease: &Lease) -> u16 {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(super::reservation::PORT))
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Deletes a reservation if it is still the one read (uid and version).
-async fn release(
-    ctx: &Context,
-    name: &str,
-    port: u16,
-    uid: Option<String>,
-    resource_version: Option<String>,
-) -> anyhow::Result<()> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid,
-            resource_version,
-        }),
-        ..DeleteParams::default()
-    };
-    match ctx.reservations.delete(name, &params).await {
-        Ok(_) => {
-            tracing::info!(
-                port,
-                reservation = name,
-                "released the reservation of a port no pod or Service uses"
-            );
-            Ok(())
-        }
-        // Gone already, or changed since it was read.
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
-        Err(e) => Err(api_error::context(
-            e,
-            format!("releasing the reservation {name}"),
-            Grant::Lease,
-        )),
-    }
 }
 
 /// Whether a Service was created (it may exist already, from a pass the

@@ -13,6 +13,7 @@ mod metrics;
 mod plan;
 mod ports;
 mod reservation;
+mod reserving;
 mod service;
 mod warn;
 pub mod webhook;
@@ -77,7 +78,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let early = args
         .admission
         .webhook_addr
-        .map(|_| watch_reservations(&client, &namespace, args.ssh_ip, &changes, &metrics));
+        .map(|_| reserving::watch(&client, &namespace, args.ssh_ip, &changes, &metrics));
     let _webhook = match &early {
         Some(store) => {
             let shared = webhook::Shared {
@@ -145,24 +146,6 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     result
 }
 
-/// The port reservations on the SSH IP, in the controller's namespace.
-fn watch_reservations(
-    client: &kube::Client,
-    namespace: &str,
-    ip: std::net::Ipv4Addr,
-    changes: &Arc<Changes>,
-    metrics: &ControllerMetrics,
-) -> Store<Lease> {
-    k8s::reflector::spawn_reflector(
-        Api::namespaced(client.clone(), namespace),
-        watcher::Config::default().labels(&reservation::selector(ip)),
-        k8s::reflector::drop_managed_fields,
-        "Lease",
-        changes,
-        &metrics.api_errors,
-    )
-}
-
 /// What the leader does: watch, then reconcile on every change and timer.
 async fn lead(
     args: &ControllerArgs,
@@ -172,7 +155,7 @@ async fn lead(
     reservations: Option<Store<Lease>>,
 ) -> anyhow::Result<()> {
     let reservations = reservations.unwrap_or_else(|| {
-        watch_reservations(
+        reserving::watch(
             &client,
             &args.lease_namespace,
             ctx.ssh_ip,
@@ -204,6 +187,7 @@ async fn lead(
     pods.wait_until_ready().await?;
     services.wait_until_ready().await?;
     reservations.wait_until_ready().await?;
+    let mut reserving = reserving::Reserving::new(reservations, &args.admission);
     tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
     let settings = Settings {
         ssh_ip: args.ssh_ip,
@@ -215,33 +199,17 @@ async fn lead(
     let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
     let mut backoff = retry_backoff();
-    let mut sightings = plan::reservations::Sightings::default();
-    let grace = args.admission.reservation_grace;
-    let variable = args
-        .admission
-        .webhook_addr
-        .map(|_| args.admission.env_name.as_str());
     loop {
         let started = Instant::now();
         let (pods, services) = (pods.state(), services.state());
         expected.settle(&pods, &services, Instant::now());
         forget_gone(&mut warned, &pods);
-        let book = plan::reservations::Book::new(&reservations.state(), ctx.ssh_ip);
-        let used = plan::reservations::in_use(&book, &pods, &services, &expected, ctx.ssh_ip);
-        sightings.update(&book, &used, started);
-        let input = plan::Input {
+        let caches = reserving::Caches {
             pods: &pods,
             services: &services,
             expected: &expected,
-            book: &book,
-            sightings: &sightings,
-            grace,
-            variable,
         };
-        let mut actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
-        actions.extend(plan::reservations::upkeep(
-            &input, ctx.ssh_ip, &ctx.range, started,
-        ));
+        let actions = reserving.plan(&caches, ctx, &settings, &mut rng, started);
         let Applied { done, failures } = apply::apply(ctx, actions, &mut warned).await;
         let now = Instant::now();
         ctx.metrics
@@ -256,9 +224,7 @@ async fn lead(
             backoff = retry_backoff();
             None
         };
-        // A reservation's grace ending is a change too.
-        let due = sightings.next_due(grace, Instant::now());
-        let until_due = due.map(|d| d.saturating_duration_since(Instant::now()));
+        let until_due = reserving.until_due(Instant::now());
         tokio::select! {
             () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => {}
             () = changes.changed() => {
