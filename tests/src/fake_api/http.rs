@@ -210,8 +210,8 @@ fn handle(
             });
         }
     };
+    shared.publish(&store, changes);
     drop(store);
-    shared.publish(changes);
     Ok((code, object))
 }
 

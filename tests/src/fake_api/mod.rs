@@ -127,7 +127,10 @@ impl Shared {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn publish(&self, changes: Vec<Change>) {
+    /// Sends `changes` to the watches; call it with the store still locked
+    /// (`_written`), so changes go out in the order of their
+    /// resourceVersions: a watch drops one older than what it has sent.
+    fn publish(&self, _written: &MutexGuard<'_, Store>, changes: Vec<Change>) {
         for change in changes {
             let _ = self.changes.send(Some(change));
         }
@@ -224,28 +227,25 @@ impl FakeApi {
     /// Creates or replaces an object (metadata.namespace/name identify it),
     /// keeping the metadata it is given.
     pub fn apply(&self, kind: Kind, object: Value) {
-        let changes = self.shared.store().put(kind, object);
-        self.shared.publish(changes);
+        let mut store = self.shared.store();
+        let changes = store.put(kind, object);
+        self.shared.publish(&store, changes);
     }
 
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
-        let removed =
-            self.shared
-                .store()
-                .remove(kind, &format!("{namespace}/{name}"), &Value::Null);
+        let mut store = self.shared.store();
+        let removed = store.remove(kind, &format!("{namespace}/{name}"), &Value::Null);
         if let Ok((_, changes)) = removed {
-            self.shared.publish(changes);
+            self.shared.publish(&store, changes);
         }
     }
 
     /// Applies an RFC 7386 merge patch to an object, if it exists.
     pub fn patch(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
-        let patched =
-            self.shared
-                .store()
-                .merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
+        let mut store = self.shared.store();
+        let patched = store.merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
         if let Ok((_, changes)) = patched {
-            self.shared.publish(changes);
+            self.shared.publish(&store, changes);
         }
     }
 
@@ -327,5 +327,40 @@ impl Drop for FakeApi {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A watch skips a change older than one it has sent (the API server
+    /// never sends them out of order), so writers must publish in the order
+    /// they wrote.
+    #[test]
+    fn changes_are_published_in_resource_version_order_under_concurrent_writes() {
+        let api = FakeApi::start_on_loopback().unwrap();
+        let mut rx = api.shared.changes.subscribe();
+        std::thread::scope(|scope| {
+            for writer in 0..4 {
+                let api = &api;
+                scope.spawn(move || {
+                    for i in 0..2_000 {
+                        api.apply(
+                            Kind::Pod,
+                            json!({"metadata": {"name": format!("p-{writer}-{i}"), "namespace": "jobs"}}),
+                        );
+                    }
+                });
+            }
+        });
+        let mut last = 0;
+        while let Ok(Some(change)) = rx.try_recv() {
+            assert!(change.rv > last, "rv {} published after {last}", change.rv);
+            last = change.rv;
+        }
+        assert_eq!(last, api.shared.store().rv());
     }
 }
