@@ -374,10 +374,8 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
     assert_eq!(hook.side_effects, "NoneOnDryRun");
     assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
     assert_eq!(hook.reinvocation_policy.as_deref(), Some("Never"));
-    // The API server waits 5 s; the webhook answers, port or not, after 4.
     let timeout = u64::try_from(hook.timeout_seconds.unwrap()).unwrap();
     assert_eq!(timeout, 5);
-    assert!(ssh_fwd::controller::webhook::DEADLINE < std::time::Duration::from_secs(timeout));
     let objects = hook.object_selector.as_ref().unwrap();
     assert_eq!(
         objects.match_labels.as_ref().unwrap(),
@@ -411,6 +409,12 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
     let port = &spec.ports.as_deref().unwrap()[0];
     assert_eq!(Some(port.port), target.port);
     let (args, deployment) = controller_cli(&docs);
+    // The API server waits 5 s; the webhook answers, port or not, after 4.
+    assert_eq!(
+        args.admission.webhook_deadline,
+        std::time::Duration::from_secs(4)
+    );
+    assert!(args.admission.webhook_deadline < std::time::Duration::from_secs(timeout));
     let addr = args.admission.webhook_addr.expect("--webhook-addr");
     assert_eq!(
         port.target_port,

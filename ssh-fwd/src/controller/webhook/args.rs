@@ -77,6 +77,12 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
     pub keys_watch_interval: Duration,
 
+    /// How long a port reservation may take at admission before the pod is
+    /// admitted without a port; must stay under the webhook's
+    /// timeoutSeconds (5 in deploy/).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = crate::args::duration)]
+    pub webhook_deadline: Duration,
+
     /// How long a port reservation whose pod does not exist is kept (by the
     /// leader's clock, from when it first saw it) before it is released.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]

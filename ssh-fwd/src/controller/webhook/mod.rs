@@ -14,7 +14,7 @@ mod review;
 pub mod self_signed;
 mod tls;
 
-use std::{net::SocketAddr, ops::RangeInclusive, sync::Arc, time::Duration};
+use std::{net::SocketAddr, ops::RangeInclusive, sync::Arc};
 
 use anyhow::Context as _;
 use axum::{
@@ -31,10 +31,6 @@ use kube::{Api, runtime::reflector::Store};
 pub use admit::Admitter;
 pub use args::{AdmissionArgs, AdmissionFlagError};
 pub use metrics::AdmissionMetrics;
-
-/// How long a port reservation may take at admission: under the webhook's
-/// `timeoutSeconds` (5 s in deploy/), so the API server gets an answer.
-pub const DEADLINE: Duration = Duration::from_secs(4);
 
 /// What the webhook shares with the rest of the controller.
 pub struct Shared {
@@ -89,7 +85,7 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         store: shared.store,
         ssh_ip: shared.ssh_ip,
         range: shared.range,
-        deadline: DEADLINE,
+        deadline: args.webhook_deadline,
         metrics: shared.metrics,
     });
     tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
