@@ -165,6 +165,27 @@ fn handle(
     let ns = target.namespace.clone().unwrap_or_default();
     let key = target.name.as_ref().map(|n| format!("{ns}/{n}"));
     let status_only = target.subresource.as_deref() == Some("status");
+    if let Some(sub) = target.subresource.as_deref()
+        && !(status_only && kind.has_status())
+    {
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!(
+                "the server could not find the requested resource ({}/{sub})",
+                kind.resource()
+            ),
+        });
+    }
+    // Not emulated: a dry run would be stored here. Refused, so that a
+    // client starting to send one is noticed rather than misled.
+    if target.query.contains_key("dryRun") {
+        return Err(ApiError {
+            code: 400,
+            reason: "BadRequest",
+            message: "the fake API does not emulate dryRun; teach it (tests/src/fake_api) before relying on it".into(),
+        });
+    }
     let mut store = shared.store();
     let (code, object, changes): (u16, Value, Vec<Change>) = match (method, key) {
         ("GET", None) => {

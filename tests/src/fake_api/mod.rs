@@ -76,6 +76,12 @@ impl Kind {
         }
     }
 
+    /// Whether the kind has a `/status` subresource (and its main resource
+    /// leaves status alone).
+    pub fn has_status(self) -> bool {
+        matches!(self, Kind::Service | Kind::Pod)
+    }
+
     fn api_version(self) -> String {
         match self.group() {
             "" => "v1".into(),
