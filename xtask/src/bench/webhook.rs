@@ -194,6 +194,8 @@ impl Client {
     /// it was given, if any.
     async fn admit(&self, uid: &str) -> anyhow::Result<Option<u16>> {
         let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        // As the API server's (Go) client: no Nagle, one write per request.
+        tcp.set_nodelay(true)?;
         let mut tls = self
             .connector
             .connect(rustls::pki_types::ServerName::try_from(HOST)?, tcp)
@@ -203,8 +205,7 @@ impl Client {
             "POST /mutate?timeout=5s HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        tls.write_all(head.as_bytes()).await?;
-        tls.write_all(body.as_bytes()).await?;
+        tls.write_all(format!("{head}{body}").as_bytes()).await?;
         let mut response = Vec::new();
         let _ = tls.read_to_end(&mut response).await;
         let text = String::from_utf8_lossy(&response);

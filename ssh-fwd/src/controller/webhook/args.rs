@@ -133,3 +133,52 @@ impl AdmissionArgs {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        admission: AdmissionArgs,
+    }
+
+    fn check(argv: &[&str]) -> Result<(), AdmissionFlagError> {
+        let argv = std::iter::once("controller").chain(argv.iter().copied());
+        Flags::try_parse_from(argv).unwrap().admission.check()
+    }
+
+    #[test]
+    fn the_defaults_pass_and_each_unusable_value_is_refused_by_name() {
+        use AdmissionFlagError as E;
+        assert_eq!(check(&[]), Ok(()));
+        let addr = ["--webhook-addr", "0.0.0.0:8443"];
+        assert_eq!(check(&addr), Err(E::NoCertificate));
+        assert_eq!(
+            check(&[&addr[..], &["--webhook-self-signed"]].concat()),
+            Ok(())
+        );
+        assert_eq!(
+            check(&["--env-name", "1ABC"]),
+            Err(E::EnvName("1ABC".into()))
+        );
+        assert_eq!(check(&["--env-name", "A B"]), Err(E::EnvName("A B".into())));
+        assert_eq!(
+            check(&["--keys-dir", "etc/ssh"]),
+            Err(E::KeysDir("etc/ssh".into()))
+        );
+        assert_eq!(
+            check(&["--keys-file", "a/b"]),
+            Err(E::KeysFile("a/b".into()))
+        );
+        assert_eq!(check(&["--keys-file", ".."]), Err(E::KeysFile("..".into())));
+        assert_eq!(check(&["--webhook-deadline", "3s"]), Ok(()));
+        // A zero deadline (every pod admitted without a port) does not
+        // even parse.
+        let zero = Flags::try_parse_from(["controller", "--webhook-deadline", "0s"]);
+        assert!(zero.is_err());
+    }
+}
