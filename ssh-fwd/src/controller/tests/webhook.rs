@@ -61,6 +61,8 @@ pub async fn post_to(
     .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    // As the API server's (Go) client: no Nagle, one write per request.
+    tcp.set_nodelay(true)?;
     let mut tls = connector
         .connect(ServerName::try_from(host.to_owned())?, tcp)
         .await?;
@@ -69,8 +71,7 @@ pub async fn post_to(
         "POST /mutate?timeout=5s HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len(),
     );
-    tls.write_all(head.as_bytes()).await?;
-    tls.write_all(body.as_bytes()).await?;
+    tls.write_all(format!("{head}{body}").as_bytes()).await?;
     let mut response = Vec::new();
     // A closed TLS stream without close_notify is fine here.
     let _ = tls.read_to_end(&mut response).await;
