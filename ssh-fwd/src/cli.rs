@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand};
 
 use crate::{
     agent::AgentArgs,
-    commands::{list::ListArgs, status::StatusArgs, teardown::TeardownArgs},
+    commands::{
+        install_keys::InstallKeysArgs, list::ListArgs, status::StatusArgs, teardown::TeardownArgs,
+    },
     controller::ControllerArgs,
     telemetry::logging::LogFormat,
 };
@@ -47,7 +49,13 @@ pub enum Command {
     /// the pod's port 22, and publish the ready `ssh` command on the pod (an
     /// `ssh-fwd.io/endpoint` annotation and an Event). One replica acts at a
     /// time (leader election with a Lease).
-    Controller(ControllerArgs),
+    // Boxed: its flags are many times the size of the other commands'.
+    Controller(Box<ControllerArgs>),
+    /// Write a pod's authorized_keys from its keys Secret: directory 0700,
+    /// file 0600, owned by the job's user; bad lines skipped with a warning.
+    /// With --watch, keep it up to date as the Secret changes (the webhook
+    /// runs it as an init container and as a native sidecar).
+    InstallKeys(InstallKeysArgs),
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.
     Teardown(TeardownArgs),

@@ -21,10 +21,11 @@ fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::Agent(args) => block_on(agent::run(args)),
-        Command::Controller(args) => block_on(controller::run(args)),
+        Command::Controller(args) => block_on(controller::run(*args)),
         Command::List(args) => commands::list::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Teardown(args) => commands::teardown::run(args),
+        Command::InstallKeys(args) => commands::install_keys::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

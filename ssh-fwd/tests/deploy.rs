@@ -13,8 +13,10 @@ use std::{collections::BTreeSet, path::Path};
 use clap::Parser as _;
 use k8s_openapi::{
     api::{
+        admissionregistration::v1::MutatingWebhookConfiguration,
         apps::v1::{DaemonSet, Deployment},
-        core::v1::{ConfigMap, Container, Namespace, Pod, ServiceAccount},
+        batch::v1::Job,
+        core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     serde::{Serialize, de::DeserializeOwned},
@@ -104,6 +106,9 @@ fn check_kind(doc: &Value) -> Result<(), String> {
         "DaemonSet" => typed::<DaemonSet>(doc).map(drop),
         "Deployment" => typed::<Deployment>(doc).map(drop),
         "Pod" => typed::<Pod>(doc).map(drop),
+        "Job" => typed::<Job>(doc).map(drop),
+        "Service" => typed::<Service>(doc).map(drop),
+        "MutatingWebhookConfiguration" => typed::<MutatingWebhookConfiguration>(doc).map(drop),
         other => Err(format!("no check for kind {other}")),
     }
 }
@@ -118,6 +123,9 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 fn every_manifest_parses_into_its_kubernetes_type_with_no_unknown_fields() {
     let mut docs = base();
     docs.extend(documents(&Path::new(DEPLOY).join("examples/ssh-job.yaml")));
+    docs.extend(documents(
+        &Path::new(DEPLOY).join("examples/ssh-batch-job.yaml"),
+    ));
     assert!(docs.len() >= 12, "{} documents", docs.len());
     for doc in &docs {
         check_kind(doc)
@@ -340,4 +348,173 @@ fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
         .collect();
     assert_eq!(added, required);
     assert_ne!(security.privileged, Some(true));
+}
+
+fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deployment) {
+    let config: ConfigMap = typed(find(docs, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let deployment: Deployment = typed(find(docs, "Deployment", "ssh-fwd-controller")).unwrap();
+    let pod_spec = deployment.spec.clone().unwrap().template.spec.unwrap();
+    let cli = Cli::try_parse_from(expanded_args(&pod_spec.containers[0], &config))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let Command::Controller(args) = cli.command else {
+        panic!("the Deployment must run `ssh-fwd controller`")
+    };
+    (*args, deployment)
+}
+
+#[test]
+fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port() {
+    let docs = base();
+    let config: MutatingWebhookConfiguration =
+        typed(find(&docs, "MutatingWebhookConfiguration", "ssh-fwd")).unwrap();
+    let [hook] = config.webhooks.as_deref().unwrap() else {
+        panic!("one webhook")
+    };
+    assert_eq!(hook.admission_review_versions, ["v1"]);
+    assert_eq!(hook.side_effects, "NoneOnDryRun");
+    assert_eq!(hook.failure_policy.as_deref(), Some("Ignore"));
+    assert_eq!(hook.reinvocation_policy.as_deref(), Some("Never"));
+    let timeout = u64::try_from(hook.timeout_seconds.unwrap()).unwrap();
+    assert_eq!(timeout, 5);
+    let objects = hook.object_selector.as_ref().unwrap();
+    assert_eq!(
+        objects.match_labels.as_ref().unwrap(),
+        &[("ssh-fwd.io/ssh".to_owned(), "enabled".to_owned())].into()
+    );
+    let namespaces = &hook
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_expressions
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(namespaces.key, "kubernetes.io/metadata.name");
+    assert_eq!(namespaces.operator, "NotIn");
+    assert_eq!(
+        namespaces.values.as_deref().unwrap(),
+        ["kube-system", NAMESPACE]
+    );
+    let rules = hook.rules.as_deref().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].operations.as_deref().unwrap(), ["CREATE"]);
+    assert_eq!(rules[0].resources.as_deref().unwrap(), ["pods"]);
+    // The Service it calls leads to the controller's --webhook-addr.
+    let target = hook.client_config.service.as_ref().unwrap();
+    assert_eq!(
+        (target.namespace.as_str(), target.path.as_deref()),
+        (NAMESPACE, Some("/mutate"))
+    );
+    let service: Service = typed(find(&docs, "Service", &target.name)).unwrap();
+    let spec = service.spec.unwrap();
+    let port = &spec.ports.as_deref().unwrap()[0];
+    assert_eq!(Some(port.port), target.port);
+    let (args, deployment) = controller_cli(&docs);
+    // The API server waits 5 s; the webhook answers, port or not, after 4.
+    assert_eq!(
+        args.admission.webhook_deadline,
+        std::time::Duration::from_secs(4)
+    );
+    assert!(args.admission.webhook_deadline < std::time::Duration::from_secs(timeout));
+    let addr = args.admission.webhook_addr.expect("--webhook-addr");
+    assert_eq!(
+        port.target_port,
+        Some(
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i32::from(addr.port()))
+        )
+    );
+    let pod_labels = deployment
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .labels
+        .unwrap();
+    assert!(
+        spec.selector
+            .unwrap()
+            .iter()
+            .all(|(k, v)| pod_labels.get(k) == Some(v))
+    );
+    assert!(args.admission.webhook_self_signed);
+    assert_eq!(args.admission.webhook_service, target.name);
+    assert_eq!(args.admission.webhook_configuration, "ssh-fwd");
+    assert_eq!(args.admission.check(), Ok(()));
+}
+
+/// The base with the overlay's JSON patches applied, as kustomize would.
+fn overlay(name: &str) -> Vec<Value> {
+    let dir = Path::new(DEPLOY).join("overlays").join(name);
+    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
+    let mut docs = base();
+    for resource in kustomization["resources"].as_array().unwrap() {
+        let resource = resource.as_str().unwrap();
+        if !resource.starts_with("..") {
+            docs.extend(documents(&dir.join(resource)));
+        }
+    }
+    for patch in kustomization["patches"].as_array().unwrap() {
+        let target = &patch["target"];
+        let ops: json_patch::Patch =
+            serde_saphyr::from_str(patch["patch"].as_str().unwrap()).unwrap();
+        let doc = docs
+            .iter_mut()
+            .find(|d| d["kind"] == target["kind"] && d["metadata"]["name"] == target["name"])
+            .unwrap();
+        json_patch::patch(doc, &ops).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    docs
+}
+
+#[test]
+fn the_cert_manager_overlay_serves_the_certificate_cainjector_vouches_for() {
+    let docs = overlay("cert-manager");
+    let (args, deployment) = controller_cli(&docs);
+    assert!(!args.admission.webhook_self_signed);
+    let dir = args
+        .admission
+        .webhook_cert_dir
+        .clone()
+        .expect("--webhook-cert-dir");
+    assert_eq!(args.admission.check(), Ok(()));
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let mount = pod.containers[0]
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| Path::new(&m.mount_path) == dir)
+        .expect("the certificate is mounted at --webhook-cert-dir");
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    let secret = volume.secret.as_ref().unwrap().secret_name.clone().unwrap();
+    let certificate = find(&docs, "Certificate", "ssh-fwd-webhook");
+    assert_eq!(certificate["spec"]["secretName"], secret.as_str());
+    let issuer = &certificate["spec"]["issuerRef"];
+    assert_eq!(
+        find(
+            &docs,
+            issuer["kind"].as_str().unwrap(),
+            issuer["name"].as_str().unwrap()
+        )["spec"]["selfSigned"],
+        serde_json::json!({})
+    );
+    let service = format!("{}.{NAMESPACE}.svc", args.admission.webhook_service);
+    assert!(
+        certificate["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| *n == service.as_str())
+    );
+    let config = find(&docs, "MutatingWebhookConfiguration", "ssh-fwd");
+    assert_eq!(
+        config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        format!("{NAMESPACE}/ssh-fwd-webhook")
+    );
+    let config: MutatingWebhookConfiguration = typed(config).unwrap();
+    assert!(config.webhooks.unwrap()[0].client_config.service.is_some());
 }

@@ -53,6 +53,25 @@ pub struct Sshd {
 
 impl Sshd {
     pub fn start(ns: &NetNs, hostname: &str, keys: &SshKeys) -> anyhow::Result<Self> {
+        Self::start_with(
+            ns,
+            hostname,
+            keys,
+            &keys.dir().join("authorized_keys"),
+            false,
+        )
+    }
+
+    /// sshd reading `authorized` for root logins; with `strict`, it also
+    /// checks the file's and its directories' modes and owners (StrictModes),
+    /// as a production sshd does.
+    pub fn start_with(
+        ns: &NetNs,
+        hostname: &str,
+        keys: &SshKeys,
+        authorized: &Path,
+        strict: bool,
+    ) -> anyhow::Result<Self> {
         let dir = keys.dir();
         let config = dir.join(format!("sshd_config.{hostname}"));
         std::fs::write(
@@ -60,10 +79,11 @@ impl Sshd {
             format!(
                 "Port 22\nListenAddress 0.0.0.0\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
                  PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
-                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes {strict}\nPidFile none\n\
                  LogLevel ERROR\nClientAliveInterval 0\n",
                 host = dir.join("host").display(),
-                auth = dir.join("authorized_keys").display(),
+                auth = authorized.display(),
+                strict = if strict { "yes" } else { "no" },
             ),
         )?;
         // sshd refuses to start without its privilege-separation directory.
@@ -132,6 +152,11 @@ pub struct SshClient {
 }
 
 impl SshClient {
+    /// A client using the private key at `key`.
+    pub fn with_key(key: PathBuf) -> Self {
+        Self { key }
+    }
+
     /// `ssh -p PORT root@HOST REMOTE` from inside `ns`, bounded by `limit`.
     pub fn command(
         &self,

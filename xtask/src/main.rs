@@ -37,7 +37,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
-    /// bench convergence`, `cargo xtask bench controller`.
+    /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
+    /// webhook`.
     Bench {
         #[command(subcommand)]
         which: Bench,
@@ -77,6 +78,16 @@ enum Bench {
         /// benchmark itself).
         #[arg(long, hide = true)]
         only_bin: Option<std::path::PathBuf>,
+    },
+    /// The controller's admission webhook over HTTPS: p50/p99 of one
+    /// admission, N at once, and answers while the API server is slow.
+    Webhook {
+        #[arg(long, default_value_t = 300)]
+        sequential: usize,
+        #[arg(long, default_value_t = 500)]
+        concurrent: usize,
+        #[arg(long, default_value_t = 10)]
+        slow: usize,
     },
     /// The controller with N labelled pods: time until all are published,
     /// p50/p99 delay from a new pod to its endpoint, restart cost, memory.
@@ -171,6 +182,14 @@ fn main() -> std::process::ExitCode {
                     after,
                 },
         } => bench::controller::run(pods, new_pods, unlabelled, before, after),
+        Task::Bench {
+            which:
+                Bench::Webhook {
+                    sequential,
+                    concurrent,
+                    slow,
+                },
+        } => bench::webhook::run(sequential, concurrent, slow),
         Task::Bench {
             which:
                 Bench::Datapath {

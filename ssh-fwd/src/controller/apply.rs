@@ -6,7 +6,10 @@
 use std::{collections::BTreeSet, sync::Arc};
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{ObjectReference, Pod, Service},
+};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
@@ -14,19 +17,25 @@ use kube::{
 };
 use serde_json::json;
 
+use reserve::{lease_port, release, reserve_port};
+
+mod reserve;
+
 use super::{
     api_error::{self, Grant},
     expect::Done,
     lease::Term,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
-    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
+    service::{ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
     warn::Scope,
 };
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
     pub client: Client,
+    /// The port reservations, in the controller's own namespace.
+    pub reservations: Api<Lease>,
     pub recorder: Recorder,
     pub ssh_ip: std::net::Ipv4Addr,
     pub host: String,
@@ -65,6 +74,8 @@ enum Outcome {
     Warned(String, Problem),
     /// The pod's Service name is taken (the pod was warned, now or before).
     Blocked(String, Problem),
+    /// Lost a race for a port: the next pass, soon, picks another.
+    Raced,
 }
 
 /// Runs `actions`. A warning already in `warned` is not sent again; one is
@@ -104,6 +115,7 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
                 applied.blocked += 1;
                 warned.insert((uid, problem));
             }
+            Ok(Outcome::Raced) => applied.failures += 1,
             Err(e) => {
                 applied.failures += 1;
                 ctx.metrics.api_errors.inc();
@@ -118,7 +130,18 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
 /// already sent.
 async fn run(ctx: &Context, action: Action, warned: &Warned) -> anyhow::Result<Outcome> {
     match action {
-        Action::Create { pod, port, service } => {
+        Action::Create {
+            pod,
+            port,
+            service,
+            reserve,
+        } => {
+            if let Some(lease) = reserve
+                && !reserve_port(ctx, &lease, port).await?
+            {
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
+                return Ok(Outcome::Raced);
+            }
             return match create(ctx, &pod, port, &service).await? {
                 Created::New => Ok(Outcome::Done(Done::Created { uid: pod.uid, port })),
                 Created::Ours => Ok(Outcome::Nothing),
@@ -146,6 +169,18 @@ async fn run(ctx: &Context, action: Action, warned: &Warned) -> anyhow::Result<O
             delete(ctx, &namespace, &name, uid, &why).await?;
         }
         Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
+        Action::Reserve { lease } => {
+            let port = lease_port(&lease);
+            if reserve_port(ctx, &lease, port).await? {
+                tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
+            }
+        }
+        Action::Release {
+            name,
+            port,
+            uid,
+            resource_version,
+        } => release(ctx, &name, port, uid, resource_version).await?,
         Action::Publish {
             pod,
             service,
@@ -305,7 +340,10 @@ async fn publish(
         event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
-    patch(json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint}})).await?;
+    patch(
+        json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint}}),
+    )
+    .await?;
     Ok(endpoint)
 }
 
@@ -315,7 +353,7 @@ async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
     let patch = json!({"metadata": {
         "uid": pod.uid,
         "labels": {SERVICE_LABEL: null},
-        "annotations": {ENDPOINT_ANNOTATION: null},
+        "annotations": {ENDPOINT_ANNOTATION: null, ANNOUNCED_ANNOTATION: null},
     }});
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api

@@ -74,6 +74,9 @@ pub struct ControllerArgs {
     /// How often everything is reconciled even without changes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,
+
+    #[command(flatten)]
+    pub admission: super::webhook::AdmissionArgs,
 }
 
 /// The Service shape the controller creates.

@@ -11,7 +11,9 @@ use std::{
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 
-use super::service::{self, ENDPOINT_ANNOTATION};
+use super::service;
+#[cfg(test)]
+use super::service::ENDPOINT_ANNOTATION;
 
 pub const EXPECT_FOR: Duration = Duration::from_secs(60);
 
@@ -57,11 +59,7 @@ impl Expectations {
         });
         let annotated: BTreeMap<&str, &str> = pods
             .iter()
-            .filter_map(|p| {
-                let uid = p.metadata.uid.as_deref()?;
-                let endpoint = p.metadata.annotations.as_ref()?.get(ENDPOINT_ANNOTATION)?;
-                Some((uid, endpoint.as_str()))
-            })
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, service::told_endpoint(p)?)))
             .collect();
         self.published.retain(|uid, (endpoint, at)| {
             now.duration_since(*at) < EXPECT_FOR

@@ -19,6 +19,8 @@ pub struct ControllerMetrics {
     pub api_errors: Counter,
     /// Time one pass took: plan and writes.
     pub pass_duration: Histogram,
+    /// The admission webhook's.
+    pub admission: super::webhook::AdmissionMetrics,
 }
 
 impl ControllerMetrics {
@@ -29,6 +31,7 @@ impl ControllerMetrics {
             services_deleted: Counter::default(),
             api_errors: Counter::default(),
             pass_duration: metrics::seconds_histogram(),
+            admission: super::webhook::AdmissionMetrics::default(),
         }
     }
 
@@ -55,6 +58,7 @@ impl ControllerMetrics {
             "Time one reconcile pass took: plan and API writes.",
             self.pass_duration.clone(),
         );
+        self.admission.register(&mut r);
         r
     }
 

@@ -12,8 +12,11 @@ mod lease;
 mod metrics;
 mod plan;
 mod ports;
+mod reservation;
+mod reserving;
 mod service;
 mod warn;
+pub mod webhook;
 
 #[cfg(test)]
 mod tests;
@@ -22,7 +25,10 @@ use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Pod, Service},
+};
 use kube::{
     Api,
     runtime::{events::Recorder, reflector::Store, watcher},
@@ -58,6 +64,7 @@ const BLOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
+    args.admission.check()?;
     let identity = match &args.identity {
         Some(id) => id.clone(),
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -70,7 +77,31 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     k8s::selector::check(&client, &args.selector).await?;
     let metrics = ControllerMetrics::new();
     let term = Arc::new(lease::Term::default());
+    let namespace = args.lease_namespace.clone();
+    let changes = Changes::new();
+    // Every replica's webhook reads the reservations (which ports to try);
+    // without a webhook only the leader needs them.
+    let early = args
+        .admission
+        .webhook_addr
+        .map(|_| reserving::watch(&client, &namespace, args.ssh_ip, &changes, &metrics));
+    let _webhook = match &early {
+        Some(store) => {
+            let shared = webhook::Shared {
+                client: client.clone(),
+                namespace: namespace.clone(),
+                ssh_ip: args.ssh_ip,
+                host: host.clone(),
+                range: args.port_range.clone(),
+                store: store.clone(),
+                metrics: metrics.admission.clone(),
+            };
+            Some(webhook::start(&args.admission, shared).await?)
+        }
+        None => None,
+    };
     let ctx = Arc::new(Context {
+        reservations: Api::namespaced(client.clone(), &namespace),
         recorder: Recorder::new(
             client.clone(),
             kube::runtime::events::Reporter {
@@ -110,7 +141,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         tokio::spawn(async move { elector.hold().await })
     });
     let result = tokio::select! {
-        result = lead(&args, &ctx, client) => result,
+        result = lead(&args, &ctx, client, &changes, early) => result,
         lost = &mut holding.0 => Err(lost.unwrap_or_else(|e| anyhow::anyhow!("the Lease task ended: {e}")))
             .context("stopping: another replica may lead now; a restart rejoins the election"),
         _ = terminate.recv() => { tracing::info!("SIGTERM received"); Ok(()) }
@@ -124,8 +155,22 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 }
 
 /// What the leader does: watch, then reconcile on every change and timer.
-async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> anyhow::Result<()> {
-    let changes = Changes::new();
+async fn lead(
+    args: &ControllerArgs,
+    ctx: &Context,
+    client: kube::Client,
+    changes: &Arc<Changes>,
+    reservations: Option<Store<Lease>>,
+) -> anyhow::Result<()> {
+    let reservations = reservations.unwrap_or_else(|| {
+        reserving::watch(
+            &client,
+            &args.lease_namespace,
+            ctx.ssh_ip,
+            changes,
+            &ctx.metrics,
+        )
+    });
     let pods: Store<Pod> = k8s::reflector::spawn_reflector(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
@@ -135,7 +180,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         )),
         prune_pod,
         "Pod",
-        &changes,
+        changes,
         &ctx.metrics.api_errors,
     );
     // Services: ours, and the others the agents honour (they may hold a
@@ -146,7 +191,7 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         watcher::Config::default().labels(&managed),
         prune_service,
         "Service",
-        &changes,
+        changes,
         &ctx.metrics.api_errors,
     );
     let others: Store<Service> = k8s::reflector::spawn_reflector(
@@ -154,13 +199,15 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         watcher::Config::default().labels(&others_selector(&args.selector)),
         prune_service,
         "Service",
-        &changes,
+        changes,
         &ctx.metrics.api_errors,
     );
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
     ours.wait_until_ready().await?;
     others.wait_until_ready().await?;
+    reservations.wait_until_ready().await?;
+    let mut reserving = reserving::Reserving::new(reservations, &args.admission);
     tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
     let settings = Settings {
         ssh_ip: args.ssh_ip,
@@ -179,12 +226,12 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
         services.extend(others.state());
         expected.settle(&pods, &services, Instant::now());
         forget_gone(&mut warned, &pods);
-        let input = plan::Input {
+        let caches = reserving::Caches {
             pods: &pods,
             services: &services,
             expected: &expected,
         };
-        let actions = plan::compute(&input, &settings, &ctx.range, &ctx.host, &mut rng);
+        let actions = reserving.plan(&caches, ctx, &settings, &mut rng, started);
         let Applied {
             done,
             failures,
@@ -204,7 +251,9 @@ async fn lead(args: &ControllerArgs, ctx: &Context, client: kube::Client) -> any
             // A taken name frees up without any event the watches see.
             (blocked > 0).then_some(BLOCKED_RETRY)
         };
+        let until_due = reserving.until_due(Instant::now());
         tokio::select! {
+            () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => {}
             // No delay: events that arrive during a pass wake the next one,
             // which takes them all.
             () = changes.changed() => {

@@ -14,18 +14,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Pod, Service},
+};
 use rand::Rng;
 
 pub use super::warn::Problem;
 use super::{
     expect::Expectations,
-    ports,
     service::{self, Claim, Settings},
 };
 use races::retire_port_losers;
+use reservations::{Book, Sightings};
 
 mod races;
+pub mod reservations;
+mod serve;
 
 /// A pod, by what the API needs to address it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,10 +42,23 @@ pub struct PodRef {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
+    /// Create the pod's Service on `port`; first, when `reserve` is set,
+    /// reserve the port (a create that finds it taken is retried next pass).
     Create {
         pod: PodRef,
         port: u16,
         service: Box<Service>,
+        reserve: Option<Box<Lease>>,
+    },
+    /// Reserve a port a Service already holds (an existing reservation of
+    /// it is as good).
+    Reserve { lease: Box<Lease> },
+    /// Delete a reservation no longer in use, if it is still this one.
+    Release {
+        name: String,
+        port: u16,
+        uid: Option<String>,
+        resource_version: Option<String>,
     },
     /// Delete one of our Services, only if it is still the one with this
     /// uid. `unpublish`: first take the endpoint off this pod (if it still
@@ -84,6 +102,14 @@ pub struct Input<'a> {
     pub services: &'a [std::sync::Arc<Service>],
     /// Our writes the caches do not show yet.
     pub expected: &'a Expectations,
+    /// The port reservations, and when this leader first saw each.
+    pub book: &'a Book,
+    pub sightings: &'a Sightings,
+    /// How long an unused reservation is kept after it is first seen.
+    pub grace: std::time::Duration,
+    /// The endpoint variable the webhook sets, when it runs: a pod that
+    /// gets its port only now is warned that it lacks it.
+    pub variable: Option<&'a str>,
 }
 
 pub fn compute(
@@ -115,8 +141,11 @@ pub fn compute(
         .map(|s| (full_name(s), service::is_managed(s)))
         .collect();
 
-    let mut used: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
+    let claimed: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
+    let mut used = claimed.clone();
     used.extend(input.expected.ports());
+    used.extend(input.book.ports());
+    let mut handed = BTreeSet::new();
     for (uid, pod) in wanted {
         let pod_ref = PodRef {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
@@ -135,54 +164,22 @@ pub fn compute(
         // Retiring: a new port next pass, once the old Service (same name)
         // is gone. Creating: the cache will show it.
         if !retiring.contains(uid) && !input.expected.creating(uid) {
-            let free = Free {
+            let mut free = reservations::Free {
                 range,
                 used: &mut used,
+                claimed: &claimed,
+                rng: &mut *rng,
             };
-            actions.extend(serve_new(pod, pod_ref, &names, settings, free, rng));
+            let new = serve::New {
+                names: &names,
+                settings,
+                book: input.book,
+                variable: input.variable,
+            };
+            actions.extend(serve::serve_new(pod, pod_ref, &new, &mut free, &mut handed));
         }
     }
     actions
-}
-
-/// The ports a create may take.
-struct Free<'a> {
-    range: &'a std::ops::RangeInclusive<u16>,
-    used: &'a mut BTreeSet<u16>,
-}
-
-/// What gets a pod without a Service one: a create on a free port, or a
-/// Warning saying why it cannot be served.
-fn serve_new(
-    pod: &Pod,
-    pod_ref: PodRef,
-    names: &BTreeMap<String, bool>,
-    settings: &Settings,
-    free: Free<'_>,
-    rng: &mut impl Rng,
-) -> Option<Action> {
-    let warn = |pod, problem| Some(Action::Warn { pod, problem });
-    let target = match service::target_port(pod) {
-        Ok(target) => target,
-        Err(bad) => return warn(pod_ref, Problem::InvalidTargetPort { value: bad.0 }),
-    };
-    let name = service::service_name(&pod_ref.name);
-    match names.get(&format!("{}/{name}", pod_ref.namespace)) {
-        // Ours for an earlier pod of this name: being deleted.
-        Some(true) => None,
-        Some(false) => warn(pod_ref, Problem::NameTaken { service: name }),
-        None => match ports::pick_free(free.range, free.used, rng) {
-            Some(port) => {
-                free.used.insert(port);
-                Some(Action::Create {
-                    service: Box::new(service::build(pod, port, target, settings)),
-                    pod: pod_ref,
-                    port,
-                })
-            }
-            None => warn(pod_ref, Problem::NoFreePort),
-        },
-    }
 }
 
 /// Where a published endpoint points.
@@ -276,6 +273,7 @@ fn publish(
     if published == Some(endpoint.as_str()) {
         return;
     }
+    let told = service::told_endpoint(pod) == Some(endpoint.as_str());
     let annotated = meta
         .annotations
         .as_ref()
@@ -286,12 +284,12 @@ fn publish(
         .as_ref()
         .and_then(|l| l.get(service::SERVICE_LABEL))
         == Some(&name);
-    if !(annotated && labelled) {
+    if !(annotated && labelled && told) {
         actions.push(Action::Publish {
             pod: pod_ref,
             service: name,
             port,
-            announce: !annotated,
+            announce: !told,
         });
     }
 }

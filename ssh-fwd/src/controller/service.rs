@@ -22,6 +22,10 @@ pub const SSH_ENABLED: &str = "enabled";
 pub const TARGET_PORT_ANNOTATION: &str = "ssh-fwd.io/target-port";
 /// Pod annotation the controller publishes: `HOST:PORT`.
 pub const ENDPOINT_ANNOTATION: &str = "ssh-fwd.io/endpoint";
+/// Pod annotation the controller writes with the endpoint once it has told
+/// the user (the event): a pod admitted with a port has its endpoint
+/// annotation from admission on, before the port is live.
+pub const ANNOUNCED_ANNOTATION: &str = "ssh-fwd.io/announced";
 /// Pod label the controller sets to its Service's name; the Service selects
 /// on it, so it selects that pod and no other.
 pub const SERVICE_LABEL: &str = "ssh-fwd.io/service";
@@ -156,6 +160,20 @@ pub fn build(pod: &Pod, port: u16, target: IntOrString, settings: &Settings) -> 
         spec: Some(spec),
         status: None,
     }
+}
+
+/// The endpoint the user was told about with the SSHReady event: for a pod
+/// admitted with a port, the announced annotation; for others the endpoint
+/// annotation, which the controller writes only after the event.
+pub fn told_endpoint(pod: &Pod) -> Option<&str> {
+    let annotations = pod.metadata.annotations.as_ref()?;
+    let admitted = annotations.contains_key(super::reservation::POD_ANNOTATION);
+    let key = if admitted {
+        ANNOUNCED_ANNOTATION
+    } else {
+        ENDPOINT_ANNOTATION
+    };
+    annotations.get(key).map(String::as_str)
 }
 
 pub fn is_managed(service: &Service) -> bool {

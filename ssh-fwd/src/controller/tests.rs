@@ -6,7 +6,9 @@
 
 mod failover;
 mod retries;
+mod self_signed;
 mod warnings;
+mod webhook;
 
 use std::time::Duration;
 

@@ -13,6 +13,9 @@ pub enum Problem {
     InvalidTargetPort { value: String },
     /// A Service not made by ssh-fwd has the name this pod's would get.
     NameTaken { service: String },
+    /// The pod gets its port only after it was created, so its containers
+    /// lack the endpoint variable (or name `told`, a port it lost).
+    EnvMissing { variable: String, told: Option<u16> },
 }
 
 /// What a note needs beyond the problem.
@@ -29,6 +32,7 @@ impl Problem {
             Problem::NoFreePort => "NoFreePort",
             Problem::InvalidTargetPort { .. } => "InvalidTargetPort",
             Problem::NameTaken { .. } => "ServiceNameTaken",
+            Problem::EnvMissing { .. } => "SSHEnvMissing",
         }
     }
 
@@ -37,6 +41,7 @@ impl Problem {
         match self {
             Problem::NoFreePort => "Allocate",
             Problem::InvalidTargetPort { .. } | Problem::NameTaken { .. } => "CreateService",
+            Problem::EnvMissing { .. } => "Allocate",
         }
     }
 
@@ -55,6 +60,18 @@ impl Problem {
             Problem::NameTaken { service } => format!(
                 "No SSH Service: Service {}/{service} exists and was not made by ssh-fwd, so this pod cannot get its own. Rename or delete that Service, and the pod gets a port.",
                 scope.namespace
+            ),
+            Problem::EnvMissing {
+                variable,
+                told: None,
+            } => format!(
+                "This pod was created without {variable}: the ssh-fwd admission webhook did not give it a port (the webhook was unreachable and its failurePolicy is Ignore, or it answered without a port; see the annotation ssh-fwd.io/admission). Its port is assigned now and shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; recreate the pod to have {variable} set."
+            ),
+            Problem::EnvMissing {
+                variable,
+                told: Some(port),
+            } => format!(
+                "{variable} in this pod names port {port}, but another Service holds that port now, so the pod gets another one, shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; {variable} is out of date: recreate the pod to have it right."
             ),
         }
     }

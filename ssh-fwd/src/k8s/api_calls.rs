@@ -58,6 +58,36 @@ pub const CONTROLLER: &[ApiCall] = &[
         verbs: &["get", "create", "update"],
         own_namespace: true,
     },
+    // Port reservations (`controller::reservation`), one Lease per port in
+    // its own namespace: watched by every replica's webhook, created at
+    // admission and by the leader, released by the leader.
+    ApiCall {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["list", "watch", "create", "delete"],
+        own_namespace: true,
+    },
+    // --webhook-self-signed: the CA and serving certificate, kept in a
+    // Secret of its own namespace.
+    ApiCall {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "create", "update"],
+        own_namespace: true,
+    },
+    // --webhook-self-signed: the CA written into caBundle.
+    call(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        &["get", "update"],
+    ),
+    // Its own pod, for the image of the install-keys containers.
+    ApiCall {
+        group: "",
+        resource: "pods",
+        verbs: &["get"],
+        own_namespace: true,
+    },
 ];
 
 /// Whether `calls` lists this verb on this resource.

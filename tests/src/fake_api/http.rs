@@ -112,6 +112,10 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     if watch {
         return watch_stream(stream, &shared, &target).await;
     }
+    let delay = shared.store().delays.get(&(target.kind, verb)).copied();
+    if let Some(delay) = delay {
+        tokio::time::sleep(delay).await;
+    }
     let injected = shared.store().injected_failure(target.kind, verb);
     let (code, answer) = match injected.and_then(|()| handle(&shared, &method, &target, body)) {
         Ok((code, value)) => (code, value),
@@ -195,6 +199,27 @@ fn handle(
     let ns = target.namespace.clone().unwrap_or_default();
     let key = target.name.as_ref().map(|n| format!("{ns}/{n}"));
     let status_only = target.subresource.as_deref() == Some("status");
+    if let Some(sub) = target.subresource.as_deref()
+        && !(status_only && kind.has_status())
+    {
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: format!(
+                "the server could not find the requested resource ({}/{sub})",
+                kind.resource()
+            ),
+        });
+    }
+    // Not emulated: a dry run would be stored here. Refused, so that a
+    // client starting to send one is noticed rather than misled.
+    if target.query.contains_key("dryRun") {
+        return Err(ApiError {
+            code: 400,
+            reason: "BadRequest",
+            message: "the fake API does not emulate dryRun; teach it (tests/src/fake_api) before relying on it".into(),
+        });
+    }
     let mut store = shared.store();
     let (code, object, changes): (u16, Value, Vec<Change>) = match (method, key) {
         ("GET", None) => {
@@ -219,7 +244,10 @@ fn handle(
             return Ok((200, object));
         }
         ("POST", None) => {
-            body["metadata"]["namespace"] = json!(ns);
+            // Cluster-scoped objects (no namespace in the path) have none.
+            if !ns.is_empty() {
+                body["metadata"]["namespace"] = json!(ns);
+            }
             let (object, changes) = store.create(kind, body)?;
             (201, object, changes)
         }
@@ -243,8 +271,8 @@ fn handle(
             });
         }
     };
+    shared.publish(&store, changes);
     drop(store);
-    shared.publish(changes);
     Ok((code, object))
 }
 

@@ -40,24 +40,30 @@ pub enum Kind {
     Pod,
     Lease,
     Event,
+    Secret,
+    /// Cluster-scoped: stored under the namespace "".
+    MutatingWebhookConfiguration,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 7] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Pod,
         Kind::Lease,
         Kind::Event,
+        Kind::Secret,
+        Kind::MutatingWebhookConfiguration,
     ];
 
     /// The API group ("" for the core group).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Pod => "",
+            Kind::Service | Kind::Pod | Kind::Secret => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Lease => "coordination.k8s.io",
             Kind::Event => "events.k8s.io",
+            Kind::MutatingWebhookConfiguration => "admissionregistration.k8s.io",
         }
     }
 
@@ -68,7 +74,15 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Lease => "leases",
             Kind::Event => "events",
+            Kind::Secret => "secrets",
+            Kind::MutatingWebhookConfiguration => "mutatingwebhookconfigurations",
         }
+    }
+
+    /// Whether the kind has a `/status` subresource (and its main resource
+    /// leaves status alone).
+    pub fn has_status(self) -> bool {
+        matches!(self, Kind::Service | Kind::Pod)
     }
 
     fn api_version(self) -> String {
@@ -85,6 +99,8 @@ impl Kind {
             Kind::Pod => "PodList",
             Kind::Lease => "LeaseList",
             Kind::Event => "EventList",
+            Kind::Secret => "SecretList",
+            Kind::MutatingWebhookConfiguration => "MutatingWebhookConfigurationList",
         }
     }
 
@@ -133,7 +149,10 @@ impl Shared {
         let _ = stalled.wait_for(|s| !*s).await;
     }
 
-    fn publish(&self, changes: Vec<Change>) {
+    /// Sends `changes` to the watches; call it with the store still locked
+    /// (`_written`), so changes go out in the order of their
+    /// resourceVersions: a watch drops one older than what it has sent.
+    fn publish(&self, _written: &MutexGuard<'_, Store>, changes: Vec<Change>) {
         for change in changes {
             let _ = self.changes.send(Some(change));
         }
@@ -231,28 +250,25 @@ impl FakeApi {
     /// Creates or replaces an object (metadata.namespace/name identify it),
     /// keeping the metadata it is given.
     pub fn apply(&self, kind: Kind, object: Value) {
-        let changes = self.shared.store().put(kind, object);
-        self.shared.publish(changes);
+        let mut store = self.shared.store();
+        let changes = store.put(kind, object);
+        self.shared.publish(&store, changes);
     }
 
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
-        let removed =
-            self.shared
-                .store()
-                .remove(kind, &format!("{namespace}/{name}"), &Value::Null);
+        let mut store = self.shared.store();
+        let removed = store.remove(kind, &format!("{namespace}/{name}"), &Value::Null);
         if let Ok((_, changes)) = removed {
-            self.shared.publish(changes);
+            self.shared.publish(&store, changes);
         }
     }
 
     /// Applies an RFC 7386 merge patch to an object, if it exists.
     pub fn patch(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
-        let patched =
-            self.shared
-                .store()
-                .merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
+        let mut store = self.shared.store();
+        let patched = store.merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
         if let Ok((_, changes)) = patched {
-            self.shared.publish(changes);
+            self.shared.publish(&store, changes);
         }
     }
 
@@ -308,6 +324,12 @@ impl FakeApi {
         let mut codes = codes.to_vec();
         codes.reverse();
         self.shared.store().failures.insert((kind, verb), codes);
+    }
+
+    /// Answers requests of `kind` and `verb` only after `by` (a slow API
+    /// server; zero ends it).
+    pub fn delay(&self, kind: Kind, verb: &'static str, by: std::time::Duration) {
+        self.shared.store().delays.insert((kind, verb), by);
     }
 
     /// Cuts the API off: open watches end and new requests get no answer

@@ -42,6 +42,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
+    /// How long to wait before answering requests of a kind and verb (a
+    /// slow API server).
+    pub delays: BTreeMap<(Kind, &'static str), std::time::Duration>,
     /// Status codes to answer the next requests of a kind and verb with,
     /// last first.
     pub failures: BTreeMap<(Kind, &'static str), Vec<u16>>,
@@ -158,6 +161,7 @@ impl Store {
         {
             changes.extend(self.put(Kind::Service, rival));
         }
+        name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError {
@@ -193,8 +197,17 @@ impl Store {
             next["metadata"]["uid"] = current["metadata"]["uid"].clone();
             next["metadata"]["creationTimestamp"] =
                 current["metadata"]["creationTimestamp"].clone();
-            if !current["status"].is_null() {
-                next["status"] = current["status"].clone();
+            // As the API server's update strategies do: the main resource
+            // never changes status (the /status subresource does).
+            if kind.has_status() {
+                match current.get("status") {
+                    Some(status) => next["status"] = status.clone(),
+                    None => {
+                        if let Some(fields) = next.as_object_mut() {
+                            fields.remove("status");
+                        }
+                    }
+                }
             }
         }
         Ok(self.update(kind, key, next))
@@ -239,9 +252,7 @@ impl Store {
         let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
         check_preconditions(kind, key, &object, uid, rv)?;
         let mut changes = self.write_with_effects(kind, key.to_owned(), None);
-        if kind == Kind::Pod {
-            changes.extend(self.collect_garbage(&object));
-        }
+        changes.extend(self.collect_garbage(&object));
         Ok((object, changes))
     }
 
@@ -250,7 +261,8 @@ impl Store {
         (self.objects[&(kind, key.to_owned())].clone(), changes)
     }
 
-    /// Kubernetes' garbage collector: objects owned by a deleted Pod go too.
+    /// Kubernetes' garbage collector (background propagation, done at once
+    /// here): objects owned by a deleted object go too, and theirs.
     fn collect_garbage(&mut self, owner: &Value) -> Vec<Change> {
         let uid = &owner["metadata"]["uid"];
         let owned: Vec<(Kind, String)> = self
@@ -265,9 +277,17 @@ impl Store {
             .collect();
         let mut changes = Vec::new();
         for (kind, key) in owned {
+            let Some(dependent) = self.objects.get(&(kind, key.clone())).cloned() else {
+                continue; // collected already, through another owner
+            };
             changes.extend(self.write_with_effects(kind, key, None));
+            changes.extend(self.collect_garbage(&dependent));
         }
         changes
+    }
+
+    fn is_free(&self, kind: Kind, key: &str) -> bool {
+        !self.objects.contains_key(&(kind, key.to_owned()))
     }
 
     /// The endpoint-slice controller's part: a Service with a selector has
@@ -366,6 +386,57 @@ impl Store {
     }
 }
 
+/// `namespace/name` for a candidate `(namespace, name)`.
+fn object_ns((namespace, name): (&str, &str)) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// As the API server does after admission: an object without a name gets
+/// its `generateName` and five random characters (of the API server's
+/// alphabet, without vowels), tried again while the name is taken; one
+/// with neither is refused with 422.
+fn name_from_generate_name(
+    object: &mut Value,
+    free: impl Fn((&str, &str)) -> bool,
+) -> Result<(), ApiError> {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let meta = &object["metadata"];
+    if meta["name"].as_str().is_some_and(|n| !n.is_empty()) {
+        return Ok(());
+    }
+    let Some(prefix) = meta["generateName"].as_str().filter(|p| !p.is_empty()) else {
+        return Err(ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: "metadata.name: Required value: name or generateName is required".into(),
+        });
+    };
+    // Truncated so that the name stays within 63 characters.
+    let prefix: String = prefix.chars().take(58).collect();
+    let namespace = meta["namespace"].as_str().unwrap_or("").to_owned();
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0..8u64 {
+        let mut hasher = random.build_hasher();
+        hasher.write_u64(attempt);
+        let mut bits = hasher.finish();
+        let mut name = prefix.clone();
+        for _ in 0..5 {
+            name.push(char::from(ALPHABET[(bits % 27) as usize]));
+            bits /= 27;
+        }
+        if free((&namespace, &name)) {
+            object["metadata"]["name"] = json!(name);
+            return Ok(());
+        }
+    }
+    Err(ApiError {
+        code: 500,
+        reason: "ServerTimeout",
+        message: format!("no free name with generateName {prefix} found in time"),
+    })
+}
+
 /// RFC 7386 JSON merge patch.
 fn merge(target: &mut Value, patch: &Value) {
     let Some(fields) = patch.as_object() else {
@@ -420,5 +491,80 @@ mod tests {
                 .remove(Kind::Pod, "ns/p", &json!({"uid": "new"}))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn a_create_with_generate_name_gets_a_fresh_name_and_one_with_neither_is_invalid() {
+        let mut store = Store::new();
+        let pod = json!({"metadata": {"generateName": "job-4711-", "namespace": "jobs"}});
+        let (first, _) = store.create(Kind::Pod, pod.clone()).unwrap();
+        let (second, _) = store.create(Kind::Pod, pod).unwrap();
+        let (a, b) = (
+            first["metadata"]["name"].as_str().unwrap(),
+            second["metadata"]["name"].as_str().unwrap(),
+        );
+        assert_ne!(a, b);
+        for name in [a, b] {
+            let suffix = name.strip_prefix("job-4711-").unwrap();
+            assert_eq!(suffix.len(), 5, "{name}");
+            assert!(
+                suffix
+                    .bytes()
+                    .all(|c| b"bcdfghjklmnpqrstvwxz2456789".contains(&c)),
+                "{name}"
+            );
+        }
+        let nameless = json!({"metadata": {"namespace": "jobs"}});
+        assert_eq!(
+            store
+                .create(Kind::Pod, nameless)
+                .map(drop)
+                .unwrap_err()
+                .code,
+            422
+        );
+    }
+
+    #[test]
+    fn an_update_of_the_main_resource_leaves_status_alone_where_there_is_a_subresource() {
+        let mut store = Store::new();
+        store.put(
+            Kind::Service,
+            json!({"metadata": {"name": "s", "namespace": "ns"}, "spec": {}, "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}}),
+        );
+        let rv = store.get(Kind::Service, "ns/s").unwrap()["metadata"]["resourceVersion"].clone();
+        let update = json!({"metadata": {"name": "s", "namespace": "ns", "resourceVersion": rv}, "spec": {"x": 1}, "status": {}});
+        let (stored, _) = store.replace(Kind::Service, "ns/s", update, false).unwrap();
+        assert_eq!(stored["spec"]["x"], 1);
+        assert_eq!(
+            stored["status"]["loadBalancer"]["ingress"][0]["ip"],
+            "198.18.0.10"
+        );
+        store.put(
+            Kind::Pod,
+            json!({"metadata": {"name": "p", "namespace": "ns"}}),
+        );
+        let rv = store.get(Kind::Pod, "ns/p").unwrap()["metadata"]["resourceVersion"].clone();
+        let update = json!({"metadata": {"name": "p", "namespace": "ns", "resourceVersion": rv}, "status": {"phase": "Running"}});
+        let (stored, _) = store.replace(Kind::Pod, "ns/p", update, false).unwrap();
+        assert!(stored.get("status").is_none(), "{stored}");
+    }
+
+    #[test]
+    fn deleting_any_owner_collects_its_dependents_and_theirs() {
+        let mut store = Store::new();
+        store.put(
+            Kind::Secret,
+            json!({"metadata": {"name": "top", "namespace": "ns", "uid": "u-top"}}),
+        );
+        let owned_by =
+            |uid: &str| json!([{"apiVersion": "v1", "kind": "Secret", "name": "x", "uid": uid}]);
+        store.put(Kind::Service, json!({"metadata": {"name": "mid", "namespace": "ns", "uid": "u-mid", "ownerReferences": owned_by("u-top")}}));
+        store.put(Kind::Lease, json!({"metadata": {"name": "low", "namespace": "ns", "ownerReferences": owned_by("u-mid")}}));
+        store.put(Kind::Lease, json!({"metadata": {"name": "other", "namespace": "ns", "ownerReferences": owned_by("u-else")}}));
+        store.remove(Kind::Secret, "ns/top", &Value::Null).unwrap();
+        assert!(store.get(Kind::Service, "ns/mid").is_none());
+        assert!(store.get(Kind::Lease, "ns/low").is_none());
+        assert!(store.get(Kind::Lease, "ns/other").is_some());
     }
 }

@@ -193,3 +193,31 @@ fn an_object_that_stops_matching_is_deleted_with_its_previous_content_at_the_new
         relabelled.to_string()
     );
 }
+
+/// A watch skips a change older than one it has sent (the API server
+/// never sends them out of order), so writers must publish in the order
+/// they wrote.
+#[test]
+fn changes_are_published_in_resource_version_order_under_concurrent_writes() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let mut rx = api.shared.changes.subscribe();
+    std::thread::scope(|scope| {
+        for writer in 0..4 {
+            let api = &api;
+            scope.spawn(move || {
+                for i in 0..2_000 {
+                    api.apply(
+                        Kind::Pod,
+                        json!({"metadata": {"name": format!("p-{writer}-{i}"), "namespace": "jobs"}}),
+                    );
+                }
+            });
+        }
+    });
+    let mut last = 0;
+    while let Ok(Some(change)) = rx.try_recv() {
+        assert!(change.rv > last, "rv {} published after {last}", change.rv);
+        last = change.rv;
+    }
+    assert_eq!(last, api.shared.store().rv());
+}

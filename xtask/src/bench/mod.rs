@@ -14,4 +14,5 @@ pub mod progs;
 mod proxy;
 mod report;
 mod stats;
+pub mod webhook;
 mod workloads;

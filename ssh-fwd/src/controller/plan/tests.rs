@@ -10,6 +10,7 @@ use crate::controller::expect::{Done, Expectations};
 
 mod ownership;
 mod publish;
+mod reservations;
 mod warnings;
 
 const HOST: &str = "ssh.example.org";
@@ -83,6 +84,10 @@ fn run_expecting(
         pods,
         services,
         expected,
+        book: &Book::default(),
+        sightings: &Sightings::default(),
+        grace: std::time::Duration::from_secs(60),
+        variable: None,
     };
     compute(
         &input,
@@ -106,12 +111,24 @@ fn created_ports(actions: &[Action]) -> Vec<u16> {
 #[test]
 fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
     let actions = run(&[pod("job-1", json!({}))], &[], 8000..=16000);
-    let [Action::Create { pod, port, service }] = actions.as_slice() else {
+    let [
+        Action::Create {
+            pod,
+            port,
+            service,
+            reserve: Some(lease),
+        },
+    ] = actions.as_slice()
+    else {
         panic!("{actions:?}")
     };
     assert!((8000..=16000).contains(port));
     assert_eq!(pod.name, "job-1");
     assert_eq!(service.metadata.name.as_deref(), Some("ssh-job-1"));
+    // The port is reserved for it first, under its uid.
+    let reserved = crate::controller::reservation::read(lease, settings().ssh_ip).unwrap();
+    assert_eq!(reserved.port, *port);
+    assert_eq!(reserved.pod_uid.as_deref(), Some("uid-job-1"));
 }
 
 #[test]

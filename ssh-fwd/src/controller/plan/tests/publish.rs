@@ -85,6 +85,10 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
         pods: std::slice::from_ref(&p),
         services: &[svc],
         expected: &Expectations::default(),
+        book: &Book::default(),
+        sightings: &Sightings::default(),
+        grace: std::time::Duration::from_secs(60),
+        variable: None,
     };
     let actions = compute(
         &input,

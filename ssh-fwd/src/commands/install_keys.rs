@@ -1,0 +1,305 @@
+//! `ssh-fwd install-keys`: writes a pod's authorized_keys the way UCloud
+//! does (directory 0700, file 0600, both owned by the job's user), from the
+//! keys Secret as the kubelet mounts it. Each line is parsed as an OpenSSH
+//! public key; a bad one is skipped with a warning naming its line number.
+//! The file is replaced atomically (a temporary file in the same directory,
+//! renamed over it), so sshd never reads half a file. With `--watch` it
+//! keeps going as the pod's sidecar and rewrites the file whenever the
+//! Secret volume changes (the kubelet swaps it in place), or whenever the
+//! file on disk no longer is what it should be.
+
+mod authorized;
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::Write as _,
+    os::unix::fs::{
+        DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+    },
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+
+pub use authorized::{Parsed, parse};
+
+#[derive(Debug, clap::Args)]
+pub struct InstallKeysArgs {
+    /// The keys to install: the keys Secret's `authorized_keys`, as mounted.
+    #[arg(long, value_name = "FILE")]
+    pub source: PathBuf,
+
+    /// The directory the file goes in; made if absent, then mode 0700 and
+    /// owned by --uid.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// The file's name in --dir.
+    #[arg(long, value_name = "NAME", default_value = "authorized_keys")]
+    pub file: String,
+
+    /// The owner of the directory and the file (the job's user).
+    #[arg(long, value_name = "UID")]
+    pub uid: u32,
+
+    /// Their group (default: the same number as --uid).
+    #[arg(long, value_name = "GID")]
+    pub gid: Option<u32>,
+
+    /// Keep running and rewrite the file whenever --source changes.
+    #[arg(long)]
+    pub watch: bool,
+
+    /// How often --watch checks --source and the file.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
+    pub interval: Duration,
+}
+
+/// Where the keys go and who owns them.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub dir: PathBuf,
+    pub file: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Target {
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(&self.file)
+    }
+
+    /// Whether the file, its mode and owner, and the directory's, are as
+    /// they should be for `content`.
+    fn is_current(&self, content: &str) -> bool {
+        let right = |path: &Path, mode: u32| {
+            fs::symlink_metadata(path).is_ok_and(|m| {
+                !m.file_type().is_symlink()
+                    && m.permissions().mode() & 0o7777 == mode
+                    && (m.uid(), m.gid()) == (self.uid, self.gid)
+            })
+        };
+        right(&self.dir, 0o700)
+            && right(&self.path(), 0o600)
+            && fs::read(self.path()).is_ok_and(|c| c == content.as_bytes())
+    }
+
+    /// Writes `content` unless it is there already; returns whether it
+    /// wrote.
+    pub fn sync(&self, content: &str) -> anyhow::Result<bool> {
+        if self.is_current(content) {
+            return Ok(false);
+        }
+        self.make_dir()?;
+        self.replace(content)?;
+        // The directory last: once it is 0700 and someone else's, only its
+        // owner (or root with DAC_OVERRIDE) can write into it.
+        set_mode_and_owner(&self.dir, 0o700, self.uid, self.gid)?;
+        Ok(true)
+    }
+
+    fn make_dir(&self) -> anyhow::Result<()> {
+        match fs::symlink_metadata(&self.dir) {
+            Ok(m) if m.is_dir() => Ok(()),
+            Ok(_) => anyhow::bail!(
+                "--dir {} exists and is not a directory (or is a symlink); remove it",
+                self.dir.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&self.dir)
+                .with_context(|| format!("creating --dir {}", self.dir.display())),
+            Err(e) => Err(e).with_context(|| format!("reading --dir {}", self.dir.display())),
+        }
+    }
+
+    /// A new file beside the old one, renamed over it.
+    fn replace(&self, content: &str) -> anyhow::Result<()> {
+        let temporary = self.dir.join(format!(".{}.new", self.file));
+        match fs::remove_file(&temporary) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", temporary.display())),
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&temporary)
+            .with_context(|| format!("creating {}", temporary.display()))?;
+        file.write_all(content.as_bytes())
+            .and_then(|()| file.set_permissions(fs::Permissions::from_mode(0o600)))
+            .with_context(|| format!("writing {}", temporary.display()))?;
+        chown_if_needed(&file, &temporary, self.uid, self.gid)?;
+        file.sync_all()
+            .with_context(|| format!("writing {}", temporary.display()))?;
+        fs::rename(&temporary, self.path())
+            .with_context(|| format!("renaming {} to {}", temporary.display(), self.file))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {}", self.dir.display()))
+    }
+}
+
+fn chown_if_needed(file: &File, path: &Path, uid: u32, gid: u32) -> anyhow::Result<()> {
+    let meta = file
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if (meta.uid(), meta.gid()) == (uid, gid) {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(file, Some(uid), Some(gid)).with_context(|| {
+        format!(
+            "making {} owned by {uid}:{gid}; run install-keys as root with CAP_CHOWN (the init container) or as that user",
+            path.display()
+        )
+    })
+}
+
+fn set_mode_and_owner(dir: &Path, mode: u32, uid: u32, gid: u32) -> anyhow::Result<()> {
+    let handle = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+    handle
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {} to {mode:o}", dir.display()))?;
+    chown_if_needed(&handle, dir, uid, gid)
+}
+
+/// Logs the lines left out, naming each by number.
+fn report(parsed: &Parsed, source: &Path) {
+    for (line, why) in &parsed.skipped {
+        tracing::warn!(source = %source.display(), line, "skipped line {line} of the keys: {why}; it is not installed");
+    }
+    if parsed.lines.is_empty() {
+        tracing::warn!(source = %source.display(), "no valid key: nobody can log in with a key until one is added");
+    }
+}
+
+pub fn run(args: InstallKeysArgs) -> anyhow::Result<()> {
+    let target = Target {
+        dir: args.dir.clone(),
+        file: args.file.clone(),
+        uid: args.uid,
+        gid: args.gid.unwrap_or(args.uid),
+    };
+    anyhow::ensure!(
+        !target.file.is_empty() && !target.file.contains('/'),
+        "--file `{}` must be a file name without '/'",
+        target.file
+    );
+    let mut last: Option<Vec<u8>> = None;
+    loop {
+        match once(&args.source, &target, &mut last) {
+            Ok(()) => {}
+            Err(e) if !args.watch => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "installing the keys failed; trying again")
+            }
+        }
+        if !args.watch {
+            return Ok(());
+        }
+        std::thread::sleep(args.interval);
+    }
+}
+
+/// One round: read, parse (reporting a changed source), write if needed.
+fn once(source: &Path, target: &Target, last: &mut Option<Vec<u8>>) -> anyhow::Result<()> {
+    let bytes = fs::read(source).with_context(|| {
+        format!(
+            "reading --source {}; the Secret named by ssh-fwd.io/authorized-keys-secret must have the key authorized_keys",
+            source.display()
+        )
+    })?;
+    let parsed = parse(&String::from_utf8_lossy(&bytes));
+    let changed = last.as_deref() != Some(bytes.as_slice());
+    if changed {
+        report(&parsed, source);
+    }
+    if target.sync(&parsed.render())? {
+        tracing::info!(keys = parsed.lines.len(), file = %target.path().display(), uid = target.uid, gid = target.gid, "installed the authorized keys");
+    }
+    *last = Some(bytes);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ED: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+
+    fn me() -> (u32, u32) {
+        // SAFETY: getuid and getgid have no preconditions.
+        unsafe { (libc::getuid(), libc::getgid()) }
+    }
+
+    #[test]
+    fn keys_are_written_0600_in_a_0700_directory_and_rewritten_only_when_they_differ() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (uid, gid) = me();
+        let target = Target {
+            dir: tmp.path().join("ssh"),
+            file: "authorized_keys.ucloud".into(),
+            uid,
+            gid,
+        };
+        let content = format!("{ED} a\n");
+        assert!(target.sync(&content).unwrap());
+        let dir = fs::metadata(&target.dir).unwrap();
+        assert_eq!(dir.permissions().mode() & 0o7777, 0o700);
+        let file = fs::metadata(target.path()).unwrap();
+        assert_eq!(file.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(fs::read_to_string(target.path()).unwrap(), content);
+        assert!(!target.sync(&content).unwrap(), "nothing to do");
+        // Loosened by someone: put right.
+        fs::set_permissions(target.path(), fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(target.sync(&content).unwrap());
+        assert_eq!(
+            fs::metadata(target.path()).unwrap().permissions().mode() & 0o7777,
+            0o600
+        );
+        let names: Vec<_> = fs::read_dir(&target.dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["authorized_keys.ucloud"], "no temporary file left");
+    }
+
+    #[test]
+    fn a_missing_source_names_the_secret_key_to_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (uid, gid) = me();
+        let args = InstallKeysArgs {
+            source: tmp.path().join("absent"),
+            dir: tmp.path().join("ssh"),
+            file: "authorized_keys".into(),
+            uid,
+            gid: Some(gid),
+            watch: false,
+            interval: Duration::from_secs(1),
+        };
+        let error = format!("{:#}", run(args).unwrap_err());
+        assert!(
+            error.contains("must have the key authorized_keys"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_directory_path_that_is_a_symlink_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/etc", tmp.path().join("ssh")).unwrap();
+        let (uid, gid) = me();
+        let target = Target {
+            dir: tmp.path().join("ssh"),
+            file: "authorized_keys".into(),
+            uid,
+            gid,
+        };
+        let error = format!("{:#}", target.sync("x\n").unwrap_err());
+        assert!(error.contains("is a symlink"), "{error}");
+    }
+}

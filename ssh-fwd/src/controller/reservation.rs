@@ -1,0 +1,259 @@
+//! Port reservations: one coordination.k8s.io Lease per port on the SSH IP,
+//! in the controller's own namespace, named after the IP and the port. The
+//! API server is the arbiter: a create of a name that exists fails with 409
+//! AlreadyExists, so two replicas' webhooks, or a webhook and the leader,
+//! can never both hold a port. A Lease is used because it is small, needs no
+//! schema of our own, and `kubectl get leases` shows its holder.
+//!
+//! A reservation is made by the webhook at admission (it carries a random
+//! token that the pod gets as the annotation [`POD_ANNOTATION`]; the pod's
+//! name may not exist yet), by the leader for a pod that was not admitted
+//! with a port (it carries the pod's uid), or by the leader for a port some
+//! Service already holds (it carries the Service's name), so that the
+//! reservations alone tell the webhook every port in use.
+
+use std::{collections::BTreeSet, ops::RangeInclusive};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{Api, api::PostParams};
+use rand::Rng;
+
+use super::{ports, service};
+
+/// Lease label: the SSH IP the reserved port is on; the watches select on it.
+pub const LABEL: &str = "ssh-fwd.io/port-reservation";
+/// Lease annotation: the reserved port.
+pub const PORT: &str = "ssh-fwd.io/port";
+/// Lease annotation: the token the admitted pod carries.
+pub const TOKEN: &str = "ssh-fwd.io/token";
+/// Lease annotation: the namespace of the pod it is for.
+pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
+/// Lease annotation: the uid of the pod it is for (leader-made ones).
+pub const POD_UID: &str = "ssh-fwd.io/pod-uid";
+/// Lease annotation: the Service (`namespace/name`) that holds the port.
+pub const SERVICE: &str = "ssh-fwd.io/service";
+/// Pod annotation: the token of the pod's reservation, written at admission.
+pub const POD_ANNOTATION: &str = "ssh-fwd.io/reservation";
+
+/// Who a reservation is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A pod admitted by the webhook: its name may be a `generateName`
+    /// prefix; it will carry `token`.
+    Admitted {
+        namespace: String,
+        name: String,
+        token: String,
+    },
+    /// A pod the leader gave a port after admission.
+    Pod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// A Service already holding the port.
+    Service { key: String },
+}
+
+/// The Lease name for a port: `ssh-port-<ip>-<port>` (a DNS subdomain).
+pub fn name(ip: std::net::Ipv4Addr, port: u16) -> String {
+    format!("ssh-port-{ip}-{port}")
+}
+
+/// A fresh unguessable token (128 bits, hex).
+pub fn new_token() -> String {
+    format!("{:032x}", rand::rng().random::<u128>())
+}
+
+/// The reservation of `port` on `ip` for `holder`.
+pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
+    let mut annotations = std::collections::BTreeMap::from([(PORT.to_owned(), port.to_string())]);
+    let shown = match holder {
+        Holder::Admitted {
+            namespace,
+            name,
+            token,
+        } => {
+            annotations.insert(TOKEN.into(), token.clone());
+            annotations.insert(NAMESPACE.into(), namespace.clone());
+            format!("pod {namespace}/{name}")
+        }
+        Holder::Pod {
+            namespace,
+            name,
+            uid,
+        } => {
+            annotations.insert(POD_UID.into(), uid.clone());
+            annotations.insert(NAMESPACE.into(), namespace.clone());
+            format!("pod {namespace}/{name}")
+        }
+        Holder::Service { key } => {
+            annotations.insert(SERVICE.into(), key.clone());
+            format!("service {key}")
+        }
+    };
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name(ip, port)),
+            labels: Some(std::collections::BTreeMap::from([
+                (LABEL.to_owned(), ip.to_string()),
+                (
+                    service::MANAGED_BY_LABEL.to_owned(),
+                    service::MANAGED_BY.to_owned(),
+                ),
+            ])),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(shown),
+            acquire_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// The label selector of the reservations on `ip`.
+pub fn selector(ip: std::net::Ipv4Addr) -> String {
+    format!("{LABEL}={ip}")
+}
+
+/// A reservation as read back from its Lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub name: String,
+    pub port: u16,
+    pub token: Option<String>,
+    pub namespace: Option<String>,
+    pub pod_uid: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// Reads a reservation; `None` for a Lease that is not a well-formed one
+/// of ours (its name must match its port, so a hand-made Lease cannot
+/// claim one port under another's name).
+pub fn read(lease: &Lease, ip: std::net::Ipv4Addr) -> Option<Reservation> {
+    let meta = &lease.metadata;
+    let annotation = |key: &str| meta.annotations.as_ref()?.get(key).cloned();
+    let port: u16 = annotation(PORT)?.parse().ok()?;
+    let lease_name = meta.name.clone()?;
+    if lease_name != name(ip, port) {
+        return None;
+    }
+    Some(Reservation {
+        name: lease_name,
+        port,
+        token: annotation(TOKEN),
+        namespace: annotation(NAMESPACE),
+        pod_uid: annotation(POD_UID),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+    })
+}
+
+/// Creates `lease` only if its name is free: `Ok(true)` when this call made
+/// it, `Ok(false)` when the port is already reserved (409 AlreadyExists).
+pub async fn create(api: &Api<Lease>, lease: &Lease) -> Result<bool, kube::Error> {
+    match api.create(&PostParams::default(), lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Why no port could be reserved.
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveError {
+    #[error("every port of {}-{} is taken", .0.start(), .0.end())]
+    Full(RangeInclusive<u16>),
+    #[error("reserving port {port}: {source}")]
+    Api {
+        port: u16,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Reserves a free port of `range` for `holder`: a random port not in
+/// `used` ([`ports::pick_free`], the one allocation rule), created only if
+/// absent; a port found taken joins `used` and another is tried, until
+/// the range is exhausted. API failures other than a conflict end it (the
+/// caller decides whether to try again).
+pub async fn reserve_free(
+    api: &Api<Lease>,
+    ip: std::net::Ipv4Addr,
+    range: &RangeInclusive<u16>,
+    mut used: BTreeSet<u16>,
+    holder: &Holder,
+) -> Result<u16, ReserveError> {
+    loop {
+        let port = {
+            let mut rng = rand::rng();
+            ports::pick_free(range, &used, &mut rng)
+                .ok_or_else(|| ReserveError::Full(range.clone()))?
+        };
+        match create(api, &build(ip, port, holder)).await {
+            Ok(true) => return Ok(port),
+            Ok(false) => {
+                used.insert(port);
+            }
+            Err(source) => return Err(ReserveError::Api { port, source }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
+
+    #[test]
+    fn a_reservation_reads_back_what_was_built() {
+        let holder = Holder::Admitted {
+            namespace: "jobs".into(),
+            name: "job-".into(),
+            token: "t0k3n".into(),
+        };
+        let lease = build(IP, 8123, &holder);
+        assert_eq!(
+            lease.metadata.name.as_deref(),
+            Some("ssh-port-198.18.0.10-8123")
+        );
+        assert_eq!(
+            lease.spec.as_ref().unwrap().holder_identity.as_deref(),
+            Some("pod jobs/job-")
+        );
+        let read = read(&lease, IP).unwrap();
+        assert_eq!(read.port, 8123);
+        assert_eq!(read.token.as_deref(), Some("t0k3n"));
+        assert_eq!(read.namespace.as_deref(), Some("jobs"));
+        assert_eq!(read.pod_uid, None);
+    }
+
+    #[test]
+    fn a_lease_whose_name_does_not_match_its_port_or_ip_is_not_a_reservation() {
+        let mut lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
+        lease
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(PORT.into(), "8124".into());
+        assert_eq!(read(&lease, IP), None);
+        let lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
+        assert_eq!(read(&lease, "198.18.0.11".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn tokens_are_long_and_distinct() {
+        let a = new_token();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, new_token());
+    }
+}

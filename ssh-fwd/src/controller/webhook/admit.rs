@@ -1,0 +1,228 @@
+//! One admission: read the review, reserve a port for a labelled pod being
+//! created (nothing for a dry run), and answer with the mutation. The
+//! reservation is bounded by a deadline shorter than the webhook's
+//! `timeoutSeconds`: past it the pod is admitted without a port, and the
+//! controller gives it one once it exists, rather than the API server
+//! timing the call out.
+
+use std::{
+    collections::BTreeSet,
+    ops::RangeInclusive,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, runtime::reflector::Store};
+use serde_json::{Value, json};
+
+use super::{
+    metrics::{AdmissionMetrics, Outcome},
+    mutate::{self, Injection, Port},
+    review::{self, Request},
+};
+use crate::controller::{
+    ports,
+    reservation::{self, Holder, ReserveError},
+    service,
+};
+
+/// What an admission needs.
+pub struct Admitter {
+    pub injection: Injection,
+    pub reservations: Api<Lease>,
+    /// The reservations as last watched: which ports to try first.
+    pub store: Store<Lease>,
+    pub ssh_ip: std::net::Ipv4Addr,
+    pub range: RangeInclusive<u16>,
+    /// How long a reservation may take before the pod is admitted without.
+    pub deadline: Duration,
+    pub metrics: AdmissionMetrics,
+}
+
+/// An HTTP status and the JSON body to answer with.
+pub type Answer = (u16, Value);
+
+impl Admitter {
+    /// Answers one review body; never fails: a body that is not a review
+    /// gets a 400 saying why, a request that cannot be served is allowed
+    /// unchanged or refused with a message.
+    pub async fn review(&self, body: &[u8]) -> Answer {
+        let started = Instant::now();
+        let (answer, outcome) = match review::parse(body) {
+            Ok(request) => self.admit(&request, started).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "not an AdmissionReview; answered 400");
+                let message = format!("ssh-fwd webhook: {e}");
+                (
+                    (
+                        400,
+                        json!({"kind": "Status", "status": "Failure", "message": message, "code": 400}),
+                    ),
+                    Outcome::Malformed,
+                )
+            }
+        };
+        self.metrics.observe(outcome, started.elapsed());
+        answer
+    }
+
+    async fn admit(&self, request: &Request, started: Instant) -> (Answer, Outcome) {
+        let is_pod = request.kind.group.is_empty() && request.kind.kind == "Pod";
+        if !is_pod || request.operation != "CREATE" {
+            return (allow_unchanged(request), Outcome::Skipped);
+        }
+        let pod = &request.object;
+        if !pod.is_object() || !pod["spec"].is_object() {
+            let message = "ssh-fwd webhook: the request's object is not a Pod with a spec";
+            tracing::warn!(uid = %request.uid, "{message}");
+            return (
+                (200, review::deny(&request.uid, 400, message)),
+                Outcome::Malformed,
+            );
+        }
+        if pod["metadata"]["labels"][service::SSH_LABEL] != service::SSH_ENABLED {
+            return (allow_unchanged(request), Outcome::Skipped);
+        }
+        let namespace = request
+            .namespace
+            .clone()
+            .or_else(|| pod["metadata"]["namespace"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let shown = shown_name(request, pod);
+        let (port, outcome) = self.port(request, &namespace, &shown, started).await;
+        let mutation = mutate::mutate(pod, &port, &self.injection);
+        match &port {
+            Port::Reserved { port, .. } => {
+                tracing::info!(pod = %format!("{namespace}/{shown}"), port, took_ms = started.elapsed().as_millis() as u64, "admitted with a reserved port")
+            }
+            Port::DryRun { port } => {
+                tracing::debug!(pod = %format!("{namespace}/{shown}"), port, "dry run: nothing reserved")
+            }
+            Port::None { why } => {
+                tracing::warn!(pod = %format!("{namespace}/{shown}"), %why, "admitted without a port; the controller assigns one once the pod exists")
+            }
+        }
+        for warning in &mutation.warnings {
+            tracing::info!(pod = %format!("{namespace}/{shown}"), "{warning}");
+        }
+        let mut warnings = mutation.warnings;
+        if let Port::DryRun { port } = port {
+            warnings.push(format!(
+                "ssh-fwd: dry run: port {port} was not reserved; a real create gets its own"
+            ));
+        }
+        (
+            (200, review::allow(&request.uid, &mutation.patch, &warnings)),
+            outcome,
+        )
+    }
+
+    /// The port for a pod being admitted.
+    async fn port(
+        &self,
+        request: &Request,
+        namespace: &str,
+        shown: &str,
+        started: Instant,
+    ) -> (Port, Outcome) {
+        let used = self.ports_in_use();
+        if request.dry_run {
+            let port = ports::pick_free(&self.range, &used, &mut rand::rng());
+            return match port {
+                Some(port) => (Port::DryRun { port }, Outcome::DryRun),
+                None => (Port::None { why: self.full() }, Outcome::NoPort),
+            };
+        }
+        let token = reservation::new_token();
+        let holder = Holder::Admitted {
+            namespace: namespace.to_owned(),
+            name: shown.to_owned(),
+            token: token.clone(),
+        };
+        let left = self.deadline.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, self.reserve(used, &holder)).await {
+            Ok(Ok(port)) => (Port::Reserved { port, token }, Outcome::Reserved),
+            Ok(Err(ReserveError::Full(_))) => (Port::None { why: self.full() }, Outcome::NoPort),
+            Ok(Err(e)) => (
+                Port::None {
+                    why: format!("no port reserved at admission: {e}"),
+                },
+                Outcome::NoPort,
+            ),
+            Err(_) => {
+                let why = format!(
+                    "no port reserved at admission: the API server did not answer within {}",
+                    humantime::format_duration(self.deadline)
+                );
+                (Port::None { why }, Outcome::NoPort)
+            }
+        }
+    }
+
+    /// [`reservation::reserve_free`], tried again after failures other than
+    /// a full range (the caller's deadline ends it).
+    async fn reserve(&self, used: BTreeSet<u16>, holder: &Holder) -> Result<u16, ReserveError> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match reservation::reserve_free(
+                &self.reservations,
+                self.ssh_ip,
+                &self.range,
+                used.clone(),
+                holder,
+            )
+            .await
+            {
+                Err(ReserveError::Api { port, source }) => {
+                    tracing::warn!(port, error = %source, "reserving a port failed; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(800));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Ports reserved, as last watched.
+    fn ports_in_use(&self) -> BTreeSet<u16> {
+        self.store
+            .state()
+            .iter()
+            .filter_map(|lease| reservation::read(lease, self.ssh_ip))
+            .map(|r| r.port)
+            .collect()
+    }
+
+    fn full(&self) -> String {
+        format!(
+            "no free SSH port at admission: all of {}-{} are taken",
+            self.range.start(),
+            self.range.end()
+        )
+    }
+}
+
+/// The name to log and show as the reservation's holder: the pod's name,
+/// or its generateName prefix with `*` (the name is made after admission).
+fn shown_name(request: &Request, pod: &Value) -> String {
+    if let Some(name) = pod["metadata"]["name"].as_str().filter(|n| !n.is_empty()) {
+        return name.to_owned();
+    }
+    if !request.name.is_empty() {
+        return request.name.clone();
+    }
+    match pod["metadata"]["generateName"].as_str() {
+        Some(prefix) => format!("{prefix}*"),
+        None => "(unnamed)".to_owned(),
+    }
+}
+
+fn allow_unchanged(request: &Request) -> Answer {
+    (
+        200,
+        review::allow(&request.uid, &json_patch::Patch(vec![]), &[]),
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! The flags of the SSH feature at pod creation: the admission webhook, the
+//! endpoint variable, the keys, and how long port reservations wait for
+//! their pod. Doc comments here are the `--help` text.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AdmissionArgs {
+    /// Serve the mutating admission webhook over HTTPS on this address (on
+    /// every replica): pods labelled ssh-fwd.io/ssh=enabled get their port,
+    /// the endpoint variable and their keys when they are created. Off when
+    /// absent; then needs --webhook-cert-dir or --webhook-self-signed.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub webhook_addr: Option<SocketAddr>,
+
+    /// Directory holding tls.crt and tls.key (e.g. cert-manager's Secret,
+    /// mounted); re-read every --webhook-reload-interval, so a renewal
+    /// needs no restart.
+    #[arg(long, value_name = "DIR", conflicts_with = "webhook_self_signed")]
+    pub webhook_cert_dir: Option<PathBuf>,
+
+    /// Make a CA and serving certificate, keep them in the Secret
+    /// --webhook-secret of this namespace, and write the CA into the
+    /// caBundle of the MutatingWebhookConfiguration --webhook-configuration.
+    #[arg(long)]
+    pub webhook_self_signed: bool,
+
+    /// The Service in front of the webhook (its DNS names go into the
+    /// self-signed certificate).
+    #[arg(long, value_name = "NAME", default_value = "ssh-fwd-webhook")]
+    pub webhook_service: String,
+
+    /// The Secret of --webhook-self-signed.
+    #[arg(long, value_name = "NAME", default_value = "ssh-fwd-webhook-tls")]
+    pub webhook_secret: String,
+
+    /// The MutatingWebhookConfiguration whose caBundle
+    /// --webhook-self-signed writes.
+    #[arg(long, value_name = "NAME", default_value = "ssh-fwd")]
+    pub webhook_configuration: String,
+
+    /// How often the certificate files or Secret are checked for changes.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
+    pub webhook_reload_interval: Duration,
+
+    /// The variable every container of an SSH pod gets, set to HOST:PORT
+    /// (UCloud: UCLOUD_PUBLIC_SSH).
+    #[arg(long, value_name = "NAME", default_value = "SSH_FWD_PUBLIC_SSH")]
+    pub env_name: String,
+
+    /// The Secret (key authorized_keys) of a pod without the annotation
+    /// ssh-fwd.io/authorized-keys-secret; without either, no keys are
+    /// installed.
+    #[arg(long, value_name = "NAME")]
+    pub default_keys_secret: Option<String>,
+
+    /// The image of the install-keys containers (default: the controller's
+    /// own, read from its pod).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Where the keys are mounted in every container (UCloud:
+    /// /etc/ucloud/ssh).
+    #[arg(long, value_name = "DIR", default_value = "/etc/ssh-fwd")]
+    pub keys_dir: String,
+
+    /// The keys file's name in --keys-dir (UCloud: authorized_keys.ucloud).
+    #[arg(long, value_name = "NAME", default_value = "authorized_keys")]
+    pub keys_file: String,
+
+    /// The owner of the keys directory and file (default: the pod's
+    /// runAsUser, else root).
+    #[arg(long, value_name = "UID")]
+    pub keys_uid: Option<u32>,
+
+    /// How often the keys sidecar checks the Secret volume for changes.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
+    pub keys_watch_interval: Duration,
+
+    /// How long a port reservation may take at admission before the pod is
+    /// admitted without a port; must stay under the webhook's
+    /// timeoutSeconds (5 in deploy/).
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = crate::args::duration)]
+    pub webhook_deadline: Duration,
+
+    /// How long a port reservation whose pod does not exist is kept (by the
+    /// leader's clock, from when it first saw it) before it is released.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    pub reservation_grace: Duration,
+}
+
+/// A flag value the webhook cannot work with.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionFlagError {
+    #[error(
+        "--webhook-addr needs a certificate: --webhook-cert-dir DIR (with tls.crt and tls.key, e.g. from cert-manager) or --webhook-self-signed"
+    )]
+    NoCertificate,
+    #[error(
+        "--env-name `{0}` is not a variable name Kubernetes takes: letters, digits, '_', '-' and '.', not starting with a digit"
+    )]
+    EnvName(String),
+    #[error("--keys-dir `{0}` must be an absolute path, e.g. /etc/ssh-fwd")]
+    KeysDir(String),
+    #[error("--keys-file `{0}` must be a file name without '/', e.g. authorized_keys")]
+    KeysFile(String),
+}
+
+impl AdmissionArgs {
+    pub fn check(&self) -> Result<(), AdmissionFlagError> {
+        if self.webhook_addr.is_some()
+            && self.webhook_cert_dir.is_none()
+            && !self.webhook_self_signed
+        {
+            return Err(AdmissionFlagError::NoCertificate);
+        }
+        let name = &self.env_name;
+        let env_ok = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !env_ok {
+            return Err(AdmissionFlagError::EnvName(name.clone()));
+        }
+        if !self.keys_dir.starts_with('/') || self.keys_dir.contains(['\n', '\0']) {
+            return Err(AdmissionFlagError::KeysDir(self.keys_dir.clone()));
+        }
+        let file = &self.keys_file;
+        if file.is_empty() || file.contains(['/', '\0']) || file == "." || file == ".." {
+            return Err(AdmissionFlagError::KeysFile(file.clone()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        admission: AdmissionArgs,
+    }
+
+    fn check(argv: &[&str]) -> Result<(), AdmissionFlagError> {
+        let argv = std::iter::once("controller").chain(argv.iter().copied());
+        Flags::try_parse_from(argv).unwrap().admission.check()
+    }
+
+    #[test]
+    fn the_defaults_pass_and_each_unusable_value_is_refused_by_name() {
+        use AdmissionFlagError as E;
+        assert_eq!(check(&[]), Ok(()));
+        let addr = ["--webhook-addr", "0.0.0.0:8443"];
+        assert_eq!(check(&addr), Err(E::NoCertificate));
+        assert_eq!(
+            check(&[&addr[..], &["--webhook-self-signed"]].concat()),
+            Ok(())
+        );
+        assert_eq!(
+            check(&["--env-name", "1ABC"]),
+            Err(E::EnvName("1ABC".into()))
+        );
+        assert_eq!(check(&["--env-name", "A B"]), Err(E::EnvName("A B".into())));
+        assert_eq!(
+            check(&["--keys-dir", "etc/ssh"]),
+            Err(E::KeysDir("etc/ssh".into()))
+        );
+        assert_eq!(
+            check(&["--keys-file", "a/b"]),
+            Err(E::KeysFile("a/b".into()))
+        );
+        assert_eq!(check(&["--keys-file", ".."]), Err(E::KeysFile("..".into())));
+        assert_eq!(check(&["--webhook-deadline", "3s"]), Ok(()));
+        // A zero deadline (every pod admitted without a port) does not
+        // even parse.
+        let zero = Flags::try_parse_from(["controller", "--webhook-deadline", "0s"]);
+        assert!(zero.is_err());
+    }
+}

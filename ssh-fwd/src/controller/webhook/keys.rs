@@ -1,0 +1,212 @@
+//! The authorized keys part of the mutation: for a pod that names a keys
+//! Secret (annotation [`SECRET_ANNOTATION`], else `--default-keys-secret`),
+//! an emptyDir mounted read-only at `--keys-dir` in every container, the
+//! Secret as a volume, and `ssh-fwd install-keys` twice: as an init
+//! container (so the file exists before any container starts) and as a
+//! native sidecar with `--watch` (an init container with `restartPolicy:
+//! Always`), which rewrites the file when the kubelet updates the Secret
+//! volume. No API credentials are needed in the pod.
+//!
+//! The init container runs as root with only CHOWN, FOWNER and
+//! DAC_OVERRIDE: the emptyDir's mount point belongs to root, and it must
+//! end up 0700 and owned by the job's user (sshd's StrictModes). The
+//! sidecar runs as that user, with no capabilities.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::mutate::{Ops, containers};
+
+/// Pod annotation naming the Secret (key `authorized_keys`) with the keys.
+pub const SECRET_ANNOTATION: &str = "ssh-fwd.io/authorized-keys-secret";
+/// The key in the Secret.
+pub const SECRET_KEY: &str = "authorized_keys";
+pub const KEYS_VOLUME: &str = "ssh-fwd-keys";
+pub const SOURCE_VOLUME: &str = "ssh-fwd-keys-source";
+pub const SOURCE_DIR: &str = "/var/run/ssh-fwd/keys-source";
+pub const INSTALL_CONTAINER: &str = "ssh-fwd-install-keys";
+pub const WATCH_CONTAINER: &str = "ssh-fwd-keys-watch";
+
+/// The keys settings, from the controller's flags.
+#[derive(Clone, Debug)]
+pub struct Keys {
+    pub image: String,
+    pub dir: String,
+    pub file: String,
+    /// `--keys-uid`; else the pod's runAsUser; else root.
+    pub uid: Option<i64>,
+    pub default_secret: Option<String>,
+    pub interval: Duration,
+}
+
+/// Adds the keys volumes, mounts and containers when the pod names a
+/// Secret; a reason it cannot is a warning, and the pod is left without.
+pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String>) {
+    let secret = match secret_name(pod, keys) {
+        Ok(Some(secret)) => secret,
+        Ok(None) => return,
+        Err(why) => {
+            warnings.push(format!("ssh-fwd: no SSH keys installed: {why}"));
+            return;
+        }
+    };
+    if let Some(clash) = clash(pod) {
+        warnings.push(format!(
+            "ssh-fwd: no SSH keys installed: the pod already has {clash}"
+        ));
+        return;
+    }
+    for (list, i, container) in containers(pod) {
+        let name = container["name"].as_str().unwrap_or("?");
+        let taken = container["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["mountPath"] == keys.dir.as_str()));
+        if taken {
+            warnings.push(format!(
+                "ssh-fwd: container {name} mounts something at {} already; the keys are not mounted there",
+                keys.dir
+            ));
+            continue;
+        }
+        let mount = json!({"name": KEYS_VOLUME, "mountPath": keys.dir, "readOnly": true});
+        ops.push(
+            container,
+            &["spec", list, &i.to_string(), "volumeMounts"],
+            mount,
+        );
+    }
+    let spec = &pod["spec"];
+    let keys_volume = json!({"name": KEYS_VOLUME, "emptyDir": {"medium": "Memory"}});
+    let source = json!({"name": SOURCE_VOLUME, "secret": {
+        "secretName": secret, "defaultMode": 0o444,
+        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}});
+    ops.push_all(spec, &["spec", "volumes"], vec![keys_volume, source]);
+    let (uid, gid) = owner(pod, keys);
+    let (install, watch) = (
+        install_container(keys, uid, gid),
+        watch_container(keys, uid, gid),
+    );
+    if spec["initContainers"].is_array() {
+        // Each at the front, the watcher first: install-keys ends up first.
+        ops.add(&["spec", "initContainers", "0"], watch);
+        ops.add(&["spec", "initContainers", "0"], install);
+    } else {
+        ops.add(&["spec", "initContainers"], json!([install, watch]));
+    }
+}
+
+/// The Secret named by the annotation, else the default; refused when it
+/// is not a name the API server would accept.
+fn secret_name(pod: &Value, keys: &Keys) -> Result<Option<String>, String> {
+    let named = pod["metadata"]["annotations"][SECRET_ANNOTATION].as_str();
+    let Some(name) = named
+        .map(str::to_owned)
+        .or_else(|| keys.default_secret.clone())
+    else {
+        return Ok(None);
+    };
+    let valid = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(Some(name))
+    } else {
+        Err(format!(
+            "{SECRET_ANNOTATION} is `{name}`, which is not a Secret name (lowercase letters, digits, '-' and '.')"
+        ))
+    }
+}
+
+/// A volume or container of ours the pod has already.
+fn clash(pod: &Value) -> Option<String> {
+    let has = |list: &str, name: &str| {
+        pod["spec"][list]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|i| i["name"] == name))
+    };
+    for name in [KEYS_VOLUME, SOURCE_VOLUME] {
+        if has("volumes", name) {
+            return Some(format!("a volume named {name}"));
+        }
+    }
+    for name in [INSTALL_CONTAINER, WATCH_CONTAINER] {
+        if has("initContainers", name) || has("containers", name) {
+            return Some(format!("a container named {name}"));
+        }
+    }
+    None
+}
+
+/// Who owns the keys: `--keys-uid`, else the pod's runAsUser (pod-wide,
+/// else its first container's), else root; the group is the pod's
+/// runAsGroup, else the same number.
+fn owner(pod: &Value, keys: &Keys) -> (i64, i64) {
+    let pod_context = &pod["spec"]["securityContext"];
+    let first = &pod["spec"]["containers"][0]["securityContext"];
+    let uid = keys
+        .uid
+        .or_else(|| pod_context["runAsUser"].as_i64())
+        .or_else(|| first["runAsUser"].as_i64())
+        .unwrap_or(0);
+    let gid = pod_context["runAsGroup"]
+        .as_i64()
+        .or_else(|| first["runAsGroup"].as_i64())
+        .unwrap_or(uid);
+    (uid, gid)
+}
+
+fn args(keys: &Keys, uid: i64, gid: i64) -> Vec<String> {
+    let source = format!("{SOURCE_DIR}/{SECRET_KEY}");
+    [
+        "install-keys",
+        "--source",
+        &source,
+        "--dir",
+        &keys.dir,
+        "--file",
+        &keys.file,
+        "--uid",
+        &uid.to_string(),
+        "--gid",
+        &gid.to_string(),
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+fn mounts(keys: &Keys) -> Value {
+    json!([{"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR, "readOnly": true},
+           {"name": KEYS_VOLUME, "mountPath": keys.dir}])
+}
+
+fn resources() -> Value {
+    json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}})
+}
+
+fn install_container(keys: &Keys, uid: i64, gid: i64) -> Value {
+    json!({
+        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, uid, gid),
+        "volumeMounts": mounts(keys), "resources": resources(),
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": false,
+            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}},
+    })
+}
+
+fn watch_container(keys: &Keys, uid: i64, gid: i64) -> Value {
+    let mut args = args(keys, uid, gid);
+    let interval = humantime::format_duration(keys.interval).to_string();
+    args.extend(["--watch".to_owned(), "--interval".to_owned(), interval]);
+    json!({
+        "name": WATCH_CONTAINER, "image": keys.image, "args": args, "restartPolicy": "Always",
+        "volumeMounts": mounts(keys), "resources": resources(),
+        "securityContext": {"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": uid != 0,
+            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]}},
+    })
+}

@@ -1,0 +1,67 @@
+//! The webhook's metrics, registered with the controller's.
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue},
+    metrics::{counter::Counter, family::Family, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::telemetry::metrics;
+
+/// How an admission ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Outcome {
+    /// A port was reserved and written into the pod.
+    Reserved,
+    /// Admitted without a port (deadline, full range, API failures).
+    NoPort,
+    /// A dry run: mutated, nothing reserved.
+    DryRun,
+    /// Not ours to change (not a labelled pod being created).
+    Skipped,
+    /// Not a readable AdmissionReview, or not a Pod.
+    Malformed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: Outcome,
+}
+
+#[derive(Clone)]
+pub struct AdmissionMetrics {
+    pub admissions: Family<OutcomeLabel, Counter>,
+    /// From the request read to the answer, the port reservation included.
+    pub duration: Histogram,
+}
+
+impl Default for AdmissionMetrics {
+    fn default() -> Self {
+        Self {
+            admissions: Family::default(),
+            duration: metrics::seconds_histogram(),
+        }
+    }
+}
+
+impl AdmissionMetrics {
+    pub fn observe(&self, outcome: Outcome, took: std::time::Duration) {
+        self.admissions
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+        self.duration.observe(took.as_secs_f64());
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "admissions",
+            "Pod admissions answered by the webhook, by outcome.",
+            self.admissions.clone(),
+        );
+        registry.register(
+            "admission_duration_seconds",
+            "Time to answer one admission, the port reservation included.",
+            self.duration.clone(),
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! The mutating admission webhook every controller replica serves (only the
+//! leader reconciles; every replica admits): a labelled pod being created
+//! gets a port reserved for it (`controller::reservation`, the API server
+//! arbitrating), the endpoint annotation, the endpoint variable in every
+//! container, and its authorized keys (`keys`). Over HTTPS (`tls`), with
+//! the certificate from files or self-made (`self_signed`).
+
+mod admit;
+mod args;
+pub mod keys;
+mod metrics;
+pub mod mutate;
+mod review;
+pub mod self_signed;
+mod tls;
+
+use std::{net::SocketAddr, ops::RangeInclusive, sync::Arc};
+
+use anyhow::Context as _;
+use axum::{
+    Router,
+    body::Bytes,
+    extract::State,
+    http::{StatusCode, header},
+    response::IntoResponse,
+    routing::post,
+};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use kube::{Api, runtime::reflector::Store};
+
+pub use admit::Admitter;
+pub use args::{AdmissionArgs, AdmissionFlagError};
+pub use metrics::AdmissionMetrics;
+
+/// What the webhook shares with the rest of the controller.
+pub struct Shared {
+    pub client: kube::Client,
+    /// The controller's own namespace: reservations, the TLS Secret.
+    pub namespace: String,
+    pub ssh_ip: std::net::Ipv4Addr,
+    pub host: String,
+    pub range: RangeInclusive<u16>,
+    pub store: Store<Lease>,
+    pub metrics: AdmissionMetrics,
+}
+
+/// Background tasks that end with the controller (aborted when dropped).
+pub struct Running(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Loads the certificate, binds `--webhook-addr` (failing at once if it
+/// cannot), and serves in the background.
+pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Running> {
+    let addr: SocketAddr = args.webhook_addr.context("start needs --webhook-addr")?;
+    let image = match &args.image {
+        Some(image) => image.clone(),
+        None => own_image(&shared.client, &shared.namespace).await?,
+    };
+    let (certs, follow) = certificates(args, &shared).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on --webhook-addr {addr}; is the port in use?"))?;
+    let injection = mutate::Injection {
+        variable: args.env_name.clone(),
+        host: shared.host.clone(),
+        keys: keys::Keys {
+            image,
+            dir: args.keys_dir.clone(),
+            file: args.keys_file.clone(),
+            uid: args.keys_uid.map(i64::from),
+            default_secret: args.default_keys_secret.clone(),
+            interval: args.keys_watch_interval,
+        },
+    };
+    let admitter = Arc::new(Admitter {
+        injection,
+        reservations: Api::namespaced(shared.client.clone(), &shared.namespace),
+        store: shared.store,
+        ssh_ip: shared.ssh_ip,
+        range: shared.range,
+        deadline: args.webhook_deadline,
+        metrics: shared.metrics,
+    });
+    tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
+    let server = tokio::spawn(tls::serve(
+        listener,
+        tls::server_config(certs),
+        router(admitter),
+    ));
+    Ok(Running(vec![server, follow]))
+}
+
+/// The routes, for [`start`] and for tests.
+pub fn router(admitter: Arc<Admitter>) -> Router {
+    Router::new()
+        .route("/mutate", post(mutate_handler))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "the ssh-fwd webhook answers POST /mutate\n",
+            )
+        })
+        .with_state(admitter)
+}
+
+async fn mutate_handler(State(admitter): State<Arc<Admitter>>, body: Bytes) -> impl IntoResponse {
+    let (code, answer) = admitter.review(&body).await;
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        answer.to_string(),
+    )
+}
+
+/// The pair to serve first, and the task that keeps it current.
+async fn certificates(
+    args: &AdmissionArgs,
+    shared: &Shared,
+) -> anyhow::Result<(Arc<tls::Swappable>, tokio::task::JoinHandle<()>)> {
+    let interval = args.webhook_reload_interval;
+    if let Some(dir) = &args.webhook_cert_dir {
+        let files = tls::CertDir { dir: dir.clone() };
+        let key = files.load().with_context(|| {
+            format!(
+                "--webhook-cert-dir {}: the webhook cannot serve TLS",
+                dir.display()
+            )
+        })?;
+        let certs = tls::Swappable::new(key);
+        let follow = tokio::spawn(files.follow(certs.clone(), interval));
+        return Ok((certs, follow));
+    }
+    let service = &args.webhook_service;
+    let namespace = &shared.namespace;
+    let own = self_signed::SelfSigned {
+        secrets: Api::namespaced(shared.client.clone(), namespace),
+        configurations: Api::all(shared.client.clone()),
+        secret: args.webhook_secret.clone(),
+        configuration: args.webhook_configuration.clone(),
+        dns_names: vec![
+            format!("{service}.{namespace}.svc"),
+            format!("{service}.{namespace}.svc.cluster.local"),
+            format!("{service}.{namespace}"),
+            service.clone(),
+        ],
+    };
+    let pem = own.ensure().await.context("--webhook-self-signed")?;
+    own.inject_ca(&pem.ca)
+        .await
+        .context("--webhook-self-signed")?;
+    let key = tls::certified_key(
+        pem.cert.as_bytes(),
+        pem.key.as_bytes(),
+        &args.webhook_secret,
+    )?;
+    let certs = tls::Swappable::new(key);
+    let follow = tokio::spawn(own.follow(certs.clone(), pem, interval));
+    Ok((certs, follow))
+}
+
+/// The image this controller runs, from its own pod (POD_NAME in its
+/// namespace): the container named `controller`, else the only one.
+async fn own_image(client: &kube::Client, namespace: &str) -> anyhow::Result<String> {
+    let fix = "pass --image IMAGE for the install-keys containers";
+    let name = std::env::var("POD_NAME").with_context(|| {
+        format!("POD_NAME is not set, so the controller cannot read its own image; {fix}")
+    })?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = pods.get(&name).await.with_context(|| {
+        format!("reading this controller's pod {namespace}/{name} for its image; {fix}")
+    })?;
+    let containers = pod.spec.map(|s| s.containers).unwrap_or_default();
+    let chosen = match containers.iter().find(|c| c.name == "controller") {
+        Some(c) => Some(c),
+        None if containers.len() == 1 => containers.first(),
+        None => None,
+    };
+    chosen
+        .and_then(|c| c.image.clone())
+        .with_context(|| format!("pod {namespace}/{name} has no container named controller; {fix}"))
+}

@@ -1,0 +1,192 @@
+//! What the webhook changes in a pod, as an RFC 6902 patch: pure, from the
+//! pod as the API server sent it and the port decided for it. The endpoint
+//! annotations, the endpoint variable in every container, and (when a keys
+//! Secret is named) the `install-keys` init container and sidecar with
+//! their volumes (`keys.rs`).
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
+use serde_json::{Value, json};
+
+use super::keys;
+use crate::controller::{reservation::POD_ANNOTATION, service};
+
+/// Pod annotation: why the pod was admitted without a port.
+pub const ADMISSION_ANNOTATION: &str = "ssh-fwd.io/admission";
+
+/// What the webhook injects, from the controller's flags.
+#[derive(Clone, Debug)]
+pub struct Injection {
+    /// The endpoint variable (`--env-name`).
+    pub variable: String,
+    /// `HOST` of `HOST:PORT`: `--ssh-hostname`, else the SSH IP.
+    pub host: String,
+    pub keys: keys::Keys,
+}
+
+/// The port decided for a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// Reserved for it; the pod carries `token`.
+    Reserved { port: u16, token: String },
+    /// A dry run: the port a real create would likely get, not reserved.
+    DryRun { port: u16 },
+    /// None could be reserved; the controller assigns one once the pod
+    /// exists.
+    None { why: String },
+}
+
+/// The patch and what the client is warned of.
+#[derive(Debug, Default)]
+pub struct Mutation {
+    pub patch: Patch,
+    pub warnings: Vec<String>,
+}
+
+/// JSON Patch operations in the order they apply.
+#[derive(Default)]
+pub struct Ops(Vec<PatchOperation>);
+
+impl Ops {
+    pub fn add(&mut self, path: &[&str], value: Value) {
+        self.0.push(PatchOperation::Add(AddOperation {
+            path: PointerBuf::from_tokens(path.iter().copied()),
+            value,
+        }));
+    }
+
+    fn remove(&mut self, path: &[&str]) {
+        self.0.push(PatchOperation::Remove(RemoveOperation {
+            path: PointerBuf::from_tokens(path.iter().copied()),
+        }));
+    }
+
+    /// Appends `item` to the array at `path` (the field `path` ends with,
+    /// in `parent`), making the array if absent.
+    pub fn push(&mut self, parent: &Value, path: &[&str], item: Value) {
+        self.push_all(parent, path, vec![item]);
+    }
+
+    pub fn push_all(&mut self, parent: &Value, path: &[&str], items: Vec<Value>) {
+        let field = path.last().copied().unwrap_or_default();
+        if parent[field].is_array() {
+            let mut at = path.to_vec();
+            at.push("-");
+            for item in items {
+                self.add(&at, item);
+            }
+        } else {
+            self.add(path, Value::Array(items));
+        }
+    }
+}
+
+/// The changes for `pod` (a Pod's JSON) given `port`.
+pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
+    let mut ops = Ops::default();
+    let mut warnings = Vec::new();
+    annotate(pod, port, injection, &mut ops);
+    let endpoint = match port {
+        Port::Reserved { port, .. } | Port::DryRun { port } => {
+            Some(format!("{}:{port}", injection.host))
+        }
+        Port::None { .. } => None,
+    };
+    if let Some(endpoint) = &endpoint {
+        set_variable(pod, &injection.variable, endpoint, &mut ops, &mut warnings);
+    }
+    // Last: it inserts init containers at the front, which shifts the
+    // indices the operations above use.
+    keys::inject(pod, &injection.keys, &mut ops, &mut warnings);
+    Mutation {
+        patch: Patch(ops.0),
+        warnings,
+    }
+}
+
+/// The endpoint and reservation annotations; values a client set in ours
+/// are replaced or removed, so none can be smuggled in.
+fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
+    let current = pod["metadata"]["annotations"].as_object();
+    let mut ours: Vec<(&str, String)> = Vec::new();
+    let mut remove: Vec<&str> = vec![service::ANNOUNCED_ANNOTATION];
+    match port {
+        Port::Reserved { port, token } => {
+            ours.push((
+                service::ENDPOINT_ANNOTATION,
+                format!("{}:{port}", injection.host),
+            ));
+            ours.push((POD_ANNOTATION, token.clone()));
+            remove.push(ADMISSION_ANNOTATION);
+        }
+        Port::DryRun { port } => {
+            ours.push((
+                service::ENDPOINT_ANNOTATION,
+                format!("{}:{port}", injection.host),
+            ));
+            remove.extend([POD_ANNOTATION, ADMISSION_ANNOTATION]);
+        }
+        Port::None { why } => {
+            ours.push((ADMISSION_ANNOTATION, why.clone()));
+            remove.extend([POD_ANNOTATION, service::ENDPOINT_ANNOTATION]);
+        }
+    }
+    let Some(current) = current else {
+        let all: serde_json::Map<String, Value> = ours
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), json!(v)))
+            .collect();
+        ops.add(&["metadata", "annotations"], Value::Object(all));
+        return;
+    };
+    for key in remove {
+        if current.contains_key(key) {
+            ops.remove(&["metadata", "annotations", key]);
+        }
+    }
+    for (key, value) in ours {
+        ops.add(&["metadata", "annotations", key], json!(value));
+    }
+}
+
+/// The user's containers, as (list field, index, container).
+pub fn containers(pod: &Value) -> impl Iterator<Item = (&'static str, usize, &Value)> {
+    ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(move |list| {
+            pod["spec"][list]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(move |(i, c)| (list, i, c))
+        })
+}
+
+/// `variable=endpoint` first in every container's env (first, so the
+/// container's own variables can refer to it as `$(VARIABLE)`), except in
+/// a container that sets the variable itself: that value is kept.
+fn set_variable(
+    pod: &Value,
+    variable: &str,
+    endpoint: &str,
+    ops: &mut Ops,
+    warnings: &mut Vec<String>,
+) {
+    let entry = json!({"name": variable, "value": endpoint});
+    for (list, i, container) in containers(pod) {
+        let index = i.to_string();
+        let env = container["env"].as_array();
+        let name = container["name"].as_str().unwrap_or("?");
+        match env {
+            Some(env) if env.iter().any(|e| e["name"] == variable) => warnings.push(format!(
+                "ssh-fwd: container {name} sets {variable} itself; its own value is kept"
+            )),
+            Some(_) => ops.add(&["spec", list, &index, "env", "0"], entry.clone()),
+            None => ops.add(&["spec", list, &index, "env"], json!([entry.clone()])),
+        }
+    }
+}
+
+#[cfg(test)]
+pub mod tests;

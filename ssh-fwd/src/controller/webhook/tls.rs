@@ -1,0 +1,195 @@
+//! HTTPS for the webhook: rustls (on the ring provider kube's client already
+//! uses) with a certificate resolver whose key pair is swapped in place when
+//! new files or a renewed Secret arrive, so a renewal needs no restart and
+//! drops no connection. The accept loop is the few lines hyper's own
+//! examples have: axum-server would do it too, but its rustls feature
+//! brings a second crypto provider (aws-lc) into the build.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Arc, PoisonError, RwLock},
+    time::Duration,
+};
+
+use rustls::{
+    ServerConfig,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use tokio::net::TcpListener;
+
+/// Why a certificate and key cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} holds no PEM certificate")]
+    NoCertificate { what: String },
+    #[error("{what} holds no PEM private key: {detail}")]
+    NoKey { what: String, detail: String },
+    #[error("the key does not fit the certificate in {what}: {source}")]
+    Mismatch {
+        what: String,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+/// A certificate chain and key from PEM, checked to belong together.
+pub fn certified_key(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    what: &str,
+) -> Result<CertifiedKey, TlsError> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .filter_map(Result::ok)
+        .collect();
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate {
+            what: what.to_owned(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| TlsError::NoKey {
+        what: what.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let provider = rustls::crypto::ring::default_provider();
+    CertifiedKey::from_der(chain, key, &provider).map_err(|source| TlsError::Mismatch {
+        what: what.to_owned(),
+        source,
+    })
+}
+
+/// The key pair being served, swappable while serving.
+#[derive(Debug)]
+pub struct Swappable(RwLock<Arc<CertifiedKey>>);
+
+impl Swappable {
+    pub fn new(key: CertifiedKey) -> Arc<Self> {
+        Arc::new(Self(RwLock::new(Arc::new(key))))
+    }
+
+    pub fn swap(&self, key: CertifiedKey) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(key);
+    }
+}
+
+impl ResolvesServerCert for Swappable {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(
+            self.0
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        )
+    }
+}
+
+pub fn server_config(certs: Arc<Swappable>) -> Arc<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // The ring provider supports the safe default protocol versions.
+    let builder = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap_or_else(|_| ServerConfig::builder());
+    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// `tls.crt` and `tls.key` in `dir`, as cert-manager's Secret has them.
+pub struct CertDir {
+    pub dir: PathBuf,
+}
+
+impl CertDir {
+    fn files(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("tls.crt"), self.dir.join("tls.key"))
+    }
+
+    fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// The files' bytes, read now.
+    pub fn contents(&self) -> Result<(Vec<u8>, Vec<u8>), TlsError> {
+        let (cert, key) = self.files();
+        Ok((Self::read(&cert)?, Self::read(&key)?))
+    }
+
+    pub fn load(&self) -> Result<CertifiedKey, TlsError> {
+        let (cert, key) = self.contents()?;
+        certified_key(
+            &cert,
+            &key,
+            &self.dir.join("tls.{crt,key}").display().to_string(),
+        )
+    }
+
+    /// Re-reads the files every `interval` and swaps in a pair that changed
+    /// and is valid; a pair that is not (a half-done copy) is logged and the
+    /// served one kept, until the next read finds it whole.
+    pub async fn follow(self, certs: Arc<Swappable>, interval: Duration) {
+        let mut served = self.contents().ok();
+        loop {
+            tokio::time::sleep(interval).await;
+            let Ok(now) = self.contents() else {
+                tracing::warn!(dir = %self.dir.display(), "cannot read the webhook certificate files; serving the last good ones");
+                continue;
+            };
+            if served.as_ref() == Some(&now) {
+                continue;
+            }
+            match certified_key(&now.0, &now.1, &self.dir.display().to_string()) {
+                Ok(key) => {
+                    certs.swap(key);
+                    tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
+                    served = Some(now);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the new webhook certificate files are not usable (yet); serving the last good ones")
+                }
+            }
+        }
+    }
+}
+
+/// Serves `router` over TLS on `listener`, one HTTP/1.1 connection per
+/// accepted stream. A failed accept (file descriptors exhausted) pauses
+/// the loop instead of spinning.
+pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: axum::Router) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "the webhook cannot accept a connection; pausing");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+            let Ok(Ok(tls)) = handshake.await else {
+                tracing::debug!("a TLS handshake with the webhook failed or timed out");
+                return;
+            };
+            let io = hyper_util::rt::TokioIo::new(tls);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(error = %e, "a webhook connection ended with an error");
+            }
+        });
+    }
+}
