@@ -2,6 +2,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
+
 use crate::datapath::{hooks::AttachMode, pins::BpffsArg};
 
 #[derive(Debug, clap::Args)]
@@ -74,6 +76,42 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
     pub pod_ifaces: PodIfacesMode,
 
+    /// An interface that carries traffic to other nodes (repeatable), if it
+    /// is not an external one: requests other nodes translated arrive
+    /// there, and translated SYNs leave there for other nodes. Without the
+    /// flag, the interfaces of the routes with a gateway (to other nodes'
+    /// pods, the default route) are used.
+    #[arg(long = "cluster-iface", value_name = "IFACE")]
+    pub cluster_ifaces: Vec<String>,
+
+    /// How the frontend of a connection reaches the pod's node when the
+    /// request entered another node. `option`: the translated SYN carries
+    /// it in an IPv4 option (8 bytes, SYN only); the pod's node tracks the
+    /// connection and restores the right frontend. Needs a network between
+    /// nodes that passes IPv4 options. `plain`: no option; the pod's node
+    /// has no state for such connections and restores the backend's primary
+    /// frontend (wrong for a pod behind several frontends), and replies of
+    /// in-cluster traffic routed out of an external interface get it too.
+    #[arg(long, value_enum, default_value_t = CrossNode::Option)]
+    pub cross_node: CrossNode,
+
+    /// An established connection with no packet for this long is forgotten
+    /// (its replies are no longer rewritten). Far above any SSH keepalive:
+    /// a shell idle for a working day keeps its entry.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
+    pub conn_idle_timeout: Duration,
+
+    /// Capacity of the established-connections table (entries of 40 bytes
+    /// plus the kernel's overhead, allocated up front). Only completed
+    /// handshakes take an entry.
+    #[arg(long, value_name = "ENTRIES", default_value_t = CONN_CAPACITY, value_parser = table_size)]
+    pub conn_table_size: u32,
+
+    /// Capacity of the half-open table (handshakes in progress; a SYN
+    /// flood churns it, by design).
+    #[arg(long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
+    pub half_open_table_size: u32,
+
     #[command(flatten)]
     pub bpffs: BpffsArg,
 
@@ -92,4 +130,23 @@ pub struct AgentArgs {
 pub enum PodIfacesMode {
     Auto,
     Off,
+}
+
+/// `--cross-node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CrossNode {
+    Option,
+    Plain,
+}
+
+/// A table capacity: at least 1,024 entries, at most 16 Mi.
+fn table_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of entries"))?;
+    if !(1024..=16 << 20).contains(&n) {
+        return Err(format!("`{s}`: use between 1024 and 16777216 entries"));
+    }
+    Ok(n)
 }

@@ -18,10 +18,13 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use ssh_fwd_common::maps::MappingCounters;
+use ssh_fwd_common::{
+    maps::MappingCounters,
+    outcome::{Class, Outcome, live_connections},
+};
 
 use crate::{
-    datapath::{maps::Maps, maps::show, pins::PinLayout, stats},
+    datapath::{maps::Maps, maps::show, pins::PinLayout, stats, status::StatusMap},
     telemetry::{http::Endpoints, metrics},
 };
 
@@ -180,21 +183,63 @@ impl Collector for DatapathCollector {
                 None,
                 MetricType::Counter,
             )?;
-            for (outcome, n) in outcomes {
+            for (outcome, n) in outcomes
+                .iter()
+                .filter(|(o, _)| o.class() != Class::Tracking)
+            {
                 let labels = [
                     ("outcome", outcome.name()),
                     ("class", outcome.class().name()),
                 ];
-                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
+            drop(family);
+            let mut family = encoder.encode_descriptor(
+                "connection_events",
+                "Connection tracking events: half-opened, established, reset, closed, \
+                 expired, purged...",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, n) in outcomes
+                .iter()
+                .filter(|(o, _)| o.class() == Class::Tracking)
+            {
+                let labels = [("event", outcome.name())];
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+            }
+            drop(family);
+            let count = |o: Outcome| {
+                outcomes
+                    .iter()
+                    .find(|(k, _)| *k == o)
+                    .map_or(0, |(_, n)| *n)
+            };
+            let live = ConstGauge::new(i64::try_from(live_connections(count)).unwrap_or(i64::MAX));
+            live.encode(encoder.encode_descriptor(
+                "connections",
+                "Established connections tracked now (exact, from the counters).",
+                None,
+                live.metric_type(),
+            )?)?;
         }
-        let tracked = ConstGauge::new(maps.conn_count() as i64);
-        tracked.encode(encoder.encode_descriptor(
-            "tracked_connections",
-            "Connections tracked for shared backends.",
-            None,
-            tracked.metric_type(),
-        )?)?;
+        if let Ok(status) = StatusMap::open_pinned(&self.layout).and_then(|s| s.read()) {
+            let half =
+                ConstGauge::new(i64::try_from(status.half_open_at_sweep).unwrap_or(i64::MAX));
+            half.encode(encoder.encode_descriptor(
+                "half_open_connections",
+                "Handshakes in progress, as of the last sweep.",
+                None,
+                half.metric_type(),
+            )?)?;
+            let churned = ConstCounter::new(status.half_open_churned);
+            churned.encode(encoder.encode_descriptor(
+                "half_open_churned",
+                "Half-open entries evicted (a SYN flood churns them) or replaced since the agent started.",
+                None,
+                churned.metric_type(),
+            )?)?;
+        }
         Ok(())
     }
 }

@@ -6,12 +6,16 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use ssh_fwd_common::maps::{AgentStatus, put_text};
+use ssh_fwd_common::{
+    maps::{AgentStatus, put_text},
+    outcome::Outcome,
+};
 
-use super::metrics::AgentMetrics;
+use super::{metrics::AgentMetrics, sweep};
 use crate::{
     datapath::{
-        maps::{Maps, show},
+        Datapath,
+        maps::show,
         plan::{self, Installed},
         status::StatusMap,
     },
@@ -50,14 +54,13 @@ impl Reconciler {
     /// counted, and the next reconcile re-reads the maps and tries again.
     pub fn reconcile(
         &mut self,
-        maps: &mut Maps,
-        status: &mut StatusMap,
+        datapath: &mut Datapath,
         desired: &MappingSet,
         why: &str,
         since: Instant,
     ) {
         let started = Instant::now();
-        let result = self.apply(maps, desired, why);
+        let result = self.apply(datapath, desired, why);
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
         let now = unix_ms(SystemTime::now());
@@ -89,19 +92,32 @@ impl Reconciler {
                 );
             }
         }
-        self.heartbeat(status);
+        self.heartbeat(&mut datapath.status, None);
     }
 
-    /// Rewrites the pinned status with the current time.
-    pub fn heartbeat(&mut self, status: &mut StatusMap) {
+    /// Rewrites the pinned status with the current time, and what the last
+    /// connection sweep found.
+    pub fn heartbeat(&mut self, status: &mut StatusMap, sweep: Option<&sweep::Report>) {
+        if let Some(r) = sweep {
+            self.status.last_sweep_ms = r.at_ms;
+            self.status.conns_at_sweep = r.swept.conns;
+            self.status.half_open_at_sweep = r.swept.half_open;
+            self.status.half_open_churned = r.half_open_churned;
+        }
         self.status.heartbeat_ms = unix_ms(SystemTime::now());
         if let Err(e) = status.write(&self.status) {
             tracing::debug!(error = format!("{e:#}"), "cannot write the agent status");
         }
     }
 
-    fn apply(&mut self, maps: &mut Maps, desired: &MappingSet, why: &str) -> anyhow::Result<()> {
+    fn apply(
+        &mut self,
+        datapath: &mut Datapath,
+        desired: &MappingSet,
+        why: &str,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
+        let maps = &mut datapath.maps;
         if why == RESYNC {
             self.cache = None;
         }
@@ -141,12 +157,18 @@ impl Reconciler {
         // On error the cache stays empty, so the next reconcile re-reads.
         let applied = maps.apply(&plan)?;
         self.cache = Some(after);
+        // Connections through retired frontends go: their backend address
+        // may be given to another pod next.
+        let purged = datapath
+            .conns
+            .purge(&plan.retired.iter().copied().collect());
+        datapath.maps.count(Outcome::ConnPurged, purged)?;
         tracing::info!(
             why,
             mappings = desired.len(),
             added_or_changed = applied.added_or_changed,
             removed = applied.removed,
-            stale_connections_dropped = applied.stale_conns,
+            connections_purged = purged,
             took_ms = started.elapsed().as_secs_f64() * 1000.0,
             "maps reconciled"
         );

@@ -8,6 +8,7 @@ use ssh_fwd_common::outcome::Class;
 
 use super::output::{Output, print};
 use crate::datapath::{
+    conntrack::{ConnTables, Entry, clock_ns},
     maps::{Maps, show},
     pins::{BpffsArg, PinLayout},
     stats::{self, Hook},
@@ -16,9 +17,10 @@ use crate::datapath::{
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     /// What to list: `mappings` (frontend, backend and per-mapping packet
-    /// and byte counters), `conns` (tracked connections), `hooks` (the
-    /// programs attached, and where), `counters` (packets by outcome,
-    /// grouped: forwarded, passed through as normal, problems).
+    /// and byte counters), `conns` (tracked connections: established,
+    /// closing and half-open), `hooks` (the programs attached, and where),
+    /// `counters` (packets and connection events by outcome, grouped:
+    /// forwarded, passed through as normal, connection tracking, problems).
     #[arg(value_enum, default_value_t = What::Mappings)]
     pub what: What,
 
@@ -46,7 +48,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
             print(args.output, &rows, mappings_table)
         }
         What::Conns => {
-            let rows = conns(&Maps::open_pinned(&layout)?);
+            let rows = conns(&ConnTables::open_pinned(&layout)?);
             print(args.output, &rows, conns_table)
         }
         What::Hooks => print(args.output, &stats::hooks(&layout), hooks_table),
@@ -114,31 +116,31 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
 
 #[derive(Debug, Serialize)]
 pub struct ConnRow {
+    /// `established`, `closing` (both sides sent FIN) or `half-open`.
+    pub state: &'static str,
     pub client: String,
-    pub backend: String,
     pub frontend: String,
+    pub backend: String,
+    /// Seconds since the last packet.
+    pub idle_seconds: u64,
 }
 
-pub fn conns(maps: &Maps) -> Vec<ConnRow> {
-    let mut rows: Vec<ConnRow> = maps
-        .conns()
+pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
+    let now = clock_ns();
+    let mut rows: Vec<ConnRow> = tables
+        .entries()
         .into_iter()
-        .map(|(key, target)| {
-            use ssh_fwd_common::maps::Endpoint;
-            let client = Endpoint {
-                addr: key.client_addr,
-                port: key.client_port,
-                _pad: 0,
-            };
-            let backend = Endpoint {
-                addr: key.backend_addr,
-                port: key.backend_port,
-                _pad: 0,
+        .map(|entry| {
+            let (key, frontend, last_seen) = match entry {
+                Entry::Established(k, c) => (k, c.frontend, c.last_seen_ns),
+                Entry::HalfOpen(k, h) => (k, h.frontend, h.last_seen_ns),
             };
             ConnRow {
-                client: show(&client),
-                backend: show(&backend),
-                frontend: show(&target.endpoint),
+                state: entry.state(),
+                client: show(&key.client()),
+                frontend: show(&frontend),
+                backend: show(&key.backend()),
+                idle_seconds: now.saturating_sub(last_seen) / 1_000_000_000,
             }
         })
         .collect();
@@ -147,14 +149,23 @@ pub fn conns(maps: &Maps) -> Vec<ConnRow> {
 }
 
 fn conns_table(rows: &Vec<ConnRow>) -> String {
-    let mut out = format!("{:<21}  {:<21}  {:<21}\n", "CLIENT", "FRONTEND", "BACKEND");
+    let mut out = format!(
+        "{:<11}  {:<21}  {:<21}  {:<21}  {:>8}\n",
+        "STATE", "CLIENT", "FRONTEND", "BACKEND", "IDLE"
+    );
     for r in rows {
         out.push_str(&format!(
-            "{:<21}  {:<21}  {:<21}\n",
-            r.client, r.frontend, r.backend
+            "{:<11}  {:<21}  {:<21}  {:<21}  {:>7}s\n",
+            r.state, r.client, r.frontend, r.backend, r.idle_seconds
         ));
     }
-    out.push_str(&format!("{} connections tracked\n", rows.len()));
+    let count = |state| rows.iter().filter(|r| r.state == state).count();
+    out.push_str(&format!(
+        "{} established, {} closing, {} half-open\n",
+        count("established"),
+        count("closing"),
+        count("half-open")
+    ));
     out
 }
 
@@ -217,6 +228,7 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
             Class::Passed,
             "passed through untouched (not ssh-fwd's traffic, or already handled: normal)",
         ),
+        (Class::Tracking, "connection tracking (events)"),
         (Class::Problem, "problems"),
     ] {
         out.push_str(heading);

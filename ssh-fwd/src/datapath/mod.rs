@@ -7,8 +7,11 @@
 //!   the agent leaves forwarding on, and the next agent adopts it.
 //! - Map writes follow a [`plan`] computed purely from what is installed and
 //!   what is desired, applied in an order that never exposes half a mapping.
+//! - Connection state is created by the kernel programs only; the agent
+//!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+pub mod conntrack;
 pub mod hooks;
 pub mod kernel_log;
 pub mod maps;
@@ -23,9 +26,10 @@ pub mod status;
 
 use std::collections::BTreeSet;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use aya::Ebpf;
 
+use conntrack::ConnTables;
 use hooks::AttachMode;
 use maps::Maps;
 use netdev::{Kind, Netlink};
@@ -38,9 +42,13 @@ pub struct Config<'a> {
     pub layout: &'a PinLayout,
     /// External interfaces (`--iface`).
     pub ifaces: &'a [String],
+    /// Interfaces to other nodes (`--cluster-iface`); empty: those of the
+    /// routes with a gateway, other than the external ones.
+    pub cluster_ifaces: &'a [String],
     pub mode: AttachMode,
     /// Attach the reply program to pods' interfaces (`--pod-ifaces auto`).
     pub pod_ifaces: bool,
+    pub settings: object::Settings,
 }
 
 /// The loaded object, its maps and its hooks, for the agent to drive.
@@ -48,23 +56,26 @@ pub struct Datapath {
     /// Owns the programs (the links are pinned, so they outlive it).
     ebpf: Ebpf,
     pub maps: Maps,
+    pub conns: ConnTables,
     pub status: StatusMap,
     pod_links: PodLinks,
+    /// The interfaces to other nodes the programs are attached to.
+    pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
     pub adopted: bool,
 }
 
 impl Datapath {
     /// Checks the host, loads the object (adopting pinned maps), and
-    /// attaches to every external interface, swapping our programs into
-    /// the links a previous agent pinned. Fails before changing anything
-    /// when a check fails.
+    /// attaches to every external and cluster interface, swapping our
+    /// programs into the links a previous agent pinned. Fails before
+    /// changing anything when a check fails.
     pub async fn start(config: &Config<'_>) -> anyhow::Result<Self> {
         let layout = config.layout;
         preflight::check_capabilities(pins::needs_mount(layout.root()))?;
         preflight::check_kernel()?;
         if let Some(other) = layout.other_versions().first() {
-            anyhow::bail!(
+            bail!(
                 "{} holds the data path of another ssh-fwd version (a different pinned layout), \
                  which may still be attached: stop that agent, run `ssh-fwd teardown --bpffs {}` \
                  (it removes every layout; sessions through the old data path end), then start \
@@ -75,18 +86,24 @@ impl Datapath {
         }
         let netlink = Netlink::open()?;
         let links = netlink.links().await?;
-        let mut kinds = Vec::with_capacity(config.ifaces.len());
-        for iface in config.ifaces {
+        let kind_of = |iface: &str| -> anyhow::Result<Kind> {
             netdev::index(iface)?;
-            let kind = links
+            Ok(links
                 .iter()
-                .find(|l| &l.name == iface)
-                .map_or(Kind::Other, |l| l.kind);
-            kinds.push(kind);
+                .find(|l| l.name == iface)
+                .map_or(Kind::Other, |l| l.kind))
+        };
+        let cluster = cluster_ifaces(&netlink, &links, config).await?;
+        let mut attach = Vec::new();
+        for iface in config.ifaces {
+            attach.push((iface.clone(), kind_of(iface)?, config.mode));
+        }
+        for iface in &cluster {
+            attach.push((iface.clone(), kind_of(iface)?, AttachMode::Tc));
         }
         layout.prepare()?;
         let adopted = layout.has_maps();
-        let mut ebpf = object::load(layout)?;
+        let mut ebpf = object::load(layout, &config.settings)?;
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(|e| {
             match preflight::explain_bpf_error(e.root_cause()) {
@@ -94,23 +111,31 @@ impl Datapath {
                 None => e,
             }
         })?;
-        for (iface, kind) in config.ifaces.iter().zip(kinds) {
-            let hook =
-                hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, kind, config.mode)
-                    .with_context(|| format!("attaching to interface {iface}"))?;
+        for (iface, kind, mode) in &attach {
+            let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
+                .with_context(|| format!("attaching to interface {iface}"))?;
             tracing::info!(iface, ingress = hook.name(), "attached");
         }
-        let keep: BTreeSet<String> = config.ifaces.iter().cloned().collect();
+        let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
+        let conns = ConnTables::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
-        let pod_links =
-            PodLinks::new(&mut ebpf, netlink, layout, config.ifaces, config.pod_ifaces)?;
+        let pod_links = PodLinks::new(
+            &mut ebpf,
+            netlink,
+            layout,
+            config.ifaces,
+            &cluster,
+            config.pod_ifaces,
+        )?;
         Ok(Self {
             ebpf,
             maps,
+            conns,
             status,
             pod_links,
+            cluster_ifaces: cluster,
             adopted,
         })
     }
@@ -120,4 +145,43 @@ impl Datapath {
     pub async fn scan_pods(&mut self) -> anyhow::Result<()> {
         self.pod_links.sync(&mut self.ebpf).await
     }
+}
+
+/// The interfaces to other nodes: `--cluster-iface`, or the interfaces of the
+/// routes with a gateway (to other nodes' pods, and the default route),
+/// other than the external ones and `lo`.
+async fn cluster_ifaces(
+    netlink: &Netlink,
+    links: &[netdev::Link],
+    config: &Config<'_>,
+) -> anyhow::Result<Vec<String>> {
+    if !config.cluster_ifaces.is_empty() {
+        for iface in config.cluster_ifaces {
+            netdev::index(iface).with_context(|| format!("--cluster-iface {iface}"))?;
+        }
+        tracing::info!(ifaces = ?config.cluster_ifaces, "cluster interfaces from --cluster-iface");
+        return Ok(config
+            .cluster_ifaces
+            .iter()
+            .filter(|i| !config.ifaces.contains(i))
+            .cloned()
+            .collect());
+    }
+    let gateways = netdev::gateway_interfaces(&netlink.routes().await?);
+    let found: Vec<String> = links
+        .iter()
+        .filter(|l| gateways.contains(&l.index))
+        .map(|l| l.name.clone())
+        .filter(|name| name != "lo" && !config.ifaces.contains(name))
+        .collect();
+    if found.is_empty() {
+        tracing::info!(
+            "no interface to other nodes besides the external ones (no route with a gateway \
+             leaves elsewhere); pass --cluster-iface if requests reach other nodes' pods through \
+             one"
+        );
+    } else {
+        tracing::info!(ifaces = ?found, "cluster interfaces: those of the routes with a gateway");
+    }
+    Ok(found)
 }

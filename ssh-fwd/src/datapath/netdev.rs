@@ -15,9 +15,10 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use netlink_packet_route::{
     RouteNetlinkMessage,
     link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage},
+    route::{RouteAttribute, RouteMessage},
     tc::TcAttribute,
 };
-use rtnetlink::{Handle, MulticastGroup};
+use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
 use tokio::sync::mpsc;
 
 /// The interface index, or an error that says how to find the right name.
@@ -162,6 +163,45 @@ impl Netlink {
             .try_collect()
             .await
             .context("rtnetlink qdisc dump")
+    }
+}
+
+/// The interfaces IPv4 routes with a gateway leave through, by index: where
+/// traffic to other nodes (and their pods) goes. The default route counts.
+pub fn gateway_interfaces(routes: &[RouteMessage]) -> BTreeSet<u32> {
+    routes
+        .iter()
+        .filter(|r| {
+            r.attributes.iter().any(|a| match a {
+                RouteAttribute::Gateway(_) => true,
+                RouteAttribute::MultiPath(hops) => !hops.is_empty(),
+                _ => false,
+            })
+        })
+        .flat_map(|r| {
+            let oif = r.attributes.iter().filter_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            });
+            let hops = r.attributes.iter().flat_map(|a| match a {
+                RouteAttribute::MultiPath(hops) => hops.iter().map(|h| h.interface_index).collect(),
+                _ => Vec::new(),
+            });
+            oif.chain(hops).collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+impl Netlink {
+    /// The IPv4 routes of the main table.
+    pub async fn routes(&self) -> anyhow::Result<Vec<RouteMessage>> {
+        self.handle
+            .route()
+            .get(RouteMessageBuilder::<std::net::Ipv4Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .context("rtnetlink route dump")
     }
 }
 

@@ -34,9 +34,10 @@ pub struct Plan {
     pub frontend_deletes: Vec<Endpoint>,
     /// Deleted after the frontends that led to them.
     pub reverse_deletes: Vec<Endpoint>,
-    /// Shared-backend frontends removed or pointed at another backend: their
-    /// per-connection entries are stale. Only these need purging.
-    pub retired_shared: Vec<Endpoint>,
+    /// Frontends removed or pointed at another backend: the connections
+    /// tracked through them are stale (their backend address may be given
+    /// to another pod next) and are purged.
+    pub retired: Vec<Endpoint>,
 }
 
 impl Plan {
@@ -47,7 +48,7 @@ impl Plan {
             && self.frontend_upserts.is_empty()
             && self.frontend_deletes.is_empty()
             && self.reverse_deletes.is_empty()
-            && self.retired_shared.is_empty()
+            && self.retired.is_empty()
     }
 }
 
@@ -165,13 +166,10 @@ pub fn plan_with_tables(
     plan.frontend_upserts = upserts(&installed.frontends, &want.frontends);
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
     plan.reverse_deletes = deletes(&installed.reverse, &want.reverse);
-    plan.retired_shared = installed
+    plan.retired = installed
         .frontends
         .iter()
-        .filter(|(f, t)| {
-            t.flags & FLAG_SHARED_BACKEND != 0
-                && want.frontends.get(f).map(|w| w.endpoint) != Some(t.endpoint)
-        })
+        .filter(|(f, t)| want.frontends.get(f).map(|w| w.endpoint) != Some(t.endpoint))
         .map(|(f, _)| *f)
         .collect();
     Ok((plan, want))

@@ -220,20 +220,23 @@ fn more_mappings_than_capacity_is_an_error_that_says_what_to_do() {
 }
 
 #[test]
-fn only_shared_frontends_that_go_away_or_move_retire_their_connections() {
+fn frontends_that_go_away_or_move_retire_their_connections() {
     let shared = MappingSet::from_unique([
         m("a", "198.18.0.10:8022", "10.244.1.5:22"),
         m("b", "198.18.0.10:8023", "10.244.1.5:22"),
         m("c", "198.18.0.10:8024", "10.244.1.6:22"),
     ]);
     let installed = converge(&Installed::default(), &shared);
-    // b removed, c (never shared) removed, a stays: only b retires.
+    // b and c removed, a stays: b and c retire.
     let p = plan(
         &installed,
         &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
     )
     .unwrap();
-    assert_eq!(p.retired_shared, vec![ep("198.18.0.10:8023")]);
+    assert_eq!(
+        p.retired,
+        vec![ep("198.18.0.10:8023"), ep("198.18.0.10:8024")]
+    );
     // a moves to another pod: a retires too.
     let p = plan(
         &installed,
@@ -241,8 +244,12 @@ fn only_shared_frontends_that_go_away_or_move_retire_their_connections() {
     )
     .unwrap();
     assert_eq!(
-        p.retired_shared,
-        vec![ep("198.18.0.10:8022"), ep("198.18.0.10:8023")]
+        p.retired,
+        vec![
+            ep("198.18.0.10:8022"),
+            ep("198.18.0.10:8023"),
+            ep("198.18.0.10:8024")
+        ]
     );
     // Adding an unrelated mapping retires nothing.
     let mut more: Vec<Mapping> = shared.iter().cloned().collect();
@@ -250,7 +257,7 @@ fn only_shared_frontends_that_go_away_or_move_retire_their_connections() {
     assert!(
         plan(&installed, &MappingSet::from_unique(more))
             .unwrap()
-            .retired_shared
+            .retired
             .is_empty()
     );
 }
