@@ -5,8 +5,10 @@
 //! Used by the end-to-end tests in `tests/` and by `cargo xtask demo`.
 
 pub mod agent;
+pub mod cluster;
 pub mod cmd;
 pub mod fake_api;
+pub mod flood;
 pub mod netns;
 pub mod privilege;
 pub mod ssh;

@@ -31,6 +31,26 @@ pub struct Pod {
     _sshd: Sshd,
 }
 
+impl Pod {
+    pub fn new(
+        ns: NetNs,
+        ip: String,
+        hostname: String,
+        node: usize,
+        node_iface: String,
+        sshd: Sshd,
+    ) -> Self {
+        Self {
+            ns,
+            ip,
+            hostname,
+            node,
+            node_iface,
+            _sshd: sshd,
+        }
+    }
+}
+
 pub struct Node {
     pub ns: NetNs,
 }
