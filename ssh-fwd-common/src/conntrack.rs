@@ -266,6 +266,47 @@ pub fn on_reply(seg: &Segment, conn: Option<&Conn>, half: Option<&HalfOpen>, now
     }
 }
 
+/// What to do with a reply that [`on_reply`] found untracked, from a
+/// backend an older data path was forwarding to when this one replaced it
+/// (see [`LEGACY`](crate::maps::LEGACY)): its connections were never
+/// tracked, and cutting them would end every session of the upgrade.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnLegacyReply {
+    /// Not one of them: leave it untouched.
+    Untracked,
+    /// The server's ACK of a connection it holds: track it from here on,
+    /// with the sequence state this segment shows (the server's side is
+    /// trusted), and restore its frontend.
+    Adopt(Conn),
+    /// A RST, or a segment without ACK: restore the frontend, track
+    /// nothing.
+    Restore,
+}
+
+/// The decision for a reply from a legacy backend without tracked state,
+/// to be restored to `frontend` (mapping `slot`). A SYN-ACK is not one: a
+/// handshake began after the upgrade is tracked as any other.
+#[inline(always)]
+pub fn on_legacy_reply(seg: &Segment, frontend: Endpoint, slot: u32, now: u64) -> OnLegacyReply {
+    if seg.has(TCP_SYN) {
+        return OnLegacyReply::Untracked;
+    }
+    if seg.has(TCP_RST) || !seg.has(TCP_ACK) {
+        return OnLegacyReply::Restore;
+    }
+    OnLegacyReply::Adopt(Conn {
+        frontend,
+        slot,
+        flags: if seg.has(TCP_FIN) { CONN_FIN_SERVER } else { 0 },
+        client_next: seg.ack,
+        server_next: seg.end(),
+        client_fin_end: 0,
+        _pad: 0,
+        last_seen_ns: now,
+        created_ns: now,
+    })
+}
+
 /// Both sides sent their FIN: the connection is closing, and a new
 /// handshake for its 4-tuple, through any frontend, may replace it.
 #[inline(always)]

@@ -45,8 +45,21 @@ pub const IFACES: &str = "IFACES";
 /// [`AgentStatus`], written by the agent, never read by the programs.
 pub const AGENT_STATUS: &str = "AGENT_STATUS";
 
+/// Backend -> until when (`bpf_ktime_get_coarse_ns`) its replies without
+/// tracked state may still belong to a connection an older data path
+/// forwarded (layout v3 tracked nothing): written only by the agent, when
+/// it upgrades a node, and swept when the time passes.
+pub const LEGACY: &str = "LEGACY";
+/// `(client, backend)` -> the frontend the older data path recorded for a
+/// connection to a backend behind several frontends: written only by the
+/// agent when it upgrades a node; an entry ends when the connection is
+/// adopted or its backend's [`LEGACY`] time passes.
+pub const LEGACY_CONNS: &str = "LEGACY_CONNS";
+/// Capacity of [`LEGACY_CONNS`] (not preallocated: empty costs nothing).
+pub const LEGACY_CONN_CAPACITY: u32 = 65_536;
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 9] = [
+pub const ALL_MAPS: [&str; 11] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -56,6 +69,8 @@ pub const ALL_MAPS: [&str; 9] = [
     MAPPING_NAMES,
     IFACES,
     AGENT_STATUS,
+    LEGACY,
+    LEGACY_CONNS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -88,6 +88,13 @@ pub enum Outcome {
     /// Agent: a connection through a frontend that was removed or pointed
     /// at another backend was removed.
     ConnPurged = 31,
+    /// After an upgrade from a data path that tracked nothing: the server's
+    /// ACK of a connection the older one forwarded made it tracked.
+    ConnAdopted = 32,
+    /// After an upgrade: a reply of a connection the older data path
+    /// forwarded got its frontend back without being tracked (a RST, or
+    /// a segment without ACK).
+    LegacyReply = 33,
 }
 
 /// How an operator should read an outcome's counter.
@@ -122,7 +129,7 @@ impl Class {
 /// the kernel created, less every one removed, by the kernel or the agent.
 /// Exact, and free to read (no walk of the table).
 pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
-    let created = count(Outcome::ConnEstablished);
+    let created = count(Outcome::ConnEstablished) + count(Outcome::ConnAdopted);
     let removed = count(Outcome::ConnReset)
         + count(Outcome::ConnReplaced)
         + count(Outcome::ConnClosed)
@@ -132,7 +139,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 32;
+    pub const COUNT: u32 = 34;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -167,6 +174,8 @@ impl Outcome {
         Self::ConnExpired,
         Self::HalfOpenExpired,
         Self::ConnPurged,
+        Self::ConnAdopted,
+        Self::LegacyReply,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -188,7 +197,8 @@ impl Outcome {
             | Self::ReplyRedirected
             | Self::ReplyToStack
             | Self::IcmpTranslated
-            | Self::OptionAdded => Class::Forwarded,
+            | Self::OptionAdded
+            | Self::LegacyReply => Class::Forwarded,
             Self::PassNotIpv4
             | Self::PassNotTcp
             | Self::PassFragment
@@ -204,7 +214,8 @@ impl Outcome {
             | Self::ConnClosed
             | Self::ConnExpired
             | Self::HalfOpenExpired
-            | Self::ConnPurged => Class::Tracking,
+            | Self::ConnPurged
+            | Self::ConnAdopted => Class::Tracking,
             Self::Malformed
             | Self::ReverseFallback
             | Self::RewriteError
@@ -251,6 +262,8 @@ impl Outcome {
             Self::ConnExpired => "conn_expired",
             Self::HalfOpenExpired => "half_open_expired",
             Self::ConnPurged => "conn_purged",
+            Self::ConnAdopted => "conn_adopted",
+            Self::LegacyReply => "legacy_reply",
         }
     }
 }

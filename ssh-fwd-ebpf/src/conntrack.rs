@@ -6,15 +6,16 @@
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
 use ssh_fwd_common::{
     conntrack::{
-        self, OnReply, OnRequest, Segment, reply_reads_half_open, request_reads_half_open,
+        self, OnLegacyReply, OnReply, OnRequest, Segment, reply_reads_half_open,
+        request_reads_half_open,
     },
-    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen},
+    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
     outcome::Outcome,
 };
 
 use crate::{
     counters::count,
-    maps::{CONNS, HALF_OPEN},
+    maps::{CONNS, HALF_OPEN, LEGACY, LEGACY_CONNS},
 };
 
 const EEXIST: i32 = 17;
@@ -217,6 +218,48 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             Some(Restore { frontend, slot })
         }
     }
+}
+
+/// A reply [`reply`] found untracked, from `backend` (whose primary
+/// frontend is `primary`) to `client`: if an older data path was
+/// forwarding to that backend when this one replaced it, the frontend to
+/// restore, adopting the connection into [`CONNS`] on the server's ACK.
+#[inline(always)]
+pub fn legacy_reply(
+    backend: Endpoint,
+    client: Endpoint,
+    primary: &NatTarget,
+    seg: &Segment,
+) -> Option<Restore> {
+    // SAFETY: copied out at once.
+    let until = unsafe { LEGACY.get(&backend) }.copied()?;
+    let now = now();
+    if until <= now {
+        return None;
+    }
+    let key = ConnKey::new(client, backend);
+    // SAFETY: as above.
+    let target = unsafe { LEGACY_CONNS.get(&key) }
+        .copied()
+        .unwrap_or(*primary);
+    let restore = Restore {
+        frontend: target.endpoint,
+        slot: target.slot,
+    };
+    match conntrack::on_legacy_reply(seg, restore.frontend, restore.slot, now) {
+        OnLegacyReply::Untracked => return None,
+        OnLegacyReply::Adopt(conn) => {
+            match CONNS.insert(&key, &conn, BPF_NOEXIST as u64) {
+                Ok(()) => count(Outcome::ConnAdopted),
+                // Another CPU adopted it a moment ago.
+                Err(e) if e == -EEXIST => {}
+                Err(_) => count(Outcome::ConnTableFull),
+            }
+            let _ = LEGACY_CONNS.remove(&key);
+        }
+        OnLegacyReply::Restore => count(Outcome::LegacyReply),
+    }
+    Some(restore)
 }
 
 /// The frontend of a tracked connection (or handshake) between `client`

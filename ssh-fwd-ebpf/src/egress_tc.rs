@@ -68,9 +68,17 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
         } else {
             conntrack::reply(source, destination, seg)
         };
+        let external = on_external(ctx);
         let restore = match tracked {
             Some(restore) => restore,
-            None if cross_node_plain() && on_external(ctx) => {
+            None if external
+                && !from_outside(ctx)
+                && let Some(restore) =
+                    conntrack::legacy_reply(source, destination, &primary, seg) =>
+            {
+                restore
+            }
+            None if cross_node_plain() && external => {
                 count(Outcome::ReverseFallback);
                 Restore {
                     frontend: primary.endpoint,

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     maps::{
         AgentStatus, CONN_CAPACITY, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY, HalfOpen,
-        MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName, NatTarget,
+        LEGACY_CONN_CAPACITY, MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName, NatTarget,
     },
     outcome::Outcome,
 };
@@ -57,3 +57,19 @@ pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);
 /// other maps so it outlives the agent. Never read here.
 #[map(name = "AGENT_STATUS")]
 pub static AGENT_STATUS: Array<AgentStatus> = Array::pinned(1, 0);
+
+/// `BPF_F_NO_PREALLOC`: the upgrade maps are empty on every node but one
+/// being upgraded, so they take memory only for their entries.
+const NO_PREALLOC: u32 = 1;
+
+/// Backend -> until when its untracked replies may belong to a connection
+/// an older data path forwarded. Written only by the agent (upgrades).
+#[map(name = "LEGACY")]
+pub static LEGACY: HashMap<Endpoint, u64> = HashMap::pinned(MAX_MAPPINGS, NO_PREALLOC);
+
+/// `(client, backend)` -> the frontend an older data path recorded for a
+/// connection. Written by the agent (upgrades); an entry is removed here
+/// when its connection is adopted.
+#[map(name = "LEGACY_CONNS")]
+pub static LEGACY_CONNS: HashMap<ConnKey, NatTarget> =
+    HashMap::pinned(LEGACY_CONN_CAPACITY, NO_PREALLOC);

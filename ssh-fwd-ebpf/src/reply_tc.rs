@@ -52,9 +52,15 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
+    let external = iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0;
     let restore = match conntrack::reply(backend, client, &seg) {
         Some(restore) => restore,
-        None if cross_node_plain() && iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0 => {
+        None if external
+            && let Some(restore) = conntrack::legacy_reply(backend, client, &primary, &seg) =>
+        {
+            restore
+        }
+        None if cross_node_plain() && external => {
             count(Outcome::ReverseFallback);
             Restore {
                 frontend: primary.endpoint,

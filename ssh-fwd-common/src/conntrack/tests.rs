@@ -521,3 +521,62 @@ fn skipping_the_half_open_lookup_never_changes_a_decision() {
         }
     }
 }
+
+#[test]
+fn the_server_ack_of_a_pre_upgrade_connection_adopts_it_with_the_sequence_state_it_shows() {
+    let ack = seg(TCP_ACK | 0x08, 7_000, 3_000, 100);
+    match on_legacy_reply(&ack, F2, 4, HOUR) {
+        OnLegacyReply::Adopt(c) => {
+            assert_eq!((c.frontend, c.slot), (F2, 4));
+            assert_eq!((c.client_next, c.server_next), (3_000, 7_100));
+            assert_eq!((c.flags, c.last_seen_ns, c.created_ns), (0, HOUR, HOUR));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The adopted entry then checks RSTs as any other does.
+    let OnLegacyReply::Adopt(c) = on_legacy_reply(&ack, F2, 4, HOUR) else {
+        unreachable!()
+    };
+    let spoofed_rst = seg(TCP_RST, 2_000, 0, 0);
+    let f = F2;
+    assert_eq!(
+        on_request(&spoofed_rst, f, 4, Some(&c), None, HOUR),
+        OnRequest::IgnoredReset
+    );
+    let rst = seg(TCP_RST, 3_000, 0, 0);
+    assert_eq!(
+        on_request(&rst, f, 4, Some(&c), None, HOUR),
+        OnRequest::Reset
+    );
+}
+
+#[test]
+fn a_server_fin_adopts_the_connection_half_closed() {
+    let fin = seg(TCP_ACK | TCP_FIN, 7_000, 3_000, 0);
+    let OnLegacyReply::Adopt(c) = on_legacy_reply(&fin, F1, 0, HOUR) else {
+        panic!("a FIN with ACK adopts");
+    };
+    assert_eq!(c.flags, CONN_FIN_SERVER);
+    assert_eq!(c.server_next, 7_001);
+}
+
+#[test]
+fn legacy_resets_and_segments_without_ack_are_restored_but_never_tracked() {
+    for flags in [TCP_RST, TCP_RST | TCP_ACK, TCP_FIN, 0] {
+        assert_eq!(
+            on_legacy_reply(&seg(flags, 7_000, 3_000, 0), F1, 0, HOUR),
+            OnLegacyReply::Restore,
+            "flags {flags:#x}"
+        );
+    }
+}
+
+#[test]
+fn a_syn_ack_from_a_legacy_backend_is_left_to_the_handshake_tracking() {
+    for flags in [TCP_SYN | TCP_ACK, TCP_SYN] {
+        assert_eq!(
+            on_legacy_reply(&seg(flags, 7_000, 3_000, 0), F1, 0, HOUR),
+            OnLegacyReply::Untracked
+        );
+    }
+}

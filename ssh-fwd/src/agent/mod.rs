@@ -50,6 +50,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             half_open_table_size: args.half_open_table_size,
             cross_node_plain: args.cross_node == CrossNode::Plain,
         },
+        legacy_grace: args.conn_idle_timeout,
     })
     .await?;
     if datapath.adopted {

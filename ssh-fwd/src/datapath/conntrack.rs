@@ -1,7 +1,9 @@
 //! The connection tables as the agent and operators see them: the sweep
 //! that removes entries whose connection closed or went idle (the kernel
 //! programs never time anything out), the purge of connections through
-//! retired frontends, and the listing for `ssh-fwd list conns`.
+//! retired frontends, and the listing for `ssh-fwd list conns`. With them,
+//! the tables an upgrade leaves for the connections of an older data path
+//! ([`LEGACY`], [`LEGACY_CONNS`]): seeded once, swept when their time ends.
 
 use std::{collections::BTreeSet, time::Duration};
 
@@ -12,7 +14,10 @@ use aya::{
 };
 use ssh_fwd_common::{
     conntrack::{Expiry, closing, expiry, half_open_expired},
-    maps::{CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen},
+    maps::{
+        CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, LEGACY, LEGACY_CONN_CAPACITY,
+        LEGACY_CONNS, NatTarget,
+    },
 };
 
 use super::{maps::open_pin, pins::PinLayout};
@@ -54,6 +59,8 @@ pub struct Swept {
     /// Entries left in each table.
     pub conns: u64,
     pub half_open: u64,
+    /// Backends whose older connections may still be adopted.
+    pub legacy_backends: u64,
 }
 
 /// One entry, for listings.
@@ -63,10 +70,12 @@ pub enum Entry {
     HalfOpen(ConnKey, HalfOpen),
 }
 
-/// Handles to [`CONNS`] and [`HALF_OPEN`].
+/// Handles to [`CONNS`], [`HALF_OPEN`], [`LEGACY`] and [`LEGACY_CONNS`].
 pub struct ConnTables {
     conns: HashMap<MapData, ConnKey, Conn>,
     half_open: HashMap<MapData, ConnKey, HalfOpen>,
+    legacy: HashMap<MapData, Endpoint, u64>,
+    legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
 }
 
 impl ConnTables {
@@ -76,19 +85,79 @@ impl ConnTables {
             ebpf.take_map(name)
                 .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
         };
-        Self::from_maps(take(CONNS)?, take(HALF_OPEN)?)
+        Self::from_maps([
+            take(CONNS)?,
+            take(HALF_OPEN)?,
+            take(LEGACY)?,
+            take(LEGACY_CONNS)?,
+        ])
     }
 
     /// Opens the tables an agent pinned.
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
-        Self::from_maps(open_pin(layout, CONNS)?, open_pin(layout, HALF_OPEN)?)
+        Self::from_maps([
+            open_pin(layout, CONNS)?,
+            open_pin(layout, HALF_OPEN)?,
+            open_pin(layout, LEGACY)?,
+            open_pin(layout, LEGACY_CONNS)?,
+        ])
     }
 
-    fn from_maps(conns: Map, half_open: Map) -> anyhow::Result<Self> {
+    fn from_maps([conns, half_open, legacy, legacy_conns]: [Map; 4]) -> anyhow::Result<Self> {
         Ok(Self {
             conns: HashMap::try_from(conns).context(CONNS)?,
             half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
+            legacy: HashMap::try_from(legacy).context(LEGACY)?,
+            legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
         })
+    }
+
+    /// Marks `backends` as forwarded to by an older data path until `until`
+    /// (kernel clock), and records the frontends it kept for `conns`
+    /// (backends behind several frontends). Returns how many connections
+    /// fit; the others fall back to their backend's primary frontend.
+    pub fn seed_legacy(
+        &mut self,
+        backends: &[Endpoint],
+        conns: &[(ConnKey, NatTarget)],
+        until: u64,
+    ) -> anyhow::Result<usize> {
+        for backend in backends {
+            self.legacy.insert(backend, until, 0).with_context(|| {
+                format!("writing {LEGACY} entry {}", super::maps::show(backend))
+            })?;
+        }
+        let fit = conns.len().min(LEGACY_CONN_CAPACITY as usize);
+        for (key, target) in &conns[..fit] {
+            self.legacy_conns
+                .insert(key, target, 0)
+                .with_context(|| format!("writing {LEGACY_CONNS}"))?;
+        }
+        Ok(fit)
+    }
+
+    /// Removes the legacy entries whose time ended by `now`, and the
+    /// recorded frontends of their connections; returns the backends left.
+    fn sweep_legacy(&mut self, now: u64) -> u64 {
+        let (ended, left): (Vec<(Endpoint, u64)>, Vec<(Endpoint, u64)>) = self
+            .legacy
+            .iter()
+            .filter_map(Result::ok)
+            .partition(|(_, until)| *until <= now);
+        for (backend, _) in &ended {
+            let _ = self.legacy.remove(backend);
+        }
+        let live: BTreeSet<Endpoint> = left.iter().map(|(b, _)| *b).collect();
+        let stale: Vec<ConnKey> = self
+            .legacy_conns
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| !live.contains(&k.backend()))
+            .collect();
+        for key in stale {
+            let _ = self.legacy_conns.remove(&key);
+        }
+        live.len() as u64
     }
 
     /// Removes what has ended by `now` (on the kernel programs' clock, see
@@ -136,6 +205,7 @@ impl ConnTables {
                 swept.half_open_expired += 1;
             }
         }
+        swept.legacy_backends = self.sweep_legacy(now);
         swept
     }
 

@@ -23,8 +23,9 @@ pub mod pod_links;
 pub mod preflight;
 pub mod stats;
 pub mod status;
+pub mod upgrade;
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::{Context as _, bail};
 use aya::Ebpf;
@@ -36,6 +37,7 @@ use netdev::{Kind, Netlink};
 use pins::PinLayout;
 use pod_links::PodLinks;
 use status::StatusMap;
+use upgrade::Takeover;
 
 /// What [`Datapath::start`] attaches, and where.
 pub struct Config<'a> {
@@ -49,6 +51,10 @@ pub struct Config<'a> {
     /// Attach the reply program to pods' interfaces (`--pod-ifaces auto`).
     pub pod_ifaces: bool,
     pub settings: object::Settings,
+    /// How long replies of connections an upgraded-from data path forwarded
+    /// keep being restored untracked (until the server's ACK adopts them):
+    /// `--conn-idle-timeout`, as for any connection.
+    pub legacy_grace: Duration,
 }
 
 /// The loaded object, its maps and its hooks, for the agent to drive.
@@ -74,7 +80,12 @@ impl Datapath {
         let layout = config.layout;
         preflight::check_capabilities(pins::needs_mount(layout.root()))?;
         preflight::check_kernel()?;
-        if let Some(other) = layout.other_versions().first() {
+        let previous = Takeover::dir(layout);
+        if let Some(other) = layout
+            .other_versions()
+            .into_iter()
+            .find(|dir| *dir != previous)
+        {
             bail!(
                 "{} holds the data path of another ssh-fwd version (a different pinned layout), \
                  which may still be attached: stop that agent, run `ssh-fwd teardown --bpffs {}` \
@@ -101,6 +112,7 @@ impl Datapath {
         for iface in &cluster {
             attach.push((iface.clone(), kind_of(iface)?, AttachMode::Tc));
         }
+        let takeover = Takeover::find(layout)?;
         layout.prepare()?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
@@ -111,6 +123,10 @@ impl Datapath {
                 None => e,
             }
         })?;
+        let mut conns = ConnTables::from_ebpf(&mut ebpf)?;
+        if let Some(takeover) = &takeover {
+            begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
+        }
         for (iface, kind, mode) in &attach {
             let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
                 .with_context(|| format!("attaching to interface {iface}"))?;
@@ -119,7 +135,6 @@ impl Datapath {
         let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
-        let conns = ConnTables::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
         let pod_links = PodLinks::new(
             &mut ebpf,
@@ -129,6 +144,13 @@ impl Datapath {
             &cluster,
             config.pod_ifaces,
         )?;
+        if let Some(takeover) = takeover {
+            takeover.finish()?;
+            tracing::info!(
+                version = upgrade::FROM_VERSION,
+                "upgrade done: the older data path's pins are removed"
+            );
+        }
         Ok(Self {
             ebpf,
             maps,
@@ -145,6 +167,37 @@ impl Datapath {
     pub async fn scan_pods(&mut self) -> anyhow::Result<()> {
         self.pod_links.sync(&mut self.ebpf).await
     }
+}
+
+/// Steps 2 and 3 of an upgrade (see [`upgrade`]): the older data path's
+/// mappings and backends written into our maps, its links moved to ours.
+fn begin_takeover(
+    takeover: &Takeover,
+    layout: &PinLayout,
+    adopted: bool,
+    conns: &mut ConnTables,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let grace_ns = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+    let until = conntrack::clock_ns().saturating_add(grace_ns);
+    let kept = takeover
+        .seed(layout, !adopted, conns, until)
+        .context("upgrading from layout v3: seeding the maps")?;
+    let moved = takeover
+        .move_links(layout)
+        .context("upgrading from layout v3: moving its links")?;
+    tracing::info!(
+        from = upgrade::FROM_VERSION,
+        mappings = takeover.mappings(),
+        backends = takeover.backends().len(),
+        shared_backend_conns = kept,
+        links = moved,
+        grace = %humantime::format_duration(grace),
+        "upgrading the data path of an older ssh-fwd in place: its mappings keep forwarding, \
+         and each of its open connections is tracked from the server's next packet (replies \
+         without state from its backends get their frontend back for the grace period)"
+    );
+    Ok(())
 }
 
 /// The interfaces to other nodes: `--cluster-iface`, or the interfaces of the

@@ -389,3 +389,103 @@ fn with_cross_node_plain_an_untracked_reply_leaving_an_external_interface_gets_t
         vec![("reverse_fallback", 1), ("reverse_nat", 1)]
     );
 }
+
+/// The backend as [`ssh_fwd::datapath::conntrack::ConnTables::seed_legacy`]
+/// takes it.
+fn backend() -> Endpoint {
+    Endpoint::new(BACKEND, 22)
+}
+
+fn client() -> Endpoint {
+    Endpoint::new(CLIENT, 40_000)
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn after_an_upgrade_the_servers_ack_of_an_older_connection_makes_it_tracked_on_its_frontend() {
+    privilege::require();
+    let l = load(&[JOB, SECOND]);
+    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    // The older data path recorded this connection through the second
+    // frontend (its backend is behind two).
+    let key = ssh_fwd_common::maps::ConnKey::new(client(), backend());
+    let recorded = ssh_fwd_common::maps::NatTarget {
+        endpoint: frontend(9022),
+        slot: 1,
+        flags: 0,
+    };
+    let now = ssh_fwd::datapath::conntrack::clock_ns();
+    tables
+        .seed_legacy(&[backend()], &[(key, recorded)], now + 3_600_000_000_000)
+        .expect("seed");
+    // A RST is restored but tracks nothing.
+    let before = counters(&l);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_RST, 9_000, 0, 0));
+    assert_eq!(source_of(&out), frontend(9022));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("legacy_reply", 1), ("reverse_nat", 1)]
+    );
+    assert!(established(&l).is_empty());
+    // The server's ACK with data: adopted, with the state it shows.
+    let before = counters(&l);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_ACK, 9_000, 3_000, 50));
+    assert_eq!(source_of(&out), frontend(9022));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("conn_adopted", 1), ("reverse_nat", 1)]
+    );
+    let conns = established(&l);
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    assert_eq!(
+        (
+            conns[0].frontend,
+            conns[0].client_next,
+            conns[0].server_next
+        ),
+        (frontend(9022), 3_000, 9_050)
+    );
+    // From here it is a tracked connection: the client's data through the
+    // second frontend flows, a spoofed RST is ignored, and one in sequence
+    // ends it.
+    let (verdict, _) = Ingress::Tc.run(&l, &request(9022, TCP_ACK, 3_000, 9_050, 10));
+    assert_ne!(verdict, Ingress::Tc.dropped());
+    let before = counters(&l);
+    Ingress::Tc.run(&l, &request(9022, TCP_RST, 1_234, 0, 0));
+    assert!(delta(&before, &counters(&l)).contains(&("reset_ignored", 1)));
+    assert_eq!(established(&l).len(), 1, "a spoofed RST leaves it");
+    Ingress::Tc.run(&l, &request(9022, TCP_RST, 3_000, 0, 0));
+    assert!(established(&l).is_empty(), "a RST in sequence ends it");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn older_connections_are_restored_only_while_their_backend_is_marked_and_only_leaving_the_node() {
+    privilege::require();
+    let l = load(&[JOB]);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    let now = ssh_fwd::datapath::conntrack::clock_ns();
+    tables
+        .seed_legacy(&[backend()], &[], now + 3_600_000_000_000)
+        .expect("seed");
+    let frame = reply(TCP_ACK, 9_000, 3_000, 50);
+    // On lo (not external): untouched, no state.
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &frame).1, frame);
+    assert!(established(&l).is_empty());
+    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    // A SYN-ACK is a handshake of this data path's: not restored blindly.
+    let syn_ack = reply(TCP_SYN | TCP_ACK, 9_000, 3_000, 0);
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &syn_ack).1, syn_ack);
+    // Once the grace period ended (and the sweep ran), nothing is restored.
+    tables
+        .seed_legacy(&[backend()], &[], now.saturating_sub(1))
+        .expect("seed");
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &frame).1, frame);
+    let swept = tables.sweep(
+        ssh_fwd::datapath::conntrack::clock_ns(),
+        &ssh_fwd::datapath::conntrack::Timeouts::with_idle(std::time::Duration::from_secs(60)),
+    );
+    assert_eq!(swept.legacy_backends, 0);
+    assert!(established(&l).is_empty());
+}

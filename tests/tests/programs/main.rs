@@ -353,7 +353,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 9] = [
+    let expect: [(&str, u32, usize, usize); 11] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -398,6 +398,13 @@ fn object_maps_agree_with_the_shared_constants() {
         ),
         (maps::IFACES, maps::MAX_IFACES, 4, 4),
         (maps::AGENT_STATUS, 1, 4, size_of::<maps::AgentStatus>()),
+        (maps::LEGACY, maps::MAX_MAPPINGS, size_of::<Endpoint>(), 8),
+        (
+            maps::LEGACY_CONNS,
+            maps::LEGACY_CONN_CAPACITY,
+            size_of::<maps::ConnKey>(),
+            size_of::<NatTarget>(),
+        ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
     for (name, entries, key, value) in expect {
