@@ -61,12 +61,12 @@ pub fn request(
     seg: &Segment,
 ) -> bool {
     let key = ConnKey::new(client, backend);
-    let conn_ptr = CONNS.get_ptr_mut(&key);
+    let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn = Conn::ZERO;
     let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
     let mut half = HalfOpen::ZERO;
     let half = (request_reads_half_open(seg, conn)
-        && copy_out(HALF_OPEN.get_ptr_mut(&key), &mut half))
+        && copy_out(HALF_OPEN.get_ptr_mut(key), &mut half))
     .then_some(&half);
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
     apply_request(&key, decision, seg, frontend, slot, conn_ptr)
@@ -83,12 +83,12 @@ pub fn request_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
         return;
     }
     let key = ConnKey::new(client, backend);
-    let conn_ptr = CONNS.get_ptr_mut(&key);
+    let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn = Conn::ZERO;
     let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
     let mut half = HalfOpen::ZERO;
     let half = (request_reads_half_open(seg, conn)
-        && copy_out(HALF_OPEN.get_ptr_mut(&key), &mut half))
+        && copy_out(HALF_OPEN.get_ptr_mut(key), &mut half))
     .then_some(&half);
     let (frontend, slot) = match (conn, half) {
         (Some(c), _) => (c.frontend, c.slot),
@@ -118,7 +118,7 @@ fn apply_request(
                 server_isn: 0,
                 last_seen_ns: now(),
             };
-            if HALF_OPEN.insert(key, &half, 0).is_ok() {
+            if HALF_OPEN.insert(key, half, 0).is_ok() {
                 count(Outcome::HalfOpened);
             }
             if reopening && let Some(p) = conn_ptr {
@@ -130,7 +130,7 @@ fn apply_request(
         OnRequest::Promote(conn) => {
             let replacing = conn_ptr.is_some();
             let flags = if replacing { 0 } else { BPF_NOEXIST as u64 };
-            match CONNS.insert(key, &conn, flags) {
+            match CONNS.insert(key, conn, flags) {
                 Ok(()) => {
                     count(Outcome::ConnEstablished);
                     if replacing {
@@ -167,11 +167,11 @@ fn apply_request(
 #[inline(always)]
 pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Restore> {
     let key = ConnKey::new(client, backend);
-    let conn_ptr = CONNS.get_ptr_mut(&key);
+    let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn = Conn::ZERO;
     let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
     let half_ptr = if reply_reads_half_open(seg, conn) {
-        HALF_OPEN.get_ptr_mut(&key)
+        HALF_OPEN.get_ptr_mut(key)
     } else {
         None
     };
@@ -191,7 +191,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             Some(Restore { frontend, slot })
         }
         OnReply::Reset { frontend, slot } => {
-            if CONNS.remove(&key).is_ok() {
+            if CONNS.remove(key).is_ok() {
                 count(Outcome::ConnReset);
             }
             Some(Restore { frontend, slot })
@@ -212,7 +212,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             Some(Restore { frontend, slot })
         }
         OnReply::Refuse { frontend, slot } => {
-            if HALF_OPEN.remove(&key).is_ok() {
+            if HALF_OPEN.remove(key).is_ok() {
                 count(Outcome::HalfOpenRefused);
             }
             Some(Restore { frontend, slot })
@@ -232,14 +232,14 @@ pub fn legacy_reply(
     seg: &Segment,
 ) -> Option<Restore> {
     // SAFETY: copied out at once.
-    let until = unsafe { LEGACY.get(&backend) }.copied()?;
+    let until = unsafe { LEGACY.get(backend) }.copied()?;
     let now = now();
     if until <= now {
         return None;
     }
     let key = ConnKey::new(client, backend);
     // SAFETY: as above.
-    let target = unsafe { LEGACY_CONNS.get(&key) }
+    let target = unsafe { LEGACY_CONNS.get(key) }
         .copied()
         .unwrap_or(*primary);
     let restore = Restore {
@@ -249,13 +249,13 @@ pub fn legacy_reply(
     match conntrack::on_legacy_reply(seg, restore.frontend, restore.slot, now) {
         OnLegacyReply::Untracked => return None,
         OnLegacyReply::Adopt(conn) => {
-            match CONNS.insert(&key, &conn, BPF_NOEXIST as u64) {
+            match CONNS.insert(key, conn, BPF_NOEXIST as u64) {
                 Ok(()) => count(Outcome::ConnAdopted),
                 // Another CPU adopted it a moment ago.
                 Err(e) if e == -EEXIST => {}
                 Err(_) => count(Outcome::ConnTableFull),
             }
-            let _ = LEGACY_CONNS.remove(&key);
+            let _ = LEGACY_CONNS.remove(key);
         }
         OnLegacyReply::Restore => count(Outcome::LegacyReply),
     }
@@ -268,9 +268,9 @@ pub fn legacy_reply(
 pub fn frontend_of(client: Endpoint, backend: Endpoint) -> Option<Endpoint> {
     let key = ConnKey::new(client, backend);
     // SAFETY: copied out at once.
-    if let Some(c) = unsafe { CONNS.get(&key) } {
+    if let Some(c) = unsafe { CONNS.get(key) } {
         return Some(c.frontend);
     }
     // SAFETY: as above.
-    unsafe { HALF_OPEN.get(&key) }.map(|h| h.frontend)
+    unsafe { HALF_OPEN.get(key) }.map(|h| h.frontend)
 }

@@ -60,7 +60,7 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
 fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
     let (source, destination) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    if let Some(primary) = unsafe { REVERSE.get(&source) }.copied() {
+    if let Some(primary) = unsafe { REVERSE.get(source) }.copied() {
         // Only a reply the node got from the pod may move state: one that
         // came in from outside carries a pod's address it cannot own.
         let tracked = if from_outside(ctx) {
@@ -96,7 +96,7 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
     if seg.is_syn()
         && !cross_node_plain()
         // SAFETY: only tested for presence.
-        && unsafe { REVERSE.get(&destination) }.is_some()
+        && unsafe { REVERSE.get(destination) }.is_some()
         && let Some(frontend) = conntrack::frontend_of(source, destination)
         && ipopt::add(ctx, h.ip_len, frontend)
     {

@@ -83,7 +83,7 @@ pub fn inbound<P: Packet>(p: &P, outer_ip_len: usize, outer_dst: u32) -> Option<
         return None;
     }
     // SAFETY: copied out at once.
-    let target = unsafe { FRONTENDS.get(&q.source) }.copied()?;
+    let target = unsafe { FRONTENDS.get(q.source) }.copied()?;
     let backend = target.endpoint;
     if let Some(frontend) = frontend_of(q.destination, backend)
         && frontend != q.source
@@ -121,7 +121,7 @@ pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
         return Out::NotOurs;
     };
     // SAFETY: copied out at once.
-    let Some(primary) = (unsafe { REVERSE.get(&q.destination) }).copied() else {
+    let Some(primary) = (unsafe { REVERSE.get(q.destination) }).copied() else {
         return Out::NotOurs;
     };
     let frontend = match frontend_of(q.source, q.destination) {

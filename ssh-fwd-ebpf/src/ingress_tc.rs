@@ -88,7 +88,7 @@ fn ingress(ctx: &TcContext) -> Verdict {
 fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    if let Some(target) = unsafe { FRONTENDS.get(&frontend) }.copied() {
+    if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
         let backend = target.endpoint;
         if !conntrack::request(client, frontend, backend, target.slot, seg) {
             return Verdict::Drop(Outcome::ConflictDropped);
@@ -102,7 +102,7 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
         return Verdict::Forward { client, backend };
     }
     // SAFETY: only tested for presence.
-    if unsafe { REVERSE.get(&h.destination) }.is_none() {
+    if unsafe { REVERSE.get(h.destination) }.is_none() {
         return Verdict::Pass(Outcome::PassNoFrontend);
     }
     to_backend(ctx, h, seg)
@@ -123,7 +123,7 @@ fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
         return Verdict::Pass(Outcome::PassNoFrontend);
     };
     // SAFETY: copied out immediately.
-    let target = unsafe { FRONTENDS.get(&frontend) }
+    let target = unsafe { FRONTENDS.get(frontend) }
         .copied()
         .filter(|t| t.endpoint == backend);
     let keep = match target {

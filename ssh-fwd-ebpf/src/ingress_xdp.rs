@@ -57,9 +57,9 @@ fn ingress(ctx: &XdpContext) -> Option<Outcome> {
 fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    let Some(target) = (unsafe { FRONTENDS.get(&frontend) }).copied() else {
+    let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
         // SAFETY: only tested for presence.
-        if unsafe { REVERSE.get(&h.destination) }.is_some() {
+        if unsafe { REVERSE.get(h.destination) }.is_some() {
             return to_backend(ctx, h, seg);
         }
         return Outcome::PassNoFrontend;
@@ -112,7 +112,7 @@ fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
         return Outcome::PassNoFrontend;
     };
     // SAFETY: copied out immediately.
-    let target = unsafe { FRONTENDS.get(&frontend) }
+    let target = unsafe { FRONTENDS.get(frontend) }
         .copied()
         .filter(|t| t.endpoint == backend);
     let keep = match target {

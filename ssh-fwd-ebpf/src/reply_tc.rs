@@ -44,7 +44,7 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let seg = h.seg;
     let (backend, client) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    let Some(primary) = (unsafe { REVERSE.get(&backend) }).copied() else {
+    let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return (Outcome::PassNoBackend, TC_ACT_UNSPEC);
     };
     // Route before touching any state: what this program cannot send on is

@@ -143,7 +143,7 @@ impl Rng {
         Self(seed | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn draw(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -153,7 +153,7 @@ impl Rng {
     /// A unicast address outside the test's own networks.
     pub fn address(&mut self) -> Ipv4Addr {
         loop {
-            let a = Ipv4Addr::from(self.next() as u32);
+            let a = Ipv4Addr::from(self.draw() as u32);
             let first = a.octets()[0];
             if (1..224).contains(&first) && ![10, 127, 192, 198, 203].contains(&first) {
                 return a;
@@ -177,7 +177,7 @@ mod tests {
         };
         let b = syn.bytes();
         assert_eq!(checksum(&b[..20], 0), 0, "IPv4 header");
-        let pseudo: u32 = [192u32 << 8 | 0, 2 << 8 | 2, 198 << 8 | 18, 10, 6, 20]
+        let pseudo: u32 = [192u32 << 8, 2 << 8 | 2, 198 << 8 | 18, 10, 6, 20]
             .iter()
             .sum();
         assert_eq!(checksum(&b[20..], pseudo), 0, "TCP");

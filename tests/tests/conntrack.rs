@@ -271,10 +271,10 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
     let random: Vec<Syn> = (0..500_000)
         .map(|_| Syn {
             src: rng.address(),
-            sport: rng.next() as u16,
+            sport: rng.draw() as u16,
             dst: external,
-            dport: [8022, 9022][(rng.next() % 2) as usize],
-            seq: rng.next() as u32,
+            dport: [8022, 9022][(rng.draw() % 2) as usize],
+            seq: rng.draw() as u32,
         })
         .collect();
     let sent = flood::send(&bed.cluster.client, random, Duration::from_secs(120)).unwrap();
@@ -298,16 +298,9 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
 /// Connects from `client:sport` to the frontend on `port` inside `ns` and
 /// returns the first line the server sends (sshd's banner).
 fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
-    let path = ns.path();
     std::thread::scope(|s| {
         s.spawn(move || {
-            use std::os::fd::AsRawFd as _;
-            let file = std::fs::File::open(&path).unwrap();
-            // SAFETY: a valid namespace fd; affects only this thread.
-            assert_eq!(
-                unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
-                0
-            );
+            ns.enter_on_this_thread().unwrap();
             let socket =
                 socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
             socket.set_reuse_address(true).unwrap();

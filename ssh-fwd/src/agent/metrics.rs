@@ -193,7 +193,6 @@ impl Collector for DatapathCollector {
                 ];
                 ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
-            drop(family);
             let mut family = encoder.encode_descriptor(
                 "connection_events",
                 "Connection tracking events: half-opened, established, reset, closed, \
@@ -208,7 +207,6 @@ impl Collector for DatapathCollector {
                 let labels = [("event", outcome.name())];
                 ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
-            drop(family);
             let count = |o: Outcome| {
                 outcomes
                     .iter()

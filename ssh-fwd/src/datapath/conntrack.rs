@@ -139,15 +139,18 @@ impl ConnTables {
     /// Removes the legacy entries whose time ended by `now`, and the
     /// recorded frontends of their connections; returns the backends left.
     fn sweep_legacy(&mut self, now: u64) -> u64 {
-        let (ended, left): (Vec<(Endpoint, u64)>, Vec<(Endpoint, u64)>) = self
-            .legacy
-            .iter()
-            .filter_map(Result::ok)
-            .partition(|(_, until)| *until <= now);
-        for (backend, _) in &ended {
+        let mut live = BTreeSet::new();
+        let mut ended = Vec::new();
+        for (backend, until) in self.legacy.iter().filter_map(Result::ok) {
+            if until <= now {
+                ended.push(backend);
+            } else {
+                live.insert(backend);
+            }
+        }
+        for backend in &ended {
             let _ = self.legacy.remove(backend);
         }
-        let live: BTreeSet<Endpoint> = left.iter().map(|(b, _)| *b).collect();
         let stale: Vec<ConnKey> = self
             .legacy_conns
             .keys()
