@@ -348,8 +348,13 @@ impl Drop for Agent {
 
 /// Runs an agent command that is expected to fail and returns its stderr.
 pub fn run_failing(node: &NetNs, args: &[&str]) -> anyhow::Result<String> {
+    run_failing_as(node, binary()?.to_str().context("binary path")?, args)
+}
+
+/// Runs `program args` in `node`, expecting failure; returns its stderr.
+pub fn run_failing_as(node: &NetNs, program: &str, args: &[&str]) -> anyhow::Result<String> {
     let out = node
-        .command(binary()?.to_str().context("binary path")?)
+        .command(program)
         .args(args)
         .stdin(Stdio::null())
         .output()?;

@@ -14,6 +14,7 @@
 pub mod conntrack;
 pub mod hooks;
 pub mod kernel_log;
+pub mod lock;
 pub mod maps;
 pub mod netdev;
 pub mod object;
@@ -32,6 +33,7 @@ use aya::Ebpf;
 
 use conntrack::ConnTables;
 use hooks::AttachMode;
+use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
 use pins::PinLayout;
@@ -69,6 +71,8 @@ pub struct Datapath {
     pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
     pub adopted: bool,
+    /// Held while the agent runs: no second agent, no teardown under it.
+    _lock: AgentLock,
 }
 
 impl Datapath {
@@ -114,6 +118,7 @@ impl Datapath {
         }
         let takeover = Takeover::find(layout)?;
         layout.prepare()?;
+        let lock = AgentLock::take(layout)?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
         kernel_log::forward(&mut ebpf);
@@ -159,6 +164,7 @@ impl Datapath {
             pod_links,
             cluster_ifaces: cluster,
             adopted,
+            _lock: lock,
         })
     }
 

@@ -26,21 +26,17 @@ use crate::mapping::{Mapping, MappingSet};
 /// as a person counts them in the file) and says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    #[error("cannot read mappings file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is in the message, not a `source`: `{:#}` would repeat it.
+    #[error("cannot read mappings file {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error(
         "mappings file {path} is empty; write `mappings: []` to remove all mappings on purpose"
     )]
     Empty { path: String },
-    #[error("mappings file {path} is not valid: {source}")]
+    #[error("mappings file {path} is not valid: {cause}")]
     Syntax {
         path: String,
-        #[source]
-        source: Box<serde_saphyr::Error>,
+        cause: Box<serde_saphyr::Error>,
     },
     #[error("mappings file {path}, entry #{index}{label}: {problem}")]
     Entry {
@@ -94,9 +90,9 @@ struct FileEntry {
 /// whole set is returned, or nothing is.
 pub fn load_file(path: &Path) -> Result<MappingSet, FileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| FileError::Read {
         path: shown.clone(),
-        source,
+        cause,
     })?;
     parse(&text, &shown)
 }
@@ -108,9 +104,9 @@ pub fn parse(text: &str, path: &str) -> Result<MappingSet, FileError> {
     if text.trim().is_empty() {
         return Err(FileError::Empty { path: path.into() });
     }
-    let doc: FileDoc = serde_saphyr::from_str(text).map_err(|source| FileError::Syntax {
+    let doc: FileDoc = serde_saphyr::from_str(text).map_err(|cause| FileError::Syntax {
         path: path.into(),
-        source: Box::new(source),
+        cause: Box::new(cause),
     })?;
     let mut seen: BTreeMap<SocketAddrV4, usize> = BTreeMap::new();
     let mut mappings = Vec::with_capacity(doc.mappings.len());
