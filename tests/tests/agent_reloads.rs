@@ -42,12 +42,13 @@ fn a_file_rewritten_in_place_in_slow_chunks_never_drops_mappings() {
     let mut bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("a", FRONTEND, "10.244.1.5:22")],
-        &["--watch-interval", "50ms"],
+        &[],
     )
     .unwrap();
     std::fs::write(&bed.mappings, mappings_text(400)).unwrap();
+    // `a` first, then the 400.
     bed.agents[0]
-        .wait_for_log_count("mapping added", 400, Duration::from_secs(20))
+        .wait_for_log_count("mapping added", 401, Duration::from_secs(20))
         .unwrap();
     let before = bed.agents[0].count_in_log("mapping removed");
     // Rewritten in place, one more entry at the end, in four chunks that
@@ -62,7 +63,7 @@ fn a_file_rewritten_in_place_in_slow_chunks_never_drops_mappings() {
     }
     drop(file);
     bed.agents[0]
-        .wait_for_log_count("mapping added", 401, Duration::from_secs(20))
+        .wait_for_log_count("mapping added", 402, Duration::from_secs(20))
         .unwrap();
     assert_eq!(
         bed.agents[0].count_in_log("mapping removed"),
@@ -88,7 +89,7 @@ fn a_file_with_a_loopback_backend_is_rejected_counted_and_changes_nothing() {
     let mut bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("a", FRONTEND, "10.244.1.5:22")],
-        &["--watch-interval", "50ms", "--settle-interval", "100ms"],
+        &[],
     )
     .unwrap();
     agent::write_mappings(
@@ -119,7 +120,7 @@ fn a_frontend_on_the_nodes_own_interface_address_is_refused() {
     let mut bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("a", FRONTEND, "10.244.1.5:22")],
-        &["--watch-interval", "50ms", "--settle-interval", "100ms"],
+        &[],
     )
     .unwrap();
     // 192.0.2.1 is the node's address on ext0: port 22 there is its sshd.
