@@ -10,8 +10,14 @@ mod common;
 
 use std::{io::Write as _, process::Command, time::Duration};
 
-use common::{Bed, FRONTEND};
-use ssh_fwd_tests::{Topology, agent, cmd, privilege};
+use common::{Bed, EXTERNAL_IP, FRONTEND, refused};
+use serde_json::{Value, json};
+use ssh_fwd_tests::{
+    Agent, Bpffs, Topology, agent, cmd,
+    fake_api::{FakeApi, Kind},
+    privilege,
+    topology::EXT_IFACE,
+};
 
 /// `count` mappings 198.18.0.10:(9000 + i) -> pod 1, as file text.
 fn mappings_text(count: u16) -> String {
@@ -141,4 +147,83 @@ fn a_frontend_on_the_nodes_own_interface_address_is_refused() {
         "{log}"
     );
     assert_eq!(bed.agents[0].count_in_log("mapping added"), 1, "{log}");
+}
+
+fn legacy_service(name: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+        "spec": {"externalIPs": [EXTERNAL_IP], "ports": [{"port": port, "targetPort": 22, "protocol": "TCP"}]}
+    })
+}
+
+fn slice(service: &str, ip: &str) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-abcde"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": service,
+                     "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "", "port": 22, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+    })
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply() {
+    privilege::require();
+    let topo = Topology::single_node(2).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    api.apply(Kind::Service, legacy_service("job-a", 8123));
+    api.apply(Kind::EndpointSlice, slice("job-a", "10.244.1.5"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--ssh-ip",
+        EXTERNAL_IP,
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let ssh = topo.ssh();
+    let hostname = |port| ssh.run(&topo.client, EXTERNAL_IP, port, "hostname");
+    assert_eq!(hostname(8123).unwrap(), "pod-1");
+
+    // At once: job-a's pod is gone, a Service points at the node's
+    // loopback, and a good one appears.
+    api.delete(Kind::EndpointSlice, "jobs", "job-a-abcde");
+    api.apply(Kind::Service, legacy_service("evil", 8125));
+    api.apply(Kind::EndpointSlice, slice("evil", "127.0.0.1"));
+    api.apply(Kind::Service, legacy_service("job-c", 8126));
+    api.apply(Kind::EndpointSlice, slice("job-c", "10.244.2.5"));
+    agent
+        .wait_for_log("Service skipped", Duration::from_secs(15))
+        .unwrap();
+    assert!(
+        cmd::wait_until(Duration::from_secs(15), || {
+            hostname(8126).is_ok_and(|h| h == "pod-2")
+        }),
+        "job-c must be applied: {}",
+        agent.log()
+    );
+    assert!(
+        refused(&topo.client, 8123),
+        "job-a's gone backend must be removed"
+    );
+    assert!(
+        refused(&topo.client, 8125),
+        "the loopback Service must be skipped"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("jobs/evil") && log.contains("127.0.0.1:22 is a loopback address"),
+        "{log}"
+    );
 }
