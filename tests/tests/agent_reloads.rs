@@ -31,7 +31,7 @@ fn mappings_text(count: u16) -> String {
     text
 }
 
-fn status(bed: &Bed) -> serde_json::Value {
+fn status(bed: &Bed) -> Value {
     let out = cmd::run(
         Command::new(agent::binary().unwrap())
             .args(["status", "-o", "json", "--bpffs"])
