@@ -37,7 +37,10 @@ pub struct AgentArgs {
 
     /// External SSH IP this agent serves (repeatable). Services claiming any
     /// other address are ignored, so nobody who may create Services can
-    /// capture traffic for other IPs (CVE-2020-8554).
+    /// capture traffic for other IPs (CVE-2020-8554). With a mappings file,
+    /// every frontend must be on one; without the flag, a frontend on an
+    /// address of one of the node's interfaces (other than lo and dummy
+    /// devices) is refused.
     #[arg(long = "ssh-ip", value_name = "IP")]
     pub ssh_ips: Vec<std::net::Ipv4Addr>,
 
@@ -123,6 +126,12 @@ pub struct AgentArgs {
     /// How often the mappings file is checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
     pub watch_interval: Duration,
+
+    /// A changed mappings file is read only once it stayed the same for
+    /// this long, so a file rewritten in place is never read half-written
+    /// (writing a new file and renaming it over the old one is better).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
+    pub settle_interval: Duration,
 }
 
 /// `--pod-ifaces`.

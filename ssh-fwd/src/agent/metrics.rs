@@ -40,6 +40,10 @@ pub struct AgentMetrics {
     pub change_to_map: Histogram,
     /// Kubernetes list/watch failures (each retried).
     pub api_errors: Counter,
+    /// Services skipped because they would break or hijack the node.
+    pub invalid_services: Gauge,
+    /// Desired mappings left out because a node holds no more.
+    pub mappings_left_out: Gauge,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -53,6 +57,8 @@ impl AgentMetrics {
             reconcile_duration: metrics::seconds_histogram(),
             change_to_map: metrics::seconds_histogram(),
             api_errors: Counter::default(),
+            invalid_services: Gauge::default(),
+            mappings_left_out: Gauge::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -86,6 +92,16 @@ impl AgentMetrics {
             "reconcile_errors",
             "Reconciles that failed to apply (retried).",
             self.reconcile_errors.clone(),
+        );
+        r.register(
+            "invalid_services",
+            "Services skipped because a mapping of theirs would break or hijack the node (Kubernetes mode).",
+            self.invalid_services.clone(),
+        );
+        r.register(
+            "mappings_left_out",
+            "Desired mappings not installed because a node holds no more (the newest Services').",
+            self.mappings_left_out.clone(),
         );
         r.register(
             "reconcile_duration_seconds",

@@ -24,7 +24,7 @@ use tokio::{
 pub use args::{AgentArgs, CrossNode, PodIfacesMode};
 use metrics::AgentMetrics;
 use reconcile::{RESYNC, Reconciler};
-use source::{Change, Source};
+use source::{Change, Next, Source};
 
 use crate::{
     datapath::{self, Datapath, conntrack::Timeouts, netdev, object, pins::PinLayout},
@@ -114,11 +114,11 @@ async fn follow(
             _ = terminate.recv() => { tracing::info!("SIGTERM received"); return Ok(()) }
             _ = interrupt.recv() => { tracing::info!("SIGINT received"); return Ok(()) }
             _ = hangup.recv() => {
-                if let Some(change) = source.reload() {
-                    apply(reconciler, datapath, &change);
+                if let Some(next) = source.reload().await {
+                    handle(reconciler, datapath, next);
                 }
             }
-            change = source.next() => apply(reconciler, datapath, &change?),
+            next = source.next() => handle(reconciler, datapath, next?),
             _ = resync.tick() => {
                 if let Some(desired) = source.current() {
                     let change = Change { desired, why: RESYNC, since: std::time::Instant::now() };
@@ -137,6 +137,13 @@ async fn follow(
 
 fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, change: &Change) {
     reconciler.reconcile(datapath, &change.desired, change.why, change.since);
+}
+
+fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, next: Next) {
+    match next {
+        Next::Apply(change) => apply(reconciler, datapath, &change),
+        Next::Rejected(error) => reconciler.rejected(&mut datapath.status, &error),
+    }
 }
 
 /// Rescans of pods' interfaces; a failure is logged once until a scan works.

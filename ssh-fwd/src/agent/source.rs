@@ -2,22 +2,38 @@
 //! changes (which also catches ConfigMap symlink swaps that inotify misses),
 //! or the Kubernetes caches, once their first lists are complete.
 
-use std::{collections::BTreeSet, path::PathBuf, time::Instant};
+use std::{
+    collections::BTreeSet,
+    net::Ipv4Addr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
+use ssh_fwd_common::maps::MAX_MAPPINGS;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
 use super::{args::AgentArgs, metrics::AgentMetrics};
 use crate::{
+    datapath::netdev::{self, Netlink},
     k8s,
-    mapping::MappingSet,
+    mapping::{MappingSet, printable},
     source::{
         file,
         kubernetes::{
             desired::{Note, Policy},
             watch::{self, KubeSource},
         },
+        validate::Rules,
     },
 };
+
+/// What the source asks of the reconciler.
+pub enum Next {
+    Apply(Change),
+    /// The source was rejected whole (a bad file): counted as a reconcile
+    /// error; the running mappings stay.
+    Rejected(String),
+}
 
 /// A new desired state to apply.
 pub struct Change {
@@ -38,7 +54,7 @@ impl Source {
     /// installed keeps forwarding.
     pub async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         match &args.mappings {
-            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args)?)),
+            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args).await?)),
             None => Ok(Self::Kubernetes(Box::new(
                 KubeFollower::open(args, metrics).await?,
             ))),
@@ -68,10 +84,10 @@ impl Source {
     /// Waits for the next change. Cancel-safe: a change noticed but not
     /// returned is returned by the next call. Fails only if the watchers
     /// are gone, which ends the agent.
-    pub async fn next(&mut self) -> anyhow::Result<Change> {
+    pub async fn next(&mut self) -> anyhow::Result<Next> {
         match self {
             Self::File(f) => Ok(f.next().await),
-            Self::Kubernetes(k) => k.next().await,
+            Self::Kubernetes(k) => k.next().await.map(Next::Apply),
         }
     }
 
@@ -84,15 +100,21 @@ impl Source {
         }
     }
 
-    /// SIGHUP: the file is read again at once. Returns a change if it
-    /// differs from what was applied.
-    pub fn reload(&mut self) -> Option<Change> {
+    /// SIGHUP: the file is read again at once; in Kubernetes mode, the
+    /// caches are recomputed once they are complete.
+    pub async fn reload(&mut self) -> Option<Next> {
         match self {
-            Self::File(f) => f.reload("SIGHUP"),
-            Self::Kubernetes(k) => k.ready.then(|| Change {
-                desired: k.desired(),
-                why: "SIGHUP",
-                since: Instant::now(),
+            Self::File(f) => {
+                f.pending = None;
+                f.last_text = std::fs::read(&f.path).ok();
+                Some(f.reload("SIGHUP", Instant::now()).await)
+            }
+            Self::Kubernetes(k) => k.ready.then(|| {
+                Next::Apply(Change {
+                    desired: k.desired(),
+                    why: "SIGHUP",
+                    since: Instant::now(),
+                })
             }),
         }
     }
@@ -101,45 +123,87 @@ impl Source {
 /// The mappings file.
 pub struct FileSource {
     path: PathBuf,
+    /// `--ssh-ip`: when empty, frontends are checked against the node's
+    /// own addresses instead, read again at every load.
+    ssh_ips: BTreeSet<Ipv4Addr>,
     /// The last accepted content: even if applying it fails, the resync
     /// retries this, not an older file.
     applied: MappingSet,
+    /// The content last loaded (accepted or rejected).
     last_text: Option<Vec<u8>>,
+    /// A change seen and when, waiting to stay the same for `settle`.
+    pending: Option<(Option<Vec<u8>>, Instant)>,
+    settle: Duration,
     poll: Interval,
 }
 
 impl FileSource {
-    fn open(path: PathBuf, args: &AgentArgs) -> anyhow::Result<Self> {
-        let last_text = std::fs::read(&path).ok();
-        let applied = file::load_file(&path)?;
-        let mut poll = interval(args.watch_interval);
-        poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        tracing::info!(file = %path.display(), mappings = applied.len(), "watching the mappings file");
-        Ok(Self {
+    async fn open(path: PathBuf, args: &AgentArgs) -> anyhow::Result<Self> {
+        let mut source = Self {
             path,
-            applied,
-            last_text,
-            poll,
-        })
+            ssh_ips: args.ssh_ips.iter().copied().collect(),
+            applied: MappingSet::default(),
+            last_text: None,
+            pending: None,
+            settle: args.settle_interval,
+            poll: interval(args.watch_interval),
+        };
+        source
+            .poll
+            .set_missed_tick_behavior(MissedTickBehavior::Skip);
+        source.last_text = std::fs::read(&source.path).ok();
+        source.applied = source.load().await?;
+        tracing::info!(file = %source.path.display(), mappings = source.applied.len(), "watching the mappings file");
+        Ok(source)
     }
 
-    async fn next(&mut self) -> Change {
+    /// Reads and checks the file against the rules of this moment.
+    async fn load(&self) -> anyhow::Result<MappingSet> {
+        let mut rules = Rules {
+            ssh_ips: self.ssh_ips.clone(),
+            ..Rules::default()
+        };
+        if rules.ssh_ips.is_empty() {
+            let netlink = Netlink::open()?;
+            let (links, addrs) = (netlink.links().await?, netlink.addresses().await?);
+            rules.node_addrs = netdev::own_addresses(&links, &addrs);
+        }
+        Ok(file::load_file(&self.path, &rules)?)
+    }
+
+    /// The next change, once it has stayed the same across the settle
+    /// interval: a file rewritten in place is read only when its writer
+    /// paused, never half-written. Cancel-safe: the change seen is kept.
+    async fn next(&mut self) -> Next {
         loop {
-            self.poll.tick().await;
+            let Some((seen, since)) = self.pending.clone() else {
+                self.poll.tick().await;
+                let text = std::fs::read(&self.path).ok();
+                if text != self.last_text {
+                    self.pending = Some((text, Instant::now()));
+                }
+                continue;
+            };
+            tokio::time::sleep_until((since + self.settle).into()).await;
             let text = std::fs::read(&self.path).ok();
             if text == self.last_text {
-                continue;
-            }
-            self.last_text = text;
-            if let Some(change) = self.reload("file changed") {
-                return change;
+                self.pending = None;
+            } else if text != seen {
+                // Still being written: wait for it to stay put.
+                self.pending = Some((text, Instant::now()));
+            } else {
+                let next = self.reload("file changed", since).await;
+                self.pending = None;
+                self.last_text = text;
+                return next;
             }
         }
     }
 
-    fn reload(&mut self, why: &'static str) -> Option<Change> {
-        let since = Instant::now();
-        match file::load_file(&self.path) {
+    /// Loads the file now (at a change, or on SIGHUP, which is read at once:
+    /// the operator says it is complete).
+    async fn reload(&mut self, why: &'static str, since: Instant) -> Next {
+        match self.load().await {
             Ok(desired) => {
                 if desired.is_empty() {
                     tracing::warn!(
@@ -147,19 +211,15 @@ impl FileSource {
                     );
                 }
                 self.applied = desired.clone();
-                Some(Change {
+                Next::Apply(Change {
                     desired,
                     why,
                     since,
                 })
             }
-            Err(e) => {
-                tracing::error!(
-                    error = %e,
-                    "mappings file rejected; the running mappings stay as they are until it is fixed"
-                );
-                None
-            }
+            Err(e) => Next::Rejected(format!(
+                "{e:#}; the running mappings stay as they are until it is fixed"
+            )),
         }
     }
 }
@@ -174,6 +234,7 @@ pub struct KubeFollower {
     pending: bool,
     /// Notes already logged, so a lasting one is logged once.
     seen_notes: BTreeSet<String>,
+    metrics: AgentMetrics,
 }
 
 impl KubeFollower {
@@ -195,6 +256,7 @@ impl KubeFollower {
             ready: false,
             pending: false,
             seen_notes: BTreeSet::new(),
+            metrics: metrics.clone(),
         })
     }
 
@@ -220,7 +282,7 @@ impl KubeFollower {
             self.pending = true;
         }
         // Coalesce a burst of events into one reconcile.
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
         self.pending = false;
         let since = self
             .source
@@ -237,6 +299,16 @@ impl KubeFollower {
     fn desired(&mut self) -> MappingSet {
         let desired = self.source.desired(&self.policy);
         report(&desired.notes, &mut self.seen_notes);
+        let (mut invalid, mut left_out) = (0, 0);
+        for note in &desired.notes {
+            match note {
+                Note::Invalid { .. } => invalid += 1,
+                Note::OverCapacity { excess, .. } => left_out += *excess,
+                _ => {}
+            }
+        }
+        self.metrics.invalid_services.set(invalid);
+        self.metrics.mappings_left_out.set(left_out as i64);
         desired.mappings
     }
 }
@@ -263,6 +335,16 @@ fn report(notes: &[Note], seen: &mut BTreeSet<String>) {
                 } => {
                     tracing::warn!(service, %chosen, ready, "Service has several ready endpoints; an SSH Service should select one pod")
                 }
+                Note::Invalid { service, problem } => tracing::warn!(
+                    service = printable(service),
+                    problem,
+                    "Service skipped: it would break or hijack the node; the others apply"
+                ),
+                Note::OverCapacity { excess, left_out } => tracing::warn!(
+                    excess,
+                    left_out = printable(&left_out.join(", ")),
+                    "more mappings than a node holds ({MAX_MAPPINGS}); the newest Services' are left out, the rest apply"
+                ),
                 Note::NoReadyEndpoint { service } => tracing::info!(
                     service,
                     "no ready endpoint; its port stays closed until one is ready"

@@ -7,11 +7,14 @@ use serde::Serialize;
 use ssh_fwd_common::outcome::Class;
 
 use super::output::{Output, print};
-use crate::datapath::{
-    conntrack::{ConnTables, Entry, clock_ns},
-    maps::{Maps, show},
-    pins::{BpffsArg, PinLayout},
-    stats::{self, Hook},
+use crate::{
+    datapath::{
+        conntrack::{ConnTables, Entry, clock_ns},
+        maps::{Maps, show},
+        pins::{BpffsArg, PinLayout},
+        stats::{self, Hook},
+    },
+    mapping::printable,
 };
 
 #[derive(Debug, clap::Args)]
@@ -76,7 +79,9 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
     Ok(stats::mappings(maps)?
         .into_iter()
         .map(|m| MappingRow {
-            name: m.name,
+            // Names are written by whoever wrote the source: never raw to
+            // a terminal.
+            name: printable(&m.name),
             frontend: show(&m.frontend),
             backend: show(&m.backend),
             shared_backend: m.shared_backend,
@@ -95,6 +100,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         "NAME", "FRONTEND", "BACKEND", "PKTS IN", "BYTES IN", "PKTS OUT", "BYTES OUT"
     );
     for r in rows {
+        let name = printable(&r.name);
         let backend = if r.shared_backend {
             format!("{}*", r.backend)
         } else {
@@ -102,7 +108,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         };
         out.push_str(&format!(
             "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
-            r.name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
+            name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
         ));
     }
     if rows.iter().any(|r| r.shared_backend) {
@@ -238,4 +244,32 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_control_characters_is_printed_escaped_never_raw() {
+        let row = MappingRow {
+            name: "evil\u{1b}]0;owned\u{7}\u{1b}[2J".into(),
+            frontend: "198.18.0.10:8022".into(),
+            backend: "10.244.1.5:22".into(),
+            shared_backend: false,
+            packets_in: 0,
+            bytes_in: 0,
+            packets_out: 0,
+            bytes_out: 0,
+        };
+        let table = mappings_table(&vec![row]);
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        assert!(
+            table.contains("evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J"),
+            "{table}"
+        );
+    }
 }

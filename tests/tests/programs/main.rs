@@ -65,8 +65,7 @@ fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loa
         frontend: f.parse().expect("frontend"),
         backend: b.parse().expect("backend"),
     }));
-    let (p, _) = plan::plan_with_tables(&maps.read_installed().expect("read"), &set).expect("plan");
-    maps.apply(&p).expect("apply");
+    install(&mut maps, &set);
     Loaded {
         ebpf,
         maps,
@@ -74,6 +73,16 @@ fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loa
         _bpffs: bpffs,
         netns,
     }
+}
+
+/// Plans `set` against what the maps hold and applies every step, as the
+/// agent does; returns the tables the plan expects.
+fn install(maps: &mut Maps, set: &MappingSet) -> plan::Installed {
+    let planned = plan::plan_steps(&maps.read_installed().expect("read"), set);
+    for step in &planned.steps {
+        maps.apply(step).expect("apply");
+    }
+    planned.tables
 }
 
 /// A program run's verdict and bytes out; `None` if the kernel's test harness
@@ -138,6 +147,7 @@ fn delta(
         .collect()
 }
 
+mod capacity;
 mod conntrack;
 mod icmp;
 mod option;

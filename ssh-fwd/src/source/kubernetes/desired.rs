@@ -20,9 +20,12 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 
+use ssh_fwd_common::maps::MAX_MAPPINGS;
+
 use crate::{
     k8s::{LB_CLASS, ownership::seniority},
     mapping::{Mapping, MappingSet},
+    source::validate::{Checker, Rules},
 };
 
 /// Label linking an EndpointSlice to its Service.
@@ -63,6 +66,16 @@ pub enum Note {
         winner: String,
         loser: String,
     },
+    /// The Service would break or hijack the node; none of its ports apply.
+    Invalid {
+        service: String,
+        problem: String,
+    },
+    /// More mappings than a node holds: the newest Services are left out.
+    OverCapacity {
+        excess: usize,
+        left_out: Vec<String>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -97,6 +110,11 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
         }
     }
     let mut claims: BTreeMap<SocketAddrV4, Vec<Claim>> = BTreeMap::new();
+    let rules = Rules {
+        ssh_ips: policy.ssh_ips.clone(),
+        ..Rules::default()
+    };
+    let checker = Checker::new(&rules, []);
     for svc in services.iter().map(Borrow::borrow) {
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
@@ -119,6 +137,7 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
             .and_then(|s| s.ports.as_deref())
             .unwrap_or_default();
         let multi = ports.len() > 1;
+        let mut mine: Vec<Claim> = Vec::new();
         for port in ports {
             if port.protocol.as_deref().unwrap_or("TCP") != "TCP" {
                 notes.push(Note::NotTcp {
@@ -158,7 +177,7 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
                 } else {
                     id.clone()
                 };
-                claims.entry(frontend).or_default().push(Claim {
+                mine.push(Claim {
                     mapping: Mapping {
                         name: label,
                         frontend,
@@ -169,8 +188,22 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
                 });
             }
         }
+        // A Service that would break or hijack the node is skipped whole.
+        if let Some(problem) = mine.iter().find_map(|c| checker.check(&c.mapping).err()) {
+            notes.push(Note::Invalid {
+                service: id,
+                problem: problem.to_string(),
+            });
+            continue;
+        }
+        for claim in mine {
+            claims
+                .entry(claim.mapping.frontend)
+                .or_default()
+                .push(claim);
+        }
     }
-    let mut mappings = Vec::new();
+    let mut winners = Vec::new();
     for (frontend, mut contenders) in claims {
         // Oldest first; a missing timestamp sorts last; then by name. Stable
         // across restarts and event order, so the winner never flaps.
@@ -188,12 +221,30 @@ pub fn compute<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
                 loser: loser.service,
             });
         }
-        mappings.push(winner.mapping);
+        winners.push(winner);
     }
+    let mappings = cap(winners, &mut notes);
     Desired {
         mappings: MappingSet::from_unique(mappings),
         notes,
     }
+}
+
+/// At most [`MAX_MAPPINGS`] mappings: the oldest Services' are kept, so a
+/// new Service never takes a running one's place.
+fn cap(mut winners: Vec<Claim>, notes: &mut Vec<Note>) -> Vec<Mapping> {
+    let max = MAX_MAPPINGS as usize;
+    if winners.len() > max {
+        winners.sort_by(|a, b| {
+            seniority(&a.created, &a.service).cmp(&seniority(&b.created, &b.service))
+        });
+        let newest = winners.split_off(max);
+        notes.push(Note::OverCapacity {
+            excess: newest.len(),
+            left_out: newest.into_iter().map(|c| c.mapping.name).collect(),
+        });
+    }
+    winners.into_iter().map(|c| c.mapping).collect()
 }
 
 /// The Service's external IPv4 addresses in either shape.
@@ -280,3 +331,5 @@ fn numeric_target(port: &k8s_openapi::api::core::v1::ServicePort) -> Option<u16>
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod validity_tests;
