@@ -46,7 +46,7 @@ pub const IFACES: &str = "IFACES";
 pub const AGENT_STATUS: &str = "AGENT_STATUS";
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 9] = [
+pub const ALL_MAPS: [&str; 10] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -56,6 +56,7 @@ pub const ALL_MAPS: [&str; 9] = [
     MAPPING_NAMES,
     IFACES,
     AGENT_STATUS,
+    crate::hairpin::HAIRPIN_SOCKS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

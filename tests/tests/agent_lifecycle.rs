@@ -183,6 +183,9 @@ fn agent_errors_name_the_problem() {
             file.display().to_string(),
             "--bpffs".into(),
             bpffs.path().display().to_string(),
+            // Never the machine's cgroup, should a check let it through.
+            "--hairpin".into(),
+            "off".into(),
         ]
     };
     let run = |a: Vec<String>| {

@@ -50,6 +50,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             half_open_table_size: args.half_open_table_size,
             cross_node_plain: args.cross_node == CrossNode::Plain,
         },
+        hairpin: datapath::hairpin::Settings {
+            mode: args.hairpin,
+            cgroup_root: args.cgroup_root.clone(),
+        },
     })
     .await?;
     if datapath.adopted {
