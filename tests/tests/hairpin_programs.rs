@@ -28,7 +28,8 @@ struct Bed {
     netns: NetNs,
     cgroup: TestCgroup,
     layout: PinLayout,
-    ebpf: Ebpf,
+    /// Owns the programs and maps (the links are pinned).
+    _ebpf: Ebpf,
     maps: Maps,
     /// The backend of the mapping.
     backend: TcpListener,
@@ -56,7 +57,7 @@ impl Bed {
             netns,
             cgroup,
             layout,
-            ebpf,
+            _ebpf: ebpf,
             maps,
             backend,
             other,
@@ -101,13 +102,13 @@ fn load_and_attach(layout: &PinLayout, cgroup: &TestCgroup) -> (Ebpf, Maps) {
     (ebpf, maps)
 }
 
-/// The programs attached to `cgroup`, as bpftool sees them.
+/// The ids of the programs attached to `cgroup`, as bpftool sees them.
 fn attached_programs(cgroup: &TestCgroup) -> Vec<String> {
     let out = cmd::run(Command::new("bpftool").arg("cgroup").arg("show").arg(cgroup.path()))
         .expect("bpftool cgroup show");
     out.lines()
         .filter(|l| l.contains("connect4") || l.contains("getpeername4"))
-        .map(|l| l.split_whitespace().nth(1).unwrap_or_default().to_owned())
+        .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
         .collect()
 }
 

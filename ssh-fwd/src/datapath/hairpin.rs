@@ -139,10 +139,11 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()
             .with_context(|| program.to_owned())?;
         prog.load()
             .with_context(|| format!("loading cgroup program {program}"))?;
-        // Multi: the cgroup may hold other programs (a CNI's, systemd's);
-        // ours run beside them.
+        // A bpf_link always runs beside the cgroup's other programs (a
+        // CNI's, systemd's), and the kernel refuses any flag with one
+        // (EINVAL): `Single` is aya's "no flags".
         let id = prog
-            .attach(&cgroup, CgroupAttachMode::AllowMultiple)
+            .attach(&cgroup, CgroupAttachMode::Single)
             .with_context(|| format!("attaching {program} to cgroup {}", root.display()))?;
         let link = FdLink::try_from(prog.take_link(id)?)
             .map_err(|e| anyhow!("the {program} link cannot be pinned (needs Linux 5.7+): {e}"))?;

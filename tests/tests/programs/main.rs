@@ -17,6 +17,7 @@ use aya::{
 };
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
+    hairpin,
     maps::{self, Endpoint, MappingName, NatTarget},
     packet::{self, Side},
 };
@@ -353,7 +354,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 9] = [
+    let expect: [(&str, u32, usize, usize); 10] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -398,6 +399,12 @@ fn object_maps_agree_with_the_shared_constants() {
         ),
         (maps::IFACES, maps::MAX_IFACES, 4, 4),
         (maps::AGENT_STATUS, 1, 4, size_of::<maps::AgentStatus>()),
+        (
+            hairpin::HAIRPIN_SOCKS,
+            hairpin::HAIRPIN_SOCKS_CAPACITY,
+            8,
+            size_of::<hairpin::HairpinSock>(),
+        ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
     for (name, entries, key, value) in expect {
