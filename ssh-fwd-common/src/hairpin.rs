@@ -153,7 +153,10 @@ mod tests {
             endpoint: frontend(),
             ..mapping()
         };
-        assert_eq!(on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), Some(&own)), None);
+        assert_eq!(
+            on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), Some(&own)),
+            None
+        );
     }
 
     #[test]

@@ -19,8 +19,7 @@ use crate::maps::FRONTENDS;
 
 /// Socket cookie -> what the socket dialled and where it went.
 #[map(name = "HAIRPIN_SOCKS")]
-static HAIRPIN_SOCKS: LruHashMap<u64, HairpinSock> =
-    LruHashMap::pinned(HAIRPIN_SOCKS_CAPACITY, 0);
+static HAIRPIN_SOCKS: LruHashMap<u64, HairpinSock> = LruHashMap::pinned(HAIRPIN_SOCKS_CAPACITY, 0);
 
 const ALLOW: i32 = 1;
 
@@ -29,14 +28,8 @@ pub fn ssh_fwd_connect4(ctx: SockAddrContext) -> i32 {
     let sa = ctx.sock_addr;
     // SAFETY: the kernel passes a valid bpf_sock_addr; these are plain
     // context reads at constant offsets, which the verifier rewrites.
-    let (ip, port, sock_type, protocol) = unsafe {
-        (
-            (*sa).user_ip4,
-            (*sa).user_port,
-            (*sa).type_,
-            (*sa).protocol,
-        )
-    };
+    let (ip, port, sock_type, protocol) =
+        unsafe { ((*sa).user_ip4, (*sa).user_port, (*sa).type_, (*sa).protocol) };
     let dialled = endpoint_of(ip, port);
     // SAFETY: a hash lookup; the value is copied out at once.
     let mapping = unsafe { FRONTENDS.get(&dialled) }.copied();

@@ -184,17 +184,31 @@ impl SshClient {
     ) -> anyhow::Result<(String, String)> {
         let mut c = cgroup.command(Some(ns), "timeout");
         // The first LogLevel given wins over NON_INTERACTIVE's.
-        c.args(["--kill-after=2", "20", "ssh", "-o", "LogLevel=VERBOSE", "-i"])
-            .arg(&self.key)
-            .args(NON_INTERACTIVE)
-            .args(["-p", &port.to_string(), &format!("root@{host}"), remote])
-            .stdin(Stdio::null());
+        c.args([
+            "--kill-after=2",
+            "20",
+            "ssh",
+            "-o",
+            "LogLevel=VERBOSE",
+            "-i",
+        ])
+        .arg(&self.key)
+        .args(NON_INTERACTIVE)
+        .args(["-p", &port.to_string(), &format!("root@{host}"), remote])
+        .stdin(Stdio::null());
         let out = c.output().context("spawning ssh")?;
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if !out.status.success() {
-            bail!("ssh -p {port} root@{host} from {} failed ({}): {stderr}", ns.name(), out.status);
+            bail!(
+                "ssh -p {port} root@{host} from {} failed ({}): {stderr}",
+                ns.name(),
+                out.status
+            );
         }
-        Ok((String::from_utf8_lossy(&out.stdout).trim().to_owned(), stderr))
+        Ok((
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            stderr,
+        ))
     }
 
     /// Runs `remote` and returns its trimmed stdout.

@@ -42,7 +42,10 @@ impl Bed {
         for (node, n) in [(0, 1), (1, 2), (0, 3), (1, 4)] {
             cluster.add_pod(node, n).unwrap();
         }
-        let dir = tempfile::Builder::new().prefix("ssh-fwd-hp").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("ssh-fwd-hp")
+            .tempdir()
+            .unwrap();
         let mappings = dir.path().join("mappings.yaml");
         write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
         let mut bed = Self {
@@ -121,7 +124,9 @@ impl Bed {
         for bpffs in &self.bpffs {
             assert!(
                 cmd::wait_until(Duration::from_secs(10), || {
-                    bpffs.list_of("mappings").is_ok_and(|m| m[0]["backend"] == backend)
+                    bpffs
+                        .list_of("mappings")
+                        .is_ok_and(|m| m[0]["backend"] == backend)
                 }),
                 "the agent did not install {backend}"
             );
@@ -156,14 +161,23 @@ fn reached(host: &str, client_ip: &str, server: &str) -> Reached {
 /// `sock-probe tcp EXTERNAL_IP port` from `ns` in `cgroup`.
 fn probe(cgroup: &TestCgroup, ns: &NetNs, port: u16) -> String {
     let bin = env!("CARGO_BIN_EXE_sock-probe");
-    let out = cmd::run(cgroup.command(Some(ns), bin).args(["tcp", EXTERNAL_IP, &port.to_string()]))
-        .unwrap();
+    let out = cmd::run(
+        cgroup
+            .command(Some(ns), bin)
+            .args(["tcp", EXTERNAL_IP, &port.to_string()]),
+    )
+    .unwrap();
     out.lines().next().unwrap_or_default().to_owned()
 }
 
 fn cgroup_programs(cgroup: &TestCgroup) -> usize {
-    let out = cmd::run(Command::new("bpftool").arg("cgroup").arg("show").arg(cgroup.path()))
-        .unwrap();
+    let out = cmd::run(
+        Command::new("bpftool")
+            .arg("cgroup")
+            .arg("show")
+            .arg(cgroup.path()),
+    )
+    .unwrap();
     out.lines()
         .filter(|l| l.contains("connect4") || l.contains("getpeername4"))
         .count()
@@ -207,7 +221,10 @@ fn an_unmapped_port_on_the_ssh_ip_is_not_translated() {
     privilege::require();
     let bed = Bed::start();
     // The SSH IP is on node A's lo: its own stack refuses the port.
-    assert_eq!(probe(&bed.cgroups[0], &bed.cluster.nodes[0], PORT + 1), "error 111");
+    assert_eq!(
+        probe(&bed.cgroups[0], &bed.cluster.nodes[0], PORT + 1),
+        "error 111"
+    );
     assert_eq!(probe(&bed.cgroups[0], bed.pod_ns(3), PORT + 1), "error 111");
     assert_eq!(
         probe(&bed.cgroups[0], bed.pod_ns(3), PORT),

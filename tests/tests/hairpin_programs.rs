@@ -104,8 +104,13 @@ fn load_and_attach(layout: &PinLayout, cgroup: &TestCgroup) -> (Ebpf, Maps) {
 
 /// The ids of the programs attached to `cgroup`, as bpftool sees them.
 fn attached_programs(cgroup: &TestCgroup) -> Vec<String> {
-    let out = cmd::run(Command::new("bpftool").arg("cgroup").arg("show").arg(cgroup.path()))
-        .expect("bpftool cgroup show");
+    let out = cmd::run(
+        Command::new("bpftool")
+            .arg("cgroup")
+            .arg("show")
+            .arg(cgroup.path()),
+    )
+    .expect("bpftool cgroup show");
     out.lines()
         .filter(|l| l.contains("connect4") || l.contains("getpeername4"))
         .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
@@ -122,7 +127,10 @@ fn a_mapped_frontend_is_dialled_at_its_backend_and_shown_as_dialled() {
         "peer 198.18.0.10:8022",
         "getpeername shows the frontend"
     );
-    let (_, client) = bed.backend.accept().expect("the backend got the connection");
+    let (_, client) = bed
+        .backend
+        .accept()
+        .expect("the backend got the connection");
     assert_eq!(
         client.ip(),
         Ipv4Addr::LOCALHOST,
@@ -186,8 +194,13 @@ fn a_removed_mapping_is_no_longer_translated_and_a_moved_one_goes_to_the_new_bac
     let mut bed = Bed::new();
     let other = bed.other.local_addr().expect("addr").to_string();
     bed.map(&[("job", "198.18.0.10:8022", &other)]);
-    assert_eq!(bed.probe(true, "tcp", SSH_IP, 8022), "peer 198.18.0.10:8022");
-    bed.other.accept().expect("the new backend got the connection");
+    assert_eq!(
+        bed.probe(true, "tcp", SSH_IP, 8022),
+        "peer 198.18.0.10:8022"
+    );
+    bed.other
+        .accept()
+        .expect("the new backend got the connection");
     bed.map(&[]);
     assert_eq!(
         bed.probe(true, "tcp", SSH_IP, 8022),
@@ -225,7 +238,10 @@ fn a_second_agent_replaces_the_pinned_links_and_teardown_removes_them() {
         second.iter().all(|id| !first.contains(id)),
         "{first:?} -> {second:?}"
     );
-    assert_eq!(bed.probe(true, "tcp", SSH_IP, 8022), "peer 198.18.0.10:8022");
+    assert_eq!(
+        bed.probe(true, "tcp", SSH_IP, 8022),
+        "peer 198.18.0.10:8022"
+    );
 
     hairpin::detach_all(&bed.layout).expect("teardown");
     assert!(attached_programs(&bed.cgroup).is_empty());

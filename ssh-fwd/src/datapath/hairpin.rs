@@ -129,8 +129,8 @@ pub fn apply(ebpf: &mut Ebpf, layout: &PinLayout, root: Option<&Path>) -> anyhow
 fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()> {
     let dir = pin_dir(layout, root);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let cgroup = std::fs::File::open(root)
-        .with_context(|| format!("opening cgroup {}", root.display()))?;
+    let cgroup =
+        std::fs::File::open(root).with_context(|| format!("opening cgroup {}", root.display()))?;
     for (program, pin_name) in PROGRAMS {
         let prog: &mut CgroupSockAddr = ebpf
             .program_mut(program)
@@ -165,7 +165,10 @@ pub fn attached(layout: &PinLayout) -> Vec<(PathBuf, String)> {
     let mut out = Vec::new();
     for (dir, cgroup) in pinned(layout) {
         for link in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            out.push((cgroup.clone(), link.file_name().to_string_lossy().into_owned()));
+            out.push((
+                cgroup.clone(),
+                link.file_name().to_string_lossy().into_owned(),
+            ));
         }
     }
     out.sort();

@@ -12,7 +12,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(proto), Some(Ok(addr))) = (
         args.first(),
-        args.get(1..3).map(|a| format!("{}:{}", a[0], a[1]).parse::<SocketAddr>()),
+        args.get(1..3)
+            .map(|a| format!("{}:{}", a[0], a[1]).parse::<SocketAddr>()),
     ) else {
         eprintln!("usage: sock-probe tcp|udp IP PORT");
         std::process::exit(2);
