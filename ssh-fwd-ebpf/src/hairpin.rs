@@ -32,7 +32,7 @@ pub fn ssh_fwd_connect4(ctx: SockAddrContext) -> i32 {
         unsafe { ((*sa).user_ip4, (*sa).user_port, (*sa).type_, (*sa).protocol) };
     let dialled = endpoint_of(ip, port);
     // SAFETY: a hash lookup; the value is copied out at once.
-    let mapping = unsafe { FRONTENDS.get(&dialled) }.copied();
+    let mapping = unsafe { FRONTENDS.get(dialled) }.copied();
     let Some(sock) = on_connect(sock_type, protocol, dialled, mapping.as_ref()) else {
         return ALLOW;
     };
@@ -40,7 +40,7 @@ pub fn ssh_fwd_connect4(ctx: SockAddrContext) -> i32 {
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
     // Remembered first: if the map refuses, getpeername shows the backend,
     // and the connection still works.
-    let _ = HAIRPIN_SOCKS.insert(&cookie, &sock, 0);
+    let _ = HAIRPIN_SOCKS.insert(cookie, sock, 0);
     // SAFETY: connect4 may write user_ip4 and user_port (4-byte stores).
     unsafe {
         (*sa).user_ip4 = sock.backend.addr;
@@ -55,7 +55,7 @@ pub fn ssh_fwd_getpeername4(ctx: SockAddrContext) -> i32 {
     // SAFETY: the helper reads the socket of the context we were given.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
     // SAFETY: a hash lookup; the value is copied out at once.
-    let Some(sock) = (unsafe { HAIRPIN_SOCKS.get(&cookie) }).copied() else {
+    let Some(sock) = (unsafe { HAIRPIN_SOCKS.get(cookie) }).copied() else {
         return ALLOW;
     };
     // SAFETY: plain context reads, as in connect4.
