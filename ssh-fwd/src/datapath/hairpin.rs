@@ -150,6 +150,13 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()
         let pin = dir.join(pin_name);
         let fresh = dir.join(format!("{pin_name}-new"));
         let replaced = pin.exists();
+        // Left by an agent stopped between pinning and renaming.
+        match std::fs::remove_file(&fresh) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", fresh.display()));
+            }
+            _ => {}
+        }
         link.pin(&fresh)
             .with_context(|| format!("pinning link {}", fresh.display()))?;
         // The rename drops the previous agent's pin, which detaches its link.
