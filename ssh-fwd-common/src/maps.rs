@@ -59,7 +59,7 @@ pub const LEGACY_CONNS: &str = "LEGACY_CONNS";
 pub const LEGACY_CONN_CAPACITY: u32 = 65_536;
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 11] = [
+pub const ALL_MAPS: [&str; 12] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -71,6 +71,7 @@ pub const ALL_MAPS: [&str; 11] = [
     AGENT_STATUS,
     LEGACY,
     LEGACY_CONNS,
+    crate::hairpin::HAIRPIN_SOCKS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -7,7 +7,9 @@
 //!   they leave, the frontend option on translated SYNs leaving for another
 //!   node, and ICMP errors quoting backends;
 //! - `ssh_fwd_reply_tc`: the same reverse NAT earlier, on the host end of
-//!   each pod's interface, redirecting the reply straight out.
+//!   each pod's interface, redirecting the reply straight out;
+//! - `ssh_fwd_connect4` / `ssh_fwd_getpeername4`: hairpin for clients in
+//!   the cluster, at the socket (cgroup v2), from the same `FRONTENDS`.
 //!
 //! Kernel code only parses, looks up, rewrites and counts; the decisions
 //! (connection tracking) and checksum math come from `ssh-fwd-common`,
@@ -20,6 +22,7 @@ mod conntrack;
 mod counters;
 mod egress_tc;
 mod forward;
+mod hairpin;
 mod icmp;
 mod ingress_tc;
 mod ingress_xdp;

@@ -208,6 +208,14 @@ impl Agent {
             argv.extend(["--bpffs".into(), bpffs.path().into()]);
         }
         argv.extend(["--watch-interval", "200ms", "--log-format", "json"].map(Into::into));
+        // Hairpin attaches to a cgroup, by default the machine's: tests
+        // never do that, only to a cgroup of their own (`--cgroup-root`).
+        if !args
+            .iter()
+            .any(|a| a == "--hairpin" || a == "--cgroup-root")
+        {
+            argv.extend(["--hairpin", "off"].map(Into::into));
+        }
         for iface in ifaces {
             argv.extend(["--iface".into(), (*iface).into()]);
         }

@@ -5,6 +5,7 @@
 //! Used by the end-to-end tests in `tests/` and by `cargo xtask demo`.
 
 pub mod agent;
+pub mod cgroup;
 pub mod cluster;
 pub mod cmd;
 pub mod fake_api;
@@ -15,6 +16,7 @@ pub mod ssh;
 pub mod topology;
 
 pub use agent::{Agent, Bpffs};
+pub use cgroup::TestCgroup;
 pub use netns::NetNs;
 pub use ssh::{SshClient, Sshd};
 pub use topology::{Node, Pod, Topology};

@@ -183,6 +183,9 @@ fn agent_errors_name_the_problem() {
             file.display().to_string(),
             "--bpffs".into(),
             bpffs.path().display().to_string(),
+            // Never the machine's cgroup, should a check let it through.
+            "--hairpin".into(),
+            "off".into(),
         ]
     };
     let run = |a: Vec<String>| {
@@ -271,6 +274,8 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
             "20",
             bin,
             "agent",
+            "--hairpin",
+            "off",
             "--iface",
             EXT_IFACE,
             "--mappings",

@@ -181,6 +181,8 @@ fn a_layout_this_version_cannot_take_over_is_refused_with_the_way_out() {
         &topo.nodes[0].ns,
         &[
             "agent",
+            "--hairpin",
+            "off",
             "--iface",
             EXT_IFACE,
             "--mappings",

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
 
-use crate::datapath::{hooks::AttachMode, pins::BpffsArg};
+use crate::datapath::{hairpin::HairpinMode, hooks::AttachMode, pins::BpffsArg};
 
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
@@ -114,6 +114,23 @@ pub struct AgentArgs {
     /// flood churns it, by design).
     #[arg(long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
     pub half_open_table_size: u32,
+
+    /// Hairpin: let clients inside the cluster (pods, the nodes' own
+    /// shells) dial a frontend `EXTERNAL_IP:PORT`. `auto`: attach a cgroup
+    /// v2 `connect4` program that sends a TCP connect to a mapped frontend
+    /// straight to its backend, and a `getpeername4` program that shows the
+    /// application the address it dialled; without a cgroup v2 hierarchy,
+    /// run without (the log says why). `off`: no hairpin; a previous
+    /// agent's hooks are removed.
+    #[arg(long, value_enum, default_value_t = HairpinMode::Auto)]
+    pub hairpin: HairpinMode,
+
+    /// The cgroup v2 directory the hairpin programs attach to: every
+    /// process in it or below is served. Default: the first cgroup2 mount
+    /// in /proc/mounts (`/sys/fs/cgroup` on a unified host,
+    /// `/sys/fs/cgroup/unified` on a hybrid one).
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
 
     #[command(flatten)]
     pub bpffs: BpffsArg,

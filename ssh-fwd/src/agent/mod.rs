@@ -51,6 +51,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             cross_node_plain: args.cross_node == CrossNode::Plain,
         },
         legacy_grace: args.conn_idle_timeout,
+        hairpin: datapath::hairpin::Settings {
+            mode: args.hairpin,
+            cgroup_root: args.cgroup_root.clone(),
+        },
     })
     .await?;
     if datapath.adopted {

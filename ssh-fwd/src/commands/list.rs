@@ -184,6 +184,7 @@ fn hooks_table(rows: &Vec<Hook>) -> String {
         let target = match h.target {
             stats::Target::Interface => "interface",
             stats::Target::PodInterface => "pod interface",
+            stats::Target::Cgroup => "cgroup",
         };
         let iface = if h.iface.is_empty() {
             "(gone)"

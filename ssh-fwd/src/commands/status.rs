@@ -159,6 +159,18 @@ fn table(s: &Status) -> String {
         .iter()
         .filter(|h| h.target == Target::PodInterface)
         .count();
+    let mut cgroups: Vec<&str> = s
+        .hooks
+        .iter()
+        .filter(|h| h.target == Target::Cgroup)
+        .map(|h| h.iface.as_str())
+        .collect();
+    cgroups.dedup();
+    let hairpin = if cgroups.is_empty() {
+        "off".to_owned()
+    } else {
+        format!("cgroup {}", cgroups.join(", "))
+    };
     let error = if s.last_error.is_empty() {
         "none".to_owned()
     } else {
@@ -168,6 +180,7 @@ fn table(s: &Status) -> String {
         "agent:           {agent}\n\
          source:          {}\n\
          hooks:           {}; reply program on {pods} pod interface(s)\n\
+         hairpin:         {hairpin}\n\
          mappings:        {}\n\
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\

@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use anyhow::{Context as _, bail};
 
 use crate::datapath::{
-    hooks,
+    hairpin, hooks,
     lock::AgentLock,
     pins::{self, BpffsArg, PinLayout},
 };
@@ -55,6 +55,10 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
         );
     }
     pins::remove_tree(&layout.pod_links_dir())?;
+    for (cgroup, link) in hairpin::attached(&layout) {
+        println!("detaching {link} from cgroup {}", cgroup.display());
+    }
+    hairpin::detach_all(&layout)?;
     let entries = std::fs::read_dir(layout.root())
         .with_context(|| format!("listing {}", layout.root().display()))?;
     for entry in entries.flatten() {

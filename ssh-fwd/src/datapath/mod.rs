@@ -11,7 +11,9 @@
 //!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+pub mod cgroup;
 pub mod conntrack;
+pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
 pub mod lock;
@@ -57,6 +59,8 @@ pub struct Config<'a> {
     /// keep being restored untracked (until the server's ACK adopts them):
     /// `--conn-idle-timeout`, as for any connection.
     pub legacy_grace: Duration,
+    /// Hairpin for in-cluster clients (`--hairpin`, `--cgroup-root`).
+    pub hairpin: hairpin::Settings,
 }
 
 /// The loaded object, its maps and its hooks, for the agent to drive.
@@ -109,6 +113,7 @@ impl Datapath {
                 .map_or(Kind::Other, |l| l.kind))
         };
         let cluster = cluster_ifaces(&netlink, &links, config).await?;
+        let hairpin_root = hairpin::resolve(&config.hairpin)?;
         let mut attach = Vec::new();
         for iface in config.ifaces {
             attach.push((iface.clone(), kind_of(iface)?, config.mode));
@@ -139,6 +144,7 @@ impl Datapath {
         }
         let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
+        hairpin::apply(&mut ebpf, layout, hairpin_root.as_deref())?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
         let pod_links = PodLinks::new(

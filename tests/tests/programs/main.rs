@@ -17,6 +17,7 @@ use aya::{
 };
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
+    hairpin,
     maps::{self, Endpoint, MappingName, NatTarget},
     packet::{self, Side},
 };
@@ -363,7 +364,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 11] = [
+    let expect: [(&str, u32, usize, usize); 12] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -414,6 +415,12 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::LEGACY_CONN_CAPACITY,
             size_of::<maps::ConnKey>(),
             size_of::<NatTarget>(),
+        ),
+        (
+            hairpin::HAIRPIN_SOCKS,
+            hairpin::HAIRPIN_SOCKS_CAPACITY,
+            8,
+            size_of::<hairpin::HairpinSock>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
