@@ -16,8 +16,13 @@ use crate::cmd;
 pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 
 /// The cargo profile `cargo xtask test` builds the image's binary with: the
-/// dev profile without debug info (see the workspace Cargo.toml).
-pub const TEST_PROFILE: &str = "image-test";
+/// dev profile, whose build scripts and proc-macros the test build has
+/// already compiled (`.cargo/config.toml` drops the debug info for musl).
+pub const TEST_PROFILE: &str = "dev";
+
+/// The image `cargo xtask image` builds unless told otherwise, and the one
+/// `deploy/overlays/kind` runs (`ssh-fwd/tests/deploy.rs` checks they agree).
+pub const DEV_TAG: &str = "ssh-fwd:dev";
 
 /// How long a `podman build` or `podman save` may take.
 const PODMAN_LIMIT: Duration = Duration::from_secs(120);

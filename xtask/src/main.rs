@@ -41,14 +41,14 @@ enum Task {
     /// Build the container image (deploy/Dockerfile) offline: a static
     /// ssh-fwd (musl) in an otherwise empty image, with podman; no registry.
     Image {
-        /// Build the binary with the lighter `image-test` profile the tests
-        /// use (no optimisation, no debug info) instead of `--release`.
+        /// Build the binary with the dev profile the tests use (quicker to
+        /// build, unoptimised, no debug info) instead of `--release`.
         #[arg(long)]
         test_profile: bool,
         /// The image name; a short one is named as Docker and containerd
         /// name it (`ssh-fwd:dev` is `docker.io/library/ssh-fwd:dev`), so
         /// that a kind or minikube node finds the image the manifests name.
-        #[arg(long, default_value = "ssh-fwd:dev")]
+        #[arg(long, default_value = ssh_fwd_tests::image::DEV_TAG)]
         tag: String,
         /// Also write the image to FILE as a docker-archive, for
         /// `kind load image-archive FILE` or `minikube image load FILE`.
