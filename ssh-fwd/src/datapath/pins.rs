@@ -142,7 +142,9 @@ pub fn is_bpffs(path: &Path) -> anyhow::Result<bool> {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("statfs {}", path.display()));
     }
-    Ok(st.f_type == libc::BPF_FS_MAGIC)
+    // glibc's f_type is signed and musl's unsigned (the static image's
+    // binary is built for musl); i128 holds both without a lossy cast.
+    Ok(i128::from(st.f_type) == i128::from(libc::BPF_FS_MAGIC))
 }
 
 fn mount_bpffs(path: &Path) -> anyhow::Result<()> {
