@@ -103,6 +103,9 @@ struct Cluster {
     api: FakeApi,
     /// Stands in for the service account volume: `kubeconfig` and `ca.crt`.
     service_account: tempfile::TempDir,
+    /// Stands in for the host's cgroup v2 hierarchy (hairpin): a child
+    /// cgroup of the test's own, never the machine's root.
+    cgroup: ssh_fwd_tests::cgroup::TestCgroup,
     topo: Topology,
 }
 
@@ -128,6 +131,7 @@ impl Cluster {
             bpffs,
             api,
             service_account,
+            cgroup: ssh_fwd_tests::cgroup::TestCgroup::new().unwrap(),
             topo,
         }
     }
@@ -250,7 +254,8 @@ fn expand(args: &[Value], env: &BTreeMap<String, String>) -> Vec<String> {
         .collect()
 }
 
-/// The host's bpffs (here the test's own) where the DaemonSet mounts it,
+/// The host's bpffs and cgroup hierarchy (here the test's own) where the
+/// DaemonSet mounts them,
 /// and the service account.
 fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = c["volumeMounts"]
@@ -264,9 +269,13 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
                 .iter()
                 .find(|v| v["name"] == m["name"])
                 .unwrap();
-            assert_eq!(volume["hostPath"]["path"], "/sys/fs/bpf", "{volume}");
+            let host = match volume["hostPath"]["path"].as_str() {
+                Some("/sys/fs/bpf") => cluster.bpffs.path(),
+                Some("/sys/fs/cgroup") => cluster.cgroup.path(),
+                _ => panic!("a volume the test does not stand in for: {volume}"),
+            };
             Mount {
-                host: cluster.bpffs.path().to_owned(),
+                host: host.to_owned(),
                 container: m["mountPath"].as_str().unwrap().to_owned(),
                 read_only: m["readOnly"] == true,
             }
