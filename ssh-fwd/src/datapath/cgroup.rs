@@ -1,12 +1,6 @@
 //! Finding the cgroup v2 hierarchy the hairpin programs attach to.
 
-use std::{
-    ffi::CString,
-    os::unix::ffi::OsStrExt as _,
-    path::{Path, PathBuf},
-};
-
-use anyhow::Context as _;
+use std::path::{Path, PathBuf};
 
 /// Mount points of cgroup v2 hierarchies in a `/proc/mounts` text, in the
 /// order listed. Octal escapes (`\040` for a space) are decoded.
@@ -31,16 +25,7 @@ pub fn default_root() -> Option<PathBuf> {
 
 /// Whether `path` is a directory of a cgroup v2 hierarchy.
 pub fn is_cgroup2(path: &Path) -> anyhow::Result<bool> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .with_context(|| format!("path {} contains a NUL byte", path.display()))?;
-    // SAFETY: a plain C struct of integers; all-zero is a valid value.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: statfs writes into the struct we own; `c` outlives the call.
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .with_context(|| format!("statfs {}", path.display()));
-    }
-    Ok(st.f_type == libc::CGROUP2_SUPER_MAGIC)
+    super::pins::is_fs(path, libc::CGROUP2_SUPER_MAGIC.into())
 }
 
 /// `/proc/mounts` writes space, tab, newline and backslash as `\ooo`.
