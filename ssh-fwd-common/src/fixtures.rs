@@ -1,8 +1,7 @@
 //! Builders for well-formed Ethernet/IPv4/TCP frames with correct checksums,
 //! for packet tests on the host and through BPF_PROG_TEST_RUN.
 
-extern crate alloc;
-use alloc::vec::Vec;
+use alloc::{vec, vec::Vec};
 use core::net::Ipv4Addr;
 
 use crate::{csum, packet};
@@ -22,6 +21,8 @@ pub struct Frame {
     pub frag: u16,
     pub ttl: u8,
     pub tcp_flags: u8,
+    pub seq: u32,
+    pub ack: u32,
 }
 
 impl Default for Frame {
@@ -37,6 +38,8 @@ impl Default for Frame {
             frag: 0x4000, // DF
             ttl: 64,
             tcp_flags: 0x18, // PSH|ACK
+            seq: 0x0102_0304,
+            ack: 0x0a0b_0c0d,
         }
     }
 }
@@ -53,8 +56,8 @@ impl Frame {
         if self.protocol == packet::IPPROTO_TCP {
             l4.extend_from_slice(&self.sport.to_be_bytes());
             l4.extend_from_slice(&self.dport.to_be_bytes());
-            l4.extend_from_slice(&0x0102_0304u32.to_be_bytes()); // seq
-            l4.extend_from_slice(&0x0a0b_0c0du32.to_be_bytes()); // ack
+            l4.extend_from_slice(&self.seq.to_be_bytes());
+            l4.extend_from_slice(&self.ack.to_be_bytes());
             l4.push(5 << 4);
             l4.push(self.tcp_flags);
             l4.extend_from_slice(&64_240u16.to_be_bytes()); // window
@@ -97,6 +100,53 @@ impl Frame {
         out[ip_start + packet::IPV4_CHECK_OFF..ip_start + packet::IPV4_CHECK_OFF + 2]
             .copy_from_slice(&check.to_ne_bytes());
         out.extend_from_slice(&l4);
+        out
+    }
+}
+
+/// An ICMP error (destination unreachable or time exceeded) quoting the
+/// first `quote_len` bytes of `about`'s IP packet, as a router sends it.
+#[derive(Clone, Debug)]
+pub struct IcmpError {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub icmp_type: u8,
+    pub code: u8,
+    /// Next-hop MTU (fragmentation needed), 0 otherwise.
+    pub mtu: u16,
+    pub about: Frame,
+    pub quote_len: usize,
+}
+
+impl IcmpError {
+    /// The frame's bytes, checksums computed from scratch.
+    pub fn build(&self) -> Vec<u8> {
+        let offending = self.about.build();
+        let ip = &offending[packet::ETH_HLEN..];
+        let quote = &ip[..self.quote_len.min(ip.len())];
+        let mut icmp = vec![self.icmp_type, self.code, 0, 0, 0, 0];
+        icmp.extend_from_slice(&self.mtu.to_be_bytes());
+        icmp.extend_from_slice(quote);
+        let check = csum::checksum(&icmp, 0);
+        icmp[2..4].copy_from_slice(&check.to_ne_bytes());
+        let mut out = Vec::with_capacity(packet::ETH_HLEN + packet::IPV4_MIN_LEN + icmp.len());
+        out.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
+        out.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+        out.extend_from_slice(&packet::ETH_P_IP.to_be_bytes());
+        let ip_start = out.len();
+        out.push(0x45);
+        out.push(0xc0);
+        out.extend_from_slice(&((packet::IPV4_MIN_LEN + icmp.len()) as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, 0]);
+        out.push(64);
+        out.push(packet::IPPROTO_ICMP);
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&self.src.octets());
+        out.extend_from_slice(&self.dst.octets());
+        let check = csum::checksum(&out[ip_start..], 0);
+        out[ip_start + packet::IPV4_CHECK_OFF..ip_start + packet::IPV4_CHECK_OFF + 2]
+            .copy_from_slice(&check.to_ne_bytes());
+        out.extend_from_slice(&icmp);
         out
     }
 }

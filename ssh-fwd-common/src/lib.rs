@@ -11,9 +11,16 @@
 //! [`maps::Endpoint::port`]; never fill the raw fields by hand.
 #![no_std]
 
+#[cfg(any(test, feature = "fixtures"))]
+extern crate alloc;
+
+pub mod conntrack;
 pub mod csum;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod hairpin;
+pub mod icmp;
+pub mod ipopt;
 pub mod maps;
 pub mod outcome;
 pub mod packet;

@@ -10,17 +10,27 @@ use core::net::Ipv4Addr;
 /// `MAX_MAPPINGS * 32` bytes per CPU.
 pub const MAX_MAPPINGS: u32 = 16_384;
 
-/// Maximum number of tracked connections to backends that sit behind more
-/// than one frontend. Least-recently-used entries are evicted only when the
-/// table is full, so a quiet ssh session is never timed out.
+/// Default capacity of [`CONNS`], the established connections
+/// (`--conn-table-size`). Only completed handshakes take an entry, and an
+/// entry lives as long as its connection, so a flood cannot fill it.
 pub const CONN_CAPACITY: u32 = 262_144;
+
+/// Default capacity of [`HALF_OPEN`], the handshakes in progress
+/// (`--half-open-table-size`). A SYN flood churns it, by design: an entry
+/// is needed only for the round trip of a handshake.
+pub const HALF_OPEN_CAPACITY: u32 = 65_536;
 
 /// Frontend `(external IP, port)` -> backend and mapping slot. Read by ingress.
 pub const FRONTENDS: &str = "FRONTENDS";
 /// Backend `(pod IP, port)` -> primary frontend and slot. Read by egress.
 pub const REVERSE: &str = "REVERSE";
-/// `(client, backend)` -> frontend the client used, only for shared backends.
+/// `(client, backend)` -> the established connection: the frontend it was
+/// opened through and its TCP state. Written only when the client's ACK
+/// completes a handshake the reply path saw (see `conntrack`).
 pub const CONNS: &str = "CONNS";
+/// `(client, backend)` -> a handshake in progress: the frontend of the SYN,
+/// and the server's initial sequence number once its SYN-ACK is seen.
+pub const HALF_OPEN: &str = "HALF_OPEN";
 /// Per-CPU packet and byte counters, indexed by mapping slot.
 pub const MAPPING_STATS: &str = "MAPPING_STATS";
 /// Per-CPU counters indexed by [`crate::outcome::Outcome`].
@@ -35,16 +45,33 @@ pub const IFACES: &str = "IFACES";
 /// [`AgentStatus`], written by the agent, never read by the programs.
 pub const AGENT_STATUS: &str = "AGENT_STATUS";
 
+/// Backend -> until when (`bpf_ktime_get_coarse_ns`) its replies without
+/// tracked state may still belong to a connection an older data path
+/// forwarded (layout v3 tracked nothing): written only by the agent, when
+/// it upgrades a node, and swept when the time passes.
+pub const LEGACY: &str = "LEGACY";
+/// `(client, backend)` -> the frontend the older data path recorded for a
+/// connection to a backend behind several frontends: written only by the
+/// agent when it upgrades a node; an entry ends when the connection is
+/// adopted or its backend's [`LEGACY`] time passes.
+pub const LEGACY_CONNS: &str = "LEGACY_CONNS";
+/// Capacity of [`LEGACY_CONNS`] (not preallocated: empty costs nothing).
+pub const LEGACY_CONN_CAPACITY: u32 = 65_536;
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 8] = [
+pub const ALL_MAPS: [&str; 12] = [
     FRONTENDS,
     REVERSE,
     CONNS,
+    HALF_OPEN,
     MAPPING_STATS,
     GLOBAL_STATS,
     MAPPING_NAMES,
     IFACES,
     AGENT_STATUS,
+    LEGACY,
+    LEGACY_CONNS,
+    crate::hairpin::HAIRPIN_SOCKS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the
@@ -54,6 +81,13 @@ pub const MAX_IFACES: u32 = 4_096;
 /// [`IFACES`] flag: an external interface (`--iface`). A reply whose route
 /// leaves through it gets the reverse NAT; any other reply is left alone.
 pub const IFACE_EXTERNAL: u32 = 1;
+/// [`IFACES`] flag: an interface to other nodes (`--cluster-iface`). Like
+/// an external one, packets arriving there come from outside the node.
+pub const IFACE_CLUSTER: u32 = 4;
+/// Packets that arrived on an interface with any of these flags came from
+/// outside the node: a "reply" among them claims a pod's address it cannot
+/// own, and never moves connection state.
+pub const IFACE_OUTSIDE: u32 = IFACE_EXTERNAL | IFACE_CLUSTER;
 /// [`IFACES`] flag: the host end of a veth or netkit pair whose peer lives in
 /// another network namespace (a pod). `bpf_redirect_peer` may target it; on
 /// any other device that helper drops the packet, so the kernel programs
@@ -62,10 +96,10 @@ pub const IFACE_POD_PEER: u32 = 2;
 
 /// Bump when any layout in this file changes: pins live under
 /// `<bpffs>/v<LAYOUT_VERSION>/`, so a new layout never misreads old maps.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
-/// The backend is reachable through more than one frontend, so replies need
-/// per-connection state to pick the frontend the client used.
+/// The backend is reachable through more than one frontend: informational
+/// (`ssh-fwd list`); replies always follow the tracked connection.
 pub const FLAG_SHARED_BACKEND: u32 = 1;
 
 /// An IPv4 address and TCP port, both in network byte order.
@@ -97,8 +131,8 @@ impl Endpoint {
 }
 
 /// Where a packet is rewritten to, and which mapping it is counted against.
-/// Value of [`FRONTENDS`] (endpoint = backend), [`REVERSE`] and [`CONNS`]
-/// (endpoint = frontend).
+/// Value of [`FRONTENDS`] (endpoint = backend) and [`REVERSE`] (endpoint =
+/// the backend's primary frontend).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NatTarget {
@@ -109,14 +143,117 @@ pub struct NatTarget {
     pub flags: u32,
 }
 
-/// Key of [`CONNS`]: one TCP connection between a client and a backend.
+/// Key of [`CONNS`] and [`HALF_OPEN`]: one TCP connection between a client
+/// and a backend, as the backend sees it (a client reaching one backend
+/// through two frontends from one port is one connection at the backend).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey {
     pub client_addr: u32,
     pub backend_addr: u32,
     pub client_port: u16,
     pub backend_port: u16,
+}
+
+impl ConnKey {
+    pub const fn new(client: Endpoint, backend: Endpoint) -> Self {
+        Self {
+            client_addr: client.addr,
+            backend_addr: backend.addr,
+            client_port: client.port,
+            backend_port: backend.port,
+        }
+    }
+
+    pub const fn client(&self) -> Endpoint {
+        Endpoint {
+            addr: self.client_addr,
+            port: self.client_port,
+            _pad: 0,
+        }
+    }
+
+    pub const fn backend(&self) -> Endpoint {
+        Endpoint {
+            addr: self.backend_addr,
+            port: self.backend_port,
+            _pad: 0,
+        }
+    }
+}
+
+/// [`Conn`] flag: the client sent its FIN and the server acknowledged it.
+pub const CONN_FIN_CLIENT: u32 = 1;
+/// [`Conn`] flag: the server sent its FIN.
+pub const CONN_FIN_SERVER: u32 = 2;
+/// [`Conn`] flag: a SYN for this 4-tuple through the same frontend was seen
+/// (a client reusing its port): a completed handshake may replace the
+/// entry, with fresh sequence numbers.
+pub const CONN_REOPENING: u32 = 4;
+
+/// Value of [`CONNS`]: an established connection. Sequence numbers are host
+/// order; times are `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conn {
+    /// The frontend the client opened it through: the source of replies.
+    pub frontend: Endpoint,
+    /// The mapping's slot, for its counters.
+    pub slot: u32,
+    /// `CONN_*` bits.
+    pub flags: u32,
+    /// The next sequence number expected from the client: the last one the
+    /// server acknowledged. Checks the client's RST.
+    pub client_next: u32,
+    /// The next sequence number expected from the server (its highest
+    /// segment end). Checks the server's RST.
+    pub server_next: u32,
+    /// The end of a FIN the client sent, until the server acknowledges it
+    /// (0: none pending).
+    pub client_fin_end: u32,
+    pub _pad: u32,
+    /// When a packet of the connection was last seen: the idle sweep's clock.
+    pub last_seen_ns: u64,
+    pub created_ns: u64,
+}
+
+impl Conn {
+    /// All zero: what the kernel programs start from before copying an
+    /// entry out of the map (an uninitialised value is refused by the
+    /// verifier).
+    pub const ZERO: Self = Self {
+        frontend: Endpoint {
+            addr: 0,
+            port: 0,
+            _pad: 0,
+        },
+        slot: 0,
+        flags: 0,
+        client_next: 0,
+        server_next: 0,
+        client_fin_end: 0,
+        _pad: 0,
+        last_seen_ns: 0,
+        created_ns: 0,
+    };
+}
+
+/// [`HalfOpen`] flag: the server's SYN-ACK was seen; `server_isn` holds.
+pub const HALF_OPEN_ISN_KNOWN: u32 = 1;
+
+/// Value of [`HALF_OPEN`]: a handshake in progress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HalfOpen {
+    pub frontend: Endpoint,
+    pub slot: u32,
+    /// `HALF_OPEN_*` bits.
+    pub flags: u32,
+    /// The client's initial sequence number (from its SYN), host order.
+    pub client_isn: u32,
+    /// The server's, once its SYN-ACK was seen.
+    pub server_isn: u32,
+    pub last_seen_ns: u64,
 }
 
 /// Value of [`MAPPING_STATS`], per CPU.
@@ -188,6 +325,16 @@ pub struct AgentStatus {
     pub reconcile_errors: u64,
     pub mappings: u64,
     pub last_error_ms: u64,
+    /// When the connection sweep last ran, and what it found.
+    pub last_sweep_ms: u64,
+    /// Established connections the sweep walked (also exact from the
+    /// counters at any time).
+    pub conns_at_sweep: u64,
+    /// Half-open entries the sweep walked (an LRU: only a walk counts it).
+    pub half_open_at_sweep: u64,
+    /// Half-open entries evicted or replaced (SYN floods, retransmitted
+    /// SYNs) since the agent started, as of the last sweep.
+    pub half_open_churned: u64,
     /// Where the mappings come from: `file PATH` or `kubernetes ...`.
     pub source: [u8; STATUS_SOURCE_LEN],
     pub last_error: [u8; STATUS_ERROR_LEN],
@@ -204,6 +351,10 @@ impl AgentStatus {
         reconcile_errors: 0,
         mappings: 0,
         last_error_ms: 0,
+        last_sweep_ms: 0,
+        conns_at_sweep: 0,
+        half_open_at_sweep: 0,
+        half_open_churned: 0,
         source: [0; STATUS_SOURCE_LEN],
         last_error: [0; STATUS_ERROR_LEN],
     };
@@ -228,9 +379,27 @@ pub fn get_text(field: &[u8]) -> &str {
 const _: () = assert!(size_of::<Endpoint>() == 8);
 const _: () = assert!(size_of::<NatTarget>() == 16);
 const _: () = assert!(size_of::<ConnKey>() == 12);
+const _: () = assert!(size_of::<Conn>() == 48);
+const _: () = assert!(size_of::<HalfOpen>() == 32);
 const _: () = assert!(size_of::<MappingCounters>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
-const _: () = assert!(size_of::<AgentStatus>() == 9 * 8 + STATUS_SOURCE_LEN + STATUS_ERROR_LEN);
+const _: () = assert!(size_of::<AgentStatus>() == 13 * 8 + STATUS_SOURCE_LEN + STATUS_ERROR_LEN);
+
+impl HalfOpen {
+    /// All zero, as [`Conn::ZERO`].
+    pub const ZERO: Self = Self {
+        frontend: Endpoint {
+            addr: 0,
+            port: 0,
+            _pad: 0,
+        },
+        slot: 0,
+        flags: 0,
+        client_isn: 0,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+}
 
 #[cfg(feature = "user")]
 mod pod {
@@ -243,6 +412,10 @@ mod pod {
     unsafe impl aya::Pod for NatTarget {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ConnKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Conn {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HalfOpen {}
     // SAFETY: as above.
     unsafe impl aya::Pod for MappingCounters {}
     // SAFETY: as above.

@@ -1,31 +1,35 @@
 //! Global outcome counters: one per-CPU `u64` per variant in
 //! [`crate::maps::GLOBAL_STATS`], indexed by the discriminant.
 
-/// What the data path did with a packet.
+/// What the data path did with a packet, or what happened to a tracked
+/// connection. The last few are counted by the agent's sweep, not by the
+/// kernel programs (see [`Outcome::by_agent`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Outcome {
     /// Ingress: destination rewritten to a backend.
     Dnat = 0,
-    /// Egress: source rewritten back to the frontend.
+    /// Egress or pod interface: source rewritten back to the frontend.
     ReverseNat = 1,
     /// Not IPv4 (IPv6, ARP, VLAN-tagged...): passed untouched.
     PassNotIpv4 = 2,
-    /// IPv4 but not TCP: passed untouched.
+    /// IPv4 but neither TCP nor an ICMP error: passed untouched.
     PassNotTcp = 3,
     /// IPv4 fragment: passed untouched (ports are only in the first one).
     PassFragment = 4,
     /// Ingress TCP to an address/port that is not a frontend.
     PassNoFrontend = 5,
-    /// Egress TCP from an address/port that is not a backend.
+    /// Egress TCP from an address/port that is not a backend (including
+    /// replies a pod-interface program already rewrote).
     PassNoBackend = 6,
     /// Too short for its headers, or an IHL below 5: passed untouched.
     Malformed = 7,
-    /// A reply from a shared backend with no connection entry; the primary
-    /// frontend was used.
+    /// `--cross-node plain`: a reply from a backend with no tracked
+    /// connection got the backend's primary frontend (it may be the wrong
+    /// one for a backend behind several frontends).
     ReverseFallback = 8,
-    /// A connection entry was created for a shared backend.
-    ConnTracked = 9,
+    /// A SYN through a frontend: a half-open entry was recorded.
+    HalfOpened = 9,
     /// A helper failed while rewriting; the packet was dropped.
     RewriteError = 10,
     /// Ingress, after a DNAT: sent straight out of the interface the route
@@ -33,19 +37,64 @@ pub enum Outcome {
     /// stack. A DNATed packet not counted here was routed by the stack.
     Redirected = 11,
     /// Ingress: of the [`Outcome::Redirected`], those delivered straight
-    /// into the pod's network namespace (`bpf_redirect_peer`), skipping the
-    /// pod veth's transmit queue as well.
+    /// into the pod's network namespace (`bpf_redirect_peer`).
     RedirectedPeer = 12,
     /// Pod interface: a reply reverse-NATed as it left the pod and sent
-    /// straight out of the external interface its route uses, skipping the
-    /// node's IP stack.
+    /// straight out of the interface its route uses.
     ReplyRedirected = 13,
-    /// Pod interface: a reply from a backend left to the stack untouched,
-    /// because its route does not leave through an external interface
-    /// (in-cluster traffic to the pod's port, such as MPI ranks using ssh)
-    /// or the route lookup could not settle it. The egress program still
-    /// rewrites it if it does leave through an external interface.
+    /// Pod interface: a reply of a tracked connection left to the stack
+    /// (the route lookup could not settle it); the egress program rewrites it.
     ReplyToStack = 14,
+    /// The client's ACK completed a handshake: the connection is tracked.
+    ConnEstablished = 15,
+    /// A RST exactly in sequence ended a tracked connection.
+    ConnReset = 16,
+    /// A RST not exactly in sequence was seen; the connection stays (the
+    /// endpoints' TCP ignores it too). Spoofed RSTs show here.
+    ResetIgnored = 17,
+    /// A completed handshake replaced the entry of a closed connection (or
+    /// of the same frontend, when a client reused its port).
+    ConnReplaced = 18,
+    /// A completed handshake found the connection table full: its replies
+    /// will not be rewritten. Raise `--conn-table-size`.
+    ConnTableFull = 19,
+    /// A packet for a 4-tuple established through another frontend was
+    /// dropped: spoofed (an attempt to take over a live connection) or a
+    /// client reusing its port while its old connection lives.
+    ConflictDropped = 20,
+    /// A packet from a backend that belongs to no connection ssh-fwd
+    /// forwarded (in-cluster traffic to the pod's port): left untouched.
+    ReplyUntracked = 21,
+    /// An ICMP error of a forwarded connection was translated (either way).
+    IcmpTranslated = 22,
+    /// An ICMP error quoting a backend that could not be mapped back to its
+    /// frontend was dropped, rather than show the pod's address.
+    IcmpDropped = 23,
+    /// A SYN leaving for the backend's node carries its frontend (IP option).
+    OptionAdded = 24,
+    /// A SYN arrived with its frontend from another node: recorded.
+    OptionLearned = 25,
+    /// A frontend option that does not map to the packet's backend was
+    /// ignored (stripped).
+    OptionRejected = 26,
+    /// The backend refused a handshake (RST to the SYN).
+    HalfOpenRefused = 27,
+    /// Agent sweep: a connection closed by FINs both ways was removed.
+    ConnClosed = 28,
+    /// Agent sweep: a connection idle past `--conn-idle-timeout` was removed.
+    ConnExpired = 29,
+    /// Agent sweep: a handshake that never completed was removed.
+    HalfOpenExpired = 30,
+    /// Agent: a connection through a frontend that was removed or pointed
+    /// at another backend was removed.
+    ConnPurged = 31,
+    /// After an upgrade from a data path that tracked nothing: the server's
+    /// ACK of a connection the older one forwarded made it tracked.
+    ConnAdopted = 32,
+    /// After an upgrade: a reply of a connection the older data path
+    /// forwarded got its frontend back without being tracked (a RST, or
+    /// a segment without ACK).
+    LegacyReply = 33,
 }
 
 /// How an operator should read an outcome's counter.
@@ -56,23 +105,41 @@ pub enum Class {
     /// Left untouched because it is not ssh-fwd's to handle (other traffic,
     /// a reply another program already rewrote). Normal, and most packets.
     Passed,
-    /// Something went wrong or degraded: malformed packets, failed
-    /// rewrites, replies without the state to restore their frontend.
+    /// The life of tracked connections: opened, established, closed.
+    Tracking,
+    /// Something went wrong, degraded, or looks like an attack: malformed
+    /// packets, failed rewrites, spoofed RSTs and takeovers, a full table.
     Problem,
 }
 
 impl Class {
+    pub const ALL: [Class; 4] = [Self::Forwarded, Self::Passed, Self::Tracking, Self::Problem];
+
     pub const fn name(self) -> &'static str {
         match self {
             Self::Forwarded => "forwarded",
             Self::Passed => "passed",
+            Self::Tracking => "tracking",
             Self::Problem => "problem",
         }
     }
 }
 
+/// The established connections live now, from the counters: every entry
+/// the kernel created, less every one removed, by the kernel or the agent.
+/// Exact, and free to read (no walk of the table).
+pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
+    let created = count(Outcome::ConnEstablished) + count(Outcome::ConnAdopted);
+    let removed = count(Outcome::ConnReset)
+        + count(Outcome::ConnReplaced)
+        + count(Outcome::ConnClosed)
+        + count(Outcome::ConnExpired)
+        + count(Outcome::ConnPurged);
+    created.saturating_sub(removed)
+}
+
 impl Outcome {
-    pub const COUNT: u32 = 15;
+    pub const COUNT: u32 = 34;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -84,30 +151,79 @@ impl Outcome {
         Self::PassNoBackend,
         Self::Malformed,
         Self::ReverseFallback,
-        Self::ConnTracked,
+        Self::HalfOpened,
         Self::RewriteError,
         Self::Redirected,
         Self::RedirectedPeer,
         Self::ReplyRedirected,
         Self::ReplyToStack,
+        Self::ConnEstablished,
+        Self::ConnReset,
+        Self::ResetIgnored,
+        Self::ConnReplaced,
+        Self::ConnTableFull,
+        Self::ConflictDropped,
+        Self::ReplyUntracked,
+        Self::IcmpTranslated,
+        Self::IcmpDropped,
+        Self::OptionAdded,
+        Self::OptionLearned,
+        Self::OptionRejected,
+        Self::HalfOpenRefused,
+        Self::ConnClosed,
+        Self::ConnExpired,
+        Self::HalfOpenExpired,
+        Self::ConnPurged,
+        Self::ConnAdopted,
+        Self::LegacyReply,
     ];
+
+    /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
+    /// programs never touch these.
+    pub const fn by_agent(self) -> bool {
+        matches!(
+            self,
+            Self::ConnClosed | Self::ConnExpired | Self::HalfOpenExpired | Self::ConnPurged
+        )
+    }
 
     /// Which group the counter belongs to.
     pub const fn class(self) -> Class {
         match self {
             Self::Dnat
             | Self::ReverseNat
-            | Self::ConnTracked
             | Self::Redirected
             | Self::RedirectedPeer
-            | Self::ReplyRedirected => Class::Forwarded,
+            | Self::ReplyRedirected
+            | Self::ReplyToStack
+            | Self::IcmpTranslated
+            | Self::OptionAdded
+            | Self::LegacyReply => Class::Forwarded,
             Self::PassNotIpv4
             | Self::PassNotTcp
             | Self::PassFragment
             | Self::PassNoFrontend
             | Self::PassNoBackend
-            | Self::ReplyToStack => Class::Passed,
-            Self::Malformed | Self::ReverseFallback | Self::RewriteError => Class::Problem,
+            | Self::ReplyUntracked => Class::Passed,
+            Self::HalfOpened
+            | Self::ConnEstablished
+            | Self::ConnReset
+            | Self::ConnReplaced
+            | Self::OptionLearned
+            | Self::HalfOpenRefused
+            | Self::ConnClosed
+            | Self::ConnExpired
+            | Self::HalfOpenExpired
+            | Self::ConnPurged
+            | Self::ConnAdopted => Class::Tracking,
+            Self::Malformed
+            | Self::ReverseFallback
+            | Self::RewriteError
+            | Self::ResetIgnored
+            | Self::ConnTableFull
+            | Self::ConflictDropped
+            | Self::IcmpDropped
+            | Self::OptionRejected => Class::Problem,
         }
     }
 
@@ -123,12 +239,31 @@ impl Outcome {
             Self::PassNoBackend => "not_from_a_backend",
             Self::Malformed => "malformed",
             Self::ReverseFallback => "reverse_fallback",
-            Self::ConnTracked => "conn_tracked",
+            Self::HalfOpened => "half_opened",
             Self::RewriteError => "rewrite_error",
             Self::Redirected => "redirected",
             Self::RedirectedPeer => "redirected_peer",
             Self::ReplyRedirected => "reply_redirected",
             Self::ReplyToStack => "reply_left_to_stack",
+            Self::ConnEstablished => "conn_established",
+            Self::ConnReset => "conn_reset",
+            Self::ResetIgnored => "reset_ignored",
+            Self::ConnReplaced => "conn_replaced",
+            Self::ConnTableFull => "conn_table_full",
+            Self::ConflictDropped => "conflict_dropped",
+            Self::ReplyUntracked => "reply_untracked",
+            Self::IcmpTranslated => "icmp_translated",
+            Self::IcmpDropped => "icmp_dropped",
+            Self::OptionAdded => "frontend_option_added",
+            Self::OptionLearned => "frontend_option_learned",
+            Self::OptionRejected => "frontend_option_rejected",
+            Self::HalfOpenRefused => "half_open_refused",
+            Self::ConnClosed => "conn_closed",
+            Self::ConnExpired => "conn_expired",
+            Self::HalfOpenExpired => "half_open_expired",
+            Self::ConnPurged => "conn_purged",
+            Self::ConnAdopted => "conn_adopted",
+            Self::LegacyReply => "legacy_reply",
         }
     }
 }

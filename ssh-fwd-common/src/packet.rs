@@ -3,7 +3,7 @@
 //! host reference [`classify`] and [`rewrite`] are what packet tests compare the
 //! programs' output against.
 
-use crate::{csum, maps::Endpoint, outcome::Outcome};
+use crate::{conntrack::Segment, csum, maps::Endpoint, outcome::Outcome};
 
 pub const ETH_HLEN: usize = 14;
 /// Offset of the EtherType in an Ethernet header.
@@ -11,7 +11,13 @@ pub const ETH_TYPE_OFF: usize = 12;
 pub const ETH_P_IP: u16 = 0x0800;
 pub const IPPROTO_TCP: u8 = 6;
 
+pub const IPPROTO_ICMP: u8 = 1;
+
 pub const IPV4_MIN_LEN: usize = 20;
+/// The longest IPv4 header (IHL 15).
+pub const IPV4_MAX_LEN: usize = 60;
+/// The total length field.
+pub const IPV4_TOT_LEN_OFF: usize = 2;
 pub const IPV4_FRAG_OFF: usize = 6;
 /// The TTL byte, followed by the protocol byte: one 16-bit checksum word.
 pub const IPV4_TTL_OFF: usize = 8;
@@ -23,6 +29,11 @@ pub const IPV4_DADDR_OFF: usize = 16;
 pub const TCP_MIN_LEN: usize = 20;
 pub const TCP_SPORT_OFF: usize = 0;
 pub const TCP_DPORT_OFF: usize = 2;
+pub const TCP_SEQ_OFF: usize = 4;
+pub const TCP_ACK_OFF: usize = 8;
+/// Data offset (high nibble, in words) then the flags byte.
+pub const TCP_DOFF_OFF: usize = 12;
+pub const TCP_FLAGS_OFF: usize = 13;
 pub const TCP_CHECK_OFF: usize = 16;
 
 /// Flags + fragment offset field, host order: "more fragments" and the offset.
@@ -79,12 +90,46 @@ pub fn classify(frame: &[u8]) -> Result<TcpFrame, Outcome> {
     if ip[IPV4_PROTO_OFF] != IPPROTO_TCP {
         return Err(Outcome::PassNotTcp);
     }
-    if ip.len() < ip_len + TCP_MIN_LEN {
+    let total = u16::from_be_bytes([ip[IPV4_TOT_LEN_OFF], ip[IPV4_TOT_LEN_OFF + 1]]) as usize;
+    if ip.len() < ip_len + TCP_MIN_LEN || total < ip_len + TCP_MIN_LEN {
         return Err(Outcome::Malformed);
     }
     Ok(TcpFrame {
         l4_off: ETH_HLEN + ip_len,
     })
+}
+
+/// The segment's payload length from the IPv4 total length, the IPv4
+/// header length and the TCP data offset byte; 0 if they do not add up.
+#[inline(always)]
+pub const fn tcp_payload_len(tot_len_raw: u16, ip_len: usize, doff_byte: u8) -> u32 {
+    let total = u16::from_be(tot_len_raw) as usize;
+    let headers = ip_len + ((doff_byte >> 4) as usize) * 4;
+    if total > headers {
+        (total - headers) as u32
+    } else {
+        0
+    }
+}
+
+/// Host reference of reading a classified frame's TCP segment.
+pub fn segment(frame: &[u8], tcp: TcpFrame) -> Segment {
+    let l4 = tcp.l4_off;
+    let word = |at: usize| u32::from_be_bytes(frame[at..at + 4].try_into().unwrap_or([0; 4]));
+    let ip_len = l4 - ETH_HLEN;
+    Segment {
+        flags: frame[l4 + TCP_FLAGS_OFF],
+        seq: word(l4 + TCP_SEQ_OFF),
+        ack: word(l4 + TCP_ACK_OFF),
+        payload: tcp_payload_len(
+            u16::from_ne_bytes([
+                frame[ETH_HLEN + IPV4_TOT_LEN_OFF],
+                frame[ETH_HLEN + IPV4_TOT_LEN_OFF + 1],
+            ]),
+            ip_len,
+            frame[l4 + TCP_DOFF_OFF],
+        ),
+    }
 }
 
 /// Which end of the connection a rewrite replaces.

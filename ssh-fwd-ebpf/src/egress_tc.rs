@@ -1,38 +1,123 @@
-//! tc egress: replies from a backend get their source rewritten back to the
-//! frontend the client used.
+//! tc egress on an external (or cluster) interface, as packets leave the
+//! node: replies of tracked connections get the frontend back as their
+//! source; a translated SYN leaving for the backend's node carries its
+//! frontend in an IP option; ICMP errors quoting a backend name the
+//! frontend instead (or are dropped).
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::outcome::Outcome;
+use ssh_fwd_common::{
+    conntrack::Segment,
+    maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
+    outcome::Outcome,
+};
 
-use crate::{counters::count, maps::REVERSE, reverse::restore_frontend, skb::parse};
+use crate::{
+    config::cross_node_plain,
+    conntrack::{self, Restore},
+    counters::{Direction, count, count_mapping},
+    forward::iface_flags,
+    icmp::{self, Out},
+    ipopt,
+    maps::REVERSE,
+    packet::{Headers, Transport},
+    skb::{Field, parse, rewrite},
+};
 
 #[classifier]
 pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
-    let outcome = reverse_nat(&ctx);
-    count(outcome);
-    match outcome {
-        Outcome::RewriteError => TC_ACT_SHOT,
-        _ => TC_ACT_UNSPEC,
+    let h = match parse(&ctx) {
+        Ok(h) => h,
+        Err(outcome) => {
+            count(outcome);
+            return TC_ACT_UNSPEC;
+        }
+    };
+    match h.transport {
+        Transport::Icmp => match icmp::outbound(&ctx, h.ip_len) {
+            Out::Drop => TC_ACT_SHOT,
+            Out::Translated => TC_ACT_UNSPEC,
+            Out::NotOurs => {
+                count(Outcome::PassNotTcp);
+                TC_ACT_UNSPEC
+            }
+        },
+        Transport::Tcp => {
+            let outcome = tcp(&ctx, &h, &h.seg);
+            count(outcome);
+            match outcome {
+                Outcome::RewriteError => TC_ACT_SHOT,
+                _ => TC_ACT_UNSPEC,
+            }
+        }
     }
 }
 
 #[inline(always)]
-fn reverse_nat(ctx: &TcContext) -> Outcome {
-    let headers = match parse(ctx) {
-        Ok(headers) => headers,
-        Err(outcome) => return outcome,
-    };
-    let (backend, client) = (headers.source, headers.destination);
+fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
+    let (source, destination) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
-        return Outcome::PassNoBackend;
-    };
-    match restore_frontend(ctx, headers.l4, backend, client, primary) {
-        Ok(()) => Outcome::ReverseNat,
-        Err(()) => Outcome::RewriteError,
+    if let Some(primary) = unsafe { REVERSE.get(source) }.copied() {
+        // Only a reply the node got from the pod may move state: one that
+        // came in from outside carries a pod's address it cannot own.
+        let tracked = if from_outside(ctx) {
+            None
+        } else {
+            conntrack::reply(source, destination, seg)
+        };
+        let external = on_external(ctx);
+        let restore = match tracked {
+            Some(restore) => restore,
+            None if external
+                && !from_outside(ctx)
+                && let Some(restore) =
+                    conntrack::legacy_reply(source, destination, &primary, seg) =>
+            {
+                restore
+            }
+            None if cross_node_plain() && external => {
+                count(Outcome::ReverseFallback);
+                Restore {
+                    frontend: primary.endpoint,
+                    slot: primary.slot,
+                }
+            }
+            None => return Outcome::ReplyUntracked,
+        };
+        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err() {
+            return Outcome::RewriteError;
+        }
+        count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
+        return Outcome::ReverseNat;
     }
+    if seg.is_syn()
+        && !cross_node_plain()
+        // SAFETY: only tested for presence.
+        && unsafe { REVERSE.get(destination) }.is_some()
+        && let Some(frontend) = conntrack::frontend_of(source, destination)
+        && ipopt::add(ctx, h.ip_len, frontend)
+    {
+        return Outcome::OptionAdded;
+    }
+    Outcome::PassNoBackend
+}
+
+/// Whether the packet leaves through an external interface (`--iface`).
+#[inline(always)]
+fn on_external(ctx: &TcContext) -> bool {
+    // SAFETY: the context pointer is the live skb of this program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    iface_flags(ifindex) & IFACE_EXTERNAL != 0
+}
+
+/// Whether the packet entered the node on an external or cluster
+/// interface (it is being forwarded back out).
+#[inline(always)]
+fn from_outside(ctx: &TcContext) -> bool {
+    // SAFETY: the context pointer is the live skb of this program run.
+    let ingress = unsafe { (*ctx.skb.skb).ingress_ifindex };
+    ingress != 0 && iface_flags(ingress) & IFACE_OUTSIDE != 0
 }

@@ -53,7 +53,7 @@ pub fn iface_flags(ifindex: u32) -> u32 {
 /// stack (TTL about to expire, no route, forwarding off, MTU exceeded...).
 #[inline(always)]
 pub fn route(ctx: &TcContext, src: Endpoint, dst: Endpoint) -> Option<Route> {
-    let ttl = bytes_at::<2>(ctx, ETH_HLEN + IPV4_TTL_OFF)?;
+    let ttl = bytes_at::<TcContext, 2>(ctx, ETH_HLEN + IPV4_TTL_OFF)?;
     // SAFETY: inside the range bytes_at checked.
     let ttl_word = unsafe { ttl.cast::<u16>().read_unaligned() };
     let new_ttl_word = forwarded_ttl_word(ttl_word)?;
@@ -110,7 +110,7 @@ pub enum Sent {
 /// calls cost more than the rest of the redirect.
 #[inline(always)]
 pub fn send(ctx: &TcContext, route: &Route, peer_ok: bool) -> Option<(i32, Sent)> {
-    let frame = bytes_at::<{ ETH_HLEN + IPV4_MIN_LEN }>(ctx, 0)?;
+    let frame = bytes_at::<TcContext, { ETH_HLEN + IPV4_MIN_LEN }>(ctx, 0)?;
     // SAFETY: every write stays inside the range bytes_at checked; the
     // program has the skb to itself (the verifier unclones it first).
     unsafe {

@@ -1,8 +1,9 @@
-//! tc ingress: the same DNAT as the XDP program, for interfaces where XDP is
-//! slower (veth) or unsupported. Uses the skb helpers so checksum offload
-//! state (CHECKSUM_PARTIAL/COMPLETE) stays consistent. A rewritten packet is
-//! routed here and redirected to the backend's interface when the route
-//! allows ([`crate::forward`]): into the pod's namespace directly when that
+//! tc ingress on an external (or cluster) interface: the DNAT of requests to
+//! frontends, with the connection tracking of `crate::conntrack`; requests
+//! another node already translated, with the frontend their SYN carries;
+//! and ICMP errors addressed to frontends. A translated packet is routed
+//! here and redirected to the backend's interface when the route allows
+//! (`crate::forward`): into the pod's namespace directly when that
 //! interface is a pod's veth.
 
 use aya_ebpf::{
@@ -11,23 +12,35 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ssh_fwd_common::{
+    conntrack::Segment,
     maps::{Endpoint, IFACE_POD_PEER},
     outcome::Outcome,
 };
 
 use crate::{
+    conntrack,
     counters::{Direction, count, count_mapping},
     forward::{Sent, iface_flags, route, send},
-    maps::FRONTENDS,
+    icmp, ipopt,
+    maps::{FRONTENDS, REVERSE},
+    packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
-    track::remember_frontend,
 };
+
+/// What ingress did with a packet.
+enum Verdict {
+    /// Translated: route `client -> backend` and hand it on.
+    Forward { client: Endpoint, backend: Endpoint },
+    /// Not ours, or ours but best left to the stack: counted, passed on.
+    Pass(Outcome),
+    /// Dropped, and why.
+    Drop(Outcome),
+}
 
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
-    match dnat(&ctx) {
-        Ok((client, backend)) => {
-            count(Outcome::Dnat);
+    match ingress(&ctx) {
+        Verdict::Forward { client, backend } => {
             let Some(route) = route(&ctx, client, backend) else {
                 return TC_ACT_UNSPEC;
             };
@@ -41,37 +54,93 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
             }
             action
         }
-        Err(outcome) => {
+        // UNSPEC lets later tc programs on the interface run, as tcx expects.
+        Verdict::Pass(outcome) => {
             count(outcome);
-            match outcome {
-                // Half-rewritten packets must not reach the pod.
-                Outcome::RewriteError => TC_ACT_SHOT,
-                // UNSPEC lets later tc programs on the interface run, as tcx expects.
-                _ => TC_ACT_UNSPEC,
-            }
+            TC_ACT_UNSPEC
+        }
+        Verdict::Drop(outcome) => {
+            count(outcome);
+            TC_ACT_SHOT
         }
     }
 }
 
-/// Rewrites the destination; returns the client and the backend now written
-/// in the packet, or the outcome of a packet that is not ours.
 #[inline(always)]
-fn dnat(ctx: &TcContext) -> Result<(Endpoint, Endpoint), Outcome> {
-    let headers = parse(ctx)?;
-    let (client, frontend) = (headers.source, headers.destination);
-    // SAFETY: copied out immediately.
-    let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
-        return Err(Outcome::PassNoFrontend);
+fn ingress(ctx: &TcContext) -> Verdict {
+    let h = match parse(ctx) {
+        Ok(h) => h,
+        Err(outcome) => return Verdict::Pass(outcome),
     };
-    remember_frontend(ctx, client, frontend, &target);
-    rewrite(
-        ctx,
-        headers.l4,
-        Field::Destination,
-        frontend,
-        target.endpoint,
-    )
-    .map_err(|_| Outcome::RewriteError)?;
-    count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
-    Ok((client, target.endpoint))
+    match h.transport {
+        Transport::Icmp => match icmp::inbound(ctx, h.ip_len, h.destination.addr) {
+            Some(backend) => Verdict::Forward {
+                client: h.source,
+                backend,
+            },
+            None => Verdict::Pass(Outcome::PassNotTcp),
+        },
+        Transport::Tcp => tcp(ctx, &h, &h.seg),
+    }
+}
+
+#[inline(always)]
+fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
+    let (client, frontend) = (h.source, h.destination);
+    // SAFETY: copied out immediately.
+    if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
+        let backend = target.endpoint;
+        if !conntrack::request(client, frontend, backend, target.slot, seg) {
+            return Verdict::Drop(Outcome::ConflictDropped);
+        }
+        if rewrite(ctx, h.l4(), Field::Destination, frontend, backend).is_err() {
+            // Half-rewritten packets must not reach the pod.
+            return Verdict::Drop(Outcome::RewriteError);
+        }
+        count(Outcome::Dnat);
+        count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
+        return Verdict::Forward { client, backend };
+    }
+    // SAFETY: only tested for presence.
+    if unsafe { REVERSE.get(h.destination) }.is_none() {
+        return Verdict::Pass(Outcome::PassNoFrontend);
+    }
+    to_backend(ctx, h, seg)
+}
+
+/// A request to one of our backends that another node translated (or a
+/// peer in the cluster sent to the pod's address): its state here, or the
+/// frontend its SYN carries. The stack delivers it.
+#[inline(always)]
+fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
+    let (client, backend) = (h.source, h.destination);
+    if !seg.is_syn() {
+        conntrack::request_to_backend(client, backend, seg);
+        return Verdict::Pass(Outcome::PassNoFrontend);
+    }
+    let Some(frontend) = ipopt::frontend(ctx, h.ip_len) else {
+        // A SYN without it: in-cluster, never tracked.
+        return Verdict::Pass(Outcome::PassNoFrontend);
+    };
+    // SAFETY: copied out immediately.
+    let target = unsafe { FRONTENDS.get(frontend) }
+        .copied()
+        .filter(|t| t.endpoint == backend);
+    let keep = match target {
+        Some(t) => {
+            count(Outcome::OptionLearned);
+            conntrack::request(client, frontend, backend, t.slot, seg)
+        }
+        None => {
+            count(Outcome::OptionRejected);
+            true
+        }
+    };
+    // The pod sees the SYN as the client sent it.
+    ipopt::strip_skb(ctx, frontend);
+    if keep {
+        Verdict::Pass(Outcome::PassNoFrontend)
+    } else {
+        Verdict::Drop(Outcome::ConflictDropped)
+    }
 }

@@ -1,99 +1,134 @@
-//! XDP ingress: rewrite `frontend -> backend` in place and hand the packet to
-//! the stack, which routes it to the pod.
+//! XDP ingress: the same work as the tc ingress program, before the kernel
+//! builds an skb: rewrite `frontend -> backend` in place with the
+//! connection tracking, learn the frontend a SYN from another node carries,
+//! translate ICMP errors addressed to frontends; then hand the packet to the
+//! stack, which routes it to the pod.
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use ssh_fwd_common::{
+    conntrack::Segment,
     csum,
     maps::Endpoint,
     outcome::Outcome,
-    packet::{
-        ETH_HLEN, ETH_P_IP, ETH_TYPE_OFF, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_DADDR_OFF,
-        IPV4_FRAG_OFF, IPV4_MIN_LEN, IPV4_PROTO_OFF, IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF,
-        TCP_MIN_LEN, TCP_SPORT_OFF, ipv4_header_len, is_fragment,
-    },
+    packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF},
 };
 
 use crate::{
+    conntrack,
     counters::{Direction, count, count_mapping},
-    maps::FRONTENDS,
-    track::remember_frontend,
+    icmp, ipopt,
+    maps::{FRONTENDS, REVERSE},
+    packet::{Headers, Transport, parse, put_addr, put_word, word},
 };
 
 #[xdp]
 pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
-    count(dnat(&ctx));
-    // Every outcome passes: a packet we do not own is the stack's business.
-    xdp_action::XDP_PASS
-}
-
-/// A bounds-checked pointer `offset` bytes into the packet, valid for `N` bytes.
-#[inline(always)]
-fn bytes_at<const N: usize>(ctx: &XdpContext, offset: usize) -> Option<*mut u8> {
-    let start = ctx.data();
-    if start + offset + N > ctx.data_end() {
-        return None;
-    }
-    Some((start + offset) as *mut u8)
-}
-
-#[inline(always)]
-fn dnat(ctx: &XdpContext) -> Outcome {
-    let Some(eth) = bytes_at::<ETH_HLEN>(ctx, 0) else {
-        return Outcome::Malformed;
+    // A translated ICMP error was counted as such already.
+    let Some(outcome) = ingress(&ctx) else {
+        return xdp_action::XDP_PASS;
     };
-    // SAFETY: all reads and writes below stay inside ranges checked by bytes_at.
-    unsafe {
-        if eth.add(ETH_TYPE_OFF).cast::<u16>().read_unaligned() != ETH_P_IP.to_be() {
-            return Outcome::PassNotIpv4;
-        }
-        let Some(ip) = bytes_at::<IPV4_MIN_LEN>(ctx, ETH_HLEN) else {
-            return Outcome::Malformed;
-        };
-        let Some(ip_len) = ipv4_header_len(*ip) else {
-            return Outcome::Malformed;
-        };
-        if is_fragment(ip.add(IPV4_FRAG_OFF).cast::<u16>().read_unaligned()) {
-            return Outcome::PassFragment;
-        }
-        if *ip.add(IPV4_PROTO_OFF) != IPPROTO_TCP {
-            return Outcome::PassNotTcp;
-        }
-        let Some(tcp) = bytes_at::<TCP_MIN_LEN>(ctx, ETH_HLEN + ip_len) else {
-            return Outcome::Malformed;
-        };
-
-        let daddr = ip.add(IPV4_DADDR_OFF).cast::<u32>();
-        let dport = tcp.add(TCP_DPORT_OFF).cast::<u16>();
-        let frontend = Endpoint {
-            addr: daddr.read_unaligned(),
-            port: dport.read_unaligned(),
-            _pad: 0,
-        };
-        let Some(target) = FRONTENDS.get(frontend).copied() else {
-            return Outcome::PassNoFrontend;
-        };
-        let client = Endpoint {
-            addr: ip.add(IPV4_SADDR_OFF).cast::<u32>().read_unaligned(),
-            port: tcp.add(TCP_SPORT_OFF).cast::<u16>().read_unaligned(),
-            _pad: 0,
-        };
-        remember_frontend(ctx, client, frontend, &target);
-
-        let backend = target.endpoint;
-        let addr_diff = csum::diff32(frontend.addr, backend.addr);
-        let port_diff = csum::diff16(frontend.port, backend.port);
-        let ip_check = ip.add(IPV4_CHECK_OFF).cast::<u16>();
-        ip_check.write_unaligned(csum::apply(ip_check.read_unaligned(), addr_diff));
-        let tcp_check = tcp.add(TCP_CHECK_OFF).cast::<u16>();
-        tcp_check.write_unaligned(csum::apply(
-            tcp_check.read_unaligned(),
-            addr_diff + port_diff,
-        ));
-        daddr.write_unaligned(backend.addr);
-        dport.write_unaligned(backend.port);
-
-        let bytes = (ctx.data_end() - ctx.data()) as u64;
-        count_mapping(target.slot, Direction::ToBackend, bytes);
+    count(outcome);
+    match outcome {
+        // The 4-tuple is another frontend's; or a rewrite went wrong.
+        Outcome::ConflictDropped | Outcome::RewriteError => xdp_action::XDP_DROP,
+        // Every other outcome passes: a packet we do not own is the stack's
+        // business.
+        _ => xdp_action::XDP_PASS,
     }
+}
+
+#[inline(always)]
+fn ingress(ctx: &XdpContext) -> Option<Outcome> {
+    let h = match parse(ctx) {
+        Some(Ok(h)) => h,
+        Some(Err(outcome)) => return Some(outcome),
+        None => return Some(Outcome::Malformed),
+    };
+    match h.transport {
+        // Translated or not, the stack routes it.
+        Transport::Icmp => icmp::inbound(ctx, h.ip_len, h.destination.addr)
+            .is_none()
+            .then_some(Outcome::PassNotTcp),
+        Transport::Tcp => Some(tcp(ctx, &h, &h.seg)),
+    }
+}
+
+#[inline(always)]
+fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
+    let (client, frontend) = (h.source, h.destination);
+    // SAFETY: copied out immediately.
+    let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
+        // SAFETY: only tested for presence.
+        if unsafe { REVERSE.get(h.destination) }.is_some() {
+            return to_backend(ctx, h, seg);
+        }
+        return Outcome::PassNoFrontend;
+    };
+    let backend = target.endpoint;
+    if !conntrack::request(client, frontend, backend, target.slot, seg) {
+        return Outcome::ConflictDropped;
+    }
+    if dnat(ctx, h, frontend, backend).is_none() {
+        return Outcome::RewriteError;
+    }
+    let bytes = (ctx.data_end() - ctx.data()) as u64;
+    count_mapping(target.slot, Direction::ToBackend, bytes);
     Outcome::Dnat
+}
+
+/// Rewrites the destination and both checksums in place. `None`: the
+/// headers were not where parsing found them (nothing written).
+#[inline(always)]
+fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) -> Option<()> {
+    let addr_diff = csum::diff32(frontend.addr, backend.addr);
+    let port_diff = csum::diff16(frontend.port, backend.port);
+    let l4 = h.l4();
+    let ip_check = word(ctx, ETH_HLEN + IPV4_CHECK_OFF)?;
+    let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
+    put_word(
+        ctx,
+        ETH_HLEN + IPV4_CHECK_OFF,
+        csum::apply(ip_check, addr_diff),
+    )?;
+    put_word(
+        ctx,
+        l4 + TCP_CHECK_OFF,
+        csum::apply(tcp_check, addr_diff + port_diff),
+    )?;
+    put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
+    put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
+}
+
+/// A request to one of our backends that another node translated: as in
+/// the tc program.
+#[inline(always)]
+fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
+    let (client, backend) = (h.source, h.destination);
+    if !seg.is_syn() {
+        conntrack::request_to_backend(client, backend, seg);
+        return Outcome::PassNoFrontend;
+    }
+    let Some(frontend) = ipopt::frontend(ctx, h.ip_len) else {
+        return Outcome::PassNoFrontend;
+    };
+    // SAFETY: copied out immediately.
+    let target = unsafe { FRONTENDS.get(frontend) }
+        .copied()
+        .filter(|t| t.endpoint == backend);
+    let keep = match target {
+        Some(t) => {
+            count(Outcome::OptionLearned);
+            conntrack::request(client, frontend, backend, t.slot, seg)
+        }
+        None => {
+            count(Outcome::OptionRejected);
+            true
+        }
+    };
+    ipopt::strip_xdp(ctx, frontend);
+    if keep {
+        Outcome::PassNoFrontend
+    } else {
+        Outcome::ConflictDropped
+    }
 }

@@ -1,27 +1,36 @@
-//! The ssh-fwd data path. Three programs share the maps in [`maps`]:
+//! The ssh-fwd data path. The programs share the maps in [`maps`]:
 //! - `ssh_fwd_ingress_xdp` / `ssh_fwd_ingress_tc`: DNAT `frontend -> backend`
-//!   on the node's external interface (one of the two is attached);
-//! - `ssh_fwd_egress_tc`: reverse NAT `backend -> frontend` on replies, on
-//!   the external interface;
+//!   with connection tracking on the node's external (and cluster)
+//!   interfaces (one of the two is attached), learning the frontend of SYNs
+//!   other nodes translated, and translating ICMP errors to frontends;
+//! - `ssh_fwd_egress_tc`: reverse NAT of tracked connections' replies as
+//!   they leave, the frontend option on translated SYNs leaving for another
+//!   node, and ICMP errors quoting backends;
 //! - `ssh_fwd_reply_tc`: the same reverse NAT earlier, on the host end of
-//!   each pod's interface, for replies routed out of an external interface,
-//!   which it then redirects there directly.
+//!   each pod's interface, redirecting the reply straight out;
+//! - `ssh_fwd_connect4` / `ssh_fwd_getpeername4`: hairpin for clients in
+//!   the cluster, at the socket (cgroup v2), from the same `FRONTENDS`.
 //!
-//! Kernel code only parses, looks up, rewrites and counts; the decisions and
-//! checksum math come from `ssh-fwd-common`, where they are tested on the host.
+//! Kernel code only parses, looks up, rewrites and counts; the decisions
+//! (connection tracking) and checksum math come from `ssh-fwd-common`,
+//! where they are tested on the host.
 #![no_std]
 #![no_main]
 
+mod config;
+mod conntrack;
 mod counters;
 mod egress_tc;
 mod forward;
+mod hairpin;
+mod icmp;
 mod ingress_tc;
 mod ingress_xdp;
+mod ipopt;
 mod maps;
+mod packet;
 mod reply_tc;
-mod reverse;
 mod skb;
-mod track;
 
 #[cfg(not(test))]
 #[panic_handler]

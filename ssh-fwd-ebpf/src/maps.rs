@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, CONN_CAPACITY, ConnKey, Endpoint, MAX_IFACES, MAX_MAPPINGS, MappingCounters,
-        MappingName, NatTarget,
+        AgentStatus, CONN_CAPACITY, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY, HalfOpen,
+        LEGACY_CONN_CAPACITY, MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName, NatTarget,
     },
     outcome::Outcome,
 };
@@ -18,14 +18,22 @@ use ssh_fwd_common::{
 #[map(name = "FRONTENDS")]
 pub static FRONTENDS: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPINGS, 0);
 
-/// Backend (pod IP, port) -> primary frontend. The reverse-NAT table.
+/// Backend (pod IP, port) -> primary frontend: which addresses are
+/// backends (the cheap test before any connection lookup).
 #[map(name = "REVERSE")]
 pub static REVERSE: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPINGS, 0);
 
-/// (client, backend) -> frontend used, for backends behind several frontends.
-/// LRU: bounded, and evicts only under pressure, never on idle time.
+/// Established connections, created only by completed handshakes. A plain
+/// hash, not an LRU: nothing may evict a live connection; entries end with
+/// their connection or by the agent's idle sweep. The agent sets the
+/// capacity (`--conn-table-size`).
 #[map(name = "CONNS")]
-pub static CONNS: LruHashMap<ConnKey, NatTarget> = LruHashMap::pinned(CONN_CAPACITY, 0);
+pub static CONNS: HashMap<ConnKey, Conn> = HashMap::pinned(CONN_CAPACITY, 0);
+
+/// Handshakes in progress. An LRU: a SYN flood churns it, and that is all
+/// it can do. The agent sets the capacity (`--half-open-table-size`).
+#[map(name = "HALF_OPEN")]
+pub static HALF_OPEN: LruHashMap<ConnKey, HalfOpen> = LruHashMap::pinned(HALF_OPEN_CAPACITY, 0);
 
 /// Per-mapping packet/byte counters, indexed by slot.
 #[map(name = "MAPPING_STATS")]
@@ -40,8 +48,8 @@ pub static GLOBAL_STATS: PerCpuArray<u64> = PerCpuArray::pinned(Outcome::COUNT, 
 pub static MAPPING_NAMES: Array<MappingName> = Array::pinned(MAX_MAPPINGS, 0);
 
 /// Interface index -> `IFACE_*` flags, written by the agent: which
-/// interfaces are external (replies routed out of them get the reverse NAT)
-/// and which are pods' veth ends (`bpf_redirect_peer` may target them).
+/// interfaces are external and which are pods' veth ends
+/// (`bpf_redirect_peer` may target them).
 #[map(name = "IFACES")]
 pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);
 
@@ -49,3 +57,19 @@ pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);
 /// other maps so it outlives the agent. Never read here.
 #[map(name = "AGENT_STATUS")]
 pub static AGENT_STATUS: Array<AgentStatus> = Array::pinned(1, 0);
+
+/// `BPF_F_NO_PREALLOC`: the upgrade maps are empty on every node but one
+/// being upgraded, so they take memory only for their entries.
+const NO_PREALLOC: u32 = 1;
+
+/// Backend -> until when its untracked replies may belong to a connection
+/// an older data path forwarded. Written only by the agent (upgrades).
+#[map(name = "LEGACY")]
+pub static LEGACY: HashMap<Endpoint, u64> = HashMap::pinned(MAX_MAPPINGS, NO_PREALLOC);
+
+/// `(client, backend)` -> the frontend an older data path recorded for a
+/// connection. Written by the agent (upgrades); an entry is removed here
+/// when its connection is adopted.
+#[map(name = "LEGACY_CONNS")]
+pub static LEGACY_CONNS: HashMap<ConnKey, NatTarget> =
+    HashMap::pinned(LEGACY_CONN_CAPACITY, NO_PREALLOC);

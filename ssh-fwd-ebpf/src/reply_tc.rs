@@ -1,13 +1,12 @@
-//! tc ingress on the host end of a pod's interface: a reply from a backend
-//! gets its source rewritten back to the frontend right as it leaves the pod
-//! and is sent straight out of the external interface its route uses, so
-//! replies skip the node's IP stack as requests do.
+//! tc ingress on the host end of a pod's interface: a reply of a tracked
+//! connection gets its frontend back as it leaves the pod and is sent
+//! straight out of the interface its route uses, so replies skip the node's
+//! IP stack as requests do. Traffic of connections ssh-fwd did not forward
+//! (a job's ranks using ssh to each other's pod addresses) is never
+//! touched, whatever the route.
 //!
-//! Only replies whose route leaves through an external interface are
-//! touched: in-cluster traffic to the pod's port (another rank's ssh to
-//! `POD_IP:22`) is left alone, exactly as the egress program would leave it.
 //! Anything not settled here goes to the stack untouched, and the egress
-//! program on the external interface still does the reverse NAT.
+//! program on the way out does the same work.
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -17,11 +16,13 @@ use aya_ebpf::{
 use ssh_fwd_common::{maps::IFACE_EXTERNAL, outcome::Outcome};
 
 use crate::{
-    counters::count,
+    config::cross_node_plain,
+    conntrack::{self, Restore},
+    counters::{Direction, count, count_mapping},
     forward::{iface_flags, route, send},
     maps::REVERSE,
-    reverse::restore_frontend,
-    skb::parse,
+    packet::Transport,
+    skb::{Field, parse, rewrite},
 };
 
 #[classifier]
@@ -33,31 +34,49 @@ pub fn ssh_fwd_reply_tc(ctx: TcContext) -> i32 {
 
 #[inline(always)]
 fn reply(ctx: &TcContext) -> (Outcome, i32) {
-    let headers = match parse(ctx) {
-        Ok(headers) => headers,
+    let h = match parse(ctx) {
+        Ok(h) => h,
         Err(outcome) => return (outcome, TC_ACT_UNSPEC),
     };
-    let (backend, client) = (headers.source, headers.destination);
+    if h.transport != Transport::Tcp {
+        return (Outcome::PassNotTcp, TC_ACT_UNSPEC);
+    }
+    let seg = h.seg;
+    let (backend, client) = (h.source, h.destination);
     // SAFETY: copied out immediately.
     let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return (Outcome::PassNoBackend, TC_ACT_UNSPEC);
     };
-    // Decide before touching the packet: routed with the pod's own address,
-    // as the stack would route it.
+    // Route before touching any state: what this program cannot send on is
+    // left whole to the egress program, which then tracks it once.
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
-    if iface_flags(route.ifindex()) & IFACE_EXTERNAL == 0 {
-        return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
-    }
-    if restore_frontend(ctx, headers.l4, backend, client, primary).is_err() {
+    let external = iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0;
+    let restore = match conntrack::reply(backend, client, &seg) {
+        Some(restore) => restore,
+        None if external
+            && let Some(restore) = conntrack::legacy_reply(backend, client, &primary, &seg) =>
+        {
+            restore
+        }
+        None if cross_node_plain() && external => {
+            count(Outcome::ReverseFallback);
+            Restore {
+                frontend: primary.endpoint,
+                slot: primary.slot,
+            }
+        }
+        None => return (Outcome::ReplyUntracked, TC_ACT_UNSPEC),
+    };
+    if rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err() {
         return (Outcome::RewriteError, TC_ACT_SHOT);
     }
     count(Outcome::ReverseNat);
+    count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
     match send(ctx, &route, false) {
         Some((action, _)) => (Outcome::ReplyRedirected, action),
-        // Rewritten and bound for an external interface: the stack routes
-        // it there, and egress finds nothing left to do.
+        // Rewritten: the stack routes it, and egress finds nothing to do.
         None => (Outcome::ReplyToStack, TC_ACT_UNSPEC),
     }
 }

@@ -36,7 +36,8 @@ pub enum Command {
     /// Attach the data path to the external interfaces and keep its maps equal
     /// to the desired mappings. SIGHUP reloads; SIGTERM exits and leaves the
     /// data path forwarding (a new agent adopts it).
-    Agent(AgentArgs),
+    // Boxed: its flags are many times the size of the other commands'.
+    Agent(Box<AgentArgs>),
     /// Print what is installed, read from the pinned maps: `mappings` (the
     /// default) with their packet and byte counters, `conns`, `hooks` or
     /// `counters`.

@@ -19,8 +19,9 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::from(2);
     }
+    let long_running = matches!(cli.command, Command::Agent(_) | Command::Controller(_));
     let result = match cli.command {
-        Command::Agent(args) => block_on(agent::run(args)),
+        Command::Agent(args) => block_on(agent::run(*args)),
         Command::Controller(args) => block_on(controller::run(*args)),
         Command::List(args) => commands::list::run(args),
         Command::Status(args) => commands::status::run(args),
@@ -30,8 +31,13 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
+            // Once: the agent and the controller log it (one event, in the
+            // log format asked for); the commands print it, as CLIs do.
+            if long_running {
+                tracing::error!("{e:#}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

@@ -50,3 +50,17 @@ impl MappingSet {
         self.0.is_empty()
     }
 }
+
+/// `text` with control characters escaped (`\u{1b}`), safe to print to a
+/// terminal: names come from files and API objects others write.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}

@@ -348,6 +348,53 @@ fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
         .collect();
     assert_eq!(added, required);
     assert_ne!(security.privileged, Some(true));
+    // bpf(2) with CAP_BPF and not CAP_SYS_ADMIN: some runtimes' default
+    // seccomp profiles refuse it (see the manifest's comment).
+    let seccomp = security.seccomp_profile.as_ref().map(|p| p.type_.as_str());
+    assert_eq!(seccomp, Some("Unconfined"));
+}
+
+/// What kustomize's `images:` rules make of `image` (name and tag).
+fn set_image(rules: &Value, image: &str) -> String {
+    let (name, tag) = match image.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name, Some(tag)),
+        _ => (image, None),
+    };
+    let rule = rules
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["name"] == name);
+    let Some(rule) = rule else {
+        return image.to_owned();
+    };
+    let name = rule["newName"].as_str().unwrap_or(name);
+    match rule["newTag"].as_str().or(tag) {
+        Some(tag) => format!("{name}:{tag}"),
+        None => name.to_owned(),
+    }
+}
+
+#[test]
+fn the_kind_overlay_runs_the_image_cargo_xtask_image_builds() {
+    use ssh_fwd_tests::image::{DEV_TAG, qualified};
+    let images = |file: &str| documents(&Path::new(DEPLOY).join(file))[0]["images"].clone();
+    let (base_rules, kind_rules) = (
+        images("base/kustomization.yaml"),
+        images("overlays/kind/kustomization.yaml"),
+    );
+    let docs = base();
+    for (kind, name) in [
+        ("DaemonSet", "ssh-fwd-agent"),
+        ("Deployment", "ssh-fwd-controller"),
+    ] {
+        let containers = &find(&docs, kind, name)["spec"]["template"]["spec"]["containers"];
+        let image = containers[0]["image"].as_str().unwrap();
+        let released = set_image(&base_rules, image);
+        assert_ne!(released, image, "{kind} {name}: the base names the release");
+        let dev = set_image(&kind_rules, &released);
+        assert_eq!(qualified(&dev), qualified(DEV_TAG), "{kind} {name}");
+    }
 }
 
 fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deployment) {

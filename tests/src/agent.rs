@@ -208,6 +208,14 @@ impl Agent {
             argv.extend(["--bpffs".into(), bpffs.path().into()]);
         }
         argv.extend(["--watch-interval", "200ms", "--log-format", "json"].map(Into::into));
+        // Hairpin attaches to a cgroup, by default the machine's: tests
+        // never do that, only to a cgroup of their own (`--cgroup-root`).
+        if !args
+            .iter()
+            .any(|a| a == "--hairpin" || a == "--cgroup-root")
+        {
+            argv.extend(["--hairpin", "off"].map(Into::into));
+        }
         for iface in ifaces {
             argv.extend(["--iface".into(), (*iface).into()]);
         }
@@ -348,8 +356,13 @@ impl Drop for Agent {
 
 /// Runs an agent command that is expected to fail and returns its stderr.
 pub fn run_failing(node: &NetNs, args: &[&str]) -> anyhow::Result<String> {
+    run_failing_as(node, binary()?.to_str().context("binary path")?, args)
+}
+
+/// Runs `program args` in `node`, expecting failure; returns its stderr.
+pub fn run_failing_as(node: &NetNs, program: &str, args: &[&str]) -> anyhow::Result<String> {
     let out = node
-        .command(binary()?.to_str().context("binary path")?)
+        .command(program)
         .args(args)
         .stdin(Stdio::null())
         .output()?;

@@ -2,17 +2,24 @@
 //! pod, a real OpenSSH server in each pod, the real agent binary in each node,
 //! and guards that remove all of it when dropped, also when a test fails.
 //!
-//! Used by the end-to-end tests in `tests/` and by `cargo xtask demo`.
+//! Used by the end-to-end tests in `tests/`, by `cargo xtask demo`, and by
+//! `cargo xtask image` (the container image, `image.rs`).
 
 pub mod agent;
+pub mod cgroup;
+pub mod cluster;
 pub mod cmd;
+pub mod container;
 pub mod fake_api;
+pub mod flood;
+pub mod image;
 pub mod netns;
 pub mod privilege;
 pub mod ssh;
 pub mod topology;
 
 pub use agent::{Agent, Bpffs};
+pub use cgroup::TestCgroup;
 pub use netns::NetNs;
 pub use ssh::{SshClient, Sshd};
 pub use topology::{Node, Pod, Topology};

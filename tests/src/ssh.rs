@@ -194,6 +194,48 @@ impl SshClient {
         Ok(out.trim().to_owned())
     }
 
+    /// Runs `remote` from inside `ns` as a member of `cgroup` (where the
+    /// hairpin programs are), with the client's verbose log, and returns
+    /// the trimmed stdout and the stderr (which names the address the
+    /// client believes it is connected to: `Authenticated to HOST
+    /// ([IP]:PORT)`, from getpeername).
+    pub fn run_in_cgroup(
+        &self,
+        cgroup: &crate::TestCgroup,
+        ns: &NetNs,
+        host: &str,
+        port: u16,
+        remote: &str,
+    ) -> anyhow::Result<(String, String)> {
+        let mut c = cgroup.command(Some(ns), "timeout");
+        // The first LogLevel given wins over NON_INTERACTIVE's.
+        c.args([
+            "--kill-after=2",
+            "20",
+            "ssh",
+            "-o",
+            "LogLevel=VERBOSE",
+            "-i",
+        ])
+        .arg(&self.key)
+        .args(NON_INTERACTIVE)
+        .args(["-p", &port.to_string(), &format!("root@{host}"), remote])
+        .stdin(Stdio::null());
+        let out = c.output().context("spawning ssh")?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            bail!(
+                "ssh -p {port} root@{host} from {} failed ({}): {stderr}",
+                ns.name(),
+                out.status
+            );
+        }
+        Ok((
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+            stderr,
+        ))
+    }
+
     /// Runs `remote` and returns its trimmed stdout.
     pub fn run(&self, ns: &NetNs, host: &str, port: u16, remote: &str) -> anyhow::Result<String> {
         let out = cmd::run(

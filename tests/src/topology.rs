@@ -31,6 +31,26 @@ pub struct Pod {
     _sshd: Sshd,
 }
 
+impl Pod {
+    pub fn new(
+        ns: NetNs,
+        ip: String,
+        hostname: String,
+        node: usize,
+        node_iface: String,
+        sshd: Sshd,
+    ) -> Self {
+        Self {
+            ns,
+            ip,
+            hostname,
+            node,
+            node_iface,
+            _sshd: sshd,
+        }
+    }
+}
+
 pub struct Node {
     pub ns: NetNs,
 }
@@ -94,8 +114,10 @@ impl Topology {
         a.veth("peer", &b, "peer")?;
         a.ip(&["addr", "add", "10.0.0.1/30", "dev", "peer"])?;
         b.ip(&["addr", "add", "10.0.0.2/30", "dev", "peer"])?;
-        // Pod CIDR of node B, as a CNI would route it.
+        // The pod network, as a CNI routes it: node B's pods from A, and
+        // A's from B (the /24s of each node's own pods are more specific).
         a.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.2"])?;
+        b.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.1"])?;
         // Node B sends client traffic straight out of its own external link.
         b.ip(&[
             "route",

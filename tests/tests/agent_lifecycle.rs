@@ -183,6 +183,9 @@ fn agent_errors_name_the_problem() {
             file.display().to_string(),
             "--bpffs".into(),
             bpffs.path().display().to_string(),
+            // Never the machine's cgroup, should a check let it through.
+            "--hairpin".into(),
+            "off".into(),
         ]
     };
     let run = |a: Vec<String>| {
@@ -249,5 +252,68 @@ fn entry_deleted_behind_the_agents_back_returns_at_the_next_resync() {
         ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || mappings(&bed.bpffs[0]) == 1),
         "the resync did not restore the entry"
     );
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_for_it() {
+    privilege::require();
+    let mut bed = one_mapping_bed(1, &[]);
+    let first = bed.agents[0].pid().unwrap();
+    let bpffs = bed.bpffs[0].path().display().to_string();
+    let mappings = bed.mappings.display().to_string();
+    let node = &bed.topo.nodes[0].ns;
+    // Bounded: without the lock the second agent would run on for good.
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    let bin = bin.to_str().unwrap();
+    let e = ssh_fwd_tests::agent::run_failing_as(
+        node,
+        "timeout",
+        &[
+            "20",
+            bin,
+            "agent",
+            "--hairpin",
+            "off",
+            "--iface",
+            EXT_IFACE,
+            "--mappings",
+            &mappings,
+            "--bpffs",
+            &bpffs,
+        ],
+    )
+    .unwrap();
+    assert!(
+        e.contains("another ssh-fwd agent is running on --bpffs")
+            && e.contains(&format!("pid {first}")),
+        "{e}"
+    );
+    assert_eq!(
+        bed.hostname_via(8022).unwrap(),
+        "pod-1",
+        "the first one goes on"
+    );
+    let e = ssh_fwd_tests::agent::run_failing(node, &["teardown", "--bpffs", &bpffs]).unwrap();
+    assert!(
+        e.contains("an ssh-fwd agent is running") && e.contains("--force"),
+        "{e}"
+    );
+    assert_eq!(
+        bed.hostname_via(8022).unwrap(),
+        "pod-1",
+        "teardown removed nothing"
+    );
+    // --force removes it under the running agent.
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(&bin).args(["teardown", "--force", "--bpffs", &bpffs]),
+    )
+    .unwrap();
+    assert!(refused(bed.client(), 8022));
+    // Once the agent is gone, the lock is too: a new agent starts.
+    bed.agents[0].stop().unwrap();
+    bed.agents[0] = Agent::start(node, &[EXT_IFACE], &bed.mappings, &bed.bpffs[0], &[]).unwrap();
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
 }

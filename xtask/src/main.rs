@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod image;
 mod setup;
 mod test;
 
@@ -17,7 +18,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what building and testing need and is missing: the nightly's
-    /// rust-src, bpf-linker built against the nightly's LLVM, and the Debian
+    /// rust-src, bpf-linker built against the nightly's LLVM, the musl
+    /// target (the container image's static binary), and the Debian
     /// packages the tests use. Quick when everything is there.
     Setup,
     /// Build, then show a real ssh login through the forwarder in network
@@ -35,6 +37,23 @@ enum Task {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
+    },
+    /// Build the container image (deploy/Dockerfile) offline: a static
+    /// ssh-fwd (musl) in an otherwise empty image, with podman; no registry.
+    Image {
+        /// Build the binary with the dev profile the tests use (quicker to
+        /// build, unoptimised, no debug info) instead of `--release`.
+        #[arg(long)]
+        test_profile: bool,
+        /// The image name; a short one is named as Docker and containerd
+        /// name it (`ssh-fwd:dev` is `docker.io/library/ssh-fwd:dev`), so
+        /// that a kind or minikube node finds the image the manifests name.
+        #[arg(long, default_value = ssh_fwd_tests::image::DEV_TAG)]
+        tag: String,
+        /// Also write the image to FILE as a docker-archive, for
+        /// `kind load image-archive FILE` or `minikube image load FILE`.
+        #[arg(long, value_name = "FILE")]
+        save: Option<std::path::PathBuf>,
     },
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
     /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
@@ -212,6 +231,17 @@ fn main() -> std::process::ExitCode {
             which: Bench::Progs { runs },
         } => setup::run().and_then(|()| bench::progs::run(runs)),
         Task::BenchHelper { which } => bench::helpers::run(which),
+        Task::Image {
+            test_profile,
+            tag,
+            save,
+        } => setup::run().and_then(|()| {
+            image::run(&image::Options {
+                test_profile,
+                tag,
+                save,
+            })
+        }),
         Task::Test { no_lints, args } => setup::run().and_then(|()| test::run(!no_lints, &args)),
     };
     match result {
@@ -237,6 +267,17 @@ pub fn run(cmd: &mut std::process::Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `cargo` in the workspace, without the variables `cargo run` set for
+/// xtask: a build script that watches one (ring: CARGO_MANIFEST_DIR) would
+/// otherwise rebuild, with everything above it, after every plain `cargo
+/// build`, and the other way round.
+fn cargo() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO"));
+    cmd.env_remove("CARGO_MANIFEST_DIR")
+        .current_dir(workspace_root());
+    cmd
+}
+
 /// Builds the `ssh-fwd` binary (debug, or release for benchmarks) and
 /// returns its path.
 pub fn build_ssh_fwd_profile(release: bool) -> anyhow::Result<std::path::PathBuf> {
@@ -244,9 +285,8 @@ pub fn build_ssh_fwd_profile(release: bool) -> anyhow::Result<std::path::PathBuf
         "==> building ssh-fwd{} (with its eBPF programs)",
         if release { " --release" } else { "" }
     );
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.args(["build", "--package", "ssh-fwd"])
-        .current_dir(workspace_root());
+    let mut cmd = cargo();
+    cmd.args(["build", "--package", "ssh-fwd"]);
     if release {
         cmd.arg("--release");
     }
@@ -256,6 +296,23 @@ pub fn build_ssh_fwd_profile(release: bool) -> anyhow::Result<std::path::PathBuf
     Ok(target
         .join(if release { "release" } else { "debug" })
         .join("ssh-fwd"))
+}
+
+/// Builds the static `ssh-fwd` the container image carries (musl, with
+/// `profile`) and returns its path.
+pub fn build_static(profile: &str) -> anyhow::Result<std::path::PathBuf> {
+    let target = ssh_fwd_tests::image::STATIC_TARGET;
+    println!("==> building a static ssh-fwd ({target}, profile {profile}) for the container image");
+    run(cargo().args([
+        "build",
+        "--package",
+        "ssh-fwd",
+        "--target",
+        target,
+        "--profile",
+        profile,
+    ]))?;
+    Ok(ssh_fwd_tests::image::static_binary_path(profile))
 }
 
 /// The debug build, for tests and the demo.

@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-/// Debian packages the tests and the demo use, with the command each provides.
-const PACKAGES: [(&str, &str); 15] = [
+/// Debian packages the tests and the demo use, with the file each provides.
+const PACKAGES: [(&str, &str); 16] = [
     ("iproute2", "/usr/sbin/ip"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
@@ -19,7 +19,9 @@ const PACKAGES: [(&str, &str); 15] = [
     ("tcpdump", "/usr/bin/tcpdump"),
     ("util-linux", "/usr/bin/nsenter"),
     ("procps", "/usr/sbin/sysctl"),
-    // The container image test: build and run the agent's image.
+    // The container image: a static (musl) binary, which needs musl's C
+    // compiler for ring's C code; podman and runc build and run the image.
+    ("musl-tools", "/usr/bin/x86_64-linux-musl-gcc"),
     ("podman", "/usr/bin/podman"),
     ("runc", "/usr/sbin/runc"),
     // `cargo xtask bench datapath`: the compared paths, the load, the chart.
@@ -40,6 +42,7 @@ pub fn run() -> anyhow::Result<()> {
     apt_packages(&log)?;
     rust_src(&log)?;
     bpf_linker(&log)?;
+    static_target(&log)?;
     Ok(())
 }
 
@@ -142,6 +145,29 @@ fn rust_src(log: &Log) -> anyhow::Result<()> {
     log.step(
         "adding rust-src to the nightly toolchain (the eBPF build compiles core)",
         Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]),
+    )
+}
+
+/// The Rust standard library for the static binary in the container image.
+fn static_target(log: &Log) -> anyhow::Result<()> {
+    let target = ssh_fwd_tests::image::STATIC_TARGET;
+    // The toolchain cargo builds the workspace with (cargo xtask sets
+    // RUSTUP_TOOLCHAIN to it).
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .context("running `rustc --print sysroot`")?;
+    let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if Path::new(&sysroot)
+        .join("lib/rustlib")
+        .join(target)
+        .exists()
+    {
+        return Ok(());
+    }
+    log.step(
+        &format!("adding the {target} target (the container image's static binary)"),
+        Command::new("rustup").args(["target", "add", target]),
     )
 }
 

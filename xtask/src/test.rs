@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::bail;
 
-use crate::{build_ssh_fwd, run as run_cmd, workspace_root};
+use crate::{build_ssh_fwd, build_static, run as run_cmd, workspace_root};
 
 /// The nightly the eBPF crate is built with (by aya-build) and linted with.
 const EBPF_TOOLCHAIN: &str = "+nightly";
@@ -25,6 +25,8 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
         lint()?;
     }
     let bin = build_ssh_fwd()?;
+    // The container tests put this one in the image they run.
+    let static_bin = build_static(ssh_fwd_tests::image::TEST_PROFILE)?;
     println!(
         "==> running all tests: host unit tests, eBPF programs on crafted packets, network-namespace end to end"
     );
@@ -38,7 +40,8 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
             .arg("--include-ignored")
             .args(test_args)
             .current_dir(workspace_root())
-            .env("SSH_FWD_BIN", bin),
+            .env("SSH_FWD_BIN", bin)
+            .env("SSH_FWD_STATIC_BIN", static_bin),
     )
 }
 

@@ -2,8 +2,10 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
+
 use crate::{
-    datapath::{hooks::AttachMode, pins::BpffsArg},
+    datapath::{hairpin::HairpinMode, hooks::AttachMode, pins::BpffsArg},
     source::kubernetes::desired::Styles,
 };
 
@@ -38,7 +40,10 @@ pub struct AgentArgs {
 
     /// External SSH IP this agent serves (repeatable). Services claiming any
     /// other address are ignored, so nobody who may create Services can
-    /// capture traffic for other IPs (CVE-2020-8554).
+    /// capture traffic for other IPs (CVE-2020-8554). With a mappings file,
+    /// every frontend must be on one; without the flag, a frontend on an
+    /// address of one of the node's interfaces (other than lo and dummy
+    /// devices) is refused.
     #[arg(long = "ssh-ip", value_name = "IP")]
     pub ssh_ips: Vec<std::net::Ipv4Addr>,
 
@@ -92,6 +97,59 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
     pub pod_ifaces: PodIfacesMode,
 
+    /// An interface that carries traffic to other nodes (repeatable), if it
+    /// is not an external one: requests other nodes translated arrive
+    /// there, and translated SYNs leave there for other nodes. Without the
+    /// flag, the interfaces of the routes with a gateway (to other nodes'
+    /// pods, the default route) are used.
+    #[arg(long = "cluster-iface", value_name = "IFACE")]
+    pub cluster_ifaces: Vec<String>,
+
+    /// How the frontend of a connection reaches the pod's node when the
+    /// request entered another node. `option`: the translated SYN carries
+    /// it in an IPv4 option (8 bytes, SYN only); the pod's node tracks the
+    /// connection and restores the right frontend. Needs a network between
+    /// nodes that passes IPv4 options. `plain`: no option; the pod's node
+    /// has no state for such connections and restores the backend's primary
+    /// frontend (wrong for a pod behind several frontends), and replies of
+    /// in-cluster traffic routed out of an external interface get it too.
+    #[arg(long, value_enum, default_value_t = CrossNode::Option)]
+    pub cross_node: CrossNode,
+
+    /// An established connection with no packet for this long is forgotten
+    /// (its replies are no longer rewritten). Far above any SSH keepalive:
+    /// a shell idle for a working day keeps its entry.
+    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
+    pub conn_idle_timeout: Duration,
+
+    /// Capacity of the established-connections table (entries of 40 bytes
+    /// plus the kernel's overhead, allocated up front). Only completed
+    /// handshakes take an entry.
+    #[arg(long, value_name = "ENTRIES", default_value_t = CONN_CAPACITY, value_parser = table_size)]
+    pub conn_table_size: u32,
+
+    /// Capacity of the half-open table (handshakes in progress; a SYN
+    /// flood churns it, by design).
+    #[arg(long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
+    pub half_open_table_size: u32,
+
+    /// Hairpin: let clients inside the cluster (pods, the nodes' own
+    /// shells) dial a frontend `EXTERNAL_IP:PORT`. `auto`: attach a cgroup
+    /// v2 `connect4` program that sends a TCP connect to a mapped frontend
+    /// straight to its backend, and a `getpeername4` program that shows the
+    /// application the address it dialled; without a cgroup v2 hierarchy,
+    /// run without (the log says why). `off`: no hairpin; a previous
+    /// agent's hooks are removed.
+    #[arg(long, value_enum, default_value_t = HairpinMode::Auto)]
+    pub hairpin: HairpinMode,
+
+    /// The cgroup v2 directory the hairpin programs attach to: every
+    /// process in it or below is served. Default: the first cgroup2 mount
+    /// in /proc/mounts (`/sys/fs/cgroup` on a unified host,
+    /// `/sys/fs/cgroup/unified` on a hybrid one).
+    #[arg(long, value_name = "DIR")]
+    pub cgroup_root: Option<PathBuf>,
+
     #[command(flatten)]
     pub bpffs: BpffsArg,
 
@@ -103,6 +161,12 @@ pub struct AgentArgs {
     /// How often the mappings file is checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
     pub watch_interval: Duration,
+
+    /// A changed mappings file is read only once it stayed the same for
+    /// this long, so a file rewritten in place is never read half-written
+    /// (writing a new file and renaming it over the old one is better).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
+    pub settle_interval: Duration,
 }
 
 impl AgentArgs {
@@ -127,6 +191,25 @@ pub enum ServiceStyleArg {
 pub enum PodIfacesMode {
     Auto,
     Off,
+}
+
+/// `--cross-node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CrossNode {
+    Option,
+    Plain,
+}
+
+/// A table capacity: at least 1,024 entries, at most 16 Mi.
+fn table_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of entries"))?;
+    if !(1024..=16 << 20).contains(&n) {
+        return Err(format!("`{s}`: use between 1024 and 16777216 entries"));
+    }
+    Ok(n)
 }
 
 /// Parses `ssh-fwd agent`'s flags alone (`argv` without the program and

@@ -18,10 +18,13 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use ssh_fwd_common::maps::MappingCounters;
+use ssh_fwd_common::{
+    maps::MappingCounters,
+    outcome::{Class, Outcome, live_connections},
+};
 
 use crate::{
-    datapath::{maps::Maps, maps::show, pins::PinLayout, stats},
+    datapath::{maps::Maps, maps::show, pins::PinLayout, stats, status::StatusMap},
     telemetry::{http::Endpoints, metrics},
 };
 
@@ -37,6 +40,10 @@ pub struct AgentMetrics {
     pub change_to_map: Histogram,
     /// Kubernetes list/watch failures (each retried).
     pub api_errors: Counter,
+    /// Services skipped because they would break or hijack the node.
+    pub invalid_services: Gauge,
+    /// Desired mappings left out because a node holds no more.
+    pub mappings_left_out: Gauge,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -50,6 +57,8 @@ impl AgentMetrics {
             reconcile_duration: metrics::seconds_histogram(),
             change_to_map: metrics::seconds_histogram(),
             api_errors: Counter::default(),
+            invalid_services: Gauge::default(),
+            mappings_left_out: Gauge::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -83,6 +92,16 @@ impl AgentMetrics {
             "reconcile_errors",
             "Reconciles that failed to apply (retried).",
             self.reconcile_errors.clone(),
+        );
+        r.register(
+            "invalid_services",
+            "Services skipped because a mapping of theirs would break or hijack the node (Kubernetes mode).",
+            self.invalid_services.clone(),
+        );
+        r.register(
+            "mappings_left_out",
+            "Desired mappings not installed because a node holds no more (the newest Services').",
+            self.mappings_left_out.clone(),
         );
         r.register(
             "reconcile_duration_seconds",
@@ -180,21 +199,61 @@ impl Collector for DatapathCollector {
                 None,
                 MetricType::Counter,
             )?;
-            for (outcome, n) in outcomes {
+            for (outcome, n) in outcomes
+                .iter()
+                .filter(|(o, _)| o.class() != Class::Tracking)
+            {
                 let labels = [
                     ("outcome", outcome.name()),
                     ("class", outcome.class().name()),
                 ];
-                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
             }
+            let mut family = encoder.encode_descriptor(
+                "connection_events",
+                "Connection tracking events: half-opened, established, reset, closed, \
+                 expired, purged...",
+                None,
+                MetricType::Counter,
+            )?;
+            for (outcome, n) in outcomes
+                .iter()
+                .filter(|(o, _)| o.class() == Class::Tracking)
+            {
+                let labels = [("event", outcome.name())];
+                ConstCounter::new(*n).encode(family.encode_family(&labels)?)?;
+            }
+            let count = |o: Outcome| {
+                outcomes
+                    .iter()
+                    .find(|(k, _)| *k == o)
+                    .map_or(0, |(_, n)| *n)
+            };
+            let live = ConstGauge::new(i64::try_from(live_connections(count)).unwrap_or(i64::MAX));
+            live.encode(encoder.encode_descriptor(
+                "connections",
+                "Established connections tracked now (exact, from the counters).",
+                None,
+                live.metric_type(),
+            )?)?;
         }
-        let tracked = ConstGauge::new(maps.conn_count() as i64);
-        tracked.encode(encoder.encode_descriptor(
-            "tracked_connections",
-            "Connections tracked for shared backends.",
-            None,
-            tracked.metric_type(),
-        )?)?;
+        if let Ok(status) = StatusMap::open_pinned(&self.layout).and_then(|s| s.read()) {
+            let half =
+                ConstGauge::new(i64::try_from(status.half_open_at_sweep).unwrap_or(i64::MAX));
+            half.encode(encoder.encode_descriptor(
+                "half_open_connections",
+                "Handshakes in progress, as of the last sweep.",
+                None,
+                half.metric_type(),
+            )?)?;
+            let churned = ConstCounter::new(status.half_open_churned);
+            churned.encode(encoder.encode_descriptor(
+                "half_open_churned",
+                "Half-open entries evicted (a SYN flood churns them) or replaced since the agent started.",
+                None,
+                churned.metric_type(),
+            )?)?;
+        }
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ mod args;
 mod metrics;
 mod reconcile;
 mod source;
+pub mod sweep;
 
 use std::time::Duration;
 
@@ -20,13 +21,13 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 
-pub use args::{AgentArgs, PodIfacesMode};
+pub use args::{AgentArgs, CrossNode, PodIfacesMode};
 use metrics::AgentMetrics;
 use reconcile::{RESYNC, Reconciler};
-use source::{Change, Source};
+use source::{Change, Next, Source};
 
 use crate::{
-    datapath::{self, Datapath, netdev, pins::PinLayout},
+    datapath::{self, Datapath, conntrack::Timeouts, netdev, object, pins::PinLayout},
     telemetry,
 };
 
@@ -41,8 +42,19 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,
         ifaces: &args.ifaces,
+        cluster_ifaces: &args.cluster_ifaces,
         mode: args.attach,
         pod_ifaces: args.pod_ifaces == PodIfacesMode::Auto,
+        settings: object::Settings {
+            conn_table_size: args.conn_table_size,
+            half_open_table_size: args.half_open_table_size,
+            cross_node_plain: args.cross_node == CrossNode::Plain,
+        },
+        legacy_grace: args.conn_idle_timeout,
+        hairpin: datapath::hairpin::Settings {
+            mode: args.hairpin,
+            cgroup_root: args.cgroup_root.clone(),
+        },
     })
     .await?;
     if datapath.adopted {
@@ -56,7 +68,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
     }
     let mut reconciler = Reconciler::new(metrics, &source.describe());
-    let result = follow(&args, &mut source, &mut datapath, &mut reconciler).await;
+    let sweeps = sweep::Shared::default();
+    let sweeper = tokio::spawn(sweep::run(
+        layout.clone(),
+        Timeouts::with_idle(args.conn_idle_timeout),
+        sweeps.clone(),
+    ));
+    let result = follow(&args, &mut source, &mut datapath, &mut reconciler, &sweeps).await;
+    sweeper.abort();
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
@@ -71,6 +90,7 @@ async fn follow(
     source: &mut Source,
     datapath: &mut Datapath,
     reconciler: &mut Reconciler,
+    sweeps: &sweep::Shared,
 ) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -98,11 +118,11 @@ async fn follow(
             _ = terminate.recv() => { tracing::info!("SIGTERM received"); return Ok(()) }
             _ = interrupt.recv() => { tracing::info!("SIGINT received"); return Ok(()) }
             _ = hangup.recv() => {
-                if let Some(change) = source.reload() {
-                    apply(reconciler, datapath, &change);
+                if let Some(next) = source.reload().await {
+                    handle(reconciler, datapath, next);
                 }
             }
-            change = source.next() => apply(reconciler, datapath, &change?),
+            next = source.next() => handle(reconciler, datapath, next?),
             _ = resync.tick() => {
                 if let Some(desired) = source.current() {
                     let change = Change { desired, why: RESYNC, since: std::time::Instant::now() };
@@ -111,7 +131,8 @@ async fn follow(
             }
             _ = scan.tick() => {
                 scans.run(datapath).await;
-                reconciler.heartbeat(&mut datapath.status);
+                let report = *sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
             Some(()) = links_changed.recv() => scans.run(datapath).await,
         }
@@ -119,13 +140,14 @@ async fn follow(
 }
 
 fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, change: &Change) {
-    reconciler.reconcile(
-        &mut datapath.maps,
-        &mut datapath.status,
-        &change.desired,
-        change.why,
-        change.since,
-    );
+    reconciler.reconcile(datapath, &change.desired, change.why, change.since);
+}
+
+fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, next: Next) {
+    match next {
+        Next::Apply(change) => apply(reconciler, datapath, &change),
+        Next::Rejected(error) => reconciler.rejected(&mut datapath.status, &error),
+    }
 }
 
 /// Rescans of pods' interfaces; a failure is logged once until a scan works.

@@ -1,21 +1,22 @@
 //! One reconcile: plan the desired set against what the maps hold, apply,
 //! and record what happened (metrics, logs, the pinned status).
 
-use std::{
-    net::SocketAddrV4,
-    time::{Duration, Instant, SystemTime},
+use std::time::{Duration, Instant, SystemTime};
+
+use ssh_fwd_common::{
+    maps::{AgentStatus, MAX_MAPPINGS, put_text},
+    outcome::Outcome,
 };
 
-use ssh_fwd_common::maps::{AgentStatus, put_text};
-
-use super::metrics::AgentMetrics;
+use super::{metrics::AgentMetrics, sweep};
 use crate::{
     datapath::{
-        maps::{Maps, show},
-        plan::{self, Installed},
+        Datapath,
+        maps::{Applied, show},
+        plan::{self, Installed, Plan},
         status::StatusMap,
     },
-    mapping::MappingSet,
+    mapping::{Mapping, MappingSet, printable},
 };
 
 /// The `why` of the timer-driven reconcile, which re-reads the maps.
@@ -50,14 +51,13 @@ impl Reconciler {
     /// counted, and the next reconcile re-reads the maps and tries again.
     pub fn reconcile(
         &mut self,
-        maps: &mut Maps,
-        status: &mut StatusMap,
+        datapath: &mut Datapath,
         desired: &MappingSet,
         why: &str,
         since: Instant,
     ) {
         let started = Instant::now();
-        let result = self.apply(maps, desired, why);
+        let result = self.apply(datapath, desired, why);
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
         let now = unix_ms(SystemTime::now());
@@ -89,69 +89,160 @@ impl Reconciler {
                 );
             }
         }
-        self.heartbeat(status);
+        self.heartbeat(&mut datapath.status, None);
     }
 
-    /// Rewrites the pinned status with the current time.
-    pub fn heartbeat(&mut self, status: &mut StatusMap) {
+    /// Rewrites the pinned status with the current time, and what the last
+    /// connection sweep found.
+    pub fn heartbeat(&mut self, status: &mut StatusMap, sweep: Option<&sweep::Report>) {
+        if let Some(r) = sweep {
+            self.status.last_sweep_ms = r.at_ms;
+            self.status.conns_at_sweep = r.swept.conns;
+            self.status.half_open_at_sweep = r.swept.half_open;
+            self.status.half_open_churned = r.half_open_churned;
+        }
         self.status.heartbeat_ms = unix_ms(SystemTime::now());
         if let Err(e) = status.write(&self.status) {
             tracing::debug!(error = format!("{e:#}"), "cannot write the agent status");
         }
     }
 
-    fn apply(&mut self, maps: &mut Maps, desired: &MappingSet, why: &str) -> anyhow::Result<()> {
+    /// Records a source rejected whole (a bad mappings file) as a failed
+    /// reconcile: the running mappings stay.
+    pub fn rejected(&mut self, status: &mut StatusMap, error: &str) {
+        self.metrics.reconcile_errors.inc();
+        self.status.reconcile_errors += 1;
+        self.status.last_error_ms = unix_ms(SystemTime::now());
+        put_text(&mut self.status.last_error, error);
+        tracing::error!(error, "mappings file rejected");
+        self.heartbeat(status, None);
+    }
+
+    fn apply(
+        &mut self,
+        datapath: &mut Datapath,
+        desired: &MappingSet,
+        why: &str,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
         if why == RESYNC {
             self.cache = None;
         }
         let installed = match self.cache.take() {
             Some(cached) => cached,
-            None => maps.read_installed()?,
+            None => datapath.maps.read_installed()?,
         };
-        let (plan, after) = plan::plan_with_tables(&installed, desired)?;
-        if plan.is_empty() {
+        let planned = plan::plan_steps(&installed, desired);
+        report_left_out(&planned.left_out);
+        if planned.steps.iter().all(Plan::is_empty) {
             tracing::debug!(why, mappings = desired.len(), "maps already match");
-            self.cache = Some(after);
+            self.cache = Some(planned.tables);
             return Ok(());
         }
-        for (frontend, target) in &plan.frontend_upserts {
-            let name = desired
-                .get(&SocketAddrV4::new(frontend.ip(), frontend.port()))
-                .map_or("", |m| m.name.as_str());
-            match installed.frontends.get(frontend) {
-                None => tracing::info!(
-                    name,
-                    frontend = show(frontend),
-                    backend = show(&target.endpoint),
-                    "mapping added"
-                ),
-                Some(old) => tracing::info!(
-                    name,
-                    frontend = show(frontend),
-                    backend = show(&target.endpoint),
-                    old_backend = show(&old.endpoint),
-                    "mapping changed"
-                ),
-            }
+        log_changes(&installed, desired, &planned.steps);
+        let mut applied = Applied::default();
+        let mut purged = 0;
+        for step in planned.steps.iter().filter(|s| !s.is_empty()) {
+            // On error the cache stays empty, so the next reconcile re-reads.
+            let done = match datapath.maps.apply(step) {
+                Ok(done) => done,
+                Err(e) => {
+                    remove_stale(datapath, desired);
+                    return Err(e);
+                }
+            };
+            applied.added_or_changed += done.added_or_changed;
+            applied.removed += done.removed;
+            // Connections through retired frontends go: their backend
+            // address may be given to another pod next, and their slot to
+            // another mapping in the next step.
+            purged += datapath
+                .conns
+                .purge(&step.retired.iter().copied().collect());
         }
-        for frontend in &plan.frontend_deletes {
-            tracing::info!(frontend = show(frontend), "mapping removed");
-        }
-        // On error the cache stays empty, so the next reconcile re-reads.
-        let applied = maps.apply(&plan)?;
-        self.cache = Some(after);
+        self.cache = Some(planned.tables);
+        datapath.maps.count(Outcome::ConnPurged, purged)?;
         tracing::info!(
             why,
-            mappings = desired.len(),
+            mappings = desired.len() - planned.left_out.len(),
             added_or_changed = applied.added_or_changed,
             removed = applied.removed,
-            stale_connections_dropped = applied.stale_conns,
+            connections_purged = purged,
             took_ms = started.elapsed().as_secs_f64() * 1000.0,
             "maps reconciled"
         );
         Ok(())
     }
+}
+
+fn log_changes(installed: &Installed, desired: &MappingSet, steps: &[Plan]) {
+    for (frontend, target) in steps.iter().flat_map(|s| &s.frontend_upserts) {
+        let name = desired
+            .get(&plan::socket(frontend))
+            .map_or(String::new(), |m| printable(&m.name));
+        match installed.frontends.get(frontend) {
+            None => tracing::info!(
+                name,
+                frontend = show(frontend),
+                backend = show(&target.endpoint),
+                "mapping added"
+            ),
+            Some(old) => tracing::info!(
+                name,
+                frontend = show(frontend),
+                backend = show(&target.endpoint),
+                old_backend = show(&old.endpoint),
+                "mapping changed"
+            ),
+        }
+    }
+    for frontend in steps.iter().flat_map(|s| &s.frontend_deletes) {
+        tracing::info!(frontend = show(frontend), "mapping removed");
+    }
+}
+
+/// After a failed write: every installed mapping whose backend is not the
+/// desired one is removed, whatever else failed, so no frontend keeps
+/// pointing at an address Kubernetes may give to another pod.
+fn remove_stale(datapath: &mut Datapath, desired: &MappingSet) {
+    let result = datapath.maps.read_installed().and_then(|installed| {
+        let plan = plan::stale_removal(&installed, desired);
+        datapath.maps.apply(&plan)?;
+        datapath
+            .conns
+            .purge(&plan.retired.iter().copied().collect());
+        Ok(plan.frontend_deletes.len())
+    });
+    match result {
+        Ok(removed) => tracing::warn!(
+            removed,
+            "after the failed write, stale mappings were removed"
+        ),
+        Err(e) => tracing::error!(
+            error = format!("{e:#}"),
+            "cannot remove stale mappings either"
+        ),
+    }
+}
+
+/// Mappings that do not fit, named (the sources cap what they produce, so
+/// this is a last resort).
+fn report_left_out(left_out: &[Mapping]) {
+    if left_out.is_empty() {
+        return;
+    }
+    const SHOWN: usize = 20;
+    let named: Vec<String> = left_out
+        .iter()
+        .take(SHOWN)
+        .map(|m| format!("{} ({})", m.frontend, printable(&m.name)))
+        .collect();
+    tracing::warn!(
+        excess = left_out.len(),
+        left_out = named.join(", "),
+        more = left_out.len().saturating_sub(SHOWN),
+        "more mappings than a node holds ({MAX_MAPPINGS}); these are not installed: remove mappings or narrow the port range"
+    );
 }
 
 fn unix_ms(t: SystemTime) -> u64 {

@@ -2,22 +2,38 @@
 //! changes (which also catches ConfigMap symlink swaps that inotify misses),
 //! or the Kubernetes caches, once their first lists are complete.
 
-use std::{path::PathBuf, time::Instant};
+use std::{
+    collections::BTreeSet,
+    net::Ipv4Addr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
+use ssh_fwd_common::maps::MAX_MAPPINGS;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
 use super::{args::AgentArgs, metrics::AgentMetrics};
 use crate::{
+    datapath::netdev::{self, Netlink},
     k8s,
-    mapping::MappingSet,
+    mapping::{MappingSet, printable},
     source::{
         file,
         kubernetes::{
             desired::{Note, Policy},
             watch::KubeSource,
         },
+        validate::Rules,
     },
 };
+
+/// What the source asks of the reconciler.
+pub enum Next {
+    Apply(Change),
+    /// The source was rejected whole (a bad file): counted as a reconcile
+    /// error; the running mappings stay.
+    Rejected(String),
+}
 
 /// A new desired state to apply.
 pub struct Change {
@@ -38,7 +54,7 @@ impl Source {
     /// installed keeps forwarding.
     pub async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         match &args.mappings {
-            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args, metrics)?)),
+            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args).await?)),
             None => Ok(Self::Kubernetes(Box::new(
                 KubeFollower::open(args, metrics).await?,
             ))),
@@ -68,10 +84,10 @@ impl Source {
     /// Waits for the next change. Cancel-safe: a change noticed but not
     /// returned is returned by the next call. Fails only if the watchers
     /// are gone, which ends the agent.
-    pub async fn next(&mut self) -> anyhow::Result<Change> {
+    pub async fn next(&mut self) -> anyhow::Result<Next> {
         match self {
             Self::File(f) => Ok(f.next().await),
-            Self::Kubernetes(k) => k.next().await,
+            Self::Kubernetes(k) => k.next().await.map(Next::Apply),
         }
     }
 
@@ -84,15 +100,21 @@ impl Source {
         }
     }
 
-    /// SIGHUP: the file is read again at once. Returns a change if it
-    /// differs from what was applied.
-    pub fn reload(&mut self) -> Option<Change> {
+    /// SIGHUP: the file is read again at once; in Kubernetes mode, the
+    /// caches are recomputed once they are complete.
+    pub async fn reload(&mut self) -> Option<Next> {
         match self {
-            Self::File(f) => f.reload("SIGHUP"),
-            Self::Kubernetes(k) => k.current().map(|desired| Change {
-                desired,
-                why: "SIGHUP",
-                since: Instant::now(),
+            Self::File(f) => {
+                f.pending = None;
+                f.last_text = std::fs::read(&f.path).ok();
+                Some(f.reload("SIGHUP", Instant::now()).await)
+            }
+            Self::Kubernetes(k) => k.current().map(|desired| {
+                Next::Apply(Change {
+                    desired,
+                    why: "SIGHUP",
+                    since: Instant::now(),
+                })
             }),
         }
     }
@@ -101,48 +123,87 @@ impl Source {
 /// The mappings file.
 pub struct FileSource {
     path: PathBuf,
+    /// `--ssh-ip`: when empty, frontends are checked against the node's
+    /// own addresses instead, read again at every load.
+    ssh_ips: BTreeSet<Ipv4Addr>,
     /// The last accepted content: even if applying it fails, the resync
     /// retries this, not an older file.
     applied: MappingSet,
+    /// The content last loaded (accepted or rejected).
     last_text: Option<Vec<u8>>,
+    /// A change seen and when, waiting to stay the same for `settle`.
+    pending: Option<(Option<Vec<u8>>, Instant)>,
+    settle: Duration,
     poll: Interval,
-    /// Counts rejected files as failed reconciles.
-    metrics: AgentMetrics,
 }
 
 impl FileSource {
-    fn open(path: PathBuf, args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
-        let last_text = std::fs::read(&path).ok();
-        let applied = file::load_file(&path)?;
-        let mut poll = interval(args.watch_interval);
-        poll.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        tracing::info!(file = %path.display(), mappings = applied.len(), "watching the mappings file");
-        Ok(Self {
+    async fn open(path: PathBuf, args: &AgentArgs) -> anyhow::Result<Self> {
+        let mut source = Self {
             path,
-            applied,
-            last_text,
-            poll,
-            metrics: metrics.clone(),
-        })
+            ssh_ips: args.ssh_ips.iter().copied().collect(),
+            applied: MappingSet::default(),
+            last_text: None,
+            pending: None,
+            settle: args.settle_interval,
+            poll: interval(args.watch_interval),
+        };
+        source
+            .poll
+            .set_missed_tick_behavior(MissedTickBehavior::Skip);
+        source.last_text = std::fs::read(&source.path).ok();
+        source.applied = source.load().await?;
+        tracing::info!(file = %source.path.display(), mappings = source.applied.len(), "watching the mappings file");
+        Ok(source)
     }
 
-    async fn next(&mut self) -> Change {
+    /// Reads and checks the file against the rules of this moment.
+    async fn load(&self) -> anyhow::Result<MappingSet> {
+        let mut rules = Rules {
+            ssh_ips: self.ssh_ips.clone(),
+            ..Rules::default()
+        };
+        if rules.ssh_ips.is_empty() {
+            let netlink = Netlink::open()?;
+            let (links, addrs) = (netlink.links().await?, netlink.addresses().await?);
+            rules.node_addrs = netdev::own_addresses(&links, &addrs);
+        }
+        Ok(file::load_file(&self.path, &rules)?)
+    }
+
+    /// The next change, once it has stayed the same across the settle
+    /// interval: a file rewritten in place is read only when its writer
+    /// paused, never half-written. Cancel-safe: the change seen is kept.
+    async fn next(&mut self) -> Next {
         loop {
-            self.poll.tick().await;
+            let Some((seen, since)) = self.pending.clone() else {
+                self.poll.tick().await;
+                let text = std::fs::read(&self.path).ok();
+                if text != self.last_text {
+                    self.pending = Some((text, Instant::now()));
+                }
+                continue;
+            };
+            tokio::time::sleep_until((since + self.settle).into()).await;
             let text = std::fs::read(&self.path).ok();
             if text == self.last_text {
-                continue;
-            }
-            self.last_text = text;
-            if let Some(change) = self.reload("file changed") {
-                return change;
+                self.pending = None;
+            } else if text != seen {
+                // Still being written: wait for it to stay put.
+                self.pending = Some((text, Instant::now()));
+            } else {
+                let next = self.reload("file changed", since).await;
+                self.pending = None;
+                self.last_text = text;
+                return next;
             }
         }
     }
 
-    fn reload(&mut self, why: &'static str) -> Option<Change> {
-        let since = Instant::now();
-        match file::load_file(&self.path) {
+    /// Loads the file now (at a change, or on SIGHUP, which is read at once:
+    /// the operator says it is complete).
+    async fn reload(&mut self, why: &'static str, since: Instant) -> Next {
+        match self.load().await {
             Ok(desired) => {
                 if desired.is_empty() {
                     tracing::warn!(
@@ -150,20 +211,15 @@ impl FileSource {
                     );
                 }
                 self.applied = desired.clone();
-                Some(Change {
+                Next::Apply(Change {
                     desired,
                     why,
                     since,
                 })
             }
-            Err(e) => {
-                self.metrics.reconcile_errors.inc();
-                tracing::error!(
-                    error = %e,
-                    "mappings file rejected; the running mappings stay as they are until it is fixed"
-                );
-                None
-            }
+            Err(e) => Next::Rejected(format!(
+                "{e:#}; the running mappings stay as they are until it is fixed"
+            )),
         }
     }
 }
@@ -174,6 +230,7 @@ pub struct KubeFollower {
     selector: String,
     /// A change was returned already (the first is the complete lists).
     started: bool,
+    metrics: AgentMetrics,
 }
 
 impl KubeFollower {
@@ -194,6 +251,7 @@ impl KubeFollower {
             source,
             selector: args.selector.clone(),
             started: false,
+            metrics: metrics.clone(),
         })
     }
 
@@ -203,7 +261,7 @@ impl KubeFollower {
         // The watchers retry API errors themselves; this fails only if they
         // stopped.
         let since = self.source.changed().await?;
-        report(&self.source.take_notes());
+        self.report();
         let why = if self.started {
             "cluster changed"
         } else {
@@ -228,8 +286,18 @@ impl KubeFollower {
                 "the incremental desired state differed from a full recompute; rebuilt it (please report this bug)"
             );
         }
-        report(&self.source.take_notes());
+        self.report();
         Some(self.source.mappings().clone())
+    }
+
+    /// Logs the notes raised and sets the gauges of Services skipped and
+    /// mappings left out.
+    fn report(&mut self) {
+        report(&self.source.take_notes());
+        let invalid = i64::try_from(self.source.invalid_services()).unwrap_or(i64::MAX);
+        let left_out = i64::try_from(self.source.left_out()).unwrap_or(i64::MAX);
+        self.metrics.invalid_services.set(invalid);
+        self.metrics.mappings_left_out.set(left_out);
     }
 }
 
@@ -265,6 +333,16 @@ fn report(notes: &[Note]) {
                 style,
                 "Service ignored: --service-styles does not honour this shape; add it to --service-styles or change the Service"
             ),
+            Note::Invalid { service, problem } => tracing::warn!(
+                service = printable(service),
+                problem,
+                "Service skipped: it would break or hijack the node; the others apply"
+            ),
+            Note::OverCapacity { excess, left_out } => tracing::warn!(
+                excess,
+                left_out = printable(&left_out.join(", ")),
+                "more mappings than a node holds ({MAX_MAPPINGS}); the newest Services' are left out, the rest apply"
+            ),
             other => tracing::debug!(note = ?other, "Service ignored"),
         }
     }
@@ -275,7 +353,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_rejected_mappings_file_counts_as_a_failed_reconcile() {
+    async fn a_rejected_mappings_file_is_handed_to_the_reconciler_as_rejected() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mappings.yaml");
         std::fs::write(
@@ -283,15 +361,20 @@ mod tests {
             "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n",
         )
         .unwrap();
-        let args =
-            super::super::args::parse(["--iface", "eth0", "--mappings", path.to_str().unwrap()])
-                .unwrap();
-        let metrics = AgentMetrics::new();
-        let mut file = FileSource::open(path.clone(), &args, &metrics).unwrap();
-        assert_eq!(metrics.reconcile_errors.get(), 0);
+        let args = super::super::args::parse([
+            "--iface",
+            "eth0",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--mappings",
+            path.to_str().unwrap(),
+        ])
+        .unwrap();
+        let mut file = FileSource::open(path.clone(), &args).await.unwrap();
         std::fs::write(&path, "mappings:\n  - frontend: nonsense\n").unwrap();
-        assert!(file.reload("SIGHUP").is_none(), "rejected whole");
-        assert_eq!(metrics.reconcile_errors.get(), 1);
+        // The reconciler counts it (`Reconciler::rejected`), once.
+        let next = file.reload("SIGHUP", Instant::now()).await;
+        assert!(matches!(next, Next::Rejected(_)), "rejected whole");
         assert_eq!(file.applied.len(), 1, "the accepted file stays applied");
     }
 }

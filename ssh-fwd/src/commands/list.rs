@@ -7,18 +7,23 @@ use serde::Serialize;
 use ssh_fwd_common::outcome::Class;
 
 use super::output::{Output, print};
-use crate::datapath::{
-    maps::{Maps, show},
-    pins::{BpffsArg, PinLayout},
-    stats::{self, Hook},
+use crate::{
+    datapath::{
+        conntrack::{ConnTables, Entry, clock_ns},
+        maps::{Maps, show},
+        pins::{BpffsArg, PinLayout},
+        stats::{self, Hook},
+    },
+    mapping::printable,
 };
 
 #[derive(Debug, clap::Args)]
 pub struct ListArgs {
     /// What to list: `mappings` (frontend, backend and per-mapping packet
-    /// and byte counters), `conns` (tracked connections), `hooks` (the
-    /// programs attached, and where), `counters` (packets by outcome,
-    /// grouped: forwarded, passed through as normal, problems).
+    /// and byte counters), `conns` (tracked connections: established,
+    /// closing and half-open), `hooks` (the programs attached, and where),
+    /// `counters` (packets and connection events by outcome, grouped:
+    /// forwarded, passed through as normal, connection tracking, problems).
     #[arg(value_enum, default_value_t = What::Mappings)]
     pub what: What,
 
@@ -46,7 +51,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
             print(args.output, &rows, mappings_table)
         }
         What::Conns => {
-            let rows = conns(&Maps::open_pinned(&layout)?);
+            let rows = conns(&ConnTables::open_pinned(&layout)?);
             print(args.output, &rows, conns_table)
         }
         What::Hooks => print(args.output, &stats::hooks(&layout), hooks_table),
@@ -74,7 +79,9 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
     Ok(stats::mappings(maps)?
         .into_iter()
         .map(|m| MappingRow {
-            name: m.name,
+            // Names are written by whoever wrote the source: never raw to
+            // a terminal.
+            name: printable(&m.name),
             frontend: show(&m.frontend),
             backend: show(&m.backend),
             shared_backend: m.shared_backend,
@@ -93,6 +100,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         "NAME", "FRONTEND", "BACKEND", "PKTS IN", "BYTES IN", "PKTS OUT", "BYTES OUT"
     );
     for r in rows {
+        let name = printable(&r.name);
         let backend = if r.shared_backend {
             format!("{}*", r.backend)
         } else {
@@ -100,7 +108,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         };
         out.push_str(&format!(
             "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
-            r.name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
+            name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
         ));
     }
     if rows.iter().any(|r| r.shared_backend) {
@@ -114,31 +122,31 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
 
 #[derive(Debug, Serialize)]
 pub struct ConnRow {
+    /// `established`, `closing` (both sides sent FIN) or `half-open`.
+    pub state: &'static str,
     pub client: String,
-    pub backend: String,
     pub frontend: String,
+    pub backend: String,
+    /// Seconds since the last packet.
+    pub idle_seconds: u64,
 }
 
-pub fn conns(maps: &Maps) -> Vec<ConnRow> {
-    let mut rows: Vec<ConnRow> = maps
-        .conns()
+pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
+    let now = clock_ns();
+    let mut rows: Vec<ConnRow> = tables
+        .entries()
         .into_iter()
-        .map(|(key, target)| {
-            use ssh_fwd_common::maps::Endpoint;
-            let client = Endpoint {
-                addr: key.client_addr,
-                port: key.client_port,
-                _pad: 0,
-            };
-            let backend = Endpoint {
-                addr: key.backend_addr,
-                port: key.backend_port,
-                _pad: 0,
+        .map(|entry| {
+            let (key, frontend, last_seen) = match entry {
+                Entry::Established(k, c) => (k, c.frontend, c.last_seen_ns),
+                Entry::HalfOpen(k, h) => (k, h.frontend, h.last_seen_ns),
             };
             ConnRow {
-                client: show(&client),
-                backend: show(&backend),
-                frontend: show(&target.endpoint),
+                state: entry.state(),
+                client: show(&key.client()),
+                frontend: show(&frontend),
+                backend: show(&key.backend()),
+                idle_seconds: now.saturating_sub(last_seen) / 1_000_000_000,
             }
         })
         .collect();
@@ -147,14 +155,23 @@ pub fn conns(maps: &Maps) -> Vec<ConnRow> {
 }
 
 fn conns_table(rows: &Vec<ConnRow>) -> String {
-    let mut out = format!("{:<21}  {:<21}  {:<21}\n", "CLIENT", "FRONTEND", "BACKEND");
+    let mut out = format!(
+        "{:<11}  {:<21}  {:<21}  {:<21}  {:>8}\n",
+        "STATE", "CLIENT", "FRONTEND", "BACKEND", "IDLE"
+    );
     for r in rows {
         out.push_str(&format!(
-            "{:<21}  {:<21}  {:<21}\n",
-            r.client, r.frontend, r.backend
+            "{:<11}  {:<21}  {:<21}  {:<21}  {:>7}s\n",
+            r.state, r.client, r.frontend, r.backend, r.idle_seconds
         ));
     }
-    out.push_str(&format!("{} connections tracked\n", rows.len()));
+    let count = |state| rows.iter().filter(|r| r.state == state).count();
+    out.push_str(&format!(
+        "{} established, {} closing, {} half-open\n",
+        count("established"),
+        count("closing"),
+        count("half-open")
+    ));
     out
 }
 
@@ -167,6 +184,7 @@ fn hooks_table(rows: &Vec<Hook>) -> String {
         let target = match h.target {
             stats::Target::Interface => "interface",
             stats::Target::PodInterface => "pod interface",
+            stats::Target::Cgroup => "cgroup",
         };
         let iface = if h.iface.is_empty() {
             "(gone)"
@@ -217,6 +235,7 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
             Class::Passed,
             "passed through untouched (not ssh-fwd's traffic, or already handled: normal)",
         ),
+        (Class::Tracking, "connection tracking (events)"),
         (Class::Problem, "problems"),
     ] {
         out.push_str(heading);
@@ -226,4 +245,32 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_with_control_characters_is_printed_escaped_never_raw() {
+        let row = MappingRow {
+            name: "evil\u{1b}]0;owned\u{7}\u{1b}[2J".into(),
+            frontend: "198.18.0.10:8022".into(),
+            backend: "10.244.1.5:22".into(),
+            shared_backend: false,
+            packets_in: 0,
+            bytes_in: 0,
+            packets_out: 0,
+            bytes_out: 0,
+        };
+        let table = mappings_table(&vec![row]);
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        assert!(
+            table.contains("evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J"),
+            "{table}"
+        );
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 use ssh_fwd_common::{
     maps::{AgentStatus, get_text},
-    outcome::Class,
+    outcome::{Class, Outcome, live_connections},
 };
 
 use super::output::{Output, print};
@@ -54,7 +54,13 @@ pub struct Status {
     pub packets_forwarded: u64,
     pub packets_passed: u64,
     pub packets_problem: u64,
-    pub tracked_connections: usize,
+    /// Established connections now (exact, from the counters).
+    pub connections: u64,
+    /// Half-open entries at the last sweep, and evicted or replaced since
+    /// the agent started.
+    pub half_open: u64,
+    pub half_open_churned: u64,
+    pub last_sweep_age_seconds: Option<f64>,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -71,15 +77,23 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let age = |ms: u64| (ms != 0).then(|| now_ms.saturating_sub(ms) as f64 / 1000.0);
     let heartbeat = age(agent.heartbeat_ms);
+    let counters = maps.outcome_counters()?;
     let mut by_class = [0u64; 3];
-    for (outcome, n) in maps.outcome_counters()? {
+    for (outcome, n) in &counters {
         let i = match outcome.class() {
             Class::Forwarded => 0,
             Class::Passed => 1,
             Class::Problem => 2,
+            Class::Tracking => continue,
         };
         by_class[i] += n;
     }
+    let count = |o: Outcome| {
+        counters
+            .iter()
+            .find(|(k, _)| *k == o)
+            .map_or(0, |(_, n)| *n)
+    };
     Ok(Status {
         agent: liveness(&agent, heartbeat),
         pid: agent.pid,
@@ -97,7 +111,10 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         packets_forwarded: by_class[0],
         packets_passed: by_class[1],
         packets_problem: by_class[2],
-        tracked_connections: maps.conn_count(),
+        connections: live_connections(count),
+        half_open: agent.half_open_at_sweep,
+        half_open_churned: agent.half_open_churned,
+        last_sweep_age_seconds: age(agent.last_sweep_ms),
     })
 }
 
@@ -142,6 +159,18 @@ fn table(s: &Status) -> String {
         .iter()
         .filter(|h| h.target == Target::PodInterface)
         .count();
+    let mut cgroups: Vec<&str> = s
+        .hooks
+        .iter()
+        .filter(|h| h.target == Target::Cgroup)
+        .map(|h| h.iface.as_str())
+        .collect();
+    cgroups.dedup();
+    let hairpin = if cgroups.is_empty() {
+        "off".to_owned()
+    } else {
+        format!("cgroup {}", cgroups.join(", "))
+    };
     let error = if s.last_error.is_empty() {
         "none".to_owned()
     } else {
@@ -151,11 +180,12 @@ fn table(s: &Status) -> String {
         "agent:           {agent}\n\
          source:          {}\n\
          hooks:           {}; reply program on {pods} pod interface(s)\n\
+         hairpin:         {hairpin}\n\
          mappings:        {}\n\
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\
          packets:         {} forwarded, {} passed through, {} problem(s)\n\
-         connections:     {} tracked\n",
+         connections:     {} established; {} half-open, {} evicted or replaced (sweep {})\n",
         if s.source.is_empty() { "-" } else { &s.source },
         if interfaces.is_empty() {
             "none".to_owned()
@@ -170,7 +200,10 @@ fn table(s: &Status) -> String {
         s.packets_forwarded,
         s.packets_passed,
         s.packets_problem,
-        s.tracked_connections,
+        s.connections,
+        s.half_open,
+        s.half_open_churned,
+        ago(s.last_sweep_age_seconds),
     )
 }
 

@@ -3,10 +3,11 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt as _;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 
 use crate::datapath::{
-    hooks,
+    hairpin, hooks,
+    lock::AgentLock,
     pins::{self, BpffsArg, PinLayout},
 };
 
@@ -14,17 +15,32 @@ use crate::datapath::{
 pub struct TeardownArgs {
     #[command(flatten)]
     pub bpffs: BpffsArg,
+    /// Remove everything even while an agent runs on this directory (it
+    /// keeps running, writing to maps nothing forwards with, until it is
+    /// stopped).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
-    let args = args.bpffs;
-    let layout = PinLayout::new(&args.bpffs);
+    let layout = PinLayout::new(&args.bpffs.bpffs);
     if !layout.root().exists() {
         println!(
             "nothing to remove: {} does not exist",
             layout.root().display()
         );
         return Ok(());
+    }
+    if let Some(holder) = AgentLock::held_by(&layout)? {
+        if !args.force {
+            bail!(
+                "an ssh-fwd agent is running on --bpffs {} ({holder}); stop it first (its \
+                 DaemonSet, or `systemctl stop`), then run teardown again; `--force` removes \
+                 the data path under it",
+                layout.root().display()
+            );
+        }
+        println!("removing the data path under a running agent ({holder}), as --force asks");
     }
     // Links first: unpinning them detaches the programs, then the maps go.
     for (iface, link) in hooks::attached(&layout.links_dir()) {
@@ -39,6 +55,10 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
         );
     }
     pins::remove_tree(&layout.pod_links_dir())?;
+    for (cgroup, link) in hairpin::attached(&layout) {
+        println!("detaching {link} from cgroup {}", cgroup.display());
+    }
+    hairpin::detach_all(&layout)?;
     let entries = std::fs::read_dir(layout.root())
         .with_context(|| format!("listing {}", layout.root().display()))?;
     for entry in entries.flatten() {

@@ -1,4 +1,5 @@
-//! Reads and writes the pinned maps: the one place userspace touches them.
+//! Reads and writes the pinned mapping tables and counters (the connection
+//! tables are `conntrack`'s).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,8 +11,8 @@ use aya::{
 };
 use ssh_fwd_common::{
     maps::{
-        CONNS, ConnKey, Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_NAMES, MAPPING_STATS,
-        MappingCounters, MappingName, NatTarget, REVERSE,
+        Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_NAMES, MAPPING_STATS, MappingCounters,
+        MappingName, NatTarget, REVERSE,
     },
     outcome::Outcome,
 };
@@ -25,7 +26,6 @@ use super::{
 pub struct Maps {
     frontends: HashMap<MapData, Endpoint, NatTarget>,
     reverse: HashMap<MapData, Endpoint, NatTarget>,
-    conns: HashMap<MapData, ConnKey, NatTarget>,
     mapping_stats: PerCpuArray<MapData, MappingCounters>,
     global_stats: PerCpuArray<MapData, u64>,
     names: Array<MapData, MappingName>,
@@ -36,7 +36,6 @@ pub struct Maps {
 pub struct Applied {
     pub added_or_changed: usize,
     pub removed: usize,
-    pub stale_conns: usize,
 }
 
 impl Maps {
@@ -49,7 +48,6 @@ impl Maps {
         Self::from_maps(
             take(FRONTENDS)?,
             take(REVERSE)?,
-            take(CONNS)?,
             take(MAPPING_STATS)?,
             take(GLOBAL_STATS)?,
             take(MAPPING_NAMES)?,
@@ -58,21 +56,10 @@ impl Maps {
 
     /// Opens the maps an agent pinned, without loading any program.
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
-        let open = |name: &str| -> anyhow::Result<Map> {
-            let path = layout.map(name);
-            let data = MapData::from_pin(&path).with_context(|| {
-                format!(
-                    "cannot open pinned map {}; is an ssh-fwd agent running with --bpffs {}?",
-                    path.display(),
-                    layout.root().display()
-                )
-            })?;
-            Map::from_map_data(data).with_context(|| format!("map {}", path.display()))
-        };
+        let open = |name: &str| open_pin(layout, name);
         Self::from_maps(
             open(FRONTENDS)?,
             open(REVERSE)?,
-            open(CONNS)?,
             open(MAPPING_STATS)?,
             open(GLOBAL_STATS)?,
             open(MAPPING_NAMES)?,
@@ -82,7 +69,6 @@ impl Maps {
     fn from_maps(
         frontends: Map,
         reverse: Map,
-        conns: Map,
         mapping_stats: Map,
         global_stats: Map,
         names: Map,
@@ -90,7 +76,6 @@ impl Maps {
         Ok(Self {
             frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
             reverse: HashMap::try_from(reverse).context(REVERSE)?,
-            conns: HashMap::try_from(conns).context(CONNS)?,
             mapping_stats: PerCpuArray::try_from(mapping_stats).context(MAPPING_STATS)?,
             global_stats: PerCpuArray::try_from(global_stats).context(GLOBAL_STATS)?,
             names: Array::try_from(names).context(MAPPING_NAMES)?,
@@ -117,12 +102,15 @@ impl Maps {
     }
 
     /// Applies a plan in the order that keeps every packet's view consistent:
-    /// counters and names, then reverse entries, then frontends (which make a
-    /// mapping live), then deletions. Each map update replaces a whole
+    /// the reverse entries that make room, counters and names, then reverse
+    /// entries, then frontends (which make a mapping live), then deletions. Each map update replaces a whole
     /// element at once, so the packet path sees the old or the new entry,
     /// never a mix.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<Applied> {
         let cpus = cpus()?;
+        for k in &plan.reverse_deletes_first {
+            remove_if_present(&mut self.reverse, k, REVERSE)?;
+        }
         for (slot, name) in &plan.new_slots {
             let zero = PerCpuValues::try_from(vec![MappingCounters::default(); cpus])
                 .map_err(|e| anyhow!("building per-CPU zero counters: {e}"))?;
@@ -150,11 +138,9 @@ impl Maps {
         for k in &plan.reverse_deletes {
             remove_if_present(&mut self.reverse, k, REVERSE)?;
         }
-        let stale_conns = self.purge_conns(&plan.retired_shared)?;
         Ok(Applied {
             added_or_changed: plan.frontend_upserts.len(),
             removed: plan.frontend_deletes.len(),
-            stale_conns,
         })
     }
 
@@ -162,28 +148,6 @@ impl Maps {
         self.names
             .set(slot, MappingName::new(name), 0)
             .with_context(|| format!("writing name of slot {slot}"))
-    }
-
-    /// Drops the connection entries of `frontends` (shared-backend frontends
-    /// that were removed or retargeted), so a reused frontend or backend never
-    /// inherits old state. Scans CONNS only when there is something to drop.
-    fn purge_conns(&mut self, frontends: &[Endpoint]) -> anyhow::Result<usize> {
-        if frontends.is_empty() {
-            return Ok(0);
-        }
-        let retired: BTreeSet<Endpoint> = frontends.iter().copied().collect();
-        let stale: Vec<ConnKey> = self
-            .conns
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, target)| retired.contains(&target.endpoint))
-            .map(|(key, _)| key)
-            .collect();
-        for key in &stale {
-            // The LRU may have evicted it meanwhile; that is fine.
-            let _ = self.conns.remove(key);
-        }
-        Ok(stale.len())
     }
 
     /// A mapping's counters summed over CPUs.
@@ -225,16 +189,44 @@ impl Maps {
             .collect())
     }
 
-    /// The tracked connections to shared backends: (client, backend) and
-    /// the frontend the client used.
-    pub fn conns(&self) -> Vec<(ConnKey, NatTarget)> {
-        self.conns.iter().filter_map(Result::ok).collect()
+    /// Adds `n` to the counter of an outcome only the agent counts (see
+    /// [`Outcome::by_agent`]): the kernel never writes these slots, so
+    /// adding to CPU 0's value cannot race with it.
+    pub fn count(&mut self, outcome: Outcome, n: u64) -> anyhow::Result<()> {
+        debug_assert!(outcome.by_agent());
+        if n == 0 {
+            return Ok(());
+        }
+        let index = outcome as u32;
+        let mut values: Vec<u64> = self
+            .global_stats
+            .get(&index, 0)
+            .context("reading GLOBAL_STATS")?
+            .iter()
+            .copied()
+            .collect();
+        if let Some(first) = values.first_mut() {
+            *first += n;
+        }
+        let values = PerCpuValues::try_from(values)
+            .map_err(|e| anyhow!("building per-CPU counters: {e}"))?;
+        self.global_stats
+            .set(index, values, 0)
+            .context("writing GLOBAL_STATS")
     }
+}
 
-    /// Number of tracked connections to shared backends.
-    pub fn conn_count(&self) -> usize {
-        self.conns.keys().filter(Result::is_ok).count()
-    }
+/// Opens one pinned map, saying what to check when it is not there.
+pub fn open_pin(layout: &PinLayout, name: &str) -> anyhow::Result<Map> {
+    let path = layout.map(name);
+    let data = MapData::from_pin(&path).with_context(|| {
+        format!(
+            "cannot open pinned map {}; is an ssh-fwd agent running with --bpffs {}?",
+            path.display(),
+            layout.root().display()
+        )
+    })?;
+    Map::from_map_data(data).with_context(|| format!("map {}", path.display()))
 }
 
 fn remove_if_present(

@@ -7,10 +7,16 @@
 //!   the agent leaves forwarding on, and the next agent adopts it.
 //! - Map writes follow a [`plan`] computed purely from what is installed and
 //!   what is desired, applied in an order that never exposes half a mapping.
+//! - Connection state is created by the kernel programs only; the agent
+//!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+pub mod cgroup;
+pub mod conntrack;
+pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
+pub mod lock;
 pub mod maps;
 pub mod netdev;
 pub mod object;
@@ -20,27 +26,41 @@ pub mod pod_links;
 pub mod preflight;
 pub mod stats;
 pub mod status;
+pub mod upgrade;
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, time::Duration};
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use aya::Ebpf;
 
+use conntrack::ConnTables;
 use hooks::AttachMode;
+use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
 use pins::PinLayout;
 use pod_links::PodLinks;
 use status::StatusMap;
+use upgrade::Takeover;
 
 /// What [`Datapath::start`] attaches, and where.
 pub struct Config<'a> {
     pub layout: &'a PinLayout,
     /// External interfaces (`--iface`).
     pub ifaces: &'a [String],
+    /// Interfaces to other nodes (`--cluster-iface`); empty: those of the
+    /// routes with a gateway, other than the external ones.
+    pub cluster_ifaces: &'a [String],
     pub mode: AttachMode,
     /// Attach the reply program to pods' interfaces (`--pod-ifaces auto`).
     pub pod_ifaces: bool,
+    pub settings: object::Settings,
+    /// How long replies of connections an upgraded-from data path forwarded
+    /// keep being restored untracked (until the server's ACK adopts them):
+    /// `--conn-idle-timeout`, as for any connection.
+    pub legacy_grace: Duration,
+    /// Hairpin for in-cluster clients (`--hairpin`, `--cgroup-root`).
+    pub hairpin: hairpin::Settings,
 }
 
 /// The loaded object, its maps and its hooks, for the agent to drive.
@@ -48,23 +68,33 @@ pub struct Datapath {
     /// Owns the programs (the links are pinned, so they outlive it).
     ebpf: Ebpf,
     pub maps: Maps,
+    pub conns: ConnTables,
     pub status: StatusMap,
     pod_links: PodLinks,
+    /// The interfaces to other nodes the programs are attached to.
+    pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
     pub adopted: bool,
+    /// Held while the agent runs: no second agent, no teardown under it.
+    _lock: AgentLock,
 }
 
 impl Datapath {
     /// Checks the host, loads the object (adopting pinned maps), and
-    /// attaches to every external interface, swapping our programs into
-    /// the links a previous agent pinned. Fails before changing anything
-    /// when a check fails.
+    /// attaches to every external and cluster interface, swapping our
+    /// programs into the links a previous agent pinned. Fails before
+    /// changing anything when a check fails.
     pub async fn start(config: &Config<'_>) -> anyhow::Result<Self> {
         let layout = config.layout;
         preflight::check_capabilities(pins::needs_mount(layout.root()))?;
         preflight::check_kernel()?;
-        if let Some(other) = layout.other_versions().first() {
-            anyhow::bail!(
+        let previous = Takeover::dir(layout);
+        if let Some(other) = layout
+            .other_versions()
+            .into_iter()
+            .find(|dir| *dir != previous)
+        {
+            bail!(
                 "{} holds the data path of another ssh-fwd version (a different pinned layout), \
                  which may still be attached: stop that agent, run `ssh-fwd teardown --bpffs {}` \
                  (it removes every layout; sessions through the old data path end), then start \
@@ -75,18 +105,27 @@ impl Datapath {
         }
         let netlink = Netlink::open()?;
         let links = netlink.links().await?;
-        let mut kinds = Vec::with_capacity(config.ifaces.len());
-        for iface in config.ifaces {
+        let kind_of = |iface: &str| -> anyhow::Result<Kind> {
             netdev::index(iface)?;
-            let kind = links
+            Ok(links
                 .iter()
-                .find(|l| &l.name == iface)
-                .map_or(Kind::Other, |l| l.kind);
-            kinds.push(kind);
+                .find(|l| l.name == iface)
+                .map_or(Kind::Other, |l| l.kind))
+        };
+        let cluster = cluster_ifaces(&netlink, &links, config).await?;
+        let hairpin_root = hairpin::resolve(&config.hairpin)?;
+        let mut attach = Vec::new();
+        for iface in config.ifaces {
+            attach.push((iface.clone(), kind_of(iface)?, config.mode));
         }
+        for iface in &cluster {
+            attach.push((iface.clone(), kind_of(iface)?, AttachMode::Tc));
+        }
+        let takeover = Takeover::find(layout)?;
         layout.prepare()?;
+        let lock = AgentLock::take(layout)?;
         let adopted = layout.has_maps();
-        let mut ebpf = object::load(layout)?;
+        let mut ebpf = object::load(layout, &config.settings)?;
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(|e| {
             match preflight::explain_bpf_error(e.root_cause()) {
@@ -94,24 +133,44 @@ impl Datapath {
                 None => e,
             }
         })?;
-        for (iface, kind) in config.ifaces.iter().zip(kinds) {
-            let hook =
-                hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, kind, config.mode)
-                    .with_context(|| format!("attaching to interface {iface}"))?;
+        let mut conns = ConnTables::from_ebpf(&mut ebpf)?;
+        if let Some(takeover) = &takeover {
+            begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
+        }
+        for (iface, kind, mode) in &attach {
+            let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
+                .with_context(|| format!("attaching to interface {iface}"))?;
             tracing::info!(iface, ingress = hook.name(), "attached");
         }
-        let keep: BTreeSet<String> = config.ifaces.iter().cloned().collect();
+        let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
+        hairpin::apply(&mut ebpf, layout, hairpin_root.as_deref())?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
-        let pod_links =
-            PodLinks::new(&mut ebpf, netlink, layout, config.ifaces, config.pod_ifaces)?;
+        let pod_links = PodLinks::new(
+            &mut ebpf,
+            netlink,
+            layout,
+            config.ifaces,
+            &cluster,
+            config.pod_ifaces,
+        )?;
+        if let Some(takeover) = takeover {
+            takeover.finish()?;
+            tracing::info!(
+                version = upgrade::FROM_VERSION,
+                "upgrade done: the older data path's pins are removed"
+            );
+        }
         Ok(Self {
             ebpf,
             maps,
+            conns,
             status,
             pod_links,
+            cluster_ifaces: cluster,
             adopted,
+            _lock: lock,
         })
     }
 
@@ -120,4 +179,74 @@ impl Datapath {
     pub async fn scan_pods(&mut self) -> anyhow::Result<()> {
         self.pod_links.sync(&mut self.ebpf).await
     }
+}
+
+/// Steps 2 and 3 of an upgrade (see [`upgrade`]): the older data path's
+/// mappings and backends written into our maps, its links moved to ours.
+fn begin_takeover(
+    takeover: &Takeover,
+    layout: &PinLayout,
+    adopted: bool,
+    conns: &mut ConnTables,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let grace_ns = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+    let until = conntrack::clock_ns().saturating_add(grace_ns);
+    let kept = takeover
+        .seed(layout, !adopted, conns, until)
+        .context("upgrading from layout v3: seeding the maps")?;
+    let moved = takeover
+        .move_links(layout)
+        .context("upgrading from layout v3: moving its links")?;
+    tracing::info!(
+        from = upgrade::FROM_VERSION,
+        mappings = takeover.mappings(),
+        backends = takeover.backends().len(),
+        shared_backend_conns = kept,
+        links = moved,
+        grace = %humantime::format_duration(grace),
+        "upgrading the data path of an older ssh-fwd in place: its mappings keep forwarding, \
+         and each of its open connections is tracked from the server's next packet (replies \
+         without state from its backends get their frontend back for the grace period)"
+    );
+    Ok(())
+}
+
+/// The interfaces to other nodes: `--cluster-iface`, or the interfaces of the
+/// routes with a gateway (to other nodes' pods, and the default route),
+/// other than the external ones and `lo`.
+async fn cluster_ifaces(
+    netlink: &Netlink,
+    links: &[netdev::Link],
+    config: &Config<'_>,
+) -> anyhow::Result<Vec<String>> {
+    if !config.cluster_ifaces.is_empty() {
+        for iface in config.cluster_ifaces {
+            netdev::index(iface).with_context(|| format!("--cluster-iface {iface}"))?;
+        }
+        tracing::info!(ifaces = ?config.cluster_ifaces, "cluster interfaces from --cluster-iface");
+        return Ok(config
+            .cluster_ifaces
+            .iter()
+            .filter(|i| !config.ifaces.contains(i))
+            .cloned()
+            .collect());
+    }
+    let gateways = netdev::gateway_interfaces(&netlink.routes().await?);
+    let found: Vec<String> = links
+        .iter()
+        .filter(|l| gateways.contains(&l.index))
+        .map(|l| l.name.clone())
+        .filter(|name| name != "lo" && !config.ifaces.contains(name))
+        .collect();
+    if found.is_empty() {
+        tracing::info!(
+            "no interface to other nodes besides the external ones (no route with a gateway \
+             leaves elsewhere); pass --cluster-iface if requests reach other nodes' pods through \
+             one"
+        );
+    } else {
+        tracing::info!(ifaces = ?found, "cluster interfaces: those of the routes with a gateway");
+    }
+    Ok(found)
 }

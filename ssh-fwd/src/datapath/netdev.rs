@@ -8,16 +8,19 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     ffi::CString,
+    net::{IpAddr, Ipv4Addr},
 };
 
 use anyhow::{Context as _, bail};
 use futures::{StreamExt as _, TryStreamExt as _};
 use netlink_packet_route::{
     RouteNetlinkMessage,
-    link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage},
+    address::AddressAttribute,
+    link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage},
+    route::{RouteAttribute, RouteMessage},
     tc::TcAttribute,
 };
-use rtnetlink::{Handle, MulticastGroup};
+use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
 use tokio::sync::mpsc;
 
 /// The interface index, or an error that says how to find the right name.
@@ -54,6 +57,9 @@ pub fn name_of(index: u32) -> Option<String> {
 pub enum Kind {
     Veth,
     Netkit,
+    /// A dummy device, or the loopback: where an SSH IP is meant to sit.
+    Dummy,
+    Loopback,
     Other,
 }
 
@@ -76,6 +82,9 @@ impl Link {
             kind: Kind::Other,
             peer_elsewhere: false,
         };
+        if msg.header.flags.contains(LinkFlags::Loopback) {
+            link.kind = Kind::Loopback;
+        }
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(name) => link.name.clone_from(name),
@@ -86,6 +95,7 @@ impl Link {
                             link.kind = match kind {
                                 InfoKind::Veth => Kind::Veth,
                                 InfoKind::Netkit => Kind::Netkit,
+                                InfoKind::Dummy => Kind::Dummy,
                                 _ => Kind::Other,
                             };
                         }
@@ -106,6 +116,20 @@ pub fn pod_ends(links: &[Link], external: &BTreeSet<String>) -> BTreeMap<u32, St
         .filter(|l| matches!(l.kind, Kind::Veth | Kind::Netkit))
         .filter(|l| l.peer_elsewhere && !external.contains(&l.name))
         .map(|l| (l.index, l.name.clone()))
+        .collect()
+}
+
+/// The node's IPv4 addresses by the interface holding them, except those on
+/// the loopback and dummy devices (where an SSH IP is meant to sit): a
+/// frontend on one of these would capture the node's own services.
+pub fn own_addresses(links: &[Link], addrs: &[(u32, Ipv4Addr)]) -> BTreeMap<Ipv4Addr, String> {
+    let by_index: BTreeMap<u32, &Link> = links.iter().map(|l| (l.index, l)).collect();
+    addrs
+        .iter()
+        .filter_map(|(index, ip)| {
+            let link = by_index.get(index)?;
+            (!matches!(link.kind, Kind::Dummy | Kind::Loopback)).then(|| (*ip, link.name.clone()))
+        })
         .collect()
 }
 
@@ -145,6 +169,24 @@ impl Netlink {
             .context("rtnetlink link dump")
     }
 
+    /// Every IPv4 address of the namespace, with its interface's index.
+    pub async fn addresses(&self) -> anyhow::Result<Vec<(u32, Ipv4Addr)>> {
+        self.handle
+            .address()
+            .get()
+            .execute()
+            .try_filter_map(|msg| {
+                let ip = msg.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Local(IpAddr::V4(ip)) => Some(*ip),
+                    _ => None,
+                });
+                futures::future::ready(Ok(ip.map(|ip| (msg.header.index, ip))))
+            })
+            .try_collect()
+            .await
+            .context("rtnetlink address dump")
+    }
+
     /// Indexes of the interfaces with a qdisc other than `noqueue`: a
     /// clsact (legacy tc filters), or one that shapes or schedules traffic.
     pub async fn with_qdisc(&self) -> anyhow::Result<BTreeSet<u32>> {
@@ -162,6 +204,45 @@ impl Netlink {
             .try_collect()
             .await
             .context("rtnetlink qdisc dump")
+    }
+}
+
+/// The interfaces IPv4 routes with a gateway leave through, by index: where
+/// traffic to other nodes (and their pods) goes. The default route counts.
+pub fn gateway_interfaces(routes: &[RouteMessage]) -> BTreeSet<u32> {
+    routes
+        .iter()
+        .filter(|r| {
+            r.attributes.iter().any(|a| match a {
+                RouteAttribute::Gateway(_) => true,
+                RouteAttribute::MultiPath(hops) => !hops.is_empty(),
+                _ => false,
+            })
+        })
+        .flat_map(|r| {
+            let oif = r.attributes.iter().filter_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            });
+            let hops = r.attributes.iter().flat_map(|a| match a {
+                RouteAttribute::MultiPath(hops) => hops.iter().map(|h| h.interface_index).collect(),
+                _ => Vec::new(),
+            });
+            oif.chain(hops).collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+impl Netlink {
+    /// The IPv4 routes of the main table.
+    pub async fn routes(&self) -> anyhow::Result<Vec<RouteMessage>> {
+        self.handle
+            .route()
+            .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .context("rtnetlink route dump")
     }
 }
 
@@ -258,6 +339,37 @@ mod tests {
             !peer_redirect_allowed(&local, false, 0),
             "peer in this namespace"
         );
+    }
+
+    #[test]
+    fn own_addresses_leave_out_the_loopback_and_dummies() {
+        let links = [
+            link(1, "lo", Kind::Loopback, false),
+            link(2, "eth0", Kind::Other, false),
+            link(3, "ssh0", Kind::Dummy, false),
+        ];
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let addrs = [
+            (1, ip("127.0.0.1")),
+            (1, ip("198.18.0.10")),
+            (2, ip("192.0.2.1")),
+            (3, ip("198.18.0.11")),
+        ];
+        assert_eq!(
+            own_addresses(&links, &addrs),
+            [(ip("192.0.2.1"), "eth0".to_owned())].into()
+        );
+    }
+
+    #[tokio::test]
+    async fn address_dump_sees_the_loopback_address_on_a_loopback_link() {
+        let netlink = Netlink::open().expect("rtnetlink");
+        let links = netlink.links().await.expect("link dump");
+        let lo = links.iter().find(|l| l.index == 1).expect("lo");
+        assert_eq!(lo.kind, Kind::Loopback);
+        let addrs = netlink.addresses().await.expect("address dump");
+        assert!(addrs.contains(&(1, Ipv4Addr::LOCALHOST)), "{addrs:?}");
+        assert!(!own_addresses(&links, &addrs).contains_key(&Ipv4Addr::LOCALHOST));
     }
 
     #[tokio::test]

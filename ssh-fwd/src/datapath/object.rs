@@ -1,11 +1,13 @@
 //! The eBPF object embedded in the binary: loading it (reusing the maps a
 //! previous agent pinned), its programs by name, and verifying them.
 
-use anyhow::{Context as _, anyhow};
+use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
+    maps::MapInfo,
     programs::{SchedClassifier, Xdp},
 };
+use ssh_fwd_common::maps::{CONN_CAPACITY, CONNS, HALF_OPEN, HALF_OPEN_CAPACITY};
 
 use super::{pins::PinLayout, preflight};
 
@@ -21,12 +23,40 @@ pub const PROG_EGRESS_TC: &str = "ssh_fwd_egress_tc";
 /// Reverse NAT on the host end of a pod's interface, tc ingress.
 pub const PROG_REPLY_TC: &str = "ssh_fwd_reply_tc";
 
+/// What is fixed when the object is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Capacity of the established-connections table.
+    pub conn_table_size: u32,
+    /// Capacity of the half-open table.
+    pub half_open_table_size: u32,
+    /// The network between nodes drops IPv4 options (`--cross-node plain`).
+    pub cross_node_plain: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            conn_table_size: CONN_CAPACITY,
+            half_open_table_size: HALF_OPEN_CAPACITY,
+            cross_node_plain: false,
+        }
+    }
+}
+
 /// Loads the object with its maps pinned in (or adopted from) the layout's
 /// maps directory. The programs are not loaded yet: see [`load_programs`].
-pub fn load(layout: &PinLayout) -> anyhow::Result<Ebpf> {
+/// Adopted tables must have the capacities asked for: a map cannot be
+/// resized in place, and a silent mismatch would leave the operator's
+/// setting without effect.
+pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     raise_memlock_limit();
-    EbpfLoader::new()
+    let plain = u8::from(settings.cross_node_plain);
+    let ebpf = EbpfLoader::new()
         .default_map_pin_directory(layout.maps_dir())
+        .map_max_entries(CONNS, settings.conn_table_size)
+        .map_max_entries(HALF_OPEN, settings.half_open_table_size)
+        .override_global("CROSS_NODE_PLAIN", &plain, true)
         .load(OBJECT)
         .map_err(|e| {
             let hint = preflight::explain_bpf_error(&e);
@@ -41,7 +71,31 @@ pub fn load(layout: &PinLayout) -> anyhow::Result<Ebpf> {
                 "loading the eBPF object with maps in {}",
                 layout.maps_dir().display()
             )
-        })
+        })?;
+    for (map, flag, wanted) in [
+        (CONNS, "--conn-table-size", settings.conn_table_size),
+        (
+            HALF_OPEN,
+            "--half-open-table-size",
+            settings.half_open_table_size,
+        ),
+    ] {
+        let pin = layout.map(map);
+        let info = MapInfo::from_pin(&pin).with_context(|| format!("reading {}", pin.display()))?;
+        if info.max_entries() != wanted {
+            bail!(
+                "the pinned table {} holds {} entries, but {flag} asks for {wanted}; a table \
+                 cannot be resized while it holds open connections: start the agent with {flag} {} \
+                 to keep them, or stop the agent, run `ssh-fwd teardown --bpffs {}` (open sessions \
+                 end) and start it with the new size",
+                pin.display(),
+                info.max_entries(),
+                info.max_entries(),
+                layout.root().display()
+            );
+        }
+    }
+    Ok(ebpf)
 }
 
 /// Hands every program to the verifier (once per agent).

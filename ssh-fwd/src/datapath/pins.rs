@@ -133,6 +133,11 @@ pub fn needs_mount(path: &Path) -> bool {
 
 /// Whether `path` is on a bpf filesystem.
 pub fn is_bpffs(path: &Path) -> anyhow::Result<bool> {
+    is_fs(path, libc::BPF_FS_MAGIC.into())
+}
+
+/// Whether `path` is on a filesystem whose `statfs` type is `magic`.
+pub fn is_fs(path: &Path, magic: i128) -> anyhow::Result<bool> {
     let c = CString::new(path.as_os_str().as_bytes())
         .with_context(|| format!("path {} contains a NUL byte", path.display()))?;
     // SAFETY: a plain C struct of integers; all-zero is a valid value.
@@ -142,7 +147,9 @@ pub fn is_bpffs(path: &Path) -> anyhow::Result<bool> {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("statfs {}", path.display()));
     }
-    Ok(st.f_type == libc::BPF_FS_MAGIC)
+    // glibc's f_type is signed and musl's unsigned (the static image's
+    // binary is built for musl); i128 holds both without a lossy cast.
+    Ok(i128::from(st.f_type) == magic)
 }
 
 fn mount_bpffs(path: &Path) -> anyhow::Result<()> {

@@ -1,12 +1,27 @@
 //! The pure heart of reconciliation: from what the maps hold and what is
 //! desired, compute the smallest set of map writes, in an order that never
 //! exposes a half-made mapping and never removes one that stays.
+//!
+//! The maps are as big as the number of mappings a node holds
+//! ([`MAX_MAPPINGS`]), so a reload near capacity needs room made before it
+//! can add anything. A reload is therefore two steps, each a complete,
+//! consistent [`Plan`]: first the mappings that go away are removed (their
+//! slots and entries freed, their connections purged), then everything else
+//! is added or changed, reusing what the first step freed. Any desired state
+//! within capacity is reachable from any installed state this way.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::SocketAddrV4,
+};
 
-use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MAX_MAPPINGS, NatTarget};
+use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS, NatTarget};
 
-use crate::mapping::MappingSet;
+use crate::mapping::{Mapping, MappingSet};
+
+mod tables;
+
+pub use tables::desired_tables;
 
 /// The maps' contents as userspace sees them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,6 +37,10 @@ pub struct Installed {
 /// Map writes, to be applied in field order (see [`super::maps::Maps::apply`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// REVERSE entries removed first, to make room: entries no frontend
+    /// uses, then, only as many as needed, entries of backends that
+    /// frontends being changed in this step are about to leave.
+    pub reverse_deletes_first: Vec<Endpoint>,
     /// Slots taken by new mappings: counters zeroed and name written before
     /// the mapping becomes visible.
     pub new_slots: Vec<(u32, String)>,
@@ -34,124 +53,123 @@ pub struct Plan {
     pub frontend_deletes: Vec<Endpoint>,
     /// Deleted after the frontends that led to them.
     pub reverse_deletes: Vec<Endpoint>,
-    /// Shared-backend frontends removed or pointed at another backend: their
-    /// per-connection entries are stale. Only these need purging.
-    pub retired_shared: Vec<Endpoint>,
+    /// Frontends removed or pointed at another backend: the connections
+    /// tracked through them are stale (their backend address may be given
+    /// to another pod next) and are purged once this step is applied.
+    pub retired: Vec<Endpoint>,
 }
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.new_slots.is_empty()
+        self.reverse_deletes_first.is_empty()
+            && self.new_slots.is_empty()
             && self.renamed.is_empty()
             && self.reverse_upserts.is_empty()
             && self.frontend_upserts.is_empty()
             && self.frontend_deletes.is_empty()
             && self.reverse_deletes.is_empty()
-            && self.retired_shared.is_empty()
+            && self.retired.is_empty()
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PlanError {
-    #[error(
-        "{wanted} mappings wanted but a node holds at most {MAX_MAPPINGS}; \
-         remove mappings or narrow the port range"
-    )]
-    TooMany { wanted: usize },
+/// A reload: its steps, in order, and what the maps hold after them.
+#[derive(Clone, Debug, Default)]
+pub struct Planned {
+    /// Applied one after the other, each in full, its retired connections
+    /// purged before the next begins.
+    pub steps: Vec<Plan>,
+    /// The maps' contents once every step is applied.
+    pub tables: Installed,
+    /// Desired mappings that do not fit: installed ones are kept first,
+    /// then the rest by frontend; the sources cap their sets so this is
+    /// normally empty (Kubernetes leaves out the newest Services).
+    pub left_out: Vec<Mapping>,
 }
 
-/// The tables the maps should hold for `desired`, reusing slots and primary
-/// frontends from `installed` wherever they still apply.
-pub fn desired_tables(installed: &Installed, desired: &MappingSet) -> Result<Installed, PlanError> {
-    if desired.len() > MAX_MAPPINGS as usize {
-        return Err(PlanError::TooMany {
-            wanted: desired.len(),
-        });
-    }
-    // A frontend that stays keeps its slot, so its counters carry on.
-    let mut slots: BTreeMap<Endpoint, u32> = BTreeMap::new();
-    for m in desired.iter() {
-        let frontend = Endpoint::new(*m.frontend.ip(), m.frontend.port());
-        if let Some(t) = installed.frontends.get(&frontend) {
-            slots.insert(frontend, t.slot);
-        }
-    }
-    // New frontends take slots no installed entry uses, so a slot being freed
-    // in this same plan is never zeroed while its old entry is still live.
-    let taken: BTreeSet<u32> = installed
+/// The steps that turn `installed` into the tables for `desired`. Never
+/// fails: what does not fit is left out and named, and removals happen
+/// whatever else is wrong.
+pub fn plan_steps(installed: &Installed, desired: &MappingSet) -> Planned {
+    let (desired, left_out) = fit(installed, desired);
+    // Step 1: keep only the frontends that stay, as they are installed now.
+    let staying = installed_subset(installed, |f, _| desired.get(&socket(f)).is_some());
+    let (mut shrink, middle) = step(installed, &staying, &BTreeSet::new());
+    // Step 2: add and change. Slots never used before are taken first, so
+    // the removed mappings' connections are purged separately only if
+    // their slots are reused.
+    let used_before: BTreeSet<u32> = installed
         .frontends
         .values()
+        .chain(installed.reverse.values())
         .map(|t| t.slot)
-        .chain(installed.reverse.values().map(|t| t.slot))
         .collect();
-    let mut free = (0..MAX_MAPPINGS).filter(|s| !taken.contains(s));
-    let mut backends: BTreeMap<Endpoint, Vec<(Endpoint, u32)>> = BTreeMap::new();
-    let mut out = Installed::default();
-    for m in desired.iter() {
-        let frontend = Endpoint::new(*m.frontend.ip(), m.frontend.port());
-        let backend = Endpoint::new(*m.backend.ip(), m.backend.port());
-        let slot = match slots.get(&frontend) {
-            Some(slot) => *slot,
-            None => free.next().ok_or(PlanError::TooMany {
-                wanted: desired.len(),
-            })?,
-        };
-        backends.entry(backend).or_default().push((frontend, slot));
-        out.names.insert(slot, m.name.clone());
-        out.frontends.insert(
-            frontend,
-            NatTarget {
-                endpoint: backend,
-                slot,
-                flags: 0,
-            },
-        );
+    let (mut grow, tables) = step(&middle, &desired, &used_before);
+    if !grow.new_slots.iter().any(|(s, _)| used_before.contains(s)) {
+        grow.retired.append(&mut shrink.retired);
+        grow.retired.sort();
+        grow.retired.dedup();
     }
-    for (backend, frontends) in backends {
-        let shared = frontends.len() > 1;
-        let flags = if shared { FLAG_SHARED_BACKEND } else { 0 };
-        // Keep the installed primary if it still applies: connections opened
-        // before the backend became shared have no per-connection entry and
-        // rely on it.
-        let installed_primary = installed.reverse.get(&backend).map(|t| t.endpoint);
-        // Every group holds the mapping that created it, so there is a primary.
-        let Some(&(primary, slot)) = frontends
+    Planned {
+        steps: vec![shrink, grow],
+        tables,
+        left_out,
+    }
+}
+
+/// After a failed write: removes every installed mapping whose backend is
+/// not the desired one, and changes nothing else.
+pub fn stale_removal(installed: &Installed, desired: &MappingSet) -> Plan {
+    let current = installed_subset(installed, |f, t| {
+        desired
+            .get(&socket(f))
+            .is_some_and(|m| endpoint(m.backend) == t.endpoint)
+    });
+    step(installed, &current, &BTreeSet::new()).0
+}
+
+/// The installed mappings `keep` selects, as they are installed.
+fn installed_subset(
+    installed: &Installed,
+    keep: impl Fn(&Endpoint, &NatTarget) -> bool,
+) -> MappingSet {
+    MappingSet::from_unique(
+        installed
+            .frontends
             .iter()
-            .find(|(f, _)| Some(*f) == installed_primary)
-            // Lowest as a person reads it (IP, then port), not by raw wire bytes.
-            .or_else(|| frontends.iter().min_by_key(|(f, _)| (f.ip(), f.port())))
-        else {
-            continue;
-        };
-        out.reverse.insert(
-            backend,
-            NatTarget {
-                endpoint: primary,
-                slot,
-                flags,
-            },
-        );
-        for (frontend, _) in frontends {
-            if let Some(t) = out.frontends.get_mut(&frontend) {
-                t.flags = flags;
-            }
-        }
+            .filter(|(f, t)| keep(f, t))
+            .map(|(f, t)| Mapping {
+                name: installed.names.get(&t.slot).cloned().unwrap_or_default(),
+                frontend: socket(f),
+                backend: socket(&t.endpoint),
+            }),
+    )
+}
+
+/// At most [`MAX_MAPPINGS`] of `desired`: installed frontends first (what
+/// runs keeps running), then by frontend.
+fn fit(installed: &Installed, desired: &MappingSet) -> (MappingSet, Vec<Mapping>) {
+    let max = MAX_MAPPINGS as usize;
+    if desired.len() <= max {
+        return (desired.clone(), Vec::new());
     }
-    Ok(out)
+    let (old, new): (Vec<&Mapping>, Vec<&Mapping>) = desired
+        .iter()
+        .partition(|m| installed.frontends.contains_key(&endpoint(m.frontend)));
+    let mut ordered = old.into_iter().chain(new).cloned();
+    let kept = MappingSet::from_unique(ordered.by_ref().take(max));
+    let mut left_out: Vec<Mapping> = ordered.collect();
+    left_out.sort_by_key(|m| m.frontend);
+    (kept, left_out)
 }
 
-/// The writes that turn `installed` into the tables for `desired`.
-#[cfg(test)]
-pub fn plan(installed: &Installed, desired: &MappingSet) -> Result<Plan, PlanError> {
-    plan_with_tables(installed, desired).map(|(plan, _)| plan)
-}
-
-/// Like [`plan`], also returning the tables the maps hold once it is applied.
-pub fn plan_with_tables(
+/// One consistent step from `installed` to `desired`, which must fit.
+/// `late_slots` are taken for new mappings only when no other is free.
+fn step(
     installed: &Installed,
     desired: &MappingSet,
-) -> Result<(Plan, Installed), PlanError> {
-    let want = desired_tables(installed, desired)?;
+    late_slots: &BTreeSet<u32>,
+) -> (Plan, Installed) {
+    let want = desired_tables(installed, desired, late_slots);
     let mut plan = Plan::default();
     let installed_slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
     for (slot, name) in &want.names {
@@ -164,17 +182,48 @@ pub fn plan_with_tables(
     plan.reverse_upserts = upserts(&installed.reverse, &want.reverse);
     plan.frontend_upserts = upserts(&installed.frontends, &want.frontends);
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
-    plan.reverse_deletes = deletes(&installed.reverse, &want.reverse);
-    plan.retired_shared = installed
+    let reverse_deletes = deletes(&installed.reverse, &want.reverse);
+    (plan.reverse_deletes_first, plan.reverse_deletes) =
+        reverse_delete_order(installed, &want, reverse_deletes);
+    plan.retired = installed
         .frontends
         .iter()
-        .filter(|(f, t)| {
-            t.flags & FLAG_SHARED_BACKEND != 0
-                && want.frontends.get(f).map(|w| w.endpoint) != Some(t.endpoint)
-        })
+        .filter(|(f, t)| want.frontends.get(f).map(|w| w.endpoint) != Some(t.endpoint))
         .map(|(f, _)| *f)
         .collect();
-    Ok((plan, want))
+    (plan, want)
+}
+
+/// Splits REVERSE deletes into those done first and those done last. An
+/// entry no installed frontend uses goes first (nothing depends on it). So
+/// do as many entries of backends being left as the new entries need room
+/// for: the frontends leaving them are being changed, their connections
+/// retired, and their new entries are written right after.
+fn reverse_delete_order(
+    installed: &Installed,
+    want: &Installed,
+    deletes: Vec<Endpoint>,
+) -> (Vec<Endpoint>, Vec<Endpoint>) {
+    let used: BTreeSet<Endpoint> = installed.frontends.values().map(|t| t.endpoint).collect();
+    let (mut first, mut late): (Vec<Endpoint>, Vec<Endpoint>) =
+        deletes.into_iter().partition(|k| !used.contains(k));
+    let added = want
+        .reverse
+        .keys()
+        .filter(|k| !installed.reverse.contains_key(k))
+        .count();
+    let peak = installed.reverse.len() - first.len() + added;
+    let short = peak.saturating_sub(MAX_MAPPINGS as usize).min(late.len());
+    first.extend(late.drain(..short));
+    (first, late)
+}
+
+pub fn endpoint(a: SocketAddrV4) -> Endpoint {
+    Endpoint::new(*a.ip(), a.port())
+}
+
+pub fn socket(e: &Endpoint) -> SocketAddrV4 {
+    SocketAddrV4::new(e.ip(), e.port())
 }
 
 fn upserts(
@@ -197,5 +246,26 @@ fn deletes(
         .collect()
 }
 
+/// The writes that turn `installed` into the tables for `desired`, every
+/// step's fields concatenated (for assertions on what is written).
+#[cfg(test)]
+pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
+    let mut all = Plan::default();
+    for mut p in plan_steps(installed, desired).steps {
+        all.reverse_deletes_first
+            .append(&mut p.reverse_deletes_first);
+        all.new_slots.append(&mut p.new_slots);
+        all.renamed.append(&mut p.renamed);
+        all.reverse_upserts.append(&mut p.reverse_upserts);
+        all.frontend_upserts.append(&mut p.frontend_upserts);
+        all.frontend_deletes.append(&mut p.frontend_deletes);
+        all.reverse_deletes.append(&mut p.reverse_deletes);
+        all.retired.append(&mut p.retired);
+    }
+    all
+}
+
+#[cfg(test)]
+mod capacity_tests;
 #[cfg(test)]
 mod tests;

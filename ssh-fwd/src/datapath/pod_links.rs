@@ -21,7 +21,7 @@ use aya::{
     maps::{HashMap, MapData},
     programs::{SchedClassifier, TcAttachType},
 };
-use ssh_fwd_common::maps::{IFACE_EXTERNAL, IFACE_POD_PEER, IFACES};
+use ssh_fwd_common::maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, IFACES};
 
 use super::{
     hooks,
@@ -35,6 +35,7 @@ pub struct PodLinks {
     netlink: Netlink,
     layout: PinLayout,
     external: BTreeSet<String>,
+    cluster: BTreeSet<String>,
     /// `false` with `--pod-ifaces off`: no reply programs, no peer redirects.
     enabled: bool,
     /// Interfaces whose pinned link runs this agent's program, by index.
@@ -48,11 +49,14 @@ pub struct PodLinks {
 
 impl PodLinks {
     /// Takes the `IFACES` map out of the loaded object.
+    /// `external` and `cluster` interfaces are never pods' ends, whatever
+    /// their kind (a test bed's links between nodes are veths too).
     pub fn new(
         ebpf: &mut Ebpf,
         netlink: Netlink,
         layout: &PinLayout,
         external: &[String],
+        cluster: &[String],
         enabled: bool,
     ) -> anyhow::Result<Self> {
         let map = ebpf
@@ -64,6 +68,7 @@ impl PodLinks {
             attached: BTreeSet::new(),
             layout: layout.clone(),
             external: external.iter().cloned().collect(),
+            cluster: cluster.iter().cloned().collect(),
             enabled,
             refused: BTreeSet::new(),
         })
@@ -73,8 +78,9 @@ impl PodLinks {
     /// and write the interface flags.
     pub async fn sync(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<()> {
         let links = self.netlink.links().await?;
+        let not_pods: BTreeSet<String> = self.external.union(&self.cluster).cloned().collect();
         let pods = if self.enabled {
-            netdev::pod_ends(&links, &self.external)
+            netdev::pod_ends(&links, &not_pods)
         } else {
             BTreeMap::new()
         };
@@ -117,7 +123,12 @@ impl PodLinks {
             }
         }
         let peer_ok = self.peer_ok(&links, &pods).await?;
-        self.write_flags(&desired_flags(&links, &self.external, &peer_ok))
+        self.write_flags(&desired_flags(
+            &links,
+            &self.external,
+            &self.cluster,
+            &peer_ok,
+        ))
     }
 
     /// The pod interfaces a request may be handed to directly.
@@ -175,17 +186,25 @@ impl PodLinks {
     }
 }
 
-/// The flags the kernel programs should see: external interfaces by name,
-/// and the pods' interfaces that may take a peer redirect.
+/// The flags the kernel programs should see: external and cluster
+/// interfaces by name, and the pods' interfaces that may take a peer
+/// redirect.
 pub fn desired_flags(
     links: &[Link],
     external: &BTreeSet<String>,
+    cluster: &BTreeSet<String>,
     peer_ok: &BTreeSet<u32>,
 ) -> BTreeMap<u32, u32> {
-    links
-        .iter()
-        .filter(|l| external.contains(&l.name))
-        .map(|l| (l.index, IFACE_EXTERNAL))
+    let named = |names: &BTreeSet<String>, flag: u32| {
+        links
+            .iter()
+            .filter(|l| names.contains(&l.name))
+            .map(move |l| (l.index, flag))
+            .collect::<Vec<_>>()
+    };
+    named(external, IFACE_EXTERNAL)
+        .into_iter()
+        .chain(named(cluster, IFACE_CLUSTER))
         .chain(peer_ok.iter().map(|&index| (index, IFACE_POD_PEER)))
         .collect()
 }
@@ -226,14 +245,21 @@ mod tests {
             },
         ];
         let external = BTreeSet::from(["eth0".to_owned(), "eth1-absent".to_owned()]);
+        let none = BTreeSet::new();
         assert_eq!(
-            desired_flags(&links, &external, &BTreeSet::from([9])),
+            desired_flags(&links, &external, &none, &BTreeSet::from([9])),
             BTreeMap::from([(2, IFACE_EXTERNAL), (9, IFACE_POD_PEER)])
         );
         assert_eq!(
-            desired_flags(&links, &external, &BTreeSet::new()),
+            desired_flags(&links, &external, &none, &BTreeSet::new()),
             BTreeMap::from([(2, IFACE_EXTERNAL)]),
             "--pod-ifaces off: only the external interfaces"
+        );
+        let cluster = BTreeSet::from(["veth9".to_owned()]);
+        assert_eq!(
+            desired_flags(&links, &external, &cluster, &BTreeSet::new()),
+            BTreeMap::from([(2, IFACE_EXTERNAL), (9, IFACE_CLUSTER)]),
+            "a cluster interface is flagged as such"
         );
     }
 }

@@ -116,11 +116,10 @@ pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<Stri
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             return match io.raw_os_error() {
-                Some(libc::EPERM) | Some(libc::EACCES) => Some(
-                    "the kernel refused a BPF operation: run as root or with CAP_BPF, \
-                     CAP_NET_ADMIN and CAP_PERFMON"
-                        .into(),
-                ),
+                Some(libc::EPERM) | Some(libc::EACCES) => {
+                    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                    Some(refused_hint(&status).into())
+                }
                 Some(libc::ENOSYS) => {
                     Some("this kernel has no BPF syscall (CONFIG_BPF_SYSCALL is off)".into())
                 }
@@ -130,6 +129,29 @@ pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<Stri
         source = e.source();
     }
     None
+}
+
+/// What to do about an EPERM from bpf(2), given /proc/self/status. The
+/// capabilities were checked before anything was loaded, so under a seccomp
+/// filter the filter is the likelier cause: the default profiles of several
+/// container runtimes (podman's and CRI-O's among them) allow bpf(2) only
+/// with CAP_SYS_ADMIN, not with CAP_BPF.
+fn refused_hint(status: &str) -> &'static str {
+    let filtered = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))
+        .is_some_and(|mode| mode.trim() == "2");
+    if filtered {
+        "the kernel refused a BPF operation, and this process runs under a seccomp filter \
+         (Seccomp: 2 in /proc/self/status), which may allow bpf(2) only with CAP_SYS_ADMIN, as \
+         the default profiles of podman and CRI-O do: run the agent without one \
+         (securityContext.seccompProfile.type: Unconfined, as deploy/base/agent-daemonset.yaml \
+         does; podman or docker: --security-opt seccomp=unconfined) or with a profile that \
+         allows bpf"
+    } else {
+        "the kernel refused a BPF operation: run as root or with CAP_BPF, CAP_NET_ADMIN and \
+         CAP_PERFMON"
+    }
 }
 
 /// The capabilities the agent needs when bpffs is already mounted, as
@@ -144,6 +166,20 @@ pub fn required_capability_names() -> Vec<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_bpf_call_under_a_seccomp_filter_names_the_filter_and_the_fix() {
+        let filtered = refused_hint("Name:\tssh-fwd\nNoNewPrivs:\t1\nSeccomp:\t2\n");
+        assert!(filtered.contains("seccomp filter"), "{filtered}");
+        assert!(
+            filtered.contains("seccompProfile.type: Unconfined"),
+            "{filtered}"
+        );
+        let unfiltered = refused_hint("Name:\tssh-fwd\nSeccomp:\t0\n");
+        assert!(!unfiltered.contains("seccomp"), "{unfiltered}");
+        assert!(unfiltered.contains("CAP_BPF"), "{unfiltered}");
+        assert_eq!(refused_hint(""), unfiltered);
+    }
 
     #[test]
     fn kernels_from_6_6_are_supported() {

@@ -4,7 +4,7 @@
 
 use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingCounters};
 
-use super::{hooks, maps::Maps, netdev, pins::PinLayout};
+use super::{hairpin, hooks, maps::Maps, netdev, pins::PinLayout};
 
 /// One installed mapping and what went through it.
 #[derive(Clone, Debug)]
@@ -47,6 +47,8 @@ pub enum Target {
     Interface,
     /// The host end of a pod's interface.
     PodInterface,
+    /// A cgroup (hairpin); `iface` holds its path.
+    Cgroup,
 }
 
 /// One attached program, as pinned.
@@ -77,7 +79,15 @@ pub fn hooks(layout: &PinLayout) -> Vec<Hook> {
         ifindex: Some(index),
         hook: "reply-tc".into(),
     });
-    let mut all: Vec<Hook> = interfaces.chain(pods).collect();
+    let cgroups = hairpin::attached(layout)
+        .into_iter()
+        .map(|(cgroup, hook)| Hook {
+            target: Target::Cgroup,
+            iface: cgroup.display().to_string(),
+            ifindex: None,
+            hook,
+        });
+    let mut all: Vec<Hook> = interfaces.chain(pods).chain(cgroups).collect();
     all.sort();
     all
 }

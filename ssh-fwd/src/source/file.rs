@@ -18,29 +18,26 @@ use std::{
 };
 
 use serde::Deserialize;
-use ssh_fwd_common::maps::MAX_NAME_LEN;
+use ssh_fwd_common::maps::{MAX_MAPPINGS, MAX_NAME_LEN};
 
-use crate::mapping::{Mapping, MappingSet};
+use super::validate::{Checker, Danger, Rules};
+use crate::mapping::{Mapping, MappingSet, printable};
 
 /// Why a mappings file was rejected. Every variant names the entry (1-based,
 /// as a person counts them in the file) and says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
-    #[error("cannot read mappings file {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    // The cause is in the message, not a `source`: `{:#}` would repeat it.
+    #[error("cannot read mappings file {path}: {cause}")]
+    Read { path: String, cause: std::io::Error },
     #[error(
         "mappings file {path} is empty; write `mappings: []` to remove all mappings on purpose"
     )]
     Empty { path: String },
-    #[error("mappings file {path} is not valid: {source}")]
+    #[error("mappings file {path} is not valid: {cause}")]
     Syntax {
         path: String,
-        #[source]
-        source: Box<serde_saphyr::Error>,
+        cause: Box<serde_saphyr::Error>,
     },
     #[error("mappings file {path}, entry #{index}{label}: {problem}")]
     Entry {
@@ -59,6 +56,16 @@ pub enum FileError {
         second: usize,
         frontend: SocketAddrV4,
     },
+    #[error(
+        "mappings file {path} lists {count} mappings, {excess} more than a node holds \
+         ({MAX_MAPPINGS}): entries #{first_over} to #{count} do not fit; remove {excess} entries"
+    )]
+    TooMany {
+        path: String,
+        count: usize,
+        excess: usize,
+        first_over: usize,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -73,6 +80,8 @@ pub enum EntryProblem {
     NotUnicast { field: &'static str, value: String },
     #[error("name is {len} bytes long; keep it at most {MAX_NAME_LEN}")]
     NameTooLong { len: usize },
+    #[error(transparent)]
+    Dangerous(#[from] Danger),
 }
 
 #[derive(Deserialize)]
@@ -90,48 +99,39 @@ struct FileEntry {
     backend: String,
 }
 
-/// Reads and validates a mappings file. Either every entry is valid and the
-/// whole set is returned, or nothing is.
-pub fn load_file(path: &Path) -> Result<MappingSet, FileError> {
+/// Reads and validates a mappings file against `rules`. Either every entry
+/// is valid and the whole set is returned, or nothing is.
+pub fn load_file(path: &Path, rules: &Rules) -> Result<MappingSet, FileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+    let text = std::fs::read_to_string(path).map_err(|cause| FileError::Read {
         path: shown.clone(),
-        source,
+        cause,
     })?;
-    parse(&text, &shown)
+    parse(&text, &shown, rules)
 }
 
 /// Parses mappings-file text; `path` is only used in messages.
-pub fn parse(text: &str, path: &str) -> Result<MappingSet, FileError> {
+pub fn parse(text: &str, path: &str, rules: &Rules) -> Result<MappingSet, FileError> {
     // An editor or a half-finished write can leave a file empty for a moment;
     // treating that as "no mappings" would cut every session.
     if text.trim().is_empty() {
         return Err(FileError::Empty { path: path.into() });
     }
-    let doc: FileDoc = serde_saphyr::from_str(text).map_err(|source| FileError::Syntax {
+    let doc: FileDoc = serde_saphyr::from_str(text).map_err(|cause| FileError::Syntax {
         path: path.into(),
-        source: Box::new(source),
+        cause: Box::new(cause),
     })?;
     let mut seen: BTreeMap<SocketAddrV4, usize> = BTreeMap::new();
     let mut mappings = Vec::with_capacity(doc.mappings.len());
     for (i, entry) in doc.mappings.into_iter().enumerate() {
         let index = i + 1;
         let name = entry.name.unwrap_or_default();
-        let entry_error = |problem| FileError::Entry {
-            path: path.into(),
-            index,
-            label: if name.is_empty() {
-                String::new()
-            } else {
-                format!(" ({name})")
-            },
-            problem,
-        };
+        let fail = |problem| entry_error(path, index, &name, problem);
         if name.len() > MAX_NAME_LEN {
-            return Err(entry_error(EntryProblem::NameTooLong { len: name.len() }));
+            return Err(fail(EntryProblem::NameTooLong { len: name.len() }));
         }
-        let frontend = parse_endpoint("frontend", &entry.frontend).map_err(&entry_error)?;
-        let backend = parse_endpoint("backend", &entry.backend).map_err(&entry_error)?;
+        let frontend = parse_endpoint("frontend", &entry.frontend).map_err(&fail)?;
+        let backend = parse_endpoint("backend", &entry.backend).map_err(&fail)?;
         if let Some(first) = seen.insert(frontend, index) {
             return Err(FileError::DuplicateFrontend {
                 path: path.into(),
@@ -146,7 +146,35 @@ pub fn parse(text: &str, path: &str) -> Result<MappingSet, FileError> {
             backend,
         });
     }
+    if mappings.len() > MAX_MAPPINGS as usize {
+        return Err(FileError::TooMany {
+            path: path.into(),
+            count: mappings.len(),
+            excess: mappings.len() - MAX_MAPPINGS as usize,
+            first_over: MAX_MAPPINGS as usize + 1,
+        });
+    }
+    let checker = Checker::new(rules, mappings.iter().map(|m| m.frontend));
+    for (i, m) in mappings.iter().enumerate() {
+        checker
+            .check(m)
+            .map_err(|d| entry_error(path, i + 1, &m.name, d.into()))?;
+    }
     Ok(MappingSet::from_unique(mappings))
+}
+
+/// An entry's error, its name shown with control characters escaped.
+fn entry_error(path: &str, index: usize, name: &str, problem: EntryProblem) -> FileError {
+    FileError::Entry {
+        path: path.into(),
+        index,
+        label: if name.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", printable(name))
+        },
+        problem,
+    }
 }
 
 /// Parses `IP:PORT` for one field of an entry.
@@ -168,7 +196,9 @@ pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, 
         });
     }
     let ip = addr.ip();
-    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+    // A backend's addresses are judged by `validate::check_backend`, which
+    // says what each range is.
+    if field == "frontend" && (ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast()) {
         return Err(EntryProblem::NotUnicast {
             field,
             value: value.into(),

@@ -5,3 +5,4 @@
 
 pub mod file;
 pub mod kubernetes;
+pub mod validate;

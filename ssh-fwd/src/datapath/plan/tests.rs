@@ -1,5 +1,7 @@
 use std::net::SocketAddrV4;
 
+use ssh_fwd_common::maps::FLAG_SHARED_BACKEND;
+
 use super::*;
 use crate::mapping::Mapping;
 
@@ -19,6 +21,9 @@ fn ep(s: &str) -> Endpoint {
 /// Applies a plan to an in-memory copy of the maps, as the dataplane would.
 fn apply(installed: &Installed, plan: &Plan) -> Installed {
     let mut out = installed.clone();
+    for k in &plan.reverse_deletes_first {
+        out.reverse.remove(k);
+    }
     for (slot, name) in plan.new_slots.iter().chain(&plan.renamed) {
         out.names.insert(*slot, name.clone());
     }
@@ -36,10 +41,12 @@ fn apply(installed: &Installed, plan: &Plan) -> Installed {
 }
 
 fn converge(installed: &Installed, desired: &MappingSet) -> Installed {
-    let p = plan(installed, desired).unwrap();
-    let after = apply(installed, &p);
+    let mut after = installed.clone();
+    for step in plan_steps(installed, desired).steps {
+        after = apply(&after, &step);
+    }
     assert!(
-        plan(&after, desired).unwrap().is_empty(),
+        plan(&after, desired).is_empty(),
         "plan must reach a fixed point"
     );
     after
@@ -51,7 +58,7 @@ fn first_plan_installs_every_mapping_with_distinct_slots() {
         m("a", "198.18.0.10:8022", "10.244.1.5:22"),
         m("b", "198.18.0.10:8023", "10.244.1.6:22"),
     ]);
-    let p = plan(&Installed::default(), &desired).unwrap();
+    let p = plan(&Installed::default(), &desired);
     assert_eq!(p.new_slots, vec![(0, "a".into()), (1, "b".into())]);
     assert_eq!(p.frontend_upserts.len(), 2);
     assert_eq!(p.reverse_upserts.len(), 2);
@@ -69,7 +76,7 @@ fn unchanged_mappings_are_never_rewritten_or_removed() {
         &MappingSet::from_unique([one.clone()]),
     );
     let desired = MappingSet::from_unique([one, m("b", "198.18.0.10:8023", "10.244.1.6:22")]);
-    let p = plan(&installed, &desired).unwrap();
+    let p = plan(&installed, &desired);
     assert_eq!(
         p.frontend_upserts.iter().map(|u| u.0).collect::<Vec<_>>(),
         vec![ep("198.18.0.10:8023")]
@@ -86,12 +93,12 @@ fn removed_mapping_deletes_frontend_and_reverse_and_frees_slot_later() {
         &Installed::default(),
         &MappingSet::from_unique([a.clone(), b]),
     );
-    let p = plan(&installed, &MappingSet::from_unique([a.clone()])).unwrap();
+    let p = plan(&installed, &MappingSet::from_unique([a.clone()]));
     assert_eq!(p.frontend_deletes, vec![ep("198.18.0.10:8023")]);
     assert_eq!(p.reverse_deletes, vec![ep("10.244.1.6:22")]);
     // A mapping added in the same plan does not reuse the slot being freed.
     let c = m("c", "198.18.0.10:8024", "10.244.1.7:22");
-    let p = plan(&installed, &MappingSet::from_unique([a, c])).unwrap();
+    let p = plan(&installed, &MappingSet::from_unique([a, c]));
     assert_eq!(p.new_slots, vec![(2, "c".into())]);
 }
 
@@ -104,8 +111,7 @@ fn moved_backend_keeps_slot_and_replaces_reverse_entry() {
     let p = plan(
         &installed,
         &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.2.9:22")]),
-    )
-    .unwrap();
+    );
     assert!(p.new_slots.is_empty());
     assert_eq!(p.frontend_upserts[0].1.endpoint, ep("10.244.2.9:22"));
     assert_eq!(p.frontend_upserts[0].1.slot, 0);
@@ -178,8 +184,7 @@ fn rename_only_touches_the_name() {
     let p = plan(
         &installed,
         &MappingSet::from_unique([m("renamed", "198.18.0.10:8022", "10.244.1.5:22")]),
-    )
-    .unwrap();
+    );
     assert_eq!(p.renamed, vec![(0, "renamed".into())]);
     assert!(p.frontend_upserts.is_empty() && p.reverse_upserts.is_empty());
 }
@@ -199,58 +204,46 @@ fn drifted_entry_is_restored() {
     let desired = MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]);
     let mut installed = converge(&Installed::default(), &desired);
     installed.frontends.clear(); // someone ran `bpftool map delete`
-    let p = plan(&installed, &desired).unwrap();
+    let p = plan(&installed, &desired);
     assert_eq!(p.frontend_upserts.len(), 1);
 }
 
 #[test]
-fn more_mappings_than_capacity_is_an_error_that_says_what_to_do() {
-    let many = (0..=MAX_MAPPINGS).map(|i| {
-        m(
-            "",
-            &format!("198.18.{}.{}:8022", i / 250, i % 250 + 1),
-            "10.244.1.5:22",
-        )
-    });
-    let e = plan(&Installed::default(), &MappingSet::from_unique(many)).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("remove mappings or narrow the port range")
-    );
-}
-
-#[test]
-fn only_shared_frontends_that_go_away_or_move_retire_their_connections() {
+fn frontends_that_go_away_or_move_retire_their_connections() {
     let shared = MappingSet::from_unique([
         m("a", "198.18.0.10:8022", "10.244.1.5:22"),
         m("b", "198.18.0.10:8023", "10.244.1.5:22"),
         m("c", "198.18.0.10:8024", "10.244.1.6:22"),
     ]);
     let installed = converge(&Installed::default(), &shared);
-    // b removed, c (never shared) removed, a stays: only b retires.
+    // b and c removed, a stays: b and c retire.
     let p = plan(
         &installed,
         &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.1.5:22")]),
-    )
-    .unwrap();
-    assert_eq!(p.retired_shared, vec![ep("198.18.0.10:8023")]);
+    );
+    assert_eq!(
+        p.retired,
+        vec![ep("198.18.0.10:8023"), ep("198.18.0.10:8024")]
+    );
     // a moves to another pod: a retires too.
     let p = plan(
         &installed,
         &MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.244.2.5:22")]),
-    )
-    .unwrap();
+    );
     assert_eq!(
-        p.retired_shared,
-        vec![ep("198.18.0.10:8022"), ep("198.18.0.10:8023")]
+        p.retired,
+        vec![
+            ep("198.18.0.10:8022"),
+            ep("198.18.0.10:8023"),
+            ep("198.18.0.10:8024")
+        ]
     );
     // Adding an unrelated mapping retires nothing.
     let mut more: Vec<Mapping> = shared.iter().cloned().collect();
     more.push(m("d", "198.18.0.10:8025", "10.244.1.7:22"));
     assert!(
         plan(&installed, &MappingSet::from_unique(more))
-            .unwrap()
-            .retired_shared
+            .retired
             .is_empty()
     );
 }

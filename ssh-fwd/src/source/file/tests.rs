@@ -1,7 +1,10 @@
 use super::*;
+use crate::source::validate::Rules;
 
 fn err(text: &str) -> String {
-    parse(text, "m.yaml").unwrap_err().to_string()
+    parse(text, "m.yaml", &Rules::default())
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -9,6 +12,7 @@ fn documented_example_parses() {
     let set = parse(
         "mappings:\n  - name: job-4711          # optional label\n    frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n  - frontend: 198.18.0.10:8023\n    backend: 10.244.1.6:22\n",
         "m.yaml",
+        &Rules::default(),
     )
     .unwrap();
     let all: Vec<_> = set.iter().cloned().collect();
@@ -21,7 +25,11 @@ fn documented_example_parses() {
 
 #[test]
 fn explicit_empty_list_is_an_empty_set_but_an_empty_file_is_rejected() {
-    assert!(parse("mappings: []\n", "m.yaml").unwrap().is_empty());
+    assert!(
+        parse("mappings: []\n", "m.yaml", &Rules::default())
+            .unwrap()
+            .is_empty()
+    );
     assert!(err("").contains("is empty; write `mappings: []`"));
     assert!(err("  \n").contains("is empty"));
 }
@@ -83,4 +91,100 @@ fn overlong_name_is_rejected() {
         "x".repeat(200)
     );
     assert!(err(&text).contains("name is 200 bytes long; keep it at most 127"));
+}
+
+fn one(frontend: &str, backend: &str) -> String {
+    format!("mappings:\n  - name: job\n    frontend: {frontend}\n    backend: {backend}\n")
+}
+
+#[test]
+fn a_backend_that_is_another_entrys_frontend_is_refused() {
+    let e = err(
+        "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.0.0.1:22\n  - name: b\n    frontend: 198.18.0.10:8031\n    backend: 198.18.0.10:8022\n",
+    );
+    assert!(
+        e.contains("entry #2 (b): backend 198.18.0.10:8022 is a frontend"),
+        "{e}"
+    );
+    assert!(e.contains("point the backend at the pod"), "{e}");
+}
+
+#[test]
+fn a_mapping_to_itself_is_refused() {
+    let e = err(&one("198.18.0.10:8022", "198.18.0.10:8022"));
+    assert!(
+        e.contains("entry #1 (job): backend 198.18.0.10:8022 is the entry's own frontend"),
+        "{e}"
+    );
+}
+
+#[test]
+fn backends_in_reserved_ranges_are_refused() {
+    for (backend, what) in [
+        ("127.0.0.1:22", "loopback"),
+        ("127.8.9.1:22", "loopback"),
+        ("0.1.2.3:22", "0.0.0.0/8"),
+        ("169.254.1.1:22", "link-local"),
+        ("224.0.0.5:22", "multicast"),
+        ("255.255.255.255:22", "broadcast"),
+    ] {
+        let e = err(&one("198.18.0.10:8022", backend));
+        assert!(e.contains("entry #1 (job): backend"), "{backend}: {e}");
+        assert!(e.contains(what), "{backend}: {e}");
+    }
+}
+
+#[test]
+fn names_with_control_characters_are_refused_without_printing_them() {
+    let e = err(
+        "mappings:\n  - name: \"evil\\e[2Jname\"\n    frontend: 198.18.0.10:8022\n    backend: 10.0.0.1:22\n",
+    );
+    assert!(e.contains("control character"), "{e}");
+    assert!(
+        !e.contains('\u{1b}'),
+        "the raw escape must not reach a terminal: {e:?}"
+    );
+}
+
+#[test]
+fn a_backend_on_a_frontends_address_is_refused_whatever_the_port() {
+    let e = err(
+        "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.0.0.1:22\n  - frontend: 198.18.0.10:8023\n    backend: 198.18.0.10:22\n",
+    );
+    assert!(
+        e.contains("entry #2: backend 198.18.0.10:22 is on frontend address 198.18.0.10"),
+        "{e}"
+    );
+}
+
+#[test]
+fn with_ssh_ips_declared_a_frontend_elsewhere_rejects_the_file() {
+    let rules = Rules {
+        ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
+        ..Rules::default()
+    };
+    let e = parse(&one("192.0.2.1:22", "10.0.0.1:22"), "m.yaml", &rules)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("entry #1 (job): frontend 192.0.2.1:22 is not on a declared --ssh-ip"),
+        "{e}"
+    );
+    assert!(parse(&one("198.18.0.10:22", "10.0.0.1:22"), "m.yaml", &rules).is_ok());
+}
+
+#[test]
+fn a_file_over_capacity_says_by_how_much() {
+    let mut text = String::from("mappings:\n");
+    for i in 0..MAX_MAPPINGS as usize + 2 {
+        text.push_str(&format!(
+            "  - frontend: 198.18.{}.{}:8022\n    backend: 10.0.0.1:22\n",
+            i / 250,
+            i % 250 + 1
+        ));
+    }
+    assert_eq!(
+        err(&text),
+        "mappings file m.yaml lists 16386 mappings, 2 more than a node holds (16384): entries #16385 to #16386 do not fit; remove 2 entries"
+    );
 }

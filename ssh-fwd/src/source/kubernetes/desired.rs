@@ -15,6 +15,14 @@
 //! ([`ownership::owner`]); the frontend maps to the owner's ready endpoint,
 //! and is closed while the owner has none.
 //!
+//! A Service whose mappings would break or hijack the node
+//! ([`validate`](crate::source::validate): a loopback or link-local
+//! backend, one on an SSH IP, a control character in a name) is skipped
+//! whole. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
+//! ([`cap`]), so a new Service never takes a running one's place.
+//!
+//! [`MAX_MAPPINGS`]: ssh_fwd_common::maps::MAX_MAPPINGS
+//!
 //! [`LB_CLASS`]: crate::k8s::LB_CLASS
 
 use std::{
@@ -29,7 +37,12 @@ use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
     k8s::ownership::{self, Claimant},
     mapping::{Mapping, MappingSet},
+    source::validate::{self, Checker, Rules},
 };
+
+mod capacity;
+
+pub use capacity::{Owned, cap};
 
 /// What the agent honours; everything else is ignored (CVE-2020-8554: never
 /// let an arbitrary Service capture traffic).
@@ -93,6 +106,16 @@ pub enum Note {
         frontend: SocketAddrV4,
         winner: String,
         loser: String,
+    },
+    /// The Service would break or hijack the node; none of its ports apply.
+    Invalid {
+        service: String,
+        problem: String,
+    },
+    /// More mappings than a node holds: the newest Services' are left out.
+    OverCapacity {
+        excess: usize,
+        left_out: Vec<String>,
     },
 }
 
@@ -178,7 +201,36 @@ pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> S
             });
         }
     }
+    if let Some(problem) = danger(&out.claims, policy) {
+        // Skipped whole: it claims no frontend, so it contends for none.
+        out.claims.clear();
+        out.notes.push(Note::Invalid {
+            service: id,
+            problem,
+        });
+    }
     out
+}
+
+/// The first reason a Service's claims would break or hijack the node.
+fn danger(claims: &[Claim], policy: &Policy) -> Option<String> {
+    let rules = Rules {
+        ssh_ips: policy.ssh_ips.clone(),
+        ..Rules::default()
+    };
+    let checker = Checker::new(&rules, []);
+    claims.iter().find_map(|claim| {
+        let checked = match claim.backend {
+            Some(backend) => checker.check(&Mapping {
+                name: claim.name.clone(),
+                frontend: claim.frontend,
+                backend,
+            }),
+            // No endpoint yet: only the name can be wrong.
+            None => validate::check_name(&claim.name),
+        };
+        checked.err().map(|e| e.to_string())
+    })
 }
 
 /// The SSH IPs the Service exposes in the shapes honoured.
@@ -254,12 +306,12 @@ impl Claimant for Contender<'_> {
 }
 
 /// Who owns `frontend` among its contenders: the mapping to the owner's
-/// ready endpoint (none while it has none), and a note per younger
-/// claimant.
+/// ready endpoint (none while it has none), with its owner, and a note per
+/// younger claimant.
 pub fn resolve<'a>(
     frontend: SocketAddrV4,
     contenders: impl IntoIterator<Item = Contender<'a>>,
-) -> (Option<Mapping>, Vec<Note>) {
+) -> (Option<Owned<'a>>, Vec<Note>) {
     let contenders: Vec<Contender<'a>> = contenders.into_iter().collect();
     let Some(owner) = ownership::owner(&contenders) else {
         return (None, Vec::new());
@@ -277,12 +329,16 @@ pub fn resolve<'a>(
             loser: loser.to_owned(),
         })
         .collect();
-    let mapping = owner.claim.backend.map(|backend| Mapping {
-        name: owner.claim.name.clone(),
-        frontend,
-        backend,
+    let owned = owner.claim.backend.map(|backend| Owned {
+        mapping: Mapping {
+            name: owner.claim.name.clone(),
+            frontend,
+            backend,
+        },
+        id: owner.id,
+        created: owner.created,
     });
-    (mapping, notes)
+    (owned, notes)
 }
 
 /// The whole desired state from scratch: the reference the incremental
@@ -325,17 +381,18 @@ pub fn compute<'a>(
                 });
         }
     }
-    let mut mappings = Vec::new();
+    let mut owned = Vec::new();
     for (frontend, contenders) in frontends {
         let (mapping, conflicts) = resolve(frontend, contenders);
-        mappings.extend(mapping);
+        owned.extend(mapping);
         notes.extend(conflicts);
     }
-    Desired {
-        mappings: MappingSet::from_unique(mappings),
-        notes,
-    }
+    let (mappings, over) = cap(owned);
+    notes.extend(over);
+    Desired { mappings, notes }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod validity_tests;

@@ -6,6 +6,10 @@
 //! change costs what it touches, not the size of the cluster. The full
 //! recompute ([`Index::full`]) stays as the periodic self-check, and a
 //! property test holds the two equal over random event sequences.
+//!
+//! Past the maps' capacity the cut ([`desired::cap`]) is taken over the whole
+//! set after each change: an overfull node is an error state, and it keeps
+//! the index equal to the full recompute.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -13,9 +17,11 @@ use std::{
 };
 
 use super::{
-    desired::{self, Contender, Desired, Note, Policy, ServiceClaims},
+    desired::{self, Contender, Desired, Note, Owned, Policy, ServiceClaims},
     objects::{Id, ServiceView, SliceView},
 };
+use ssh_fwd_common::maps::MAX_MAPPINGS;
+
 use crate::mapping::MappingSet;
 
 /// One change of the caches, as the watches report it.
@@ -44,8 +50,15 @@ pub struct Index {
     contenders: HashMap<SocketAddrV4, Vec<Id>>,
     /// The conflict notes of each contested frontend.
     conflicts: HashMap<SocketAddrV4, Vec<Note>>,
-    mappings: MappingSet,
-    /// Counts changes of `mappings`.
+    /// Every owned frontend's mapping, before the capacity cut.
+    all: MappingSet,
+    /// The Service owning each frontend in `all`.
+    owners: HashMap<SocketAddrV4, Id>,
+    /// Past the capacity: what fits, and the note naming what does not.
+    capped: Option<(MappingSet, Note)>,
+    /// How many Services are skipped as dangerous ([`Note::Invalid`]).
+    invalid: usize,
+    /// Counts changes of [`Index::mappings`].
     generation: u64,
 }
 
@@ -66,7 +79,10 @@ impl Index {
             claims: HashMap::new(),
             contenders: HashMap::new(),
             conflicts: HashMap::new(),
-            mappings: MappingSet::default(),
+            all: MappingSet::default(),
+            owners: HashMap::new(),
+            capped: None,
+            invalid: 0,
             generation: 0,
         }
     }
@@ -76,9 +92,22 @@ impl Index {
         self.generation
     }
 
-    /// The mappings for everything applied so far.
+    /// The mappings for everything applied so far, within the capacity.
     pub fn mappings(&self) -> &MappingSet {
-        &self.mappings
+        self.capped.as_ref().map_or(&self.all, |(fits, _)| fits)
+    }
+
+    /// How many Services are skipped as dangerous.
+    pub fn invalid_services(&self) -> usize {
+        self.invalid
+    }
+
+    /// How many mappings the capacity leaves out.
+    pub fn left_out(&self) -> usize {
+        match &self.capped {
+            Some((_, Note::OverCapacity { excess, .. })) => *excess,
+            _ => 0,
+        }
     }
 
     /// Every note that holds now.
@@ -86,6 +115,7 @@ impl Index {
         let mut notes: Vec<Note> = (self.claims.values())
             .flat_map(|c| c.notes.iter().cloned())
             .chain(self.conflicts.values().flatten().cloned())
+            .chain(self.capped.iter().map(|(_, note)| note.clone()))
             .collect();
         notes.sort();
         notes
@@ -135,6 +165,9 @@ impl Index {
         for frontend in frontends {
             self.resolve(frontend, &mut raised);
         }
+        if !dirty.is_empty() {
+            self.cut(&mut raised);
+        }
         raised
     }
 
@@ -147,14 +180,15 @@ impl Index {
     /// full recompute, and rebuilds the index if they differ.
     pub fn check(&mut self) -> Result<(), Drift> {
         let full = self.full().mappings;
-        if full == self.mappings {
+        let mine = self.mappings();
+        if &full == mine {
             return Ok(());
         }
         let differing = full
             .iter()
-            .filter(|m| self.mappings.get(&m.frontend) != Some(*m))
+            .filter(|m| mine.get(&m.frontend) != Some(*m))
             .count()
-            + (self.mappings.iter())
+            + (mine.iter())
                 .filter(|m| full.get(&m.frontend).is_none())
                 .count();
         let services: Vec<ServiceView> = self.services.values().cloned().collect();
@@ -243,6 +277,8 @@ impl Index {
                 .push(service.clone());
         }
         raised.extend(new.notes.iter().filter(|n| !old.notes.contains(n)).cloned());
+        let invalid = |c: &ServiceClaims| c.notes.iter().any(|n| matches!(n, Note::Invalid { .. }));
+        self.invalid = self.invalid + usize::from(invalid(&new)) - usize::from(invalid(&old));
         if !(new.claims.is_empty() && new.notes.is_empty()) {
             self.claims.insert(service.clone(), new);
         }
@@ -262,16 +298,20 @@ impl Index {
                     claim,
                 })
             });
-        let (mapping, notes) = desired::resolve(frontend, contenders);
-        match mapping {
-            Some(mapping) => {
-                if self.mappings.get(&frontend) != Some(&mapping) {
-                    self.mappings.insert(mapping);
+        let (owned, notes) = desired::resolve(frontend, contenders);
+        match owned {
+            Some(Owned { mapping, id, .. }) => {
+                if self.owners.get(&frontend) != Some(id) {
+                    self.owners.insert(frontend, id.clone());
+                }
+                if self.all.get(&frontend) != Some(&mapping) {
+                    self.all.insert(mapping);
                     self.generation += 1;
                 }
             }
             None => {
-                if self.mappings.remove(&frontend).is_some() {
+                self.owners.remove(&frontend);
+                if self.all.remove(&frontend).is_some() {
                     self.generation += 1;
                 }
             }
@@ -281,6 +321,43 @@ impl Index {
         if !notes.is_empty() {
             self.conflicts.insert(frontend, notes);
         }
+    }
+
+    /// Takes the capacity cut again over the whole set, when it is over
+    /// (or was): what fits, the oldest Services' first.
+    fn cut(&mut self, raised: &mut Vec<Note>) {
+        if self.all.len() <= MAX_MAPPINGS as usize {
+            if self.capped.take().is_some() {
+                self.generation += 1;
+            }
+            return;
+        }
+        let owned: Vec<Owned<'_>> = (self.all.iter())
+            .filter_map(|m| {
+                let id = self.owners.get(&m.frontend)?;
+                Some(Owned {
+                    mapping: m.clone(),
+                    id,
+                    created: self.services.get(id)?.created.as_ref(),
+                })
+            })
+            .collect();
+        let (fits, note) = desired::cap(owned);
+        let Some(note) = note else {
+            // Unreachable while every mapping has its owner recorded.
+            if self.capped.take().is_some() {
+                self.generation += 1;
+            }
+            return;
+        };
+        let old = self.capped.take();
+        if old.as_ref().map(|(m, _)| m) != Some(&fits) {
+            self.generation += 1;
+        }
+        if old.as_ref().map(|(_, n)| n) != Some(&note) {
+            raised.push(note.clone());
+        }
+        self.capped = Some((fits, note));
     }
 }
 

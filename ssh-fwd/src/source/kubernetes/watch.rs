@@ -136,6 +136,16 @@ impl KubeSource {
         self.index.mappings()
     }
 
+    /// How many Services are skipped as dangerous.
+    pub fn invalid_services(&self) -> usize {
+        self.index.invalid_services()
+    }
+
+    /// How many mappings the maps' capacity leaves out.
+    pub fn left_out(&self) -> usize {
+        self.index.left_out()
+    }
+
     /// The notes raised since the last call, each once while it holds.
     pub fn take_notes(&mut self) -> Vec<Note> {
         std::mem::take(&mut self.raised)

@@ -241,7 +241,7 @@ fn the_self_check_finds_and_repairs_drift() {
         Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0]))),
     ]);
     assert_eq!(index.check(), Ok(()));
-    index.mappings.insert(Mapping {
+    index.all.insert(Mapping {
         name: "stray".into(),
         frontend: "198.18.0.10:8001".parse().expect("addr"),
         backend: "10.9.9.9:22".parse().expect("addr"),

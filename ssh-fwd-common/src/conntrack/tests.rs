@@ -1,0 +1,582 @@
+use core::net::Ipv4Addr;
+
+use super::*;
+
+const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
+const F2: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
+const HOUR: u64 = 3_600_000_000_000;
+const CLIENT_ISN: u32 = 1_000;
+const SERVER_ISN: u32 = 5_000_000;
+
+fn seg(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
+    Segment {
+        flags,
+        seq,
+        ack,
+        payload,
+    }
+}
+
+fn syn() -> Segment {
+    seg(TCP_SYN, CLIENT_ISN, 0, 0)
+}
+
+fn syn_ack() -> Segment {
+    seg(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0)
+}
+
+fn final_ack() -> Segment {
+    seg(TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0)
+}
+
+/// Runs the handshake through `frontend` and returns the established entry.
+fn handshake(frontend: Endpoint) -> Conn {
+    assert_eq!(
+        on_request(&syn(), frontend, 3, None, None, 10),
+        OnRequest::OpenHalf { reopening: false }
+    );
+    let half = HalfOpen {
+        frontend,
+        slot: 3,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 10,
+    };
+    let OnReply::Accept { learned, .. } = on_reply(&syn_ack(), None, Some(&half), 20) else {
+        panic!("the SYN-ACK is learned")
+    };
+    let OnRequest::Promote(conn) = on_request(&final_ack(), frontend, 3, None, Some(&learned), 30)
+    else {
+        panic!("the ACK completes the handshake")
+    };
+    conn
+}
+
+#[test]
+fn a_completed_handshake_creates_the_connection_with_both_next_sequence_numbers() {
+    let conn = handshake(F1);
+    assert_eq!(conn.frontend, F1);
+    assert_eq!(conn.client_next, CLIENT_ISN + 1);
+    assert_eq!(conn.server_next, SERVER_ISN + 1);
+    assert_eq!((conn.created_ns, conn.last_seen_ns), (30, 30));
+}
+
+#[test]
+fn the_syn_ack_is_restored_to_the_frontend_of_the_syn() {
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 7,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+    let OnReply::Accept {
+        frontend,
+        slot,
+        learned,
+    } = on_reply(&syn_ack(), None, Some(&half), 5)
+    else {
+        panic!("accepted")
+    };
+    assert_eq!((frontend, slot), (F2, 7));
+    assert_eq!(learned.server_isn, SERVER_ISN);
+    assert_ne!(learned.flags & HALF_OPEN_ISN_KNOWN, 0);
+}
+
+#[test]
+fn only_the_ack_of_the_server_isn_promotes() {
+    let learned = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: HALF_OPEN_ISN_KNOWN,
+        client_isn: CLIENT_ISN,
+        server_isn: SERVER_ISN,
+        last_seen_ns: 0,
+    };
+    let wrong = [
+        seg(TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 2, 0),
+        seg(TCP_ACK, CLIENT_ISN + 1, SERVER_ISN, 0),
+        seg(TCP_ACK, CLIENT_ISN + 9, SERVER_ISN + 1, 0),
+        seg(TCP_ACK | TCP_RST, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        seg(TCP_SYN | TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        seg(0, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+    ];
+    for s in wrong {
+        assert_eq!(
+            on_request(&s, F1, 3, None, Some(&learned), 0),
+            OnRequest::Forward,
+            "{s:?}"
+        );
+    }
+    // Through another frontend, or before the SYN-ACK was seen: no.
+    assert_eq!(
+        on_request(&final_ack(), F2, 3, None, Some(&learned), 0),
+        OnRequest::Forward
+    );
+    let unknown = HalfOpen {
+        flags: 0,
+        ..learned
+    };
+    assert_eq!(
+        on_request(&final_ack(), F1, 3, None, Some(&unknown), 0),
+        OnRequest::Forward
+    );
+    assert!(matches!(
+        on_request(&final_ack(), F1, 3, None, Some(&learned), 0),
+        OnRequest::Promote(_)
+    ));
+}
+
+#[test]
+fn a_syn_through_another_frontend_never_touches_a_live_connection() {
+    let conn = handshake(F1);
+    for flags in [TCP_SYN, TCP_ACK, TCP_ACK | TCP_RST, TCP_ACK | TCP_FIN] {
+        let s = seg(flags, conn.client_next, conn.server_next, 0);
+        assert_eq!(
+            on_request(&s, F2, 4, Some(&conn), None, 40),
+            OnRequest::Conflict,
+            "{s:?}"
+        );
+    }
+}
+
+#[test]
+fn a_spoofed_handshake_without_the_server_isn_cannot_replace_a_live_connection() {
+    let conn = handshake(F1);
+    // The attacker's SYN through the same frontend reopens ...
+    assert_eq!(
+        on_request(&syn(), F1, 3, Some(&conn), None, 40),
+        OnRequest::OpenHalf { reopening: true }
+    );
+    let reopening = Conn {
+        flags: conn.flags | CONN_REOPENING,
+        ..conn
+    };
+    // ... but its half-open entry never learns an ISN (the server's
+    // challenge ACK is no SYN-ACK), so no ACK can complete it.
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: 0,
+        client_isn: 77,
+        server_isn: 0,
+        last_seen_ns: 40,
+    };
+    let challenge = seg(TCP_ACK, conn.server_next, conn.client_next, 0);
+    assert!(matches!(
+        on_reply(&challenge, Some(&reopening), Some(&half), 41),
+        OnReply::Established { frontend: F1, .. }
+    ));
+    for guess in [0u32, 1, SERVER_ISN, u32::MAX] {
+        let ack = seg(TCP_ACK, 78, guess, 0);
+        assert!(
+            matches!(
+                on_request(&ack, F1, 3, Some(&reopening), Some(&half), 42),
+                OnRequest::Established(_)
+            ),
+            "guess {guess}"
+        );
+    }
+}
+
+#[test]
+fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh() {
+    let old = Conn {
+        flags: CONN_REOPENING,
+        client_next: 123,
+        server_next: 456,
+        ..handshake(F1)
+    };
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: HALF_OPEN_ISN_KNOWN,
+        client_isn: CLIENT_ISN,
+        server_isn: SERVER_ISN,
+        last_seen_ns: 0,
+    };
+    let OnRequest::Promote(fresh) = on_request(&final_ack(), F1, 3, Some(&old), Some(&half), 50)
+    else {
+        panic!("replaced")
+    };
+    assert_eq!(fresh.flags, 0);
+    assert_eq!(
+        (fresh.client_next, fresh.server_next),
+        (CLIENT_ISN + 1, SERVER_ISN + 1)
+    );
+}
+
+#[test]
+fn a_closed_connection_yields_its_4_tuple_to_a_handshake_through_another_frontend() {
+    let closed = Conn {
+        flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+        ..handshake(F1)
+    };
+    assert_eq!(
+        on_request(&syn(), F2, 4, Some(&closed), None, 60),
+        OnRequest::OpenHalf { reopening: false }
+    );
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 60,
+    };
+    let OnReply::Accept {
+        frontend, learned, ..
+    } = on_reply(&syn_ack(), Some(&closed), Some(&half), 61)
+    else {
+        panic!("the new SYN-ACK goes out through F2")
+    };
+    assert_eq!(frontend, F2);
+    let OnRequest::Promote(conn) =
+        on_request(&final_ack(), F2, 4, Some(&closed), Some(&learned), 62)
+    else {
+        panic!("promoted")
+    };
+    assert_eq!((conn.frontend, conn.slot), (F2, 4));
+}
+
+#[test]
+fn only_the_server_moves_the_sequence_state_and_spoofed_client_segments_move_nothing() {
+    let conn = handshake(F1);
+    // Client data, and a spoofed segment far ahead: the clock at most.
+    for s in [
+        seg(TCP_ACK | 0x08, conn.client_next, conn.server_next, 1448),
+        seg(TCP_ACK, conn.client_next.wrapping_add(1 << 31), 0, 10),
+    ] {
+        let update = match on_request(&s, F1, 3, Some(&conn), None, 2_000_000_000) {
+            OnRequest::Established(u) => u,
+            other => panic!("{other:?}"),
+        };
+        let c = update.unwrap_or(conn);
+        assert_eq!(
+            (c.client_next, c.server_next),
+            (conn.client_next, conn.server_next)
+        );
+    }
+    // The server acknowledges the data and sends some: both move.
+    let reply = seg(TCP_ACK, conn.server_next, conn.client_next + 1448, 100);
+    let OnReply::Established {
+        update: Some(c), ..
+    } = on_reply(&reply, Some(&conn), None, 41)
+    else {
+        panic!("updated")
+    };
+    assert_eq!(c.client_next, CLIENT_ISN + 1 + 1448);
+    assert_eq!(c.server_next, SERVER_ISN + 1 + 100);
+    // An old ACK moves nothing back.
+    let stale = seg(TCP_ACK, c.server_next, conn.client_next, 0);
+    assert_eq!(
+        on_reply(&stale, Some(&c), None, 42),
+        OnReply::Established {
+            frontend: F1,
+            slot: 3,
+            update: None
+        }
+    );
+}
+
+#[test]
+fn sequence_numbers_wrap() {
+    assert!(after(5, u32::MAX - 5));
+    assert!(!after(u32::MAX - 5, 5));
+    let conn = Conn {
+        client_next: u32::MAX - 10,
+        ..handshake(F1)
+    };
+    let ack = seg(TCP_ACK, conn.server_next, 89, 0);
+    let OnReply::Established {
+        update: Some(c), ..
+    } = on_reply(&ack, Some(&conn), None, 40)
+    else {
+        panic!("updated")
+    };
+    assert_eq!(c.client_next, 89);
+}
+
+#[test]
+fn only_an_exactly_in_sequence_rst_ends_the_connection() {
+    let conn = handshake(F1);
+    let rst = |seq| seg(TCP_RST | TCP_ACK, seq, 0, 0);
+    assert_eq!(
+        on_request(&rst(conn.client_next), F1, 3, Some(&conn), None, 40),
+        OnRequest::Reset
+    );
+    for off in [1u32, 100, 65_535, 1 << 31] {
+        assert_eq!(
+            on_request(
+                &rst(conn.client_next.wrapping_add(off)),
+                F1,
+                3,
+                Some(&conn),
+                None,
+                40
+            ),
+            OnRequest::IgnoredReset,
+            "client RST {off} ahead"
+        );
+    }
+    assert_eq!(
+        on_reply(&rst(conn.server_next), Some(&conn), None, 40),
+        OnReply::Reset {
+            frontend: F1,
+            slot: 3
+        }
+    );
+    assert_eq!(
+        on_reply(&rst(conn.server_next + 1), Some(&conn), None, 40),
+        OnReply::IgnoredReset {
+            frontend: F1,
+            slot: 3
+        }
+    );
+}
+
+#[test]
+fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
+    let conn = handshake(F1);
+    // A spoofed FIN out of sequence: pending, never acknowledged.
+    let spoofed = seg(
+        TCP_FIN | TCP_ACK,
+        conn.client_next + 5_000,
+        conn.server_next,
+        0,
+    );
+    let OnRequest::Established(Some(pending)) = on_request(&spoofed, F1, 3, Some(&conn), None, 40)
+    else {
+        panic!("noted")
+    };
+    let ack = seg(TCP_ACK, conn.server_next, conn.client_next, 0);
+    let OnReply::Established { update, .. } = on_reply(&ack, Some(&pending), None, 41) else {
+        panic!("established")
+    };
+    assert_eq!(update.map_or(0, |c| c.flags), 0, "not acknowledged");
+
+    // The real FIN, with 10 bytes of data, acknowledged by the server.
+    let fin = seg(TCP_FIN | TCP_ACK, conn.client_next, conn.server_next, 10);
+    let OnRequest::Established(Some(c)) = on_request(&fin, F1, 3, Some(&conn), None, 40) else {
+        panic!("noted")
+    };
+    assert_eq!(c.flags, 0, "pending until acknowledged");
+    let server_fin = seg(TCP_FIN | TCP_ACK, c.server_next, conn.client_next + 11, 0);
+    let OnReply::Established {
+        update: Some(closed),
+        ..
+    } = on_reply(&server_fin, Some(&c), None, 41)
+    else {
+        panic!("updated")
+    };
+    assert_eq!(closed.flags, CONN_FIN_CLIENT | CONN_FIN_SERVER);
+    assert!(closing(&closed));
+    // The last ACK still goes through, rewritten.
+    let last = seg(TCP_ACK, closed.client_next, closed.server_next, 0);
+    assert!(matches!(
+        on_request(&last, F1, 3, Some(&closed), None, 42),
+        OnRequest::Established(_)
+    ));
+}
+
+#[test]
+fn replies_of_connections_nobody_tracked_are_left_alone() {
+    // A backend answering an in-cluster peer: no entry, no rewrite.
+    assert_eq!(
+        on_reply(&seg(TCP_ACK, 1, 2, 100), None, None, 1),
+        OnReply::Untracked
+    );
+    // A half-open entry does not capture replies that do not answer its SYN.
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+    assert_eq!(
+        on_reply(&seg(TCP_SYN | TCP_ACK, 9, 12_345, 0), None, Some(&half), 1),
+        OnReply::Untracked
+    );
+}
+
+#[test]
+fn a_refused_handshake_is_restored_and_forgotten() {
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+    assert_eq!(
+        on_reply(
+            &seg(TCP_RST | TCP_ACK, 0, CLIENT_ISN + 1, 0),
+            None,
+            Some(&half),
+            1
+        ),
+        OnReply::Refuse {
+            frontend: F2,
+            slot: 4
+        }
+    );
+}
+
+#[test]
+fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout() {
+    let conn = Conn {
+        last_seen_ns: HOUR,
+        ..handshake(F1)
+    };
+    let (idle, close) = (24 * HOUR, 10_000_000_000);
+    assert_eq!(expiry(&conn, 9 * HOUR, idle, close), None);
+    assert_eq!(expiry(&conn, 25 * HOUR, idle, close), Some(Expiry::Idle));
+    let closed = Conn {
+        flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+        ..conn
+    };
+    assert_eq!(expiry(&closed, HOUR + 5_000_000_000, idle, close), None);
+    assert_eq!(
+        expiry(&closed, HOUR + 11_000_000_000, idle, close),
+        Some(Expiry::Closed)
+    );
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: 0,
+        client_isn: 0,
+        server_isn: 0,
+        last_seen_ns: HOUR,
+    };
+    assert!(!half_open_expired(&half, HOUR + 1, 60_000_000_000));
+    assert!(half_open_expired(&half, 2 * HOUR, 60_000_000_000));
+}
+
+#[test]
+fn skipping_the_half_open_lookup_never_changes_a_decision() {
+    let conn = handshake(F1);
+    let conns = [
+        None,
+        Some(conn),
+        Some(Conn {
+            flags: CONN_REOPENING,
+            ..conn
+        }),
+        Some(Conn {
+            flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+            ..conn
+        }),
+    ];
+    let halves = [
+        HalfOpen {
+            frontend: F1,
+            slot: 3,
+            flags: HALF_OPEN_ISN_KNOWN,
+            client_isn: CLIENT_ISN,
+            server_isn: SERVER_ISN,
+            last_seen_ns: 0,
+        },
+        HalfOpen {
+            frontend: F2,
+            slot: 4,
+            flags: 0,
+            client_isn: CLIENT_ISN,
+            server_isn: 0,
+            last_seen_ns: 0,
+        },
+    ];
+    for flags in 0..=0x3fu8 {
+        for (seq, ack) in [
+            (CLIENT_ISN, 0),
+            (CLIENT_ISN + 1, SERVER_ISN + 1),
+            (SERVER_ISN, CLIENT_ISN + 1),
+            (conn.client_next, conn.server_next),
+        ] {
+            let s = seg(flags, seq, ack, 0);
+            for c in &conns {
+                for h in &halves {
+                    for frontend in [F1, F2] {
+                        if !request_reads_half_open(&s, c.as_ref()) {
+                            assert_eq!(
+                                on_request(&s, frontend, 3, c.as_ref(), Some(h), 9),
+                                on_request(&s, frontend, 3, c.as_ref(), None, 9),
+                                "request {s:?} {c:?} {h:?}"
+                            );
+                        }
+                    }
+                    if !reply_reads_half_open(&s, c.as_ref()) {
+                        assert_eq!(
+                            on_reply(&s, c.as_ref(), Some(h), 9),
+                            on_reply(&s, c.as_ref(), None, 9),
+                            "reply {s:?} {c:?} {h:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_server_ack_of_a_pre_upgrade_connection_adopts_it_with_the_sequence_state_it_shows() {
+    let ack = seg(TCP_ACK | 0x08, 7_000, 3_000, 100);
+    match on_legacy_reply(&ack, F2, 4, HOUR) {
+        OnLegacyReply::Adopt(c) => {
+            assert_eq!((c.frontend, c.slot), (F2, 4));
+            assert_eq!((c.client_next, c.server_next), (3_000, 7_100));
+            assert_eq!((c.flags, c.last_seen_ns, c.created_ns), (0, HOUR, HOUR));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The adopted entry then checks RSTs as any other does.
+    let OnLegacyReply::Adopt(c) = on_legacy_reply(&ack, F2, 4, HOUR) else {
+        unreachable!()
+    };
+    let spoofed_rst = seg(TCP_RST, 2_000, 0, 0);
+    let f = F2;
+    assert_eq!(
+        on_request(&spoofed_rst, f, 4, Some(&c), None, HOUR),
+        OnRequest::IgnoredReset
+    );
+    let rst = seg(TCP_RST, 3_000, 0, 0);
+    assert_eq!(
+        on_request(&rst, f, 4, Some(&c), None, HOUR),
+        OnRequest::Reset
+    );
+}
+
+#[test]
+fn a_server_fin_adopts_the_connection_half_closed() {
+    let fin = seg(TCP_ACK | TCP_FIN, 7_000, 3_000, 0);
+    let OnLegacyReply::Adopt(c) = on_legacy_reply(&fin, F1, 0, HOUR) else {
+        panic!("a FIN with ACK adopts");
+    };
+    assert_eq!(c.flags, CONN_FIN_SERVER);
+    assert_eq!(c.server_next, 7_001);
+}
+
+#[test]
+fn legacy_resets_and_segments_without_ack_are_restored_but_never_tracked() {
+    for flags in [TCP_RST, TCP_RST | TCP_ACK, TCP_FIN, 0] {
+        assert_eq!(
+            on_legacy_reply(&seg(flags, 7_000, 3_000, 0), F1, 0, HOUR),
+            OnLegacyReply::Restore,
+            "flags {flags:#x}"
+        );
+    }
+}
+
+#[test]
+fn a_syn_ack_from_a_legacy_backend_is_left_to_the_handshake_tracking() {
+    for flags in [TCP_SYN | TCP_ACK, TCP_SYN] {
+        assert_eq!(
+            on_legacy_reply(&seg(flags, 7_000, 3_000, 0), F1, 0, HOUR),
+            OnLegacyReply::Untracked
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! Hairpin: clients inside the cluster (pods, nodes' own shells) that dial a
+//! frontend `EXTERNAL_IP:PORT`. Translated at the socket, not the packet: a
+//! cgroup `connect4` program replaces the frontend with the backend from the
+//! same [`FRONTENDS`](crate::maps::FRONTENDS) map the packet path uses, and
+//! remembers the pair under the socket's cookie; a `getpeername4` program
+//! gives the application back the frontend it dialled. No packet of such a
+//! connection is ever rewritten, and the backend sees the client's own
+//! address.
+//!
+//! The decisions live here, as pure functions tested on the host; the kernel
+//! programs only read the context, look up and write.
+
+use crate::maps::{Endpoint, NatTarget};
+
+/// Socket cookie -> the frontend a socket dialled and the backend it was
+/// sent to instead. Written by `connect4`, read by `getpeername4`. An LRU:
+/// sockets are never reported closed to these programs, so old entries go
+/// by eviction; cookies are never reused, so a stale entry matches nothing.
+pub const HAIRPIN_SOCKS: &str = "HAIRPIN_SOCKS";
+
+/// Capacity of [`HAIRPIN_SOCKS`]: translated sockets remembered at once.
+/// An evicted entry costs only the dialled address in `getpeername` (the
+/// backend's shows instead); the connection itself is unaffected.
+pub const HAIRPIN_SOCKS_CAPACITY: u32 = 65_536;
+
+/// `SOCK_STREAM`, as `bpf_sock_addr.type` holds it.
+pub const SOCK_STREAM: u32 = 1;
+/// `IPPROTO_TCP`, as `bpf_sock_addr.protocol` holds it (a TCP socket
+/// created with protocol 0 reads 6 here too).
+pub const IPPROTO_TCP: u32 = 6;
+
+/// Value of [`HAIRPIN_SOCKS`]: what one socket dialled and where it went.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HairpinSock {
+    pub frontend: Endpoint,
+    pub backend: Endpoint,
+}
+
+const _: () = assert!(size_of::<HairpinSock>() == 16);
+
+#[cfg(feature = "user")]
+// SAFETY: #[repr(C)], two Endpoints (integers with explicit padding), no
+// implicit padding (checked by the size assertion above).
+unsafe impl aya::Pod for HairpinSock {}
+
+/// The endpoint in `bpf_sock_addr.user_ip4` and `user_port`. Both hold
+/// network byte order; the port sits in the low 16 bits of `user_port`,
+/// exactly as [`Endpoint::port`] stores it.
+pub const fn endpoint_of(user_ip4: u32, user_port: u32) -> Endpoint {
+    Endpoint {
+        addr: user_ip4,
+        port: user_port as u16,
+        _pad: 0,
+    }
+}
+
+/// The value to write into `bpf_sock_addr.user_port` for `endpoint`.
+pub const fn user_port_of(endpoint: Endpoint) -> u32 {
+    endpoint.port as u32
+}
+
+/// What `connect()` should do with a destination: `Some` when a TCP socket
+/// dials a mapped frontend (connect to the backend and remember the pair),
+/// `None` for everything else, which is left exactly as it is: UDP and raw
+/// sockets, unmapped ports on the SSH IP, any other address.
+pub fn on_connect(
+    sock_type: u32,
+    protocol: u32,
+    dialled: Endpoint,
+    mapping: Option<&NatTarget>,
+) -> Option<HairpinSock> {
+    if sock_type != SOCK_STREAM || protocol != IPPROTO_TCP {
+        return None;
+    }
+    let target = mapping?;
+    if target.endpoint == dialled {
+        // A frontend mapped to itself: nothing to translate.
+        return None;
+    }
+    Some(HairpinSock {
+        frontend: dialled,
+        backend: target.endpoint,
+    })
+}
+
+/// What `getpeername()` should report: the dialled frontend when this
+/// socket was translated and its peer is still the backend it was sent to;
+/// `None` (the peer as it is) otherwise, so a socket that connected to a
+/// pod's address directly, or reconnected elsewhere, is never touched.
+pub fn on_getpeername(peer: Endpoint, socket: Option<&HairpinSock>) -> Option<Endpoint> {
+    socket.filter(|s| s.backend == peer).map(|s| s.frontend)
+}
+
+#[cfg(test)]
+mod tests {
+    use core::net::Ipv4Addr;
+
+    use super::*;
+
+    const UDP: u32 = 17;
+    const SOCK_DGRAM: u32 = 2;
+
+    fn frontend() -> Endpoint {
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8123)
+    }
+
+    fn backend() -> Endpoint {
+        Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22)
+    }
+
+    fn mapping() -> NatTarget {
+        NatTarget {
+            endpoint: backend(),
+            slot: 3,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn a_tcp_connect_to_a_mapped_frontend_goes_to_the_backend() {
+        let got = on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), Some(&mapping()));
+        assert_eq!(
+            got,
+            Some(HairpinSock {
+                frontend: frontend(),
+                backend: backend()
+            })
+        );
+    }
+
+    #[test]
+    fn a_connect_to_an_unmapped_port_is_left_alone() {
+        assert_eq!(on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), None), None);
+    }
+
+    #[test]
+    fn udp_is_never_translated_even_to_a_mapped_frontend() {
+        assert_eq!(
+            on_connect(SOCK_DGRAM, UDP, frontend(), Some(&mapping())),
+            None
+        );
+        assert_eq!(
+            on_connect(SOCK_STREAM, UDP, frontend(), Some(&mapping())),
+            None,
+            "a stream socket of another protocol (SCTP, MPTCP) is not TCP"
+        );
+    }
+
+    #[test]
+    fn a_frontend_mapped_to_itself_is_not_translated() {
+        let own = NatTarget {
+            endpoint: frontend(),
+            ..mapping()
+        };
+        assert_eq!(
+            on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), Some(&own)),
+            None
+        );
+    }
+
+    #[test]
+    fn getpeername_of_a_translated_socket_shows_the_dialled_frontend() {
+        let sock = HairpinSock {
+            frontend: frontend(),
+            backend: backend(),
+        };
+        assert_eq!(on_getpeername(backend(), Some(&sock)), Some(frontend()));
+    }
+
+    #[test]
+    fn getpeername_of_any_other_socket_is_left_alone() {
+        assert_eq!(on_getpeername(backend(), None), None, "never translated");
+        let sock = HairpinSock {
+            frontend: frontend(),
+            backend: backend(),
+        };
+        let elsewhere = Endpoint::new(Ipv4Addr::new(10, 244, 2, 5), 22);
+        assert_eq!(
+            on_getpeername(elsewhere, Some(&sock)),
+            None,
+            "the socket reconnected to another address"
+        );
+    }
+
+    #[test]
+    fn sock_addr_fields_read_and_write_the_wire_order_endpoint() {
+        let e = frontend();
+        // What the kernel shows a program for sin_port 8123: the wire bytes
+        // in the low half of the field.
+        let user_port = u32::from(u16::from_ne_bytes(8123u16.to_be_bytes()));
+        assert_eq!(endpoint_of(e.addr, user_port), e);
+        assert_eq!(user_port_of(e), user_port);
+        assert_eq!(endpoint_of(e.addr, user_port_of(e)).port(), 8123);
+    }
+}

@@ -1,0 +1,276 @@
+//! Applies the connection-tracking decisions of
+//! `ssh_fwd_common::conntrack` to the [`CONNS`] and [`HALF_OPEN`] maps. The
+//! decisions are pure and tested on the host; this only looks entries up,
+//! writes what was decided, and counts.
+
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
+use ssh_fwd_common::{
+    conntrack::{
+        self, OnLegacyReply, OnReply, OnRequest, Segment, reply_reads_half_open,
+        request_reads_half_open,
+    },
+    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
+    outcome::Outcome,
+};
+
+use crate::{
+    counters::count,
+    maps::{CONNS, HALF_OPEN, LEGACY, LEGACY_CONNS},
+};
+
+const EEXIST: i32 = 17;
+
+/// The frontend a packet is rewritten to and the mapping it counts against.
+#[derive(Clone, Copy)]
+pub struct Restore {
+    pub frontend: Endpoint,
+    pub slot: u32,
+}
+
+/// Copies the entry behind `ptr` (if any) into `out`; `out` stays all zero
+/// otherwise. The caller then passes `found.then_some(&out)`: an
+/// `Option<&T>` is a pointer, where an `Option<T>` would carry bytes the
+/// compiler may leave undefined, which the verifier refuses.
+#[inline(always)]
+fn copy_out<T: Copy>(ptr: Option<*mut T>, out: &mut T) -> bool {
+    match ptr {
+        Some(p) => {
+            // SAFETY: a pointer the map gave us, valid for this program run.
+            *out = unsafe { *p };
+            true
+        }
+        None => false,
+    }
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// A request from `client` through `frontend` to `backend` (mapping
+/// `slot`). `false`: drop it (its 4-tuple is established through another
+/// frontend), and count [`Outcome::ConflictDropped`].
+#[inline(always)]
+pub fn request(
+    client: Endpoint,
+    frontend: Endpoint,
+    backend: Endpoint,
+    slot: u32,
+    seg: &Segment,
+) -> bool {
+    let key = ConnKey::new(client, backend);
+    let conn_ptr = CONNS.get_ptr_mut(key);
+    let mut conn = Conn::ZERO;
+    let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
+    let mut half = HalfOpen::ZERO;
+    let half = (request_reads_half_open(seg, conn)
+        && copy_out(HALF_OPEN.get_ptr_mut(key), &mut half))
+    .then_some(&half);
+    let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
+    apply_request(&key, decision, seg, frontend, slot, conn_ptr)
+}
+
+/// A request that reached a backend of this node already translated by
+/// another node (or sent to the pod's address by a peer in the cluster):
+/// only the state its handshake left here says which frontend it belongs
+/// to. A SYN never opens state here: only one that carries its frontend in
+/// an IP option does, through [`request`].
+#[inline(always)]
+pub fn request_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
+    if seg.is_syn() {
+        return;
+    }
+    let key = ConnKey::new(client, backend);
+    let conn_ptr = CONNS.get_ptr_mut(key);
+    let mut conn = Conn::ZERO;
+    let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
+    let mut half = HalfOpen::ZERO;
+    let half = (request_reads_half_open(seg, conn)
+        && copy_out(HALF_OPEN.get_ptr_mut(key), &mut half))
+    .then_some(&half);
+    let (frontend, slot) = match (conn, half) {
+        (Some(c), _) => (c.frontend, c.slot),
+        (None, Some(h)) => (h.frontend, h.slot),
+        (None, None) => return,
+    };
+    let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
+    apply_request(&key, decision, seg, frontend, slot, conn_ptr);
+}
+
+#[inline(always)]
+fn apply_request(
+    key: &ConnKey,
+    decision: OnRequest,
+    seg: &Segment,
+    frontend: Endpoint,
+    slot: u32,
+    conn_ptr: Option<*mut Conn>,
+) -> bool {
+    match decision {
+        OnRequest::OpenHalf { reopening } => {
+            let half = HalfOpen {
+                frontend,
+                slot,
+                flags: 0,
+                client_isn: seg.seq,
+                server_isn: 0,
+                last_seen_ns: now(),
+            };
+            if HALF_OPEN.insert(key, half, 0).is_ok() {
+                count(Outcome::HalfOpened);
+            }
+            if reopening && let Some(p) = conn_ptr {
+                // SAFETY: a pointer into the map's value, which stays valid
+                // for this program run.
+                unsafe { (*p).flags |= CONN_REOPENING };
+            }
+        }
+        OnRequest::Promote(conn) => {
+            let replacing = conn_ptr.is_some();
+            let flags = if replacing { 0 } else { BPF_NOEXIST as u64 };
+            match CONNS.insert(key, conn, flags) {
+                Ok(()) => {
+                    count(Outcome::ConnEstablished);
+                    if replacing {
+                        count(Outcome::ConnReplaced);
+                    }
+                }
+                // Another CPU promoted the same handshake a moment ago.
+                Err(e) if e == -EEXIST => {}
+                Err(_) => count(Outcome::ConnTableFull),
+            }
+            let _ = HALF_OPEN.remove(key);
+        }
+        OnRequest::Established(update) => {
+            if let (Some(c), Some(p)) = (update, conn_ptr) {
+                // SAFETY: as above.
+                unsafe { *p = c };
+            }
+        }
+        OnRequest::Reset => {
+            if CONNS.remove(key).is_ok() {
+                count(Outcome::ConnReset);
+            }
+        }
+        OnRequest::IgnoredReset => count(Outcome::ResetIgnored),
+        // The caller counts the drop.
+        OnRequest::Conflict => return false,
+        OnRequest::Forward => {}
+    }
+    true
+}
+
+/// A reply from `backend` to `client`: the frontend to restore, or `None`
+/// when it belongs to no connection ssh-fwd forwarded.
+#[inline(always)]
+pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Restore> {
+    let key = ConnKey::new(client, backend);
+    let conn_ptr = CONNS.get_ptr_mut(key);
+    let mut conn = Conn::ZERO;
+    let conn = copy_out(conn_ptr, &mut conn).then_some(&conn);
+    let half_ptr = if reply_reads_half_open(seg, conn) {
+        HALF_OPEN.get_ptr_mut(key)
+    } else {
+        None
+    };
+    let mut half = HalfOpen::ZERO;
+    let half = copy_out(half_ptr, &mut half).then_some(&half);
+    match conntrack::on_reply(seg, conn, half, now()) {
+        OnReply::Untracked => None,
+        OnReply::Established {
+            frontend,
+            slot,
+            update,
+        } => {
+            if let (Some(c), Some(p)) = (update, conn_ptr) {
+                // SAFETY: a pointer into the map's value, valid for this run.
+                unsafe { *p = c };
+            }
+            Some(Restore { frontend, slot })
+        }
+        OnReply::Reset { frontend, slot } => {
+            if CONNS.remove(key).is_ok() {
+                count(Outcome::ConnReset);
+            }
+            Some(Restore { frontend, slot })
+        }
+        OnReply::IgnoredReset { frontend, slot } => {
+            count(Outcome::ResetIgnored);
+            Some(Restore { frontend, slot })
+        }
+        OnReply::Accept {
+            frontend,
+            slot,
+            learned,
+        } => {
+            if let Some(p) = half_ptr {
+                // SAFETY: as above.
+                unsafe { *p = learned };
+            }
+            Some(Restore { frontend, slot })
+        }
+        OnReply::Refuse { frontend, slot } => {
+            if HALF_OPEN.remove(key).is_ok() {
+                count(Outcome::HalfOpenRefused);
+            }
+            Some(Restore { frontend, slot })
+        }
+    }
+}
+
+/// A reply [`reply`] found untracked, from `backend` (whose primary
+/// frontend is `primary`) to `client`: if an older data path was
+/// forwarding to that backend when this one replaced it, the frontend to
+/// restore, adopting the connection into [`CONNS`] on the server's ACK.
+#[inline(always)]
+pub fn legacy_reply(
+    backend: Endpoint,
+    client: Endpoint,
+    primary: &NatTarget,
+    seg: &Segment,
+) -> Option<Restore> {
+    // SAFETY: copied out at once.
+    let until = unsafe { LEGACY.get(backend) }.copied()?;
+    let now = now();
+    if until <= now {
+        return None;
+    }
+    let key = ConnKey::new(client, backend);
+    // SAFETY: as above.
+    let target = unsafe { LEGACY_CONNS.get(key) }
+        .copied()
+        .unwrap_or(*primary);
+    let restore = Restore {
+        frontend: target.endpoint,
+        slot: target.slot,
+    };
+    match conntrack::on_legacy_reply(seg, restore.frontend, restore.slot, now) {
+        OnLegacyReply::Untracked => return None,
+        OnLegacyReply::Adopt(conn) => {
+            match CONNS.insert(key, conn, BPF_NOEXIST as u64) {
+                Ok(()) => count(Outcome::ConnAdopted),
+                // Another CPU adopted it a moment ago.
+                Err(e) if e == -EEXIST => {}
+                Err(_) => count(Outcome::ConnTableFull),
+            }
+            let _ = LEGACY_CONNS.remove(key);
+        }
+        OnLegacyReply::Restore => count(Outcome::LegacyReply),
+    }
+    Some(restore)
+}
+
+/// The frontend of a tracked connection (or handshake) between `client`
+/// and `backend`, for translating an ICMP error about it.
+#[inline(always)]
+pub fn frontend_of(client: Endpoint, backend: Endpoint) -> Option<Endpoint> {
+    let key = ConnKey::new(client, backend);
+    // SAFETY: copied out at once.
+    if let Some(c) = unsafe { CONNS.get(key) } {
+        return Some(c.frontend);
+    }
+    // SAFETY: as above.
+    unsafe { HALF_OPEN.get(key) }.map(|h| h.frontend)
+}

@@ -1,0 +1,192 @@
+//! ICMP errors of forwarded connections, translated as
+//! `ssh_fwd_common::icmp` describes: an error addressed to a frontend
+//! reaches the backend ([`inbound`]); an error quoting a backend reaches
+//! the client naming the frontend ([`outbound`]), or is dropped if it cannot
+//! be mapped, so a client never sees a pod's address. Direct writes with
+//! incremental checksums, the same in XDP and tc: every change is offset by
+//! a checksum in the same header, so even a CHECKSUM_COMPLETE skb stays
+//! valid.
+
+use ssh_fwd_common::{
+    csum,
+    icmp::{ICMP_CHECK_OFF, ICMP_HLEN, QUOTED_CHECK_LEN, QUOTED_PORTS_LEN, is_error},
+    maps::{Endpoint, FLAG_SHARED_BACKEND},
+    outcome::Outcome,
+    packet::{
+        ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_DADDR_OFF, IPV4_MIN_LEN, IPV4_PROTO_OFF,
+        IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF, ipv4_header_len,
+    },
+};
+
+use crate::{
+    conntrack::frontend_of,
+    counters::count,
+    maps::{FRONTENDS, REVERSE},
+    packet::{Packet, bytes_at, put_addr, put_word, read, word},
+};
+
+/// The offsets of an ICMP error quoting a TCP packet.
+struct Quote {
+    icmp: usize,
+    ip: usize,
+    tcp: usize,
+    source: Endpoint,
+    destination: Endpoint,
+}
+
+#[inline(always)]
+fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
+    let icmp = ETH_HLEN + outer_ip_len;
+    let head = read::<P, { ICMP_HLEN + IPV4_MIN_LEN }>(p, icmp)?;
+    if !is_error(head[0]) || head[ICMP_HLEN + IPV4_PROTO_OFF] != IPPROTO_TCP {
+        return None;
+    }
+    let ip = icmp + ICMP_HLEN;
+    let ip_len = ipv4_header_len(head[ICMP_HLEN])?;
+    let tcp = ip + ip_len;
+    let ports = read::<P, QUOTED_PORTS_LEN>(p, tcp)?;
+    let addr = |at: usize| {
+        u32::from_ne_bytes([
+            head[ICMP_HLEN + at],
+            head[ICMP_HLEN + at + 1],
+            head[ICMP_HLEN + at + 2],
+            head[ICMP_HLEN + at + 3],
+        ])
+    };
+    Some(Quote {
+        icmp,
+        ip,
+        tcp,
+        source: Endpoint {
+            addr: addr(IPV4_SADDR_OFF),
+            port: u16::from_ne_bytes([ports[TCP_SPORT_OFF], ports[TCP_SPORT_OFF + 1]]),
+            _pad: 0,
+        },
+        destination: Endpoint {
+            addr: addr(IPV4_DADDR_OFF),
+            port: u16::from_ne_bytes([ports[TCP_DPORT_OFF], ports[TCP_DPORT_OFF + 1]]),
+            _pad: 0,
+        },
+    })
+}
+
+/// An error about a reply `frontend -> client`, addressed to the frontend:
+/// rewritten to be about `backend -> client` and addressed to the backend.
+/// Returns the backend to route to, or `None` (not ours: left untouched).
+/// The node holding the connection checks it is the connection's frontend;
+/// a node without its state translates by the frontend map alone (the
+/// pod's TCP checks the quoted sequence number, as for any ICMP error).
+#[inline(always)]
+pub fn inbound<P: Packet>(p: &P, outer_ip_len: usize, outer_dst: u32) -> Option<Endpoint> {
+    let q = quote(p, outer_ip_len)?;
+    if q.source.addr != outer_dst {
+        return None;
+    }
+    // SAFETY: copied out at once.
+    let target = unsafe { FRONTENDS.get(q.source) }.copied()?;
+    let backend = target.endpoint;
+    if let Some(frontend) = frontend_of(q.destination, backend)
+        && frontend != q.source
+    {
+        return None;
+    }
+    rewrite(p, &q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF)?;
+    let check = word(p, ETH_HLEN + IPV4_CHECK_OFF)?;
+    put_word(
+        p,
+        ETH_HLEN + IPV4_CHECK_OFF,
+        csum::apply(check, csum::diff32(outer_dst, backend.addr)),
+    )?;
+    put_addr(p, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
+    count(Outcome::IcmpTranslated);
+    Some(backend)
+}
+
+/// What [`outbound`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Out {
+    /// Not an error quoting one of our backends: untouched.
+    NotOurs,
+    /// Translated to name the frontend.
+    Translated,
+    /// Quotes a backend that cannot be mapped back: drop it.
+    Drop,
+}
+
+/// An error a node sends a client about a request `client -> backend`:
+/// rewritten to name the frontend the client used.
+#[inline(always)]
+pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
+    let Some(q) = quote(p, outer_ip_len) else {
+        return Out::NotOurs;
+    };
+    // SAFETY: copied out at once.
+    let Some(primary) = (unsafe { REVERSE.get(q.destination) }).copied() else {
+        return Out::NotOurs;
+    };
+    let frontend = match frontend_of(q.source, q.destination) {
+        Some(frontend) => frontend,
+        // No state here (the connection lives on another node): the primary
+        // frontend is the only one a backend behind one frontend has.
+        None if primary.flags & FLAG_SHARED_BACKEND == 0 => primary.endpoint,
+        None => {
+            count(Outcome::IcmpDropped);
+            return Out::Drop;
+        }
+    };
+    if rewrite(
+        p,
+        &q,
+        q.destination,
+        frontend,
+        IPV4_DADDR_OFF,
+        TCP_DPORT_OFF,
+    )
+    .is_none()
+    {
+        count(Outcome::IcmpDropped);
+        return Out::Drop;
+    }
+    count(Outcome::IcmpTranslated);
+    Out::Translated
+}
+
+/// Rewrites one end of the quoted packet (`addr_off`/`port_off` within its
+/// headers) from `from` to `to`, fixing the quoted IPv4 checksum, the quoted
+/// TCP checksum if the quote holds it, and the ICMP checksum.
+#[inline(always)]
+fn rewrite<P: Packet>(
+    p: &P,
+    q: &Quote,
+    from: Endpoint,
+    to: Endpoint,
+    addr_off: usize,
+    port_off: usize,
+) -> Option<()> {
+    let addr_diff = csum::diff32(from.addr, to.addr);
+    let port_diff = csum::diff16(from.port, to.port);
+    let old_ip_check = word(p, q.ip + IPV4_CHECK_OFF)?;
+    let new_ip_check = csum::apply(old_ip_check, addr_diff);
+    let mut icmp_diff = addr_diff + csum::diff16(old_ip_check, new_ip_check) + port_diff;
+    // Read the TCP checksum before writing anything, so that a quote cut
+    // short is seen before the packet is half-written.
+    let tcp_check = bytes_at::<P, QUOTED_CHECK_LEN>(p, q.tcp).map(|_| ());
+    let old_tcp_check = match tcp_check {
+        Some(()) => word(p, q.tcp + TCP_CHECK_OFF),
+        None => None,
+    };
+    put_word(p, q.ip + IPV4_CHECK_OFF, new_ip_check)?;
+    put_addr(p, q.ip + addr_off, to.addr)?;
+    put_word(p, q.tcp + port_off, to.port)?;
+    if let Some(old) = old_tcp_check {
+        let new = csum::apply(old, addr_diff + port_diff);
+        put_word(p, q.tcp + TCP_CHECK_OFF, new)?;
+        icmp_diff += csum::diff16(old, new);
+    }
+    let icmp_check = word(p, q.icmp + ICMP_CHECK_OFF)?;
+    put_word(
+        p,
+        q.icmp + ICMP_CHECK_OFF,
+        csum::apply(icmp_check, icmp_diff),
+    )
+}

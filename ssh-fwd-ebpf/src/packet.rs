@@ -1,0 +1,187 @@
+//! Reading headers the same way in XDP and tc: bounds-checked pointers into
+//! the packet and the parse step of `ssh_fwd_common::packet::classify`,
+//! extended to ICMP errors and to the TCP segment fields the connection
+//! tracking needs.
+
+use aya_ebpf::programs::{TcContext, XdpContext};
+use ssh_fwd_common::{
+    conntrack::Segment,
+    maps::Endpoint,
+    outcome::Outcome,
+    packet::{
+        ETH_HLEN, ETH_P_IP, ETH_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPV4_DADDR_OFF, IPV4_FRAG_OFF,
+        IPV4_MIN_LEN, IPV4_PROTO_OFF, IPV4_SADDR_OFF, IPV4_TOT_LEN_OFF, TCP_ACK_OFF, TCP_DOFF_OFF,
+        TCP_DPORT_OFF, TCP_FLAGS_OFF, TCP_MIN_LEN, TCP_SEQ_OFF, TCP_SPORT_OFF, ipv4_header_len,
+        is_fragment, tcp_payload_len,
+    },
+};
+
+/// Direct access to a packet's (linear) bytes, for both program types.
+pub trait Packet {
+    fn data(&self) -> usize;
+    fn data_end(&self) -> usize;
+}
+
+impl Packet for XdpContext {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        XdpContext::data(self)
+    }
+
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        XdpContext::data_end(self)
+    }
+}
+
+impl Packet for TcContext {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        TcContext::data(self)
+    }
+
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        TcContext::data_end(self)
+    }
+}
+
+/// A bounds-checked pointer `offset` bytes into the packet, valid for `N`
+/// bytes; writable as far as the verifier is concerned.
+#[inline(always)]
+pub fn bytes_at<P: Packet, const N: usize>(p: &P, offset: usize) -> Option<*mut u8> {
+    let start = p.data();
+    if start + offset + N > p.data_end() {
+        return None;
+    }
+    Some((start + offset) as *mut u8)
+}
+
+/// Reads `N` bytes at `offset` into an array.
+#[inline(always)]
+pub fn read<P: Packet, const N: usize>(p: &P, offset: usize) -> Option<[u8; N]> {
+    let at = bytes_at::<P, N>(p, offset)?;
+    // SAFETY: `bytes_at` checked the N bytes are inside the packet.
+    Some(unsafe { at.cast::<[u8; N]>().read_unaligned() })
+}
+
+/// Reads a raw (network order, as loaded) 16-bit word.
+#[inline(always)]
+pub fn word<P: Packet>(p: &P, offset: usize) -> Option<u16> {
+    read::<P, 2>(p, offset).map(u16::from_ne_bytes)
+}
+
+/// Writes a raw 16-bit word.
+#[inline(always)]
+pub fn put_word<P: Packet>(p: &P, offset: usize, value: u16) -> Option<()> {
+    let at = bytes_at::<P, 2>(p, offset)?;
+    // SAFETY: `bytes_at` checked the 2 bytes are inside the packet; the
+    // program has the packet to itself.
+    unsafe { at.cast::<u16>().write_unaligned(value) };
+    Some(())
+}
+
+/// Writes a raw 32-bit word.
+#[inline(always)]
+pub fn put_addr<P: Packet>(p: &P, offset: usize, value: u32) -> Option<()> {
+    let at = bytes_at::<P, 4>(p, offset)?;
+    // SAFETY: as in `put_word`.
+    unsafe { at.cast::<u32>().write_unaligned(value) };
+    Some(())
+}
+
+/// The transport of a packet the programs may touch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A TCP segment: `Headers::seg` holds the fields the tracking reads.
+    Tcp,
+    /// An ICMP message (`crate::icmp` reads what it needs of errors).
+    Icmp,
+}
+
+/// The headers of an IPv4 packet that is TCP or ICMP. A plain struct, every
+/// field always written: an enum with a payload would leave bytes the
+/// compiler may fill with any register, which the verifier refuses.
+#[derive(Clone, Copy)]
+pub struct Headers {
+    /// The IPv4 header length in bytes (IHL * 4).
+    pub ip_len: usize,
+    /// Source and destination; ports are 0 for ICMP.
+    pub source: Endpoint,
+    pub destination: Endpoint,
+    pub transport: Transport,
+    /// The TCP segment; all zero for ICMP.
+    pub seg: Segment,
+}
+
+impl Headers {
+    /// Offset of the transport header.
+    #[inline(always)]
+    pub fn l4(&self) -> usize {
+        ETH_HLEN + self.ip_len
+    }
+}
+
+/// Classifies like `ssh_fwd_common::packet::classify`, letting ICMP through
+/// too. `None`: the headers reach past the (linear) data.
+#[inline(always)]
+pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
+    let eth = bytes_at::<P, ETH_HLEN>(p, 0)?;
+    // SAFETY: every read below stays inside a range checked by bytes_at.
+    unsafe {
+        if eth.add(ETH_TYPE_OFF).cast::<u16>().read_unaligned() != ETH_P_IP.to_be() {
+            return Some(Err(Outcome::PassNotIpv4));
+        }
+        let ip = bytes_at::<P, IPV4_MIN_LEN>(p, ETH_HLEN)?;
+        let Some(ip_len) = ipv4_header_len(*ip) else {
+            return Some(Err(Outcome::Malformed));
+        };
+        if is_fragment(ip.add(IPV4_FRAG_OFF).cast::<u16>().read_unaligned()) {
+            return Some(Err(Outcome::PassFragment));
+        }
+        let proto = *ip.add(IPV4_PROTO_OFF);
+        let saddr = ip.add(IPV4_SADDR_OFF).cast::<u32>().read_unaligned();
+        let daddr = ip.add(IPV4_DADDR_OFF).cast::<u32>().read_unaligned();
+        let l4 = ETH_HLEN + ip_len;
+        let endpoint = |addr, port| Endpoint {
+            addr,
+            port,
+            _pad: 0,
+        };
+        if proto == IPPROTO_ICMP {
+            return Some(Ok(Headers {
+                ip_len,
+                source: endpoint(saddr, 0),
+                destination: endpoint(daddr, 0),
+                transport: Transport::Icmp,
+                seg: Segment {
+                    flags: 0,
+                    seq: 0,
+                    ack: 0,
+                    payload: 0,
+                },
+            }));
+        }
+        if proto != IPPROTO_TCP {
+            return Some(Err(Outcome::PassNotTcp));
+        }
+        let tot_len = ip.add(IPV4_TOT_LEN_OFF).cast::<u16>().read_unaligned();
+        if (u16::from_be(tot_len) as usize) < ip_len + TCP_MIN_LEN {
+            return Some(Err(Outcome::Malformed));
+        }
+        let tcp = bytes_at::<P, TCP_MIN_LEN>(p, l4)?;
+        let seg = Segment {
+            flags: *tcp.add(TCP_FLAGS_OFF),
+            seq: u32::from_be(tcp.add(TCP_SEQ_OFF).cast::<u32>().read_unaligned()),
+            ack: u32::from_be(tcp.add(TCP_ACK_OFF).cast::<u32>().read_unaligned()),
+            payload: tcp_payload_len(tot_len, ip_len, *tcp.add(TCP_DOFF_OFF)),
+        };
+        Some(Ok(Headers {
+            ip_len,
+            source: endpoint(saddr, tcp.add(TCP_SPORT_OFF).cast::<u16>().read_unaligned()),
+            destination: endpoint(daddr, tcp.add(TCP_DPORT_OFF).cast::<u16>().read_unaligned()),
+            transport: Transport::Tcp,
+            seg,
+        }))
+    }
+}

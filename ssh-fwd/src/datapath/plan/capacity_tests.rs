@@ -1,0 +1,232 @@
+//! Reloads at and beyond capacity: every write of every step is replayed on
+//! a model of the maps that refuses what the kernel refuses (a full hash
+//! map) and what a packet must never see (a frontend without its reverse
+//! entry, a live slot zeroed, an unchanged mapping touched).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{Ipv4Addr, SocketAddrV4},
+};
+
+use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS, NatTarget};
+
+use super::{Installed, Plan, Planned, plan_steps};
+use crate::mapping::{Mapping, MappingSet};
+
+const MAX: usize = MAX_MAPPINGS as usize;
+
+/// Mapping number `i`, generation `g` of its backend.
+fn nth(i: usize, g: u8) -> Mapping {
+    let i16 = u16::try_from(i % 20_000).unwrap();
+    let frontend = SocketAddrV4::new(
+        Ipv4Addr::new(198, 18, 0, 10 + u8::try_from(i / 20_000).unwrap()),
+        8000 + i16,
+    );
+    let backend = SocketAddrV4::new(
+        Ipv4Addr::new(10, 200 + g, (i / 250) as u8, (i % 250 + 1) as u8),
+        22,
+    );
+    Mapping {
+        name: format!("m{i}"),
+        frontend,
+        backend,
+    }
+}
+
+fn set(it: impl IntoIterator<Item = Mapping>) -> MappingSet {
+    MappingSet::from_unique(it)
+}
+
+fn ep(a: SocketAddrV4) -> Endpoint {
+    Endpoint::new(*a.ip(), a.port())
+}
+
+/// The maps as the kernel holds them, with the kernel's refusals.
+struct Model {
+    t: Installed,
+    /// Frontends that must never be deleted or rewritten.
+    unchanged: BTreeMap<Endpoint, NatTarget>,
+}
+
+impl Model {
+    fn slot_live(&self, slot: u32) -> bool {
+        self.t.frontends.values().any(|t| t.slot == slot)
+            || self.t.reverse.values().any(|t| t.slot == slot)
+    }
+
+    fn step(&mut self, p: &Plan) {
+        for k in &p.reverse_deletes_first {
+            self.t.reverse.remove(k);
+        }
+        for (slot, name) in &p.new_slots {
+            assert!(
+                !self.slot_live(*slot),
+                "slot {slot} zeroed while an entry still uses it"
+            );
+            self.t.names.insert(*slot, name.clone());
+        }
+        for (slot, name) in &p.renamed {
+            self.t.names.insert(*slot, name.clone());
+        }
+        for (k, v) in &p.reverse_upserts {
+            assert!(
+                self.t.names.contains_key(&v.slot),
+                "reverse to unnamed slot"
+            );
+            self.t.reverse.insert(*k, *v);
+            assert!(self.t.reverse.len() <= MAX, "REVERSE over capacity");
+        }
+        for (k, v) in &p.frontend_upserts {
+            if let Some(old) = self.unchanged.get(k) {
+                assert_eq!(
+                    old.endpoint, v.endpoint,
+                    "an unchanged mapping was rewritten"
+                );
+                assert_eq!(old.slot, v.slot, "an unchanged mapping changed slot");
+            }
+            assert!(
+                self.t.reverse.contains_key(&v.endpoint),
+                "frontend live before its reverse entry"
+            );
+            self.t.frontends.insert(*k, *v);
+            assert!(self.t.frontends.len() <= MAX, "FRONTENDS over capacity");
+        }
+        for k in &p.frontend_deletes {
+            self.delete_frontend(k);
+        }
+        for k in &p.reverse_deletes {
+            self.t.reverse.remove(k);
+        }
+        let used: BTreeSet<u32> = self.t.frontends.values().map(|t| t.slot).collect();
+        self.t.names.retain(|s, _| used.contains(s));
+    }
+
+    fn delete_frontend(&mut self, k: &Endpoint) {
+        assert!(
+            !self.unchanged.contains_key(k),
+            "an unchanged mapping was removed"
+        );
+        self.t.frontends.remove(k);
+    }
+}
+
+/// Replays the plan for `desired` on `installed`; returns what the maps hold.
+fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
+    let planned = plan_steps(installed, desired);
+    let unchanged = installed
+        .frontends
+        .iter()
+        .filter(|(f, t)| {
+            let want = desired.get(&SocketAddrV4::new(f.ip(), f.port()));
+            want.is_some_and(|m| ep(m.backend) == t.endpoint)
+        })
+        .map(|(f, t)| (*f, *t))
+        .collect();
+    let mut model = Model {
+        t: installed.clone(),
+        unchanged,
+    };
+    for step in &planned.steps {
+        model.step(step);
+    }
+    assert_eq!(model.t.frontends, planned.tables.frontends);
+    assert_eq!(model.t.reverse, planned.tables.reverse);
+    let again = plan_steps(&model.t, desired);
+    assert!(
+        again.steps.iter().all(Plan::is_empty),
+        "plan must reach a fixed point"
+    );
+    (model.t, planned)
+}
+
+fn holds(t: &Installed, desired: &MappingSet) {
+    assert_eq!(t.frontends.len(), desired.len());
+    for m in desired.iter() {
+        assert_eq!(t.frontends[&ep(m.frontend)].endpoint, ep(m.backend));
+    }
+}
+
+fn full(g: u8) -> MappingSet {
+    set((0..MAX).map(|i| nth(i, g)))
+}
+
+#[test]
+fn at_capacity_half_the_mappings_move_to_new_backends_in_one_reload() {
+    let (installed, _) = reload(&Installed::default(), &full(0));
+    let desired = set((0..MAX).map(|i| nth(i, u8::from(i % 2 == 0))));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+}
+
+#[test]
+fn at_capacity_one_mapping_is_replaced_by_another_frontend() {
+    let (installed, _) = reload(&Installed::default(), &full(0));
+    let desired = set((1..=MAX).map(|i| nth(i, 0)));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+}
+
+#[test]
+fn at_capacity_every_mapping_is_replaced_in_one_reload() {
+    let (installed, _) = reload(&Installed::default(), &full(0));
+    let desired = set((MAX..2 * MAX).map(|i| nth(i, 1)));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+}
+
+#[test]
+fn replacing_8193_mappings_reuses_the_slots_being_freed() {
+    let (installed, _) = reload(&Installed::default(), &full(0));
+    let desired = set((8193..MAX + 8193).map(|i| nth(i, 0)));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+}
+
+#[test]
+fn at_capacity_a_shared_backend_moves_and_frontends_are_replaced_together() {
+    // 100 frontends share one backend; the rest have their own.
+    let shared = |i: usize, g: u8| {
+        let mut m = nth(i, g);
+        if i < 100 {
+            m.backend = SocketAddrV4::new(Ipv4Addr::new(10, 99, g, 1), 22);
+        }
+        m
+    };
+    let (installed, _) = reload(&Installed::default(), &set((0..MAX).map(|i| shared(i, 0))));
+    let desired = set((50..MAX + 50).map(|i| shared(i, u8::from(i % 3 == 0))));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+}
+
+#[test]
+fn over_capacity_a_stale_mapping_is_still_removed_and_the_excess_is_named() {
+    let stale = nth(3 * MAX, 0);
+    let (installed, _) = reload(&Installed::default(), &set([stale.clone(), nth(0, 0)]));
+    let desired = set((0..MAX + 3).map(|i| nth(i, 0)));
+    let (after, planned) = reload(&installed, &desired);
+    assert!(
+        !after.frontends.contains_key(&ep(stale.frontend)),
+        "the stale mapping must go even though the desired set is too big"
+    );
+    assert_eq!(after.frontends.len(), MAX);
+    let left: Vec<_> = planned.left_out.iter().map(|m| m.frontend).collect();
+    assert_eq!(
+        left,
+        vec![
+            nth(MAX, 0).frontend,
+            nth(MAX + 1, 0).frontend,
+            nth(MAX + 2, 0).frontend
+        ]
+    );
+}
+
+#[test]
+fn after_a_failed_write_only_mappings_whose_backend_changed_are_removed() {
+    let (installed, _) = reload(&Installed::default(), &set([nth(0, 0), nth(1, 0)]));
+    let desired = set([nth(0, 0), nth(1, 1), nth(2, 0)]);
+    let p = super::stale_removal(&installed, &desired);
+    assert_eq!(p.frontend_deletes, vec![ep(nth(1, 0).frontend)]);
+    assert_eq!(p.reverse_deletes, vec![ep(nth(1, 0).backend)]);
+    assert!(p.frontend_upserts.is_empty() && p.new_slots.is_empty());
+    assert_eq!(p.retired, vec![ep(nth(1, 0).frontend)]);
+}

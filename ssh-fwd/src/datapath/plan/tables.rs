@@ -1,0 +1,86 @@
+//! The tables the maps should hold for a desired set.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MAX_MAPPINGS, NatTarget};
+
+use super::{Installed, endpoint};
+use crate::mapping::MappingSet;
+
+/// The tables the maps should hold for `desired`, reusing slots and primary
+/// frontends from `installed` wherever they still apply. New frontends take
+/// slots no installed entry uses, `late_slots` last; a mapping for which no
+/// slot is left is not placed (the planner fits `desired` first, so none is).
+pub fn desired_tables(
+    installed: &Installed,
+    desired: &MappingSet,
+    late_slots: &BTreeSet<u32>,
+) -> Installed {
+    // A slot being freed in this same step is never zeroed while its old
+    // entry is still live: only slots no installed entry uses are free.
+    let taken: BTreeSet<u32> = installed
+        .frontends
+        .values()
+        .chain(installed.reverse.values())
+        .map(|t| t.slot)
+        .collect();
+    let mut free = (0..MAX_MAPPINGS)
+        .filter(|s| !taken.contains(s) && !late_slots.contains(s))
+        .chain(late_slots.iter().copied().filter(|s| !taken.contains(s)));
+    let mut backends: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    let mut out = Installed::default();
+    for m in desired.iter() {
+        let frontend = endpoint(m.frontend);
+        let backend = endpoint(m.backend);
+        // A frontend that stays keeps its slot, so its counters carry on.
+        let Some(slot) = installed
+            .frontends
+            .get(&frontend)
+            .map(|t| t.slot)
+            .or_else(|| free.next())
+        else {
+            continue;
+        };
+        backends.entry(backend).or_default().push((frontend, slot));
+        out.names.insert(slot, m.name.clone());
+        out.frontends.insert(
+            frontend,
+            NatTarget {
+                endpoint: backend,
+                slot,
+                flags: 0,
+            },
+        );
+    }
+    for (backend, frontends) in backends {
+        let shared = frontends.len() > 1;
+        let flags = if shared { FLAG_SHARED_BACKEND } else { 0 };
+        // Keep the installed primary if it still applies: connections opened
+        // before the backend became shared have no per-connection entry and
+        // rely on it.
+        let installed_primary = installed.reverse.get(&backend).map(|t| t.endpoint);
+        // Every group holds the mapping that created it, so there is a primary.
+        let Some(&(primary, slot)) = frontends
+            .iter()
+            .find(|(f, _)| Some(*f) == installed_primary)
+            // Lowest as a person reads it (IP, then port), not by raw wire bytes.
+            .or_else(|| frontends.iter().min_by_key(|(f, _)| (f.ip(), f.port())))
+        else {
+            continue;
+        };
+        out.reverse.insert(
+            backend,
+            NatTarget {
+                endpoint: primary,
+                slot,
+                flags,
+            },
+        );
+        for (frontend, _) in frontends {
+            if let Some(t) = out.frontends.get_mut(&frontend) {
+                t.flags = flags;
+            }
+        }
+    }
+    out
+}

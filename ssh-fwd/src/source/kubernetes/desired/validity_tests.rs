@@ -1,0 +1,105 @@
+//! Services that would break or hijack a node are skipped; the rest apply.
+
+use serde_json::{Value, json};
+use ssh_fwd_common::maps::MAX_MAPPINGS;
+
+use super::{tests::views, *};
+use crate::source::kubernetes::objects::SERVICE_NAME_LABEL;
+
+const SSH_IP: &str = "198.18.0.10";
+
+fn policy() -> Policy {
+    Policy {
+        ssh_ips: [SSH_IP.parse().unwrap()].into(),
+        ports: 1..=65535,
+        styles: Styles::ALL,
+    }
+}
+
+fn service(name: &str, port: u32, created: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": created},
+        "spec": {"externalIPs": [SSH_IP], "ports": [{"port": port, "targetPort": 22, "protocol": "TCP"}]}
+    })
+}
+
+fn slice(service: &str, ip: &str) -> Value {
+    json!({
+        "metadata": {"name": format!("{service}-abc"), "namespace": "jobs", "labels": {SERVICE_NAME_LABEL: service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "", "port": 22, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+    })
+}
+
+fn names(d: &Desired) -> Vec<String> {
+    d.mappings.iter().map(|m| m.name.clone()).collect()
+}
+
+#[test]
+fn a_service_with_a_dangerous_backend_is_skipped_and_the_rest_apply() {
+    let t = "2026-01-01T00:00:00Z";
+    let (services, slices) = views(
+        vec![
+            service("good", 8022, t),
+            service("loop", 8023, t),
+            service("self", 8024, t),
+            service("link", 8025, t),
+        ],
+        vec![
+            slice("good", "10.244.1.5"),
+            slice("loop", "127.0.0.1"),
+            slice("self", SSH_IP),
+            slice("link", "169.254.169.254"),
+        ],
+    );
+    let d = compute(&services, &slices, &policy());
+    assert_eq!(names(&d), ["jobs/good"]);
+    // In the order the full recompute visits Services (by namespace/name).
+    let skipped: Vec<&str> = d
+        .notes
+        .iter()
+        .filter_map(|n| match n {
+            Note::Invalid { service, .. } => Some(service.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped, ["jobs/link", "jobs/loop", "jobs/self"]);
+}
+
+#[test]
+fn over_capacity_the_newest_services_are_left_out_and_named() {
+    let n = MAX_MAPPINGS as usize + 2;
+    let mut services = Vec::with_capacity(n);
+    let mut slices = Vec::with_capacity(n);
+    for i in 0..n {
+        // Older services first; the last two are the newest.
+        let created = format!(
+            "2026-01-01T{:02}:{:02}:{:02}Z",
+            i / 3600,
+            i / 60 % 60,
+            i % 60
+        );
+        let name = format!("s{i}");
+        services.push(service(&name, 1000 + i as u32, &created));
+        slices.push(slice(&name, &format!("10.{}.{}.1", 100 + i / 250, i % 250)));
+    }
+    let (services, slices) = views(services, slices);
+    let d = compute(&services, &slices, &policy());
+    assert_eq!(d.mappings.len(), MAX_MAPPINGS as usize);
+    let kept = names(&d);
+    assert!(!kept.contains(&format!("jobs/s{}", n - 1)));
+    assert!(!kept.contains(&format!("jobs/s{}", n - 2)));
+    assert!(kept.contains(&"jobs/s0".to_owned()));
+    let over = d.notes.iter().find_map(|n| match n {
+        Note::OverCapacity { excess, left_out } => Some((*excess, left_out.clone())),
+        _ => None,
+    });
+    assert_eq!(
+        over,
+        Some((
+            2,
+            vec![format!("jobs/s{}", n - 2), format!("jobs/s{}", n - 1)]
+        ))
+    );
+}

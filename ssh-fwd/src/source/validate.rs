@@ -1,0 +1,157 @@
+//! Mappings that would break or hijack the node, refused by every source:
+//! the file rejects itself whole, Kubernetes skips the Service. Pure; the
+//! agent gathers the node's addresses.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{Ipv4Addr, SocketAddrV4},
+};
+
+use crate::mapping::{Mapping, printable};
+
+/// What a mapping is checked against.
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    /// `--ssh-ip`: when any is declared, every frontend must be on one.
+    pub ssh_ips: BTreeSet<Ipv4Addr>,
+    /// The node's own addresses, with their interface, other than those on
+    /// `lo` and dummy devices (where an SSH IP is meant to sit): without
+    /// `--ssh-ip`, a frontend there would capture the node's own services.
+    pub node_addrs: BTreeMap<Ipv4Addr, String>,
+}
+
+/// Why a mapping is refused; each says what to do instead.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Danger {
+    #[error(
+        "backend {0} is the entry's own frontend: packets would be translated until their TTL \
+         runs out; point the backend at the pod (POD_IP:22)"
+    )]
+    ToItself(SocketAddrV4),
+    #[error(
+        "backend {0} is a frontend: forwarding there breaks that mapping; point the backend at \
+         the pod behind it"
+    )]
+    BackendIsFrontend(SocketAddrV4),
+    #[error(
+        "backend {0} is on frontend address {1}, so it would reach the node's own services; \
+         point the backend at the pod"
+    )]
+    BackendOnFrontendIp(SocketAddrV4, Ipv4Addr),
+    #[error("backend {0} is {1}, never a pod; point the backend at the pod's address")]
+    ReservedBackend(SocketAddrV4, &'static str),
+    #[error(
+        "frontend {frontend} is not on a declared --ssh-ip ({declared}); use one of them, or add \
+         --ssh-ip {ip}"
+    )]
+    FrontendNotSshIp {
+        frontend: SocketAddrV4,
+        ip: Ipv4Addr,
+        declared: String,
+    },
+    #[error(
+        "frontend {frontend} is an address of interface {iface}, where it would capture the \
+         node's own service on that port; put the SSH IP on lo (or a dummy device), or declare \
+         it with --ssh-ip"
+    )]
+    FrontendOnNodeAddress {
+        frontend: SocketAddrV4,
+        iface: String,
+    },
+    #[error("name `{0}` has a control character; use printable characters only")]
+    ControlCharacter(String),
+}
+
+/// Checks mappings against the rules and against each other.
+pub struct Checker<'a> {
+    rules: &'a Rules,
+    frontends: BTreeSet<SocketAddrV4>,
+    frontend_ips: BTreeSet<Ipv4Addr>,
+}
+
+impl<'a> Checker<'a> {
+    /// `frontends`: every frontend of the set being checked.
+    pub fn new(rules: &'a Rules, frontends: impl IntoIterator<Item = SocketAddrV4>) -> Self {
+        let frontends: BTreeSet<SocketAddrV4> = frontends.into_iter().collect();
+        let frontend_ips = frontends
+            .iter()
+            .map(|f| *f.ip())
+            .chain(rules.ssh_ips.iter().copied())
+            .collect();
+        Self {
+            rules,
+            frontends,
+            frontend_ips,
+        }
+    }
+
+    pub fn check(&self, m: &Mapping) -> Result<(), Danger> {
+        check_name(&m.name)?;
+        let backend = m.backend;
+        if backend == m.frontend {
+            return Err(Danger::ToItself(backend));
+        }
+        if self.frontends.contains(&backend) {
+            return Err(Danger::BackendIsFrontend(backend));
+        }
+        if self.frontend_ips.contains(backend.ip()) {
+            return Err(Danger::BackendOnFrontendIp(backend, *backend.ip()));
+        }
+        check_backend(backend)?;
+        self.check_frontend(m.frontend)
+    }
+
+    fn check_frontend(&self, frontend: SocketAddrV4) -> Result<(), Danger> {
+        let ip = *frontend.ip();
+        if !self.rules.ssh_ips.is_empty() {
+            if self.rules.ssh_ips.contains(&ip) {
+                return Ok(());
+            }
+            let declared: Vec<String> =
+                self.rules.ssh_ips.iter().map(Ipv4Addr::to_string).collect();
+            return Err(Danger::FrontendNotSshIp {
+                frontend,
+                ip,
+                declared: declared.join(", "),
+            });
+        }
+        match self.rules.node_addrs.get(&ip) {
+            Some(iface) => Err(Danger::FrontendOnNodeAddress {
+                frontend,
+                iface: iface.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Names reach operators' terminals (`ssh-fwd list`, logs).
+pub fn check_name(name: &str) -> Result<(), Danger> {
+    if name.chars().any(char::is_control) {
+        return Err(Danger::ControlCharacter(printable(name)));
+    }
+    Ok(())
+}
+
+/// Addresses that are never a pod: the packet would go to the node itself,
+/// to a metadata service, or nowhere.
+pub fn check_backend(backend: SocketAddrV4) -> Result<(), Danger> {
+    let ip = backend.ip();
+    let range = if ip.octets()[0] == 0 {
+        Some("in 0.0.0.0/8 (\"this network\")")
+    } else if ip.is_loopback() {
+        Some("a loopback address (127.0.0.0/8)")
+    } else if ip.is_link_local() {
+        Some("link-local (169.254.0.0/16, where cloud metadata services answer)")
+    } else if ip.is_multicast() {
+        Some("multicast (224.0.0.0/4)")
+    } else if ip.is_broadcast() {
+        Some("the broadcast address")
+    } else {
+        None
+    };
+    range.map_or(Ok(()), |r| Err(Danger::ReservedBackend(backend, r)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,64 @@
+use super::*;
+
+fn m(frontend: &str, backend: &str) -> Mapping {
+    Mapping {
+        name: "job".into(),
+        frontend: frontend.parse().unwrap(),
+        backend: backend.parse().unwrap(),
+    }
+}
+
+#[test]
+fn with_declared_ssh_ips_every_frontend_must_be_on_one() {
+    let rules = Rules {
+        ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    assert_eq!(c.check(&m("198.18.0.10:8022", "10.244.1.5:22")), Ok(()));
+    let e = c.check(&m("192.0.2.1:22", "10.244.1.5:22")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "frontend 192.0.2.1:22 is not on a declared --ssh-ip (198.18.0.10); use one of them, or add --ssh-ip 192.0.2.1"
+    );
+}
+
+#[test]
+fn without_ssh_ips_a_frontend_on_a_node_interface_address_is_refused() {
+    let rules = Rules {
+        node_addrs: [("192.0.2.1".parse().unwrap(), "eth0".to_owned())].into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    let e = c.check(&m("192.0.2.1:22", "10.244.1.5:22")).unwrap_err();
+    assert!(
+        e.to_string().contains("an address of interface eth0"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("put the SSH IP on lo"), "{e}");
+    // An SSH IP on lo is not among the node's addresses as the agent
+    // gathers them, so it stays allowed.
+    assert_eq!(c.check(&m("198.18.0.10:8022", "10.244.1.5:22")), Ok(()));
+}
+
+#[test]
+fn a_backend_on_a_declared_ssh_ip_is_refused_even_without_a_frontend_there() {
+    let rules = Rules {
+        ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    assert!(matches!(
+        c.check(&m("198.18.0.10:8022", "198.18.0.10:22")),
+        Err(Danger::BackendOnFrontendIp(..))
+    ));
+}
+
+#[test]
+fn printable_escapes_control_characters() {
+    assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+    assert_eq!(
+        check_name("ok\u{7}"),
+        Err(Danger::ControlCharacter("ok\\u{7}".into()))
+    );
+}

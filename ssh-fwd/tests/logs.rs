@@ -1,0 +1,94 @@
+//! What the binary writes to stderr when it fails: one event per error, in
+//! the format asked for, without terminal colours when stderr is not a
+//! terminal. The commands fail before they touch anything (a mappings file
+//! that does not exist, a bpffs directory with nothing pinned), so these
+//! need no privileges.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+use std::process::{Command, Output};
+
+fn ssh_fwd(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ssh-fwd"));
+    cmd.args(args).env_remove("NO_COLOR").env_remove("RUST_LOG");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{args:?} was expected to fail");
+    out
+}
+
+fn missing_file_agent(format: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("absent.yaml");
+    ssh_fwd(
+        &[
+            "--log-format",
+            format,
+            "agent",
+            "--iface",
+            "lo",
+            "--mappings",
+            mappings.to_str().unwrap(),
+            "--bpffs",
+            dir.path().join("bpffs").to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn with_json_logs_every_line_a_failing_agent_writes_is_one_json_event() {
+    let out = missing_file_agent("json");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.trim().is_empty());
+    for line in stderr.lines() {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON event ({e}): {line:?}\n{stderr}"));
+        assert!(event.get("level").is_some(), "{line}");
+    }
+    assert!(stderr.contains("absent.yaml"), "{stderr}");
+}
+
+#[test]
+fn a_failing_command_reports_its_error_once() {
+    let out = missing_file_agent("text");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.matches("absent.yaml").count(),
+        1,
+        "the error must appear once:\n{stderr}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = ssh_fwd(&["list", "--bpffs", dir.path().to_str().unwrap()], &[]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains("cannot open")).count(),
+        1,
+        "the error must appear once:\n{stderr}"
+    );
+}
+
+#[test]
+fn logs_to_a_file_or_pipe_carry_no_terminal_colour_codes() {
+    for format in ["text", "json"] {
+        let out = missing_file_agent(format);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!stderr.contains('\u{1b}'), "{format}: {stderr:?}");
+    }
+}
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let out = missing_file_agent("text");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}

@@ -1,0 +1,209 @@
+//! A small routed cluster: a client behind a router, two nodes behind the
+//! router, pods on both.
+//!
+//! ```text
+//!  client 192.0.2.2 --cl-- router --to-a-- node A ext0 203.0.113.2  (owns 198.18.0.10 on lo)
+//!                            |   \\--to-b-- node B ext0 203.0.113.6  (owns 198.18.0.10 on lo)
+//!                            |
+//!  the router sends 198.18.0.10 to node A; each node's replies go straight
+//!  back to the router (B's never pass through A)
+//!
+//!  pods: 10.244.N.5 on the node they are added to, gateway 10.244.N.1
+//!  between the nodes, either a direct link (A `peer` 10.0.0.1 <-> B `peer`
+//!  10.0.0.2) or, with `host_gw`, through the router over the external
+//!  interfaces (host-gw, BGP: the pod routes point at the other node)
+//! ```
+//!
+//! Spoofed test traffic stays inside: the router has no route out, so what
+//! it cannot deliver here it drops.
+
+use anyhow::Context as _;
+
+use crate::{
+    NetNs, Pod,
+    ssh::{SshClient, SshKeys, Sshd},
+    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
+};
+
+/// How the cluster is wired.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wiring {
+    /// Pod routes between the nodes through the router and the external
+    /// interfaces instead of a direct link.
+    pub host_gw: bool,
+    /// MTU of the router's link to the client (with the client advertising
+    /// an MSS for 1500 bytes, so the path MTU must be discovered).
+    pub client_link_mtu: Option<u32>,
+    /// MTU of the direct link between the nodes.
+    pub node_link_mtu: Option<u32>,
+}
+
+pub struct Cluster {
+    pub pods: Vec<Pod>,
+    pub nodes: Vec<NetNs>,
+    pub router: NetNs,
+    pub client: NetNs,
+    pub keys: SshKeys,
+    pub wiring: Wiring,
+}
+
+/// Each node's external address, and the router's on the same link.
+pub const NODE_IPS: [&str; 2] = ["203.0.113.2", "203.0.113.6"];
+const ROUTER_IPS: [&str; 2] = ["203.0.113.1", "203.0.113.5"];
+/// The interface between the nodes when they are linked directly.
+pub const PEER_IFACE: &str = "peer";
+
+impl Cluster {
+    pub fn new(wiring: Wiring) -> anyhow::Result<Self> {
+        let keys = SshKeys::generate()?;
+        let client = NetNs::new("client")?;
+        let router = NetNs::new("router")?;
+        let nodes = vec![NetNs::new("nodea")?, NetNs::new("nodeb")?];
+        client.veth("eth0", &router, "cl")?;
+        client.ip(&["addr", "add", &format!("{CLIENT_IP}/24"), "dev", "eth0"])?;
+        router.ip(&["addr", "add", "192.0.2.1/24", "dev", "cl"])?;
+        match wiring.client_link_mtu {
+            Some(mtu) => {
+                let mtu = mtu.to_string();
+                client.ip(&["link", "set", "eth0", "mtu", &mtu])?;
+                router.ip(&["link", "set", "cl", "mtu", &mtu])?;
+                // Advertise an MSS for a 1500-byte path: the router's
+                // "fragmentation needed" must then reach the pod.
+                client.ip(&[
+                    "route",
+                    "add",
+                    "default",
+                    "via",
+                    "192.0.2.1",
+                    "advmss",
+                    "1460",
+                ])?;
+            }
+            None => client.ip(&["route", "add", "default", "via", "192.0.2.1"])?,
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let side = ["to-a", "to-b"][i];
+            router.veth(side, node, EXT_IFACE)?;
+            router.ip(&["addr", "add", &format!("{}/30", ROUTER_IPS[i]), "dev", side])?;
+            node.ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", NODE_IPS[i]),
+                "dev",
+                EXT_IFACE,
+            ])?;
+            node.ip(&["route", "add", "default", "via", ROUTER_IPS[i]])?;
+            node.ip(&["addr", "add", &format!("{EXTERNAL_IP}/32"), "dev", "lo"])?;
+            node.sysctl("net.ipv4.ip_forward", "1")?;
+            for key in ["all", "default", EXT_IFACE] {
+                node.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;
+            }
+        }
+        router.sysctl("net.ipv4.ip_forward", "1")?;
+        for key in ["all", "default", "cl", "to-a", "to-b"] {
+            // Node B answers for the SSH IP the router sends to node A.
+            router.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;
+        }
+        router.ip(&[
+            "route",
+            "add",
+            &format!("{EXTERNAL_IP}/32"),
+            "via",
+            NODE_IPS[0],
+        ])?;
+        let cluster = Self {
+            pods: Vec::new(),
+            nodes,
+            router,
+            client,
+            keys,
+            wiring,
+        };
+        cluster.link_nodes()?;
+        Ok(cluster)
+    }
+
+    /// The pod network between the nodes.
+    fn link_nodes(&self) -> anyhow::Result<()> {
+        let [a, b] = [&self.nodes[0], &self.nodes[1]];
+        if self.wiring.host_gw {
+            // Each node routes the pod network to the router, which knows
+            // which node holds which pods (see `add_pod`).
+            for node in [a, b] {
+                node.ip(&[
+                    "route",
+                    "add",
+                    "10.244.0.0/16",
+                    "via",
+                    ROUTER_IPS[self.index(node)],
+                ])?;
+            }
+            return Ok(());
+        }
+        a.veth(PEER_IFACE, b, PEER_IFACE)?;
+        a.ip(&["addr", "add", "10.0.0.1/30", "dev", PEER_IFACE])?;
+        b.ip(&["addr", "add", "10.0.0.2/30", "dev", PEER_IFACE])?;
+        if let Some(mtu) = self.wiring.node_link_mtu {
+            let mtu = mtu.to_string();
+            a.ip(&["link", "set", PEER_IFACE, "mtu", &mtu])?;
+            b.ip(&["link", "set", PEER_IFACE, "mtu", &mtu])?;
+        }
+        a.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.2"])?;
+        b.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.1"])?;
+        for node in [a, b] {
+            for key in ["all", "default", PEER_IFACE] {
+                node.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn index(&self, node: &NetNs) -> usize {
+        usize::from(node.name() == self.nodes[1].name())
+    }
+
+    /// Adds pod number `n` (IP 10.244.n.5, host name pod-n) on `node`, with
+    /// sshd.
+    pub fn add_pod(&mut self, node: usize, n: usize) -> anyhow::Result<&Pod> {
+        let hostname = format!("pod-{n}");
+        let ns = NetNs::new(&hostname)?;
+        let node_ns = &self.nodes[node];
+        let node_side = format!("pod{n}");
+        ns.veth("eth0", node_ns, &node_side)?;
+        let ip = format!("10.244.{n}.5");
+        ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+        ns.ip(&["route", "add", "default", "via", &format!("10.244.{n}.1")])?;
+        node_ns.ip(&[
+            "addr",
+            "add",
+            &format!("10.244.{n}.1/24"),
+            "dev",
+            &node_side,
+        ])?;
+        if self.wiring.host_gw {
+            self.router.ip(&[
+                "route",
+                "add",
+                &format!("10.244.{n}.0/24"),
+                "via",
+                NODE_IPS[node],
+            ])?;
+        }
+        let sshd = Sshd::start(&ns, &hostname, &self.keys)
+            .with_context(|| format!("sshd in {hostname}"))?;
+        self.pods
+            .push(Pod::new(ns, ip, hostname, node, node_side, sshd));
+        self.pods.last().context("pod just added")
+    }
+
+    pub fn ssh(&self) -> SshClient {
+        self.keys.client()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Pods (and their sshd) go before the namespaces they are wired to.
+        self.pods.clear();
+    }
+}

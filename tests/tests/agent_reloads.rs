@@ -1,0 +1,229 @@
+//! Reloads that must never hurt what runs: a file rewritten in place, a
+//! file with a dangerous entry, and reloads at the maps' full capacity.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::{io::Write as _, process::Command, time::Duration};
+
+use common::{Bed, EXTERNAL_IP, FRONTEND, refused};
+use serde_json::{Value, json};
+use ssh_fwd_tests::{
+    Agent, Bpffs, Topology, agent, cmd,
+    fake_api::{FakeApi, Kind},
+    privilege,
+    topology::EXT_IFACE,
+};
+
+/// `count` mappings 198.18.0.10:(9000 + i) -> pod 1, as file text.
+fn mappings_text(count: u16) -> String {
+    let mut text = String::from("mappings:\n");
+    for i in 0..count {
+        text.push_str(&format!(
+            "  - name: m{i}\n    frontend: 198.18.0.10:{}\n    backend: 10.244.1.5:22\n",
+            9000 + i
+        ));
+    }
+    text
+}
+
+fn status(bed: &Bed) -> Value {
+    let out = cmd::run(
+        Command::new(agent::binary().unwrap())
+            .args(["status", "-o", "json", "--bpffs"])
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_file_rewritten_in_place_in_slow_chunks_never_drops_mappings() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    std::fs::write(&bed.mappings, mappings_text(400)).unwrap();
+    // `a` first, then the 400.
+    bed.agents[0]
+        .wait_for_log_count("mapping added", 401, Duration::from_secs(20))
+        .unwrap();
+    let before = bed.agents[0].count_in_log("mapping removed");
+    // Rewritten in place, one more entry at the end, in four chunks that
+    // each end on an entry boundary, with pauses the agent polls through.
+    let text = mappings_text(401);
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let mut file = std::fs::File::create(&bed.mappings).unwrap();
+    for chunk in lines.chunks(lines.len().div_ceil(4)) {
+        file.write_all(chunk.concat().as_bytes()).unwrap();
+        file.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(file);
+    bed.agents[0]
+        .wait_for_log_count("mapping added", 402, Duration::from_secs(20))
+        .unwrap();
+    assert_eq!(
+        bed.agents[0].count_in_log("mapping removed"),
+        before,
+        "a half-written file was applied:\n{}",
+        bed.agents[0].log()
+    );
+    assert_eq!(
+        bed.bpffs[0]
+            .list_of("mappings")
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        401
+    );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_file_with_a_loopback_backend_is_rejected_counted_and_changes_nothing() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    agent::write_mappings(
+        &bed.mappings,
+        &[
+            ("a", "198.18.0.10:8022", "10.244.1.6:22"),
+            ("node-sshd", "198.18.0.10:8023", "127.0.0.1:22"),
+        ],
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log("mappings file rejected", Duration::from_secs(10))
+        .unwrap();
+    let log = bed.agents[0].log();
+    assert!(
+        log.contains("entry #2 (node-sshd): backend 127.0.0.1:22 is a loopback address"),
+        "{log}"
+    );
+    assert_eq!(bed.agents[0].count_in_log("mapping changed"), 0, "{log}");
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert_eq!(status(&bed)["reconcile_errors"], 1, "{}", status(&bed));
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_frontend_on_the_nodes_own_interface_address_is_refused() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    // 192.0.2.1 is the node's address on ext0: port 22 there is its sshd.
+    agent::write_mappings(
+        &bed.mappings,
+        &[
+            ("a", FRONTEND, "10.244.1.5:22"),
+            ("capture", "192.0.2.1:22", "10.244.1.5:22"),
+        ],
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log("mappings file rejected", Duration::from_secs(10))
+        .unwrap();
+    let log = bed.agents[0].log();
+    assert!(
+        log.contains("frontend 192.0.2.1:22 is an address of interface ext0"),
+        "{log}"
+    );
+    assert_eq!(bed.agents[0].count_in_log("mapping added"), 1, "{log}");
+}
+
+fn legacy_service(name: &str, port: u16) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z",
+                     "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+        "spec": {"externalIPs": [EXTERNAL_IP], "ports": [{"port": port, "targetPort": 22, "protocol": "TCP"}]}
+    })
+}
+
+fn slice(service: &str, ip: &str) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-abcde"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": service,
+                     "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "", "port": 22, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+    })
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply() {
+    privilege::require();
+    let topo = Topology::single_node(2).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    api.apply(Kind::Service, legacy_service("job-a", 8123));
+    api.apply(Kind::EndpointSlice, slice("job-a", "10.244.1.5"));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--ssh-ip",
+        EXTERNAL_IP,
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let ssh = topo.ssh();
+    let hostname = |port| ssh.run(&topo.client, EXTERNAL_IP, port, "hostname");
+    assert_eq!(hostname(8123).unwrap(), "pod-1");
+
+    // At once: job-a's pod is gone, a Service points at the node's
+    // loopback, and a good one appears.
+    api.delete(Kind::EndpointSlice, "jobs", "job-a-abcde");
+    api.apply(Kind::Service, legacy_service("evil", 8125));
+    api.apply(Kind::EndpointSlice, slice("evil", "127.0.0.1"));
+    api.apply(Kind::Service, legacy_service("job-c", 8126));
+    api.apply(Kind::EndpointSlice, slice("job-c", "10.244.2.5"));
+    agent
+        .wait_for_log("Service skipped", Duration::from_secs(15))
+        .unwrap();
+    assert!(
+        cmd::wait_until(Duration::from_secs(15), || {
+            hostname(8126).is_ok_and(|h| h == "pod-2")
+        }),
+        "job-c must be applied: {}",
+        agent.log()
+    );
+    assert!(
+        refused(&topo.client, 8123),
+        "job-a's gone backend must be removed"
+    );
+    assert!(
+        refused(&topo.client, 8125),
+        "the loopback Service must be skipped"
+    );
+    let log = agent.log();
+    assert!(
+        log.contains("jobs/evil") && log.contains("127.0.0.1:22 is a loopback address"),
+        "{log}"
+    );
+}

@@ -1,0 +1,509 @@
+//! Connection state end to end, with real OpenSSH in a routed two-node
+//! cluster: a second frontend to a pod on the other node, rank-to-rank ssh
+//! over host-gw routes, spoofed SYN floods against live sessions, a client
+//! reusing its port through another frontend, the idle sweep with a clock
+//! the test controls, and path-MTU discovery through the NAT both ways.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{Ipv4Addr, SocketAddrV4},
+    path::PathBuf,
+    process::Stdio,
+    time::Duration,
+};
+
+use common::{EXTERNAL_IP, Session};
+use ssh_fwd::datapath::{
+    conntrack::{ConnTables, Entry, Timeouts, clock_ns},
+    pins::PinLayout,
+};
+use ssh_fwd_tests::{
+    Agent, Bpffs, NetNs,
+    agent::write_mappings,
+    cluster::{Cluster, Wiring},
+    cmd,
+    flood::{self, Rng, Syn},
+    privilege,
+    topology::{CLIENT_IP, EXT_IFACE},
+};
+
+const HOUR: u64 = 3_600_000_000_000;
+
+/// A cluster with an agent on both nodes, fed the same mappings.
+struct Bed {
+    agents: Vec<Agent>,
+    bpffs: Vec<Bpffs>,
+    cluster: Cluster,
+    _dir: tempfile::TempDir,
+}
+
+impl Bed {
+    fn start(cluster: Cluster, entries: &[(&str, &str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("ssh-fwd-ct")
+            .tempdir()
+            .unwrap();
+        let mappings = dir.path().join("mappings.yaml");
+        write_mappings(&mappings, entries).unwrap();
+        let mut bed = Self {
+            agents: vec![],
+            bpffs: vec![],
+            cluster,
+            _dir: dir,
+        };
+        for i in 0..2 {
+            bed.bpffs.push(Bpffs::new().unwrap());
+            let agent = Agent::start(
+                &bed.cluster.nodes[i],
+                &[EXT_IFACE],
+                &mappings,
+                &bed.bpffs[i],
+                &[],
+            )
+            .unwrap();
+            bed.agents.push(agent);
+        }
+        bed
+    }
+
+    fn session(&self, port: u16) -> Session {
+        Session::open(&self.cluster.ssh(), &self.cluster.client, port).unwrap()
+    }
+
+    fn conns(&self, node: usize) -> Vec<Entry> {
+        ConnTables::open_pinned(&PinLayout::new(self.bpffs[node].path()))
+            .unwrap()
+            .entries()
+    }
+
+    /// The established connections on `node`: (client port, frontend port).
+    fn established(&self, node: usize) -> Vec<(u16, u16)> {
+        let mut out: Vec<(u16, u16)> = self
+            .conns(node)
+            .into_iter()
+            .filter_map(|e| match e {
+                Entry::Established(k, c) => Some((k.client().port(), c.frontend.port())),
+                Entry::HalfOpen(..) => None,
+            })
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn counter(&self, node: usize, name: &str) -> u64 {
+        self.bpffs[node].list().unwrap()["counters"][name]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.agents.clear();
+        self.bpffs.clear();
+    }
+}
+
+/// The client's local ports of its established connections to `port`.
+fn client_ports(client: &NetNs, port: u16) -> Vec<u16> {
+    let out = cmd::run(client.command("ss").args([
+        "-Htn",
+        "state",
+        "established",
+        &format!("dport = :{port}"),
+    ]))
+    .unwrap();
+    out.lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter_map(|local| local.rsplit(':').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_frontend() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[
+            ("first", "198.18.0.10:8022", "10.244.2.5:22"),
+            ("second", "198.18.0.10:9022", "10.244.2.5:22"),
+        ],
+    );
+    // 20 sessions, interleaved between the two frontends; every request
+    // enters node A, every reply leaves node B.
+    let mut sessions: Vec<(u16, Session)> = (0..20)
+        .map(|i| {
+            let port = [8022, 9022][i % 2];
+            (port, bed.session(port))
+        })
+        .collect();
+    for round in 0..3 {
+        for (i, (_, s)) in sessions.iter_mut().enumerate() {
+            s.echo(&format!("r{round}s{i}")).unwrap();
+        }
+    }
+    // The client sees each from the frontend it dialled (its kernel would
+    // drop a reply from the other), and node B tracked each so.
+    let mut expected: Vec<(u16, u16)> = [8022, 9022]
+        .iter()
+        .flat_map(|&f| {
+            client_ports(&bed.cluster.client, f)
+                .into_iter()
+                .map(move |p| (p, f))
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(expected.len(), 20, "{expected:?}");
+    assert_eq!(bed.established(1), expected, "node B tracks every session");
+    assert!(bed.established(0).is_empty(), "node A never sees a reply");
+    assert!(bed.counter(0, "frontend_option_added") >= 20);
+    assert!(bed.counter(1, "frontend_option_learned") >= 20);
+    assert_eq!(bed.counter(1, "reverse_fallback"), 0);
+    assert_eq!(
+        bed.cluster
+            .ssh()
+            .run(&bed.cluster.client, EXTERNAL_IP, 9022, "hostname")
+            .unwrap(),
+        "pod-2"
+    );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_exists() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        host_gw: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(0, 1).unwrap(); // rank 1, node A
+    cluster.add_pod(1, 2).unwrap(); // rank 0, node B, behind the frontend
+    let bed = Bed::start(cluster, &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")]);
+    let ssh = bed.cluster.ssh();
+    let rank1 = &bed.cluster.pods[0].ns;
+    // Rank 1 to rank 0's pod address: the reply leaves node B through its
+    // external interface, and must keep the pod's address.
+    let seen = ssh
+        .run(rank1, "10.244.2.5", 22, "hostname; echo $SSH_CONNECTION")
+        .unwrap();
+    assert_eq!(seen.lines().next(), Some("pod-2"), "{seen}");
+    assert!(seen.contains("10.244.1.5"), "rank 0 sees rank 1: {seen}");
+    assert!(bed.counter(1, "reply_untracked") > 5);
+    // And the frontend works alongside, from outside, across the nodes.
+    let seen = ssh
+        .run(
+            &bed.cluster.client,
+            EXTERNAL_IP,
+            8022,
+            "hostname; echo $SSH_CONNECTION",
+        )
+        .unwrap();
+    assert!(seen.starts_with("pod-2"), "{seen}");
+    assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+    // Many times over, while other connections come and go.
+    for _ in 0..5 {
+        assert_eq!(
+            ssh.run(rank1, "10.244.2.5", 22, "hostname").unwrap(),
+            "pod-2"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[
+            ("first", "198.18.0.10:8022", "10.244.1.5:22"),
+            ("second", "198.18.0.10:9022", "10.244.1.5:22"),
+        ],
+    );
+    let mut idle = bed.session(8022);
+    let mut busy = bed.session(9022);
+    let idle_port = client_ports(&bed.cluster.client, 8022)[0];
+    let client: Ipv4Addr = CLIENT_IP.parse().unwrap();
+    let external: Ipv4Addr = EXTERNAL_IP.parse().unwrap();
+    // 65,536 SYNs from the client's own address, every source port, to the
+    // other frontend; the busy session keeps talking meanwhile.
+    let takeover: Vec<Syn> = (0..=u16::MAX)
+        .map(|sport| Syn {
+            src: client,
+            sport,
+            dst: external,
+            dport: 9022,
+            seq: u32::from(sport) * 7,
+        })
+        .collect();
+    let echoes = std::thread::scope(|s| {
+        let talker = s.spawn(|| {
+            (0..30).all(|i| {
+                std::thread::sleep(Duration::from_millis(100));
+                busy.echo(&format!("busy{i}")).is_ok()
+            })
+        });
+        let sent = flood::send(&bed.cluster.client, takeover, Duration::from_secs(60)).unwrap();
+        assert_eq!(sent, 65_536);
+        talker.join().unwrap()
+    });
+    assert!(echoes, "the busy session answered all through the flood");
+    assert!(
+        bed.counter(0, "conflict_dropped") >= 1,
+        "the live 4-tuple was refused"
+    );
+    // 500,000 SYNs from random sources.
+    let mut rng = Rng::new(0x5eed);
+    let random: Vec<Syn> = (0..500_000)
+        .map(|_| Syn {
+            src: rng.address(),
+            sport: rng.draw() as u16,
+            dst: external,
+            dport: [8022, 9022][(rng.draw() % 2) as usize],
+            seq: rng.draw() as u32,
+        })
+        .collect();
+    let sent = flood::send(&bed.cluster.client, random, Duration::from_secs(120)).unwrap();
+    assert_eq!(sent, 500_000);
+    idle.echo("still-here").unwrap();
+    busy.echo("and-here").unwrap();
+    assert!(
+        bed.established(0).contains(&(idle_port, 8022)),
+        "the idle session kept its frontend"
+    );
+    assert_eq!(
+        bed.cluster
+            .ssh()
+            .run(&bed.cluster.client, EXTERNAL_IP, 9022, "hostname")
+            .unwrap(),
+        "pod-1",
+        "a new login works after the floods"
+    );
+}
+
+/// Connects from `client:sport` to the frontend on `port` inside `ns` and
+/// returns the first line the server sends (sshd's banner).
+fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            ns.enter_on_this_thread().unwrap();
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket.set_reuse_address(true).unwrap();
+            socket
+                .bind(&SocketAddrV4::new(CLIENT_IP.parse().unwrap(), sport).into())
+                .unwrap();
+            let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), port);
+            socket
+                .connect_timeout(&to.into(), Duration::from_secs(5))
+                .unwrap();
+            let mut stream: std::net::TcpStream = socket.into();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0u8; 256];
+            let n = stream.read(&mut buf).unwrap();
+            let banner = String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            stream.write_all(b"SSH-2.0-test\r\n").unwrap();
+            drop(stream);
+            banner
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_that_frontend() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[
+            ("first", "198.18.0.10:8022", "10.244.1.5:22"),
+            ("second", "198.18.0.10:9022", "10.244.1.5:22"),
+        ],
+    );
+    let client = &bed.cluster.client;
+    assert!(banner_from_port(client, 45_678, 8022).starts_with("SSH-2.0-"));
+    // The first connection closes both ways; the same port, the other
+    // frontend.
+    assert!(cmd::wait_until(Duration::from_secs(10), || {
+        bed.conns(0).iter().all(|e| e.state() != "established")
+    }));
+    assert!(banner_from_port(client, 45_678, 9022).starts_with("SSH-2.0-"));
+    let tracked: Vec<(u16, u16)> = bed
+        .conns(0)
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Established(k, c) => Some((k.client().port(), c.frontend.port())),
+            Entry::HalfOpen(..) => None,
+        })
+        .collect();
+    assert_eq!(tracked, [(45_678, 9022)]);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_shell_idle_for_8_hours_keeps_its_connection_and_one_idle_past_the_timeout_loses_it() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let mut shell = bed.session(8022);
+    let layout = PinLayout::new(bed.bpffs[0].path());
+    let mut tables = ConnTables::open_pinned(&layout).unwrap();
+    let timeouts = Timeouts::with_idle(Duration::from_secs(24 * 3600));
+    // The sweep, run with a clock eight hours ahead: the shell stays.
+    let swept = tables.sweep(clock_ns() + 8 * HOUR, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (0, 1));
+    shell.echo("after-8-hours").unwrap();
+    // Twenty-five hours ahead: past the idle timeout, it goes.
+    let swept = tables.sweep(clock_ns() + 25 * HOUR, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (1, 0));
+    assert!(bed.established(0).is_empty());
+}
+
+/// Runs `tcpdump` on the client for ICMP errors while `work` runs; returns
+/// what it printed.
+fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out: PathBuf = dir.path().join("icmp.txt");
+    let mut dump = client
+        .command("timeout")
+        .args(["120", "tcpdump", "-l", "-n", "-v", "-i", "eth0", "icmp"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    work();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
+    let _ = dump.wait();
+    std::fs::read_to_string(out).unwrap_or_default()
+}
+
+/// 8 MiB each way through the frontend, compared by hash.
+fn bulk_both_ways(bed: &Bed) {
+    let ssh = bed.cluster.ssh();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    cmd::run(
+        std::process::Command::new("head")
+            .args(["-c", "8M", "/dev/urandom"])
+            .stdout(std::fs::File::create(&data).unwrap()),
+    )
+    .unwrap();
+    let sum =
+        cmd::run(std::process::Command::new("sha256sum").arg(&data)).unwrap()[..64].to_owned();
+    let up = cmd::run(
+        ssh.command(
+            &bed.cluster.client,
+            EXTERNAL_IP,
+            8022,
+            "sha256sum",
+            Duration::from_secs(60),
+        )
+        .stdin(std::fs::File::open(&data).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(&up[..64], sum, "upload");
+    let got = dir.path().join("got");
+    let status = ssh
+        .command(
+            &bed.cluster.client,
+            EXTERNAL_IP,
+            8022,
+            &format!("cat {}", data.display()),
+            Duration::from_secs(60),
+        )
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&got).unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success(), "download: {status}");
+    let down_sum = cmd::run(std::process::Command::new("sha256sum").arg(&got)).unwrap();
+    assert_eq!(&down_sum[..64], sum, "download");
+}
+
+/// No segmentation offload on the client's or the pod's link: every
+/// packet is its real size, so the path MTU has to be right.
+fn no_offload(bed: &Bed) {
+    for ns in [&bed.cluster.client, &bed.cluster.pods[0].ns] {
+        cmd::run(
+            ns.command("ethtool")
+                .args(["-K", "eth0", "tso", "off", "gso", "off", "gro", "off"]),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn path_mtu_is_discovered_through_a_narrow_client_link() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        client_link_mtu: Some(1280),
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]);
+    no_offload(&bed);
+    let seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
+    assert!(
+        !seen.contains("10.244."),
+        "the client saw a pod address: {seen}"
+    );
+    // The router's errors went to the frontend, and node A translated them.
+    assert!(bed.counter(0, "icmp_translated") >= 1, "PMTU discovery ran");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn path_mtu_is_discovered_through_a_narrow_link_between_the_nodes() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        node_link_mtu: Some(1280),
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]);
+    no_offload(&bed);
+    let seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
+    assert!(
+        seen.contains("need to frag"),
+        "node A told the client: {seen}"
+    );
+    assert!(
+        !seen.contains("10.244."),
+        "the client saw a pod address: {seen}"
+    );
+    assert!(
+        seen.contains(EXTERNAL_IP),
+        "the error names the frontend: {seen}"
+    );
+}

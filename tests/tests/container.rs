@@ -1,0 +1,454 @@
+//! The agent's container image, run the way `deploy/base/agent-daemonset.yaml`
+//! runs it: the pod spec's user, capabilities, seccomp profile, read-only
+//! root, no-new-privileges, memory limit, host network (the node namespace),
+//! the host's bpffs at /sys/fs/bpf, its arguments with the ConfigMap's
+//! values, watching a (fake) API server and forwarding a real ssh login:
+//! what a kind or minikube user runs. Anything in the pod spec this test
+//! does not know how to give podman fails it, so the two cannot drift.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use common::{EXTERNAL_IP, Session};
+use serde_json::{Value, json};
+use ssh_fwd_tests::{
+    Bpffs, NetNs, Topology, agent, cmd,
+    container::{Container, Mount, Seccomp, Spec, memory_bytes},
+    fake_api::{FakeApi, Kind},
+    image::{self, Image},
+    privilege,
+    topology::EXT_IFACE,
+};
+
+const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base");
+/// Where a pod finds its service account's token and CA; the test mounts a
+/// kubeconfig for the fake API there, with a CA file as a pod has one.
+const SERVICE_ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// A self-signed certificate whose key was thrown away. The fake API speaks
+/// plain HTTP, so it verifies nothing; it is there because kube builds its
+/// TLS settings anyway, from the kubeconfig's CA or else from the system's
+/// CA bundle, which the image does not have (a pod gets the cluster's CA).
+const CA_PEM: &str = "\
+-----BEGIN CERTIFICATE-----\n\
+MIIBqjCCAU+gAwIBAgIUeJwpHpNk9T7xruRIGpei46L+CsIwCgYIKoZIzj0EAwIw\n\
+KTEnMCUGA1UEAwwec3NoLWZ3ZCB0ZXN0IENBLCBrZXkgZGlzY2FyZGVkMCAXDTI2\n\
+MTEyMzEyNDQyN1oYDzIxMjYxMDMwMTI0NDI3WjApMScwJQYDVQQDDB5zc2gtZndk\n\
+IHRlc3QgQ0EsIGtleSBkaXNjYXJkZWQwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC\n\
+AAQQeZc4eAGXkNa3DlO7eKt6K3mY7A9HeDwHy2WvqxU9D41fF3IUUbdBfXgweb4p\n\
+RE8XBjzme4vn0RbBhjiazvUKo1MwUTAdBgNVHQ4EFgQUk6pJjM3G95zVfqNBNl0e\n\
+DrqQcdQwHwYDVR0jBBgwFoAUk6pJjM3G95zVfqNBNl0eDrqQcdQwDwYDVR0TAQH/\n\
+BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEAjNMUaDFSD61Y+qqVa5W8/f37BBNg\n\
+2VihF4r6MgcTF00CIQDj/HuVfLC7ktVo7bgoqXaTuEnw65VMYdCMlFy4otgUQg==\n\
+-----END CERTIFICATE-----\n\
+";
+const PORT: u16 = 8123;
+
+fn manifest(file: &str) -> Value {
+    let text = std::fs::read_to_string(Path::new(DEPLOY).join(file)).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+fn require_podman() {
+    privilege::require();
+    if let Some(why) = image::missing_tools() {
+        panic!("this test cannot run here: {why}");
+    }
+}
+
+/// A Service of the load-balancer class the agent follows, and its
+/// EndpointSlice, as the controller and Kubernetes would make them.
+fn publish_pod(api: &FakeApi, pod_ip: &str) {
+    api.apply(
+        Kind::Service,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "ssh-job-7", "namespace": "jobs",
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+                     "allocateLoadBalancerNodePorts": false,
+                     "ports": [{"name": "ssh", "port": PORT, "targetPort": 22, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
+        }),
+    );
+    api.apply(
+        Kind::EndpointSlice,
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "ssh-job-7-abcde", "namespace": "jobs",
+                         "labels": {"kubernetes.io/service-name": "ssh-job-7",
+                                    "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [pod_ip], "conditions": {"ready": true}}]
+        }),
+    );
+}
+
+/// What the test puts where a cluster would, dropped in this order: the
+/// image, the node's bpffs, the API server, the namespaces.
+struct Cluster {
+    image: Image,
+    bpffs: Bpffs,
+    api: FakeApi,
+    /// Stands in for the service account volume: `kubeconfig` and `ca.crt`.
+    service_account: tempfile::TempDir,
+    /// Stands in for the host's cgroup v2 hierarchy (hairpin): a child
+    /// cgroup of the test's own, never the machine's root.
+    cgroup: ssh_fwd_tests::cgroup::TestCgroup,
+    topo: Topology,
+}
+
+impl Cluster {
+    fn start(pods: usize) -> Self {
+        let topo = Topology::single_node(pods).unwrap();
+        let api = FakeApi::start(&topo.nodes[0].ns).unwrap();
+        let service_account = tempfile::tempdir().unwrap();
+        std::fs::write(service_account.path().join("ca.crt"), CA_PEM).unwrap();
+        let server = format!("    server: http://{}\n", api.addr());
+        let kubeconfig = api.kubeconfig();
+        assert!(kubeconfig.contains(&server), "{kubeconfig}");
+        let with_ca = kubeconfig.replace(
+            &server,
+            &format!("{server}    certificate-authority: {SERVICE_ACCOUNT}/ca.crt\n"),
+        );
+        std::fs::write(service_account.path().join("kubeconfig"), with_ca).unwrap();
+        let bpffs = Bpffs::new().unwrap();
+        bpffs.mount().unwrap();
+        let image = Image::build_for_test(&image::static_binary().unwrap()).unwrap();
+        Self {
+            image,
+            bpffs,
+            api,
+            service_account,
+            cgroup: ssh_fwd_tests::cgroup::TestCgroup::new().unwrap(),
+            topo,
+        }
+    }
+
+    fn node(&self) -> &NetNs {
+        &self.topo.nodes[0].ns
+    }
+}
+
+/// The DaemonSet's agent container as a podman [`Spec`].
+fn daemonset_spec(cluster: &Cluster) -> Spec {
+    let ds = manifest("agent-daemonset.yaml");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["hostNetwork"], true,
+        "the agent runs in the node's network"
+    );
+    assert!(
+        pod["securityContext"].is_null(),
+        "translate the pod securityContext here"
+    );
+    assert!(
+        pod["initContainers"].is_null(),
+        "run the init containers here"
+    );
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1, "one container per agent pod");
+    let c = &containers[0];
+    assert!(
+        c["command"].is_null(),
+        "the image's entrypoint runs ssh-fwd"
+    );
+    let env = environment(c);
+    let mut spec = Spec {
+        image: cluster.image.reference().to_owned(),
+        netns: cluster.node().path(),
+        user: None,
+        drop_all_capabilities: false,
+        add_capabilities: vec![],
+        read_only_root: false,
+        no_new_privileges: false,
+        seccomp: Seccomp::RuntimeDefault,
+        memory_limit_bytes: c["resources"]["limits"]["memory"]
+            .as_str()
+            .map(|q| memory_bytes(q).unwrap()),
+        mounts: volume_mounts(pod, c, cluster),
+        args: expand(c["args"].as_array().unwrap(), &env),
+        env: env.into_iter().collect(),
+    };
+    security_context(&c["securityContext"], &mut spec);
+    spec
+}
+
+/// `securityContext` as podman flags; a field not translated fails the test.
+fn security_context(security: &Value, spec: &mut Spec) {
+    for (key, value) in security.as_object().unwrap() {
+        match key.as_str() {
+            "runAsUser" => spec.user = Some(u32::try_from(value.as_u64().unwrap()).unwrap()),
+            "allowPrivilegeEscalation" => spec.no_new_privileges = value == false,
+            "readOnlyRootFilesystem" => spec.read_only_root = value == true,
+            "privileged" => assert_eq!(value, false, "a privileged agent is not what we ship"),
+            "capabilities" => {
+                assert_eq!(value["drop"], json!(["ALL"]));
+                spec.drop_all_capabilities = true;
+                spec.add_capabilities = strings(&value["add"]);
+            }
+            "seccompProfile" => {
+                spec.seccomp = match value["type"].as_str().unwrap() {
+                    "Unconfined" => Seccomp::Unconfined,
+                    "RuntimeDefault" => Seccomp::RuntimeDefault,
+                    other => panic!("seccompProfile {other} is not translated to podman here"),
+                }
+            }
+            other => panic!("securityContext.{other} is not translated to podman here: add it"),
+        }
+    }
+}
+
+fn strings(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The ConfigMap (`envFrom`) and `env`, with the node's own values where a
+/// cluster's would not fit the test's namespaces, and a kubeconfig in place
+/// of the in-cluster configuration (the fake API speaks plain HTTP).
+fn environment(c: &Value) -> BTreeMap<String, String> {
+    let config = manifest("config.yaml");
+    let mut env = BTreeMap::new();
+    for from in c["envFrom"].as_array().unwrap() {
+        assert_eq!(from["configMapRef"]["name"], config["metadata"]["name"]);
+        for (key, value) in config["data"].as_object().unwrap() {
+            env.insert(key.clone(), value.as_str().unwrap().to_owned());
+        }
+    }
+    for var in c["env"].as_array().into_iter().flatten() {
+        let value = var["value"].as_str().expect("env with a plain value");
+        env.insert(var["name"].as_str().unwrap().to_owned(), value.to_owned());
+    }
+    env.insert("IFACE".into(), EXT_IFACE.into());
+    env.insert("SSH_IP".into(), EXTERNAL_IP.into());
+    env.insert("KUBECONFIG".into(), format!("{SERVICE_ACCOUNT}/kubeconfig"));
+    env
+}
+
+/// `$(VAR)` in the arguments, as the kubelet expands them.
+fn expand(args: &[Value], env: &BTreeMap<String, String>) -> Vec<String> {
+    args.iter()
+        .map(|arg| {
+            let mut arg = arg.as_str().unwrap().to_owned();
+            for (key, value) in env {
+                arg = arg.replace(&format!("$({key})"), value);
+            }
+            assert!(!arg.contains("$("), "{arg}: not in the ConfigMap");
+            arg
+        })
+        .collect()
+}
+
+/// The host's bpffs and cgroup hierarchy (here the test's own) where the
+/// DaemonSet mounts them,
+/// and the service account.
+fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
+    let mut mounts: Vec<Mount> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let volume = pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap();
+            let host = match volume["hostPath"]["path"].as_str() {
+                Some("/sys/fs/bpf") => cluster.bpffs.path(),
+                Some("/sys/fs/cgroup") => cluster.cgroup.path(),
+                _ => panic!("a volume the test does not stand in for: {volume}"),
+            };
+            Mount {
+                host: host.to_owned(),
+                container: m["mountPath"].as_str().unwrap().to_owned(),
+                read_only: m["readOnly"] == true,
+            }
+        })
+        .collect();
+    mounts.push(Mount {
+        host: cluster.service_account.path().to_owned(),
+        container: SERVICE_ACCOUNT.into(),
+        read_only: true,
+    });
+    mounts
+}
+
+/// The `--bpffs` directory the agent was given, as seen from the host.
+fn host_state_dir(spec: &Spec, bpffs: &Path) -> PathBuf {
+    let inside = spec
+        .args
+        .iter()
+        .find_map(|a| a.strip_prefix("--bpffs="))
+        .unwrap();
+    let mount = spec.mounts.iter().find(|m| m.host == bpffs).unwrap();
+    let below = Path::new(inside).strip_prefix(&mount.container).unwrap();
+    bpffs.join(below)
+}
+
+/// `ssh-fwd ARGS -o json --bpffs DIR` with the host's own binary, as an
+/// operator on the node runs it.
+fn host_command(what: &[&str], state: &Path) -> Value {
+    let out = cmd::run(
+        std::process::Command::new(agent::binary().unwrap())
+            .args(what)
+            .args(["-o", "json", "--bpffs"])
+            .arg(state),
+    )
+    .unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+/// The kernel's view of the container's process: capabilities, flags, uid.
+fn process_status(pid: u32) -> BTreeMap<String, String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+fn capability_mask(names: &[String]) -> u64 {
+    names
+        .iter()
+        .map(|n| match n.as_str() {
+            "NET_ADMIN" => 1u64 << 12,
+            "PERFMON" => 1 << 38,
+            "BPF" => 1 << 39,
+            other => panic!("capability {other}: add its bit here"),
+        })
+        .fold(0, |mask, bit| mask | bit)
+}
+
+/// GET `path` on the node's `port`, as the kubelet's probes do.
+fn probe(node: &NetNs, port: u64, path: &str) -> String {
+    let script = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port}; printf 'GET {path} HTTP/1.1\\r\\nHost: node\\r\\nConnection: close\\r\\n\\r\\n' >&3; head -n1 <&3"
+    );
+    cmd::run(node.command("timeout").args(["10", "bash", "-c", &script]))
+        .unwrap_or_else(|e| format!("{e:#}"))
+}
+
+#[test]
+#[ignore = "needs root, network namespaces, BPF and podman: `cargo xtask test` runs it"]
+fn the_image_run_as_the_daemonset_runs_it_forwards_a_real_ssh_login_and_outlives_its_container() {
+    require_podman();
+    let cluster = Cluster::start(1);
+    let (topo, node_ns) = (&cluster.topo, cluster.node());
+    publish_pod(&cluster.api, &topo.pods[0].ip);
+    let spec = daemonset_spec(&cluster);
+    assert_eq!(
+        spec.seccomp,
+        Seccomp::Unconfined,
+        "see the DaemonSet's comment"
+    );
+    let container = Container::run(&spec).unwrap();
+    container
+        .wait_for_log("agent ready", Duration::from_secs(30))
+        .unwrap();
+
+    // The kernel sees exactly what the pod spec grants.
+    let status = process_status(container.pid().unwrap());
+    let granted = capability_mask(&spec.add_capabilities);
+    let cap = |k: &str| u64::from_str_radix(&status[k], 16).unwrap();
+    assert_eq!(cap("CapEff"), granted, "{status:?}");
+    assert_eq!(cap("CapBnd"), granted, "{status:?}");
+    assert_eq!(status["NoNewPrivs"], "1");
+    assert_eq!(status["Seccomp"], "0", "Unconfined: no filter");
+    assert!(status["Uid"].starts_with("0\t"), "{status:?}");
+
+    // A real login from the client lands in the pod; the probes answer.
+    let ssh = topo.ssh();
+    let login = || ssh.run(&topo.client, EXTERNAL_IP, PORT, "hostname");
+    assert_eq!(login().unwrap(), topo.pods[0].hostname);
+    let ds = manifest("agent-daemonset.yaml");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    for probe_kind in ["readinessProbe", "livenessProbe"] {
+        let get = &c[probe_kind]["httpGet"];
+        let answer = probe(
+            node_ns,
+            get["port"].as_u64().unwrap(),
+            get["path"].as_str().unwrap(),
+        );
+        assert!(answer.contains(" 200 "), "{probe_kind}: {answer}");
+    }
+
+    // The host's ssh-fwd reads what the containerised agent pinned.
+    let state = host_state_dir(&spec, cluster.bpffs.path());
+    let mappings = host_command(&["list", "mappings"], &state);
+    let row = &mappings.as_array().unwrap()[0];
+    assert_eq!(
+        row["frontend"],
+        format!("{EXTERNAL_IP}:{PORT}"),
+        "{mappings}"
+    );
+    assert_eq!(
+        row["backend"],
+        format!("{}:22", topo.pods[0].ip),
+        "{mappings}"
+    );
+    let status = host_command(&["status"], &state);
+    assert_eq!(status["agent"], "running", "{status}");
+    assert_eq!(status["mappings"], 1, "{status}");
+    assert!(
+        status["packets_forwarded"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+
+    // Stopped as a kubelet stops it: a clean exit, forwarding goes on, for
+    // the open session and for new logins.
+    let mut session = Session::open(&ssh, &topo.client, PORT).unwrap();
+    assert_eq!(container.stop(Duration::from_secs(10)).unwrap(), 0);
+    assert!(
+        container.logs().contains("keeps forwarding"),
+        "{}",
+        container.logs()
+    );
+    session.echo("after-stop").unwrap();
+    assert_eq!(login().unwrap(), topo.pods[0].hostname);
+    let after = host_command(&["list", "mappings"], &state);
+    assert_eq!(after[0]["frontend"], row["frontend"], "{after}");
+    assert_eq!(after[0]["backend"], row["backend"], "{after}");
+}
+
+/// Under a seccomp filter that refuses bpf(2) to a process without
+/// CAP_SYS_ADMIN, as podman's and CRI-O's default profiles do, the agent
+/// fails at start-up and says that seccomp is the cause and what to set.
+#[test]
+#[ignore = "needs root, network namespaces, BPF and podman: `cargo xtask test` runs it"]
+fn the_image_under_a_seccomp_profile_that_refuses_bpf_names_seccomp_and_the_fix() {
+    require_podman();
+    let cluster = Cluster::start(0);
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("seccomp.json");
+    let refuse_bpf = json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "syscalls": [{"names": ["bpf"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM}]
+    });
+    std::fs::write(&profile, refuse_bpf.to_string()).unwrap();
+    let mut spec = daemonset_spec(&cluster);
+    spec.seccomp = Seccomp::Profile(profile);
+    let container = Container::run(&spec).unwrap();
+    let code = container.wait_for_exit(Duration::from_secs(30)).unwrap();
+    let logs = container.logs();
+    assert_ne!(code, 0, "{logs}");
+    assert!(logs.contains("seccomp"), "{logs}");
+    assert!(logs.contains("seccompProfile"), "{logs}");
+    assert!(logs.contains("Unconfined"), "{logs}");
+}

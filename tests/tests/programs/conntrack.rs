@@ -1,0 +1,491 @@
+//! Connection tracking on crafted packets: every transition of
+//! `ssh_fwd_common::conntrack` through the real programs (the SYN, the
+//! SYN-ACK learned on the reply path, the ACK that promotes, a wrong ACK,
+//! RSTs in and out of sequence, FINs both ways, a takeover attempt through
+//! another frontend), the maps read back after each step.
+
+use std::net::Ipv4Addr;
+
+use ssh_fwd::datapath::{
+    conntrack::{ConnTables, Entry},
+    object::{self, PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_REPLY_TC},
+};
+use ssh_fwd_common::{
+    conntrack::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
+    fixtures::Frame,
+    maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Endpoint, HALF_OPEN_ISN_KNOWN},
+    packet::{self, Side},
+};
+use ssh_fwd_tests::privilege;
+
+use super::{
+    JOB, Loaded, TC_ACT_UNSPEC, counters, delta, load, load_with, test_run_tc, test_run_xdp,
+};
+
+pub const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+pub const BACKEND: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
+pub const CLIENT_ISN: u32 = 1_000;
+pub const SERVER_ISN: u32 = 7_000_000;
+const TC_ACT_SHOT: u32 = 2;
+const XDP_DROP: u32 = 1;
+const SECOND: (&str, &str, &str) = ("second", "198.18.0.10:9022", "10.244.1.5:22");
+
+pub fn frontend(port: u16) -> Endpoint {
+    Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), port)
+}
+
+/// A segment from the client (port 40000) to the frontend on `port`.
+pub fn request(port: u16, flags: u8, seq: u32, ack: u32, payload: usize) -> Vec<u8> {
+    Frame {
+        src: CLIENT,
+        sport: 40_000,
+        dport: port,
+        tcp_flags: flags,
+        seq,
+        ack,
+        payload: vec![b'c'; payload],
+        ..Frame::default()
+    }
+    .build()
+}
+
+/// A segment from the backend (port 22) to the client.
+pub fn reply(flags: u8, seq: u32, ack: u32, payload: usize) -> Vec<u8> {
+    Frame {
+        src: BACKEND,
+        sport: 22,
+        dst: CLIENT,
+        dport: 40_000,
+        tcp_flags: flags,
+        seq,
+        ack,
+        payload: vec![b's'; payload],
+        ..Frame::default()
+    }
+    .build()
+}
+
+/// Where a packet's source points after the reply path ran.
+pub fn source_of(frame: &[u8]) -> Endpoint {
+    let tcp = packet::classify(frame).expect("classify");
+    packet::endpoint(frame, tcp, Side::Source)
+}
+
+/// Which ingress program a test drives.
+#[derive(Clone, Copy, Debug)]
+pub enum Ingress {
+    Tc,
+    Xdp,
+}
+
+impl Ingress {
+    pub fn run(self, l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
+        match self {
+            Ingress::Tc => test_run_tc(l, PROG_INGRESS_TC, frame),
+            Ingress::Xdp => test_run_xdp(l, frame),
+        }
+    }
+
+    fn dropped(self) -> u32 {
+        match self {
+            Ingress::Tc => TC_ACT_SHOT,
+            Ingress::Xdp => XDP_DROP,
+        }
+    }
+}
+
+pub fn entries(l: &Loaded) -> Vec<Entry> {
+    ConnTables::open_pinned(&l.layout)
+        .expect("tables")
+        .entries()
+}
+
+/// The SYN, the server's SYN-ACK (rewritten on the way out), the client's
+/// ACK: a tracked connection through the frontend on `port`.
+pub fn handshake(l: &Loaded, ingress: Ingress, port: u16) {
+    ingress.run(l, &request(port, TCP_SYN, CLIENT_ISN, 0, 0));
+    let (_, out) = test_run_tc(
+        l,
+        PROG_EGRESS_TC,
+        &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+    );
+    assert_eq!(
+        source_of(&out),
+        frontend(port),
+        "the SYN-ACK leaves as the frontend"
+    );
+    ingress.run(
+        l,
+        &request(port, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+    );
+}
+
+fn established(l: &Loaded) -> Vec<ssh_fwd_common::maps::Conn> {
+    entries(l)
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::Established(_, c) => Some(c),
+            Entry::HalfOpen(..) => None,
+        })
+        .collect()
+}
+
+fn half_open(l: &Loaded) -> Vec<ssh_fwd_common::maps::HalfOpen> {
+    entries(l)
+        .into_iter()
+        .filter_map(|e| match e {
+            Entry::HalfOpen(_, h) => Some(h),
+            Entry::Established(..) => None,
+        })
+        .collect()
+}
+
+fn each_ingress(test: impl Fn(Ingress)) {
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        test(ingress);
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn only_the_clients_ack_of_the_servers_syn_ack_creates_a_connection() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB]);
+        // SYN: a half-open entry, nothing established.
+        let before = counters(&l);
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("dnat", 1), ("half_opened", 1)],
+            "{ingress:?}"
+        );
+        let half = half_open(&l);
+        assert_eq!(half.len(), 1);
+        assert_eq!(
+            (half[0].frontend, half[0].client_isn),
+            (frontend(8022), CLIENT_ISN)
+        );
+        assert_eq!(half[0].flags & HALF_OPEN_ISN_KNOWN, 0);
+        assert!(established(&l).is_empty());
+        // An ACK before the SYN-ACK was seen: nothing.
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        assert!(established(&l).is_empty(), "{ingress:?}");
+        // The SYN-ACK: learned, and sent out as the frontend.
+        let (verdict, out) = test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        assert_eq!(verdict, TC_ACT_UNSPEC);
+        assert_eq!(source_of(&out), frontend(8022));
+        let half = half_open(&l);
+        assert_eq!(half[0].server_isn, SERVER_ISN);
+        assert_ne!(half[0].flags & HALF_OPEN_ISN_KNOWN, 0);
+        // A wrong ACK (off by one): nothing.
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 2, 0),
+        );
+        assert!(established(&l).is_empty(), "{ingress:?}");
+        // The right one: established, half-open gone.
+        let before = counters(&l);
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("conn_established", 1), ("dnat", 1)],
+            "{ingress:?}"
+        );
+        let conns = established(&l);
+        assert_eq!(conns.len(), 1);
+        assert_eq!(conns[0].frontend, frontend(8022));
+        assert_eq!(
+            (conns[0].client_next, conns[0].server_next),
+            (CLIENT_ISN + 1, SERVER_ISN + 1)
+        );
+        assert!(half_open(&l).is_empty());
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn data_moves_the_tracked_sequence_numbers_and_replies_take_the_frontend() {
+    privilege::require();
+    let l = load(&[JOB]);
+    handshake(&l, Ingress::Tc, 8022);
+    test_run_tc(
+        &l,
+        PROG_INGRESS_TC,
+        &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 100),
+    );
+    let (_, out) = test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 101, 50),
+    );
+    assert_eq!(source_of(&out), frontend(8022));
+    let c = established(&l)[0];
+    assert_eq!(
+        (c.client_next, c.server_next),
+        (CLIENT_ISN + 101, SERVER_ISN + 51)
+    );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn only_a_rst_exactly_in_sequence_ends_a_connection_from_either_side() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB]);
+        handshake(&l, ingress, 8022);
+        let next_client = CLIENT_ISN + 1;
+        let next_server = SERVER_ISN + 1;
+        // Out of sequence, in the window and far out of it: ignored.
+        for off in [1u32, 5_000, 1 << 31] {
+            let before = counters(&l);
+            ingress.run(
+                &l,
+                &request(8022, TCP_RST, next_client.wrapping_add(off), 0, 0),
+            );
+            assert_eq!(established(&l).len(), 1, "{ingress:?} client RST +{off}");
+            assert_eq!(delta(&before, &counters(&l))[1..], [("reset_ignored", 1)]);
+            let (_, out) =
+                test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_RST, next_server + off, 0, 0));
+            assert_eq!(source_of(&out), frontend(8022), "still rewritten");
+            assert_eq!(established(&l).len(), 1, "{ingress:?} server RST +{off}");
+        }
+        // The server's exact RST ends it (and still leaves as the frontend).
+        let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_RST, next_server, 0, 0));
+        assert_eq!(source_of(&out), frontend(8022));
+        assert!(established(&l).is_empty(), "{ingress:?}");
+        // The client's exact RST, on a new connection.
+        handshake(&l, ingress, 8022);
+        let before = counters(&l);
+        ingress.run(
+            &l,
+            &request(8022, TCP_RST | TCP_ACK, next_client, next_server, 0),
+        );
+        assert!(established(&l).is_empty(), "{ingress:?}");
+        assert!(delta(&before, &counters(&l)).contains(&("conn_reset", 1)));
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
+    privilege::require();
+    let l = load(&[JOB, SECOND]);
+    handshake(&l, Ingress::Tc, 8022);
+    // A FIN out of sequence counts for nothing.
+    test_run_tc(
+        &l,
+        PROG_INGRESS_TC,
+        &request(8022, TCP_FIN | TCP_ACK, CLIENT_ISN + 900, SERVER_ISN + 1, 0),
+    );
+    assert_eq!(established(&l)[0].flags, 0);
+    // The client's FIN is pending until the server acknowledges it.
+    test_run_tc(
+        &l,
+        PROG_INGRESS_TC,
+        &request(8022, TCP_FIN | TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+    );
+    let c = established(&l)[0];
+    assert_eq!((c.flags, c.client_fin_end), (0, CLIENT_ISN + 2));
+    test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 2, 0),
+    );
+    assert_eq!(established(&l)[0].flags, CONN_FIN_CLIENT);
+    test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_FIN | TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 2, 0),
+    );
+    assert_eq!(established(&l)[0].flags, CONN_FIN_CLIENT | CONN_FIN_SERVER);
+    // The client reuses its port through the other frontend: the closed
+    // connection yields.
+    handshake(&l, Ingress::Tc, 9022);
+    let conns = established(&l);
+    assert_eq!(conns.len(), 1);
+    assert_eq!((conns[0].frontend, conns[0].flags), (frontend(9022), 0));
+    assert_eq!(counters(&l)["conn_replaced"], 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_syn_through_another_frontend_cannot_take_over_a_live_connection() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB, SECOND]);
+        handshake(&l, ingress, 8022);
+        let before = counters(&l);
+        for flags in [TCP_SYN, TCP_ACK, TCP_RST] {
+            let (verdict, _) = ingress.run(&l, &request(9022, flags, CLIENT_ISN + 1, 0, 0));
+            assert_eq!(verdict, ingress.dropped(), "{ingress:?} flags {flags:#x}");
+        }
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("conflict_dropped", 3)],
+            "{ingress:?}"
+        );
+        let conns = established(&l);
+        assert_eq!(conns[0].frontend, frontend(8022), "{ingress:?}");
+        // Replies still leave as the frontend the client used.
+        let (_, out) = test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 10),
+        );
+        assert_eq!(source_of(&out), frontend(8022));
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn replies_of_connections_nobody_forwarded_are_never_rewritten() {
+    privilege::require();
+    let l = load(&[JOB]);
+    // A backend answering a peer in the cluster: no state, untouched, on
+    // the way out of the node and on the pod's interface alike.
+    let frame = reply(TCP_ACK, 5, 6, 100);
+    for program in [PROG_EGRESS_TC, PROG_REPLY_TC] {
+        let before = counters(&l);
+        let (verdict, out) = test_run_tc(&l, program, &frame);
+        assert_eq!((verdict, &out), (TC_ACT_UNSPEC, &frame), "{program}");
+        let d = delta(&before, &counters(&l));
+        assert!(
+            d == vec![("reply_untracked", 1)] || d == vec![("reply_left_to_stack", 1)],
+            "{program}: {d:?}"
+        );
+    }
+    assert_eq!(l.maps.mapping_counters(0).expect("slot").packets_out, 0);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_cross_node_plain_an_untracked_reply_leaving_an_external_interface_gets_the_primary() {
+    privilege::require();
+    let plain = object::Settings {
+        cross_node_plain: true,
+        ..object::Settings::default()
+    };
+    let l = load_with(&[JOB], plain);
+    let frame = reply(TCP_ACK, 5, 6, 100);
+    // The test run's skb is on lo: not external, untouched.
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &frame).1, frame);
+    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    let before = counters(&l);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &frame);
+    assert_eq!(source_of(&out), frontend(8022));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("reverse_fallback", 1), ("reverse_nat", 1)]
+    );
+}
+
+/// The backend as [`ssh_fwd::datapath::conntrack::ConnTables::seed_legacy`]
+/// takes it.
+fn backend() -> Endpoint {
+    Endpoint::new(BACKEND, 22)
+}
+
+fn client() -> Endpoint {
+    Endpoint::new(CLIENT, 40_000)
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn after_an_upgrade_the_servers_ack_of_an_older_connection_makes_it_tracked_on_its_frontend() {
+    privilege::require();
+    let l = load(&[JOB, SECOND]);
+    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    // The older data path recorded this connection through the second
+    // frontend (its backend is behind two).
+    let key = ssh_fwd_common::maps::ConnKey::new(client(), backend());
+    let recorded = ssh_fwd_common::maps::NatTarget {
+        endpoint: frontend(9022),
+        slot: 1,
+        flags: 0,
+    };
+    let now = ssh_fwd::datapath::conntrack::clock_ns();
+    tables
+        .seed_legacy(&[backend()], &[(key, recorded)], now + 3_600_000_000_000)
+        .expect("seed");
+    // A RST is restored but tracks nothing.
+    let before = counters(&l);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_RST, 9_000, 0, 0));
+    assert_eq!(source_of(&out), frontend(9022));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("legacy_reply", 1), ("reverse_nat", 1)]
+    );
+    assert!(established(&l).is_empty());
+    // The server's ACK with data: adopted, with the state it shows.
+    let before = counters(&l);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply(TCP_ACK, 9_000, 3_000, 50));
+    assert_eq!(source_of(&out), frontend(9022));
+    assert_eq!(
+        delta(&before, &counters(&l)),
+        vec![("conn_adopted", 1), ("reverse_nat", 1)]
+    );
+    let conns = established(&l);
+    assert_eq!(conns.len(), 1, "{conns:?}");
+    assert_eq!(
+        (
+            conns[0].frontend,
+            conns[0].client_next,
+            conns[0].server_next
+        ),
+        (frontend(9022), 3_000, 9_050)
+    );
+    // From here it is a tracked connection: the client's data through the
+    // second frontend flows, a spoofed RST is ignored, and one in sequence
+    // ends it.
+    let (verdict, _) = Ingress::Tc.run(&l, &request(9022, TCP_ACK, 3_000, 9_050, 10));
+    assert_ne!(verdict, Ingress::Tc.dropped());
+    let before = counters(&l);
+    Ingress::Tc.run(&l, &request(9022, TCP_RST, 1_234, 0, 0));
+    assert!(delta(&before, &counters(&l)).contains(&("reset_ignored", 1)));
+    assert_eq!(established(&l).len(), 1, "a spoofed RST leaves it");
+    Ingress::Tc.run(&l, &request(9022, TCP_RST, 3_000, 0, 0));
+    assert!(established(&l).is_empty(), "a RST in sequence ends it");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn older_connections_are_restored_only_while_their_backend_is_marked_and_only_leaving_the_node() {
+    privilege::require();
+    let l = load(&[JOB]);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    let now = ssh_fwd::datapath::conntrack::clock_ns();
+    tables
+        .seed_legacy(&[backend()], &[], now + 3_600_000_000_000)
+        .expect("seed");
+    let frame = reply(TCP_ACK, 9_000, 3_000, 50);
+    // On lo (not external): untouched, no state.
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &frame).1, frame);
+    assert!(established(&l).is_empty());
+    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    // A SYN-ACK is a handshake of this data path's: not restored blindly.
+    let syn_ack = reply(TCP_SYN | TCP_ACK, 9_000, 3_000, 0);
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &syn_ack).1, syn_ack);
+    // Once the grace period ended (and the sweep ran), nothing is restored.
+    tables
+        .seed_legacy(&[backend()], &[], now.saturating_sub(1))
+        .expect("seed");
+    assert_eq!(test_run_tc(&l, PROG_EGRESS_TC, &frame).1, frame);
+    let swept = tables.sweep(
+        ssh_fwd::datapath::conntrack::clock_ns(),
+        &ssh_fwd::datapath::conntrack::Timeouts::with_idle(std::time::Duration::from_secs(60)),
+    );
+    assert_eq!(swept.legacy_backends, 0);
+    assert!(established(&l).is_empty());
+}

@@ -1,0 +1,133 @@
+//! ICMP errors of forwarded connections through the real programs, byte for
+//! byte against `ssh_fwd_common::icmp`'s host reference.
+
+use std::net::Ipv4Addr;
+
+use ssh_fwd::datapath::object::PROG_EGRESS_TC;
+use ssh_fwd_common::{
+    fixtures::{Frame, IcmpError},
+    icmp::{self, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, Quoted},
+    maps::Endpoint,
+    packet::IPV4_MIN_LEN,
+};
+use ssh_fwd_tests::privilege;
+
+use super::{
+    JOB, TC_ACT_UNSPEC,
+    conntrack::{BACKEND, CLIENT, Ingress, frontend, handshake},
+    counters, delta, load, test_run_tc,
+};
+
+const ROUTER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+const SHARED: (&str, &str, &str) = ("second", "198.18.0.10:9022", "10.244.1.5:22");
+
+fn backend() -> Endpoint {
+    Endpoint::new(BACKEND, 22)
+}
+
+/// A router's "fragmentation needed" to `to` about the packet `about`.
+fn frag_needed_error(to: Ipv4Addr, about: Frame, quote_len: usize) -> IcmpError {
+    IcmpError {
+        src: ROUTER,
+        dst: to,
+        icmp_type: ICMP_DEST_UNREACH,
+        code: ICMP_FRAG_NEEDED,
+        mtu: 1280,
+        about,
+        quote_len,
+    }
+}
+
+fn frag_needed(to: Ipv4Addr, about: Frame, quote_len: usize) -> Vec<u8> {
+    frag_needed_error(to, about, quote_len).build()
+}
+
+fn reply_about(from: Endpoint) -> Frame {
+    Frame {
+        src: from.ip(),
+        sport: from.port(),
+        dst: CLIENT,
+        dport: 40_000,
+        payload: vec![1; 1400],
+        ..Frame::default()
+    }
+}
+
+fn request_about(to: Endpoint) -> Frame {
+    Frame {
+        src: CLIENT,
+        sport: 40_000,
+        dst: to.ip(),
+        dport: to.port(),
+        payload: vec![2; 1400],
+        ..Frame::default()
+    }
+}
+
+/// The host reference of a translation.
+fn translated(frame: &[u8], which: Quoted, to: Endpoint) -> Vec<u8> {
+    let mut expected = frame.to_vec();
+    let q = icmp::parse(&expected, IPV4_MIN_LEN).expect("quotes TCP");
+    icmp::translate(&mut expected, &q, which, to);
+    expected
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_error_addressed_to_a_frontend_reaches_the_backend_translated() {
+    privilege::require();
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        let l = load(&[JOB]);
+        handshake(&l, ingress, 8022);
+        for quote_len in [IPV4_MIN_LEN + 8, 576] {
+            let frame = frag_needed(frontend(8022).ip(), reply_about(frontend(8022)), quote_len);
+            let before = counters(&l);
+            let (_, out) = ingress.run(&l, &frame);
+            assert_eq!(
+                out,
+                translated(&frame, Quoted::Source, backend()),
+                "{ingress:?}, quote of {quote_len}"
+            );
+            assert_eq!(delta(&before, &counters(&l)), vec![("icmp_translated", 1)]);
+        }
+        // About a frontend that is not ours: untouched.
+        let other = Endpoint::new(frontend(8022).ip(), 8099);
+        let frame = frag_needed(other.ip(), reply_about(other), 576);
+        assert_eq!(ingress.run(&l, &frame).1, frame, "{ingress:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_error_about_a_request_names_the_frontend_and_never_the_pod() {
+    privilege::require();
+    let node = Ipv4Addr::new(192, 0, 2, 1);
+    let about_backend = |quote_len| IcmpError {
+        src: node,
+        ..frag_needed_error(CLIENT, request_about(backend()), quote_len)
+    };
+    // A backend behind one frontend: its frontend, with or without state.
+    let l = load(&[JOB]);
+    let frame = about_backend(576).build();
+    let (verdict, out) = test_run_tc(&l, PROG_EGRESS_TC, &frame);
+    assert_eq!(verdict, TC_ACT_UNSPEC);
+    assert_eq!(out, translated(&frame, Quoted::Destination, frontend(8022)));
+    // A backend behind two: the frontend of the connection, from its state.
+    let l = load(&[JOB, SHARED]);
+    handshake(&l, Ingress::Tc, 9022);
+    let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &frame);
+    assert_eq!(out, translated(&frame, Quoted::Destination, frontend(9022)));
+    // Without state the frontend is unknown: dropped, not leaked.
+    let stranger = IcmpError {
+        about: Frame {
+            sport: 41_000,
+            ..request_about(backend())
+        },
+        ..about_backend(576)
+    }
+    .build();
+    let before = counters(&l);
+    let (verdict, _) = test_run_tc(&l, PROG_EGRESS_TC, &stranger);
+    assert_eq!(verdict, 2, "TC_ACT_SHOT");
+    assert_eq!(delta(&before, &counters(&l)), vec![("icmp_dropped", 1)]);
+}
