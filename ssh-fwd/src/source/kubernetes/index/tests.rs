@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
+use ssh_fwd_common::maps::MAX_MAPPINGS;
 
 use super::*;
 use crate::{
@@ -17,6 +18,8 @@ use crate::{
 const SSH_IPS: [&str; 2] = ["198.18.0.10", "198.18.0.11"];
 const OTHER_IP: &str = "203.0.113.9";
 const POD_IPS: [&str; 3] = ["10.244.1.5", "10.244.1.6", "10.244.2.7"];
+/// A backend that makes its Service invalid (skipped whole).
+const LOOPBACK: &str = "127.0.0.1";
 
 fn ip(text: &str) -> Ipv4Addr {
     text.parse().expect("ip")
@@ -93,7 +96,7 @@ fn slice() -> impl Strategy<Value = SliceView> {
             ),
             0..=2,
         ),
-        proptest::sample::subsequence(POD_IPS.to_vec(), 0..=2),
+        proptest::sample::subsequence([&POD_IPS[..], &[LOOPBACK]].concat(), 0..=2),
     )
         .prop_map(|(service, ipv4, ports, ready)| SliceView {
             service: service.map(service_id),
@@ -150,6 +153,10 @@ proptest! {
             index.apply(batch.clone());
             let full = index.full();
             prop_assert_eq!(index.mappings(), &full.mappings, "after {:?}", batch);
+            let invalid = (full.notes.iter())
+                .filter(|n| matches!(n, Note::Invalid { .. }))
+                .count();
+            prop_assert_eq!(index.invalid_services(), invalid, "after {:?}", batch);
             prop_assert_eq!(index.notes(), sorted(full.notes), "after {:?}", batch);
         }
         prop_assert_eq!(index.check(), Ok(()));
@@ -249,4 +256,59 @@ fn the_self_check_finds_and_repairs_drift() {
     assert_eq!(index.check(), Err(Drift { differing: 1 }));
     assert_eq!(index.mappings(), &index.full().mappings);
     assert_eq!(index.mappings().len(), 1);
+}
+
+#[test]
+fn a_service_with_a_loopback_backend_is_skipped_and_counted_until_it_is_fixed() {
+    let mut index = Index::new(policy(Styles::ALL));
+    let raised = index.apply([
+        Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000))),
+        Update::Slice(slice_id(0), Some(ready(0, LOOPBACK))),
+    ]);
+    assert!(index.mappings().is_empty());
+    assert_eq!(index.invalid_services(), 1);
+    assert!(raised.iter().any(|n| matches!(n, Note::Invalid { .. })));
+    index.apply([Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0])))]);
+    assert_eq!(index.invalid_services(), 0);
+    assert_eq!(index.mappings().len(), 1);
+}
+
+#[test]
+fn over_capacity_the_index_leaves_out_the_newest_and_takes_them_back_when_room_frees() {
+    let max = MAX_MAPPINGS as usize;
+    let wide = Policy {
+        ports: 1..=65535,
+        ..policy(Styles::ALL)
+    };
+    let mut index = Index::new(wide);
+    let port = |n: usize| i32::try_from(1000 + n).expect("port");
+    let mut updates = Vec::new();
+    for n in 0..=max {
+        // Ages by the second: service n is older than n + 1.
+        let created = format!(
+            "2026-01-01T{:02}:{:02}:{:02}Z",
+            n / 3600,
+            n / 60 % 60,
+            n % 60
+        );
+        updates.push(Update::Service(
+            service_id(n),
+            Some(view(n, &created, port(n))),
+        ));
+        updates.push(Update::Slice(slice_id(n), Some(ready(n, POD_IPS[0]))));
+    }
+    let raised = index.apply(updates);
+    assert_eq!(index.mappings().len(), max);
+    assert_eq!(index.left_out(), 1);
+    let newest = service_id(max).to_string();
+    assert!(raised.iter().any(
+        |n| matches!(n, Note::OverCapacity { left_out, .. } if *left_out == [newest.clone()])
+    ));
+    assert!(index.mappings().iter().all(|m| m.name != newest));
+    assert_eq!(index.mappings(), &index.full().mappings);
+    index.apply([Update::Service(service_id(0), None)]);
+    assert_eq!(index.left_out(), 0);
+    assert_eq!(index.mappings().len(), max);
+    assert!(index.mappings().iter().any(|m| m.name == newest));
+    assert_eq!(index.check(), Ok(()));
 }
