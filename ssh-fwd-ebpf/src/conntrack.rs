@@ -14,8 +14,9 @@ use ssh_fwd_common::{
 };
 
 use crate::{
+    config::cross_node_plain,
     counters::count,
-    maps::{CONNS, HALF_OPEN, LEGACY, LEGACY_CONNS},
+    maps::{CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS},
 };
 
 const EEXIST: i32 = 17;
@@ -73,15 +74,46 @@ pub fn request(
 }
 
 /// A request that reached a backend of this node already translated by
-/// another node (or sent to the pod's address by a peer in the cluster):
-/// only the state its handshake left here says which frontend it belongs
-/// to. A SYN never opens state here: only one that carries its frontend in
-/// an IP option does, through [`request`].
+/// another node (or sent to the pod's address by a peer in the cluster).
+/// A SYN opens state only with `option`, the frontend it carries in its IP
+/// option, and only if that frontend maps to this backend; any other
+/// segment follows the state its handshake left here. `false`: drop it (see
+/// [`request`]).
 #[inline(always)]
-pub fn request_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
-    if seg.is_syn() {
-        return;
+pub fn to_backend(
+    client: Endpoint,
+    backend: Endpoint,
+    seg: &Segment,
+    option: Option<Endpoint>,
+) -> bool {
+    if !seg.is_syn() {
+        established_to_backend(client, backend, seg);
+        return true;
     }
+    // A SYN without the option: in-cluster, never tracked.
+    let Some(frontend) = option else {
+        return true;
+    };
+    // SAFETY: copied out immediately.
+    match unsafe { FRONTENDS.get(frontend) }
+        .copied()
+        .filter(|t| t.endpoint == backend)
+    {
+        Some(t) => {
+            count(Outcome::OptionLearned);
+            request(client, frontend, backend, t.slot, seg)
+        }
+        None => {
+            count(Outcome::OptionRejected);
+            true
+        }
+    }
+}
+
+/// A segment after the SYN, to a backend: only the state its handshake left
+/// here says which frontend it belongs to.
+#[inline(always)]
+fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn = Conn::ZERO;
@@ -220,12 +252,38 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
     }
 }
 
+/// A reply [`reply`] found untracked, leaving the node through an external
+/// interface: the frontend to restore anyway, if any. A connection an older
+/// data path forwarded ([`legacy_reply`]; only from a reply the node got
+/// from the pod, `trusted`), or with `--cross-node plain` the backend's
+/// primary frontend (counted as a fallback).
+#[inline(always)]
+pub fn restore_untracked(
+    backend: Endpoint,
+    client: Endpoint,
+    primary: &NatTarget,
+    seg: &Segment,
+    trusted: bool,
+) -> Option<Restore> {
+    if trusted && let Some(restore) = legacy_reply(backend, client, primary, seg) {
+        return Some(restore);
+    }
+    if !cross_node_plain() {
+        return None;
+    }
+    count(Outcome::ReverseFallback);
+    Some(Restore {
+        frontend: primary.endpoint,
+        slot: primary.slot,
+    })
+}
+
 /// A reply [`reply`] found untracked, from `backend` (whose primary
 /// frontend is `primary`) to `client`: if an older data path was
 /// forwarding to that backend when this one replaced it, the frontend to
 /// restore, adopting the connection into [`CONNS`] on the server's ACK.
 #[inline(always)]
-pub fn legacy_reply(
+fn legacy_reply(
     backend: Endpoint,
     client: Endpoint,
     primary: &NatTarget,

@@ -17,7 +17,7 @@ use ssh_fwd_common::{
 
 use crate::{
     config::cross_node_plain,
-    conntrack::{self, Restore},
+    conntrack,
     counters::{Direction, count, count_mapping},
     forward::iface_flags,
     icmp::{self, Out},
@@ -63,29 +63,20 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
     if let Some(primary) = unsafe { REVERSE.get(source) }.copied() {
         // Only a reply the node got from the pod may move state: one that
         // came in from outside carries a pod's address it cannot own.
-        let tracked = if from_outside(ctx) {
-            None
-        } else {
+        let trusted = !from_outside(ctx);
+        let tracked = if trusted {
             conntrack::reply(source, destination, seg)
+        } else {
+            None
         };
-        let external = on_external(ctx);
-        let restore = match tracked {
-            Some(restore) => restore,
-            None if external
-                && !from_outside(ctx)
-                && let Some(restore) =
-                    conntrack::legacy_reply(source, destination, &primary, seg) =>
-            {
-                restore
+        let Some(restore) = tracked.or_else(|| {
+            if on_external(ctx) {
+                conntrack::restore_untracked(source, destination, &primary, seg, trusted)
+            } else {
+                None
             }
-            None if cross_node_plain() && external => {
-                count(Outcome::ReverseFallback);
-                Restore {
-                    frontend: primary.endpoint,
-                    slot: primary.slot,
-                }
-            }
-            None => return Outcome::ReplyUntracked,
+        }) else {
+            return Outcome::ReplyUntracked;
         };
         if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err() {
             return Outcome::RewriteError;

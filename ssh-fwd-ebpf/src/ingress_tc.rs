@@ -113,31 +113,16 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
 /// frontend its SYN carries. The stack delivers it.
 #[inline(always)]
 fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
-    let (client, backend) = (h.source, h.destination);
-    if !seg.is_syn() {
-        conntrack::request_to_backend(client, backend, seg);
-        return Verdict::Pass(Outcome::PassNoFrontend);
+    let option = if seg.is_syn() {
+        ipopt::frontend(ctx, h.ip_len)
+    } else {
+        None
+    };
+    let keep = conntrack::to_backend(h.source, h.destination, seg, option);
+    if let Some(frontend) = option {
+        // The pod sees the SYN as the client sent it.
+        ipopt::strip_skb(ctx, frontend);
     }
-    let Some(frontend) = ipopt::frontend(ctx, h.ip_len) else {
-        // A SYN without it: in-cluster, never tracked.
-        return Verdict::Pass(Outcome::PassNoFrontend);
-    };
-    // SAFETY: copied out immediately.
-    let target = unsafe { FRONTENDS.get(frontend) }
-        .copied()
-        .filter(|t| t.endpoint == backend);
-    let keep = match target {
-        Some(t) => {
-            count(Outcome::OptionLearned);
-            conntrack::request(client, frontend, backend, t.slot, seg)
-        }
-        None => {
-            count(Outcome::OptionRejected);
-            true
-        }
-    };
-    // The pod sees the SYN as the client sent it.
-    ipopt::strip_skb(ctx, frontend);
     if keep {
         Verdict::Pass(Outcome::PassNoFrontend)
     } else {

@@ -103,29 +103,15 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
 /// the tc program.
 #[inline(always)]
 fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
-    let (client, backend) = (h.source, h.destination);
-    if !seg.is_syn() {
-        conntrack::request_to_backend(client, backend, seg);
-        return Outcome::PassNoFrontend;
+    let option = if seg.is_syn() {
+        ipopt::frontend(ctx, h.ip_len)
+    } else {
+        None
+    };
+    let keep = conntrack::to_backend(h.source, h.destination, seg, option);
+    if let Some(frontend) = option {
+        ipopt::strip_xdp(ctx, frontend);
     }
-    let Some(frontend) = ipopt::frontend(ctx, h.ip_len) else {
-        return Outcome::PassNoFrontend;
-    };
-    // SAFETY: copied out immediately.
-    let target = unsafe { FRONTENDS.get(frontend) }
-        .copied()
-        .filter(|t| t.endpoint == backend);
-    let keep = match target {
-        Some(t) => {
-            count(Outcome::OptionLearned);
-            conntrack::request(client, frontend, backend, t.slot, seg)
-        }
-        None => {
-            count(Outcome::OptionRejected);
-            true
-        }
-    };
-    ipopt::strip_xdp(ctx, frontend);
     if keep {
         Outcome::PassNoFrontend
     } else {

@@ -16,8 +16,7 @@ use aya_ebpf::{
 use ssh_fwd_common::{maps::IFACE_EXTERNAL, outcome::Outcome};
 
 use crate::{
-    config::cross_node_plain,
-    conntrack::{self, Restore},
+    conntrack,
     counters::{Direction, count, count_mapping},
     forward::{iface_flags, route, send},
     maps::REVERSE,
@@ -52,22 +51,14 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
-    let external = iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0;
-    let restore = match conntrack::reply(backend, client, &seg) {
-        Some(restore) => restore,
-        None if external
-            && let Some(restore) = conntrack::legacy_reply(backend, client, &primary, &seg) =>
-        {
-            restore
+    let Some(restore) = conntrack::reply(backend, client, &seg).or_else(|| {
+        if iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0 {
+            conntrack::restore_untracked(backend, client, &primary, &seg, true)
+        } else {
+            None
         }
-        None if cross_node_plain() && external => {
-            count(Outcome::ReverseFallback);
-            Restore {
-                frontend: primary.endpoint,
-                slot: primary.slot,
-            }
-        }
-        None => return (Outcome::ReplyUntracked, TC_ACT_UNSPEC),
+    }) else {
+        return (Outcome::ReplyUntracked, TC_ACT_UNSPEC);
     };
     if rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err() {
         return (Outcome::RewriteError, TC_ACT_SHOT);

@@ -21,7 +21,7 @@ use anyhow::Context as _;
 
 use crate::{
     NetNs, Pod,
-    ssh::{SshClient, SshKeys, Sshd},
+    ssh::{SshClient, SshKeys},
     topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
 };
 
@@ -165,21 +165,7 @@ impl Cluster {
     /// Adds pod number `n` (IP 10.244.n.5, host name pod-n) on `node`, with
     /// sshd.
     pub fn add_pod(&mut self, node: usize, n: usize) -> anyhow::Result<&Pod> {
-        let hostname = format!("pod-{n}");
-        let ns = NetNs::new(&hostname)?;
-        let node_ns = &self.nodes[node];
-        let node_side = format!("pod{n}");
-        ns.veth("eth0", node_ns, &node_side)?;
-        let ip = format!("10.244.{n}.5");
-        ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
-        ns.ip(&["route", "add", "default", "via", &format!("10.244.{n}.1")])?;
-        node_ns.ip(&[
-            "addr",
-            "add",
-            &format!("10.244.{n}.1/24"),
-            "dev",
-            &node_side,
-        ])?;
+        let pod = Pod::wire(&self.nodes[node], node, n, &self.keys)?;
         if self.wiring.host_gw {
             self.router.ip(&[
                 "route",
@@ -189,10 +175,7 @@ impl Cluster {
                 NODE_IPS[node],
             ])?;
         }
-        let sshd = Sshd::start(&ns, &hostname, &self.keys)
-            .with_context(|| format!("sshd in {hostname}"))?;
-        self.pods
-            .push(Pod::new(ns, ip, hostname, node, node_side, sshd));
+        self.pods.push(pod);
         self.pods.last().context("pod just added")
     }
 

@@ -32,22 +32,34 @@ pub struct Pod {
 }
 
 impl Pod {
-    pub fn new(
-        ns: NetNs,
-        ip: String,
-        hostname: String,
-        node: usize,
-        node_iface: String,
-        sshd: Sshd,
-    ) -> Self {
-        Self {
+    /// Pod number `n` (IP 10.244.n.5, host name pod-n), wired by a veth to
+    /// `node_ns` (node number `node`), whose end `pod<n>` is the pod's
+    /// gateway 10.244.n.1; with sshd.
+    pub fn wire(node_ns: &NetNs, node: usize, n: usize, keys: &SshKeys) -> anyhow::Result<Self> {
+        let hostname = format!("pod-{n}");
+        let ns = NetNs::new(&hostname)?;
+        let node_iface = format!("pod{n}");
+        ns.veth("eth0", node_ns, &node_iface)?;
+        let ip = format!("10.244.{n}.5");
+        ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+        ns.ip(&["route", "add", "default", "via", &format!("10.244.{n}.1")])?;
+        node_ns.ip(&[
+            "addr",
+            "add",
+            &format!("10.244.{n}.1/24"),
+            "dev",
+            &node_iface,
+        ])?;
+        let sshd =
+            Sshd::start(&ns, &hostname, keys).with_context(|| format!("sshd in {hostname}"))?;
+        Ok(Self {
             ns,
             ip,
             hostname,
             node,
             node_iface,
             _sshd: sshd,
-        }
+        })
     }
 }
 
@@ -143,31 +155,8 @@ impl Topology {
 
     /// Adds pod number `n` (IP 10.244.n.5) on node `node`, with sshd.
     pub fn add_pod(&mut self, node: usize, n: usize) -> anyhow::Result<&Pod> {
-        let hostname = format!("pod-{n}");
-        let ns = NetNs::new(&hostname)?;
-        let node_ns = &self.nodes[node].ns;
-        let node_side = format!("pod{n}");
-        ns.veth("eth0", node_ns, &node_side)?;
-        let ip = format!("10.244.{n}.5");
-        ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
-        ns.ip(&["route", "add", "default", "via", &format!("10.244.{n}.1")])?;
-        node_ns.ip(&[
-            "addr",
-            "add",
-            &format!("10.244.{n}.1/24"),
-            "dev",
-            &node_side,
-        ])?;
-        let sshd = Sshd::start(&ns, &hostname, &self.keys)
-            .with_context(|| format!("sshd in {hostname}"))?;
-        self.pods.push(Pod {
-            ns,
-            ip,
-            hostname,
-            node,
-            node_iface: node_side,
-            _sshd: sshd,
-        });
+        let pod = Pod::wire(&self.nodes[node].ns, node, n, &self.keys)?;
+        self.pods.push(pod);
         self.pods.last().context("pod just added")
     }
 

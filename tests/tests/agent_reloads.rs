@@ -98,18 +98,13 @@ fn a_file_with_a_loopback_backend_is_rejected_counted_and_changes_nothing() {
         &[],
     )
     .unwrap();
-    agent::write_mappings(
-        &bed.mappings,
+    let log = rejected(
+        &mut bed,
         &[
             ("a", "198.18.0.10:8022", "10.244.1.6:22"),
             ("node-sshd", "198.18.0.10:8023", "127.0.0.1:22"),
         ],
-    )
-    .unwrap();
-    bed.agents[0]
-        .wait_for_log("mappings file rejected", Duration::from_secs(10))
-        .unwrap();
-    let log = bed.agents[0].log();
+    );
     assert!(
         log.contains("entry #2 (node-sshd): backend 127.0.0.1:22 is a loopback address"),
         "{log}"
@@ -130,18 +125,13 @@ fn a_frontend_on_the_nodes_own_interface_address_is_refused() {
     )
     .unwrap();
     // 192.0.2.1 is the node's address on ext0: port 22 there is its sshd.
-    agent::write_mappings(
-        &bed.mappings,
+    let log = rejected(
+        &mut bed,
         &[
             ("a", FRONTEND, "10.244.1.5:22"),
             ("capture", "192.0.2.1:22", "10.244.1.5:22"),
         ],
-    )
-    .unwrap();
-    bed.agents[0]
-        .wait_for_log("mappings file rejected", Duration::from_secs(10))
-        .unwrap();
-    let log = bed.agents[0].log();
+    );
     assert!(
         log.contains("frontend 192.0.2.1:22 is an address of interface ext0"),
         "{log}"
@@ -179,18 +169,8 @@ fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply
     api.apply(Kind::Service, legacy_service("job-a", 8123));
     api.apply(Kind::EndpointSlice, slice("job-a", "10.244.1.5"));
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
     let bpffs = Bpffs::new().unwrap();
-    let args: Vec<String> = [
-        "--kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--ssh-ip",
-        EXTERNAL_IP,
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = api.agent_args(dir.path(), EXTERNAL_IP);
     let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();
     let hostname = |port| ssh.run(&topo.client, EXTERNAL_IP, port, "hostname");
@@ -226,4 +206,14 @@ fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply
         log.contains("jobs/evil") && log.contains("127.0.0.1:22 is a loopback address"),
         "{log}"
     );
+}
+
+/// Writes `entries` as the mappings file and waits for the agent to reject
+/// it; returns the agent's log.
+fn rejected(bed: &mut Bed, entries: &[(&str, &str, &str)]) -> String {
+    agent::write_mappings(&bed.mappings, entries).unwrap();
+    bed.agents[0]
+        .wait_for_log("mappings file rejected", Duration::from_secs(10))
+        .unwrap();
+    bed.agents[0].log()
 }

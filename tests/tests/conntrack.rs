@@ -389,14 +389,21 @@ fn a_shell_idle_for_8_hours_keeps_its_connection_and_one_idle_past_the_timeout_l
 fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out: PathBuf = dir.path().join("icmp.txt");
+    let status = dir.path().join("tcpdump.txt");
     let mut dump = client
         .command("timeout")
         .args(["120", "tcpdump", "-l", "-n", "-v", "-i", "eth0", "icmp"])
         .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&status).unwrap())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    // Capture from the first packet on, or a leak could go unseen.
+    assert!(
+        cmd::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&status).is_ok_and(|s| s.contains("listening on"))
+        }),
+        "tcpdump did not start"
+    );
     work();
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: signalling our own child.
@@ -460,19 +467,26 @@ fn no_offload(bed: &Bed) {
     }
 }
 
-#[test]
-#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn path_mtu_is_discovered_through_a_narrow_client_link() {
-    privilege::require();
-    let mut cluster = Cluster::new(Wiring {
-        client_link_mtu: Some(1280),
-        ..Wiring::default()
-    })
-    .unwrap();
+/// Bulk data both ways to a pod on node B through node A, over `wiring`'s
+/// narrow link and without segmentation offload; what ICMP errors the
+/// client saw, and the bed.
+fn bulk_over_narrow_link(wiring: Wiring) -> (Bed, String) {
+    let mut cluster = Cluster::new(wiring).unwrap();
     cluster.add_pod(1, 2).unwrap();
     let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]);
     no_offload(&bed);
     let seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
+    (bed, seen)
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn path_mtu_is_discovered_through_a_narrow_client_link() {
+    privilege::require();
+    let (bed, seen) = bulk_over_narrow_link(Wiring {
+        client_link_mtu: Some(1280),
+        ..Wiring::default()
+    });
     assert!(
         !seen.contains("10.244."),
         "the client saw a pod address: {seen}"
@@ -485,15 +499,10 @@ fn path_mtu_is_discovered_through_a_narrow_client_link() {
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn path_mtu_is_discovered_through_a_narrow_link_between_the_nodes() {
     privilege::require();
-    let mut cluster = Cluster::new(Wiring {
+    let (_bed, seen) = bulk_over_narrow_link(Wiring {
         node_link_mtu: Some(1280),
         ..Wiring::default()
-    })
-    .unwrap();
-    cluster.add_pod(1, 2).unwrap();
-    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]);
-    no_offload(&bed);
-    let seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
+    });
     assert!(
         seen.contains("need to frag"),
         "node A told the client: {seen}"

@@ -80,17 +80,7 @@ fn kube_bed(node: &ssh_fwd_tests::NetNs, extra: &[&str]) -> KubeBed {
     api.apply(Kind::Service, lb_service("job-a", 8123));
     api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
-    let mut args: Vec<String> = [
-        "--kubernetes",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--ssh-ip",
-        EXTERNAL_IP,
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     KubeBed {
         api,

@@ -13,7 +13,13 @@
 
 mod common;
 
-use std::{net::Ipv4Addr, path::Path, process::Stdio, time::Duration};
+use std::{
+    io::{BufRead as _, BufReader},
+    net::Ipv4Addr,
+    path::Path,
+    process::Stdio,
+    time::Duration,
+};
 
 use aya::{
     EbpfLoader,
@@ -116,19 +122,26 @@ fn an_agent_upgrading_a_v3_node_keeps_its_sessions_and_tracks_them_from_then_on(
     // Two sessions through v3: one where the client speaks next, one where
     // the server does (its output comes after the upgrade).
     let mut session = Session::open(&ssh, &topo.client, 8022).unwrap();
-    let late = ssh
+    let mut late = ssh
         .command(
             &topo.client,
             EXTERNAL_IP,
             8022,
-            "sleep 8; echo late-output",
+            "echo started; sleep 8; echo late-output",
             Duration::from_secs(60),
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    let mut late_out = BufReader::new(late.stdout.take().unwrap());
+    let mut line = String::new();
+    late_out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line.trim(),
+        "started",
+        "the second session is up through v3"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let mappings = dir.path().join("mappings.yaml");
@@ -144,8 +157,10 @@ fn an_agent_upgrading_a_v3_node_keeps_its_sessions_and_tracks_them_from_then_on(
     assert!(!bpffs.path().join("v3").exists(), "v3 pins removed");
 
     // The server speaks first: its segment is adopted and restored.
-    let out = late.wait_with_output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "late-output");
+    line.clear();
+    late_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "late-output");
+    late.wait().unwrap();
     // The client speaks first: its connection is adopted on the echo.
     session.echo("after-upgrade").unwrap();
     session.echo("again").unwrap();

@@ -14,7 +14,7 @@ use crate::{
         Datapath,
         maps::{Applied, show},
         plan::{self, Installed, Plan},
-        status::StatusMap,
+        status::{StatusMap, unix_ms},
     },
     mapping::{Mapping, MappingSet, printable},
 };
@@ -243,11 +243,6 @@ fn report_left_out(left_out: &[Mapping]) {
         more = left_out.len().saturating_sub(SHOWN),
         "more mappings than a node holds ({MAX_MAPPINGS}); these are not installed: remove mappings or narrow the port range"
     );
-}
-
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn micros(d: Duration) -> u64 {

@@ -16,6 +16,7 @@ use crate::datapath::{
     conntrack::{ConnTables, Swept, Timeouts, clock_ns},
     maps::Maps,
     pins::PinLayout,
+    status::unix_ms,
 };
 
 /// What the last sweep found, for the agent's status.
@@ -70,7 +71,7 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, report: Shared) {
         let churn = churned(&maps, &swept);
         let base = *baseline.get_or_insert(churn);
         *report.lock().unwrap_or_else(PoisonError::into_inner) = Report {
-            at_ms: unix_ms(),
+            at_ms: unix_ms(SystemTime::now()),
             swept,
             half_open_churned: churn.saturating_sub(base),
         };
@@ -110,10 +111,4 @@ fn churned(maps: &Maps, swept: &Swept) -> u64 {
             + get(Outcome::HalfOpenExpired)
             + swept.half_open,
     )
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -17,7 +17,7 @@ use crate::datapath::{
     maps::Maps,
     pins::{BpffsArg, PinLayout},
     stats::{self, Hook, Target},
-    status::StatusMap,
+    status::{StatusMap, unix_ms},
 };
 
 /// An agent rewrites its status every few seconds; one silent for longer
@@ -72,9 +72,7 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
     let maps = Maps::open_pinned(layout)?;
     let agent = StatusMap::open_pinned(layout)?.read()?;
-    let now_ms = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let now_ms = unix_ms(now);
     let age = |ms: u64| (ms != 0).then(|| now_ms.saturating_sub(ms) as f64 / 1000.0);
     let heartbeat = age(agent.heartbeat_ms);
     let counters = maps.outcome_counters()?;

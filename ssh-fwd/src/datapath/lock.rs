@@ -5,15 +5,14 @@
 //! no regular files, but a directory can be locked), and the kernel drops
 //! it when the agent exits, however it exits.
 
-use std::{
-    fs::File,
-    os::fd::AsRawFd as _,
-    time::{SystemTime, UNIX_EPOCH},
-};
+use std::{fs::File, os::fd::AsRawFd as _, time::SystemTime};
 
 use anyhow::{Context as _, bail};
 
-use super::{pins::PinLayout, status::StatusMap};
+use super::{
+    pins::PinLayout,
+    status::{StatusMap, unix_ms},
+};
 
 /// The lock, held until dropped.
 #[derive(Debug)]
@@ -67,9 +66,6 @@ fn holder(layout: &PinLayout) -> String {
     if status.pid == 0 {
         return "an agent that has not written its status yet".into();
     }
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let age = now_ms.saturating_sub(status.heartbeat_ms) / 1000;
+    let age = unix_ms(SystemTime::now()).saturating_sub(status.heartbeat_ms) / 1000;
     format!("pid {}, heard from {age} s ago", status.pid)
 }

@@ -45,3 +45,9 @@ impl StatusMap {
         self.0.set(0, status, 0).context("writing AGENT_STATUS")
     }
 }
+
+/// `t` in Unix milliseconds, the unit of [`AgentStatus`]'s times.
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -240,6 +240,20 @@ impl FakeApi {
         self.kubeconfig_with_user(format!("{{token: \"{user}\"}}"))
     }
 
+    /// The agent's arguments for Kubernetes mode against this server, the
+    /// SSH IP `ssh_ip`; the kubeconfig is written into `dir`.
+    pub fn agent_args(&self, dir: &std::path::Path, ssh_ip: &str) -> Vec<String> {
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, self.kubeconfig()).expect("writing the kubeconfig");
+        vec![
+            "--kubernetes".into(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--ssh-ip".into(),
+            ssh_ip.into(),
+        ]
+    }
+
     fn kubeconfig_with_user(&self, user: String) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\nusers:\n- name: fake\n  user: {user}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
