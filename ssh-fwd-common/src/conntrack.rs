@@ -22,7 +22,8 @@
 //!   anything else leaves it alone.
 
 use crate::maps::{
-    CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, Conn, Endpoint, HALF_OPEN_ISN_KNOWN, HalfOpen,
+    CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Conn, Endpoint,
+    HALF_OPEN_ISN_KNOWN, HalfOpen,
 };
 
 pub const TCP_FIN: u8 = 0x01;
@@ -87,8 +88,10 @@ pub enum OnRequest {
     /// A valid RST of the client: delete the entry and forward.
     Reset,
     /// A RST of the client that is not exactly in sequence: the entry
-    /// stays; forward (the backend checks it the same way).
-    IgnoredReset,
+    /// stays; forward (the backend checks it the same way). `Some`: one
+    /// ahead of `client_next`, held for the server's next new
+    /// acknowledgement to decide ([`CONN_RST_PENDING`]).
+    IgnoredReset(Option<Conn>),
     /// The 4-tuple is established through another frontend: drop.
     Conflict,
     /// No state of ours: forward untouched by state (the backend's TCP
@@ -132,7 +135,7 @@ pub fn on_request(
             client_next: seg.end(),
             server_next: h.server_isn.wrapping_add(1),
             client_fin_end: 0,
-            _pad: 0,
+            client_rst: 0,
             last_seen_ns: now,
             created_ns: now,
         });
@@ -143,7 +146,7 @@ pub fn on_request(
                 return if seg.seq == c.client_next {
                     OnRequest::Reset
                 } else {
-                    OnRequest::IgnoredReset
+                    OnRequest::IgnoredReset(rst_ahead(c, seg, now))
                 };
             }
             OnRequest::Established(from_client(c, seg, now))
@@ -199,7 +202,8 @@ pub enum OnReply {
         slot: u32,
         update: Option<Conn>,
     },
-    /// The server's valid RST: restore `frontend`, then delete the entry.
+    /// The server's valid RST, or its acknowledgement of a client RST held
+    /// for it: restore `frontend`, then delete the entry.
     Reset { frontend: Endpoint, slot: u32 },
     /// A RST from the server that is not exactly in sequence: restore
     /// `frontend`, keep the entry.
@@ -259,6 +263,12 @@ pub fn on_reply(seg: &Segment, conn: Option<&Conn>, half: Option<&HalfOpen>, now
             }
         };
     }
+    if ends_with_held_rst(c, seg) {
+        return OnReply::Reset {
+            frontend: c.frontend,
+            slot: c.slot,
+        };
+    }
     OnReply::Established {
         frontend: c.frontend,
         slot: c.slot,
@@ -301,7 +311,7 @@ pub fn on_legacy_reply(seg: &Segment, frontend: Endpoint, slot: u32, now: u64) -
         client_next: seg.ack,
         server_next: seg.end(),
         client_fin_end: 0,
-        _pad: 0,
+        client_rst: 0,
         last_seen_ns: now,
         created_ns: now,
     })
@@ -312,6 +322,34 @@ pub fn on_legacy_reply(seg: &Segment, frontend: Endpoint, slot: u32, now: u64) -
 #[inline(always)]
 pub const fn closing(c: &Conn) -> bool {
     c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER) == CONN_FIN_CLIENT | CONN_FIN_SERVER
+}
+
+/// The entry holding a client RST that is ahead of what the server has
+/// acknowledged, or `None` for one behind (never in sequence again). The
+/// server's ACK of the client's last segment may be on its way back while
+/// the RST goes out: only that ACK tells whether the server accepts it.
+#[inline(always)]
+fn rst_ahead(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
+    if !after(seg.seq, c.client_next) {
+        return None;
+    }
+    let mut next = c.clone_with_clock(now);
+    next.flags |= CONN_RST_PENDING;
+    next.client_rst = seg.seq;
+    (next != *c).then_some(next)
+}
+
+/// A server segment that decides a held client RST: its acknowledgement
+/// is new and is exactly the RST's sequence number, so the server accepted
+/// the RST (RFC 5961: in sequence is the next number it expects). The
+/// first new acknowledgement decides, whatever it is, so that a spoofed
+/// RST has one chance, as against the kernel's own exact check.
+#[inline(always)]
+const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
+    c.flags & CONN_RST_PENDING != 0
+        && seg.has(TCP_ACK)
+        && after(seg.ack, c.client_next)
+        && seg.ack == c.client_rst
 }
 
 /// The entry after a segment from the client, or `None` if nothing to
@@ -341,6 +379,7 @@ fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     if seg.has(TCP_ACK) {
         if after(seg.ack, next.client_next) {
             next.client_next = seg.ack;
+            next.flags &= !CONN_RST_PENDING;
         }
         // The server acknowledged the client's FIN: the client has closed.
         if next.client_fin_end != 0 && !after(next.client_fin_end, seg.ack) {

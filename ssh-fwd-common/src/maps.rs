@@ -190,6 +190,12 @@ pub const CONN_FIN_SERVER: u32 = 2;
 /// (a client reusing its port): a completed handshake may replace the
 /// entry, with fresh sequence numbers.
 pub const CONN_REOPENING: u32 = 4;
+/// [`Conn`] flag: a client RST ahead of `client_next` waits for the
+/// server's next new acknowledgement (see `client_rst`). A RST that
+/// crosses the server's ACK of the client's last segment (a client closing
+/// while the server's data is in flight) is in sequence for the server, and
+/// must end the entry as it ends the server's socket.
+pub const CONN_RST_PENDING: u32 = 8;
 
 /// Value of [`CONNS`]: an established connection. Sequence numbers are host
 /// order; times are `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE).
@@ -211,7 +217,10 @@ pub struct Conn {
     /// The end of a FIN the client sent, until the server acknowledges it
     /// (0: none pending).
     pub client_fin_end: u32,
-    pub _pad: u32,
+    /// With [`CONN_RST_PENDING`]: the sequence number of a client RST that
+    /// was ahead of `client_next`. The server's next new acknowledgement
+    /// decides it: exactly this number, and the RST was in sequence.
+    pub client_rst: u32,
     /// When a packet of the connection was last seen: the idle sweep's clock.
     pub last_seen_ns: u64,
     pub created_ns: u64,
@@ -232,7 +241,7 @@ impl Conn {
         client_next: 0,
         server_next: 0,
         client_fin_end: 0,
-        _pad: 0,
+        client_rst: 0,
         last_seen_ns: 0,
         created_ns: 0,
     };

@@ -186,7 +186,13 @@ fn apply_request(
                 count(Outcome::ConnReset);
             }
         }
-        OnRequest::IgnoredReset => count(Outcome::ResetIgnored),
+        OnRequest::IgnoredReset(update) => {
+            count(Outcome::ResetIgnored);
+            if let (Some(c), Some(p)) = (update, conn_ptr) {
+                // SAFETY: as above.
+                unsafe { *p = c };
+            }
+        }
         // The caller counts the drop.
         OnRequest::Conflict => return false,
         OnRequest::Forward => {}

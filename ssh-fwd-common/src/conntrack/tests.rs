@@ -308,17 +308,17 @@ fn only_an_exactly_in_sequence_rst_ends_the_connection() {
         OnRequest::Reset
     );
     for off in [1u32, 100, 65_535, 1 << 31] {
-        assert_eq!(
-            on_request(
-                &rst(conn.client_next.wrapping_add(off)),
-                F1,
-                3,
-                Some(&conn),
-                None,
-                40
-            ),
-            OnRequest::IgnoredReset,
-            "client RST {off} ahead"
+        let decision = on_request(
+            &rst(conn.client_next.wrapping_add(off)),
+            F1,
+            3,
+            Some(&conn),
+            None,
+            40,
+        );
+        assert!(
+            matches!(decision, OnRequest::IgnoredReset(_)),
+            "client RST {off} ahead: {decision:?}"
         );
     }
     assert_eq!(
@@ -541,7 +541,8 @@ fn the_server_ack_of_a_pre_upgrade_connection_adopts_it_with_the_sequence_state_
     let f = F2;
     assert_eq!(
         on_request(&spoofed_rst, f, 4, Some(&c), None, HOUR),
-        OnRequest::IgnoredReset
+        OnRequest::IgnoredReset(None),
+        "behind what the server acknowledged"
     );
     let rst = seg(TCP_RST, 3_000, 0, 0);
     assert_eq!(
@@ -579,4 +580,92 @@ fn a_syn_ack_from_a_legacy_backend_is_left_to_the_handshake_tracking() {
             OnLegacyReply::Untracked
         );
     }
+}
+
+/// The established table as the kernel programs keep one entry of it: the
+/// request or reply decision applied to `table`.
+fn apply_request(table: &mut Option<Conn>, s: &Segment, now: u64) {
+    match on_request(s, F1, 3, table.as_ref(), None, now) {
+        OnRequest::Established(Some(c)) | OnRequest::IgnoredReset(Some(c)) => *table = Some(c),
+        OnRequest::Reset => *table = None,
+        _ => {}
+    }
+}
+
+fn apply_reply(table: &mut Option<Conn>, s: &Segment, now: u64) {
+    match on_reply(s, table.as_ref(), None, now) {
+        OnReply::Established {
+            update: Some(c), ..
+        } => *table = Some(c),
+        OnReply::Reset { .. } => *table = None,
+        _ => {}
+    }
+}
+
+#[test]
+fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack() {
+    // The client closes while the server's data is in flight (an ssh
+    // client that hangs up after the banner): FIN, then, as the server's
+    // data arrives at a closed socket, a RST one past the FIN. The server's
+    // ACK of the FIN crosses the RST, so the RST is one ahead of the last
+    // acknowledgement seen; the pod accepts it (its next expected is the
+    // RST's sequence number), and so must the table once that ACK shows it.
+    let conn = handshake(F1);
+    let mut table = Some(conn);
+    let fin = seg(TCP_FIN | TCP_ACK, conn.client_next, conn.server_next, 0);
+    apply_request(&mut table, &fin, 40);
+    let data = seg(TCP_ACK, conn.server_next, conn.client_next, 500);
+    apply_reply(&mut table, &data, 41);
+    let rst = seg(TCP_RST, conn.client_next + 1, 0, 0);
+    apply_request(&mut table, &rst, 42);
+    assert!(table.is_some(), "not in sequence yet: the entry stays");
+    let fin_acked = seg(TCP_ACK, conn.server_next + 500, conn.client_next + 1, 0);
+    apply_reply(&mut table, &fin_acked, 43);
+    assert_eq!(
+        table, None,
+        "the server's ACK shows the RST was in sequence"
+    );
+}
+
+#[test]
+fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone() {
+    let conn = handshake(F1);
+    // A spoofed RST ahead of the connection: the server's next new
+    // acknowledgement is elsewhere, so it is forgotten; the same number
+    // acknowledged later ends nothing (one chance per RST, as the
+    // kernel's exact check gives).
+    let mut table = Some(conn);
+    let guess = conn.client_next + 100;
+    apply_request(&mut table, &seg(TCP_RST, guess, 0, 0), 40);
+    let old = seg(TCP_ACK, conn.server_next, conn.client_next, 0);
+    apply_reply(&mut table, &old, 41);
+    assert!(table.is_some(), "an ACK that moves nothing decides nothing");
+    apply_reply(
+        &mut table,
+        &seg(TCP_ACK, conn.server_next, conn.client_next + 40, 0),
+        42,
+    );
+    apply_reply(
+        &mut table,
+        &seg(TCP_ACK, conn.server_next, conn.client_next + 100, 0),
+        43,
+    );
+    assert!(
+        table.is_some(),
+        "the guess was decided by the first new ACK"
+    );
+    // A RST behind the acknowledged data is never held.
+    let mut table = Some(conn);
+    apply_request(&mut table, &seg(TCP_RST, conn.client_next - 1, 0, 0), 40);
+    apply_reply(
+        &mut table,
+        &seg(
+            TCP_ACK,
+            conn.server_next,
+            conn.client_next.wrapping_sub(1),
+            0,
+        ),
+        41,
+    );
+    assert!(table.is_some());
 }

@@ -278,6 +278,45 @@ fn only_a_rst_exactly_in_sequence_ends_a_connection_from_either_side() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_client_rst_crossing_the_servers_ack_of_its_fin_ends_the_connection_with_that_ack() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB]);
+        handshake(&l, ingress, 8022);
+        let (next_client, next_server) = (CLIENT_ISN + 1, SERVER_ISN + 1);
+        // The client hangs up (FIN) while the server's data is on its way;
+        // that data reaches a closed socket, which answers with a RST one
+        // past the FIN, before the server's ACK of the FIN came back.
+        ingress.run(
+            &l,
+            &request(8022, TCP_FIN | TCP_ACK, next_client, next_server, 0),
+        );
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_ACK, next_server, next_client, 100),
+        );
+        ingress.run(&l, &request(8022, TCP_RST, next_client + 1, 0, 0));
+        assert_eq!(established(&l).len(), 1, "{ingress:?}: held, not ended");
+        let (_, out) = test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_ACK, next_server + 100, next_client + 1, 0),
+        );
+        assert_eq!(
+            source_of(&out),
+            frontend(8022),
+            "the ACK still leaves rewritten"
+        );
+        assert!(
+            established(&l).is_empty(),
+            "{ingress:?}: the server's ACK shows the RST in sequence"
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
     privilege::require();
     let l = load(&[JOB, SECOND]);
