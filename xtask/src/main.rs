@@ -268,13 +268,29 @@ pub fn run(cmd: &mut std::process::Command) -> anyhow::Result<()> {
 }
 
 /// `cargo` in the workspace, without the variables `cargo run` set for
-/// xtask: a build script that watches one (ring: CARGO_MANIFEST_DIR) would
-/// otherwise rebuild, with everything above it, after every plain `cargo
-/// build`, and the other way round.
+/// xtask (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, ...): a build script that
+/// watches one (ring: `CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`) would
+/// otherwise rebuild, with everything above it (rustls, kube), on every
+/// `cargo xtask test`, and again on the next plain `cargo build`.
 fn cargo() -> std::process::Command {
     let mut cmd = std::process::Command::new(env!("CARGO"));
-    cmd.env_remove("CARGO_MANIFEST_DIR")
-        .current_dir(workspace_root());
+    for (name, _) in std::env::vars_os() {
+        let set_by_cargo_run = name.to_str().is_some_and(|n| {
+            ["CARGO_PKG_", "CARGO_MANIFEST_"]
+                .iter()
+                .any(|p| n.starts_with(p))
+                || [
+                    "CARGO_CRATE_NAME",
+                    "CARGO_BIN_NAME",
+                    "CARGO_PRIMARY_PACKAGE",
+                ]
+                .contains(&n)
+        });
+        if set_by_cargo_run {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.current_dir(workspace_root());
     cmd
 }
 

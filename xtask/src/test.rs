@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::bail;
 
-use crate::{build_ssh_fwd, build_static, run as run_cmd, workspace_root};
+use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
 
 /// The nightly the eBPF crate is built with (by aya-build) and linted with.
 const EBPF_TOOLCHAIN: &str = "+nightly";
@@ -33,13 +33,12 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
     let (cargo_args, test_args) = split_at_dashes(args);
     // Default members only: the eBPF crate builds for the bpf target, via build.rs.
     run_cmd(
-        Command::new(env!("CARGO"))
+        cargo()
             .arg("test")
             .args(cargo_args)
             .arg("--")
             .arg("--include-ignored")
             .args(test_args)
-            .current_dir(workspace_root())
             .env("SSH_FWD_BIN", bin)
             .env("SSH_FWD_STATIC_BIN", static_bin),
     )
@@ -50,18 +49,10 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
 /// target with the nightly that builds it.
 fn lint() -> anyhow::Result<()> {
     println!("==> cargo fmt --check");
-    run_cmd(
-        Command::new(env!("CARGO"))
-            .args(["fmt", "--all", "--check"])
-            .current_dir(workspace_root()),
-    )
-    .map_err(|e| e.context("formatting differs; run `cargo fmt --all`"))?;
+    run_cmd(cargo().args(["fmt", "--all", "--check"]))
+        .map_err(|e| e.context("formatting differs; run `cargo fmt --all`"))?;
     println!("==> cargo clippy (host crates, all targets) -D warnings");
-    run_cmd(
-        Command::new(env!("CARGO"))
-            .args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"])
-            .current_dir(workspace_root()),
-    )?;
+    run_cmd(cargo().args(["clippy", "--quiet", "--all-targets", "--", "-D", "warnings"]))?;
     println!("==> cargo clippy (eBPF crate, bpfel-unknown-none) -D warnings");
     run_cmd(
         Command::new("cargo")
