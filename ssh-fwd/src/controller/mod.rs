@@ -130,28 +130,48 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     });
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        acquired = elector.acquire() => acquired?,
-        _ = terminate.recv() => return Ok(()),
-        _ = interrupt.recv() => return Ok(()),
+    // Kept from one term to the next once made (a standby without a
+    // webhook never needs them).
+    let mut reservations = early;
+    loop {
+        tokio::select! {
+            acquired = elector.acquire() => acquired?,
+            _ = terminate.recv() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
+        }
+        metrics.leader.set(1);
+        let store = reservations
+            .get_or_insert_with(|| {
+                reserving::watch(&client, &namespace, args.ssh_ip, &changes, &metrics)
+            })
+            .clone();
+        let mut holding = AbortOnDrop({
+            let elector = elector.clone();
+            tokio::spawn(async move { elector.hold().await })
+        });
+        // Losing the Lease ends `lead` (its writes and its watches) but not
+        // the process: this replica's webhook goes on admitting, and it
+        // stands for election again.
+        let result = tokio::select! {
+            result = lead(&args, &ctx, client.clone(), &changes, store) => result,
+            lost = &mut holding.0 => {
+                let why = lost.unwrap_or_else(|e| anyhow::anyhow!("the Lease task ended: {e}"));
+                tracing::error!(
+                    error = %format!("{why:#}"),
+                    "stopped leading: another replica may lead now; admitting as before and standing for election again"
+                );
+                metrics.leader.set(0);
+                continue;
+            }
+            _ = terminate.recv() => { tracing::info!("SIGTERM received"); Ok(()) }
+            _ = interrupt.recv() => { tracing::info!("SIGINT received"); Ok(()) }
+        };
+        metrics.leader.set(0);
+        if result.is_ok() {
+            elector.release().await;
+        }
+        return result;
     }
-    metrics.leader.set(1);
-    let mut holding = AbortOnDrop({
-        let elector = elector.clone();
-        tokio::spawn(async move { elector.hold().await })
-    });
-    let result = tokio::select! {
-        result = lead(&args, &ctx, client, &changes, early) => result,
-        lost = &mut holding.0 => Err(lost.unwrap_or_else(|e| anyhow::anyhow!("the Lease task ended: {e}")))
-            .context("stopping: another replica may lead now; a restart rejoins the election"),
-        _ = terminate.recv() => { tracing::info!("SIGTERM received"); Ok(()) }
-        _ = interrupt.recv() => { tracing::info!("SIGINT received"); Ok(()) }
-    };
-    metrics.leader.set(0);
-    if result.is_ok() {
-        elector.release().await;
-    }
-    result
 }
 
 /// What the leader does: watch, then reconcile on every change and timer.
@@ -160,18 +180,12 @@ async fn lead(
     ctx: &Context,
     client: kube::Client,
     changes: &Arc<Changes>,
-    reservations: Option<Store<Lease>>,
+    reservations: Store<Lease>,
 ) -> anyhow::Result<()> {
-    let reservations = reservations.unwrap_or_else(|| {
-        reserving::watch(
-            &client,
-            &args.lease_namespace,
-            ctx.ssh_ip,
-            changes,
-            &ctx.metrics,
-        )
-    });
-    let pods: Store<Pod> = k8s::reflector::spawn_reflector(
+    // The term's watches: they end with it (a JoinSet aborts its tasks
+    // when dropped).
+    let mut watches = tokio::task::JoinSet::new();
+    let (pods, task): (Store<Pod>, _) = k8s::reflector::reflector_task(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
             "{}={}",
@@ -183,10 +197,11 @@ async fn lead(
         changes,
         &ctx.metrics.api_errors,
     );
+    watches.spawn(task);
     // Services: ours, and the others the agents honour (they may hold a
     // port on the SSH IP). Nothing else in the cluster is read.
     let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
-    let ours: Store<Service> = k8s::reflector::spawn_reflector(
+    let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
         Api::all(client.clone()),
         watcher::Config::default().labels(&managed),
         prune_service,
@@ -194,7 +209,8 @@ async fn lead(
         changes,
         &ctx.metrics.api_errors,
     );
-    let others: Store<Service> = k8s::reflector::spawn_reflector(
+    watches.spawn(task);
+    let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
         Api::all(client),
         watcher::Config::default().labels(&others_selector(&args.selector)),
         prune_service,
@@ -202,6 +218,7 @@ async fn lead(
         changes,
         &ctx.metrics.api_errors,
     );
+    watches.spawn(task);
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
     ours.wait_until_ready().await?;

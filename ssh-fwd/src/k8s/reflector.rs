@@ -77,11 +77,35 @@ where
         + Sync
         + 'static,
 {
+    let (reader, task) = reflector_task(api, config, prune, kind, changes, errors);
+    tokio::spawn(task);
+    reader
+}
+
+/// [`spawn_reflector`] for an owner that runs the task itself (in a
+/// `JoinSet`, say), so that the watch ends when the owner does.
+pub fn reflector_task<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    prune: fn(&mut K),
+    kind: &'static str,
+    changes: &Arc<Changes>,
+    errors: &Counter,
+) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
     let (reader, writer) = reflector::store();
     let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(prune));
     let changes = changes.clone();
     let errors = errors.clone();
-    tokio::spawn(async move {
+    let task = async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -97,8 +121,8 @@ where
                 }
             }
         }
-    });
-    reader
+    };
+    (reader, task)
 }
 
 /// Server-side-apply bookkeeping is often the largest part of an object

@@ -104,6 +104,7 @@ async fn a_leader_whose_api_stalls_stops_writing_before_its_lease_could_expire()
     bed.pod("job-2");
     tokio::time::sleep(Duration::from_secs(4)).await; // twice the Lease duration
     bed.api.resume();
+    let resumed = std::time::Instant::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let requests = bed.requests_of("a");
     let renewed = requests
@@ -115,22 +116,69 @@ async fn a_leader_whose_api_stalls_stops_writing_before_its_lease_could_expire()
         .expect("the leader renewed before the stall");
     // A standby seeing that renewal would take over 2 s later.
     let expired = renewed + Duration::from_secs(2);
-    let late: Vec<&Request> = requests
-        .iter()
-        .filter(|r| !matches!(r.verb, "get" | "list" | "watch") && r.at >= expired)
+    let writes = || {
+        requests
+            .iter()
+            .filter(|r| !matches!(r.verb, "get" | "list" | "watch"))
+    };
+    let late: Vec<&Request> = writes()
+        .filter(|r| r.at >= expired && r.at < resumed)
         .collect();
     assert!(
         late.is_empty(),
         "writes after the Lease could have expired: {late:?}"
     );
-    assert!(
-        bed.endpoint("job-2").is_none(),
-        "the stalled leader did not serve job-2"
+    // Once the API answers, the first write is the Lease taken anew.
+    let first = writes().filter(|r| r.at >= resumed).min_by_key(|r| r.at);
+    assert_eq!(
+        first.map(|r| r.resource.as_str()),
+        Some("leases"),
+        "{first:?}"
     );
-    let ended = tokio::time::timeout(Duration::from_secs(5), a)
+    // It stopped leading, not running: with the API back and nobody else
+    // standing, it takes the Lease again and serves job-2.
+    bed.annotated("job-2").await;
+    assert!(!a.is_finished(), "the replica keeps running");
+    assert_eq!(lease_holder(&bed).as_deref(), Some("a"));
+    a.abort();
+}
+
+#[tokio::test]
+async fn a_replica_that_loses_its_lease_goes_on_admitting() {
+    use super::webhook::{free_port, patched, post, review, write_pair};
+    let bed = Bed::new();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = write_pair(certs.path());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let dir = certs.path().display().to_string();
+    let a = bed.controller(
+        "a",
+        &[
+            "--webhook-addr",
+            &addr,
+            "--webhook-cert-dir",
+            &dir,
+            "--image",
+            "ssh-fwd:test",
+        ],
+    );
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    // The API stalls past the Lease's term: the leader steps down.
+    bed.api.stall();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    bed.api.resume();
+    let pod = crate::controller::webhook::mutate::tests::job_pod();
+    let (status, answer) = post(port, &ca, &review("after-the-stall", &pod))
         .await
-        .expect("the stalled leader stops on its own")
-        .unwrap();
-    let error = format!("{:#}", ended.unwrap_err());
-    assert!(error.contains("Lease"), "{error}");
+        .expect("the webhook still serves");
+    assert_eq!(status, 200, "{answer}");
+    let admitted = patched(&answer, &pod);
+    assert!(
+        admitted["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string(),
+        "a port, once the API answers again: {answer}"
+    );
+    assert!(!a.is_finished());
+    a.abort();
 }
