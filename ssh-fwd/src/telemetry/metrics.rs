@@ -3,7 +3,7 @@
 //! bucket layouts its histograms share.
 
 use prometheus_client::{
-    encoding::text::encode,
+    encoding::text::{encode_eof, encode_registry},
     metrics::histogram::{Histogram, exponential_buckets},
     registry::Registry,
 };
@@ -17,13 +17,18 @@ pub fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 4.0, 11))
 }
 
-/// The registry as OpenMetrics text. Writing into a `String` cannot fail;
-/// a collector that fails is named in a comment instead of ending the body.
+/// The registry, and the process's own figures (`accept.rs`), as
+/// OpenMetrics text. Writing into a `String` cannot fail; a collector that
+/// fails is named in a comment instead of ending the body.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
-    if let Err(e) = encode(&mut out, registry) {
+    let encoded = encode_registry(&mut out, registry)
+        .and_then(|()| encode_registry(&mut out, &super::accept::process_registry()));
+    if let Err(e) = encoded {
         out.push_str(&format!("# encoding failed: {e}\n"));
     }
+    // Writing into a String cannot fail.
+    let _ = encode_eof(&mut out);
     out
 }
 
