@@ -19,9 +19,9 @@ use common::{Bed, FRONTEND};
 use ssh_fwd::datapath::{conntrack::clock_ns, pins::PinLayout};
 use ssh_fwd_common::maps::{
     CONN_CAPACITY, CONNS, Conn, ConnKey, Endpoint, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY,
-    HalfOpen, NatTarget,
+    HalfOpen, MAX_MAPPINGS, NatTarget,
 };
-use ssh_fwd_tests::{NetNs, Topology, cmd, privilege};
+use ssh_fwd_tests::{NetNs, Topology, agent::write_mappings, cmd, privilege};
 
 const METRICS: &str = "127.0.0.1:9102";
 
@@ -320,4 +320,56 @@ fn metrics_answer_within_100ms_with_full_connection_tables() {
     let body = assert_scrapes_are_fast(&bed.topo.nodes[0].ns);
     assert!(body.contains("ssh_fwd_datapath_readable 1"), "{body}");
     assert!(body.contains("ssh_fwd_mappings 1"), "{body}");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn metrics_answer_within_100ms_with_full_mapping_and_connection_tables() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &["--metrics-addr", METRICS],
+    )
+    .unwrap();
+    let names: Vec<(String, String)> = (0..MAX_MAPPINGS)
+        .map(|i| (format!("job-{i}"), format!("198.18.0.10:{}", 10_000 + i)))
+        .collect();
+    let mut entries: Vec<(&str, &str, &str)> = names
+        .iter()
+        .map(|(name, frontend)| (name.as_str(), frontend.as_str(), "10.244.1.5:22"))
+        .collect();
+    entries[0] = ("a", FRONTEND, "10.244.1.5:22");
+    write_mappings(&bed.mappings, &entries).unwrap();
+    bed.agents[0]
+        .wait_for_log(
+            &format!("\"mappings\":{MAX_MAPPINGS}"),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+    let layout = PinLayout::new(bed.bpffs[0].path());
+    let frontend = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
+    let backend = Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22);
+    fill_connection_tables(&layout, frontend, backend);
+    let node = &bed.topo.nodes[0].ns;
+    let body = assert_scrapes_are_fast(node);
+    assert!(
+        body.contains(&format!("ssh_fwd_mappings {MAX_MAPPINGS}")),
+        "{body}"
+    );
+    // The rows of every mapping arrive, rendered off the scrapes' path.
+    let last = format!(
+        "ssh_fwd_mapping_packets_total{{mapping=\"job-{}\"",
+        MAX_MAPPINGS - 1
+    );
+    let rows = cmd::wait_until(Duration::from_secs(30), || {
+        get(node, "/metrics").is_ok_and(|(_, body, _)| {
+            body.contains(&last)
+                && body.matches("ssh_fwd_mapping_bytes_total{").count() == 2 * MAX_MAPPINGS as usize
+        })
+    });
+    assert!(
+        rows,
+        "the per-mapping rows never covered all {MAX_MAPPINGS} mappings"
+    );
 }

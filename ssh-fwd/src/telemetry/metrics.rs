@@ -21,14 +21,26 @@ pub fn seconds_histogram() -> Histogram {
 /// OpenMetrics text. Writing into a `String` cannot fail; a collector that
 /// fails is named in a comment instead of ending the body.
 pub fn render(registry: &Registry) -> String {
-    let mut out = String::new();
-    let encoded = encode_registry(&mut out, registry)
-        .and_then(|()| encode_registry(&mut out, &super::accept::process_registry()));
-    if let Err(e) = encoded {
-        out.push_str(&format!("# encoding failed: {e}\n"));
-    }
+    render_with(registry, "")
+}
+
+/// As [`render`], with `rendered` appended: families [`families`] rendered
+/// earlier (`snapshot.rs`).
+pub fn render_with(registry: &Registry, rendered: &str) -> String {
+    let mut out = families(registry);
+    out.push_str(&families(&super::accept::process_registry()));
+    out.push_str(rendered);
     // Writing into a String cannot fail.
     let _ = encode_eof(&mut out);
+    out
+}
+
+/// The registry's families as OpenMetrics text, without the final `# EOF`.
+pub fn families(registry: &Registry) -> String {
+    let mut out = String::new();
+    if let Err(e) = encode_registry(&mut out, registry) {
+        out.push_str(&format!("# encoding failed: {e}\n"));
+    }
     out
 }
 

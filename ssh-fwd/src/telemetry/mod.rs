@@ -1,7 +1,8 @@
 //! What a running process tells its operator: logs ([`logging`]), and the
 //! HTTP endpoints `/metrics`, `/healthz` and `/readyz` ([`http`]) with the
-//! metrics encoded by `prometheus-client` ([`metrics`]), and the accept loop
-//! every server uses ([`accept`]). Commands and the
+//! metrics encoded by `prometheus-client` ([`metrics`]), the accept loop
+//! every server uses ([`accept`]) and the families too costly to render on
+//! every scrape ([`snapshot`]). Commands and the
 //! data path register what they measure here; this layer depends on
 //! neither.
 
@@ -9,3 +10,4 @@ pub mod accept;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod snapshot;
