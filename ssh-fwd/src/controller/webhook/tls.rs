@@ -190,3 +190,6 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: axu
         });
     }
 }
+
+#[cfg(test)]
+mod tests;
