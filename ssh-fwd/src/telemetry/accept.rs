@@ -8,10 +8,10 @@
 //! `ssh_fwd_accept_errors_total`. While descriptors are scarce, accepts
 //! alternate between failing and succeeding (each connection that ends
 //! frees one): an episode ends only at an accept [`SETTLE`] after the last
-//! failure, so one shortage is reported once, not once per connection. axum's own loop for `TcpListener` sleeps
-//! a fixed second per failure and, without its `tracing` feature, says
-//! nothing; hyper has no loop of its own: hence this one, as an
-//! `axum::serve::Listener` both servers use.
+//! failure, so one shortage is reported once, not once per connection.
+//! axum's own loop for `TcpListener` sleeps a fixed second per failure and,
+//! without its `tracing` feature, says nothing; hyper has no loop of its
+//! own: hence this one, as an `axum::serve::Listener` both servers use.
 
 use std::{fmt::Write as _, future::Future, io, net::SocketAddr, sync::LazyLock, time::Duration};
 

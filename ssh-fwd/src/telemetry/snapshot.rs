@@ -7,7 +7,8 @@
 //! one scrape old, and a scrape never waits on them longer than [`WAIT`].
 //! The first rendering starts with the process; only a scrape that comes
 //! before it is done, with nothing to serve yet, waits for all of it. At
-//! most one rendering runs at a time.
+//! most one rendering runs at a time; one that fails (the maps unreadable
+//! for a moment) leaves the last text in place.
 
 use std::{
     sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError},
@@ -19,8 +20,9 @@ pub const FRESH: Duration = Duration::from_secs(1);
 /// How long a scrape waits for a new rendering when it has an older one.
 pub const WAIT: Duration = Duration::from_millis(30);
 
-/// Renders OpenMetrics families (no `# EOF`) for a scrape.
-pub type Render = Box<dyn Fn() -> String + Send + Sync>;
+/// Renders OpenMetrics families (no `# EOF`) for a scrape; `None` if it
+/// cannot now.
+pub type Render = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// Rendered text, refreshed on demand off the scrape's path.
 #[derive(Clone)]
@@ -45,7 +47,7 @@ struct State {
 
 impl Snapshot {
     /// Starts the first rendering at once.
-    pub fn new(render: impl Fn() -> String + Send + Sync + 'static) -> Self {
+    pub fn new(render: impl Fn() -> Option<String> + Send + Sync + 'static) -> Self {
         Self::with_timing(FRESH, WAIT, Box::new(render))
     }
 
@@ -134,8 +136,9 @@ fn spawn_rendering(inner: Arc<Inner>) {
         .name("metrics-render".into())
         .spawn(move || {
             let started = Instant::now();
-            let text: Arc<str> = (guard.0.render)().into();
-            guard.0.lock().text = Some((text, started));
+            if let Some(text) = (guard.0.render)() {
+                guard.0.lock().text = Some((text.into(), started));
+            }
         });
     if let Err(e) = spawned {
         // The guard went down with the closure: the next scrape tries again.

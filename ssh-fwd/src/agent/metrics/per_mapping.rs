@@ -21,16 +21,15 @@ use crate::{
     telemetry::metrics,
 };
 
-/// The families as OpenMetrics text; none when the pinned maps cannot be
-/// read (`ssh_fwd_datapath_readable` says so).
-pub fn render(layout: &PinLayout) -> String {
-    let Ok(maps) = Maps::open_pinned(layout) else {
-        return String::new();
-    };
-    let rows = stats::mappings(&maps).unwrap_or_default();
+/// The families as OpenMetrics text; `None` when the pinned maps cannot
+/// be read now (`ssh_fwd_datapath_readable` says so), and the last
+/// rendering stays.
+pub fn render(layout: &PinLayout) -> Option<String> {
+    let maps = Maps::open_pinned(layout).ok()?;
+    let rows = stats::mappings(&maps).ok()?;
     let mut registry = Registry::with_prefix("ssh_fwd");
     registry.register_collector(Box::new(PerMapping { rows }));
-    metrics::families(&registry)
+    Some(metrics::families(&registry))
 }
 
 #[derive(Debug)]

@@ -17,7 +17,7 @@ fn counting(took: Duration) -> (Render, Arc<AtomicUsize>, Arc<AtomicUsize>) {
         m.fetch_max(now, Ordering::SeqCst);
         std::thread::sleep(took);
         running.fetch_sub(1, Ordering::SeqCst);
-        format!("rendering {}\n", d.fetch_add(1, Ordering::SeqCst))
+        Some(format!("rendering {}\n", d.fetch_add(1, Ordering::SeqCst)))
     };
     (Box::new(render), done, most_at_once)
 }
@@ -92,10 +92,21 @@ fn a_rendering_that_panics_does_not_stop_later_ones() {
             c.fetch_add(1, Ordering::SeqCst) > 0,
             "the first rendering fails"
         );
-        "recovered\n".to_owned()
+        Some("recovered\n".to_owned())
     };
     let snapshot = Snapshot::with_timing(Duration::ZERO, 100 * MS, Box::new(render));
     let texts: Vec<Arc<str>> = (0..3).map(|_| snapshot.text()).collect();
     assert_eq!(&*texts[0], "", "nothing rendered yet");
     assert!(texts.iter().any(|t| &**t == "recovered\n"), "{texts:?}");
+}
+
+#[test]
+fn a_rendering_that_cannot_be_done_keeps_the_last_text() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&calls);
+    let render = move || (c.fetch_add(1, Ordering::SeqCst) == 0).then(|| "first\n".to_owned());
+    let snapshot = Snapshot::with_timing(Duration::ZERO, 100 * MS, Box::new(render));
+    assert_eq!(&*snapshot.text(), "first\n");
+    assert_eq!(&*snapshot.text(), "first\n");
+    assert!(calls.load(Ordering::SeqCst) >= 2, "it tried again");
 }
