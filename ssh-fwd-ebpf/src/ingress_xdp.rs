@@ -19,6 +19,7 @@ use crate::{
     icmp, ipopt,
     maps::{FRONTENDS, REVERSE},
     packet::{Headers, Transport, parse, put_addr, put_word, word},
+    partial,
 };
 
 #[xdp]
@@ -77,7 +78,9 @@ fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
 }
 
 /// Rewrites the destination and both checksums in place. `None`: the
-/// headers were not where parsing found them (nothing written).
+/// headers were not where parsing found them (nothing written). A TCP
+/// checksum still to be completed holds the pseudo-header sum only: it
+/// takes the address change, and no complement (`partial.rs`).
 #[inline(always)]
 fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) -> Option<()> {
     let addr_diff = csum::diff32(frontend.addr, backend.addr);
@@ -85,16 +88,17 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
     let l4 = h.l4();
     let ip_check = word(ctx, ETH_HLEN + IPV4_CHECK_OFF)?;
     let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
+    let new_tcp_check = if partial::is_partial(ctx, h, tcp_check) {
+        csum::add(tcp_check, addr_diff)
+    } else {
+        csum::apply(tcp_check, addr_diff + port_diff)
+    };
     put_word(
         ctx,
         ETH_HLEN + IPV4_CHECK_OFF,
         csum::apply(ip_check, addr_diff),
     )?;
-    put_word(
-        ctx,
-        l4 + TCP_CHECK_OFF,
-        csum::apply(tcp_check, addr_diff + port_diff),
-    )?;
+    put_word(ctx, l4 + TCP_CHECK_OFF, new_tcp_check)?;
     put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
     put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
 }

@@ -29,6 +29,7 @@ mod ingress_xdp;
 mod ipopt;
 mod maps;
 mod packet;
+mod partial;
 mod reply_tc;
 mod skb;
 

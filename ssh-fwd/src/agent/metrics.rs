@@ -1,5 +1,8 @@
 //! The agent's metrics: the figures it records as it reconciles, and the data
-//! path's own counters, read from the pinned maps at each scrape.
+//! path's own counters, read from the pinned maps at each scrape; those of
+//! each mapping off the scrape's path ([`per_mapping`]).
+
+mod per_mapping;
 
 use std::sync::{
     Arc,
@@ -18,14 +21,11 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use ssh_fwd_common::{
-    maps::MappingCounters,
-    outcome::{Class, Outcome, live_connections},
-};
+use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
 use crate::{
-    datapath::{maps::Maps, maps::show, pins::PinLayout, stats, status::StatusMap},
-    telemetry::{http::Endpoints, metrics},
+    datapath::{maps::Maps, pins::PinLayout, status::StatusMap},
+    telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
 };
 
 /// What the reconcile loop records.
@@ -129,10 +129,11 @@ impl AgentMetrics {
 
     /// `/metrics`, `/healthz` and `/readyz` for this agent.
     pub fn endpoints(&self, layout: PinLayout) -> Endpoints {
-        let registry = Arc::new(self.registry(layout));
+        let registry = Arc::new(self.registry(layout.clone()));
+        let per_mapping = Snapshot::new(move || per_mapping::render(&layout));
         let ready = self.ready.clone();
         Endpoints {
-            metrics: Arc::new(move || metrics::render(&registry)),
+            metrics: Arc::new(move || metrics::render_with(&registry, &per_mapping.text())),
             ready: Arc::new(move || {
                 if ready.load(Ordering::Relaxed) {
                     Ok(())
@@ -176,21 +177,6 @@ impl Collector for DatapathCollector {
             None,
             up.metric_type(),
         )?)?;
-        let rows = stats::mappings(&maps).unwrap_or_default();
-        per_mapping(
-            &mut encoder,
-            "mapping_packets",
-            "Packets per mapping and direction.",
-            &rows,
-            |c| (c.packets_in, c.packets_out),
-        )?;
-        per_mapping(
-            &mut encoder,
-            "mapping_bytes",
-            "Bytes per mapping and direction.",
-            &rows,
-            |c| (c.bytes_in, c.bytes_out),
-        )?;
         if let Ok(outcomes) = maps.outcome_counters() {
             let mut family = encoder.encode_descriptor(
                 "packets",
@@ -256,29 +242,4 @@ impl Collector for DatapathCollector {
         }
         Ok(())
     }
-}
-
-/// One counter family with a sample per mapping and direction; `pick`
-/// chooses the (in, out) pair from the counters.
-fn per_mapping(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    rows: &[stats::MappingStats],
-    pick: impl Fn(&MappingCounters) -> (u64, u64),
-) -> Result<(), std::fmt::Error> {
-    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for row in rows {
-        let (inbound, outbound) = pick(&row.counters);
-        for (direction, value) in [("in", inbound), ("out", outbound)] {
-            let labels = [
-                ("mapping", row.name.clone()),
-                ("frontend", show(&row.frontend)),
-                ("backend", show(&row.backend)),
-                ("direction", direction.to_owned()),
-            ];
-            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
-        }
-    }
-    Ok(())
 }

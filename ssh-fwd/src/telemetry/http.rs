@@ -12,7 +12,10 @@ use axum::{
 };
 use tokio::net::TcpListener;
 
-use super::metrics::CONTENT_TYPE;
+use super::{
+    accept::{Accepting, Server},
+    metrics::CONTENT_TYPE,
+};
 
 /// What the endpoints answer with.
 #[derive(Clone)]
@@ -32,7 +35,7 @@ pub async fn serve(addr: SocketAddr, endpoints: Endpoints) -> anyhow::Result<()>
     tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
     let app = router(endpoints);
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = axum::serve(Accepting::new(listener, Server::Metrics), app).await {
             tracing::error!(%addr, error = %e, "the metrics endpoint stopped");
         }
     });

@@ -3,7 +3,7 @@
 //! bucket layouts its histograms share.
 
 use prometheus_client::{
-    encoding::text::encode,
+    encoding::text::{encode_eof, encode_registry},
     metrics::histogram::{Histogram, exponential_buckets},
     registry::Registry,
 };
@@ -17,11 +17,28 @@ pub fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 4.0, 11))
 }
 
-/// The registry as OpenMetrics text. Writing into a `String` cannot fail;
-/// a collector that fails is named in a comment instead of ending the body.
+/// The registry, and the process's own figures (`accept.rs`), as
+/// OpenMetrics text. Writing into a `String` cannot fail; a collector that
+/// fails is named in a comment instead of ending the body.
 pub fn render(registry: &Registry) -> String {
+    render_with(registry, "")
+}
+
+/// As [`render`], with `rendered` appended: families [`families`] rendered
+/// earlier (`snapshot.rs`).
+pub fn render_with(registry: &Registry, rendered: &str) -> String {
+    let mut out = families(registry);
+    out.push_str(&families(&super::accept::process_registry()));
+    out.push_str(rendered);
+    // Writing into a String cannot fail.
+    let _ = encode_eof(&mut out);
+    out
+}
+
+/// The registry's families as OpenMetrics text, without the final `# EOF`.
+pub fn families(registry: &Registry) -> String {
     let mut out = String::new();
-    if let Err(e) = encode(&mut out, registry) {
+    if let Err(e) = encode_registry(&mut out, registry) {
         out.push_str(&format!("# encoding failed: {e}\n"));
     }
     out

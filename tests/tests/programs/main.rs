@@ -152,6 +152,7 @@ mod capacity;
 mod conntrack;
 mod icmp;
 mod option;
+mod partial;
 mod redirect;
 
 const JOB: (&str, &str, &str) = ("job", "198.18.0.10:8022", "10.244.1.5:22");

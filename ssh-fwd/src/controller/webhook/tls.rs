@@ -2,8 +2,9 @@
 //! uses) with a certificate resolver whose key pair is swapped in place when
 //! new files or a renewed Secret arrive, so a renewal needs no restart and
 //! drops no connection. The accept loop is the few lines hyper's own
-//! examples have: axum-server would do it too, but its rustls feature
-//! brings a second crypto provider (aws-lc) into the build.
+//! examples have, on the accept loop `/metrics` uses too: axum-server would
+//! do it as well, but its rustls feature brings a second crypto provider
+//! (aws-lc) into the build.
 
 use std::{
     path::{Path, PathBuf},
@@ -18,6 +19,8 @@ use rustls::{
     sign::CertifiedKey,
 };
 use tokio::net::TcpListener;
+
+use crate::telemetry::accept::{Accepting, Server};
 
 /// Why a certificate and key cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -162,19 +165,13 @@ impl CertDir {
 }
 
 /// Serves `router` over TLS on `listener`, one HTTP/1.1 connection per
-/// accepted stream. A failed accept (file descriptors exhausted) pauses
-/// the loop instead of spinning.
+/// accepted stream. A failed accept (file descriptors exhausted) backs off
+/// and is reported once (`telemetry::accept`).
 pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: axum::Router) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let mut listener = Accepting::new(listener, Server::Webhook);
     loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "the webhook cannot accept a connection; pausing");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                continue;
-            }
-        };
+        let (stream, _) = listener.next().await;
         let acceptor = acceptor.clone();
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
@@ -193,3 +190,6 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: axu
         });
     }
 }
+
+#[cfg(test)]
+mod tests;
