@@ -1,0 +1,159 @@
+//! Pins deleted behind a running agent's back (an `rm -rf` on bpffs, a
+//! cleanup script) come back at its next resync: the maps are pinned again
+//! from the agent's own handles, and the links, gone with their pins, are
+//! attached and pinned again, so forwarding, hairpin and `ssh-fwd
+//! list`/`status` come back by themselves.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use common::{Bed, EXTERNAL_IP, FRONTEND, Session};
+use ssh_fwd_common::maps::LAYOUT_VERSION;
+use ssh_fwd_tests::{NetNs, Topology, cgroup::TestCgroup, cmd, privilege};
+
+/// Every pin under `dir`, as paths relative to it, sorted.
+fn pins(dir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else {
+                out.push(path.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// `sock-probe tcp EXTERNAL_IP port` from `ns` in `cgroup`: `peer
+/// FRONTEND` when hairpin translated the connect.
+fn probe(cgroup: &TestCgroup, ns: &NetNs, port: u16) -> String {
+    let bin = env!("CARGO_BIN_EXE_sock-probe");
+    let out = cmd::run(
+        cgroup
+            .command(Some(ns), bin)
+            .args(["tcp", EXTERNAL_IP, &port.to_string()]),
+    )
+    .unwrap();
+    out.lines().next().unwrap_or_default().to_owned()
+}
+
+/// GET /metrics from the agent inside the node namespace.
+fn metrics(node: &NetNs) -> String {
+    let script = "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET /metrics HTTP/1.1\\r\\nHost: agent\\r\\nConnection: close\\r\\n\\r\\n' >&3; cat <&3";
+    cmd::run(node.command("timeout").args(["10", "bash", "-c", script])).unwrap()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn deleted_map_and_link_pins_are_restored_by_the_resync_and_forwarding_comes_back() {
+    privilege::require();
+    let cgroup = TestCgroup::new().unwrap();
+    let root = cgroup.path().display().to_string();
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[
+            "--resync-interval",
+            "1s",
+            "--hairpin",
+            "auto",
+            "--cgroup-root",
+            &root,
+            "--metrics-addr",
+            "127.0.0.1:9102",
+        ],
+    )
+    .unwrap();
+    let node = &bed.topo.nodes[0].ns;
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    assert_eq!(probe(&cgroup, node, 8022), format!("peer {FRONTEND}"));
+    let version = bed.bpffs[0].path().join(format!("v{LAYOUT_VERSION}"));
+    let before = pins(&version);
+    for pin in [
+        "maps/FRONTENDS",
+        "maps/CONNS",
+        "maps/AGENT_STATUS",
+        "links/ext0/ingress-tc",
+        "links/ext0/egress-tc",
+    ] {
+        assert!(before.contains(&PathBuf::from(pin)), "{pin} in {before:?}");
+    }
+    let pod_link = before
+        .iter()
+        .find(|p| p.starts_with("pod-links"))
+        .cloned()
+        .expect("a reply link on the pod's interface");
+    let hairpin: Vec<&PathBuf> = before.iter().filter(|p| p.starts_with("hairpin")).collect();
+    assert_eq!(hairpin.len(), 2, "connect4 and getpeername4: {before:?}");
+    let hooks = bed.bpffs[0].list_of("hooks").unwrap();
+
+    // The map pins one by one, the links' directories whole.
+    for map in std::fs::read_dir(version.join("maps")).unwrap() {
+        std::fs::remove_file(map.unwrap().path()).unwrap();
+    }
+    for dir in ["links", "pod-links", "hairpin"] {
+        std::fs::remove_dir_all(version.join(dir)).unwrap();
+    }
+
+    assert!(
+        cmd::wait_until(Duration::from_secs(15), || pins(&version) == before),
+        "pins not restored: {:?}, was {before:?}",
+        pins(&version)
+    );
+    // Forwarding is back: the open session (its connection state was kept),
+    // new logins, and hairpin.
+    session.echo("after-repair").unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert_eq!(probe(&cgroup, node, 8022), format!("peer {FRONTEND}"));
+    // The restored pins are read back by list and status.
+    let list = bed.bpffs[0].list().unwrap();
+    assert_eq!(list["mappings"].as_array().map_or(0, Vec::len), 1, "{list}");
+    assert_eq!(list["hooks"], hooks, "the same hooks as before");
+    assert!(list["tracked_connections"].as_u64().unwrap() >= 1, "{list}");
+    let status = cmd::run(
+        Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["status", "-o", "json", "--bpffs"])
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["agent"], "running", "{status}");
+    assert_eq!(status["mappings"], 1, "{status}");
+
+    // Each repair is logged once, naming its pin, and counted.
+    let log = bed.agents[0].log();
+    for pin in ["maps/FRONTENDS", "links/ext0/ingress-tc", "links/ext0/egress-tc"]
+        .map(PathBuf::from)
+        .iter()
+        .chain([&pod_link])
+        .chain(hairpin.iter().copied())
+    {
+        let path = version.join(pin).display().to_string();
+        let lines = log
+            .lines()
+            .filter(|l| l.contains("restored") && l.contains(&path))
+            .count();
+        assert_eq!(lines, 1, "one log line restoring {path}:\n{log}");
+    }
+    let restored = before.len();
+    assert!(
+        metrics(node).contains(&format!("ssh_fwd_pins_restored_total {restored}")),
+        "{}",
+        metrics(node)
+    );
+}
