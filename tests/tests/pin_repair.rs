@@ -2,7 +2,8 @@
 //! cleanup script) come back at its next resync: the maps are pinned again
 //! from the agent's own handles, and the links, gone with their pins, are
 //! attached and pinned again, so forwarding, hairpin and `ssh-fwd
-//! list`/`status` come back by themselves.
+//! list`/`status` come back by themselves. The agent here adopted its
+//! links from a previous agent's pins, as after any restart or upgrade.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,9 +18,12 @@ use std::{
     time::Duration,
 };
 
+use aya::programs::{SchedClassifier, TcAttachType};
 use common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use ssh_fwd_common::maps::LAYOUT_VERSION;
-use ssh_fwd_tests::{NetNs, Topology, cgroup::TestCgroup, cmd, privilege};
+use ssh_fwd_tests::{
+    Agent, NetNs, Topology, cgroup::TestCgroup, cmd, privilege, topology::EXT_IFACE,
+};
 
 /// Every pin under `dir`, as paths relative to it, sorted.
 fn pins(dir: &Path) -> Vec<PathBuf> {
@@ -52,6 +56,32 @@ fn probe(cgroup: &TestCgroup, ns: &NetNs, port: u16) -> String {
     out.lines().next().unwrap_or_default().to_owned()
 }
 
+/// The programs attached with tcx to `iface` in `ns`: (ingress, egress).
+fn tcx_programs(ns: &NetNs, iface: &str) -> (usize, usize) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter_on_this_thread().unwrap();
+            let count = |t| SchedClassifier::query_tcx(iface, t).unwrap().1.len();
+            (count(TcAttachType::Ingress), count(TcAttachType::Egress))
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+/// The hairpin programs attached to `cgroup`.
+fn cgroup_programs(cgroup: &TestCgroup) -> usize {
+    let out = cmd::run(
+        Command::new("bpftool")
+            .args(["cgroup", "show"])
+            .arg(cgroup.path()),
+    )
+    .unwrap();
+    out.lines()
+        .filter(|l| l.contains("connect4") || l.contains("getpeername4"))
+        .count()
+}
+
 /// GET /metrics from the agent inside the node namespace.
 fn metrics(node: &NetNs) -> String {
     let script = "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET /metrics HTTP/1.1\\r\\nHost: agent\\r\\nConnection: close\\r\\n\\r\\n' >&3; cat <&3";
@@ -64,23 +94,43 @@ fn deleted_map_and_link_pins_are_restored_by_the_resync_and_forwarding_comes_bac
     privilege::require();
     let cgroup = TestCgroup::new().unwrap();
     let root = cgroup.path().display().to_string();
-    let bed = Bed::start(
+    let args = [
+        "--resync-interval",
+        "1s",
+        "--hairpin",
+        "auto",
+        "--cgroup-root",
+        &root,
+        "--metrics-addr",
+        "127.0.0.1:9102",
+    ];
+    let mut bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("a", FRONTEND, "10.244.1.5:22")],
-        &[
-            "--resync-interval",
-            "1s",
-            "--hairpin",
-            "auto",
-            "--cgroup-root",
-            &root,
-            "--metrics-addr",
-            "127.0.0.1:9102",
-        ],
+        &args,
+    )
+    .unwrap();
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    // A restarted agent: every link is adopted from its pin.
+    bed.agents[0].stop().unwrap();
+    bed.agents[0] = Agent::start(
+        &bed.topo.nodes[0].ns,
+        &[EXT_IFACE],
+        &bed.mappings,
+        &bed.bpffs[0],
+        &args,
     )
     .unwrap();
     let node = &bed.topo.nodes[0].ns;
-    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    let pod_iface = &bed.topo.pods[0].node_iface;
+    let attached = || {
+        (
+            tcx_programs(node, EXT_IFACE),
+            tcx_programs(node, pod_iface),
+            cgroup_programs(&cgroup),
+        )
+    };
+    assert_eq!(attached(), ((1, 1), (1, 0), 2));
     assert_eq!(probe(&cgroup, node, 8022), format!("peer {FRONTEND}"));
     let version = bed.bpffs[0].path().join(format!("v{LAYOUT_VERSION}"));
     let before = pins(&version);
@@ -115,6 +165,8 @@ fn deleted_map_and_link_pins_are_restored_by_the_resync_and_forwarding_comes_bac
         "pins not restored: {:?}, was {before:?}",
         pins(&version)
     );
+    // Each program is attached once again: the links are new, none doubled.
+    assert_eq!(attached(), ((1, 1), (1, 0), 2));
     // Forwarding is back: the open session (its connection state was kept),
     // new logins, and hairpin.
     session.echo("after-repair").unwrap();
@@ -137,11 +189,15 @@ fn deleted_map_and_link_pins_are_restored_by_the_resync_and_forwarding_comes_bac
 
     // Each repair is logged once, naming its pin, and counted.
     let log = bed.agents[0].log();
-    for pin in ["maps/FRONTENDS", "links/ext0/ingress-tc", "links/ext0/egress-tc"]
-        .map(PathBuf::from)
-        .iter()
-        .chain([&pod_link])
-        .chain(hairpin.iter().copied())
+    for pin in [
+        "maps/FRONTENDS",
+        "links/ext0/ingress-tc",
+        "links/ext0/egress-tc",
+    ]
+    .map(PathBuf::from)
+    .iter()
+    .chain([&pod_link])
+    .chain(hairpin.iter().copied())
     {
         let path = version.join(pin).display().to_string();
         let lines = log

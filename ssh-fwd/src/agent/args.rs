@@ -154,7 +154,8 @@ pub struct AgentArgs {
     pub bpffs: BpffsArg,
 
     /// How often the maps are re-read and repaired if anything changed them
-    /// behind the agent's back.
+    /// behind the agent's back, and deleted pins put back (a map pinned
+    /// again, a link attached and pinned again).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,
 

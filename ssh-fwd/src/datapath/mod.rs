@@ -24,22 +24,24 @@ pub mod pins;
 pub mod plan;
 pub mod pod_links;
 pub mod preflight;
+pub mod repair;
 pub mod stats;
 pub mod status;
 pub mod upgrade;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
 use aya::Ebpf;
 
 use conntrack::ConnTables;
-use hooks::AttachMode;
+use hooks::{AttachMode, Hook};
 use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
 use pins::PinLayout;
 use pod_links::PodLinks;
+use repair::MapPins;
 use status::StatusMap;
 use upgrade::Takeover;
 
@@ -71,6 +73,13 @@ pub struct Datapath {
     pub conns: ConnTables,
     pub status: StatusMap,
     pod_links: PodLinks,
+    layout: PinLayout,
+    /// Handles to the pinned maps, to pin again one whose pin is deleted.
+    map_pins: MapPins,
+    /// The external and cluster interfaces, with the ingress hook each got.
+    hooks: Vec<(String, Hook)>,
+    /// The cgroup the hairpin programs are attached to.
+    hairpin_root: Option<PathBuf>,
     /// The interfaces to other nodes the programs are attached to.
     pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
@@ -126,6 +135,7 @@ impl Datapath {
         let lock = AgentLock::take(layout)?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
+        let map_pins = MapPins::open(layout)?;
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(|e| {
             match preflight::explain_bpf_error(e.root_cause()) {
@@ -137,10 +147,12 @@ impl Datapath {
         if let Some(takeover) = &takeover {
             begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
         }
+        let mut hooks = Vec::new();
         for (iface, kind, mode) in &attach {
             let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
                 .with_context(|| format!("attaching to interface {iface}"))?;
             tracing::info!(iface, ingress = hook.name(), "attached");
+            hooks.push((iface.clone(), hook));
         }
         let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
@@ -168,6 +180,10 @@ impl Datapath {
             conns,
             status,
             pod_links,
+            layout: layout.clone(),
+            map_pins,
+            hooks,
+            hairpin_root,
             cluster_ifaces: cluster,
             adopted,
             _lock: lock,
@@ -175,8 +191,10 @@ impl Datapath {
     }
 
     /// Attaches the reply program to new pods' interfaces, drops the links
-    /// of vanished ones and rewrites the interface flags.
-    pub async fn scan_pods(&mut self) -> anyhow::Result<()> {
+    /// of vanished ones and rewrites the interface flags. Returns the pins of
+    /// links that were deleted behind the agent's back and are attached
+    /// again.
+    pub async fn scan_pods(&mut self) -> anyhow::Result<Vec<PathBuf>> {
         self.pod_links.sync(&mut self.ebpf).await
     }
 }
