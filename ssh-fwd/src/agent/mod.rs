@@ -52,6 +52,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             conn_table_size: args.conn_table_size,
             half_open_table_size: args.half_open_table_size,
             cross_node_plain: args.cross_node == CrossNode::Plain,
+            redirect: args.redirect,
         },
         legacy_grace: args.conn_idle_timeout,
         hairpin: datapath::hairpin::Settings {

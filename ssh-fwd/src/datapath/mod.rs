@@ -39,10 +39,12 @@ use hooks::{AttachMode, Hook};
 use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
+use object::RedirectMode;
 use pins::PinLayout;
 use pod_links::PodLinks;
 use repair::MapPins;
-use status::StatusMap;
+use ssh_fwd_common::maps::LoadedSettings;
+use status::{SettingsMap, StatusMap};
 use upgrade::Takeover;
 
 /// What [`Datapath::start`] attaches, and where.
@@ -136,6 +138,10 @@ impl Datapath {
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
         let map_pins = MapPins::open(layout)?;
+        let mut loaded = SettingsMap::from_ebpf(&mut ebpf)?;
+        if adopted {
+            announce_mode_change(loaded.read()?, &config.settings);
+        }
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(|e| {
             match preflight::explain_bpf_error(e.root_cause()) {
@@ -165,8 +171,9 @@ impl Datapath {
             layout,
             config.ifaces,
             &cluster,
-            config.pod_ifaces,
+            pod_ifaces(config),
         )?;
+        loaded.write(config.settings.recorded())?;
         if let Some(takeover) = takeover {
             takeover.finish()?;
             tracing::info!(
@@ -197,6 +204,35 @@ impl Datapath {
     pub async fn scan_pods(&mut self) -> anyhow::Result<Vec<PathBuf>> {
         self.pod_links.sync(&mut self.ebpf).await
     }
+}
+
+/// Logs a change of a setting baked into the programs. Nothing else is
+/// needed: this agent's programs replace the previous agent's in every
+/// pinned link as it attaches (pods' interfaces at its first scan), so no
+/// packet is handled in the old mode after that.
+fn announce_mode_change(previous: LoadedSettings, settings: &object::Settings) {
+    let before = RedirectMode::of(previous);
+    if before != settings.redirect {
+        tracing::info!(
+            from = before.name(),
+            to = settings.redirect.name(),
+            "--redirect changed: the previous agent's programs are replaced by ones loaded with \
+             the new mode in every pinned link"
+        );
+    }
+}
+
+/// Whether the reply program goes on pods' interfaces: with `--redirect
+/// off` it would only leave every reply to the stack.
+fn pod_ifaces(config: &Config<'_>) -> bool {
+    if config.pod_ifaces && config.settings.redirect == RedirectMode::Off {
+        tracing::info!(
+            "--redirect off: no reply program on pods' interfaces; replies take the node's \
+             forwarding path and get their frontend back as they leave the external interface"
+        );
+        return false;
+    }
+    config.pod_ifaces
 }
 
 /// Steps 2 and 3 of an upgrade (see [`upgrade`]): the older data path's
