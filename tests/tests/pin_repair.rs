@@ -213,3 +213,44 @@ fn deleted_map_and_link_pins_are_restored_by_the_resync_and_forwarding_comes_bac
         metrics(node)
     );
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_deleted_xdp_link_pin_is_attached_again_in_its_mode() {
+    privilege::require();
+    let bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &["--resync-interval", "1s", "--attach", "xdp-generic"],
+    )
+    .unwrap();
+    let links = bed.bpffs[0]
+        .path()
+        .join(format!("v{LAYOUT_VERSION}/links/{EXT_IFACE}"));
+    let before = pins(&links);
+    assert_eq!(
+        before,
+        [PathBuf::from("egress-tc"), "ingress-xdp-generic".into()]
+    );
+    std::fs::remove_dir_all(&links).unwrap();
+    assert!(
+        cmd::wait_until(Duration::from_secs(15), || pins(&links) == before),
+        "pins not restored: {:?}",
+        pins(&links)
+    );
+    let xdp = cmd::run(
+        bed.topo.nodes[0]
+            .ns
+            .command("ip")
+            .args(["link", "show", EXT_IFACE]),
+    )
+    .unwrap();
+    assert!(xdp.contains("xdpgeneric"), "{xdp}");
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    assert_eq!(
+        bed.agents[0].count_in_log("restored"),
+        2,
+        "{}",
+        bed.agents[0].log()
+    );
+}
