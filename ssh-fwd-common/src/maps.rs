@@ -45,6 +45,12 @@ pub const IFACES: &str = "IFACES";
 /// [`AgentStatus`], written by the agent, never read by the programs.
 pub const AGENT_STATUS: &str = "AGENT_STATUS";
 
+/// What the agent fixed in the running programs when it loaded them
+/// (`--redirect`), for `ssh-fwd status` and the next agent: one
+/// [`LoadedSettings`], written by the agent, never read by the programs
+/// (which have these as constants).
+pub const LOADED_SETTINGS: &str = "LOADED_SETTINGS";
+
 /// Backend -> until when (`bpf_ktime_get_coarse_ns`) its replies without
 /// tracked state may still belong to a connection an older data path
 /// forwarded (layout v3 tracked nothing): written only by the agent, when
@@ -59,7 +65,7 @@ pub const LEGACY_CONNS: &str = "LEGACY_CONNS";
 pub const LEGACY_CONN_CAPACITY: u32 = 65_536;
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 12] = [
+pub const ALL_MAPS: [&str; 13] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -69,6 +75,7 @@ pub const ALL_MAPS: [&str; 12] = [
     MAPPING_NAMES,
     IFACES,
     AGENT_STATUS,
+    LOADED_SETTINGS,
     LEGACY,
     LEGACY_CONNS,
     crate::hairpin::HAIRPIN_SOCKS,
@@ -369,6 +376,18 @@ impl AgentStatus {
     };
 }
 
+/// Value of [`LOADED_SETTINGS`]: `LOADED_*` flags. All zero, what a data
+/// path pinned before the map existed shows, is the default of every
+/// setting.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadedSettings {
+    pub flags: u32,
+}
+
+/// `--redirect off`: the programs send no translated packet on themselves.
+pub const LOADED_NO_REDIRECT: u32 = 1;
+
 /// Copies `text` into a zero-padded field, cut at a character boundary.
 pub fn put_text(field: &mut [u8], text: &str) {
     let mut end = text.len().min(field.len());
@@ -393,6 +412,7 @@ const _: () = assert!(size_of::<HalfOpen>() == 32);
 const _: () = assert!(size_of::<MappingCounters>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
 const _: () = assert!(size_of::<AgentStatus>() == 13 * 8 + STATUS_SOURCE_LEN + STATUS_ERROR_LEN);
+const _: () = assert!(size_of::<LoadedSettings>() == 4);
 
 impl HalfOpen {
     /// All zero, as [`Conn::ZERO`].
@@ -431,6 +451,8 @@ mod pod {
     unsafe impl aya::Pod for MappingName {}
     // SAFETY: as above.
     unsafe impl aya::Pod for AgentStatus {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for LoadedSettings {}
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ pub enum Outcome {
     /// straight out of the interface its route uses.
     ReplyRedirected = 13,
     /// Pod interface: a reply of a tracked connection left to the stack
-    /// (the route lookup could not settle it); the egress program rewrites it.
+    /// (the route lookup could not settle it, or `--redirect off`); the
+    /// egress program rewrites it.
     ReplyToStack = 14,
     /// The client's ACK completed a handshake: the connection is tracked.
     ConnEstablished = 15,

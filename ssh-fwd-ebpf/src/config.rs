@@ -14,3 +14,14 @@ pub fn cross_node_plain() -> bool {
     // not fold the default in before the loader sets it.
     unsafe { core::ptr::read_volatile(&CROSS_NODE_PLAIN) != 0 }
 }
+
+/// `--redirect off`: no program sends a translated packet on itself; every
+/// one goes through the kernel's forwarding path and its netfilter hooks.
+#[unsafe(no_mangle)]
+static NO_REDIRECT: u8 = 0;
+
+#[inline(always)]
+pub fn no_redirect() -> bool {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&NO_REDIRECT) != 0 }
+}

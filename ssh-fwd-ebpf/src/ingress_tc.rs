@@ -4,7 +4,8 @@
 //! and ICMP errors addressed to frontends. A translated packet is routed
 //! here and redirected to the backend's interface when the route allows
 //! (`crate::forward`): into the pod's namespace directly when that
-//! interface is a pod's veth.
+//! interface is a pod's veth. With `--redirect off` it goes to the stack,
+//! which routes it through netfilter.
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -18,6 +19,7 @@ use ssh_fwd_common::{
 };
 
 use crate::{
+    config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::{Sent, iface_flags, route, send},
@@ -41,6 +43,9 @@ enum Verdict {
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
     match ingress(&ctx) {
         Verdict::Forward { client, backend } => {
+            if no_redirect() {
+                return TC_ACT_UNSPEC;
+            }
             let Some(route) = route(&ctx, client, backend) else {
                 return TC_ACT_UNSPEC;
             };

@@ -2,7 +2,9 @@
 //! builds an skb: rewrite `frontend -> backend` in place with the
 //! connection tracking, learn the frontend a SYN from another node carries,
 //! translate ICMP errors addressed to frontends; then hand the packet to the
-//! stack, which routes it to the pod.
+//! stack, which routes it to the pod through netfilter (PREROUTING,
+//! FORWARD, POSTROUTING): this program never redirects, so `--redirect`
+//! changes nothing here.
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use ssh_fwd_common::{

@@ -9,7 +9,8 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     maps::{
         AgentStatus, CONN_CAPACITY, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY, HalfOpen,
-        LEGACY_CONN_CAPACITY, MAX_IFACES, MAX_MAPPINGS, MappingCounters, MappingName, NatTarget,
+        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS, MappingCounters,
+        MappingName, NatTarget,
     },
     outcome::Outcome,
 };
@@ -57,6 +58,11 @@ pub static IFACES: HashMap<u32, u32> = HashMap::pinned(MAX_IFACES, 0);
 /// other maps so it outlives the agent. Never read here.
 #[map(name = "AGENT_STATUS")]
 pub static AGENT_STATUS: Array<AgentStatus> = Array::pinned(1, 0);
+
+/// What the agent fixed in the programs when it loaded them (the settings
+/// in `crate::config`), for `ssh-fwd status`. Never read here.
+#[map(name = "LOADED_SETTINGS")]
+pub static LOADED_SETTINGS: Array<LoadedSettings> = Array::pinned(1, 0);
 
 /// `BPF_F_NO_PREALLOC`: the upgrade maps are empty on every node but one
 /// being upgraded, so they take memory only for their entries.

@@ -6,7 +6,9 @@
 //! touched, whatever the route.
 //!
 //! Anything not settled here goes to the stack untouched, and the egress
-//! program on the way out does the same work.
+//! program on the way out does the same work. With `--redirect off` that
+//! is every reply (the agent then attaches this program nowhere): netfilter
+//! sees the reply with the pod's address, as it saw the request.
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -16,6 +18,7 @@ use aya_ebpf::{
 use ssh_fwd_common::{maps::IFACE_EXTERNAL, outcome::Outcome};
 
 use crate::{
+    config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::{iface_flags, route, send},
@@ -48,6 +51,9 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     };
     // Route before touching any state: what this program cannot send on is
     // left whole to the egress program, which then tracks it once.
+    if no_redirect() {
+        return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
+    }
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };

@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
 
 use crate::{
-    datapath::{hairpin::HairpinMode, hooks::AttachMode, pins::BpffsArg},
+    datapath::{hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode, pins::BpffsArg},
     source::kubernetes::desired::Styles,
 };
 
@@ -97,6 +97,22 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
     pub pod_ifaces: PodIfacesMode,
 
+    /// How a translated packet reaches the pod, and its reply the client.
+    /// `auto`: the tc programs route it themselves (a FIB lookup) and send
+    /// it straight out of the interface the route uses (into the pod's
+    /// namespace where `--pod-ifaces` allows), and the reply straight out of
+    /// the external interface. The node's IP input and forwarding are
+    /// skipped: netfilter's PREROUTING, FORWARD and POSTROUTING hooks (host
+    /// firewall rules, a CNI's NetworkPolicy enforced there), the node's
+    /// connection tracking, rp_filter. What the route cannot settle still
+    /// goes to the stack. With XDP ingress, requests always take the stack.
+    /// `off`: every translated packet, both ways, takes the kernel's
+    /// forwarding path and its netfilter hooks, which see the pod's address
+    /// (replies get the frontend back as they leave the external interface);
+    /// no reply program on pods' interfaces. Slower; choose it when the
+    /// node's firewall or NetworkPolicy must apply to forwarded SSH traffic.
+    #[arg(long, value_enum, default_value_t = RedirectMode::Auto)]
+    pub redirect: RedirectMode,
     /// An interface that carries traffic to other nodes (repeatable), if it
     /// is not an external one: requests other nodes translated arrive
     /// there, and translated SYNs leave there for other nodes. Without the
@@ -154,7 +170,8 @@ pub struct AgentArgs {
     pub bpffs: BpffsArg,
 
     /// How often the maps are re-read and repaired if anything changed them
-    /// behind the agent's back.
+    /// behind the agent's back, and deleted pins put back (a map pinned
+    /// again, a link attached and pinned again).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,
 
@@ -228,6 +245,16 @@ pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<AgentArgs, c
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn translated_packets_are_redirected_unless_redirect_is_off() {
+        let base = ["--iface", "eth0", "--mappings", "m.yaml"];
+        assert_eq!(parse(base).unwrap().redirect, RedirectMode::Auto);
+        let off = parse(base.into_iter().chain(["--redirect", "off"])).unwrap();
+        assert_eq!(off.redirect, RedirectMode::Off);
+        let typo = parse(base.into_iter().chain(["--redirect", "never"]));
+        assert!(typo.unwrap_err().to_string().contains("never"));
+    }
 
     #[test]
     fn both_service_styles_are_honoured_unless_narrowed() {

@@ -44,6 +44,8 @@ pub struct AgentMetrics {
     pub invalid_services: Gauge,
     /// Desired mappings left out because a node holds no more.
     pub mappings_left_out: Gauge,
+    /// Pins deleted behind the agent's back and put back.
+    pub pins_restored: Counter,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -59,6 +61,7 @@ impl AgentMetrics {
             api_errors: Counter::default(),
             invalid_services: Gauge::default(),
             mappings_left_out: Gauge::default(),
+            pins_restored: Counter::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -102,6 +105,11 @@ impl AgentMetrics {
             "mappings_left_out",
             "Desired mappings not installed because a node holds no more (the newest Services').",
             self.mappings_left_out.clone(),
+        );
+        r.register(
+            "pins_restored",
+            "Pins of maps and links deleted behind the agent's back and put back (maps pinned again, links attached again).",
+            self.pins_restored.clone(),
         );
         r.register(
             "reconcile_duration_seconds",

@@ -4,12 +4,14 @@
 //! before the kernel is touched), the data path is loaded and attached (or a
 //! previous agent's adopted), the telemetry endpoints start. Then a single
 //! task keeps the maps equal to the source: on every change, on a resync
-//! timer (which also repairs drift), and rescanning pods' interfaces when
+//! timer (which also repairs drift: map entries, and deleted pins of maps
+//! and links), and rescanning pods' interfaces when
 //! links change. One task owns the data path, so nothing needs a lock.
 
 mod args;
 mod metrics;
 mod reconcile;
+mod repair;
 mod source;
 pub mod sweep;
 
@@ -24,6 +26,7 @@ use tokio::{
 pub use args::{AgentArgs, CrossNode, PodIfacesMode};
 use metrics::AgentMetrics;
 use reconcile::{RESYNC, Reconciler};
+use repair::PinRepair;
 use source::{Change, Next, Source};
 
 use crate::{
@@ -49,6 +52,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             conn_table_size: args.conn_table_size,
             half_open_table_size: args.half_open_table_size,
             cross_node_plain: args.cross_node == CrossNode::Plain,
+            redirect: args.redirect,
         },
         legacy_grace: args.conn_idle_timeout,
         hairpin: datapath::hairpin::Settings {
@@ -67,6 +71,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.metrics_addr {
         telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
     }
+    let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
     let sweeper = tokio::spawn(sweep::run(
@@ -74,7 +79,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Timeouts::with_idle(args.conn_idle_timeout),
         sweeps.clone(),
     ));
-    let result = follow(&args, &mut source, &mut datapath, &mut reconciler, &sweeps).await;
+    let result = follow(
+        &args,
+        &mut source,
+        &mut datapath,
+        &mut reconciler,
+        repair,
+        &sweeps,
+    )
+    .await;
     sweeper.abort();
     tracing::info!(
         bpffs = %layout.version_dir().display(),
@@ -90,6 +103,7 @@ async fn follow(
     source: &mut Source,
     datapath: &mut Datapath,
     reconciler: &mut Reconciler,
+    mut repair: PinRepair,
     sweeps: &sweep::Shared,
 ) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
@@ -109,7 +123,7 @@ async fn follow(
     }
     // Pods first: a failure only costs speed, never correctness.
     let mut scans = PodScans::default();
-    scans.run(datapath).await;
+    scans.run(datapath, &repair).await;
     if let Some(change) = source.initial() {
         apply(reconciler, datapath, &change);
     }
@@ -124,17 +138,18 @@ async fn follow(
             }
             next = source.next() => handle(reconciler, datapath, next?),
             _ = resync.tick() => {
+                repair.run(datapath);
                 if let Some(desired) = source.current() {
                     let change = Change { desired, why: RESYNC, since: std::time::Instant::now() };
                     apply(reconciler, datapath, &change);
                 }
             }
             _ = scan.tick() => {
-                scans.run(datapath).await;
+                scans.run(datapath, &repair).await;
                 let report = *sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
-            Some(()) = links_changed.recv() => scans.run(datapath).await,
+            Some(()) = links_changed.recv() => scans.run(datapath, &repair).await,
         }
     }
 }
@@ -157,13 +172,15 @@ struct PodScans {
 }
 
 impl PodScans {
-    async fn run(&mut self, datapath: &mut Datapath) {
+    async fn run(&mut self, datapath: &mut Datapath, repair: &PinRepair) {
         match datapath.scan_pods().await {
-            Ok(()) if self.failing => {
-                tracing::info!("pod interfaces scanned again");
-                self.failing = false;
+            Ok(restored) => {
+                repair.record(&restored);
+                if self.failing {
+                    tracing::info!("pod interfaces scanned again");
+                    self.failing = false;
+                }
             }
-            Ok(()) => {}
             Err(e) if !self.failing => {
                 tracing::warn!(
                     error = format!("{e:#}"),

@@ -15,9 +15,10 @@ use ssh_fwd_common::{
 use super::output::{Output, print};
 use crate::datapath::{
     maps::Maps,
+    object::RedirectMode,
     pins::{BpffsArg, PinLayout},
     stats::{self, Hook, Target},
-    status::{StatusMap, unix_ms},
+    status::{SettingsMap, StatusMap, unix_ms},
 };
 
 /// An agent rewrites its status every few seconds; one silent for longer
@@ -44,6 +45,9 @@ pub struct Status {
     pub started_unix_ms: u64,
     pub heartbeat_age_seconds: Option<f64>,
     pub hooks: Vec<Hook>,
+    /// `--redirect` the running programs were loaded with: `auto`, `off`,
+    /// or `unknown` (not recorded).
+    pub redirect: &'static str,
     pub mappings: usize,
     pub reconciles: u64,
     pub last_reconcile_age_seconds: Option<f64>,
@@ -99,6 +103,9 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         started_unix_ms: agent.started_ms,
         heartbeat_age_seconds: heartbeat,
         hooks: stats::hooks(layout),
+        redirect: SettingsMap::open_pinned(layout)
+            .and_then(|m| m.read())
+            .map_or("unknown", |loaded| RedirectMode::of(loaded).name()),
         mappings: maps.read_installed()?.frontends.len(),
         reconciles: agent.reconciles,
         last_reconcile_age_seconds: age(agent.last_reconcile_ms),
@@ -179,6 +186,7 @@ fn table(s: &Status) -> String {
          source:          {}\n\
          hooks:           {}; reply program on {pods} pod interface(s)\n\
          hairpin:         {hairpin}\n\
+         redirect:        {}\n\
          mappings:        {}\n\
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\
@@ -190,6 +198,7 @@ fn table(s: &Status) -> String {
         } else {
             interfaces.join(", ")
         },
+        redirect_meaning(s.redirect),
         s.mappings,
         ago(s.last_reconcile_age_seconds),
         s.last_reconcile_seconds * 1000.0,
@@ -205,9 +214,29 @@ fn table(s: &Status) -> String {
     )
 }
 
+/// `--redirect`'s mode, with what it means for the node's firewall.
+fn redirect_meaning(mode: &str) -> String {
+    match mode {
+        "auto" => "auto (the tc programs send translated packets straight out: the node's \
+                   netfilter does not see them)"
+            .into(),
+        "off" => "off (translated packets take the node's forwarding path and its netfilter \
+                  hooks)"
+            .into(),
+        other => other.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_redirect_mode_is_shown_with_what_it_means_for_the_firewall() {
+        assert!(redirect_meaning("auto").contains("netfilter does not see them"));
+        assert!(redirect_meaning("off").contains("its netfilter hooks"));
+        assert_eq!(redirect_meaning("unknown"), "unknown");
+    }
 
     #[test]
     fn an_agent_is_running_only_while_its_heartbeat_is_fresh() {

@@ -15,9 +15,9 @@ use crate::datapath::{
 pub struct TeardownArgs {
     #[command(flatten)]
     pub bpffs: BpffsArg,
-    /// Remove everything even while an agent runs on this directory (it
-    /// keeps running, writing to maps nothing forwards with, until it is
-    /// stopped).
+    /// Remove everything even while an agent runs on this directory. That
+    /// agent puts the data path back at its next resync (it restores
+    /// deleted pins), so stop it as well to remove the data path for good.
     #[arg(long)]
     pub force: bool,
 }

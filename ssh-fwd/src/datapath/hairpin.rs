@@ -129,24 +129,12 @@ pub fn apply(ebpf: &mut Ebpf, layout: &PinLayout, root: Option<&Path>) -> anyhow
 fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()> {
     let dir = pin_dir(layout, root);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let cgroup =
-        std::fs::File::open(root).with_context(|| format!("opening cgroup {}", root.display()))?;
+    let cgroup = open_cgroup(root)?;
     for (program, pin_name) in PROGRAMS {
-        let prog: &mut CgroupSockAddr = ebpf
-            .program_mut(program)
-            .ok_or_else(|| anyhow!("eBPF object lacks {program}; rebuild ssh-fwd"))?
-            .try_into()
-            .with_context(|| program.to_owned())?;
+        let prog = program_mut(ebpf, program)?;
         prog.load()
             .with_context(|| format!("loading cgroup program {program}"))?;
-        // A bpf_link always runs beside the cgroup's other programs (a
-        // CNI's, systemd's), and the kernel refuses any flag with one
-        // (EINVAL): `Single` is aya's "no flags".
-        let id = prog
-            .attach(&cgroup, CgroupAttachMode::Single)
-            .with_context(|| format!("attaching {program} to cgroup {}", root.display()))?;
-        let link = FdLink::try_from(prog.take_link(id)?)
-            .map_err(|e| anyhow!("the {program} link cannot be pinned (needs Linux 5.7+): {e}"))?;
+        let link = attach_link(prog, program, &cgroup, root)?;
         let pin = dir.join(pin_name);
         let fresh = dir.join(format!("{pin_name}-new"));
         let replaced = pin.exists();
@@ -165,6 +153,59 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()
         tracing::debug!(program, replaced, "hairpin program attached");
     }
     Ok(())
+}
+
+/// Attaches again (the programs are loaded) the links to `root` whose pins
+/// are gone, and returns their pins. The agent keeps no fd of a link, so a
+/// missing pin means a detached program.
+pub fn restore(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = pin_dir(layout, root);
+    let missing: Vec<(&str, PathBuf)> = PROGRAMS
+        .iter()
+        .map(|(program, pin_name)| (*program, dir.join(pin_name)))
+        .filter(|(_, pin)| !pin.exists())
+        .collect();
+    if missing.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let cgroup = open_cgroup(root)?;
+    let mut restored = Vec::new();
+    for (program, pin) in missing {
+        attach_link(program_mut(ebpf, program)?, program, &cgroup, root)?
+            .pin(&pin)
+            .with_context(|| format!("pinning link {}", pin.display()))?;
+        restored.push(pin);
+    }
+    Ok(restored)
+}
+
+fn open_cgroup(root: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::File::open(root).with_context(|| format!("opening cgroup {}", root.display()))
+}
+
+fn program_mut<'a>(ebpf: &'a mut Ebpf, program: &str) -> anyhow::Result<&'a mut CgroupSockAddr> {
+    ebpf.program_mut(program)
+        .ok_or_else(|| anyhow!("eBPF object lacks {program}; rebuild ssh-fwd"))?
+        .try_into()
+        .with_context(|| program.to_owned())
+}
+
+/// A new link of the loaded `prog` to the cgroup, not pinned yet.
+fn attach_link(
+    prog: &mut CgroupSockAddr,
+    program: &str,
+    cgroup: &std::fs::File,
+    root: &Path,
+) -> anyhow::Result<FdLink> {
+    // A bpf_link always runs beside the cgroup's other programs (a CNI's,
+    // systemd's), and the kernel refuses any flag with one (EINVAL):
+    // `Single` is aya's "no flags".
+    let id = prog
+        .attach(cgroup, CgroupAttachMode::Single)
+        .with_context(|| format!("attaching {program} to cgroup {}", root.display()))?;
+    FdLink::try_from(prog.take_link(id)?)
+        .map_err(|e| anyhow!("the {program} link cannot be pinned (needs Linux 5.7+): {e}"))
 }
 
 /// Every cgroup with pinned hairpin links, and their pin names.

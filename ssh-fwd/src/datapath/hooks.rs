@@ -1,8 +1,16 @@
 //! Attaching the programs to interfaces through pinned links, so they stay
 //! when the agent exits and a new agent can replace them atomically; and
 //! reading back which hooks are attached.
+//!
+//! The agent keeps no file descriptor of a link: its pin is the only thing
+//! that holds it, so removing the pin detaches the program (what `ssh-fwd
+//! teardown` relies on), and a pin deleted behind the agent's back is found
+//! missing and attached anew ([`restore_interface`]).
 
-use std::{collections::BTreeSet, path::Path};
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context as _, anyhow};
 use aya::{
@@ -63,7 +71,7 @@ const EGRESS_PIN: &str = "egress-tc";
 /// bpffs rejects dots in names (EPERM), but interface names may hold them
 /// (`eth0.100`); Linux never allows `:` in an interface name, so the escape is
 /// reversible.
-fn iface_dir(links_dir: &Path, iface: &str) -> std::path::PathBuf {
+fn iface_dir(links_dir: &Path, iface: &str) -> PathBuf {
     links_dir.join(iface.replace('.', ":"))
 }
 
@@ -107,6 +115,36 @@ pub fn attach_interface(
         }
     }
     Ok(hook)
+}
+
+/// Attaches again the links of `name` whose pins are gone, each in the hook
+/// it had (`hook`: the ingress hook [`attach_interface`] chose), and
+/// returns their pins. A link lives only as long as its pin, so a missing
+/// pin means a detached program.
+pub fn restore_interface(
+    ebpf: &mut Ebpf,
+    links_dir: &Path,
+    name: &str,
+    hook: Hook,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let links_dir = &iface_dir(links_dir, name);
+    std::fs::create_dir_all(links_dir)
+        .with_context(|| format!("creating {}", links_dir.display()))?;
+    let mut restored = Vec::new();
+    let egress = links_dir.join(TcSpec::EGRESS.pin_name());
+    if !egress.exists() {
+        attach_tc(ebpf, links_dir, name, TcSpec::EGRESS)?;
+        restored.push(egress);
+    }
+    let ingress = links_dir.join(hook.pin_name());
+    if !ingress.exists() {
+        match hook {
+            Hook::TcIngress => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?,
+            Hook::XdpNative | Hook::XdpGeneric => attach_xdp(ebpf, links_dir, name, hook)?,
+        };
+        restored.push(ingress);
+    }
+    Ok(restored)
 }
 
 /// Attaches XDP in `hook`'s mode. Native and generic XDP cannot share an
@@ -192,6 +230,8 @@ fn attach_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyh
         match XdpLink::try_from(old)
             .map_err(anyhow::Error::from)
             .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
+            // The pin holds the link; the program's copy of its fd goes.
+            .and_then(|id| prog.take_link(id).map_err(anyhow::Error::from))
         {
             Ok(_) => {
                 tracing::debug!(
@@ -305,6 +345,8 @@ fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> an
         match SchedClassifierLink::try_from(old)
             .map_err(anyhow::Error::from)
             .and_then(|l| prog.attach_to_link(l).map_err(anyhow::Error::from))
+            // The pin holds the link; the program's copy of its fd goes.
+            .and_then(|id| prog.take_link(id).map_err(anyhow::Error::from))
         {
             Ok(_) => return Ok(()),
             Err(e) => {

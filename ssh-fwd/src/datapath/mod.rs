@@ -24,23 +24,27 @@ pub mod pins;
 pub mod plan;
 pub mod pod_links;
 pub mod preflight;
+pub mod repair;
 pub mod stats;
 pub mod status;
 pub mod upgrade;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{collections::BTreeSet, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
 use aya::Ebpf;
 
 use conntrack::ConnTables;
-use hooks::AttachMode;
+use hooks::{AttachMode, Hook};
 use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
+use object::RedirectMode;
 use pins::PinLayout;
 use pod_links::PodLinks;
-use status::StatusMap;
+use repair::MapPins;
+use ssh_fwd_common::maps::LoadedSettings;
+use status::{SettingsMap, StatusMap};
 use upgrade::Takeover;
 
 /// What [`Datapath::start`] attaches, and where.
@@ -71,6 +75,13 @@ pub struct Datapath {
     pub conns: ConnTables,
     pub status: StatusMap,
     pod_links: PodLinks,
+    layout: PinLayout,
+    /// Handles to the pinned maps, to pin again one whose pin is deleted.
+    map_pins: MapPins,
+    /// The external and cluster interfaces, with the ingress hook each got.
+    hooks: Vec<(String, Hook)>,
+    /// The cgroup the hairpin programs are attached to.
+    hairpin_root: Option<PathBuf>,
     /// The interfaces to other nodes the programs are attached to.
     pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
@@ -126,6 +137,11 @@ impl Datapath {
         let lock = AgentLock::take(layout)?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
+        let map_pins = MapPins::open(layout)?;
+        let mut loaded = SettingsMap::from_ebpf(&mut ebpf)?;
+        if adopted {
+            announce_mode_change(loaded.read()?, &config.settings);
+        }
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(|e| {
             match preflight::explain_bpf_error(e.root_cause()) {
@@ -137,10 +153,12 @@ impl Datapath {
         if let Some(takeover) = &takeover {
             begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
         }
+        let mut hooks = Vec::new();
         for (iface, kind, mode) in &attach {
             let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
                 .with_context(|| format!("attaching to interface {iface}"))?;
             tracing::info!(iface, ingress = hook.name(), "attached");
+            hooks.push((iface.clone(), hook));
         }
         let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
         hooks::detach_others(&layout.links_dir(), &keep)?;
@@ -153,8 +171,9 @@ impl Datapath {
             layout,
             config.ifaces,
             &cluster,
-            config.pod_ifaces,
+            pod_ifaces(config),
         )?;
+        loaded.write(config.settings.recorded())?;
         if let Some(takeover) = takeover {
             takeover.finish()?;
             tracing::info!(
@@ -168,6 +187,10 @@ impl Datapath {
             conns,
             status,
             pod_links,
+            layout: layout.clone(),
+            map_pins,
+            hooks,
+            hairpin_root,
             cluster_ifaces: cluster,
             adopted,
             _lock: lock,
@@ -175,10 +198,41 @@ impl Datapath {
     }
 
     /// Attaches the reply program to new pods' interfaces, drops the links
-    /// of vanished ones and rewrites the interface flags.
-    pub async fn scan_pods(&mut self) -> anyhow::Result<()> {
+    /// of vanished ones and rewrites the interface flags. Returns the pins of
+    /// links that were deleted behind the agent's back and are attached
+    /// again.
+    pub async fn scan_pods(&mut self) -> anyhow::Result<Vec<PathBuf>> {
         self.pod_links.sync(&mut self.ebpf).await
     }
+}
+
+/// Logs a change of a setting baked into the programs. Nothing else is
+/// needed: this agent's programs replace the previous agent's in every
+/// pinned link as it attaches (pods' interfaces at its first scan), so no
+/// packet is handled in the old mode after that.
+fn announce_mode_change(previous: LoadedSettings, settings: &object::Settings) {
+    let before = RedirectMode::of(previous);
+    if before != settings.redirect {
+        tracing::info!(
+            from = before.name(),
+            to = settings.redirect.name(),
+            "--redirect changed: the previous agent's programs are replaced by ones loaded with \
+             the new mode in every pinned link"
+        );
+    }
+}
+
+/// Whether the reply program goes on pods' interfaces: with `--redirect
+/// off` it would only leave every reply to the stack.
+fn pod_ifaces(config: &Config<'_>) -> bool {
+    if config.pod_ifaces && config.settings.redirect == RedirectMode::Off {
+        tracing::info!(
+            "--redirect off: no reply program on pods' interfaces; replies take the node's \
+             forwarding path and get their frontend back as they leave the external interface"
+        );
+        return false;
+    }
+    config.pod_ifaces
 }
 
 /// Steps 2 and 3 of an upgrade (see [`upgrade`]): the older data path's

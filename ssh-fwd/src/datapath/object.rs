@@ -7,7 +7,9 @@ use aya::{
     maps::MapInfo,
     programs::{SchedClassifier, Xdp},
 };
-use ssh_fwd_common::maps::{CONN_CAPACITY, CONNS, HALF_OPEN, HALF_OPEN_CAPACITY};
+use ssh_fwd_common::maps::{
+    CONN_CAPACITY, CONNS, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings,
+};
 
 use super::{pins::PinLayout, preflight};
 
@@ -32,6 +34,50 @@ pub struct Settings {
     pub half_open_table_size: u32,
     /// The network between nodes drops IPv4 options (`--cross-node plain`).
     pub cross_node_plain: bool,
+    /// Whether the tc programs send translated packets on themselves.
+    pub redirect: RedirectMode,
+}
+
+impl Settings {
+    /// What the pinned `LOADED_SETTINGS` map records of these.
+    pub fn recorded(&self) -> LoadedSettings {
+        LoadedSettings {
+            flags: match self.redirect {
+                RedirectMode::Auto => 0,
+                RedirectMode::Off => LOADED_NO_REDIRECT,
+            },
+        }
+    }
+}
+
+/// `--redirect`: baked into the programs when they are loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum RedirectMode {
+    /// Route translated packets in the tc programs and send them straight
+    /// out (skips the node's netfilter).
+    #[default]
+    Auto,
+    /// Every translated packet takes the kernel's forwarding path and its
+    /// netfilter hooks.
+    Off,
+}
+
+impl RedirectMode {
+    /// The mode recorded in `settings`.
+    pub fn of(settings: LoadedSettings) -> Self {
+        if settings.flags & LOADED_NO_REDIRECT != 0 {
+            Self::Off
+        } else {
+            Self::Auto
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Off => "off",
+        }
+    }
 }
 
 impl Default for Settings {
@@ -40,6 +86,7 @@ impl Default for Settings {
             conn_table_size: CONN_CAPACITY,
             half_open_table_size: HALF_OPEN_CAPACITY,
             cross_node_plain: false,
+            redirect: RedirectMode::Auto,
         }
     }
 }
@@ -52,11 +99,13 @@ impl Default for Settings {
 pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     raise_memlock_limit();
     let plain = u8::from(settings.cross_node_plain);
+    let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let ebpf = EbpfLoader::new()
         .default_map_pin_directory(layout.maps_dir())
         .map_max_entries(CONNS, settings.conn_table_size)
         .map_max_entries(HALF_OPEN, settings.half_open_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
+        .override_global("NO_REDIRECT", &no_redirect, true)
         .load(OBJECT)
         .map_err(|e| {
             let hint = preflight::explain_bpf_error(&e);

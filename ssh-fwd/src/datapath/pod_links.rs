@@ -75,8 +75,10 @@ impl PodLinks {
     }
 
     /// One scan: attach to new pod interfaces, drop pins of vanished ones,
-    /// and write the interface flags.
-    pub async fn sync(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    /// and write the interface flags. Returns the pins that had been
+    /// deleted behind the agent's back and were attached and pinned again
+    /// (a link lives only as long as its pin).
+    pub async fn sync(&mut self, ebpf: &mut Ebpf) -> anyhow::Result<Vec<PathBuf>> {
         let links = self.netlink.links().await?;
         let not_pods: BTreeSet<String> = self.external.union(&self.cluster).cloned().collect();
         let pods = if self.enabled {
@@ -95,13 +97,19 @@ impl PodLinks {
                 tracing::debug!(index, "pod interface gone; link removed");
             }
         }
+        self.attached.retain(|index| pods.contains_key(index));
         self.refused.retain(|index| pods.contains_key(index));
+        let mut restored = Vec::new();
         for (&index, name) in &pods {
-            if self.attached.contains(&index) || self.refused.contains(&index) {
+            let pin = self.pin(index);
+            let lost = self.attached.contains(&index) && !pin.exists();
+            if (self.attached.contains(&index) && !lost) || self.refused.contains(&index) {
                 continue;
             }
-            let pin = self.pin(index);
+            std::fs::create_dir_all(self.layout.pod_links_dir())
+                .with_context(|| format!("creating {}", self.layout.pod_links_dir().display()))?;
             match hooks::attach_reply(ebpf, &pin, name) {
+                Ok(()) if lost => restored.push(pin),
                 Ok(()) => {
                     tracing::info!(
                         iface = name,
@@ -118,6 +126,7 @@ impl PodLinks {
                         "cannot attach the reply program to this pod interface; its replies \
                          take the egress path"
                     );
+                    self.attached.remove(&index);
                     self.refused.insert(index);
                 }
             }
@@ -128,7 +137,8 @@ impl PodLinks {
             &self.external,
             &self.cluster,
             &peer_ok,
-        ))
+        ))?;
+        Ok(restored)
     }
 
     /// The pod interfaces a request may be handed to directly.

@@ -365,7 +365,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 12] = [
+    let expect: [(&str, u32, usize, usize); 13] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -410,6 +410,12 @@ fn object_maps_agree_with_the_shared_constants() {
         ),
         (maps::IFACES, maps::MAX_IFACES, 4, 4),
         (maps::AGENT_STATUS, 1, 4, size_of::<maps::AgentStatus>()),
+        (
+            maps::LOADED_SETTINGS,
+            1,
+            4,
+            size_of::<maps::LoadedSettings>(),
+        ),
         (maps::LEGACY, maps::MAX_MAPPINGS, size_of::<Endpoint>(), 8),
         (
             maps::LEGACY_CONNS,
