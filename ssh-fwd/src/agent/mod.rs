@@ -125,7 +125,7 @@ async fn follow(
     let mut scans = PodScans::default();
     scans.run(datapath, &repair).await;
     if let Some(change) = source.initial() {
-        apply(reconciler, datapath, &change);
+        apply(reconciler, datapath, source, &change);
     }
     loop {
         tokio::select! {
@@ -133,15 +133,14 @@ async fn follow(
             _ = interrupt.recv() => { tracing::info!("SIGINT received"); return Ok(()) }
             _ = hangup.recv() => {
                 if let Some(next) = source.reload().await {
-                    handle(reconciler, datapath, next);
+                    handle(reconciler, datapath, source, next);
                 }
             }
-            next = source.next() => handle(reconciler, datapath, next?),
+            next = source.next() => handle(reconciler, datapath, source, next?),
             _ = resync.tick() => {
                 repair.run(datapath);
                 if let Some(desired) = source.current() {
-                    let change = Change { desired, why: RESYNC, since: std::time::Instant::now() };
-                    apply(reconciler, datapath, &change);
+                    reconciler.reconcile(datapath, desired, &Change::whole(RESYNC, std::time::Instant::now()));
                 }
             }
             _ = scan.tick() => {
@@ -154,13 +153,13 @@ async fn follow(
     }
 }
 
-fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, change: &Change) {
-    reconciler.reconcile(datapath, &change.desired, change.why, change.since);
+fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, source: &Source, change: &Change) {
+    reconciler.reconcile(datapath, source.desired(), change);
 }
 
-fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, next: Next) {
+fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, source: &Source, next: Next) {
     match next {
-        Next::Apply(change) => apply(reconciler, datapath, &change),
+        Next::Apply(change) => apply(reconciler, datapath, source, &change),
         Next::Rejected(error) => reconciler.rejected(&mut datapath.status, &error),
     }
 }

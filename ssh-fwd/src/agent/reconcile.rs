@@ -1,19 +1,23 @@
 //! One reconcile: plan the desired set against what the maps hold, apply,
 //! and record what happened (metrics, logs, the pinned status).
 
-use std::time::{Duration, Instant, SystemTime};
+use std::{
+    collections::BTreeSet,
+    net::SocketAddrV4,
+    time::{Duration, Instant, SystemTime},
+};
 
 use ssh_fwd_common::{
     maps::{AgentStatus, MAX_MAPPINGS, put_text},
     outcome::Outcome,
 };
 
-use super::{metrics::AgentMetrics, sweep};
+use super::{metrics::AgentMetrics, source::Change, sweep};
 use crate::{
     datapath::{
         Datapath,
         maps::{Applied, show},
-        plan::{self, Installed, Plan},
+        plan::{self, Installed, Local, Plan},
         status::{StatusMap, unix_ms},
     },
     mapping::{Mapping, MappingSet, printable},
@@ -29,6 +33,10 @@ pub struct Reconciler {
     /// cost O(N) syscalls; the maps are re-read at start-up, after a failed
     /// apply and on each periodic resync, which is what catches drift.
     cache: Option<Installed>,
+    /// The cache holds the tables of the last desired set whole (nothing
+    /// was left out), so a change that names its frontends can be planned
+    /// on them alone ([`plan::plan_local`]).
+    exact: bool,
     /// What `ssh-fwd status` reads, rewritten after each reconcile and on
     /// every heartbeat.
     status: AgentStatus,
@@ -43,21 +51,21 @@ impl Reconciler {
         Self {
             metrics,
             cache: None,
+            exact: false,
             status,
         }
     }
 
     /// Makes the maps hold exactly `desired`; failures are logged and
     /// counted, and the next reconcile re-reads the maps and tries again.
-    pub fn reconcile(
-        &mut self,
-        datapath: &mut Datapath,
-        desired: &MappingSet,
-        why: &str,
-        since: Instant,
-    ) {
+    pub fn reconcile(&mut self, datapath: &mut Datapath, desired: &MappingSet, change: &Change) {
+        let Change {
+            why,
+            since,
+            ref touched,
+        } = *change;
         let started = Instant::now();
-        let result = self.apply(datapath, desired, why);
+        let result = self.apply(datapath, desired, touched.as_ref(), why);
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
         let now = unix_ms(SystemTime::now());
@@ -118,31 +126,51 @@ impl Reconciler {
         self.heartbeat(status, None);
     }
 
+    /// Plans `desired` against the cache (or the maps) and applies it.
+    /// `touched`: the frontends that changed since the last apply, when the
+    /// source knows; then only they are planned.
     fn apply(
         &mut self,
         datapath: &mut Datapath,
         desired: &MappingSet,
+        touched: Option<&BTreeSet<SocketAddrV4>>,
         why: &str,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
         if why == RESYNC {
             self.cache = None;
         }
+        let exact = std::mem::take(&mut self.exact);
         let installed = match self.cache.take() {
             Some(cached) => cached,
             None => datapath.maps.read_installed()?,
         };
-        let planned = plan::plan_steps(&installed, desired);
-        report_left_out(&planned.left_out);
-        if planned.steps.iter().all(Plan::is_empty) {
+        let local = touched
+            .filter(|_| exact)
+            .and_then(|touched| plan::plan_local(&installed, desired, touched));
+        let (steps, after) = match local {
+            Some(mut local) => (std::mem::take(&mut local.steps), After::Local(local)),
+            None => {
+                let planned = plan::plan_steps(&installed, desired);
+                report_left_out(&planned.left_out);
+                let left_out = planned.left_out.len();
+                (planned.steps, After::Whole(planned.tables, left_out))
+            }
+        };
+        let mappings = desired.len()
+            - match &after {
+                After::Whole(_, left_out) => *left_out,
+                After::Local(_) => 0,
+            };
+        if steps.iter().all(Plan::is_empty) {
             tracing::debug!(why, mappings = desired.len(), "maps already match");
-            self.cache = Some(planned.tables);
+            self.keep(installed, after);
             return Ok(());
         }
-        log_changes(&installed, desired, &planned.steps);
+        log_changes(&installed, desired, &steps);
         let mut applied = Applied::default();
         let mut purged = 0;
-        for step in planned.steps.iter().filter(|s| !s.is_empty()) {
+        for step in steps.iter().filter(|s| !s.is_empty()) {
             // On error the cache stays empty, so the next reconcile re-reads.
             let done = match datapath.maps.apply(step) {
                 Ok(done) => done,
@@ -160,11 +188,11 @@ impl Reconciler {
                 .conns
                 .purge(&step.retired.iter().copied().collect());
         }
-        self.cache = Some(planned.tables);
+        self.keep(installed, after);
         datapath.maps.count(Outcome::ConnPurged, purged)?;
         tracing::info!(
             why,
-            mappings = desired.len() - planned.left_out.len(),
+            mappings,
             added_or_changed = applied.added_or_changed,
             removed = applied.removed,
             connections_purged = purged,
@@ -172,6 +200,30 @@ impl Reconciler {
             "maps reconciled"
         );
         Ok(())
+    }
+}
+
+/// What the cache becomes once a plan's steps are applied.
+enum After {
+    /// The whole tables, and how many desired mappings were left out.
+    Whole(Installed, usize),
+    /// The part a plan of the touched frontends rewrites.
+    Local(Local),
+}
+
+impl Reconciler {
+    /// Keeps the tables the maps hold after a successful apply.
+    fn keep(&mut self, installed: Installed, after: After) {
+        let (tables, exact) = match after {
+            After::Whole(tables, left_out) => (tables, left_out == 0),
+            After::Local(local) => {
+                let mut tables = installed;
+                local.commit(&mut tables);
+                (tables, true)
+            }
+        };
+        self.cache = Some(tables);
+        self.exact = exact;
     }
 }
 

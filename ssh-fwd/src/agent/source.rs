@@ -4,7 +4,7 @@
 
 use std::{
     collections::BTreeSet,
-    net::Ipv4Addr,
+    net::{Ipv4Addr, SocketAddrV4},
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -35,12 +35,26 @@ pub enum Next {
     Rejected(String),
 }
 
-/// A new desired state to apply.
+/// A new desired state to apply: the source's [`Source::desired`] now.
 pub struct Change {
-    pub desired: MappingSet,
     pub why: &'static str,
     /// When the source changed, for the change-to-map delay.
     pub since: Instant,
+    /// The frontends whose mapping changed since the previous change, when
+    /// the source knows (`None`: any may have), so that the reconciler
+    /// plans only those.
+    pub touched: Option<BTreeSet<SocketAddrV4>>,
+}
+
+impl Change {
+    /// A change that may touch any mapping.
+    pub fn whole(why: &'static str, since: Instant) -> Self {
+        Self {
+            why,
+            since,
+            touched: None,
+        }
+    }
 }
 
 pub enum Source {
@@ -72,12 +86,17 @@ impl Source {
     /// The desired state to apply at start-up, if it is known already.
     pub fn initial(&mut self) -> Option<Change> {
         match self {
-            Self::File(f) => Some(Change {
-                desired: f.applied.clone(),
-                why: "start-up",
-                since: Instant::now(),
-            }),
+            Self::File(_) => Some(Change::whole("start-up", Instant::now())),
             Self::Kubernetes(_) => None,
+        }
+    }
+
+    /// The desired mappings as the source has them now (the last accepted
+    /// file).
+    pub fn desired(&self) -> &MappingSet {
+        match self {
+            Self::File(f) => &f.applied,
+            Self::Kubernetes(k) => k.source.mappings(),
         }
     }
 
@@ -93,9 +112,9 @@ impl Source {
 
     /// The current desired state, for a resync or a SIGHUP; `None` while
     /// it is not known (the first Kubernetes lists are not complete).
-    pub fn current(&mut self) -> Option<MappingSet> {
+    pub fn current(&mut self) -> Option<&MappingSet> {
         match self {
-            Self::File(f) => Some(f.applied.clone()),
+            Self::File(f) => Some(&f.applied),
             Self::Kubernetes(k) => k.current(),
         }
     }
@@ -109,13 +128,9 @@ impl Source {
                 f.last_text = std::fs::read(&f.path).ok();
                 Some(f.reload("SIGHUP", Instant::now()).await)
             }
-            Self::Kubernetes(k) => k.current().map(|desired| {
-                Next::Apply(Change {
-                    desired,
-                    why: "SIGHUP",
-                    since: Instant::now(),
-                })
-            }),
+            Self::Kubernetes(k) => k
+                .current()
+                .map(|_| Next::Apply(Change::whole("SIGHUP", Instant::now()))),
         }
     }
 }
@@ -210,12 +225,8 @@ impl FileSource {
                         "the mappings file lists no mappings: every frontend port closes"
                     );
                 }
-                self.applied = desired.clone();
-                Next::Apply(Change {
-                    desired,
-                    why,
-                    since,
-                })
+                self.applied = desired;
+                Next::Apply(Change::whole(why, since))
             }
             Err(e) => Next::Rejected(format!(
                 "{e:#}; the running mappings stay as they are until it is fixed"
@@ -260,7 +271,7 @@ impl KubeFollower {
     async fn next(&mut self) -> anyhow::Result<Change> {
         // The watchers retry API errors themselves; this fails only if they
         // stopped.
-        let since = self.source.changed().await?;
+        let (since, touched) = self.source.changed().await?;
         self.report();
         let why = if self.started {
             "cluster changed"
@@ -269,14 +280,14 @@ impl KubeFollower {
         };
         self.started = true;
         Ok(Change {
-            desired: self.source.mappings().clone(),
             why,
             since,
+            touched,
         })
     }
 
     /// The current desired state, checked against a full recompute.
-    fn current(&mut self) -> Option<MappingSet> {
+    fn current(&mut self) -> Option<&MappingSet> {
         if !self.source.is_ready() {
             return None;
         }
@@ -287,7 +298,7 @@ impl KubeFollower {
             );
         }
         self.report();
-        Some(self.source.mappings().clone())
+        Some(self.source.mappings())
     }
 
     /// Logs the notes raised and sets the gauges of Services skipped and

@@ -9,11 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Service;
 
-use super::service;
 #[cfg(test)]
 use super::service::ENDPOINT_ANNOTATION;
+use super::{pod::PodView, service};
 
 pub const EXPECT_FOR: Duration = Duration::from_secs(60);
 
@@ -45,7 +45,7 @@ impl Expectations {
     /// Forgets what the caches now show, and what is too old.
     pub fn settle(
         &mut self,
-        pods: &[std::sync::Arc<Pod>],
+        pods: &[std::sync::Arc<PodView>],
         services: &[std::sync::Arc<Service>],
         now: Instant,
     ) {
@@ -89,7 +89,7 @@ mod tests {
 
     use super::*;
 
-    fn pod(annotations: serde_json::Value) -> std::sync::Arc<Pod> {
+    fn pod(annotations: serde_json::Value) -> std::sync::Arc<PodView> {
         std::sync::Arc::new(
             serde_json::from_value(
                 json!({"metadata": {"name": "p", "uid": "u", "annotations": annotations}}),

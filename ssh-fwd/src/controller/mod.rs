@@ -11,6 +11,7 @@ mod flags;
 mod lease;
 mod metrics;
 mod plan;
+mod pod;
 mod ports;
 mod reservation;
 mod reserving;
@@ -25,13 +26,10 @@ use std::{collections::BTreeSet, sync::Arc, time::Instant};
 
 use anyhow::Context as _;
 use backon::{BackoffBuilder as _, ExponentialBuilder};
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{Pod, Service},
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 use kube::{
     Api,
-    runtime::{events::Recorder, reflector::Store, watcher},
+    runtime::{reflector::Store, watcher},
 };
 use rand::SeedableRng as _;
 use tokio::{
@@ -45,6 +43,7 @@ pub use args::{ControllerArgs, ServiceStyle};
 use expect::Expectations;
 use lease::Elector;
 use metrics::ControllerMetrics;
+use pod::PodView;
 use service::Settings;
 
 /// How a pass with failed writes is retried: exponential backoff with
@@ -102,13 +101,10 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     };
     let ctx = Arc::new(Context {
         reservations: Api::namespaced(client.clone(), &namespace),
-        recorder: Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "ssh-fwd-controller".into(),
-                instance: Some(identity.clone()),
-            },
-        ),
+        reporter: kube::runtime::events::Reporter {
+            controller: "ssh-fwd-controller".into(),
+            instance: Some(identity.clone()),
+        },
         client: client.clone(),
         ssh_ip: args.ssh_ip,
         host,
@@ -185,7 +181,7 @@ async fn lead(
     // The term's watches: they end with it (a JoinSet aborts its tasks
     // when dropped).
     let mut watches = tokio::task::JoinSet::new();
-    let (pods, task): (Store<Pod>, _) = k8s::reflector::reflector_task(
+    let (pods, task): (Store<PodView>, _) = k8s::reflector::reflector_task(
         Api::all(client.clone()),
         watcher::Config::default().labels(&format!(
             "{}={}",
@@ -283,7 +279,7 @@ async fn lead(
 }
 
 /// Warnings of pods no longer labelled (or gone) need not be remembered.
-fn forget_gone(warned: &mut Warned, pods: &[Arc<Pod>]) {
+fn forget_gone(warned: &mut Warned, pods: &[Arc<PodView>]) {
     if warned.is_empty() {
         return;
     }
@@ -320,16 +316,10 @@ fn prune_service(svc: &mut Service) {
     }
 }
 
-/// Keeps what the plan reads of a pod: its metadata and phase. A pod's spec
-/// and status are most of its size, and there may be thousands of pods.
-fn prune_pod(pod: &mut Pod) {
+/// Of what the watch decodes of a pod (its metadata and phase: see
+/// [`PodView`]), drops the server-side-apply bookkeeping.
+fn prune_pod(pod: &mut PodView) {
     k8s::reflector::drop_managed_fields(pod);
-    pod.spec = None;
-    let phase = pod.status.take().and_then(|s| s.phase);
-    pod.status = phase.map(|phase| k8s_openapi::api::core::v1::PodStatus {
-        phase: Some(phase),
-        ..Default::default()
-    });
 }
 
 /// Renewal must stop when leading stops, also when `run` is dropped.

@@ -14,15 +14,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{Pod, Service},
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 use rand::Rng;
 
 pub use super::warn::Problem;
 use super::{
     expect::Expectations,
+    pod::PodView,
     service::{self, Claim, Settings},
 };
 use races::retire_port_losers;
@@ -98,7 +96,7 @@ pub enum DeleteReason {
 }
 
 pub struct Input<'a> {
-    pub pods: &'a [std::sync::Arc<Pod>],
+    pub pods: &'a [std::sync::Arc<PodView>],
     pub services: &'a [std::sync::Arc<Service>],
     /// Our writes the caches do not show yet.
     pub expected: &'a Expectations,
@@ -126,7 +124,7 @@ pub fn compute(
         .flat_map(|s| service::claims(s, settings.ssh_ip))
         .collect();
     let lost = retire_port_losers(&claims, &mut actions);
-    let wanted: BTreeMap<&str, &Pod> = input
+    let wanted: BTreeMap<&str, &PodView> = input
         .pods
         .iter()
         .filter(|p| asks_for_ssh(p))
@@ -135,10 +133,17 @@ pub fn compute(
     let (ours, retiring) = sort_out_ours(input.services, &wanted, &lost, &mut actions);
     // Services by name, with whether they are ours: a name someone else's
     // Service has is not ours to take.
-    let names: BTreeMap<String, bool> = input
+    let names: BTreeMap<(&str, &str), bool> = input
         .services
         .iter()
-        .map(|s| (full_name(s), service::is_managed(s)))
+        .map(|s| {
+            let meta = &s.metadata;
+            let key = (
+                meta.namespace.as_deref().unwrap_or(""),
+                meta.name.as_deref().unwrap_or(""),
+            );
+            (key, service::is_managed(s))
+        })
         .collect();
 
     let claimed: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
@@ -193,7 +198,7 @@ struct Target<'a> {
 /// port. Services of pods that no longer ask, and extra ones, are deleted.
 fn sort_out_ours<'a>(
     services: &'a [std::sync::Arc<Service>],
-    wanted: &BTreeMap<&str, &Pod>,
+    wanted: &BTreeMap<&str, &PodView>,
     lost: &BTreeSet<String>,
     actions: &mut Vec<Action>,
 ) -> (BTreeMap<&'a str, &'a Service>, BTreeSet<&'a str>) {
@@ -244,7 +249,7 @@ fn sort_out_ours<'a>(
 /// event, so "Connected!" is never sent for an address not yet written.
 fn publish(
     svc: &Service,
-    pod: &Pod,
+    pod: &PodView,
     pod_ref: PodRef,
     published: Option<&str>,
     to: &Target<'_>,
@@ -306,7 +311,8 @@ fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
         .unwrap_or_default();
     match ingress {
         [only] => {
-            only.ip.as_deref() == Some(ip.to_string().as_str())
+            // The only text that parses to `ip` is its canonical form.
+            only.ip.as_deref().map(str::parse) == Some(Ok(ip))
                 && only.hostname.as_deref().unwrap_or("").is_empty()
         }
         _ => false,
@@ -314,7 +320,7 @@ fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
 }
 
 /// Labelled, not terminating, not finished.
-pub fn asks_for_ssh(pod: &Pod) -> bool {
+pub fn asks_for_ssh(pod: &PodView) -> bool {
     let labelled = pod
         .metadata
         .labels

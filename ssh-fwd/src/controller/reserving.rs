@@ -4,10 +4,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use k8s_openapi::api::{
-    coordination::v1::Lease,
-    core::v1::{Pod, Service},
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 use kube::{
     Api,
     runtime::{reflector::Store, watcher},
@@ -21,6 +18,7 @@ use super::{
         self, Action,
         reservations::{Book, Sightings, in_use, upkeep},
     },
+    pod::PodView,
     reservation,
     service::Settings,
     webhook::AdmissionArgs,
@@ -47,7 +45,7 @@ pub fn watch(
 
 /// What one pass reads besides the reservations.
 pub struct Caches<'a> {
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<PodView>],
     pub services: &'a [Arc<Service>],
     pub expected: &'a Expectations,
 }

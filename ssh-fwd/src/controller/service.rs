@@ -4,14 +4,14 @@
 use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use k8s_openapi::{
-    api::core::v1::{Pod, Service, ServicePort, ServiceSpec},
+    api::core::v1::{Service, ServicePort, ServiceSpec},
     apimachinery::pkg::{
         apis::meta::v1::{ObjectMeta, OwnerReference, Time},
         util::intstr::IntOrString,
     },
 };
 
-use super::args::ServiceStyle;
+use super::{args::ServiceStyle, pod::PodView};
 use crate::k8s::LB_CLASS;
 
 /// A pod asks for SSH with this label set to [`SSH_ENABLED`].
@@ -70,7 +70,7 @@ pub struct InvalidTargetPort(pub String);
 /// The target port a pod asked for, checked the way the API server checks
 /// a Service's targetPort, so a bad annotation is reported to the pod
 /// instead of failing every create.
-pub fn target_port(pod: &Pod) -> Result<IntOrString, InvalidTargetPort> {
+pub fn target_port(pod: &PodView) -> Result<IntOrString, InvalidTargetPort> {
     let asked = pod
         .metadata
         .annotations
@@ -107,7 +107,7 @@ fn is_port_name(v: &str) -> bool {
 
 /// The Service exposing `port` on the SSH IP for `pod`, forwarding to
 /// `target` (from [`target_port`]).
-pub fn build(pod: &Pod, port: u16, target: IntOrString, settings: &Settings) -> Service {
+pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings) -> Service {
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let name = service_name(&pod_name);
@@ -165,7 +165,7 @@ pub fn build(pod: &Pod, port: u16, target: IntOrString, settings: &Settings) -> 
 /// The endpoint the user was told about with the SSHReady event: for a pod
 /// admitted with a port, the announced annotation; for others the endpoint
 /// annotation, which the controller writes only after the event.
-pub fn told_endpoint(pod: &Pod) -> Option<&str> {
+pub fn told_endpoint(pod: &PodView) -> Option<&str> {
     let annotations = pod.metadata.annotations.as_ref()?;
     let admitted = annotations.contains_key(super::reservation::POD_ANNOTATION);
     let key = if admitted {
@@ -213,17 +213,17 @@ impl crate::k8s::ownership::Claimant for Claim {
 /// the IP in externalIPs or load-balancer ingress, or that this controller
 /// made (its LoadBalancer status may not be written yet).
 pub fn claims(service: &Service, ip: Ipv4Addr) -> Vec<Claim> {
-    let ip = ip.to_string();
     let Some(spec) = &service.spec else {
         return Vec::new();
     };
-    let external = spec.external_ips.iter().flatten().any(|a| *a == ip);
+    let is_ip = |a: &str| a.parse::<Ipv4Addr>().is_ok_and(|a| a == ip);
+    let external = spec.external_ips.iter().flatten().any(|a| is_ip(a));
     let ingress = service
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| i.iter().any(|i| i.ip.as_deref() == Some(ip.as_str())));
+        .is_some_and(|i| i.iter().any(|i| i.ip.as_deref().is_some_and(is_ip)));
     let managed = is_managed(service);
     if !(external || ingress || managed) {
         return Vec::new();

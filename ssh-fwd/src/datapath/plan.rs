@@ -19,8 +19,10 @@ use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS, NatTarget};
 
 use crate::mapping::{Mapping, MappingSet};
 
+mod local;
 mod tables;
 
+pub use local::{Local, plan_local};
 pub use tables::desired_tables;
 
 /// The maps' contents as userspace sees them.
@@ -91,9 +93,54 @@ pub struct Planned {
 /// whatever else is wrong.
 pub fn plan_steps(installed: &Installed, desired: &MappingSet) -> Planned {
     let (desired, left_out) = fit(installed, desired);
+    let (steps, tables) = two_steps(installed, &desired, &Outside::default());
+    Planned {
+        steps,
+        tables,
+        left_out,
+    }
+}
+
+/// What the tables hold besides the part being planned (nothing for a
+/// whole reload; the rest of the tables for [`plan_local`]): the slots its
+/// entries use, which the part must not take, and how many REVERSE
+/// entries it holds, which count against the capacity.
+#[derive(Debug, Default)]
+struct Outside {
+    slots: SlotSet,
+    reverse: usize,
+}
+
+/// Slots as a bitmap (a `BTreeSet` of thousands of slots would cost an
+/// allocation per slot on every change).
+#[derive(Debug, Default)]
+struct SlotSet(Vec<u64>);
+
+impl SlotSet {
+    fn insert(&mut self, slot: u32) {
+        let (word, bit) = (slot as usize / 64, slot % 64);
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << bit;
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        let (word, bit) = (slot as usize / 64, slot % 64);
+        self.0.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+}
+
+/// The two steps from `installed` to `desired` (which fits), and the
+/// tables after them.
+fn two_steps(
+    installed: &Installed,
+    desired: &MappingSet,
+    outside: &Outside,
+) -> (Vec<Plan>, Installed) {
     // Step 1: keep only the frontends that stay, as they are installed now.
     let staying = installed_subset(installed, |f, _| desired.get(&socket(f)).is_some());
-    let (mut shrink, middle) = step(installed, &staying, &BTreeSet::new());
+    let (mut shrink, middle) = step(installed, &staying, &BTreeSet::new(), outside);
     // Step 2: add and change. Slots never used before are taken first, so
     // the removed mappings' connections are purged separately only if
     // their slots are reused.
@@ -103,17 +150,13 @@ pub fn plan_steps(installed: &Installed, desired: &MappingSet) -> Planned {
         .chain(installed.reverse.values())
         .map(|t| t.slot)
         .collect();
-    let (mut grow, tables) = step(&middle, &desired, &used_before);
+    let (mut grow, tables) = step(&middle, desired, &used_before, outside);
     if !grow.new_slots.iter().any(|(s, _)| used_before.contains(s)) {
         grow.retired.append(&mut shrink.retired);
         grow.retired.sort();
         grow.retired.dedup();
     }
-    Planned {
-        steps: vec![shrink, grow],
-        tables,
-        left_out,
-    }
+    (vec![shrink, grow], tables)
 }
 
 /// After a failed write: removes every installed mapping whose backend is
@@ -124,7 +167,7 @@ pub fn stale_removal(installed: &Installed, desired: &MappingSet) -> Plan {
             .get(&socket(f))
             .is_some_and(|m| endpoint(m.backend) == t.endpoint)
     });
-    step(installed, &current, &BTreeSet::new()).0
+    step(installed, &current, &BTreeSet::new(), &Outside::default()).0
 }
 
 /// The installed mappings `keep` selects, as they are installed.
@@ -168,8 +211,9 @@ fn step(
     installed: &Installed,
     desired: &MappingSet,
     late_slots: &BTreeSet<u32>,
+    outside: &Outside,
 ) -> (Plan, Installed) {
-    let want = desired_tables(installed, desired, late_slots);
+    let want = tables::tables_beside(installed, desired, late_slots, &outside.slots);
     let mut plan = Plan::default();
     let installed_slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
     for (slot, name) in &want.names {
@@ -184,7 +228,7 @@ fn step(
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
     let reverse_deletes = deletes(&installed.reverse, &want.reverse);
     (plan.reverse_deletes_first, plan.reverse_deletes) =
-        reverse_delete_order(installed, &want, reverse_deletes);
+        reverse_delete_order(installed, &want, reverse_deletes, outside.reverse);
     plan.retired = installed
         .frontends
         .iter()
@@ -198,11 +242,13 @@ fn step(
 /// entry no installed frontend uses goes first (nothing depends on it). So
 /// do as many entries of backends being left as the new entries need room
 /// for: the frontends leaving them are being changed, their connections
-/// retired, and their new entries are written right after.
+/// retired, and their new entries are written right after. `beside`:
+/// the REVERSE entries outside the part planned.
 fn reverse_delete_order(
     installed: &Installed,
     want: &Installed,
     deletes: Vec<Endpoint>,
+    beside: usize,
 ) -> (Vec<Endpoint>, Vec<Endpoint>) {
     let used: BTreeSet<Endpoint> = installed.frontends.values().map(|t| t.endpoint).collect();
     let (mut first, mut late): (Vec<Endpoint>, Vec<Endpoint>) =
@@ -212,7 +258,7 @@ fn reverse_delete_order(
         .keys()
         .filter(|k| !installed.reverse.contains_key(k))
         .count();
-    let peak = installed.reverse.len() - first.len() + added;
+    let peak = beside + installed.reverse.len() - first.len() + added;
     let short = peak.saturating_sub(MAX_MAPPINGS as usize).min(late.len());
     first.extend(late.drain(..short));
     (first, late)
@@ -267,5 +313,7 @@ pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
 
 #[cfg(test)]
 mod capacity_tests;
+#[cfg(test)]
+mod local_tests;
 #[cfg(test)]
 mod tests;

@@ -48,9 +48,9 @@ pub const CONTROLLER: &[ApiCall] = &[
     // Watches labelled pods; labels them for the selector and publishes the
     // endpoint annotation.
     call("", "pods", &["list", "watch", "patch"]),
-    // "SSH: Connected! ..." and "no free port" (kube's Recorder patches an
-    // event to count repeats).
-    call("events.k8s.io", "events", &["create", "patch"]),
+    // "SSH: Connected! ..." and "no free port", each sent once, by a
+    // Recorder of its own (so never patched as a repeat).
+    call("events.k8s.io", "events", &["create"]),
     // Leader election.
     ApiCall {
         group: "coordination.k8s.io",

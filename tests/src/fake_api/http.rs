@@ -54,7 +54,18 @@ fn parse_target(target: &str) -> Option<Target> {
     })
 }
 
+/// Serves the one request of a connection.
 pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
+    let Some((head, body)) = read_request(&mut stream).await? else {
+        return Ok(());
+    };
+    serve_one(&mut stream, &shared, &head, body).await?;
+    stream.shutdown().await
+}
+
+/// Reads a request: its head, and its body as JSON (null when empty).
+/// `None` when the client closed the connection.
+async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String, Value)>> {
     let mut buf = Vec::with_capacity(16 * 1024);
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
@@ -63,7 +74,7 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 || buf.len() > 1 << 20 {
-            return Ok(());
+            return Ok(None);
         }
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -77,18 +88,29 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     while buf.len() < head_end + content_length {
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
-            return Ok(());
+            return Ok(None);
         }
         buf.extend_from_slice(&chunk[..n]);
     }
     let body: Value =
         serde_json::from_slice(&buf[head_end..head_end + content_length]).unwrap_or(Value::Null);
+    Ok(Some((head, body)))
+}
+
+/// Serves one request (a watch until it ends); nothing when the API is
+/// cut or the client gave up.
+async fn serve_one(
+    stream: &mut TcpStream,
+    shared: &Arc<Shared>,
+    head: &str,
+    body: Value,
+) -> std::io::Result<()> {
     let mut words = head.split_whitespace();
     let method = words.next().unwrap_or("GET").to_owned();
     let target = words.next().unwrap_or("/").to_owned();
     if *shared.stalled.borrow() {
         shared.unstalled().await;
-        if client_gone(&mut stream).await {
+        if client_gone(stream).await {
             return Ok(()); // given up on: never handled
         }
     }
@@ -101,27 +123,27 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
             reason: "NotFound",
             message: format!("the server could not find the requested resource ({target})"),
         };
-        return respond(&mut stream, error.code, &error.status()).await;
+        return respond(stream, error.code, &error.status().to_string()).await;
     };
     let watch = target
         .query
         .get("watch")
         .is_some_and(|v| v == "true" || v == "1");
     let verb = verb(&method, &target, watch);
-    record(&shared, &head, verb, &target);
+    record(shared, head, verb, &target);
     if watch {
-        return watch_stream(stream, &shared, &target).await;
+        return watch_stream(stream, shared, &target).await;
     }
     let delay = shared.store().delays.get(&(target.kind, verb)).copied();
     if let Some(delay) = delay {
         tokio::time::sleep(delay).await;
     }
     let injected = shared.store().injected_failure(target.kind, verb);
-    let (code, answer) = match injected.and_then(|()| handle(&shared, &method, &target, body)) {
-        Ok((code, value)) => (code, value),
-        Err(e) => (e.code, e.status()),
+    let (code, answer) = match injected.and_then(|()| handle(shared, &method, &target, body)) {
+        Ok((code, text)) => (code, text),
+        Err(e) => (e.code, e.status().to_string()),
     };
-    respond(&mut stream, code, &answer).await
+    respond(stream, code, &answer).await
 }
 
 /// Whether the client closed the connection while its request waited.
@@ -189,12 +211,22 @@ fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
         });
 }
 
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError {
+        code: 500,
+        reason: "InternalError",
+        message: format!("cannot write the answer: {e}"),
+    }
+}
+
+/// Serves a request other than a watch: the status code and the JSON
+/// answer.
 fn handle(
     shared: &Shared,
     method: &str,
     target: &Target,
     mut body: Value,
-) -> Result<(u16, Value), ApiError> {
+) -> Result<(u16, String), ApiError> {
     let kind = target.kind;
     let ns = target.namespace.clone().unwrap_or_default();
     let key = target.name.as_ref().map(|n| format!("{ns}/{n}"));
@@ -231,9 +263,21 @@ fn handle(
             if let Some(last) = next {
                 metadata["continue"] = json!(page.token_after(&last));
             }
-            let list = json!({"apiVersion": kind.api_version(), "kind": kind.list_kind(),
-                              "metadata": metadata, "items": items});
-            return Ok((200, list));
+            // Written from the stored objects, without copying them.
+            let mut text = format!(
+                "{{\"apiVersion\":{},\"kind\":{},\"metadata\":{metadata},\"items\":[",
+                json!(kind.api_version()),
+                json!(kind.list_kind()),
+            )
+            .into_bytes();
+            for (i, item) in items.into_iter().enumerate() {
+                if i > 0 {
+                    text.push(b',');
+                }
+                serde_json::to_writer(&mut text, item).map_err(internal)?;
+            }
+            text.extend_from_slice(b"]}");
+            return Ok((200, String::from_utf8(text).map_err(internal)?));
         }
         ("GET", Some(key)) => {
             let object = store.get(kind, &key).cloned().ok_or_else(|| ApiError {
@@ -241,7 +285,7 @@ fn handle(
                 reason: "NotFound",
                 message: format!("{} \"{}\" not found", kind.resource(), key),
             })?;
-            return Ok((200, object));
+            return Ok((200, object.to_string()));
         }
         ("POST", None) => {
             // Cluster-scoped objects (no namespace in the path) have none.
@@ -273,18 +317,17 @@ fn handle(
     };
     shared.publish(&store, changes);
     drop(store);
-    Ok((code, object))
+    Ok((code, object.to_string()))
 }
 
-async fn respond(stream: &mut TcpStream, code: u16, body: &Value) -> std::io::Result<()> {
-    let body = body.to_string();
+async fn respond(stream: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
     let response = format!(
         "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         if code < 300 { "OK" } else { "Error" },
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
-    stream.shutdown().await
+    stream.flush().await
 }
 
 /// Where a watch starts: with `resourceVersion` unset or "0", the current
@@ -326,23 +369,23 @@ fn watch_start(
 /// A watch: where it starts ([`watch_start`]), then live changes, as
 /// ADDED/MODIFIED/DELETED of the objects the selector matches.
 async fn watch_stream(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     shared: &Shared,
     target: &Target,
 ) -> std::io::Result<()> {
     let selector = match selector_of(target) {
         Ok(selector) => selector,
-        Err(e) => return respond(&mut stream, e.code, &e.status()).await,
+        Err(e) => return respond(stream, e.code, &e.status().to_string()).await,
     };
     // Subscribed before the start is read, so nothing falls in between.
     let mut rx = shared.changes.subscribe();
     let (backlog, mut sent) = match watch_start(shared, target, &selector) {
         Ok(start) => start,
-        Err(e) => return respond(&mut stream, e.code, &e.status()).await,
+        Err(e) => return respond(stream, e.code, &e.status().to_string()).await,
     };
     stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
     for change in backlog {
-        send(&mut stream, target, &selector, &change).await?;
+        send(stream, target, &selector, &change).await?;
         sent = sent.max(change.rv);
     }
     while let Ok(change) = rx.recv().await {
@@ -351,7 +394,7 @@ async fn watch_stream(
         };
         shared.unstalled().await;
         if change.rv > sent {
-            send(&mut stream, target, &selector, &change).await?;
+            send(stream, target, &selector, &change).await?;
             sent = change.rv;
         }
     }

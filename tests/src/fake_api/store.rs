@@ -95,7 +95,7 @@ impl Store {
         namespace: Option<&str>,
         selector: &Selector,
         page: &Page,
-    ) -> (Vec<Value>, Option<String>) {
+    ) -> (Vec<&Value>, Option<String>) {
         let start = match &page.after {
             Some(after) => Bound::Excluded((kind, after.clone())),
             None => Bound::Included((kind, String::new())),
@@ -113,7 +113,7 @@ impl Store {
             if page.limit.is_some_and(|limit| items.len() == limit) {
                 return (items, last.map(str::to_owned));
             }
-            items.push(v.clone());
+            items.push(v);
             last = Some(key);
         }
         (items, None)

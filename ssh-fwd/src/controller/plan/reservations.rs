@@ -17,28 +17,49 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use k8s_openapi::api::coordination::v1::Lease;
 
 use super::{Action, Input, asks_for_ssh};
 use crate::controller::{
+    pod::PodView,
     reservation::{self, Holder, POD_ANNOTATION, Reservation},
     service::{self, ENDPOINT_ANNOTATION},
 };
 
-/// The reservations on the SSH IP, as the plan reads them.
+/// The reservations on the SSH IP, as the plan reads them, with what a
+/// pass looks them up by (thousands of pods each look up theirs).
 #[derive(Debug, Default)]
 pub struct Book {
     all: Vec<Reservation>,
+    ports: BTreeSet<u16>,
+    /// The first reservation of each `(namespace, token)` and `(namespace,
+    /// pod uid)`, by index into `all`.
+    by_token: BTreeMap<(Option<String>, String), usize>,
+    by_uid: BTreeMap<(Option<String>, String), usize>,
 }
 
 impl Book {
     pub fn new(leases: &[Arc<Lease>], ip: std::net::Ipv4Addr) -> Self {
-        Self {
-            all: leases
-                .iter()
-                .filter_map(|l| reservation::read(l, ip))
-                .collect(),
+        let all: Vec<Reservation> = leases
+            .iter()
+            .filter_map(|l| reservation::read(l, ip))
+            .collect();
+        let mut book = Self {
+            ports: all.iter().map(|r| r.port).collect(),
+            ..Self::default()
+        };
+        for (i, r) in all.iter().enumerate() {
+            let namespace = r.namespace.clone();
+            if let Some(token) = &r.token {
+                let key = (namespace.clone(), token.clone());
+                book.by_token.entry(key).or_insert(i);
+            }
+            if let Some(uid) = &r.pod_uid {
+                book.by_uid.entry((namespace, uid.clone())).or_insert(i);
+            }
         }
+        book.all = all;
+        book
     }
 
     pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
@@ -46,32 +67,35 @@ impl Book {
     }
 
     fn has(&self, port: u16) -> bool {
-        self.all.iter().any(|r| r.port == port)
+        self.ports.contains(&port)
     }
 
     /// The reservation made for `pod`: the one whose token it carries (in
     /// its own namespace: a token copied into another namespace counts for
-    /// nothing), or the one made for its uid.
-    fn of_pod(&self, pod: &Pod) -> Option<&Reservation> {
-        let namespace = pod.metadata.namespace.as_deref();
-        let token = pod_token(pod);
-        let uid = pod.metadata.uid.as_deref();
-        self.all.iter().find(|r| {
-            let ours = r.namespace.as_deref() == namespace;
-            let by_token = token.is_some() && r.token.as_deref() == token;
-            let by_uid = uid.is_some() && r.pod_uid.as_deref() == uid;
-            ours && (by_token || by_uid)
-        })
+    /// nothing), or the one made for its uid; the first of them in the
+    /// book when both are there.
+    fn of_pod(&self, pod: &PodView) -> Option<&Reservation> {
+        let namespace = &pod.metadata.namespace;
+        let find = |index: &BTreeMap<(Option<String>, String), usize>, id: Option<&str>| {
+            index.get(&(namespace.clone(), id?.to_owned())).copied()
+        };
+        let by_token = find(&self.by_token, pod_token(pod));
+        let by_uid = find(&self.by_uid, pod.metadata.uid.as_deref());
+        let first = match (by_token, by_uid) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
+        self.all.get(first)
     }
 }
 
-fn pod_token(pod: &Pod) -> Option<&str> {
+fn pod_token(pod: &PodView) -> Option<&str> {
     let token = pod.metadata.annotations.as_ref()?.get(POD_ANNOTATION)?;
     Some(token.as_str()).filter(|t| !t.is_empty())
 }
 
 /// The port a pod was told at admission, from its endpoint annotation.
-fn told_port(pod: &Pod) -> Option<u16> {
+fn told_port(pod: &PodView) -> Option<u16> {
     let endpoint = pod
         .metadata
         .annotations
@@ -92,8 +116,11 @@ impl Sightings {
         let names: BTreeSet<&str> = book.all.iter().map(|r| r.name.as_str()).collect();
         self.0.retain(|name, _| names.contains(name.as_str()));
         for name in names {
-            let seen = self.0.entry(name.to_owned()).or_insert((now, false));
-            seen.1 |= used.contains(name);
+            let in_use = used.contains(name);
+            match self.0.get_mut(name) {
+                Some(seen) => seen.1 |= in_use,
+                None => drop(self.0.insert(name.to_owned(), (now, in_use))),
+            }
         }
     }
 
@@ -148,7 +175,7 @@ pub struct Free<'a, R> {
 /// reservation vanished and the port is still free (reserved again under
 /// its token); else a fresh one from [`crate::controller::ports::pick_free`].
 pub fn choose(
-    pod: &Pod,
+    pod: &PodView,
     pod_ref: &super::PodRef,
     book: &Book,
     ip: std::net::Ipv4Addr,
@@ -214,24 +241,42 @@ fn holders(
 /// The names of the reservations in use now (the grace aside).
 pub fn in_use(
     book: &Book,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodView>],
     services: &[Arc<k8s_openapi::api::core::v1::Service>],
     expected: &crate::controller::expect::Expectations,
     ip: std::net::Ipv4Addr,
 ) -> BTreeSet<String> {
-    let holders = holders(services, ip);
+    in_use_beside(book, pods, &holders(services, ip), expected)
+}
+
+/// [`in_use`], given the ports Services hold.
+fn in_use_beside(
+    book: &Book,
+    pods: &[Arc<PodView>],
+    holders: &BTreeMap<u16, String>,
+    expected: &crate::controller::expect::Expectations,
+) -> BTreeSet<String> {
     let pending: BTreeSet<u16> = expected.ports().collect();
-    let live: Vec<&Pod> = pods
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|p| asks_for_ssh(p))
-        .collect();
+    // What live pods carry: (namespace, token) and (namespace, uid).
+    let mut tokens = BTreeSet::new();
+    let mut uids = BTreeSet::new();
+    for pod in pods.iter().filter(|p| asks_for_ssh(p)) {
+        let namespace = pod.metadata.namespace.as_deref();
+        if let Some(token) = pod_token(pod) {
+            tokens.insert((namespace, token));
+        }
+        if let Some(uid) = pod.metadata.uid.as_deref() {
+            uids.insert((namespace, uid));
+        }
+    }
     let carried = |r: &Reservation| {
-        live.iter().any(|p| {
-            p.metadata.namespace == r.namespace
-                && ((r.token.is_some() && pod_token(p) == r.token.as_deref())
-                    || (r.pod_uid.is_some() && p.metadata.uid == r.pod_uid))
-        })
+        let namespace = r.namespace.as_deref();
+        r.token
+            .as_deref()
+            .is_some_and(|t| tokens.contains(&(namespace, t)))
+            || r.pod_uid
+                .as_deref()
+                .is_some_and(|u| uids.contains(&(namespace, u)))
     };
     book.all
         .iter()
@@ -263,7 +308,7 @@ pub fn upkeep(
             )),
         })
         .collect();
-    let used = in_use(book, input.pods, input.services, input.expected, ip);
+    let used = in_use_beside(book, input.pods, &holders, input.expected);
     for r in &book.all {
         if used.contains(&r.name) || input.sightings.within_grace(&r.name, input.grace, now) {
             continue;

@@ -3,18 +3,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Pod;
 use rand::Rng;
 
 use super::{
     Action, PodRef, Problem,
     reservations::{self, Book, Choice},
 };
-use crate::controller::service::{self, Settings};
+use crate::controller::{
+    pod::PodView,
+    service::{self, Settings},
+};
 
 /// What serving a pod without a Service reads.
 pub struct New<'a> {
-    pub names: &'a BTreeMap<String, bool>,
+    /// By `(namespace, name)`.
+    pub names: &'a BTreeMap<(&'a str, &'a str), bool>,
     pub settings: &'a Settings,
     pub book: &'a Book,
     pub variable: Option<&'a str>,
@@ -24,7 +27,7 @@ pub struct New<'a> {
 /// free port, or a Warning saying why it cannot be served (and one saying
 /// it lacks the endpoint variable, when it gets its port only now).
 pub fn serve_new(
-    pod: &Pod,
+    pod: &PodView,
     pod_ref: PodRef,
     new: &New<'_>,
     free: &mut reservations::Free<'_, impl Rng>,
@@ -36,7 +39,7 @@ pub fn serve_new(
         Err(bad) => return warn(pod_ref, Problem::InvalidTargetPort { value: bad.0 }),
     };
     let name = service::service_name(&pod_ref.name);
-    match new.names.get(&format!("{}/{name}", pod_ref.namespace)) {
+    match new.names.get(&(pod_ref.namespace.as_str(), name.as_str())) {
         // Ours for an earlier pod of this name: being deleted.
         Some(true) => return Vec::new(),
         Some(false) => return warn(pod_ref, Problem::NameTaken { service: name }),

@@ -22,7 +22,7 @@ fn settings() -> Settings {
     }
 }
 
-fn pod(name: &str, extra: Value) -> Arc<Pod> {
+fn pod(name: &str, extra: Value) -> Arc<PodView> {
     let mut value = json!({
         "metadata": {"name": name, "namespace": "jobs", "uid": format!("uid-{name}"),
                      "labels": {service::SSH_LABEL: service::SSH_ENABLED}},
@@ -44,7 +44,7 @@ fn merge(into: &mut Value, from: &Value) {
 }
 
 /// The Service the controller made for `pod`, as the API returns it.
-fn ours(pod: &Pod, port: u16, created: &str, ingress: bool) -> Arc<Service> {
+fn ours(pod: &PodView, port: u16, created: &str, ingress: bool) -> Arc<Service> {
     let mut svc = service::build(pod, port, IntOrString::Int(22), &settings());
     let mut value = serde_json::to_value(&svc).unwrap();
     value["metadata"]["creationTimestamp"] = json!(created);
@@ -67,7 +67,7 @@ fn foreign(name: &str, port: u16, created: &str) -> Arc<Service> {
 }
 
 fn run(
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodView>],
     services: &[Arc<Service>],
     range: std::ops::RangeInclusive<u16>,
 ) -> Vec<Action> {
@@ -75,7 +75,7 @@ fn run(
 }
 
 fn run_expecting(
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodView>],
     services: &[Arc<Service>],
     range: std::ops::RangeInclusive<u16>,
     expected: &Expectations,

@@ -1,9 +1,8 @@
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use super::*;
 
-pub fn pod(name: &str, uid: &str, annotations: serde_json::Value) -> Pod {
+pub fn pod(name: &str, uid: &str, annotations: serde_json::Value) -> PodView {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "jobs", "uid": uid,
                      "labels": {SSH_LABEL: SSH_ENABLED}, "annotations": annotations},

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MAX_MAPPINGS, NatTarget};
 
-use super::{Installed, endpoint};
+use super::{Installed, SlotSet, endpoint};
 use crate::mapping::MappingSet;
 
 /// The tables the maps should hold for `desired`, reusing slots and primary
@@ -16,6 +16,17 @@ pub fn desired_tables(
     desired: &MappingSet,
     late_slots: &BTreeSet<u32>,
 ) -> Installed {
+    tables_beside(installed, desired, late_slots, &SlotSet::default())
+}
+
+/// [`desired_tables`] for a part of the tables, beside entries that use
+/// the slots `beside` (which are never taken).
+pub(super) fn tables_beside(
+    installed: &Installed,
+    desired: &MappingSet,
+    late_slots: &BTreeSet<u32>,
+    beside: &SlotSet,
+) -> Installed {
     // A slot being freed in this same step is never zeroed while its old
     // entry is still live: only slots no installed entry uses are free.
     let taken: BTreeSet<u32> = installed
@@ -24,9 +35,10 @@ pub fn desired_tables(
         .chain(installed.reverse.values())
         .map(|t| t.slot)
         .collect();
+    let is_free = |s: &u32| !taken.contains(s) && !beside.contains(*s);
     let mut free = (0..MAX_MAPPINGS)
-        .filter(|s| !taken.contains(s) && !late_slots.contains(s))
-        .chain(late_slots.iter().copied().filter(|s| !taken.contains(s)));
+        .filter(|s| is_free(s) && !late_slots.contains(s))
+        .chain(late_slots.iter().copied().filter(is_free));
     let mut backends: BTreeMap<_, Vec<_>> = BTreeMap::new();
     let mut out = Installed::default();
     for m in desired.iter() {

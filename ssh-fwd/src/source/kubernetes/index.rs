@@ -42,8 +42,9 @@ pub struct Index {
     policy: Policy,
     services: HashMap<Id, ServiceView>,
     slices: HashMap<Id, SliceView>,
-    /// Slice ids by the Service they name (known or not yet).
-    slices_of: HashMap<Id, BTreeSet<Id>>,
+    /// Slice ids by the Service they name (known or not yet); a Service
+    /// has one or a few, and the rules do not depend on their order.
+    slices_of: HashMap<Id, Vec<Id>>,
     /// What each Service claims now.
     claims: HashMap<Id, ServiceClaims>,
     /// The Services claiming each frontend.
@@ -60,6 +61,10 @@ pub struct Index {
     invalid: usize,
     /// Counts changes of [`Index::mappings`].
     generation: u64,
+    /// The frontends whose mapping changed since [`Index::take_touched`]
+    /// last ran; `None` when any may have (a change of the capacity cut, a
+    /// rebuild, a new index).
+    touched: Option<BTreeSet<SocketAddrV4>>,
 }
 
 /// The incremental state differed from the full recompute (a bug): how
@@ -84,7 +89,14 @@ impl Index {
             capped: None,
             invalid: 0,
             generation: 0,
+            touched: None,
         }
+    }
+
+    /// The frontends whose mapping changed since the last call (`None`:
+    /// any may have), so that a change is planned only where it happens.
+    pub fn take_touched(&mut self) -> Option<BTreeSet<SocketAddrV4>> {
+        self.touched.replace(BTreeSet::new())
     }
 
     /// Changes whenever the mappings change.
@@ -224,7 +236,7 @@ impl Index {
             && let Some(service) = old.service
         {
             if let Some(ids) = self.slices_of.get_mut(&service) {
-                ids.remove(&id);
+                ids.retain(|known| *known != id);
                 if ids.is_empty() {
                     self.slices_of.remove(&service);
                 }
@@ -234,7 +246,9 @@ impl Index {
         if let Some(view) = view {
             if let Some(service) = &view.service {
                 let ids = self.slices_of.entry(service.clone()).or_default();
-                ids.insert(id.clone());
+                if !ids.contains(&id) {
+                    ids.push(id.clone());
+                }
                 dirty.insert(service.clone());
             }
             self.slices.insert(id, view);
@@ -306,13 +320,13 @@ impl Index {
                 }
                 if self.all.get(&frontend) != Some(&mapping) {
                     self.all.insert(mapping);
-                    self.generation += 1;
+                    self.touch(frontend);
                 }
             }
             None => {
                 self.owners.remove(&frontend);
                 if self.all.remove(&frontend).is_some() {
-                    self.generation += 1;
+                    self.touch(frontend);
                 }
             }
         }
@@ -323,12 +337,26 @@ impl Index {
         }
     }
 
+    /// Records a change of `frontend`'s mapping.
+    fn touch(&mut self, frontend: SocketAddrV4) {
+        self.generation += 1;
+        if let Some(touched) = &mut self.touched {
+            touched.insert(frontend);
+        }
+    }
+
+    /// Records a change of the capacity cut: any mapping may have changed.
+    fn touch_all(&mut self) {
+        self.generation += 1;
+        self.touched = None;
+    }
+
     /// Takes the capacity cut again over the whole set, when it is over
     /// (or was): what fits, the oldest Services' first.
     fn cut(&mut self, raised: &mut Vec<Note>) {
         if self.all.len() <= MAX_MAPPINGS as usize {
             if self.capped.take().is_some() {
-                self.generation += 1;
+                self.touch_all();
             }
             return;
         }
@@ -346,13 +374,13 @@ impl Index {
         let Some(note) = note else {
             // Unreachable while every mapping has its owner recorded.
             if self.capped.take().is_some() {
-                self.generation += 1;
+                self.touch_all();
             }
             return;
         };
         let old = self.capped.take();
         if old.as_ref().map(|(m, _)| m) != Some(&fits) {
-            self.generation += 1;
+            self.touch_all();
         }
         if old.as_ref().map(|(_, n)| n) != Some(&note) {
             raised.push(note.clone());

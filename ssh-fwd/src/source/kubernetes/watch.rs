@@ -12,9 +12,11 @@
 //!
 //! Changes are taken as they come: whatever arrived while the agent was
 //! busy (writing the maps) is applied together, and nothing waits on a
-//! quiet system.
+//! quiet system. Until both kinds are listed completely, updates are only
+//! kept: Services without their slices would be computed (and logged as
+//! having no endpoint) for nothing.
 
-use std::time::Instant;
+use std::{collections::BTreeSet, net::SocketAddrV4, time::Instant};
 
 use futures::StreamExt as _;
 use kube::{
@@ -50,6 +52,12 @@ pub struct KubeSource {
     /// A change was returned already: until then the first complete lists
     /// count as one even if they map nothing.
     returned: bool,
+    /// Updates not applied yet: those received before both kinds were
+    /// listed, which are applied together.
+    early: Vec<Update>,
+    /// The frontends whose mapping changed since the last change returned
+    /// (`None`: any may have).
+    touched: Option<BTreeSet<SocketAddrV4>>,
 }
 
 impl KubeSource {
@@ -70,6 +78,8 @@ impl KubeSource {
             pending: None,
             raised: Vec::new(),
             returned: false,
+            early: Vec::new(),
+            touched: None,
         }
     }
 
@@ -89,15 +99,17 @@ impl KubeSource {
 
     /// Waits until the source is ready and its mappings have changed since
     /// the last call (the first call: since start); returns when the oldest
-    /// of those changes arrived. Cancel-safe: changes taken in by a
-    /// cancelled call are returned by the next.
-    pub async fn changed(&mut self) -> Result<Instant, Stopped> {
+    /// of those changes arrived, and the frontends whose mapping changed
+    /// (`None`: any may have). Cancel-safe: changes taken in by a cancelled
+    /// call are returned by the next.
+    pub async fn changed(&mut self) -> Result<(Instant, Option<BTreeSet<SocketAddrV4>>), Stopped> {
         loop {
             if self.is_ready()
                 && let Some(since) = self.pending.take()
             {
                 self.returned = true;
-                return Ok(since);
+                let touched = self.touched.replace(BTreeSet::new());
+                return Ok((since, touched));
             }
             self.receive().await?;
         }
@@ -120,8 +132,19 @@ impl KubeSource {
                 _ => {}
             }
         }
-        let raised = self.index.apply(batch.into_iter().map(|(_, u)| u));
-        self.raised.extend(raised);
+        self.early.extend(batch.into_iter().map(|(_, u)| u));
+        if self.is_ready() {
+            let raised = self.index.apply(std::mem::take(&mut self.early));
+            self.raised.extend(raised);
+            let touched = self.index.take_touched();
+            self.touched = match (self.touched.take(), touched) {
+                (Some(mut all), Some(more)) => {
+                    all.extend(more);
+                    Some(all)
+                }
+                _ => None,
+            };
+        }
         if self.index.generation() != before || !self.returned {
             self.pending = match (self.pending, oldest) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -152,9 +175,13 @@ impl KubeSource {
     }
 
     /// Compares the incremental state with a full recompute, rebuilding it
-    /// if they differ.
+    /// if they differ (then any mapping may have changed).
     pub fn check(&mut self) -> Result<(), Drift> {
-        self.index.check()
+        let checked = self.index.check();
+        if checked.is_err() {
+            self.touched = None;
+        }
+        checked
     }
 }
 

@@ -34,7 +34,7 @@ fn admitted(namespace: &str, token: &str) -> Holder {
 }
 
 /// A pod admitted with `port` under `token`.
-fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<Pod> {
+fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<PodView> {
     pod(
         name,
         json!({"metadata": {"annotations": {POD_ANNOTATION: token,
@@ -43,7 +43,7 @@ fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<Pod> {
 }
 
 struct Pass<'a> {
-    pods: &'a [Arc<Pod>],
+    pods: &'a [Arc<PodView>],
     services: &'a [Arc<Service>],
     leases: &'a [Arc<Lease>],
     variable: Option<&'a str>,
@@ -83,7 +83,7 @@ impl Pass<'_> {
 }
 
 fn pass<'a>(
-    pods: &'a [Arc<Pod>],
+    pods: &'a [Arc<PodView>],
     services: &'a [Arc<Service>],
     leases: &'a [Arc<Lease>],
 ) -> Pass<'a> {
@@ -290,7 +290,7 @@ fn a_token_copied_into_another_namespace_or_a_second_pod_gets_no_reserved_port()
     let t0 = Instant::now();
     let mut thief = serde_json::to_value(admitted_pod("thief", 9042, "tok").as_ref()).unwrap();
     thief["metadata"]["namespace"] = json!("elsewhere");
-    let thief: Arc<Pod> = Arc::new(serde_json::from_value(thief).unwrap());
+    let thief: Arc<PodView> = Arc::new(serde_json::from_value(thief).unwrap());
     let leases = [lease(9042, &admitted("jobs", "tok"))];
     let actions = pass(std::slice::from_ref(&thief), &[], &leases).at(t0, t0);
     assert!(!created(&actions).contains(&9042));

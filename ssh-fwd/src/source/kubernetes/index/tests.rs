@@ -149,10 +149,21 @@ proptest! {
         batches in prop::collection::vec(prop::collection::vec(update(), 1..=3), 1..=25),
     ) {
         let mut index = Index::new(policy(styles));
+        index.take_touched();
         for batch in batches {
+            let before = index.mappings().clone();
             index.apply(batch.clone());
             let full = index.full();
             prop_assert_eq!(index.mappings(), &full.mappings, "after {:?}", batch);
+            // Every frontend whose mapping changed is named as touched.
+            if let Some(touched) = index.take_touched() {
+                let after = index.mappings();
+                for m in before.iter().chain(after.iter()) {
+                    if before.get(&m.frontend) != after.get(&m.frontend) {
+                        prop_assert!(touched.contains(&m.frontend), "{} not touched after {:?}", m.frontend, batch);
+                    }
+                }
+            }
             let invalid = (full.notes.iter())
                 .filter(|n| matches!(n, Note::Invalid { .. }))
                 .count();
@@ -306,7 +317,13 @@ fn over_capacity_the_index_leaves_out_the_newest_and_takes_them_back_when_room_f
     ));
     assert!(index.mappings().iter().all(|m| m.name != newest));
     assert_eq!(index.mappings(), &index.full().mappings);
+    index.take_touched();
     index.apply([Update::Service(service_id(0), None)]);
+    assert_eq!(
+        index.take_touched(),
+        None,
+        "a change of the cut may change any mapping"
+    );
     assert_eq!(index.left_out(), 0);
     assert_eq!(index.mappings().len(), max);
     assert!(index.mappings().iter().any(|m| m.name == newest));

@@ -370,3 +370,38 @@ async fn agent_requests_are_all_in_the_api_call_list() {
         );
     }
 }
+
+#[tokio::test]
+async fn services_listed_before_their_slices_are_not_reported_without_an_endpoint() {
+    let fake = fake_with_one_job();
+    // The slices' first list fails: the Services' list arrives alone.
+    fake.lock().expect("lock").slices.list_errors = vec![500];
+    let (mut source, _errors) = ready_source(&fake).await;
+    assert_eq!(backends(&source), ["198.18.0.10:8123->10.244.1.5:22"]);
+    let notes = source.take_notes();
+    assert!(notes.is_empty(), "{notes:?}");
+}
+
+#[tokio::test]
+async fn a_change_names_the_frontends_it_touched() {
+    let fake = fake_with_one_job();
+    let (mut source, _errors) = ready_source(&fake).await;
+    let (_, first) = source.changed().await.expect("watchers running");
+    assert_eq!(first, None, "the first change is the whole state");
+    eventually("slices watch open", || {
+        !fake.lock().expect("lock").slices.parked.is_empty()
+    })
+    .await;
+    let rv = bump(&fake);
+    deliver(
+        &fake,
+        Kind::Slices,
+        &[json!({"type": "MODIFIED", "object": slice("job-1", "10.244.2.9", &rv)})],
+    );
+    let (_, touched) = tokio::time::timeout(Duration::from_secs(10), source.changed())
+        .await
+        .expect("in time")
+        .expect("watchers running");
+    let frontend: SocketAddrV4 = "198.18.0.10:8123".parse().expect("addr");
+    assert_eq!(touched, Some([frontend].into()));
+}
