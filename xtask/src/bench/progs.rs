@@ -27,14 +27,20 @@ use self::{
 };
 use super::stats::Summary;
 
-/// One-iteration cases run this many times more often: a single
-/// iteration's time is noisier.
-const ONE_ITERATION_RUNS: usize = 4;
+/// Instances of a one-iteration case timed per run.
+const BATCH: usize = 20;
+/// Fresh client ports the one-iteration cases may take (41000-65535).
+const MAX_INSTANCES: usize = 24_000;
 
 pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
     }
+    ensure!(
+        runs * (BATCH + 1) <= MAX_INSTANCES,
+        "--runs {runs}: at most {} (the fresh client ports of the one-iteration cases run out)",
+        MAX_INSTANCES / (BATCH + 1)
+    );
     let after = match after {
         Some(bin) => bin,
         None => crate::build_ssh_fwd_profile(true)?,
@@ -84,15 +90,11 @@ struct Row {
 }
 
 fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row> {
-    let runs = if case.repeat == 1 {
-        runs * ONE_ITERATION_RUNS
-    } else {
-        runs
-    };
-    let (setup, timed) = (case.packets)(0);
+    let first = plan(case, 0)?;
+    let program = first.steps[first.timed[0]].0.program;
     let present: Vec<bool> = subjects
         .iter()
-        .map(|s| timed.expect.on(s.layout).is_some())
+        .map(|s| first.steps[first.timed[0]].0.expect.on(s.layout).is_some())
         .collect();
     let mut counters_before = Vec::new();
     for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {
@@ -100,6 +102,7 @@ fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row
     }
     let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); subjects.len()];
     for run in 0..runs {
+        let plan = plan(case, run)?;
         // Alternate which build goes first, so that neither always runs
         // right after the other.
         for k in 0..subjects.len() {
@@ -107,29 +110,20 @@ fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row
             if !present[i] {
                 continue;
             }
-            let (setup, timed) = (case.packets)(u16::try_from(run)?);
-            let steps = steps_of_a_run(&setup, &timed, case.repeat);
-            let times = subjects[i].run(&steps)?;
-            ns[i].push(times.last().copied().context("no test run")?);
+            let times = subjects[i].run(&plan.steps)?;
+            let timed: Vec<f64> = plan.timed.iter().map(|&t| times[t]).collect();
+            ns[i].push(Summary::of(&timed).context("no timed test run")?.median);
         }
     }
     let mut counted = counters_before.into_iter();
     for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {
         let before = counted.next().unwrap_or_default();
-        check_counters(
-            s,
-            &before,
-            &s.counters()?,
-            &setup,
-            &timed,
-            runs,
-            case.repeat,
-        )
-        .with_context(|| format!("{}: {}", s.label, case.what))?;
+        check_counters(s, &before, &s.counters()?, &first, runs)
+            .with_context(|| format!("{}: {}", s.label, case.what))?;
     }
     Ok(Row {
         what: case.what,
-        program: timed.program,
+        program,
         runs,
         repeat: case.repeat,
         ns: ns
@@ -140,34 +134,60 @@ fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row
     })
 }
 
-/// The test runs of one run of a case, the timed one last. Before it, the
-/// case's setup packets, or else its own packet once: either way its
-/// program and the maps it reads are warm, as on a node carrying traffic.
-fn steps_of_a_run<'a>(setup: &'a [Step], timed: &'a Step, repeat: u32) -> Vec<(&'a Step, u32)> {
-    let mut steps: Vec<(&Step, u32)> = setup.iter().map(|s| (s, 1)).collect();
-    if steps.is_empty() {
-        steps.push((timed, 1));
-    }
-    steps.push((timed, repeat));
-    steps
+/// The test runs of one run of a case, all in one process, and which of
+/// them are timed.
+struct Plan {
+    steps: Vec<(Step, u32)>,
+    timed: Vec<usize>,
 }
 
-/// Every counter the case's packets name grew by exactly one per packet:
-/// the programs took the branches the case says they take.
+/// A case of `repeat` iterations: its setup packets, or else its own
+/// packet once (either way its program and the maps it reads are warm, as
+/// on a node carrying traffic), then the timed test run. A case of one
+/// iteration: [`BATCH`] instances of it back to back, each with fresh
+/// state, after one untimed; the run's figure is their median.
+fn plan(case: &Case, run: usize) -> anyhow::Result<Plan> {
+    let mut plan = Plan {
+        steps: Vec::new(),
+        timed: Vec::new(),
+    };
+    if case.repeat > 1 {
+        let (setup, timed) = (case.packets)(u16::try_from(run)?);
+        plan.steps.extend(setup.into_iter().map(|s| (s, 1)));
+        if plan.steps.is_empty() {
+            plan.steps.push((timed.clone(), 1));
+        }
+        plan.timed.push(plan.steps.len());
+        plan.steps.push((timed, case.repeat));
+        return Ok(plan);
+    }
+    for b in 0..=BATCH {
+        let instance = u16::try_from(run * (BATCH + 1) + b)?;
+        let (setup, timed) = (case.packets)(instance);
+        plan.steps.extend(setup.into_iter().map(|s| (s, 1)));
+        if b > 0 {
+            plan.timed.push(plan.steps.len());
+        }
+        plan.steps.push((timed, 1));
+    }
+    Ok(plan)
+}
+
+/// Every counter the case's packets name grew by exactly one per packet
+/// (`first` is one run's plan; every run's counts the same): the programs
+/// took the branches the case says they take.
 fn check_counters(
     subject: &Subject,
     before: &BTreeMap<String, u64>,
     after: &BTreeMap<String, u64>,
-    setup: &[Step],
-    timed: &Step,
+    first: &Plan,
     runs: usize,
-    repeat: u32,
 ) -> anyhow::Result<()> {
     let mut expected: BTreeMap<&str, u64> = BTreeMap::new();
-    for (step, times) in steps_of_a_run(setup, timed, repeat) {
+    for (step, times) in &first.steps {
         let effect = step.expect.on(subject.layout).context("no effect")?;
         for name in effect.counts {
-            *expected.entry(name).or_default() += u64::from(times) * runs as u64;
+            *expected.entry(name).or_default() += u64::from(*times) * runs as u64;
         }
     }
     for (name, want) in expected {
@@ -199,12 +219,16 @@ fn print_table(subjects: &[Subject], rows: &[Row]) {
     }
     println!("{header}\n{align}");
     for row in rows {
+        let per_run = if row.repeat == 1 {
+            format!("{BATCH} × 1")
+        } else {
+            row.repeat.to_string()
+        };
         let mut line = format!(
-            "| {} | {} | {} × {} |",
+            "| {} | {} | {} × {per_run} |",
             row.what,
             row.program.label(),
-            row.runs,
-            row.repeat
+            row.runs
         );
         for ns in &row.ns {
             let cell = ns
@@ -222,9 +246,10 @@ fn print_table(subjects: &[Subject], rows: &[Row]) {
     }
     println!();
     println!(
-        "ns/packet: median over the runs (±: half the min-max range); difference: the median of \
-         the runs' paired differences (after - before) and ratios, each before/after pair taken \
-         moments apart."
+        "ns/packet: median over the runs (±: half the min-max range); a run of R × 1 is the \
+         median of R back-to-back test runs of one iteration, each on fresh state. Difference: \
+         the median of the runs' paired differences (after - before) and ratios, each \
+         before/after pair taken moments apart."
     );
 }
 

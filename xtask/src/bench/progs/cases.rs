@@ -10,7 +10,9 @@
 //! `subject.rs`), and each case says what a repeat does to the connection
 //! state. Where the first iteration changes what the next one sees (an
 //! option added or removed, a handshake promoted), the case runs one
-//! iteration per test run.
+//! iteration per test run, many test runs back to back (each starts from
+//! the frame again), with fresh state each time where it needs it: its
+//! `packets` get the instance's number.
 
 use std::net::Ipv4Addr;
 
@@ -42,8 +44,8 @@ const PORT_CROSS_NODE: u16 = 40_003;
 /// The handshake-completion case takes a fresh port per run.
 const PORT_FRESH_BASE: u16 = 41_000;
 
-/// One packet case: the timed packet, and the untimed ones each run sends
-/// first (to give it fresh state), given the run's number.
+/// One packet case: the timed packet, and the untimed ones sent first (to
+/// give it fresh state), given the instance's number (unique in the bench).
 pub struct Case {
     pub what: &'static str,
     pub repeat: u32,
@@ -127,7 +129,7 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "the same SYN, one iteration per run: the scale of the other one-iteration rows",
+            what: "the same SYN, one iteration per test run: the scale of the other one-iteration rows (a single pass also pays the timer and colder caches)",
             repeat: 1,
             packets: |_| {
                 let c = to_pod(PORT_HALF_OPEN);
@@ -157,7 +159,7 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "request, the client's ACK completing a handshake (a fresh port per run, its SYN and SYN-ACK sent untimed first): established entry inserted, half-open removed, DNAT, route, peer redirect; one iteration per run",
+            what: "request, the client's ACK completing a handshake (a fresh port each time, its SYN and SYN-ACK sent untimed first): established entry inserted, half-open removed, DNAT, route, peer redirect; one iteration per test run",
             repeat: 1,
             packets: |run| {
                 let c = to_pod(PORT_FRESH_BASE + run);
@@ -199,7 +201,7 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "request from another node, SYN carrying its frontend in an IP option: option read and checked, half-open entry written, option removed; one iteration per run",
+            what: "request from another node, SYN carrying its frontend in an IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
             repeat: 1,
             packets: |_| {
                 let c = Conn {
@@ -293,7 +295,7 @@ fn replies() -> Vec<Case> {
             },
         },
         Case {
-            what: "egress, a translated SYN leaving for the pod's node: frontend option added, the skb grown by 8 bytes; one iteration per run",
+            what: "egress, a translated SYN leaving for the pod's node: frontend option added, the skb grown by 8 bytes; one iteration per test run",
             repeat: 1,
             packets: |_| {
                 let c = to_pod(PORT_HALF_OPEN);

@@ -88,7 +88,7 @@ impl Subject {
     /// Runs each step through its program the given number of times on one
     /// skb, in one process, checks the verdicts this layout must give, and
     /// returns each step's ns per iteration.
-    pub fn run(&self, steps: &[(&Step, u32)]) -> anyhow::Result<Vec<f64>> {
+    pub fn run(&self, steps: &[(Step, u32)]) -> anyhow::Result<Vec<f64>> {
         let plan: Vec<test_run::Run> = steps
             .iter()
             .map(|(step, repeat)| test_run::Run {
@@ -192,7 +192,11 @@ impl Subject {
     /// and with connection tracking checks that they are.
     fn establish(&self) -> anyhow::Result<()> {
         let conns = cases::established();
-        let steps: Vec<(&Step, u32)> = conns.iter().flat_map(|(_, s)| s).map(|s| (s, 1)).collect();
+        let steps: Vec<(Step, u32)> = conns
+            .iter()
+            .flat_map(|(_, s)| s)
+            .map(|s| (s.clone(), 1))
+            .collect();
         self.run(&steps)?;
         if self.layout == Layout::V3 {
             return Ok(());
