@@ -126,12 +126,22 @@ enum Bench {
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         after: Option<std::path::PathBuf>,
     },
-    /// Each kernel program's cost per packet, by case (hit, miss, reply),
-    /// through BPF_PROG_TEST_RUN in a bench bed, as a markdown table.
+    /// Each kernel program's cost per packet, by case (hit, miss, reply,
+    /// connection-tracking states), through BPF_PROG_TEST_RUN in a bench
+    /// bed, as a markdown table.
+    ///
+    /// With --before BIN, an earlier build measured beside this one, case by
+    /// case, the two alternating run by run.
     Progs {
-        /// Test runs per case (each of 200 iterations); the median is shown.
+        /// Test runs per case (each of 200 iterations; cases of one
+        /// iteration run 4 times as often); the median is shown.
         #[arg(long, default_value_t = 50)]
         runs: usize,
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        before: Option<std::path::PathBuf>,
+        /// Measure this build as "after" instead of building the worktree's.
+        #[arg(long, value_name = "SSH_FWD_BINARY")]
+        after: Option<std::path::PathBuf>,
     },
     /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
     /// nftables and IPVS with N Services, and a userspace proxy, side by
@@ -228,8 +238,13 @@ fn main() -> std::process::ExitCode {
             })
         }),
         Task::Bench {
-            which: Bench::Progs { runs },
-        } => setup::run().and_then(|()| bench::progs::run(runs)),
+            which:
+                Bench::Progs {
+                    runs,
+                    before,
+                    after,
+                },
+        } => setup::run().and_then(|()| bench::progs::run(runs, before, after)),
         Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Image {
             test_profile,

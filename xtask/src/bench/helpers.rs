@@ -45,6 +45,12 @@ pub enum Helper {
         #[arg(long, default_value_t = 4)]
         workers: usize,
     },
+    /// BPF_PROG_TEST_RUN of pinned tc programs on frames, as a JSON plan
+    /// says (`bench progs`); prints verdicts and durations as JSON.
+    TestRun {
+        #[arg(long)]
+        plan: std::path::PathBuf,
+    },
 }
 
 fn parse_route(s: &str) -> Result<(SocketAddr, SocketAddr), String> {
@@ -63,6 +69,7 @@ pub fn run(helper: Helper) -> anyhow::Result<()> {
         Helper::ConnectRate { to, secs, workers } => {
             connect_rate(to, Duration::from_secs_f64(secs), workers)
         }
+        Helper::TestRun { plan } => crate::bench::progs::test_run::serve(&plan),
     }
 }
 

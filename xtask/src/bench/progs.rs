@@ -3,197 +3,277 @@
 //! inside a bench bed's node namespace so the route lookups see its routes
 //! and neighbours - the Katran way of finding where a data path spends time.
 //!
-//! A test run with `repeat` runs the program again and again on the same
-//! skb, which keeps each iteration's rewrite: a DNATed packet would be a
-//! miss from the second iteration on. So the bed's one mapping leads a
-//! frontend to itself (the pod's own address and port): every iteration
-//! does the full lookup, rewrite, route and redirect, byte for byte the
-//! same work as a real hit. Each iteration also decrements the TTL, so the
-//! frames start at 255 and a run stays below 250 iterations.
+//! With `--before BIN`, an earlier build is measured beside this one in the
+//! same run: each build gets a bed of its own (`progs/subject.rs`), and
+//! every case runs alternately on the two, run by run, so the load of this
+//! shared machine lands on both alike. The cases (`progs/cases.rs`) cover
+//! both data-path layouts: before connection tracking (v3) and with it
+//! (v4); a case one layout does not have is shown as "-".
 
-use std::{net::Ipv4Addr, path::Path as FsPath};
+mod bpftool;
+mod cases;
+mod packets;
+mod subject;
+pub mod test_run;
 
-use anyhow::{Context as _, bail};
-use serde_json::Value;
-use ssh_fwd_common::fixtures::Frame;
-use ssh_fwd_tests::{Agent, Bpffs, NetNs, agent::write_mappings, cmd, topology::EXT_IFACE};
+use std::{collections::BTreeMap, path::PathBuf};
 
-use super::{
-    bed::{self, Bed, ECHO_PORT, POD_IP},
-    stats::Summary,
+use anyhow::{Context as _, bail, ensure};
+
+use self::{
+    cases::Case,
+    packets::{Program, Step},
+    subject::Subject,
 };
+use super::stats::Summary;
 
-const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
-/// A second self-mapping, to an address the node has no route to: the
-/// cost of the DNAT and the route lookup without the redirect.
-const UNROUTED: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
-const UNROUTED_PORT: u16 = 2222;
-const TC_ACT_UNSPEC: u64 = u32::MAX as u64;
-const TC_ACT_REDIRECT: u64 = 7;
-/// Iterations per test run: below the 254 a TTL of 255 allows.
-const REPEAT: u32 = 200;
+/// Instances of a one-iteration case timed per run.
+const BATCH: usize = 20;
+/// Fresh client ports the one-iteration cases may take (41000-65535).
+const MAX_INSTANCES: usize = 24_000;
 
-/// One packet case: which program, the frame, the verdict it must get.
-struct Case {
-    what: &'static str,
-    program: &'static str,
-    frame: Frame,
-    verdict: u64,
-}
-
-fn cases() -> Vec<Case> {
-    let pod: Ipv4Addr = POD_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
-    let from_client = |dport| Frame {
-        src: CLIENT,
-        dst: pod,
-        sport: 40_000,
-        dport,
-        ttl: 255,
-        payload: vec![0; 64],
-        ..Frame::default()
-    };
-    let from_pod = |sport, dport| Frame {
-        src: pod,
-        dst: CLIENT,
-        sport,
-        dport,
-        ttl: 255,
-        payload: vec![0; 64],
-        ..Frame::default()
-    };
-    vec![
-        Case {
-            what: "request: DNAT, route, redirect into the pod (peer)",
-            program: "ssh_fwd_ingress_tc",
-            frame: from_client(ECHO_PORT),
-            verdict: TC_ACT_REDIRECT,
-        },
-        Case {
-            what: "request: DNAT, route lookup finds no route, to the stack",
-            program: "ssh_fwd_ingress_tc",
-            frame: Frame {
-                dst: UNROUTED,
-                ..from_client(UNROUTED_PORT)
-            },
-            verdict: TC_ACT_UNSPEC,
-        },
-        Case {
-            what: "request to no frontend: one lookup, passed",
-            program: "ssh_fwd_ingress_tc",
-            frame: from_client(9),
-            verdict: TC_ACT_UNSPEC,
-        },
-        Case {
-            what: "reply: reverse NAT, route, redirect out of ext0",
-            program: "ssh_fwd_reply_tc",
-            frame: from_pod(ECHO_PORT, 40_000),
-            verdict: TC_ACT_REDIRECT,
-        },
-        Case {
-            what: "other pod traffic: one lookup, passed",
-            program: "ssh_fwd_reply_tc",
-            frame: from_pod(40_000, 80),
-            verdict: TC_ACT_UNSPEC,
-        },
-        Case {
-            what: "egress, reply already rewritten: one lookup",
-            program: "ssh_fwd_egress_tc",
-            frame: from_pod(40_000, 80),
-            verdict: TC_ACT_UNSPEC,
-        },
-        Case {
-            what: "egress reverse NAT (--pod-ifaces off)",
-            program: "ssh_fwd_egress_tc",
-            frame: from_pod(ECHO_PORT, 40_000),
-            verdict: TC_ACT_UNSPEC,
-        },
-    ]
-}
-
-pub fn run(runs: usize) -> anyhow::Result<()> {
+pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
     }
-    let bin = crate::build_ssh_fwd_profile(true)?;
-    // SAFETY: set before other threads start.
-    unsafe { std::env::set_var("SSH_FWD_BIN", &bin) };
-    let bed = Bed::new()?;
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("mappings.yaml");
-    let self_mapping = format!("{POD_IP}:{ECHO_PORT}");
-    let unrouted = format!("{UNROUTED}:{UNROUTED_PORT}");
-    write_mappings(
-        &file,
-        &[
-            ("self", &self_mapping, &self_mapping),
-            ("unrouted", &unrouted, &unrouted),
-        ],
-    )?;
-    let bpffs = Bpffs::new()?;
-    super::cleanup::remember_bpffs(bpffs.path());
-    let agent = Agent::start(&bed.node, &[EXT_IFACE], &file, &bpffs, &["--attach", "tc"])?;
-    // One exchange through the path puts both neighbours in the node's
-    // tables, as on any node carrying traffic.
-    cmd::run(bed::helper(&bed.client)?.args(["ping-pong", "--to", &self_mapping, "--secs", "1"]))
-        .context("a first exchange through the path")?;
-    let out = dir.path().join("out");
-    println!("| case | program | ns/packet (median of {runs} runs of {REPEAT}) | spread |");
-    println!("| --- | --- | ---: | ---: |");
-    for case in cases() {
-        let id = program_id(case.program)?;
-        let data = dir.path().join("frame");
-        std::fs::write(&data, case.frame.build())?;
-        let mut ns = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let (verdict, duration) = test_run(&bed.node, id, &data, &out)?;
-            if verdict != case.verdict {
-                bail!(
-                    "{}: verdict {verdict}, expected {} - the bed is not set up as the case assumes",
-                    case.what,
-                    case.verdict
-                );
-            }
-            ns.push(duration);
-        }
-        let s = Summary::of(&ns).context("no runs")?;
-        println!(
-            "| {} | {} | {:.0} | ±{:.0}% |",
-            case.what,
-            case.program,
-            s.median,
-            s.spread_pct()
-        );
+    ensure!(
+        runs * (BATCH + 1) <= MAX_INSTANCES,
+        "--runs {runs}: at most {} (the fresh client ports of the one-iteration cases run out)",
+        MAX_INSTANCES / (BATCH + 1)
+    );
+    let after = match after {
+        Some(bin) => bin,
+        None => crate::build_ssh_fwd_profile(true)?,
+    };
+    let mut builds: Vec<(&'static str, PathBuf)> = Vec::new();
+    if let Some(before) = before {
+        builds.push(("before", before));
     }
-    drop(agent);
+    builds.push(("after", after));
+    ctrlc::set_handler(|| {
+        super::cleanup::after_interrupt();
+        std::process::exit(130);
+    })?;
+    let load_at_start = load_average();
+    let subjects = builds
+        .iter()
+        .map(|(label, bin)| {
+            println!("==> setting up {label}: {}", bin.display());
+            Subject::new(label, bin).with_context(|| format!("setting up {label}"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut rows = Vec::new();
+    for case in cases::all() {
+        println!("==> {}", case.what);
+        rows.push(measure(&subjects, &case, runs)?);
+    }
+    println!();
+    for (s, (_, bin)) in subjects.iter().zip(&builds) {
+        println!("{}: {} (layout {:?})", s.label, bin.display(), s.layout);
+    }
+    println!(
+        "load average (1, 5, 15 min) at start: {load_at_start}; at end: {}",
+        load_average()
+    );
+    println!();
+    print_table(&subjects, &rows);
     Ok(())
 }
 
-/// The id of the newest loaded tc program called `program`: the bed's
-/// agent loaded last. (Debian's bpftool lists no tcx attachments.)
-fn program_id(program: &str) -> anyhow::Result<u64> {
-    let text = cmd::run(std::process::Command::new("bpftool").args(["-j", "prog", "show"]))?;
-    let all: Value = serde_json::from_str(&text).context("bpftool prog show output")?;
-    all.as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["type"] == "sched_cls" && p["name"] == program)
-        .filter_map(|p| p["id"].as_u64())
-        .max()
-        .with_context(|| format!("no loaded program {program}"))
+/// One case's ns per iteration on each build (`None`: not a case there).
+struct Row {
+    what: &'static str,
+    program: Program,
+    runs: usize,
+    repeat: u32,
+    ns: Vec<Option<Vec<f64>>>,
 }
 
-/// One `bpftool prog run`: the verdict and the average ns per iteration.
-fn test_run(node: &NetNs, id: u64, data: &FsPath, out: &FsPath) -> anyhow::Result<(u64, f64)> {
-    let text = cmd::run(
-        node.command("bpftool")
-            .args(["-j", "prog", "run", "id", &id.to_string(), "data_in"])
-            .arg(data)
-            .arg("data_out")
-            .arg(out)
-            .args(["repeat", &REPEAT.to_string()]),
-    )?;
-    let v: Value = serde_json::from_str(&text).with_context(|| format!("bpftool said {text:?}"))?;
-    let verdict = v["retval"].as_u64().context("no retval")?;
-    let duration = v["duration"].as_f64().context("no duration")?;
-    Ok((verdict, duration))
+fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row> {
+    let first = plan(case, 0)?;
+    let program = first.steps[first.timed[0]].0.program;
+    let present: Vec<bool> = subjects
+        .iter()
+        .map(|s| first.steps[first.timed[0]].0.expect.on(s.layout).is_some())
+        .collect();
+    let mut counters_before = Vec::new();
+    for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {
+        counters_before.push(s.counters()?);
+    }
+    let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); subjects.len()];
+    for run in 0..runs {
+        let plan = plan(case, run)?;
+        // Alternate which build goes first, so that neither always runs
+        // right after the other.
+        for k in 0..subjects.len() {
+            let i = (run + k) % subjects.len();
+            if !present[i] {
+                continue;
+            }
+            let times = subjects[i].run(&plan.steps)?;
+            let timed: Vec<f64> = plan.timed.iter().map(|&t| times[t]).collect();
+            ns[i].push(Summary::of(&timed).context("no timed test run")?.median);
+        }
+    }
+    let mut counted = counters_before.into_iter();
+    for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {
+        let before = counted.next().unwrap_or_default();
+        check_counters(s, &before, &s.counters()?, &first, runs)
+            .with_context(|| format!("{}: {}", s.label, case.what))?;
+    }
+    Ok(Row {
+        what: case.what,
+        program,
+        runs,
+        repeat: case.repeat,
+        ns: ns
+            .into_iter()
+            .zip(&present)
+            .map(|(v, p)| p.then_some(v))
+            .collect(),
+    })
+}
+
+/// The test runs of one run of a case, all in one process, and which of
+/// them are timed.
+struct Plan {
+    steps: Vec<(Step, u32)>,
+    timed: Vec<usize>,
+}
+
+/// A case of `repeat` iterations: its setup packets, or else its own
+/// packet once (either way its program and the maps it reads are warm, as
+/// on a node carrying traffic), then the timed test run. A case of one
+/// iteration: [`BATCH`] instances of it back to back, each with fresh
+/// state, after one untimed; the run's figure is their median.
+fn plan(case: &Case, run: usize) -> anyhow::Result<Plan> {
+    let mut plan = Plan {
+        steps: Vec::new(),
+        timed: Vec::new(),
+    };
+    if case.repeat > 1 {
+        let (setup, timed) = (case.packets)(u16::try_from(run)?);
+        plan.steps.extend(setup.into_iter().map(|s| (s, 1)));
+        if plan.steps.is_empty() {
+            plan.steps.push((timed.clone(), 1));
+        }
+        plan.timed.push(plan.steps.len());
+        plan.steps.push((timed, case.repeat));
+        return Ok(plan);
+    }
+    for b in 0..=BATCH {
+        let instance = u16::try_from(run * (BATCH + 1) + b)?;
+        let (setup, timed) = (case.packets)(instance);
+        plan.steps.extend(setup.into_iter().map(|s| (s, 1)));
+        if b > 0 {
+            plan.timed.push(plan.steps.len());
+        }
+        plan.steps.push((timed, 1));
+    }
+    Ok(plan)
+}
+
+/// Every counter the case's packets name grew by exactly one per packet
+/// (`first` is one run's plan; every run's counts the same): the programs
+/// took the branches the case says they take.
+fn check_counters(
+    subject: &Subject,
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    first: &Plan,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let mut expected: BTreeMap<&str, u64> = BTreeMap::new();
+    for (step, times) in &first.steps {
+        let effect = step.expect.on(subject.layout).context("no effect")?;
+        for name in effect.counts {
+            *expected.entry(name).or_default() += u64::from(*times) * runs as u64;
+        }
+    }
+    for (name, want) in expected {
+        let grown = after
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(before.get(name).copied().unwrap_or(0));
+        ensure!(
+            grown == want,
+            "counter {name} grew by {grown}, expected {want}: a program took another branch \
+             than the case measures"
+        );
+    }
+    Ok(())
+}
+
+fn print_table(subjects: &[Subject], rows: &[Row]) {
+    let paired = subjects.len() == 2;
+    let mut header = String::from("| case | program | runs × iterations |");
+    let mut align = String::from("| --- | --- | ---: |");
+    for s in subjects {
+        header.push_str(&format!(" {} ns/packet |", s.label));
+        align.push_str(" ---: |");
+    }
+    if paired {
+        header.push_str(" difference |");
+        align.push_str(" ---: |");
+    }
+    println!("{header}\n{align}");
+    for row in rows {
+        let per_run = if row.repeat == 1 {
+            format!("{BATCH} × 1")
+        } else {
+            row.repeat.to_string()
+        };
+        let mut line = format!(
+            "| {} | {} | {} × {per_run} |",
+            row.what,
+            row.program.label(),
+            row.runs
+        );
+        for ns in &row.ns {
+            let cell = ns
+                .as_deref()
+                .and_then(Summary::of)
+                .map_or("-".to_owned(), |s| {
+                    format!("{:.0} ±{:.0}%", s.median, s.spread_pct())
+                });
+            line.push_str(&format!(" {cell} |"));
+        }
+        if paired {
+            line.push_str(&format!(" {} |", difference(&row.ns[0], &row.ns[1])));
+        }
+        println!("{line}");
+    }
+    println!();
+    println!(
+        "ns/packet: median over the runs (±: half the min-max range); a run of R × 1 is the \
+         median of R back-to-back test runs of one iteration, each on fresh state. Difference: \
+         the median of the runs' paired differences (after - before) and ratios, each \
+         before/after pair taken moments apart."
+    );
+}
+
+/// The median of the paired differences and ratios, or "-" when the case
+/// exists in only one build.
+fn difference(before: &Option<Vec<f64>>, after: &Option<Vec<f64>>) -> String {
+    let (Some(before), Some(after)) = (before, after) else {
+        return "-".to_owned();
+    };
+    let pairs = before.iter().zip(after);
+    let diffs: Vec<f64> = pairs.clone().map(|(b, a)| a - b).collect();
+    let ratios: Vec<f64> = pairs
+        .filter(|(b, _)| **b > 0.0)
+        .map(|(b, a)| a / b)
+        .collect();
+    match (Summary::of(&diffs), Summary::of(&ratios)) {
+        (Some(d), Some(r)) => format!("{:+.0} ({:+.0}%)", d.median, (r.median - 1.0) * 100.0),
+        _ => "-".to_owned(),
+    }
+}
+
+/// `/proc/loadavg`'s three averages: the machine is shared.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
 }

@@ -1,0 +1,319 @@
+//! The packets `bench progs` times, and what each data-path layout must do
+//! with them: its verdict, and the outcome counters (`ssh-fwd list
+//! counters`) each packet adds one to. The counters prove that a case
+//! measures the state it names (a half-open entry written, a handshake
+//! promoted, an option learned) rather than a miss that happens to get the
+//! same verdict.
+//!
+//! A test run with `repeat` runs the program on one skb again and again and
+//! keeps every iteration's writes, so the bed maps a frontend to itself (see
+//! `subject.rs`), and each case says what a repeat does to the connection
+//! state. Where the first iteration changes what the next one sees (an
+//! option added or removed, a handshake promoted), the case runs one
+//! iteration per test run, many test runs back to back (each starts from
+//! the frame again), with fresh state each time where it needs it: its
+//! `packets` get the instance's number.
+
+use std::net::Ipv4Addr;
+
+use ssh_fwd_common::{fixtures::Frame, ipopt, maps::Endpoint};
+
+use super::packets::{Conn, Effect, Expect, Program, Step, effect, step};
+use crate::bench::bed::{ECHO_PORT, IPERF_FRONTEND_PORT, IPERF_PORT};
+
+pub const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
+/// A self-mapped frontend the node has no route to: the DNAT and the route
+/// lookup without the redirect.
+pub const UNROUTED: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
+pub const UNROUTED_PORT: u16 = 2222;
+/// The frontend of the pod's iperf port (a backend that is no frontend):
+/// what a SYN from another node carries in its IP option.
+pub const CROSS_NODE_FRONTEND: (Ipv4Addr, u16) =
+    (Ipv4Addr::new(198, 18, 0, 10), IPERF_FRONTEND_PORT);
+
+pub const TC_ACT_UNSPEC: u64 = u32::MAX as u64;
+pub const TC_ACT_REDIRECT: u64 = 7;
+/// Iterations per test run: below the 254 a TTL of 255 allows.
+pub const REPEAT: u32 = 200;
+
+/// Client ports, one per connection state the cases need.
+const PORT_ESTABLISHED: u16 = 40_000;
+const PORT_HALF_OPEN: u16 = 40_001;
+const PORT_NO_STATE: u16 = 40_002;
+const PORT_CROSS_NODE: u16 = 40_003;
+/// The handshake-completion case takes a fresh port per run.
+const PORT_FRESH_BASE: u16 = 41_000;
+
+/// One packet case: the timed packet, and the untimed ones sent first (to
+/// give it fresh state), given the instance's number (unique in the bench).
+pub struct Case {
+    pub what: &'static str,
+    pub repeat: u32,
+    pub packets: fn(u16) -> (Vec<Step>, Step),
+}
+
+const INTO_POD: Effect = effect(TC_ACT_REDIRECT, &["dnat", "redirected_peer"]);
+const SYN_INTO_POD: Effect = effect(TC_ACT_REDIRECT, &["dnat", "half_opened", "redirected_peer"]);
+const REPLY_OUT: Effect = effect(TC_ACT_REDIRECT, &["reverse_nat", "reply_redirected"]);
+const NOT_FROM_BACKEND: Expect = Expect::both(effect(TC_ACT_UNSPEC, &["not_from_a_backend"]));
+
+const fn to_pod(client_port: u16) -> Conn {
+    Conn {
+        client_port,
+        backend: (POD, ECHO_PORT),
+    }
+}
+
+/// The connections the bed establishes before any case runs (the
+/// established hits below): to the pod, and to the unrouted self-mapping.
+pub fn established() -> Vec<(Conn, Vec<Step>)> {
+    let to_pod = to_pod(PORT_ESTABLISHED);
+    let unrouted = Conn {
+        client_port: PORT_ESTABLISHED,
+        backend: (UNROUTED, UNROUTED_PORT),
+    };
+    let to_stack = Expect::both(effect(TC_ACT_UNSPEC, &["dnat"]));
+    let syn_to_stack = Expect {
+        v3: Some(effect(TC_ACT_UNSPEC, &["dnat"])),
+        v4: Some(effect(TC_ACT_UNSPEC, &["dnat", "half_opened"])),
+    };
+    vec![
+        (
+            to_pod,
+            to_pod.handshake(
+                syn_expect(),
+                Expect::both(REPLY_OUT),
+                Expect::both(INTO_POD),
+            ),
+        ),
+        (
+            unrouted,
+            unrouted.handshake(syn_to_stack, Expect::both(REPLY_OUT), to_stack),
+        ),
+    ]
+}
+
+/// A SYN into the pod: v3 only translates it, v4 also opens a half-open entry.
+fn syn_expect() -> Expect {
+    Expect {
+        v3: Some(INTO_POD),
+        v4: Some(SYN_INTO_POD),
+    }
+}
+
+/// The option a node adds to a translated SYN for the pod's node.
+fn frontend_option(frontend: (Ipv4Addr, u16)) -> Vec<u8> {
+    ipopt::words(Endpoint::new(frontend.0, frontend.1))
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect()
+}
+
+/// Every case, in the order they run (some use the state an earlier one
+/// left: the SYN-ACK and the egress option need the half-open entry of the
+/// SYN cases).
+pub fn all() -> Vec<Case> {
+    let mut cases = requests();
+    cases.extend(replies());
+    cases
+}
+
+fn requests() -> Vec<Case> {
+    vec![
+        Case {
+            what: "request, SYN: half-open entry written (a repeat rewrites the 4-tuple's entry, as a new SYN fills one), DNAT, route, peer redirect into the pod",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_HALF_OPEN);
+                (vec![], step(Program::Ingress, c.syn(), syn_expect()))
+            },
+        },
+        Case {
+            what: "the same SYN, one iteration per test run: the scale of the other one-iteration rows (a single pass also pays the timer and colder caches)",
+            repeat: 1,
+            packets: |_| {
+                let c = to_pod(PORT_HALF_OPEN);
+                (vec![], step(Program::Ingress, c.syn(), syn_expect()))
+            },
+        },
+        Case {
+            what: "request, ACK of an established connection: entry looked up (its clock written once a second), DNAT, route, peer redirect",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_ESTABLISHED);
+                (
+                    vec![],
+                    step(Program::Ingress, c.data(), Expect::both(INTO_POD)),
+                )
+            },
+        },
+        Case {
+            what: "request, ACK with no connection state (spoofed, or its SYN entered another node): both tables missed, DNAT, route, peer redirect",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_NO_STATE);
+                (
+                    vec![],
+                    step(Program::Ingress, c.data(), Expect::both(INTO_POD)),
+                )
+            },
+        },
+        Case {
+            what: "request, the client's ACK completing a handshake (a fresh port each time, its SYN and SYN-ACK sent untimed first): established entry inserted, half-open removed, DNAT, route, peer redirect; one iteration per test run",
+            repeat: 1,
+            packets: |run| {
+                let c = to_pod(PORT_FRESH_BASE + run);
+                let promoted = Expect {
+                    v3: Some(INTO_POD),
+                    v4: Some(effect(
+                        TC_ACT_REDIRECT,
+                        &["dnat", "conn_established", "redirected_peer"],
+                    )),
+                };
+                (
+                    c.opening(syn_expect(), Expect::both(REPLY_OUT)),
+                    step(Program::Ingress, c.handshake_ack(), promoted),
+                )
+            },
+        },
+        Case {
+            what: "request, ACK of an established connection to a backend the node has no route to: DNAT, route lookup fails, to the stack",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = Conn {
+                    client_port: PORT_ESTABLISHED,
+                    backend: (UNROUTED, UNROUTED_PORT),
+                };
+                let to_stack = Expect::both(effect(TC_ACT_UNSPEC, &["dnat"]));
+                (vec![], step(Program::Ingress, c.data(), to_stack))
+            },
+        },
+        Case {
+            what: "request to no frontend: passed (with connection tracking after a second lookup, of REVERSE)",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = Conn {
+                    client_port: PORT_ESTABLISHED,
+                    backend: (POD, 9),
+                };
+                let passed = Expect::both(effect(TC_ACT_UNSPEC, &["not_to_a_frontend"]));
+                (vec![], step(Program::Ingress, c.data(), passed))
+            },
+        },
+        Case {
+            what: "request from another node, SYN carrying its frontend in an IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
+            repeat: 1,
+            packets: |_| {
+                let c = Conn {
+                    client_port: PORT_CROSS_NODE,
+                    backend: (POD, IPERF_PORT),
+                };
+                let learned = Expect {
+                    v3: None,
+                    v4: Some(effect(
+                        TC_ACT_UNSPEC,
+                        &[
+                            "frontend_option_learned",
+                            "half_opened",
+                            "not_to_a_frontend",
+                        ],
+                    )),
+                };
+                let syn = Frame {
+                    ip_options: frontend_option(CROSS_NODE_FRONTEND),
+                    ..c.syn()
+                };
+                (vec![], step(Program::Ingress, syn, learned))
+            },
+        },
+    ]
+}
+
+fn replies() -> Vec<Case> {
+    vec![
+        Case {
+            what: "reply of an established connection: entry looked up (written when the server's sequence moves: once here), reverse NAT, route, redirect out of ext0",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_ESTABLISHED);
+                (
+                    vec![],
+                    step(Program::Reply, c.reply_data(), Expect::both(REPLY_OUT)),
+                )
+            },
+        },
+        Case {
+            what: "reply, the server's SYN-ACK to a half-open connection: its ISN written to the entry (every repeat), reverse NAT, route, redirect out of ext0",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_HALF_OPEN);
+                (
+                    vec![],
+                    step(Program::Reply, c.syn_ack(), Expect::both(REPLY_OUT)),
+                )
+            },
+        },
+        Case {
+            what: "reply of a connection ssh-fwd did not forward (a rank's ssh to the pod's address): lookups, route, passed untouched (before: rewritten to the frontend)",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_NO_STATE);
+                let untouched = Expect {
+                    v3: None,
+                    v4: Some(effect(TC_ACT_UNSPEC, &["reply_untracked"])),
+                };
+                (vec![], step(Program::Reply, c.reply_data(), untouched))
+            },
+        },
+        Case {
+            what: "other pod traffic: one lookup, passed",
+            repeat: REPEAT,
+            packets: |_| {
+                (
+                    vec![],
+                    step(Program::Reply, other_pod_traffic(), NOT_FROM_BACKEND),
+                )
+            },
+        },
+        Case {
+            what: "egress, reverse NAT of an established connection's reply (--pod-ifaces off)",
+            repeat: REPEAT,
+            packets: |_| {
+                let c = to_pod(PORT_ESTABLISHED);
+                let rewritten = Expect::both(effect(TC_ACT_UNSPEC, &["reverse_nat"]));
+                (vec![], step(Program::Egress, c.reply_data(), rewritten))
+            },
+        },
+        Case {
+            what: "egress, not from a backend (or a reply the pod's interface already rewrote): one lookup",
+            repeat: REPEAT,
+            packets: |_| {
+                (
+                    vec![],
+                    step(Program::Egress, other_pod_traffic(), NOT_FROM_BACKEND),
+                )
+            },
+        },
+        Case {
+            what: "egress, a translated SYN leaving for the pod's node: frontend option added, the skb grown by 8 bytes; one iteration per test run",
+            repeat: 1,
+            packets: |_| {
+                let c = to_pod(PORT_HALF_OPEN);
+                let added = Expect {
+                    v3: None,
+                    v4: Some(effect(TC_ACT_UNSPEC, &["frontend_option_added"])),
+                };
+                (vec![], step(Program::Egress, c.syn(), added))
+            },
+        },
+    ]
+}
+
+/// A pod's connection to some server: not from a backend port.
+fn other_pod_traffic() -> Frame {
+    Conn {
+        client_port: 80,
+        backend: (POD, 40_000),
+    }
+    .reply_data()
+}
