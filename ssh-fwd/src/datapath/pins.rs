@@ -121,6 +121,20 @@ impl PinLayout {
     }
 }
 
+/// Creates `dir` for pins under a running agent, refusing when the root is
+/// no longer on bpffs (unmounted under the agent, by `ssh-fwd teardown
+/// --force` for one): directories made there would hold no pin.
+pub fn create_pin_dir(layout: &PinLayout, dir: &Path) -> anyhow::Result<()> {
+    if needs_mount(layout.root()) {
+        bail!(
+            "{} is no longer on a bpf filesystem (unmounted under the agent?), so nothing can be \
+             pinned there; restart the agent, which mounts it again",
+            layout.root().display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
 /// Whether preparing `path` needs a bpffs mount: not when it, or the nearest
 /// ancestor that exists, is on bpffs already (a subdirectory is made there,
 /// as in Kubernetes with the host's /sys/fs/bpf mounted into the pod).

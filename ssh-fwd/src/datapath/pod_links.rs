@@ -26,7 +26,7 @@ use ssh_fwd_common::maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, IFACES
 use super::{
     hooks,
     netdev::{self, Link, Netlink},
-    pins::PinLayout,
+    pins::{self, PinLayout},
 };
 
 /// The reply program on pods' interfaces and the `IFACES` flags.
@@ -106,9 +106,9 @@ impl PodLinks {
             if (self.attached.contains(&index) && !lost) || self.refused.contains(&index) {
                 continue;
             }
-            std::fs::create_dir_all(self.layout.pod_links_dir())
-                .with_context(|| format!("creating {}", self.layout.pod_links_dir().display()))?;
-            match hooks::attach_reply(ebpf, &pin, name) {
+            let attached = pins::create_pin_dir(&self.layout, &self.layout.pod_links_dir())
+                .and_then(|()| hooks::attach_reply(ebpf, &pin, name));
+            match attached {
                 Ok(()) if lost => restored.push(pin),
                 Ok(()) => {
                     tracing::info!(

@@ -16,7 +16,10 @@ use anyhow::Context as _;
 use aya::maps::MapData;
 use ssh_fwd_common::maps::ALL_MAPS;
 
-use super::{Datapath, hairpin, hooks, pins::PinLayout};
+use super::{
+    Datapath, hairpin, hooks,
+    pins::{self, PinLayout},
+};
 
 /// A handle to every pinned map, with its pin.
 pub struct MapPins(Vec<(PathBuf, MapData)>);
@@ -43,10 +46,13 @@ impl MapPins {
             if pin.exists() {
                 continue;
             }
-            let result = create_parent(pin).and_then(|()| {
-                map.pin(pin)
-                    .with_context(|| format!("pinning map {}", pin.display()))
-            });
+            let dir = pin.parent().unwrap_or(pin);
+            let result = std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating {}", dir.display()))
+                .and_then(|()| {
+                    map.pin(pin)
+                        .with_context(|| format!("pinning map {}", pin.display()))
+                });
             restored.record(result.map(|()| vec![pin.clone()]));
         }
     }
@@ -74,6 +80,10 @@ impl Datapath {
     /// whose pins are gone. One failure does not stop the rest.
     pub fn restore_pins(&mut self) -> Restored {
         let mut restored = Restored::default();
+        if let Err(e) = pins::create_pin_dir(&self.layout, &self.layout.version_dir()) {
+            restored.errors.push(e);
+            return restored;
+        }
         self.map_pins.restore(&mut restored);
         let links_dir = self.layout.links_dir();
         for (iface, hook) in &self.hooks {
@@ -87,14 +97,5 @@ impl Datapath {
             restored.record(result);
         }
         restored
-    }
-}
-
-fn create_parent(pin: &std::path::Path) -> anyhow::Result<()> {
-    match pin.parent() {
-        Some(dir) => {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
-        }
-        None => Ok(()),
     }
 }
