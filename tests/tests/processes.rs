@@ -315,8 +315,14 @@ fn metrics_answer_within_100ms_with_full_connection_tables() {
     let layout = PinLayout::new(bed.bpffs[0].path());
     let frontend = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
     let backend = Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22);
-    let filled = fill_connection_tables(&layout, frontend, backend);
-    assert_eq!(filled, (CONN_CAPACITY, HALF_OPEN_CAPACITY));
+    let (conns, half_open) = fill_connection_tables(&layout, frontend, backend);
+    assert_eq!(conns, CONN_CAPACITY);
+    // An LRU map may evict a little before it is full (its free lists are
+    // per CPU).
+    assert!(
+        half_open > HALF_OPEN_CAPACITY * 95 / 100,
+        "{half_open} half-open"
+    );
     let body = assert_scrapes_are_fast(&bed.topo.nodes[0].ns);
     assert!(body.contains("ssh_fwd_datapath_readable 1"), "{body}");
     assert!(body.contains("ssh_fwd_mappings 1"), "{body}");
