@@ -88,6 +88,8 @@ enum Bench {
         foreign: usize,
         #[arg(long, value_delimiter = ',')]
         scale: Vec<usize>,
+        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+        /// measure beside this one in the same run, e.g. one built from main.
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         before: Option<std::path::PathBuf>,
         /// Measure this build as "after" instead of building the worktree's.
@@ -120,6 +122,8 @@ enum Bench {
         new_pods: usize,
         #[arg(long, default_value_t = 0)]
         unlabelled: usize,
+        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+        /// measure beside this one in the same run, e.g. one built from main.
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         before: Option<std::path::PathBuf>,
         /// Measure this build as "after" instead of building the worktree's.
@@ -137,6 +141,8 @@ enum Bench {
         /// iteration run 4 times as often); the median is shown.
         #[arg(long, default_value_t = 50)]
         runs: usize,
+        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+        /// measure beside this one in the same run, e.g. one built from main.
         #[arg(long, value_name = "SSH_FWD_BINARY")]
         before: Option<std::path::PathBuf>,
         /// Measure this build as "after" instead of building the worktree's.
