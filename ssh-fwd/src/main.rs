@@ -46,6 +46,7 @@ fn main() -> std::process::ExitCode {
 /// Runs a long-lived command on a small runtime: two workers are plenty for
 /// watchers, a reconcile loop and a metrics endpoint.
 fn block_on(command: impl Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    ssh_fwd::telemetry::memory::single_arena();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -295,9 +295,7 @@ impl Agent {
             if self.count_in_log(needle) >= count {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait()?
-            {
+            if let Some(status) = self.exited()? {
                 bail!(
                     "ssh-fwd exited ({status}) before logging {needle:?}:\n{}",
                     self.log()
@@ -310,6 +308,14 @@ impl Agent {
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
+        match self.child.as_mut() {
+            Some(child) => Ok(child.try_wait()?),
+            None => Ok(None),
         }
     }
 

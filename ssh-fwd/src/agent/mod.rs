@@ -61,6 +61,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
     })
     .await?;
+    // Loading parsed the kernel's BTF (about 10 MiB, freed now).
+    telemetry::memory::release_freed();
     if datapath.adopted {
         let installed = datapath.maps.read_installed()?;
         tracing::info!(
@@ -155,6 +157,11 @@ async fn follow(
 
 fn apply(reconciler: &mut Reconciler, datapath: &mut Datapath, source: &Source, change: &Change) {
     reconciler.reconcile(datapath, source.desired(), change);
+    // A whole reload (the first complete lists, a relist, a new file) is
+    // the peak: its decoding buffers are free now.
+    if change.touched.is_none() {
+        telemetry::memory::release_freed();
+    }
 }
 
 fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, source: &Source, next: Next) {

@@ -1,7 +1,8 @@
 //! What a running process tells its operator: logs ([`logging`]), and the
 //! HTTP endpoints `/metrics`, `/healthz` and `/readyz` ([`http`]) with the
 //! metrics encoded by `prometheus-client` ([`metrics`]), the accept loop
-//! every server uses ([`accept`]) and the families too costly to render on
+//! every server uses ([`accept`]), returning a one-off heap peak to the
+//! kernel ([`memory`]) and the families too costly to render on
 //! every scrape ([`snapshot`]). Commands and the
 //! data path register what they measure here; this layer depends on
 //! neither.
@@ -9,5 +10,6 @@
 pub mod accept;
 pub mod http;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod snapshot;
