@@ -5,6 +5,8 @@
 
 use std::{
     collections::BTreeSet,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -25,6 +27,10 @@ struct Figures {
     ready_again: Duration,
     rss_mib: f64,
     requests: usize,
+    /// Reconcile passes and their mean duration while all pods were
+    /// published, and while the new pods came one at a time.
+    start_passes: Passes,
+    new_pod_passes: Passes,
 }
 
 pub fn run(
@@ -95,6 +101,14 @@ pub fn run(
             "| {what}: API requests in all (each pod announced once) | {} |",
             cells(&|f| f.requests.to_string())
         );
+        println!(
+            "| {what}: reconcile passes until all published; their mean time | {} |",
+            cells(&|f| f.start_passes.to_string())
+        );
+        println!(
+            "| {what}: reconcile passes per new pod; their mean time | {} |",
+            cells(&|f| f.new_pod_passes.per(new_pods))
+        );
     }
     Ok(())
 }
@@ -117,8 +131,14 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
 
     println!("==> starting the controller and waiting until every pod is published");
     let started = Instant::now();
-    let mut controller = spawn(bin, &kubeconfig, &dir.path().join("controller-1.log"))?;
-    wait(Duration::from_secs(600), || {
+    let metrics = free_loopback_addr()?;
+    let mut controller = spawn(
+        bin,
+        &kubeconfig,
+        &dir.path().join("controller-1.log"),
+        Some(metrics),
+    )?;
+    wait_alive(&mut controller, Duration::from_secs(600), || {
         // Each count holds the fake API's lock: not too often.
         std::thread::sleep(Duration::from_millis(100));
         published(&api) >= pods
@@ -126,15 +146,19 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
     let all_published = started.elapsed();
     let rss = super::convergence::rss_kib(controller.id())?;
     check_unique_ports(&api, pods)?;
+    let start_passes = Passes::scrape(metrics)?;
 
     println!("==> {new_pods} new pods, one at a time");
     let mut delays = Vec::with_capacity(new_pods);
     for i in pods..pods + new_pods {
         let created = Instant::now();
         api.apply(Kind::Pod, pod(i));
-        wait(Duration::from_secs(30), || endpoint(&api, i).is_some())?;
+        wait_alive(&mut controller, Duration::from_secs(30), || {
+            endpoint(&api, i).is_some()
+        })?;
         delays.push(created.elapsed());
     }
+    let new_pod_passes = Passes::scrape(metrics)?.since(&start_passes);
     delays.sort();
     let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
 
@@ -143,7 +167,7 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
     stop(&mut controller)?;
     let restarted = Instant::now();
     let log = dir.path().join("controller-2.log");
-    let mut controller = spawn(bin, &kubeconfig, &log)?;
+    let mut controller = spawn(bin, &kubeconfig, &log, None)?;
     wait(Duration::from_secs(120), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("controller ready"))
     })?;
@@ -183,6 +207,8 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         ready_again,
         rss_mib: rss as f64 / 1024.0,
         requests: requests.len(),
+        start_passes,
+        new_pod_passes,
     })
 }
 
@@ -245,9 +271,15 @@ fn check_unique_ports(api: &FakeApi, pods: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spawn(bin: &Path, kubeconfig: &Path, log: &Path) -> anyhow::Result<Child> {
+fn spawn(
+    bin: &Path,
+    kubeconfig: &Path,
+    log: &Path,
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<Child> {
     let log = std::fs::File::create(log)?;
-    Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .args([
             "controller",
             "--ssh-ip",
@@ -264,7 +296,11 @@ fn spawn(bin: &Path, kubeconfig: &Path, log: &Path) -> anyhow::Result<Child> {
             "json",
         ])
         .arg("--kubeconfig")
-        .arg(kubeconfig)
+        .arg(kubeconfig);
+    if let Some(addr) = metrics {
+        command.arg("--metrics-addr").arg(addr.to_string());
+    }
+    command
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -286,6 +322,23 @@ fn stop(child: &mut Child) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// [`wait`], failing at once if the controller exits.
+fn wait_alive(
+    controller: &mut Child,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let mut exited = None;
+    wait(limit, || {
+        exited = controller.try_wait().ok().flatten();
+        exited.is_some() || done()
+    })?;
+    match exited {
+        Some(status) => bail!("the controller exited early ({status})"),
+        None => Ok(()),
+    }
+}
+
 fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
     while !done() {
@@ -295,4 +348,66 @@ fn wait(limit: Duration, mut done: impl FnMut() -> bool) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(5));
     }
     Ok(())
+}
+
+/// How many reconcile passes the controller made and how long they took in
+/// all, from its `/metrics`: where a pod's wait goes.
+#[derive(Debug, Default)]
+struct Passes {
+    count: f64,
+    seconds: f64,
+}
+
+impl Passes {
+    fn scrape(addr: SocketAddr) -> anyhow::Result<Self> {
+        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .with_context(|| format!("connecting to the controller's /metrics on {addr}"))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text)?;
+        let value = |name: &str| -> anyhow::Result<f64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .with_context(|| format!("{name} is not in the controller's /metrics"))?
+                .trim()
+                .parse()
+                .with_context(|| format!("{name} is not a number"))
+        };
+        Ok(Self {
+            count: value("ssh_fwd_controller_pass_duration_seconds_count")?,
+            seconds: value("ssh_fwd_controller_pass_duration_seconds_sum")?,
+        })
+    }
+
+    fn since(&self, earlier: &Self) -> Self {
+        Self {
+            count: self.count - earlier.count,
+            seconds: self.seconds - earlier.seconds,
+        }
+    }
+
+    fn mean_ms(&self) -> f64 {
+        if self.count == 0.0 {
+            return 0.0;
+        }
+        self.seconds * 1e3 / self.count
+    }
+
+    /// Passes per pod over `pods` pods, and the mean pass.
+    fn per(&self, pods: usize) -> String {
+        let per = self.count / pods.max(1) as f64;
+        format!("{per:.1}; {:.1} ms", self.mean_ms())
+    }
+}
+
+impl std::fmt::Display for Passes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}; {:.1} ms", self.count, self.mean_ms())
+    }
+}
+
+/// A loopback address nothing listens on, for the controller's /metrics.
+fn free_loopback_addr() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
