@@ -44,12 +44,24 @@ pub struct Context {
     /// quadratic scan.
     pub reporter: Reporter,
     pub ssh_ip: std::net::Ipv4Addr,
+    /// The shape of the Services made.
+    pub style: super::ServiceStyle,
     pub host: String,
     pub user: String,
     pub range: std::ops::RangeInclusive<u16>,
     pub metrics: ControllerMetrics,
     /// This replica's term as leader: every write is bounded by it.
     pub term: Arc<Term>,
+}
+
+impl Context {
+    /// What the Services made look like.
+    pub fn settings(&self) -> super::service::Settings {
+        super::service::Settings {
+            ssh_ip: self.ssh_ip,
+            style: self.style,
+        }
+    }
 }
 
 /// The outcome of one pass.

@@ -9,11 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::Service;
-
+#[cfg(test)]
+use super::pod::PodView;
 #[cfg(test)]
 use super::service::ENDPOINT_ANNOTATION;
-use super::{pod::PodView, service};
+use super::{service, world::World};
 
 pub const EXPECT_FOR: Duration = Duration::from_secs(60);
 
@@ -29,47 +29,48 @@ pub enum Done {
 #[derive(Debug, Default)]
 pub struct Expectations {
     created: BTreeMap<String, (u16, Instant)>,
+    /// The ports of `created`.
+    creating_on: BTreeSet<u16>,
     published: BTreeMap<String, (String, Instant)>,
 }
 
 impl Expectations {
     pub fn record(&mut self, done: Done, at: Instant) {
         match done {
-            Done::Created { uid, port } => self.created.insert(uid, (port, at)).map(drop),
+            Done::Created { uid, port } => {
+                self.creating_on.insert(port);
+                self.created.insert(uid, (port, at)).map(drop)
+            }
             Done::Published { uid, endpoint } => {
                 self.published.insert(uid, (endpoint, at)).map(drop)
             }
         };
     }
 
-    /// Forgets what the caches now show, and what is too old.
-    pub fn settle(
-        &mut self,
-        pods: &[std::sync::Arc<PodView>],
-        services: &[std::sync::Arc<Service>],
-        now: Instant,
-    ) {
-        let with_service: BTreeSet<&str> = services
-            .iter()
-            .filter(|s| service::is_managed(s))
-            .filter_map(|s| service::label(s, service::POD_UID_LABEL))
-            .collect();
+    /// Forgets what the caches now show, and what is too old. Costs as
+    /// much as there are writes in flight, not pods.
+    pub fn settle(&mut self, world: &World, now: Instant) {
         self.created.retain(|uid, (_, at)| {
-            now.duration_since(*at) < EXPECT_FOR && !with_service.contains(uid.as_str())
+            now.duration_since(*at) < EXPECT_FOR && world.ours_of(uid).next().is_none()
         });
-        let annotated: BTreeMap<&str, &str> = pods
-            .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, service::told_endpoint(p)?)))
-            .collect();
         self.published.retain(|uid, (endpoint, at)| {
             now.duration_since(*at) < EXPECT_FOR
-                && annotated.get(uid.as_str()) != Some(&endpoint.as_str())
+                && world.pod(uid).and_then(service::told_endpoint) != Some(endpoint.as_str())
         });
+        self.creating_on = self.created.values().map(|(port, _)| *port).collect();
     }
 
-    /// Ports of Services created but not yet seen.
-    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
-        self.created.values().map(|(port, _)| *port)
+    /// Whether a Service on `port` was created but is not seen yet.
+    pub fn is_creating_on(&self, port: u16) -> bool {
+        self.creating_on.contains(&port)
+    }
+
+    /// When the oldest expectation runs out (the cache never showed it):
+    /// a full pass is due then.
+    pub fn next_due(&self) -> Option<Instant> {
+        let created = self.created.values().map(|(_, at)| *at);
+        let published = self.published.values().map(|(_, at)| *at);
+        created.chain(published).min().map(|at| at + EXPECT_FOR)
     }
 
     /// Whether a Service for this pod was created but is not seen yet.
@@ -88,6 +89,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
 
     fn pod(annotations: serde_json::Value) -> std::sync::Arc<PodView> {
         std::sync::Arc::new(
@@ -116,14 +119,18 @@ mod tests {
             },
             t0,
         );
-        e.settle(&[pod(json!({}))], &[], t0);
+        let world = |pods: &[std::sync::Arc<PodView>]| World::of(IP, pods, &[], &[]);
+        e.settle(&world(&[pod(json!({}))]), t0);
         assert!(e.creating("u"));
-        assert_eq!(e.ports().collect::<Vec<_>>(), [9000]);
+        assert!(e.is_creating_on(9000));
         assert_eq!(e.published("u"), Some("h:9000"));
+        assert_eq!(e.next_due(), Some(t0 + EXPECT_FOR));
 
-        e.settle(&[pod(json!({ENDPOINT_ANNOTATION: "h:9000"}))], &[], t0);
+        e.settle(&world(&[pod(json!({ENDPOINT_ANNOTATION: "h:9000"}))]), t0);
         assert_eq!(e.published("u"), None, "the cache shows the annotation");
-        e.settle(&[], &[], t0 + EXPECT_FOR);
+        e.settle(&world(&[]), t0 + EXPECT_FOR);
         assert!(!e.creating("u"), "expired");
+        assert!(!e.is_creating_on(9000));
+        assert_eq!(e.next_due(), None);
     }
 }

@@ -1,7 +1,10 @@
 //! `ssh-fwd controller`: gives each pod that asks for SSH a port and a
-//! Service, and tells the user how to connect. Level-triggered: every pass
-//! recomputes the writes from the full caches of labelled pods and all
-//! Services (`plan`), so a missed event or a restart costs nothing.
+//! Service, and tells the user how to connect. Level-triggered: a pass
+//! computes the writes from the caches (`plan`, one function of the
+//! `world`), for the part of the world the watches' changes touched, and
+//! for all of it at start, on a relist, on the periodic resync and after a
+//! failed write, so a missed event or a restart costs nothing and a change
+//! costs work in proportion to what it touched.
 
 mod api_error;
 mod apply;
@@ -15,17 +18,18 @@ mod pod;
 mod ports;
 mod reservation;
 mod reserving;
+mod retry;
 mod service;
 mod warn;
 pub mod webhook;
+mod world;
 
 #[cfg(test)]
 mod tests;
 
-use std::{collections::BTreeSet, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use anyhow::Context as _;
-use backon::{BackoffBuilder as _, ExponentialBuilder};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 use kube::{
     Api,
@@ -43,23 +47,12 @@ pub use args::{ControllerArgs, ServiceStyle};
 use expect::Expectations;
 use lease::Elector;
 use metrics::ControllerMetrics;
+use plan::scope::{Scope, Waiting};
 use pod::PodView;
-use service::Settings;
-
-/// How a pass with failed writes is retried: exponential backoff with
-/// jitter, from 200 ms to 30 s, started over once a pass succeeds.
-fn retry_backoff() -> impl Iterator<Item = std::time::Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(std::time::Duration::from_millis(200))
-        .with_max_delay(std::time::Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-/// How often creates blocked by someone else's Service of the same name are
-/// tried again.
-const BLOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+use world::{
+    World,
+    dirty::{DirtyLog, Stores},
+};
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
@@ -78,12 +71,13 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let term = Arc::new(lease::Term::default());
     let namespace = args.lease_namespace.clone();
     let changes = Changes::new();
+    let dirty = Arc::new(DirtyLog::default());
     // Every replica's webhook reads the reservations (which ports to try);
     // without a webhook only the leader needs them.
     let early = args
         .admission
         .webhook_addr
-        .map(|_| reserving::watch(&client, &namespace, args.ssh_ip, &changes, &metrics));
+        .map(|_| reserving::watch(&client, &namespace, args.ssh_ip, &changes, &dirty, &metrics));
     let _webhook = match &early {
         Some(store) => {
             let shared = webhook::Shared {
@@ -107,6 +101,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         },
         client: client.clone(),
         ssh_ip: args.ssh_ip,
+        style: args.service_style,
         host,
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),
@@ -129,6 +124,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // Kept from one term to the next once made (a standby without a
     // webhook never needs them).
     let mut reservations = early;
+    // So is when this process first saw each reservation: a term that
+    // starts anew does not restart their grace.
+    let mut reserving = reserving::Reserving::new(&args.admission);
     loop {
         tokio::select! {
             acquired = elector.acquire() => acquired?,
@@ -138,7 +136,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         metrics.leader.set(1);
         let store = reservations
             .get_or_insert_with(|| {
-                reserving::watch(&client, &namespace, args.ssh_ip, &changes, &metrics)
+                reserving::watch(&client, &namespace, args.ssh_ip, &changes, &dirty, &metrics)
             })
             .clone();
         let mut holding = AbortOnDrop({
@@ -149,7 +147,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         // the process: this replica's webhook goes on admitting, and it
         // stands for election again.
         let result = tokio::select! {
-            result = lead(&args, &ctx, client.clone(), &changes, store) => result,
+            result = lead(&args, &ctx, client.clone(), &changes, &dirty, store, &mut reserving) => result,
             lost = &mut holding.0 => {
                 let why = lost.unwrap_or_else(|e| anyhow::anyhow!("the Lease task ended: {e}"));
                 tracing::error!(
@@ -171,80 +169,54 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 }
 
 /// What the leader does: watch, then reconcile on every change and timer.
+/// A change is planned for around what it touched; the first pass of a
+/// term, a relist, the periodic resync, a retry after a failed write and
+/// a due reservation or expectation plan for everything.
 async fn lead(
     args: &ControllerArgs,
     ctx: &Context,
     client: kube::Client,
     changes: &Arc<Changes>,
+    dirty: &Arc<DirtyLog>,
     reservations: Store<Lease>,
+    reserving: &mut reserving::Reserving,
 ) -> anyhow::Result<()> {
     // The term's watches: they end with it (a JoinSet aborts its tasks
     // when dropped).
     let mut watches = tokio::task::JoinSet::new();
-    let (pods, task): (Store<PodView>, _) = k8s::reflector::reflector_task(
-        Api::all(client.clone()),
-        watcher::Config::default().labels(&format!(
-            "{}={}",
-            service::SSH_LABEL,
-            service::SSH_ENABLED
-        )),
-        prune_pod,
-        "Pod",
+    let stores = watch_term(
+        args,
+        ctx,
+        client,
         changes,
-        &ctx.metrics.api_errors,
-    );
-    watches.spawn(task);
-    // Services: ours, and the others the agents honour (they may hold a
-    // port on the SSH IP). Nothing else in the cluster is read.
-    let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
-    let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
-        Api::all(client.clone()),
-        watcher::Config::default().labels(&managed),
-        prune_service,
-        "Service",
-        changes,
-        &ctx.metrics.api_errors,
-    );
-    watches.spawn(task);
-    let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
-        Api::all(client),
-        watcher::Config::default().labels(&others_selector(&args.selector)),
-        prune_service,
-        "Service",
-        changes,
-        &ctx.metrics.api_errors,
-    );
-    watches.spawn(task);
-    tracing::info!("waiting for complete lists of labelled pods and of Services");
-    pods.wait_until_ready().await?;
-    ours.wait_until_ready().await?;
-    others.wait_until_ready().await?;
-    reservations.wait_until_ready().await?;
-    let mut reserving = reserving::Reserving::new(reservations, &args.admission);
+        dirty,
+        reservations,
+        &mut watches,
+    )
+    .await?;
     tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
-    let settings = Settings {
-        ssh_ip: args.ssh_ip,
-        style: args.service_style,
-    };
     let mut resync = interval(args.resync_interval);
     resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let mut expected = Expectations::default();
     let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut backoff = retry_backoff();
+    let mut world = World::new(ctx.ssh_ip);
+    let mut waiting = Waiting::default();
+    let mut everything = true;
+    let mut retry = retry::Retry::default();
     loop {
         let started = Instant::now();
-        let pods = pods.state();
-        let mut services = ours.state();
-        services.extend(others.state());
-        expected.settle(&pods, &services, Instant::now());
-        forget_gone(&mut warned, &pods);
-        let caches = reserving::Caches {
-            pods: &pods,
-            services: &services,
-            expected: &expected,
+        let changed = dirty.take();
+        let scope = if everything || changed.everything {
+            world = stores.world(ctx.ssh_ip);
+            Scope::All
+        } else {
+            let touched = stores.refresh(&mut world, &changed);
+            Scope::around(&world, touched, waiting.uids())
         };
-        let actions = reserving.plan(&caches, ctx, &settings, &mut rng, started);
+        expected.settle(&world, started);
+        forget_gone(&mut warned, &world);
+        let actions = reserving.plan(&world, &scope, &expected, ctx, &mut rng, started);
         let Applied {
             done,
             failures,
@@ -257,37 +229,106 @@ async fn lead(
         for done in done {
             expected.record(done, now);
         }
-        let retry = if failures > 0 {
-            backoff.next()
-        } else {
-            backoff = retry_backoff();
-            // A taken name frees up without any event the watches see.
-            (blocked > 0).then_some(BLOCKED_RETRY)
-        };
-        let until_due = reserving.until_due(Instant::now());
-        tokio::select! {
-            () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => {}
+        waiting.note(&world, &scope, &expected);
+        if scope == Scope::All {
+            // A full pass over thousands of pods is a one-off peak: hand
+            // what it freed back to the kernel.
+            telemetry::memory::release_freed();
+        }
+        retry.after(failures, blocked, scope == Scope::All, now);
+        let until_due = [
+            reserving.until_due(now),
+            expected
+                .next_due()
+                .map(|due| due.saturating_duration_since(now)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let retry_in = retry.due_in(now);
+        everything = tokio::select! {
+            () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => true,
             // No delay: events that arrive during a pass wake the next one,
             // which takes them all.
             () = changes.changed() => {
                 changes.take_since();
+                false
             }
-            _ = resync.tick() => {}
-            () = tokio::time::sleep(retry.unwrap_or_default()), if retry.is_some() => {}
-        }
+            _ = resync.tick() => true,
+            () = tokio::time::sleep(retry_in.unwrap_or_default()), if retry_in.is_some() => true,
+        };
     }
 }
 
+/// Starts the term's watches (in `watches`, so they end with it) and waits
+/// for their complete lists: labelled pods, our Services and the others the
+/// agents honour, beside the reservations' watch.
+async fn watch_term(
+    args: &ControllerArgs,
+    ctx: &Context,
+    client: kube::Client,
+    changes: &Arc<Changes>,
+    dirty: &Arc<DirtyLog>,
+    reservations: Store<Lease>,
+    watches: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<Stores> {
+    let noted = dirty.clone();
+    let (pods, task): (Store<PodView>, _) = k8s::reflector::reflector_task(
+        Api::all(client.clone()),
+        watcher::Config::default().labels(&format!(
+            "{}={}",
+            service::SSH_LABEL,
+            service::SSH_ENABLED
+        )),
+        prune_pod,
+        "Pod",
+        changes,
+        &ctx.metrics.api_errors,
+        move |event| noted.pod(event),
+    );
+    watches.spawn(task);
+    // Services: ours, and the others the agents honour (they may hold a
+    // port on the SSH IP). Nothing else in the cluster is read.
+    let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
+    let noted = dirty.clone();
+    let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
+        Api::all(client.clone()),
+        watcher::Config::default().labels(&managed),
+        prune_service,
+        "Service",
+        changes,
+        &ctx.metrics.api_errors,
+        move |event| noted.service(event),
+    );
+    watches.spawn(task);
+    let noted = dirty.clone();
+    let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
+        Api::all(client),
+        watcher::Config::default().labels(&others_selector(&args.selector)),
+        prune_service,
+        "Service",
+        changes,
+        &ctx.metrics.api_errors,
+        move |event| noted.service(event),
+    );
+    watches.spawn(task);
+    tracing::info!("waiting for complete lists of labelled pods and of Services");
+    pods.wait_until_ready().await?;
+    ours.wait_until_ready().await?;
+    others.wait_until_ready().await?;
+    reservations.wait_until_ready().await?;
+    Ok(Stores {
+        pods,
+        ours,
+        others,
+        leases: reservations,
+        lease_namespace: args.lease_namespace.clone(),
+    })
+}
+
 /// Warnings of pods no longer labelled (or gone) need not be remembered.
-fn forget_gone(warned: &mut Warned, pods: &[Arc<PodView>]) {
-    if warned.is_empty() {
-        return;
-    }
-    let uids: BTreeSet<&str> = pods
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
-    warned.retain(|(uid, _)| uids.contains(uid.as_str()));
+fn forget_gone(warned: &mut Warned, world: &World) {
+    warned.retain(|(uid, _)| world.pod(uid).is_some());
 }
 
 /// The Services the agents honour that are not ours: `selector` (the

@@ -14,20 +14,26 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+use k8s_openapi::{
+    api::{coordination::v1::Lease, core::v1::Service},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
 use rand::Rng;
 
 pub use super::warn::Problem;
 use super::{
     expect::Expectations,
     pod::PodView,
-    service::{self, Claim, Settings},
+    service::{self, Settings},
+    world::World,
 };
 use races::retire_port_losers;
-use reservations::{Book, Sightings};
+use reservations::Sightings;
+use scope::{PortSet, Scope};
 
 mod races;
 pub mod reservations;
+pub mod scope;
 mod serve;
 
 /// A pod, by what the API needs to address it.
@@ -95,13 +101,14 @@ pub enum DeleteReason {
     },
 }
 
-pub struct Input<'a> {
-    pub pods: &'a [std::sync::Arc<PodView>],
-    pub services: &'a [std::sync::Arc<Service>],
+/// What one pass reads: the world, the part of it to plan for, and what
+/// the leader remembers.
+pub struct Pass<'a> {
+    pub world: &'a World,
+    pub scope: &'a Scope,
     /// Our writes the caches do not show yet.
     pub expected: &'a Expectations,
-    /// The port reservations, and when this leader first saw each.
-    pub book: &'a Book,
+    /// When this leader first saw each reservation.
     pub sightings: &'a Sightings,
     /// How long an unused reservation is kept after it is first seen.
     pub grace: std::time::Duration,
@@ -110,55 +117,35 @@ pub struct Input<'a> {
     pub variable: Option<&'a str>,
 }
 
+/// The writes that make the part of the world `pass.scope` names agree
+/// with the rules (see the module's doc).
 pub fn compute(
-    input: &Input<'_>,
+    pass: &Pass<'_>,
     settings: &Settings,
     range: &std::ops::RangeInclusive<u16>,
     endpoint_host: &str,
     rng: &mut impl Rng,
 ) -> Vec<Action> {
+    let world = pass.world;
     let mut actions = Vec::new();
-    let claims: Vec<Claim> = input
-        .services
-        .iter()
-        .flat_map(|s| service::claims(s, settings.ssh_ip))
-        .collect();
-    let lost = retire_port_losers(&claims, &mut actions);
-    let wanted: BTreeMap<&str, &PodView> = input
-        .pods
-        .iter()
-        .filter(|p| asks_for_ssh(p))
-        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p.as_ref())))
-        .collect();
-    let (ours, retiring) = sort_out_ours(input.services, &wanted, &lost, &mut actions);
-    // Services by name, with whether they are ours: a name someone else's
-    // Service has is not ours to take.
-    let names: BTreeMap<(&str, &str), bool> = input
-        .services
-        .iter()
-        .map(|s| {
-            let meta = &s.metadata;
-            let key = (
-                meta.namespace.as_deref().unwrap_or(""),
-                meta.name.as_deref().unwrap_or(""),
-            );
-            (key, service::is_managed(s))
-        })
-        .collect();
-
-    let claimed: BTreeSet<u16> = claims.iter().map(|c| c.port).collect();
-    let mut used = claimed.clone();
-    used.extend(input.expected.ports());
-    used.extend(input.book.ports());
+    retire_port_losers(world, pass.scope.ports(world), &mut actions);
+    let (ours, retiring) = sort_out_ours(world, pass.scope, &mut actions);
+    let taken = PortSet {
+        world,
+        expected: pass.expected,
+    };
     let mut handed = BTreeSet::new();
-    for (uid, pod) in wanted {
+    for (uid, pod) in pass.scope.pods(world) {
+        if !asks_for_ssh(pod) {
+            continue;
+        }
         let pod_ref = PodRef {
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: uid.to_owned(),
         };
         if let Some(svc) = ours.get(uid) {
-            let published = input.expected.published(uid);
+            let published = pass.expected.published(uid);
             let to = Target {
                 ip: settings.ssh_ip,
                 host: endpoint_host,
@@ -168,20 +155,19 @@ pub fn compute(
         }
         // Retiring: a new port next pass, once the old Service (same name)
         // is gone. Creating: the cache will show it.
-        if !retiring.contains(uid) && !input.expected.creating(uid) {
+        if !retiring.contains(uid) && !pass.expected.creating(uid) {
             let mut free = reservations::Free {
                 range,
-                used: &mut used,
-                claimed: &claimed,
+                taken: &taken,
+                handed: &mut handed,
                 rng: &mut *rng,
             };
             let new = serve::New {
-                names: &names,
+                world,
                 settings,
-                book: input.book,
-                variable: input.variable,
+                variable: pass.variable,
             };
-            actions.extend(serve::serve_new(pod, pod_ref, &new, &mut free, &mut handed));
+            actions.extend(serve::serve_new(pod, pod_ref, &new, &mut free));
         }
     }
     actions
@@ -195,53 +181,58 @@ struct Target<'a> {
 
 /// Our Services by the uid of the pod they serve (the oldest when there are
 /// several), and the uids whose Service is being retired for losing its
-/// port. Services of pods that no longer ask, and extra ones, are deleted.
+/// port, for the pods the scope names. Services of pods that no longer
+/// ask, and extra ones, are deleted (oldest first).
 fn sort_out_ours<'a>(
-    services: &'a [std::sync::Arc<Service>],
-    wanted: &BTreeMap<&str, &PodView>,
-    lost: &BTreeSet<String>,
+    world: &'a World,
+    scope: &'a Scope,
     actions: &mut Vec<Action>,
 ) -> (BTreeMap<&'a str, &'a Service>, BTreeSet<&'a str>) {
-    let mut by_age: Vec<&Service> = services
-        .iter()
-        .map(AsRef::as_ref)
-        .filter(|s| service::is_managed(s))
-        .collect();
-    by_age.sort_by_cached_key(|s| {
-        let created = s.metadata.creation_timestamp.clone();
-        (created.is_none(), created, full_name(s))
-    });
     let mut ours = BTreeMap::new();
     let mut retiring = BTreeSet::new();
-    for svc in by_age {
-        let key = full_name(svc);
-        let uid = service::label(svc, service::POD_UID_LABEL).unwrap_or("");
-        if lost.contains(&key) {
-            retiring.insert(uid);
-            continue;
+    let mut deletes = Vec::new();
+    for uid in scope.groups(world) {
+        let wanted = world.pod(uid).is_some_and(asks_for_ssh);
+        let mut by_age: Vec<&Service> = world.ours_of(uid).collect();
+        by_age.sort_by_cached_key(|s| age(s));
+        for svc in by_age {
+            if races::lost(world, svc) {
+                retiring.insert(uid);
+                continue;
+            }
+            let why = if !wanted {
+                DeleteReason::PodGone
+            } else if ours.contains_key(uid) {
+                DeleteReason::Duplicate
+            } else {
+                ours.insert(uid, svc);
+                continue;
+            };
+            let key = full_name(svc);
+            let (namespace, name) = split(&key);
+            let unpublish = match why {
+                DeleteReason::PodGone => pod_of(svc, &namespace),
+                _ => None,
+            };
+            let delete = Action::Delete {
+                namespace,
+                name,
+                uid: svc.metadata.uid.clone(),
+                why,
+                unpublish,
+            };
+            deletes.push((age(svc), delete));
         }
-        let why = if !wanted.contains_key(uid) {
-            DeleteReason::PodGone
-        } else if ours.contains_key(uid) {
-            DeleteReason::Duplicate
-        } else {
-            ours.insert(uid, svc);
-            continue;
-        };
-        let (namespace, name) = split(&key);
-        let unpublish = match why {
-            DeleteReason::PodGone => pod_of(svc, &namespace),
-            _ => None,
-        };
-        actions.push(Action::Delete {
-            namespace,
-            name,
-            uid: svc.metadata.uid.clone(),
-            why,
-            unpublish,
-        });
     }
+    deletes.sort_by(|a, b| a.0.cmp(&b.0));
+    actions.extend(deletes.into_iter().map(|(_, delete)| delete));
     (ours, retiring)
+}
+
+/// Oldest first, a missing timestamp last, then by name.
+fn age(s: &Service) -> (bool, Option<Time>, String) {
+    let created = s.metadata.creation_timestamp.clone();
+    (created.is_none(), created, full_name(s))
 }
 
 /// What a pod with a Service still needs: the LoadBalancer status, then (in

@@ -194,7 +194,7 @@ pub async fn reserve_free(
     loop {
         let port = {
             let mut rng = rand::rng();
-            ports::pick_free(range, &used, &mut rng)
+            ports::pick_free(range, &|p| used.contains(&p), &mut rng)
                 .ok_or_else(|| ReserveError::Full(range.clone()))?
         };
         match create(api, &build(ip, port, holder)).await {

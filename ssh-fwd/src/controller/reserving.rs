@@ -1,10 +1,10 @@
 //! The leader's side of port reservations: their watch, when it first saw
 //! each (for the grace of reservations whose pod is not there yet), and the
-//! pass that plans from the caches and them together.
+//! pass that plans from the world and them together.
 
 use std::{sync::Arc, time::Instant};
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     Api,
     runtime::{reflector::Store, watcher},
@@ -15,13 +15,13 @@ use super::{
     expect::Expectations,
     metrics::ControllerMetrics,
     plan::{
-        self, Action,
-        reservations::{Book, Sightings, in_use, upkeep},
+        self, Action, Pass,
+        reservations::{Sightings, upkeep},
+        scope::Scope,
     },
-    pod::PodView,
     reservation,
-    service::Settings,
     webhook::AdmissionArgs,
+    world::{World, dirty::DirtyLog},
 };
 use crate::k8s::{self, reflector::Changes};
 
@@ -31,8 +31,10 @@ pub fn watch(
     namespace: &str,
     ip: std::net::Ipv4Addr,
     changes: &Arc<Changes>,
+    dirty: &Arc<DirtyLog>,
     metrics: &ControllerMetrics,
 ) -> Store<Lease> {
+    let dirty = dirty.clone();
     k8s::reflector::spawn_reflector(
         Api::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&reservation::selector(ip)),
@@ -40,18 +42,12 @@ pub fn watch(
         "Lease",
         changes,
         &metrics.api_errors,
+        move |event| dirty.lease(event),
     )
 }
 
-/// What one pass reads besides the reservations.
-pub struct Caches<'a> {
-    pub pods: &'a [Arc<PodView>],
-    pub services: &'a [Arc<Service>],
-    pub expected: &'a Expectations,
-}
-
+/// What the leader remembers of the reservations from pass to pass.
 pub struct Reserving {
-    store: Store<Lease>,
     sightings: Sightings,
     grace: std::time::Duration,
     /// The endpoint variable, when the webhook sets it.
@@ -59,45 +55,36 @@ pub struct Reserving {
 }
 
 impl Reserving {
-    pub fn new(store: Store<Lease>, args: &AdmissionArgs) -> Self {
+    pub fn new(args: &AdmissionArgs) -> Self {
         Self {
-            store,
             sightings: Sightings::default(),
             grace: args.reservation_grace,
             variable: args.webhook_addr.map(|_| args.env_name.clone()),
         }
     }
 
-    /// The writes of one pass at `now`: the plan, and the reservations'
-    /// upkeep.
+    /// The writes of one pass at `now` over `scope`: the plan, and the
+    /// reservations' upkeep.
     pub fn plan(
         &mut self,
-        caches: &Caches<'_>,
+        world: &World,
+        scope: &Scope,
+        expected: &Expectations,
         ctx: &Context,
-        settings: &Settings,
         rng: &mut impl rand::Rng,
         now: Instant,
     ) -> Vec<Action> {
-        let book = Book::new(&self.store.state(), ctx.ssh_ip);
-        let used = in_use(
-            &book,
-            caches.pods,
-            caches.services,
-            caches.expected,
-            ctx.ssh_ip,
-        );
-        self.sightings.update(&book, &used, now);
-        let input = plan::Input {
-            pods: caches.pods,
-            services: caches.services,
-            expected: caches.expected,
-            book: &book,
+        self.sightings.update(world, scope, expected, now);
+        let pass = Pass {
+            world,
+            scope,
+            expected,
             sightings: &self.sightings,
             grace: self.grace,
             variable: self.variable.as_deref(),
         };
-        let mut actions = plan::compute(&input, settings, &ctx.range, &ctx.host, rng);
-        actions.extend(upkeep(&input, ctx.ssh_ip, &ctx.range, now));
+        let mut actions = plan::compute(&pass, &ctx.settings(), &ctx.range, &ctx.host, rng);
+        actions.extend(upkeep(&pass, &ctx.range, now));
         actions
     }
 

@@ -57,9 +57,10 @@ impl Changes {
 }
 
 /// Keeps a cache of `api` (narrowed by `config`, each object trimmed by
-/// `prune` to what is read) up to date in the background, waking `changes`
-/// after each change and counting failures in `errors`. Failures are
-/// retried with kube's watcher backoff while the cache keeps its content.
+/// `prune` to what is read) up to date in the background, showing each
+/// event to `note` once the cache holds it, then waking `changes`, and
+/// counting failures in `errors`. Failures are retried with kube's watcher
+/// backoff while the cache keeps its content.
 pub fn spawn_reflector<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -67,6 +68,7 @@ pub fn spawn_reflector<K>(
     kind: &'static str,
     changes: &Arc<Changes>,
     errors: &Counter,
+    note: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
@@ -77,7 +79,7 @@ where
         + Sync
         + 'static,
 {
-    let (reader, task) = reflector_task(api, config, prune, kind, changes, errors);
+    let (reader, task) = reflector_task(api, config, prune, kind, changes, errors, note);
     tokio::spawn(task);
     reader
 }
@@ -91,6 +93,7 @@ pub fn reflector_task<K>(
     kind: &'static str,
     changes: &Arc<Changes>,
     errors: &Counter,
+    note: impl Fn(&watcher::Event<K>) + Send + 'static,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
     K: kube::Resource<DynamicType = ()>
@@ -108,6 +111,9 @@ where
     let task = async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            if let Ok(event) = &event {
+                note(event);
+            }
             match event {
                 Ok(watcher::Event::InitDone) => {
                     tracing::debug!(kind, "complete list received");

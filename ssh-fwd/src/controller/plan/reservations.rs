@@ -5,7 +5,7 @@
 //! A reservation is in use while a Service holds its port, while a live
 //! labelled pod carries its token or uid, or while a Service create on its
 //! port is pending. One this leader has never seen in use is kept for
-//! [`Input::grace`] after it first saw it (time for an admitted pod to come
+//! [`Pass::grace`] after it first saw it (time for an admitted pod to come
 //! into existence; judged by this leader's clock, so clock skew between
 //! machines does not matter); one that was in use is released as soon as
 //! it is not. A restarted leader sees every reservation anew, so it
@@ -13,83 +13,114 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::{Action, Input, asks_for_ssh};
+use super::{
+    Action, Pass, asks_for_ssh,
+    scope::{PortSet, Scope},
+};
 use crate::controller::{
+    expect::Expectations,
     pod::PodView,
     reservation::{self, Holder, POD_ANNOTATION, Reservation},
-    service::{self, ENDPOINT_ANNOTATION},
+    service::ENDPOINT_ANNOTATION,
+    world::World,
 };
 
 /// The reservations on the SSH IP, as the plan reads them, with what a
-/// pass looks them up by (thousands of pods each look up theirs).
+/// pass looks them up by (thousands of pods each look up theirs). Kept
+/// one reservation at a time as Leases change.
 #[derive(Debug, Default)]
 pub struct Book {
-    all: Vec<Reservation>,
-    ports: BTreeSet<u16>,
-    /// The first reservation of each `(namespace, token)` and `(namespace,
-    /// pod uid)`, by index into `all`.
-    by_token: BTreeMap<(Option<String>, String), usize>,
-    by_uid: BTreeMap<(Option<String>, String), usize>,
+    /// By Lease name. A name is made of the IP and the port
+    /// ([`reservation::read`] refuses any other), so a port has at most
+    /// one reservation.
+    all: BTreeMap<String, Reservation>,
+    by_port: BTreeMap<u16, String>,
+    /// The reservations of each `(namespace, token)` and `(namespace, pod
+    /// uid)`, by name.
+    by_token: BTreeMap<(Option<String>, String), BTreeSet<String>>,
+    by_uid: BTreeMap<(Option<String>, String), BTreeSet<String>>,
 }
 
 impl Book {
-    pub fn new(leases: &[Arc<Lease>], ip: std::net::Ipv4Addr) -> Self {
-        let all: Vec<Reservation> = leases
-            .iter()
-            .filter_map(|l| reservation::read(l, ip))
-            .collect();
-        let mut book = Self {
-            ports: all.iter().map(|r| r.port).collect(),
-            ..Self::default()
-        };
-        for (i, r) in all.iter().enumerate() {
-            let namespace = r.namespace.clone();
-            if let Some(token) = &r.token {
-                let key = (namespace.clone(), token.clone());
-                book.by_token.entry(key).or_insert(i);
-            }
-            if let Some(uid) = &r.pod_uid {
-                book.by_uid.entry((namespace, uid.clone())).or_insert(i);
-            }
+    pub fn insert(&mut self, r: Reservation) {
+        self.remove(&r.name.clone());
+        self.by_port.insert(r.port, r.name.clone());
+        if let Some(token) = &r.token {
+            let key = (r.namespace.clone(), token.clone());
+            self.by_token.entry(key).or_default().insert(r.name.clone());
         }
-        book.all = all;
-        book
+        if let Some(uid) = &r.pod_uid {
+            let key = (r.namespace.clone(), uid.clone());
+            self.by_uid.entry(key).or_default().insert(r.name.clone());
+        }
+        self.all.insert(r.name.clone(), r);
     }
 
-    pub fn ports(&self) -> impl Iterator<Item = u16> + '_ {
-        self.all.iter().map(|r| r.port)
+    pub fn remove(&mut self, name: &str) -> Option<Reservation> {
+        let r = self.all.remove(name)?;
+        self.by_port.remove(&r.port);
+        let unindex = |index: &mut BTreeMap<(Option<String>, String), BTreeSet<String>>,
+                       id: &Option<String>| {
+            let Some(id) = id else { return };
+            let key = (r.namespace.clone(), id.clone());
+            if let Some(names) = index.get_mut(&key) {
+                names.remove(name);
+                if names.is_empty() {
+                    index.remove(&key);
+                }
+            }
+        };
+        unindex(&mut self.by_token, &r.token);
+        unindex(&mut self.by_uid, &r.pod_uid);
+        Some(r)
     }
 
-    fn has(&self, port: u16) -> bool {
-        self.ports.contains(&port)
+    pub fn all(&self) -> impl Iterator<Item = &Reservation> {
+        self.all.values()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Reservation> {
+        self.all.get(name)
+    }
+
+    pub fn has(&self, port: u16) -> bool {
+        self.by_port.contains_key(&port)
+    }
+
+    pub fn on_port(&self, port: u16) -> Option<&Reservation> {
+        self.all.get(self.by_port.get(&port)?)
     }
 
     /// The reservation made for `pod`: the one whose token it carries (in
     /// its own namespace: a token copied into another namespace counts for
-    /// nothing), or the one made for its uid; the first of them in the
-    /// book when both are there.
-    fn of_pod(&self, pod: &PodView) -> Option<&Reservation> {
+    /// nothing), or the one made for its uid; the first by name when there
+    /// are several.
+    pub fn of_pod(&self, pod: &PodView) -> Option<&Reservation> {
+        self.all_of_pod(pod).min_by(|a, b| a.name.cmp(&b.name))
+    }
+
+    /// Every reservation made for `pod`, by token or by uid.
+    pub fn all_of_pod<'a>(&'a self, pod: &PodView) -> impl Iterator<Item = &'a Reservation> {
         let namespace = &pod.metadata.namespace;
-        let find = |index: &BTreeMap<(Option<String>, String), usize>, id: Option<&str>| {
-            index.get(&(namespace.clone(), id?.to_owned())).copied()
+        let find = |index: &'a BTreeMap<(Option<String>, String), BTreeSet<String>>,
+                    id: Option<&str>| {
+            id.and_then(|id| index.get(&(namespace.clone(), id.to_owned())))
+                .into_iter()
+                .flatten()
         };
-        let by_token = find(&self.by_token, pod_token(pod));
-        let by_uid = find(&self.by_uid, pod.metadata.uid.as_deref());
-        let first = match (by_token, by_uid) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b)?,
-        };
-        self.all.get(first)
+        find(&self.by_token, pod_token(pod))
+            .chain(find(&self.by_uid, pod.metadata.uid.as_deref()))
+            .filter_map(|name| self.all.get(name))
     }
 }
 
-fn pod_token(pod: &PodView) -> Option<&str> {
+/// The reservation token a pod carries (written at admission).
+pub fn pod_token(pod: &PodView) -> Option<&str> {
     let token = pod.metadata.annotations.as_ref()?.get(POD_ANNOTATION)?;
     Some(token.as_str()).filter(|t| !t.is_empty())
 }
@@ -110,17 +141,30 @@ fn told_port(pod: &PodView) -> Option<u16> {
 pub struct Sightings(BTreeMap<String, (Instant, bool)>);
 
 impl Sightings {
-    /// Notes the reservations in `book` at `now`, and which are `used`
-    /// ([`in_use`]); forgets those gone.
-    pub fn update(&mut self, book: &Book, used: &BTreeSet<String>, now: Instant) {
-        let names: BTreeSet<&str> = book.all.iter().map(|r| r.name.as_str()).collect();
-        self.0.retain(|name, _| names.contains(name.as_str()));
-        for name in names {
-            let in_use = used.contains(name);
-            match self.0.get_mut(name) {
-                Some(seen) => seen.1 |= in_use,
-                None => drop(self.0.insert(name.to_owned(), (now, in_use))),
+    /// Notes the reservations `scope` names (all of them for a full pass)
+    /// as seen at `now` and whether each is in use ([`in_use`]); forgets
+    /// those gone.
+    pub fn update(&mut self, world: &World, scope: &Scope, expected: &Expectations, now: Instant) {
+        let book = world.book();
+        let seen = &mut self.0;
+        let mut note = |name: &str| match book.get(name) {
+            None => drop(seen.remove(name)),
+            Some(r) => {
+                let in_use = in_use(world, expected, r);
+                match seen.get_mut(name) {
+                    Some(seen) => seen.1 |= in_use,
+                    None => drop(seen.insert(name.to_owned(), (now, in_use))),
+                }
             }
+        };
+        match scope.reservations() {
+            None => {
+                for r in book.all() {
+                    note(&r.name);
+                }
+                self.0.retain(|name, _| book.get(name).is_some());
+            }
+            Some(names) => names.iter().for_each(|name| note(name)),
         }
     }
 
@@ -163,11 +207,17 @@ pub enum Choice {
 /// The ports a create may take, and what the pass has handed out.
 pub struct Free<'a, R> {
     pub range: &'a std::ops::RangeInclusive<u16>,
-    /// Ports held by Services, reserved, or handed out in this pass.
-    pub used: &'a mut BTreeSet<u16>,
-    /// Ports held by Services.
-    pub claimed: &'a BTreeSet<u16>,
+    /// Ports held by Services, reserved, or being created.
+    pub taken: &'a PortSet<'a>,
+    /// Ports handed out in this pass.
+    pub handed: &'a mut BTreeSet<u16>,
     pub rng: &'a mut R,
+}
+
+impl<R> Free<'_, R> {
+    fn used(&self, port: u16) -> bool {
+        self.taken.contains(port) || self.handed.contains(&port)
+    }
 }
 
 /// The port for `pod` (which has no Service): its own reservation if it
@@ -177,25 +227,24 @@ pub struct Free<'a, R> {
 pub fn choose(
     pod: &PodView,
     pod_ref: &super::PodRef,
-    book: &Book,
-    ip: std::net::Ipv4Addr,
+    world: &World,
     free: &mut Free<'_, impl rand::Rng>,
-    handed: &mut BTreeSet<u16>,
 ) -> Choice {
-    if let Some(own) = book.of_pod(pod)
-        && !free.claimed.contains(&own.port)
-        && handed.insert(own.port)
+    let ip = world.ip();
+    let own = world.book().of_pod(pod);
+    if let Some(own) = own
+        && !world.is_claimed(own.port)
+        && free.handed.insert(own.port)
     {
         return Choice::Reserved(own.port);
     }
     let told = told_port(pod).filter(|_| pod_token(pod).is_some());
     if let (Some(token), Some(port)) = (pod_token(pod), told)
-        && book.of_pod(pod).is_none()
+        && own.is_none()
         && free.range.contains(&port)
-        && !free.used.contains(&port)
+        && !free.used(port)
     {
-        free.used.insert(port);
-        handed.insert(port);
+        free.handed.insert(port);
         let holder = Holder::Admitted {
             namespace: pod_ref.namespace.clone(),
             name: pod_ref.name.clone(),
@@ -208,11 +257,15 @@ pub fn choose(
             admitted: true,
         };
     }
-    let Some(port) = crate::controller::ports::pick_free(free.range, free.used, free.rng) else {
+    let picked = {
+        let (taken, handed) = (free.taken, &*free.handed);
+        let used = |port| taken.contains(port) || handed.contains(&port);
+        crate::controller::ports::pick_free(free.range, &used, free.rng)
+    };
+    let Some(port) = picked else {
         return Choice::Full;
     };
-    free.used.insert(port);
-    handed.insert(port);
+    free.handed.insert(port);
     let holder = Holder::Pod {
         namespace: pod_ref.namespace.clone(),
         name: pod_ref.name.clone(),
@@ -226,92 +279,53 @@ pub fn choose(
     }
 }
 
-/// The ports Services hold, each with the first holder's `namespace/name`.
-fn holders(
-    services: &[Arc<k8s_openapi::api::core::v1::Service>],
-    ip: std::net::Ipv4Addr,
-) -> BTreeMap<u16, String> {
-    let mut holders = BTreeMap::new();
-    for claim in services.iter().flat_map(|s| service::claims(s, ip)) {
-        holders.entry(claim.port).or_insert(claim.service);
-    }
-    holders
-}
-
-/// The names of the reservations in use now (the grace aside).
-pub fn in_use(
-    book: &Book,
-    pods: &[Arc<PodView>],
-    services: &[Arc<k8s_openapi::api::core::v1::Service>],
-    expected: &crate::controller::expect::Expectations,
-    ip: std::net::Ipv4Addr,
-) -> BTreeSet<String> {
-    in_use_beside(book, pods, &holders(services, ip), expected)
-}
-
-/// [`in_use`], given the ports Services hold.
-fn in_use_beside(
-    book: &Book,
-    pods: &[Arc<PodView>],
-    holders: &BTreeMap<u16, String>,
-    expected: &crate::controller::expect::Expectations,
-) -> BTreeSet<String> {
-    let pending: BTreeSet<u16> = expected.ports().collect();
-    // What live pods carry: (namespace, token) and (namespace, uid).
-    let mut tokens = BTreeSet::new();
-    let mut uids = BTreeSet::new();
-    for pod in pods.iter().filter(|p| asks_for_ssh(p)) {
-        let namespace = pod.metadata.namespace.as_deref();
-        if let Some(token) = pod_token(pod) {
-            tokens.insert((namespace, token));
-        }
-        if let Some(uid) = pod.metadata.uid.as_deref() {
-            uids.insert((namespace, uid));
-        }
-    }
-    let carried = |r: &Reservation| {
-        let namespace = r.namespace.as_deref();
-        r.token
-            .as_deref()
-            .is_some_and(|t| tokens.contains(&(namespace, t)))
-            || r.pod_uid
-                .as_deref()
-                .is_some_and(|u| uids.contains(&(namespace, u)))
-    };
-    book.all
-        .iter()
-        .filter(|r| holders.contains_key(&r.port) || pending.contains(&r.port) || carried(r))
-        .map(|r| r.name.clone())
-        .collect()
+/// Whether a reservation is in use now (its grace aside): a Service holds
+/// its port, a create on its port is pending, or a live labelled pod
+/// carries its token or uid (in the reservation's namespace).
+pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
+    let namespace = r.namespace.as_deref();
+    let carried = r
+        .token
+        .as_deref()
+        .is_some_and(|token| world.pods_with_token(namespace, token).any(asks_for_ssh))
+        || r.pod_uid.as_deref().is_some_and(|uid| {
+            world
+                .pod(uid)
+                .is_some_and(|p| p.metadata.namespace.as_deref() == namespace && asks_for_ssh(p))
+        });
+    world.is_claimed(r.port) || expected.is_creating_on(r.port) || carried
 }
 
 /// Reservations for ports Services hold without one (someone else's
 /// Service, or ours from before reservations), and releases of
-/// reservations no longer in use.
-pub fn upkeep(
-    input: &Input<'_>,
-    ip: std::net::Ipv4Addr,
-    range: &std::ops::RangeInclusive<u16>,
-    now: Instant,
-) -> Vec<Action> {
-    let book = input.book;
-    let holders = holders(input.services, ip);
-    let pending: BTreeSet<u16> = input.expected.ports().collect();
-    let mut actions: Vec<Action> = holders
-        .iter()
-        .filter(|(port, _)| range.contains(port) && !book.has(**port) && !pending.contains(port))
-        .map(|(port, key)| Action::Reserve {
+/// reservations no longer in use: of the ports and reservations the pass's
+/// scope names.
+pub fn upkeep(pass: &Pass<'_>, range: &std::ops::RangeInclusive<u16>, now: Instant) -> Vec<Action> {
+    let world = pass.world;
+    let book = world.book();
+    let ip = world.ip();
+    let mut actions = Vec::new();
+    for port in pass.scope.ports(world) {
+        if !range.contains(&port) || book.has(port) || pass.expected.is_creating_on(port) {
+            continue;
+        }
+        let Some(holder) = crate::k8s::ownership::owner(world.claims_on(port)) else {
+            continue;
+        };
+        actions.push(Action::Reserve {
             lease: Box::new(reservation::build(
                 ip,
-                *port,
-                &Holder::Service { key: key.clone() },
+                port,
+                &Holder::Service {
+                    key: holder.service.clone(),
+                },
             )),
-        })
-        .collect();
-    let used = in_use_beside(book, input.pods, &holders, input.expected);
-    for r in &book.all {
-        if used.contains(&r.name) || input.sightings.within_grace(&r.name, input.grace, now) {
-            continue;
+        });
+    }
+    let mut release = |r: &Reservation| {
+        if in_use(world, pass.expected, r) || pass.sightings.within_grace(&r.name, pass.grace, now)
+        {
+            return;
         }
         actions.push(Action::Release {
             name: r.name.clone(),
@@ -319,6 +333,13 @@ pub fn upkeep(
             uid: r.uid.clone(),
             resource_version: r.resource_version.clone(),
         });
+    };
+    match pass.scope.reservations() {
+        None => book.all().for_each(&mut release),
+        Some(names) => names
+            .iter()
+            .filter_map(|name| book.get(name))
+            .for_each(&mut release),
     }
     actions
 }

@@ -1,25 +1,22 @@
 //! A pod without a Service: the port it gets (its reservation, or a fresh
 //! one reserved first), or the Warning that says why it cannot be served.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use rand::Rng;
 
 use super::{
     Action, PodRef, Problem,
-    reservations::{self, Book, Choice},
+    reservations::{self, Choice},
 };
 use crate::controller::{
     pod::PodView,
     service::{self, Settings},
+    world::World,
 };
 
 /// What serving a pod without a Service reads.
 pub struct New<'a> {
-    /// By `(namespace, name)`.
-    pub names: &'a BTreeMap<(&'a str, &'a str), bool>,
+    pub world: &'a World,
     pub settings: &'a Settings,
-    pub book: &'a Book,
     pub variable: Option<&'a str>,
 }
 
@@ -31,7 +28,6 @@ pub fn serve_new(
     pod_ref: PodRef,
     new: &New<'_>,
     free: &mut reservations::Free<'_, impl Rng>,
-    handed: &mut BTreeSet<u16>,
 ) -> Vec<Action> {
     let warn = |pod, problem| vec![Action::Warn { pod, problem }];
     let target = match service::target_port(pod) {
@@ -39,33 +35,32 @@ pub fn serve_new(
         Err(bad) => return warn(pod_ref, Problem::InvalidTargetPort { value: bad.0 }),
     };
     let name = service::service_name(&pod_ref.name);
-    match new.names.get(&(pod_ref.namespace.as_str(), name.as_str())) {
+    let key = format!("{}/{name}", pod_ref.namespace);
+    match new.world.service(&key).map(service::is_managed) {
         // Ours for an earlier pod of this name: being deleted.
         Some(true) => return Vec::new(),
         Some(false) => return warn(pod_ref, Problem::NameTaken { service: name }),
         None => {}
     }
-    let ip = new.settings.ssh_ip;
-    let (port, reserve, missing) =
-        match reservations::choose(pod, &pod_ref, new.book, ip, free, handed) {
-            Choice::Reserved(port) => (port, None, None),
-            Choice::Fresh {
-                port,
-                lease,
-                told,
-                admitted,
-            } => {
-                let missing =
-                    new.variable
-                        .filter(|_| !admitted)
-                        .map(|variable| Problem::EnvMissing {
-                            variable: variable.to_owned(),
-                            told,
-                        });
-                (port, Some(lease), missing)
-            }
-            Choice::Full => return warn(pod_ref, Problem::NoFreePort),
-        };
+    let (port, reserve, missing) = match reservations::choose(pod, &pod_ref, new.world, free) {
+        Choice::Reserved(port) => (port, None, None),
+        Choice::Fresh {
+            port,
+            lease,
+            told,
+            admitted,
+        } => {
+            let missing = new
+                .variable
+                .filter(|_| !admitted)
+                .map(|variable| Problem::EnvMissing {
+                    variable: variable.to_owned(),
+                    told,
+                });
+            (port, Some(lease), missing)
+        }
+        Choice::Full => return warn(pod_ref, Problem::NoFreePort),
+    };
     let mut actions = Vec::new();
     if let Some(problem) = missing {
         actions.push(Action::Warn {

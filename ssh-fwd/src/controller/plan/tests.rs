@@ -80,17 +80,17 @@ fn run_expecting(
     range: std::ops::RangeInclusive<u16>,
     expected: &Expectations,
 ) -> Vec<Action> {
-    let input = Input {
-        pods,
-        services,
+    let world = World::of(settings().ssh_ip, pods, services, &[]);
+    let pass = Pass {
+        world: &world,
+        scope: &Scope::All,
         expected,
-        book: &Book::default(),
         sightings: &Sightings::default(),
         grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     compute(
-        &input,
+        &pass,
         &settings(),
         &range,
         HOST,

@@ -127,7 +127,7 @@ impl Admitter {
     ) -> (Port, Outcome) {
         let used = self.ports_in_use();
         if request.dry_run {
-            let port = ports::pick_free(&self.range, &used, &mut rand::rng());
+            let port = ports::pick_free(&self.range, &|p| used.contains(&p), &mut rand::rng());
             return match port {
                 Some(port) => (Port::DryRun { port }, Outcome::DryRun),
                 None => (Port::None { why: self.full() }, Outcome::NoPort),

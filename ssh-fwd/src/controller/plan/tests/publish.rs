@@ -81,17 +81,17 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
         ..settings()
     };
     let svc = Arc::new(service::build(&p, 8123, IntOrString::Int(22), &style));
-    let input = Input {
-        pods: std::slice::from_ref(&p),
-        services: &[svc],
+    let world = World::of(style.ssh_ip, std::slice::from_ref(&p), &[svc], &[]);
+    let pass = Pass {
+        world: &world,
+        scope: &Scope::All,
         expected: &Expectations::default(),
-        book: &Book::default(),
         sightings: &Sightings::default(),
         grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     let actions = compute(
-        &input,
+        &pass,
         &style,
         &(8000..=16000),
         HOST,

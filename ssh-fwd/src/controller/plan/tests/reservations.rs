@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 
 use super::*;
 use crate::controller::{
-    plan::reservations::{in_use, upkeep},
+    plan::reservations::upkeep,
     reservation::{self, Holder, POD_ANNOTATION},
 };
 
@@ -55,29 +55,31 @@ impl Pass<'_> {
     /// reservations at `seen` (and no pass since).
     fn at(&self, seen: Instant, now: Instant) -> Vec<Action> {
         let mut sightings = Sightings::default();
-        sightings.update(&Book::new(self.leases, ip()), &Default::default(), seen);
+        let expected = Expectations::default();
+        sightings.update(&self.world(), &Scope::All, &expected, seen);
         self.with(&mut sightings, now)
+    }
+
+    fn world(&self) -> World {
+        World::of(ip(), self.pods, self.services, self.leases)
     }
 
     /// A pass at `now` after the passes `sightings` noted.
     fn with(&self, sightings: &mut Sightings, now: Instant) -> Vec<Action> {
-        let book = Book::new(self.leases, ip());
+        let world = self.world();
         let expected = Expectations::default();
-        let used = in_use(&book, self.pods, self.services, &expected, ip());
-        sightings.update(&book, &used, now);
-        let sightings = &*sightings;
-        let input = Input {
-            pods: self.pods,
-            services: self.services,
+        sightings.update(&world, &Scope::All, &expected, now);
+        let pass = super::Pass {
+            world: &world,
+            scope: &Scope::All,
             expected: &expected,
-            book: &book,
             sightings,
             grace: GRACE,
             variable: self.variable,
         };
         let mut rng = StdRng::seed_from_u64(3);
-        let mut actions = compute(&input, &settings(), &self.range, HOST, &mut rng);
-        actions.extend(upkeep(&input, ip(), &self.range, now));
+        let mut actions = compute(&pass, &settings(), &self.range, HOST, &mut rng);
+        actions.extend(upkeep(&pass, &self.range, now));
         actions
     }
 }
@@ -198,7 +200,8 @@ fn a_restarted_leader_counts_the_grace_from_when_it_first_sees_a_reservation() {
         releases(&pass(&[], &[], &leases).at(started, started + Duration::from_secs(1))).is_empty()
     );
     let mut sightings = Sightings::default();
-    sightings.update(&Book::new(&leases, ip()), &Default::default(), started);
+    let world = World::of(ip(), &[], &[], &leases);
+    sightings.update(&world, &Scope::All, &Expectations::default(), started);
     assert_eq!(sightings.next_due(GRACE, started), Some(started + GRACE));
     assert_eq!(sightings.next_due(GRACE, started + GRACE), None);
 }
