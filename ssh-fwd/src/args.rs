@@ -1,5 +1,5 @@
 //! Value types of flags that several commands share, parsed the same way
-//! everywhere: port ranges and durations.
+//! everywhere: port ranges, durations and Service shapes.
 
 use std::{ops::RangeInclusive, time::Duration};
 
@@ -27,6 +27,14 @@ pub fn duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}`: the duration must be greater than zero"));
     }
     Ok(d)
+}
+
+/// One of `--service-styles` (the agent's and the controller's): a shape of
+/// Service whose SSH IP counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceStyleArg {
+    Loadbalancer,
+    Externalips,
 }
 
 #[cfg(test)]

@@ -316,6 +316,10 @@ fn workload_arguments_parse_with_the_real_cli() {
         "one SSH IP for both"
     );
     assert_eq!(agent_args.port_range, controller_args.port_range);
+    assert_eq!(
+        agent_args.service_styles, controller_args.service_styles,
+        "the controller weighs others' Services as the agents do"
+    );
     assert_eq!(controller_args.service_style, ServiceStyle::Loadbalancer);
     let metrics = controller_args
         .metrics_addr

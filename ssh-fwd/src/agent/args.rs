@@ -4,6 +4,7 @@ use std::{path::PathBuf, time::Duration};
 
 use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
 
+pub use crate::args::ServiceStyleArg;
 use crate::{
     datapath::{hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode, pins::BpffsArg},
     source::kubernetes::desired::Styles,
@@ -189,18 +190,8 @@ pub struct AgentArgs {
 impl AgentArgs {
     /// `--service-styles` as the rules take it.
     pub fn styles(&self) -> Styles {
-        Styles {
-            load_balancer: self.service_styles.contains(&ServiceStyleArg::Loadbalancer),
-            external_ips: self.service_styles.contains(&ServiceStyleArg::Externalips),
-        }
+        Styles::of(&self.service_styles)
     }
-}
-
-/// One of `--service-styles`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServiceStyleArg {
-    Loadbalancer,
-    Externalips,
 }
 
 /// `--pod-ifaces`.

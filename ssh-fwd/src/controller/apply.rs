@@ -46,6 +46,8 @@ pub struct Context {
     pub ssh_ip: std::net::Ipv4Addr,
     /// The shape of the Services made.
     pub style: super::ServiceStyle,
+    /// Whose Services hold ports on the SSH IP: the agents' rules.
+    pub policy: crate::source::kubernetes::desired::Policy,
     pub host: String,
     pub user: String,
     pub range: std::ops::RangeInclusive<u16>,

@@ -28,6 +28,18 @@ pub struct ControllerArgs {
     #[arg(long, value_enum, default_value_t = ServiceStyle::Loadbalancer)]
     pub service_style: ServiceStyle,
 
+    /// The agents' --service-styles: the Service shapes whose SSH IP they
+    /// honour. Others' Services hold a port on the SSH IP only in these
+    /// shapes, as the agents see them; --service-style must be one of them.
+    #[arg(
+        long,
+        value_name = "STYLES",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "loadbalancer,externalips"
+    )]
+    pub service_styles: Vec<crate::args::ServiceStyleArg>,
+
     /// The agents' --selector: the Services they honour. The controller
     /// reads only its own Services and these (they may hold ports on the
     /// SSH IP), and never the rest of the cluster's.

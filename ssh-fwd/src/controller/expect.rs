@@ -119,7 +119,9 @@ mod tests {
             },
             t0,
         );
-        let world = |pods: &[std::sync::Arc<PodView>]| World::of(IP, pods, &[], &[]);
+        let world = |pods: &[std::sync::Arc<PodView>]| {
+            World::of(crate::controller::world::policy_for(IP), pods, &[], &[])
+        };
         e.settle(&world(&[pod(json!({}))]), t0);
         assert!(e.creating("u"));
         assert!(e.is_creating_on(9000));

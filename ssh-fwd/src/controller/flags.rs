@@ -2,7 +2,8 @@
 //! command: users paste it into a shell, so it must be words a shell and ssh
 //! take as they are.
 
-use super::args::ControllerArgs;
+use super::args::{ControllerArgs, ServiceStyle};
+use crate::args::ServiceStyleArg;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FlagError {
@@ -14,10 +15,30 @@ pub enum FlagError {
         "--ssh-hostname `{0}` must be a host name or IP address users can type, e.g. ssh.example.org: letters, digits, '.', '-' and ':', not starting with '-'; leave the flag out to show --ssh-ip"
     )]
     Hostname(String),
+    #[error(
+        "--service-style {made} makes Services the agents would not honour (--service-styles {honoured}); add `{made}` to --service-styles here and on the agents, or choose another --service-style"
+    )]
+    StyleNotHonoured {
+        made: &'static str,
+        honoured: String,
+    },
 }
 
 /// The host name shown in the command: --ssh-hostname, else --ssh-ip.
 pub fn check(args: &ControllerArgs) -> Result<String, FlagError> {
+    let (made, needed) = match args.service_style {
+        ServiceStyle::Loadbalancer => ("loadbalancer", ServiceStyleArg::Loadbalancer),
+        ServiceStyle::Externalips => ("externalips", ServiceStyleArg::Externalips),
+    };
+    if !args.service_styles.contains(&needed) {
+        let honoured: Vec<String> = (args.service_styles.iter())
+            .map(|s| format!("{s:?}").to_lowercase())
+            .collect();
+        return Err(FlagError::StyleNotHonoured {
+            made,
+            honoured: honoured.join(","),
+        });
+    }
     if !is_word(&args.ssh_user, &['.', '_', '-']) {
         return Err(FlagError::User(args.ssh_user.clone()));
     }
@@ -52,6 +73,21 @@ mod tests {
         let named = args(&["--ssh-hostname", "ssh.example.org", "--ssh-user", "a.b_c-1"]);
         assert_eq!(check(&named), Ok("ssh.example.org".into()));
         assert!(check(&args(&["--ssh-hostname", "2001:db8::1"])).is_ok());
+    }
+
+    #[test]
+    fn the_style_made_must_be_one_the_agents_honour() {
+        let lone = args(&["--service-styles", "externalips"]);
+        let err = check(&lone).unwrap_err().to_string();
+        assert!(err.contains("--service-style loadbalancer"), "{err}");
+        assert!(err.contains("(--service-styles externalips)"), "{err}");
+        let legacy = args(&[
+            "--service-styles",
+            "externalips",
+            "--service-style",
+            "externalips",
+        ]);
+        assert!(check(&legacy).is_ok());
     }
 
     #[test]

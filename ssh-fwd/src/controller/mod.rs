@@ -41,7 +41,12 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 
-use crate::{k8s, k8s::reflector::Changes, telemetry};
+use crate::{
+    k8s,
+    k8s::reflector::Changes,
+    source::kubernetes::desired::{Policy, Styles},
+    telemetry,
+};
 use apply::{Applied, Context, Warned};
 pub use args::{ControllerArgs, ServiceStyle};
 use expect::Expectations;
@@ -102,6 +107,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         client: client.clone(),
         ssh_ip: args.ssh_ip,
         style: args.service_style,
+        policy: Policy {
+            ssh_ips: [args.ssh_ip].into(),
+            ports: args.port_range.clone(),
+            styles: Styles::of(&args.service_styles),
+        },
         host,
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),
@@ -200,7 +210,7 @@ async fn lead(
     let mut expected = Expectations::default();
     let mut warned = Warned::new();
     let mut rng = rand::rngs::StdRng::from_os_rng();
-    let mut world = World::new(ctx.ssh_ip);
+    let mut world = World::new(ctx.policy.clone());
     let mut waiting = Waiting::default();
     let mut everything = true;
     let mut retry = retry::Retry::default();
@@ -208,7 +218,7 @@ async fn lead(
         let started = Instant::now();
         let changed = dirty.take();
         let scope = if everything || changed.everything {
-            world = stores.world(ctx.ssh_ip);
+            world = stores.world(&ctx.policy);
             Scope::All
         } else {
             let touched = stores.refresh(&mut world, &changed);

@@ -12,7 +12,13 @@ use k8s_openapi::{
 };
 
 use super::{args::ServiceStyle, pod::PodView};
-use crate::k8s::LB_CLASS;
+use crate::{
+    k8s::LB_CLASS,
+    source::kubernetes::{
+        desired::{self, Policy},
+        objects::ServiceView,
+    },
+};
 
 /// A pod asks for SSH with this label set to [`SSH_ENABLED`].
 pub const SSH_LABEL: &str = "ssh-fwd.io/ssh";
@@ -209,43 +215,47 @@ impl crate::k8s::ownership::Claimant for Claim {
     }
 }
 
-/// The ports on `ip` a Service holds: every TCP port of a Service that lists
-/// the IP in externalIPs or load-balancer ingress, or that this controller
-/// made (its LoadBalancer status may not be written yet).
-pub fn claims(service: &Service, ip: Ipv4Addr) -> Vec<Claim> {
-    let Some(spec) = &service.spec else {
-        return Vec::new();
-    };
-    let is_ip = |a: &str| a.parse::<Ipv4Addr>().is_ok_and(|a| a == ip);
-    let external = spec.external_ips.iter().flatten().any(|a| is_ip(a));
-    let ingress = service
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .is_some_and(|i| i.iter().any(|i| i.ip.as_deref().is_some_and(is_ip)));
+/// The ports a Service holds on the SSH IP. Someone else's holds what the
+/// agents would honour under `policy` (their shapes and load-balancer
+/// class, TCP, in the range: `desired::honoured_addresses` and
+/// `honoured_port`, the one rule for both), so the controller never gives
+/// way to a Service the agents ignore; one this controller made holds every
+/// TCP port it lists.
+pub fn claims(service: &Service, policy: &Policy) -> Vec<Claim> {
+    let view = ServiceView::of(service);
     let managed = is_managed(service);
-    if !(external || ingress || managed) {
-        return Vec::new();
-    }
-    let key = format!(
-        "{}/{}",
-        service.metadata.namespace.as_deref().unwrap_or(""),
-        service.metadata.name.as_deref().unwrap_or("")
-    );
-    spec.ports
-        .iter()
-        .flatten()
-        .filter(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
-        .filter_map(|p| u16::try_from(p.port).ok())
-        .map(|port| Claim {
+    let mut notes = Vec::new();
+    let ports: Vec<u16> = if managed {
+        // Ours hold their ports from the moment they exist, whatever the
+        // agents make of them yet (a LoadBalancer before its status is
+        // written): a port is never handed out twice.
+        (view.ports.iter())
+            .filter(|p| p.tcp)
+            .filter_map(|p| u16::try_from(p.port).ok())
+            .collect()
+    } else if desired::honoured_addresses(&view, policy, &mut notes).is_some() {
+        let id = view.id.to_string();
+        (view.ports.iter())
+            .filter_map(|p| desired::honoured_port(&id, p, policy, &mut notes))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let key = view.id.to_string();
+    let mut claims: Vec<Claim> = Vec::new();
+    for port in ports {
+        if claims.iter().any(|c| c.port == port) {
+            continue;
+        }
+        claims.push(Claim {
             port,
             created: service.metadata.creation_timestamp.clone(),
             service: key.clone(),
             uid: service.metadata.uid.clone(),
             managed,
-        })
-        .collect()
+        });
+    }
+    claims
 }
 
 #[cfg(test)]

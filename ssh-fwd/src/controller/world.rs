@@ -20,6 +20,7 @@ use super::{
     pod::PodView,
     service::{self, Claim},
 };
+use crate::source::kubernetes::desired::Policy;
 
 pub mod dirty;
 
@@ -35,6 +36,8 @@ pub struct Touched {
 
 #[derive(Debug)]
 pub struct World {
+    /// Whose Services hold ports on the SSH IP: the agents' rules.
+    policy: Policy,
     ip: Ipv4Addr,
     /// Labelled pods by uid (finished and terminating ones too).
     pods: BTreeMap<String, Arc<PodView>>,
@@ -52,8 +55,14 @@ pub struct World {
 }
 
 impl World {
-    pub fn new(ip: Ipv4Addr) -> Self {
+    /// An empty world of the one SSH IP in `policy`.
+    pub fn new(policy: Policy) -> Self {
+        let ip = *policy
+            .ssh_ips
+            .first()
+            .expect("the controller's policy names its SSH IP");
         Self {
+            policy,
             ip,
             pods: BTreeMap::new(),
             pod_uids: BTreeMap::new(),
@@ -67,12 +76,12 @@ impl World {
 
     /// The world of these objects, built whole.
     pub fn of(
-        ip: Ipv4Addr,
+        policy: Policy,
         pods: &[Arc<PodView>],
         services: &[Arc<Service>],
         leases: &[Arc<Lease>],
     ) -> Self {
-        let mut world = Self::new(ip);
+        let mut world = Self::new(policy);
         let mut touched = Touched::default();
         for pod in pods {
             world.set_pod(&key_of_pod(pod), Some(pod.clone()), &mut touched);
@@ -89,6 +98,10 @@ impl World {
 
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
     }
 
     /// Puts the pod `key` (`namespace`, `name`) as it is now (`None`: gone).
@@ -143,7 +156,7 @@ impl World {
     /// gone, or no longer one the controller reads).
     pub fn set_service(&mut self, key: &str, now: Option<Arc<Service>>, touched: &mut Touched) {
         if let Some(old) = self.services.remove(key) {
-            for claim in service::claims(&old, self.ip) {
+            for claim in service::claims(&old, &self.policy) {
                 touched.ports.insert(claim.port);
                 if let Some(claimants) = self.claims.get_mut(&claim.port) {
                     claimants.retain(|c| c.service != key);
@@ -163,7 +176,7 @@ impl World {
             }
         }
         let Some(svc) = now else { return };
-        for claim in service::claims(&svc, self.ip) {
+        for claim in service::claims(&svc, &self.policy) {
             touched.ports.insert(claim.port);
             self.claims.entry(claim.port).or_default().push(claim);
         }
@@ -266,6 +279,17 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
         return None;
     }
     Some(service::label(svc, service::POD_UID_LABEL).unwrap_or(""))
+}
+
+/// The policy of a controller on `ip` whose range is every port and whose
+/// agents honour both shapes: what the plan's tests assume.
+#[cfg(test)]
+pub fn policy_for(ip: Ipv4Addr) -> Policy {
+    Policy {
+        ssh_ips: [ip].into(),
+        ports: 1..=u16::MAX,
+        styles: crate::source::kubernetes::desired::Styles::ALL,
+    }
 }
 
 pub fn key_of_pod(pod: &PodView) -> (String, String) {

@@ -55,7 +55,7 @@ fn port_losers(claims: &[Claim]) -> Vec<(&Claim, &str)> {
 /// Whether `svc` (one of ours) lost one of its ports to an older Service.
 pub fn lost(world: &World, svc: &Service) -> bool {
     let key = super::full_name(svc);
-    crate::controller::service::claims(svc, world.ip())
+    crate::controller::service::claims(svc, world.policy())
         .iter()
         .any(|claim| {
             port_losers(world.claims_on(claim.port))

@@ -80,7 +80,12 @@ fn run_expecting(
     range: std::ops::RangeInclusive<u16>,
     expected: &Expectations,
 ) -> Vec<Action> {
-    let world = World::of(settings().ssh_ip, pods, services, &[]);
+    let world = World::of(
+        crate::controller::world::policy_for(settings().ssh_ip),
+        pods,
+        services,
+        &[],
+    );
     let pass = Pass {
         world: &world,
         scope: &Scope::All,

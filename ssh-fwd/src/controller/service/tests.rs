@@ -1,8 +1,10 @@
-use serde_json::json;
+use serde_json::{Value, json};
+
+use crate::source::kubernetes::desired::Styles;
 
 use super::*;
 
-pub fn pod(name: &str, uid: &str, annotations: serde_json::Value) -> PodView {
+pub fn pod(name: &str, uid: &str, annotations: Value) -> PodView {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "jobs", "uid": uid,
                      "labels": {SSH_LABEL: SSH_ENABLED}, "annotations": annotations},
@@ -119,9 +121,17 @@ fn target_ports_the_api_server_would_refuse_are_reported_with_the_fix() {
     }
 }
 
+fn policy(styles: Styles) -> Policy {
+    Policy {
+        ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
+        ports: 8000..=16000,
+        styles,
+    }
+}
+
 #[test]
 fn claims_count_services_on_the_ssh_ip_only() {
-    let ip: Ipv4Addr = "198.18.0.10".parse().unwrap();
+    let ip = &policy(Styles::ALL);
     let foreign: Service = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"externalIPs": ["198.18.0.99"], "ports": [{"port": 8200}]},
@@ -148,4 +158,54 @@ fn claims_count_services_on_the_ssh_ip_only() {
         &settings(ServiceStyle::Loadbalancer),
     );
     assert_eq!(claims(&ours, ip)[0].port, 9000);
+}
+
+#[test]
+fn others_hold_ports_only_as_the_agents_honour_them() {
+    let service = |spec: Value, status: Value| -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "theirs", "namespace": "default"},
+            "spec": spec, "status": status,
+        }))
+        .unwrap()
+    };
+    let ports = |svc: &Service, styles| {
+        claims(svc, &policy(styles))
+            .iter()
+            .map(|c| c.port)
+            .collect::<Vec<_>>()
+    };
+    let on_ip = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
+    let legacy = service(
+        json!({"externalIPs": ["198.18.0.10"], "ports": [{"port": 8200}, {"port": 20000}]}),
+        json!({}),
+    );
+    assert_eq!(
+        ports(&legacy, Styles::ALL),
+        [8200],
+        "outside the range: ignored"
+    );
+    let lb_only = Styles {
+        load_balancer: true,
+        external_ips: false,
+    };
+    assert!(
+        ports(&legacy, lb_only).is_empty(),
+        "a shape the agents leave out"
+    );
+    let our_class = json!({"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+                           "allocateLoadBalancerNodePorts": false, "ports": [{"port": 8300}]});
+    assert_eq!(ports(&service(our_class, on_ip.clone()), lb_only), [8300]);
+    let another_class = json!({"type": "LoadBalancer", "loadBalancerClass": "metallb",
+                               "ports": [{"port": 8300}]});
+    assert!(
+        ports(&service(another_class, on_ip.clone()), Styles::ALL).is_empty(),
+        "only our class's status counts"
+    );
+    let node_ports = json!({"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+                            "ports": [{"port": 8300}]});
+    assert!(
+        ports(&service(node_ports, on_ip), Styles::ALL).is_empty(),
+        "the agents refuse it whole"
+    );
 }

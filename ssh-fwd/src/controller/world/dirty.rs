@@ -15,7 +15,7 @@ use kube::runtime::{
 };
 
 use super::{Touched, World, key_of_pod, key_of_service};
-use crate::controller::pod::PodView;
+use crate::{controller::pod::PodView, source::kubernetes::desired::Policy};
 
 /// The objects changed since the last pass.
 #[derive(Debug, Default)]
@@ -83,10 +83,15 @@ pub struct Stores {
 
 impl Stores {
     /// The world as the stores hold it, built whole.
-    pub fn world(&self, ip: std::net::Ipv4Addr) -> World {
+    pub fn world(&self, policy: &Policy) -> World {
         let mut services = self.ours.state();
         services.extend(self.others.state());
-        World::of(ip, &self.pods.state(), &services, &self.leases.state())
+        World::of(
+            policy.clone(),
+            &self.pods.state(),
+            &services,
+            &self.leases.state(),
+        )
     }
 
     /// Brings the `dirty` objects of `world` up to date; what that

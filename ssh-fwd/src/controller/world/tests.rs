@@ -69,7 +69,7 @@ impl Sim {
             pods: BTreeMap::new(),
             services: BTreeMap::new(),
             leases: BTreeMap::new(),
-            world: World::new(IP),
+            world: World::new(policy_for(IP)),
             touched: Touched::default(),
             clock: 0,
             next_uid: 0,
@@ -309,7 +309,7 @@ impl Sim {
         let pods: Vec<_> = self.pods.values().cloned().collect();
         let services: Vec<_> = self.services.values().cloned().collect();
         let leases: Vec<_> = self.leases.values().cloned().collect();
-        World::of(IP, &pods, &services, &leases)
+        World::of(policy_for(IP), &pods, &services, &leases)
     }
 }
 

@@ -35,6 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
+    args::ServiceStyleArg,
     k8s::ownership::{self, Claimant},
     mapping::{Mapping, MappingSet},
     source::validate::{self, Checker, Rules},
@@ -67,6 +68,14 @@ impl Styles {
         load_balancer: true,
         external_ips: true,
     };
+
+    /// `--service-styles` as the rules take it.
+    pub fn of(list: &[ServiceStyleArg]) -> Self {
+        Self {
+            load_balancer: list.contains(&ServiceStyleArg::Loadbalancer),
+            external_ips: list.contains(&ServiceStyleArg::Externalips),
+        }
+    }
 }
 
 /// Why a Service or port produced no mapping, or what was chosen for it.
@@ -147,36 +156,14 @@ pub struct ServiceClaims {
 pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> ServiceClaims {
     let mut out = ServiceClaims::default();
     let id = svc.id.to_string();
-    if svc.ours && !svc.node_ports_off {
-        out.notes.push(Note::NodePortsAllocated { service: id });
+    let Some(ips) = honoured_addresses(svc, policy, &mut out.notes) else {
         return out;
-    }
-    let ips = addresses(svc, policy, &mut out.notes);
-    if ips.is_empty() {
-        if out.notes.is_empty() {
-            out.notes.push(Note::NoSshIp { service: id });
-        }
-        return out;
-    }
+    };
     let multi = svc.ports.len() > 1;
     for port in &svc.ports {
-        if !port.tcp {
-            out.notes.push(Note::NotTcp {
-                service: id.clone(),
-                port: port.port,
-            });
-            continue;
-        }
-        let Ok(number) = u16::try_from(port.port) else {
+        let Some(number) = honoured_port(&id, port, policy, &mut out.notes) else {
             continue;
         };
-        if !policy.ports.contains(&number) {
-            out.notes.push(Note::PortOutsideRange {
-                service: id.clone(),
-                port: port.port,
-            });
-            continue;
-        }
         let backend = ready_backend(slices, port, &id, &mut out.notes);
         if backend.is_none() {
             out.notes.push(Note::NoReadyEndpoint {
@@ -210,6 +197,57 @@ pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> S
         });
     }
     out
+}
+
+/// The SSH IPs a Service claims frontends on, in the shapes and the
+/// LoadBalancer class honoured; `None`, with the reason in `notes`, when it
+/// claims none (a LoadBalancer of our class that lets Kubernetes allocate
+/// NodePorts claims none at all). The controller weighs the Services it
+/// does not make by this too, so it and the agents see the same claimants.
+pub fn honoured_addresses(
+    svc: &ServiceView,
+    policy: &Policy,
+    notes: &mut Vec<Note>,
+) -> Option<BTreeSet<Ipv4Addr>> {
+    let id = || svc.id.to_string();
+    if svc.ours && !svc.node_ports_off {
+        notes.push(Note::NodePortsAllocated { service: id() });
+        return None;
+    }
+    let before = notes.len();
+    let ips = addresses(svc, policy, notes);
+    if ips.is_empty() {
+        if notes.len() == before {
+            notes.push(Note::NoSshIp { service: id() });
+        }
+        return None;
+    }
+    Some(ips)
+}
+
+/// The port number a Service port claims: a TCP port in the range.
+pub fn honoured_port(
+    id: &str,
+    port: &PortView,
+    policy: &Policy,
+    notes: &mut Vec<Note>,
+) -> Option<u16> {
+    if !port.tcp {
+        notes.push(Note::NotTcp {
+            service: id.to_owned(),
+            port: port.port,
+        });
+        return None;
+    }
+    let number = u16::try_from(port.port).ok()?;
+    if !policy.ports.contains(&number) {
+        notes.push(Note::PortOutsideRange {
+            service: id.to_owned(),
+            port: port.port,
+        });
+        return None;
+    }
+    Some(number)
 }
 
 /// The first reason a Service's claims would break or hijack the node.

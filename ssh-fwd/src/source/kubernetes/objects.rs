@@ -271,36 +271,107 @@ fn ipv4s<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<Ipv4Addr> {
 impl WireService {
     pub fn view(&self) -> ServiceView {
         let spec = &self.spec;
-        let ours = spec.type_.as_deref() == Some("LoadBalancer")
-            && spec.load_balancer_class.as_deref() == Some(LB_CLASS);
-        let ingress = match &self.status.load_balancer {
-            Some(lb) if ours => ipv4s(lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref())),
-            _ => Vec::new(),
-        };
-        let ports = spec
-            .ports
+        let ingress = self
+            .status
+            .load_balancer
             .iter()
+            .flat_map(|lb| lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref()));
+        let ports = spec.ports.iter().flatten().map(|p| {
+            port_view(
+                p.name.as_deref(),
+                p.port,
+                p.protocol.as_deref(),
+                p.target_port.as_ref(),
+            )
+        });
+        let shape = Shape {
+            type_: spec.type_.as_deref(),
+            class: spec.load_balancer_class.as_deref(),
+            node_ports: spec.allocate_load_balancer_node_ports,
+        };
+        let external_ips = spec.external_ips.iter().flatten().map(String::as_str);
+        shape.view(&self.metadata, external_ips, ingress, ports)
+    }
+}
+
+impl ServiceView {
+    /// The view of a Service as k8s-openapi decodes it (the controller's
+    /// watches), by the same rules as [`WireService::view`].
+    pub fn of(svc: &k8s_openapi::api::core::v1::Service) -> Self {
+        let spec = svc.spec.as_ref();
+        let ingress = (svc.status.as_ref())
+            .and_then(|s| s.load_balancer.as_ref())
+            .into_iter()
+            .flat_map(|lb| lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref()));
+        let ports = spec
+            .and_then(|s| s.ports.as_ref())
+            .into_iter()
             .flatten()
-            .map(|p| PortView {
-                name: p.name.as_deref().unwrap_or("").into(),
-                port: p.port,
-                tcp: p.protocol.as_deref().unwrap_or("TCP") == "TCP",
-                numeric_target: match &p.target_port {
-                    Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
-                    Some(IntOrString::String(_)) => None,
-                    None => u16::try_from(p.port).ok(),
-                },
-            })
-            .collect();
+            .map(|p| {
+                port_view(
+                    p.name.as_deref(),
+                    p.port,
+                    p.protocol.as_deref(),
+                    p.target_port.as_ref(),
+                )
+            });
+        let shape = Shape {
+            type_: spec.and_then(|s| s.type_.as_deref()),
+            class: spec.and_then(|s| s.load_balancer_class.as_deref()),
+            node_ports: spec.and_then(|s| s.allocate_load_balancer_node_ports),
+        };
+        let external_ips = (spec.and_then(|s| s.external_ips.as_ref()))
+            .into_iter()
+            .flatten()
+            .map(String::as_str);
+        shape.view(&svc.metadata, external_ips, ingress, ports)
+    }
+}
+
+/// The fields of a Service's spec that decide how its addresses count.
+struct Shape<'a> {
+    type_: Option<&'a str>,
+    class: Option<&'a str>,
+    node_ports: Option<bool>,
+}
+
+impl Shape<'_> {
+    fn view<'b>(
+        &self,
+        meta: &ObjectMeta,
+        external_ips: impl Iterator<Item = &'b str>,
+        ingress: impl Iterator<Item = &'b str>,
+        ports: impl Iterator<Item = PortView>,
+    ) -> ServiceView {
+        let ours = self.type_ == Some("LoadBalancer") && self.class == Some(LB_CLASS);
         ServiceView {
-            id: id_of(&self.metadata),
-            created: self.metadata.creation_timestamp.clone(),
-            external_ips: ipv4s(spec.external_ips.iter().flatten().map(String::as_str)),
+            id: id_of(meta),
+            created: meta.creation_timestamp.clone(),
+            external_ips: ipv4s(external_ips),
             ours,
-            node_ports_off: spec.allocate_load_balancer_node_ports == Some(false),
-            ingress,
-            ports,
+            node_ports_off: self.node_ports == Some(false),
+            // Nobody else's load-balancer status counts.
+            ingress: if ours { ipv4s(ingress) } else { Vec::new() },
+            ports: ports.collect(),
         }
+    }
+}
+
+fn port_view(
+    name: Option<&str>,
+    port: i32,
+    protocol: Option<&str>,
+    target: Option<&IntOrString>,
+) -> PortView {
+    PortView {
+        name: name.unwrap_or("").into(),
+        port,
+        tcp: protocol.unwrap_or("TCP") == "TCP",
+        numeric_target: match target {
+            Some(IntOrString::Int(n)) => u16::try_from(*n).ok(),
+            Some(IntOrString::String(_)) => None,
+            None => u16::try_from(port).ok(),
+        },
     }
 }
 

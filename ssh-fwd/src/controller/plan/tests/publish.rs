@@ -81,7 +81,12 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
         ..settings()
     };
     let svc = Arc::new(service::build(&p, 8123, IntOrString::Int(22), &style));
-    let world = World::of(style.ssh_ip, std::slice::from_ref(&p), &[svc], &[]);
+    let world = World::of(
+        crate::controller::world::policy_for(style.ssh_ip),
+        std::slice::from_ref(&p),
+        &[svc],
+        &[],
+    );
     let pass = Pass {
         world: &world,
         scope: &Scope::All,

@@ -61,7 +61,12 @@ impl Pass<'_> {
     }
 
     fn world(&self) -> World {
-        World::of(ip(), self.pods, self.services, self.leases)
+        World::of(
+            crate::controller::world::policy_for(ip()),
+            self.pods,
+            self.services,
+            self.leases,
+        )
     }
 
     /// A pass at `now` after the passes `sightings` noted.
@@ -200,7 +205,12 @@ fn a_restarted_leader_counts_the_grace_from_when_it_first_sees_a_reservation() {
         releases(&pass(&[], &[], &leases).at(started, started + Duration::from_secs(1))).is_empty()
     );
     let mut sightings = Sightings::default();
-    let world = World::of(ip(), &[], &[], &leases);
+    let world = World::of(
+        crate::controller::world::policy_for(ip()),
+        &[],
+        &[],
+        &leases,
+    );
     sightings.update(&world, &Scope::All, &Expectations::default(), started);
     assert_eq!(sightings.next_due(GRACE, started), Some(started + GRACE));
     assert_eq!(sightings.next_due(GRACE, started + GRACE), None);
