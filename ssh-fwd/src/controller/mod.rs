@@ -178,6 +178,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Writes in one pass past which its peak of memory is handed back.
+const BIG_PASS: usize = 256;
+
 /// What the leader does: watch, then reconcile on every change and timer.
 /// A change is planned for around what it touched; the first pass of a
 /// term, a relist, the periodic resync, a retry after a failed write and
@@ -227,6 +230,7 @@ async fn lead(
         expected.settle(&world, started);
         forget_gone(&mut warned, &world);
         let actions = reserving.plan(&world, &scope, &expected, ctx, &mut rng, started);
+        let writes = actions.len();
         let Applied {
             done,
             failures,
@@ -240,9 +244,9 @@ async fn lead(
             expected.record(done, now);
         }
         waiting.note(&world, &scope, &expected);
-        if scope == Scope::All {
-            // A full pass over thousands of pods is a one-off peak: hand
-            // what it freed back to the kernel.
+        if scope == Scope::All || writes >= BIG_PASS {
+            // A pass over thousands of pods, or with thousands of writes,
+            // is a one-off peak: hand what it freed back to the kernel.
             telemetry::memory::release_freed();
         }
         retry.after(failures, blocked, scope == Scope::All, now);
