@@ -68,27 +68,12 @@ impl Reconciler {
         let result = self.apply(datapath, desired, touched.as_ref(), why);
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
-        let now = unix_ms(SystemTime::now());
         match result {
-            Ok(()) => {
-                self.metrics.reconciles.inc();
-                self.metrics.mappings.set(desired.len() as i64);
-                self.metrics
-                    .change_to_map
-                    .observe(since.elapsed().as_secs_f64());
-                if !self.metrics.is_ready() {
-                    tracing::info!("agent ready: the maps hold the desired mappings");
-                    self.metrics.set_ready();
-                }
-                self.status.reconciles += 1;
-                self.status.mappings = desired.len() as u64;
-                self.status.last_reconcile_ms = now;
-                self.status.last_reconcile_micros = micros(took);
-            }
+            Ok(()) => self.succeeded(desired, since, took),
             Err(e) => {
                 self.metrics.reconcile_errors.inc();
                 self.status.reconcile_errors += 1;
-                self.status.last_error_ms = now;
+                self.status.last_error_ms = unix_ms(SystemTime::now());
                 put_text(&mut self.status.last_error, &format!("{e:#}"));
                 tracing::error!(
                     why,
@@ -98,6 +83,23 @@ impl Reconciler {
             }
         }
         self.heartbeat(&mut datapath.status, None);
+    }
+
+    /// Records a reconcile that made the maps hold what the plan asked.
+    fn succeeded(&mut self, desired: &MappingSet, since: Instant, took: Duration) {
+        self.metrics.reconciles.inc();
+        self.metrics.mappings.set(desired.len() as i64);
+        self.metrics
+            .change_to_map
+            .observe(since.elapsed().as_secs_f64());
+        if !self.metrics.is_ready() {
+            tracing::info!("agent ready: the maps hold the desired mappings");
+            self.metrics.set_ready();
+        }
+        self.status.reconciles += 1;
+        self.status.mappings = desired.len() as u64;
+        self.status.last_reconcile_ms = unix_ms(SystemTime::now());
+        self.status.last_reconcile_micros = micros(took);
     }
 
     /// Rewrites the pinned status with the current time, and what the last
