@@ -302,3 +302,31 @@ fn report_left_out(left_out: &[Mapping]) {
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_left_out_over_capacity_are_not_counted_as_installed() {
+        let over = MAX_MAPPINGS as usize + 3;
+        let desired = MappingSet::from_unique((0..over).map(|i| Mapping {
+            name: format!("m{i}"),
+            frontend: std::net::SocketAddrV4::new(
+                [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
+                8022,
+            ),
+            backend: "10.244.1.5:22".parse().unwrap(),
+        }));
+        let planned = plan::plan_steps(&Installed::default(), &desired);
+        assert_eq!(planned.left_out.len(), 3);
+        let mut reconciler = Reconciler::new(AgentMetrics::new(), "test");
+        reconciler.keep(
+            Installed::default(),
+            After::Whole(planned.tables, planned.left_out.len()),
+        );
+        reconciler.succeeded(&desired, Instant::now(), Duration::ZERO);
+        assert_eq!(reconciler.status.mappings, u64::from(MAX_MAPPINGS));
+        assert_eq!(reconciler.metrics.mappings.get(), i64::from(MAX_MAPPINGS));
+    }
+}
