@@ -317,3 +317,139 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
     bed.agents[0] = Agent::start(node, &[EXT_IFACE], &bed.mappings, &bed.bpffs[0], &[]).unwrap();
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
 }
+
+/// `--bpffs` as it is by default: a directory on a bpf filesystem mounted
+/// already (/sys/fs/bpf/ssh-fwd), which the agent makes but does not mount.
+fn nested_root(bpffs: &ssh_fwd_tests::Bpffs) -> String {
+    bpffs.mount().unwrap();
+    bpffs.path().join("ssh-fwd").display().to_string()
+}
+
+/// `ssh-fwd agent` on `root`, expected to be refused; its stderr. Bounded:
+/// an agent that is not refused runs on until `timeout` ends it.
+fn second_agent_refused(node: &ssh_fwd_tests::NetNs, mappings: &str, root: &str) -> String {
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::agent::run_failing_as(
+        node,
+        "timeout",
+        &[
+            "20",
+            bin.to_str().unwrap(),
+            "agent",
+            "--hairpin",
+            "off",
+            "--iface",
+            EXT_IFACE,
+            "--mappings",
+            mappings,
+            "--bpffs",
+            root,
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn teardown_force_under_an_agent_keeps_its_locked_directory_so_no_second_agent_starts() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("m.yaml");
+    write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let root = nested_root(&bpffs);
+    let mut first =
+        Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &["--bpffs", &root]).unwrap();
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(&bin).args(["teardown", "--force", "--bpffs", &root]),
+    )
+    .unwrap();
+    assert!(
+        std::path::Path::new(&root).is_dir(),
+        "teardown --force removed the directory the running agent holds locked"
+    );
+    let e = second_agent_refused(node, &mappings.display().to_string(), &root);
+    assert!(
+        e.contains("another ssh-fwd agent is running on --bpffs")
+            && e.contains(&format!("pid {}", first.pid().unwrap())),
+        "{e}"
+    );
+    // Without an agent, teardown removes the directory too.
+    first.stop().unwrap();
+    ssh_fwd_tests::cmd::run(std::process::Command::new(&bin).args(["teardown", "--bpffs", &root]))
+        .unwrap();
+    assert!(!std::path::Path::new(&root).exists());
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_second_agent() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("m.yaml");
+    write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let root = nested_root(&bpffs);
+    let args = |root: &str| -> Vec<String> {
+        ["--mappings", &mappings.display().to_string(), "--bpffs", root]
+            .into_iter()
+            .map(Into::into)
+            .chain(["--resync-interval".into(), "1s".into()])
+            .collect()
+    };
+    let mut agents = vec![Agent::start_with(node, &[EXT_IFACE], &bpffs, &args(&root)).unwrap()];
+    // `rm -rf` of the directory, then a second agent while the first runs:
+    // whichever locks the new directory first keeps it, the other exits
+    // naming it. Never both.
+    std::fs::remove_dir_all(&root).unwrap();
+    agents.push(Agent::spawn(node, &[EXT_IFACE], &bpffs, &args(&root)).unwrap());
+    let pids: Vec<u32> = agents.iter().map(|a| a.pid().unwrap()).collect();
+    let one_exited = ssh_fwd_tests::cmd::wait_until(Duration::from_secs(20), || {
+        agents.iter_mut().any(|a| a.exited().unwrap().is_some())
+    });
+    // A few more resyncs, for the other one to exit too if it would.
+    std::thread::sleep(Duration::from_secs(3));
+    let exited: Vec<bool> = agents
+        .iter_mut()
+        .map(|a| a.exited().unwrap().is_some())
+        .collect();
+    let logs = || format!("{}\n---\n{}", agents[0].log(), agents[1].log());
+    assert!(one_exited, "both agents run on one directory:\n{}", logs());
+    assert_eq!(exited.iter().filter(|e| **e).count(), 1, "{}", logs());
+    let (loser, winner) = if exited[0] { (0, 1) } else { (1, 0) };
+    assert!(
+        agents[loser].log().contains(&format!("pid {}", pids[winner])),
+        "the agent that gave way must name the holder:\n{}",
+        logs()
+    );
+    // The one left forwards, with its own pinned state.
+    assert!(
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
+            topo.ssh()
+                .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
+                .is_ok_and(|h| h == "pod-1")
+        }),
+        "{}",
+        logs()
+    );
+    let status: serde_json::Value = serde_json::from_str(
+        &ssh_fwd_tests::cmd::run(std::process::Command::new(
+            ssh_fwd_tests::agent::binary().unwrap(),
+        )
+        .args(["status", "-o", "json", "--bpffs", &root]))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["pid"], pids[winner], "{status}");
+    agents[winner].stop().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["teardown", "--bpffs", &root]),
+    )
+    .unwrap();
+}
