@@ -69,7 +69,7 @@ impl Reconciler {
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
         match result {
-            Ok(()) => self.succeeded(desired, since, took),
+            Ok(()) => self.succeeded(since, took),
             Err(e) => {
                 self.metrics.reconcile_errors.inc();
                 self.status.reconcile_errors += 1;
@@ -85,10 +85,15 @@ impl Reconciler {
         self.heartbeat(&mut datapath.status, None);
     }
 
-    /// Records a reconcile that made the maps hold what the plan asked.
-    fn succeeded(&mut self, desired: &MappingSet, since: Instant, took: Duration) {
+    /// Records a reconcile that made the maps hold what the plan asked:
+    /// the mappings counted are those installed (the cache), not those
+    /// desired, which may have been more than fit.
+    fn succeeded(&mut self, since: Instant, took: Duration) {
+        let installed = self.cache.as_ref().map_or(0, |c| c.frontends.len());
         self.metrics.reconciles.inc();
-        self.metrics.mappings.set(desired.len() as i64);
+        self.metrics
+            .mappings
+            .set(i64::try_from(installed).unwrap_or(i64::MAX));
         self.metrics
             .change_to_map
             .observe(since.elapsed().as_secs_f64());
@@ -97,7 +102,7 @@ impl Reconciler {
             self.metrics.set_ready();
         }
         self.status.reconciles += 1;
-        self.status.mappings = desired.len() as u64;
+        self.status.mappings = installed as u64;
         self.status.last_reconcile_ms = unix_ms(SystemTime::now());
         self.status.last_reconcile_micros = micros(took);
     }
@@ -312,7 +317,7 @@ mod tests {
         let over = MAX_MAPPINGS as usize + 3;
         let desired = MappingSet::from_unique((0..over).map(|i| Mapping {
             name: format!("m{i}"),
-            frontend: std::net::SocketAddrV4::new(
+            frontend: SocketAddrV4::new(
                 [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
                 8022,
             ),
@@ -325,7 +330,7 @@ mod tests {
             Installed::default(),
             After::Whole(planned.tables, planned.left_out.len()),
         );
-        reconciler.succeeded(&desired, Instant::now(), Duration::ZERO);
+        reconciler.succeeded(Instant::now(), Duration::ZERO);
         assert_eq!(reconciler.status.mappings, u64::from(MAX_MAPPINGS));
         assert_eq!(reconciler.metrics.mappings.get(), i64::from(MAX_MAPPINGS));
     }
