@@ -128,8 +128,14 @@ fn with_json_logs_a_command_line_error_is_one_json_event() {
 #[test]
 fn with_json_logs_an_invalid_log_filter_is_one_json_event() {
     for (args, envs) in [
-        (&["--log-format", "json", "--log", "ssh_fwd=loud", "status"][..], &[][..]),
-        (&["--log-format", "json", "status"], &[("SSH_FWD_LOG", "[")][..]),
+        (
+            &["--log-format", "json", "--log", "ssh_fwd=loud", "status"][..],
+            &[][..],
+        ),
+        (
+            &["--log-format", "json", "status"],
+            &[("SSH_FWD_LOG", "[")][..],
+        ),
     ] {
         let out = ssh_fwd(args, envs);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
