@@ -395,58 +395,74 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
     write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
     let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
     let root = nested_root(&bpffs);
-    let args = |root: &str| -> Vec<String> {
-        ["--mappings", &mappings.display().to_string(), "--bpffs", root]
-            .into_iter()
-            .map(Into::into)
-            .chain(["--resync-interval".into(), "1s".into()])
-            .collect()
+    let args: Vec<String> = [
+        "--mappings",
+        mappings.to_str().unwrap(),
+        "--bpffs",
+        &root,
+        "--resync-interval",
+        "1s",
+    ]
+    .map(Into::into)
+    .into();
+    let hostname = || {
+        topo.ssh()
+            .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
+            .is_ok_and(|h| h == "pod-1")
     };
-    let mut agents = vec![Agent::start_with(node, &[EXT_IFACE], &bpffs, &args(&root)).unwrap()];
-    // `rm -rf` of the directory, then a second agent while the first runs:
-    // whichever locks the new directory first keeps it, the other exits
-    // naming it. Never both.
+    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let first_pid = first.pid().unwrap();
+
+    // `rm -rf` of the directory: the agent makes it again, locks it, and
+    // puts its pins back; a second agent is refused there.
     std::fs::remove_dir_all(&root).unwrap();
-    agents.push(Agent::spawn(node, &[EXT_IFACE], &bpffs, &args(&root)).unwrap());
-    let pids: Vec<u32> = agents.iter().map(|a| a.pid().unwrap()).collect();
-    let one_exited = ssh_fwd_tests::cmd::wait_until(Duration::from_secs(20), || {
-        agents.iter_mut().any(|a| a.exited().unwrap().is_some())
-    });
-    // A few more resyncs, for the other one to exit too if it would.
-    std::thread::sleep(Duration::from_secs(3));
-    let exited: Vec<bool> = agents
-        .iter_mut()
-        .map(|a| a.exited().unwrap().is_some())
-        .collect();
-    let logs = || format!("{}\n---\n{}", agents[0].log(), agents[1].log());
-    assert!(one_exited, "both agents run on one directory:\n{}", logs());
-    assert_eq!(exited.iter().filter(|e| **e).count(), 1, "{}", logs());
-    let (loser, winner) = if exited[0] { (0, 1) } else { (1, 0) };
-    assert!(
-        agents[loser].log().contains(&format!("pid {}", pids[winner])),
-        "the agent that gave way must name the holder:\n{}",
-        logs()
-    );
-    // The one left forwards, with its own pinned state.
+    assert!(ssh_fwd_tests::cmd::wait_until(
+        Duration::from_secs(10),
+        hostname
+    ));
+    let e = second_agent_refused(node, mappings.to_str().unwrap(), &root);
+    assert!(e.contains(&format!("pid {first_pid}")), "{e}");
+    assert!(first.log().contains("is locked again"), "{}", first.log());
+
+    // Removed again while the agent cannot look (stopped), and a second
+    // agent takes the new directory: the first gives way at once it runs,
+    // naming the second, and never writes beside it.
+    // SAFETY: signalling a child of this test.
+    unsafe { libc::kill(first_pid as i32, libc::SIGSTOP) };
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut second = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let second_pid = second.pid().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
     assert!(
         ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
-            topo.ssh()
-                .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
-                .is_ok_and(|h| h == "pod-1")
+            first.exited().unwrap().is_some()
         }),
-        "{}",
-        logs()
+        "both agents run on one directory:\n{}",
+        first.log()
     );
+    assert!(
+        first.log().contains(&format!(
+            "another ssh-fwd process holds it now (pid {second_pid}, ssh-fwd agent"
+        )),
+        "{}",
+        first.log()
+    );
+    assert!(second.exited().unwrap().is_none(), "{}", second.log());
+    assert!(ssh_fwd_tests::cmd::wait_until(
+        Duration::from_secs(10),
+        hostname
+    ));
     let status: serde_json::Value = serde_json::from_str(
-        &ssh_fwd_tests::cmd::run(std::process::Command::new(
-            ssh_fwd_tests::agent::binary().unwrap(),
+        &ssh_fwd_tests::cmd::run(
+            std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+                .args(["status", "-o", "json", "--bpffs", &root]),
         )
-        .args(["status", "-o", "json", "--bpffs", &root]))
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(status["pid"], pids[winner], "{status}");
-    agents[winner].stop().unwrap();
+    assert_eq!(status["pid"], second_pid, "{status}");
+    second.stop().unwrap();
     ssh_fwd_tests::cmd::run(
         std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
             .args(["teardown", "--bpffs", &root]),
