@@ -34,7 +34,8 @@ pub enum FileError {
         "mappings file {path} is empty; write `mappings: []` to remove all mappings on purpose"
     )]
     Empty { path: String },
-    #[error("mappings file {path} is not valid: {cause}")]
+    // The parser's message may quote the file: escaped.
+    #[error("mappings file {path} is not valid: {}", printable(&cause.to_string()))]
     Syntax {
         path: String,
         cause: Box<serde_saphyr::Error>,
@@ -68,6 +69,9 @@ pub enum FileError {
     },
 }
 
+/// A problem with one entry. Values quoted from the file are escaped
+/// ([`printable`]) when the problem is made: they reach terminals, logs and
+/// `ssh-fwd status`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EntryProblem {
     #[error("{field} `{value}` is not an IPv4 address with a port, like 198.18.0.10:8022")]
@@ -181,18 +185,18 @@ fn entry_error(path: &str, index: usize, name: &str, problem: EntryProblem) -> F
 pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, EntryProblem> {
     let addr: SocketAddr = value.trim().parse().map_err(|_| EntryProblem::BadAddress {
         field,
-        value: value.into(),
+        value: printable(value),
     })?;
     let SocketAddr::V4(addr) = addr else {
         return Err(EntryProblem::Ipv6 {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     };
     if addr.port() == 0 {
         return Err(EntryProblem::PortZero {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     }
     let ip = addr.ip();
@@ -201,7 +205,7 @@ pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, 
     if field == "frontend" && (ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast()) {
         return Err(EntryProblem::NotUnicast {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     }
     Ok(addr)

@@ -7,7 +7,7 @@ use std::{
     net::{Ipv4Addr, SocketAddrV4},
 };
 
-use crate::mapping::{Mapping, printable};
+use crate::mapping::{Mapping, printable, unprintable};
 
 /// What a mapping is checked against.
 #[derive(Clone, Debug, Default)]
@@ -58,7 +58,10 @@ pub enum Danger {
         frontend: SocketAddrV4,
         iface: String,
     },
-    #[error("name `{0}` has a control character; use printable characters only")]
+    #[error(
+        "name `{0}` has a control character or a Unicode format character (shown escaped); \
+         use printable characters only"
+    )]
     ControlCharacter(String),
 }
 
@@ -127,7 +130,7 @@ impl<'a> Checker<'a> {
 
 /// Names reach operators' terminals (`ssh-fwd list`, logs).
 pub fn check_name(name: &str) -> Result<(), Danger> {
-    if name.chars().any(char::is_control) {
+    if name.chars().any(unprintable) {
         return Err(Danger::ControlCharacter(printable(name)));
     }
     Ok(())

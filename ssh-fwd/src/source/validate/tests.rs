@@ -62,3 +62,17 @@ fn printable_escapes_control_characters() {
         Err(Danger::ControlCharacter("ok\\u{7}".into()))
     );
 }
+
+#[test]
+fn printable_escapes_format_characters_and_line_separators() {
+    // A right-to-left override would reorder what follows on the screen.
+    assert_eq!(
+        printable("job\u{202e}gpj.exe\u{2066}\u{200b}\u{feff}\u{2028}é"),
+        "job\\u{202e}gpj.exe\\u{2066}\\u{200b}\\u{feff}\\u{2028}é"
+    );
+    assert_eq!(printable("\u{e0041}\u{ad}"), "\\u{e0041}\\u{ad}");
+    assert_eq!(
+        check_name("a\u{202e}b"),
+        Err(Danger::ControlCharacter("a\\u{202e}b".into()))
+    );
+}
