@@ -149,19 +149,17 @@ fn a_backend_on_any_address_of_the_node_is_refused() {
         &[],
     )
     .unwrap();
-    // Addresses of the node beyond 127/8: on lo and on a dummy device
-    // (exempt as frontends, where an SSH IP sits), and on ext0.
+    // Addresses of the node beyond 127/8: on ext0, on a pod's veth (its
+    // gateway), and on lo (exempt as a frontend, where an SSH IP sits; so
+    // would a dummy device be, which this kernel may lack: the unit tests
+    // have it).
     let node = &bed.topo.nodes[0].ns;
     node.ip(&["addr", "add", "203.0.113.10/32", "dev", "lo"])
         .unwrap();
-    node.ip(&["link", "add", "ssh9", "type", "dummy"]).unwrap();
-    node.ip(&["addr", "add", "203.0.113.9/32", "dev", "ssh9"])
-        .unwrap();
-    node.ip(&["link", "set", "ssh9", "up"]).unwrap();
     for (n, (backend, iface)) in [
         ("192.0.2.1:22", "ext0"),
+        ("10.244.1.1:22", "pod1"),
         ("203.0.113.10:22", "lo"),
-        ("203.0.113.9:22", "ssh9"),
     ]
     .into_iter()
     .enumerate()
@@ -220,7 +218,10 @@ fn escape_sequences_in_a_rejected_file_reach_neither_status_nor_the_log_raw() {
         assert!(!table.contains(raw), "{raw:?} raw in: {table:?}");
         assert!(!bed.agents[0].log().contains(raw), "{raw:?} raw in the log");
     }
-    assert!(table.contains("\\u{1b}]0;owned\\u{7}\\u{202e}198.18"), "{table}");
+    assert!(
+        table.contains("\\u{1b}]0;owned\\u{7}\\u{202e}198.18"),
+        "{table}"
+    );
 }
 
 fn legacy_service(name: &str, port: u16) -> Value {

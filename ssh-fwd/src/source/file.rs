@@ -103,15 +103,35 @@ struct FileEntry {
     backend: String,
 }
 
-/// Reads and validates a mappings file against `rules`. Either every entry
-/// is valid and the whole set is returned, or nothing is.
-pub fn load_file(path: &Path, rules: &Rules) -> Result<MappingSet, FileError> {
+/// Validates a mappings file as read (its bytes, or why it could not be
+/// read) against `rules`. Either every entry is valid and the whole set is
+/// returned, or nothing is. The agent reads a file once, waits for it to
+/// stay the same, and parses the very bytes it compared.
+pub fn parse_read(
+    read: Result<&[u8], std::io::Error>,
+    path: &Path,
+    rules: &Rules,
+) -> Result<MappingSet, FileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|cause| FileError::Read {
-        path: shown.clone(),
-        cause,
-    })?;
-    parse(&text, &shown, rules)
+    let text = read
+        .and_then(|bytes| {
+            std::str::from_utf8(bytes).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                )
+            })
+        })
+        .map_err(|cause| FileError::Read {
+            path: shown.clone(),
+            cause,
+        })?;
+    parse(text, &shown, rules)
+}
+
+/// An I/O error again, for a second report of it.
+pub fn clone_io(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
 }
 
 /// Parses mappings-file text; `path` is only used in messages.
@@ -200,8 +220,8 @@ pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, 
         });
     }
     let ip = addr.ip();
-    // A backend's addresses are judged by `validate::check_backend`, which
-    // says what each range is.
+    // The other ranges that are never a frontend or a backend (loopback,
+    // link-local, 0/8) are judged by `validate`, which says what each is.
     if field == "frontend" && (ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast()) {
         return Err(EntryProblem::NotUnicast {
             field,
