@@ -2,7 +2,9 @@
 //! own room (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
 //! comments here are the `--help` text.
 
-use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+
+use clap::{Parser, Subcommand, ValueEnum as _};
 
 use crate::{
     agent::AgentArgs,
@@ -60,6 +62,27 @@ pub enum Command {
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.
     Teardown(TeardownArgs),
+}
+
+/// `--log-format` as given in `args` (the program's name first), read
+/// without clap: to report clap's own errors in that format.
+pub fn log_format_in(args: impl IntoIterator<Item = OsString>) -> Option<LogFormat> {
+    let mut format = None;
+    let mut args = args.into_iter().skip(1);
+    while let Some(arg) = args.next() {
+        let value = match arg.to_str() {
+            Some("--") => break,
+            Some("--log-format") => args.next(),
+            Some(other) => other.strip_prefix("--log-format=").map(OsString::from),
+            None => None,
+        };
+        if let Some(value) = value {
+            format = value
+                .to_str()
+                .and_then(|v| LogFormat::from_str(v, false).ok());
+        }
+    }
+    format
 }
 
 #[cfg(test)]
@@ -156,6 +179,30 @@ mod tests {
             Cli::try_parse_from(["ssh-fwd", "controller"]).is_err(),
             "--ssh-ip is required"
         );
+    }
+
+    #[test]
+    fn the_log_format_is_found_without_clap_wherever_it_is() {
+        let format = |args: &[&str]| {
+            log_format_in(
+                std::iter::once("ssh-fwd")
+                    .chain(args.iter().copied())
+                    .map(Into::into),
+            )
+        };
+        assert_eq!(
+            format(&["--log-format", "json", "agent"]),
+            Some(LogFormat::Json)
+        );
+        assert_eq!(
+            format(&["agent", "--bad", "--log-format=json"]),
+            Some(LogFormat::Json)
+        );
+        assert_eq!(format(&["--log-format", "text"]), Some(LogFormat::Text));
+        assert_eq!(format(&["--log-format", "yaml"]), None);
+        assert_eq!(format(&["--log-format"]), None);
+        assert_eq!(format(&["agent", "--", "--log-format", "json"]), None);
+        assert_eq!(format(&[]), None);
     }
 
     #[test]

@@ -3,20 +3,23 @@
 use clap::Parser as _;
 use ssh_fwd::{
     agent,
-    cli::{Cli, Command},
+    cli::{self, Cli, Command},
     commands, controller,
-    telemetry::logging,
+    telemetry::logging::{self, LogFormat},
 };
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => usage_error(&e),
+    };
     if !matches!(cli.command, Command::Agent(_) | Command::Controller(_)) {
         // `ssh-fwd list | head` should end quietly, as other CLI tools do.
         // SAFETY: restoring the default disposition of a signal is always sound.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     if let Err(e) = logging::init(&cli.log, cli.log_format) {
-        eprintln!("error: {e:#}");
+        logging::early_error(cli.log_format, &format!("{e:#}"));
         return std::process::ExitCode::from(2);
     }
     let long_running = matches!(cli.command, Command::Agent(_) | Command::Controller(_));
@@ -41,6 +44,19 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// A command line clap refused (or `--help`, `--version`): clap prints it
+/// and exits, except that an error is one JSON event when the command line
+/// asks for `--log-format json`.
+fn usage_error(e: &clap::Error) -> ! {
+    if e.use_stderr() && cli::log_format_in(std::env::args_os()) == Some(LogFormat::Json) {
+        let text = e.render().to_string();
+        let text = text.strip_prefix("error: ").unwrap_or(&text);
+        logging::early_error(LogFormat::Json, text.trim_end());
+        std::process::exit(e.exit_code());
+    }
+    e.exit()
 }
 
 /// Runs a long-lived command on a small runtime: two workers are plenty for

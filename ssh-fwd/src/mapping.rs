@@ -51,16 +51,53 @@ impl MappingSet {
     }
 }
 
-/// `text` with control characters escaped (`\u{1b}`), safe to print to a
-/// terminal: names come from files and API objects others write.
+/// `text` with control and format characters escaped (`\u{1b}`,
+/// `\u{202e}`), safe to print to a terminal: names and errors quote text
+/// from files and API objects others write.
 pub fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
-            if c.is_control() {
+            if unprintable(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()
             }
         })
         .collect()
+}
+
+/// Whether `c` acts on a terminal instead of showing: a control character
+/// (category Cc: escape sequences, bells, line ends), a format character
+/// (category Cf: bidirectional overrides, which reorder what follows,
+/// zero-width characters) or a line or paragraph separator.
+pub fn unprintable(c: char) -> bool {
+    /// Unicode 15.1, category Cf (DerivedGeneralCategory.txt).
+    const FORMAT: [(char, char); 21] = [
+        ('\u{ad}', '\u{ad}'),
+        ('\u{600}', '\u{605}'),
+        ('\u{61c}', '\u{61c}'),
+        ('\u{6dd}', '\u{6dd}'),
+        ('\u{70f}', '\u{70f}'),
+        ('\u{890}', '\u{891}'),
+        ('\u{8e2}', '\u{8e2}'),
+        ('\u{180e}', '\u{180e}'),
+        ('\u{200b}', '\u{200f}'),
+        ('\u{202a}', '\u{202e}'),
+        ('\u{2060}', '\u{2064}'),
+        ('\u{2066}', '\u{206f}'),
+        ('\u{feff}', '\u{feff}'),
+        ('\u{fff9}', '\u{fffb}'),
+        ('\u{110bd}', '\u{110bd}'),
+        ('\u{110cd}', '\u{110cd}'),
+        ('\u{13430}', '\u{1343f}'),
+        ('\u{1bca0}', '\u{1bca3}'),
+        ('\u{1d173}', '\u{1d17a}'),
+        ('\u{e0001}', '\u{e0001}'),
+        ('\u{e0020}', '\u{e007f}'),
+    ];
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}')
+        || FORMAT
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&c))
 }

@@ -92,3 +92,93 @@ fn an_error_names_its_cause_once() {
         "{stderr}"
     );
 }
+
+/// Every line of `stderr` is one JSON event with a level.
+fn assert_json_lines(stderr: &str) {
+    assert!(!stderr.trim().is_empty());
+    for line in stderr.lines() {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not one JSON event ({e}): {line:?}\n{stderr}"));
+        assert!(event.get("level").is_some(), "{line}");
+    }
+}
+
+#[test]
+fn with_json_logs_a_command_line_error_is_one_json_event() {
+    for args in [
+        &["--log-format", "json", "agent", "--no-such-flag"][..],
+        &["agent", "--log-format=json", "--iface", "lo"],
+        &["--log-format", "json"],
+    ] {
+        let out = ssh_fwd(args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_json_lines(&stderr);
+    }
+    // The usage is still there to read, in the event.
+    let out = ssh_fwd(&["--log-format", "json", "agent", "--no-such-flag"], &[]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("--no-such-flag"), "{stderr}");
+    // Without a format it is clap's usual text.
+    let out = ssh_fwd(&["agent", "--no-such-flag"], &[]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.starts_with("error: "), "{stderr}");
+}
+
+#[test]
+fn with_json_logs_an_invalid_log_filter_is_one_json_event() {
+    for (args, envs) in [
+        (
+            &["--log-format", "json", "--log", "ssh_fwd=loud", "status"][..],
+            &[][..],
+        ),
+        (
+            &["--log-format", "json", "status"],
+            &[("SSH_FWD_LOG", "[")][..],
+        ),
+    ] {
+        let out = ssh_fwd(args, envs);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_json_lines(&stderr);
+        assert!(stderr.contains("is not a valid filter"), "{stderr}");
+    }
+}
+
+/// Set in the child process of the panic test.
+const PANIC_CHILD: &str = "SSH_FWD_TEST_PANIC_CHILD";
+
+#[test]
+fn with_json_logs_a_panic_is_one_json_event() {
+    if std::env::var_os(PANIC_CHILD).is_some() {
+        ssh_fwd::telemetry::logging::init("info", ssh_fwd::telemetry::logging::LogFormat::Json)
+            .unwrap();
+        // A task's panic on a runtime worker, as in the agent.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let task = runtime.spawn(async { panic!("a bug: {}", "\u{1b}[2J") });
+        assert!(runtime.block_on(task).is_err());
+        panic!("and one on the main thread");
+    }
+    // This test again, in a process of its own: the hook is process-wide.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "with_json_logs_a_panic_is_one_json_event",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(PANIC_CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_json_lines(&stderr);
+    assert!(stderr.contains("a bug: "), "{stderr}");
+    assert!(stderr.contains("and one on the main thread"), "{stderr}");
+    assert!(stderr.contains("logs.rs"), "the location: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}

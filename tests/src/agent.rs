@@ -61,9 +61,13 @@ impl Bpffs {
         Ok(())
     }
 
-    /// Where agent logs go, beside the bpffs mount point.
+    /// Where agent logs go, beside the bpffs mount point: a new file for
+    /// each agent, so that two on one node (or a restart) keep their own.
     pub fn log_path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(format!("agent-{name}.log"))
+        std::iter::once(self.dir.path().join(format!("agent-{name}.log")))
+            .chain((2..).map(|n| self.dir.path().join(format!("agent-{name}-{n}.log"))))
+            .find(|path| !path.exists())
+            .unwrap_or_default()
     }
 
     /// `ssh-fwd list WHAT -o json` against this directory.
@@ -127,7 +131,10 @@ impl Drop for Bpffs {
 }
 
 /// A running `ssh-fwd agent` (or `ssh-fwd controller`). Dropping it sends
-/// SIGTERM (an agent's data path stays).
+/// SIGTERM (an agent's data path stays). When it is stopped or dropped,
+/// every line of its log must be one JSON event (the harness always asks
+/// for `--log-format json`): a test fails on a line that is not, whatever
+/// else it checks.
 pub struct Agent {
     child: Option<Child>,
     log: PathBuf,
@@ -324,10 +331,22 @@ impl Agent {
         self.log().matches(needle).count()
     }
 
-    /// SIGTERM and wait (bounded) for a clean exit.
+    /// SIGTERM and wait (bounded) for a clean exit; then every line of the
+    /// log must be one JSON event.
     pub fn stop(&mut self) -> anyhow::Result<()> {
+        let status = self.end();
+        self.check_json_log()?;
+        let status = status?;
+        if let Some(status) = status.filter(|s| !s.success()) {
+            bail!("agent exited with {status}:\n{}", self.log());
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait (bounded); `None` if it was ended before.
+    fn end(&mut self) -> anyhow::Result<Option<std::process::ExitStatus>> {
         let Some(mut child) = self.child.take() else {
-            return Ok(());
+            return Ok(None);
         };
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -338,9 +357,21 @@ impl Agent {
             crate::ssh::kill_group(&mut child);
             bail!("agent did not exit within 10 s of SIGTERM");
         }
-        let status = child.wait()?;
-        if !status.success() {
-            bail!("agent exited with {status}:\n{}", self.log());
+        Ok(Some(child.wait()?))
+    }
+
+    /// Every line of the log is one JSON event (`--log-format json` holds
+    /// on every path: errors, panics, start-up failures).
+    pub fn check_json_log(&self) -> anyhow::Result<()> {
+        let log = self.log();
+        for (i, line) in log.lines().enumerate() {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(line) {
+                bail!(
+                    "line {} of {} is not a JSON event ({e}): {line:?}",
+                    i + 1,
+                    self.log.display()
+                );
+            }
         }
         Ok(())
     }
@@ -356,7 +387,12 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
-        let _ = self.stop();
+        let _ = self.end();
+        if let Err(e) = self.check_json_log()
+            && !std::thread::panicking()
+        {
+            panic!("{e:#}");
+        }
     }
 }
 

@@ -317,3 +317,155 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
     bed.agents[0] = Agent::start(node, &[EXT_IFACE], &bed.mappings, &bed.bpffs[0], &[]).unwrap();
     assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
 }
+
+/// `--bpffs` as it is by default: a directory on a bpf filesystem mounted
+/// already (/sys/fs/bpf/ssh-fwd), which the agent makes but does not mount.
+fn nested_root(bpffs: &ssh_fwd_tests::Bpffs) -> String {
+    bpffs.mount().unwrap();
+    bpffs.path().join("ssh-fwd").display().to_string()
+}
+
+/// `ssh-fwd agent` on `root`, expected to be refused; its stderr. Bounded:
+/// an agent that is not refused runs on until `timeout` ends it.
+fn second_agent_refused(node: &ssh_fwd_tests::NetNs, mappings: &str, root: &str) -> String {
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::agent::run_failing_as(
+        node,
+        "timeout",
+        &[
+            "20",
+            bin.to_str().unwrap(),
+            "agent",
+            "--hairpin",
+            "off",
+            "--iface",
+            EXT_IFACE,
+            "--mappings",
+            mappings,
+            "--bpffs",
+            root,
+        ],
+    )
+    .unwrap()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn teardown_force_under_an_agent_keeps_its_locked_directory_so_no_second_agent_starts() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("m.yaml");
+    write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let root = nested_root(&bpffs);
+    let mut first =
+        Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &["--bpffs", &root]).unwrap();
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(&bin).args(["teardown", "--force", "--bpffs", &root]),
+    )
+    .unwrap();
+    assert!(
+        std::path::Path::new(&root).is_dir(),
+        "teardown --force removed the directory the running agent holds locked"
+    );
+    let e = second_agent_refused(node, &mappings.display().to_string(), &root);
+    assert!(
+        e.contains("another ssh-fwd agent is running on --bpffs")
+            && e.contains(&format!("pid {}", first.pid().unwrap())),
+        "{e}"
+    );
+    // Without an agent, teardown removes the directory too.
+    first.stop().unwrap();
+    ssh_fwd_tests::cmd::run(std::process::Command::new(&bin).args(["teardown", "--bpffs", &root]))
+        .unwrap();
+    assert!(!std::path::Path::new(&root).exists());
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_second_agent() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("m.yaml");
+    write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let root = nested_root(&bpffs);
+    let args: Vec<String> = [
+        "--mappings",
+        mappings.to_str().unwrap(),
+        "--bpffs",
+        &root,
+        "--resync-interval",
+        "1s",
+    ]
+    .map(Into::into)
+    .into();
+    let hostname = || {
+        topo.ssh()
+            .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
+            .is_ok_and(|h| h == "pod-1")
+    };
+    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let first_pid = first.pid().unwrap();
+
+    // `rm -rf` of the directory: the agent makes it again, locks it, and
+    // puts its pins back; a second agent is refused there.
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(ssh_fwd_tests::cmd::wait_until(
+        Duration::from_secs(10),
+        hostname
+    ));
+    let e = second_agent_refused(node, mappings.to_str().unwrap(), &root);
+    assert!(e.contains(&format!("pid {first_pid}")), "{e}");
+    assert!(first.log().contains("is locked again"), "{}", first.log());
+
+    // Removed again while the agent cannot look (stopped), and a second
+    // agent takes the new directory: the first gives way at once it runs,
+    // naming the second, and never writes beside it.
+    // SAFETY: signalling a child of this test.
+    unsafe { libc::kill(first_pid as i32, libc::SIGSTOP) };
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut second = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let second_pid = second.pid().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
+    assert!(
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
+            first.exited().unwrap().is_some()
+        }),
+        "both agents run on one directory:\n{}",
+        first.log()
+    );
+    assert!(
+        first.log().contains(&format!(
+            "another ssh-fwd process holds it now (pid {second_pid}, ssh-fwd agent"
+        )),
+        "{}",
+        first.log()
+    );
+    assert!(second.exited().unwrap().is_none(), "{}", second.log());
+    assert!(ssh_fwd_tests::cmd::wait_until(
+        Duration::from_secs(10),
+        hostname
+    ));
+    let status: serde_json::Value = serde_json::from_str(
+        &ssh_fwd_tests::cmd::run(
+            std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+                .args(["status", "-o", "json", "--bpffs", &root]),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(status["pid"], second_pid, "{status}");
+    second.stop().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["teardown", "--bpffs", &root]),
+    )
+    .unwrap();
+}

@@ -139,6 +139,91 @@ fn a_frontend_on_the_nodes_own_interface_address_is_refused() {
     assert_eq!(bed.agents[0].count_in_log("mapping added"), 1, "{log}");
 }
 
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_backend_on_any_address_of_the_node_is_refused() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    // Addresses of the node beyond 127/8: on ext0, on a pod's veth (its
+    // gateway), and on lo (exempt as a frontend, where an SSH IP sits; so
+    // would a dummy device be, which this kernel may lack: the unit tests
+    // have it).
+    let node = &bed.topo.nodes[0].ns;
+    node.ip(&["addr", "add", "203.0.113.10/32", "dev", "lo"])
+        .unwrap();
+    for (n, (backend, iface)) in [
+        ("192.0.2.1:22", "ext0"),
+        ("10.244.1.1:22", "pod1"),
+        ("203.0.113.10:22", "lo"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        agent::write_mappings(
+            &bed.mappings,
+            &[
+                ("a", FRONTEND, "10.244.1.5:22"),
+                ("node-sshd", "198.18.0.10:8023", backend),
+            ],
+        )
+        .unwrap();
+        bed.agents[0]
+            .wait_for_log_count("mappings file rejected", n + 1, Duration::from_secs(10))
+            .unwrap();
+        let log = bed.agents[0].log();
+        assert!(
+            log.contains(&format!(
+                "entry #2 (node-sshd): backend {backend} is an address of this node (interface {iface})"
+            )),
+            "{log}"
+        );
+    }
+    assert_eq!(bed.agents[0].count_in_log("mapping added"), 1);
+    assert!(refused(bed.client(), 8023));
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn escape_sequences_in_a_rejected_file_reach_neither_status_nor_the_log_raw() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("a", FRONTEND, "10.244.1.5:22")],
+        &[],
+    )
+    .unwrap();
+    // A terminal title change, a bell and a right-to-left override in a
+    // field the error quotes.
+    std::fs::write(
+        &bed.mappings,
+        "mappings:\n  - frontend: \"\\e]0;owned\\a\\u202e198.18.0.10:8022\"\n    backend: 10.244.1.5:22\n",
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log("mappings file rejected", Duration::from_secs(10))
+        .unwrap();
+    let table = cmd::run(
+        Command::new(agent::binary().unwrap())
+            .args(["status", "--bpffs"])
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(!table.contains(raw), "{raw:?} raw in: {table:?}");
+        assert!(!bed.agents[0].log().contains(raw), "{raw:?} raw in the log");
+    }
+    assert!(
+        table.contains("\\u{1b}]0;owned\\u{7}\\u{202e}198.18"),
+        "{table}"
+    );
+}
+
 fn legacy_service(name: &str, port: u16) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
@@ -183,8 +268,11 @@ fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply
     api.apply(Kind::EndpointSlice, slice("evil", "127.0.0.1"));
     api.apply(Kind::Service, legacy_service("job-c", 8126));
     api.apply(Kind::EndpointSlice, slice("job-c", "10.244.2.5"));
+    // A hostNetwork pod's endpoint is the node's own address.
+    api.apply(Kind::Service, legacy_service("hostnet", 8127));
+    api.apply(Kind::EndpointSlice, slice("hostnet", "192.0.2.1"));
     agent
-        .wait_for_log("Service skipped", Duration::from_secs(15))
+        .wait_for_log_count("Service skipped", 2, Duration::from_secs(15))
         .unwrap();
     assert!(
         cmd::wait_until(Duration::from_secs(15), || {
@@ -201,9 +289,18 @@ fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply
         refused(&topo.client, 8125),
         "the loopback Service must be skipped"
     );
+    assert!(
+        refused(&topo.client, 8127),
+        "the hostNetwork Service must be skipped"
+    );
     let log = agent.log();
     assert!(
         log.contains("jobs/evil") && log.contains("127.0.0.1:22 is a loopback address"),
+        "{log}"
+    );
+    assert!(
+        log.contains("jobs/hostnet")
+            && log.contains("192.0.2.1:22 is an address of this node (interface ext0)"),
         "{log}"
     );
 }

@@ -140,7 +140,7 @@ async fn follow(
             }
             next = source.next() => handle(reconciler, datapath, source, next?),
             _ = resync.tick() => {
-                repair.run(datapath);
+                repair.run(datapath)?;
                 if let Some(desired) = source.current() {
                     reconciler.reconcile(datapath, desired, &Change::whole(RESYNC, std::time::Instant::now()));
                 }

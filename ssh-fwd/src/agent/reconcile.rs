@@ -68,27 +68,12 @@ impl Reconciler {
         let result = self.apply(datapath, desired, touched.as_ref(), why);
         let took = started.elapsed();
         self.metrics.reconcile_duration.observe(took.as_secs_f64());
-        let now = unix_ms(SystemTime::now());
         match result {
-            Ok(()) => {
-                self.metrics.reconciles.inc();
-                self.metrics.mappings.set(desired.len() as i64);
-                self.metrics
-                    .change_to_map
-                    .observe(since.elapsed().as_secs_f64());
-                if !self.metrics.is_ready() {
-                    tracing::info!("agent ready: the maps hold the desired mappings");
-                    self.metrics.set_ready();
-                }
-                self.status.reconciles += 1;
-                self.status.mappings = desired.len() as u64;
-                self.status.last_reconcile_ms = now;
-                self.status.last_reconcile_micros = micros(took);
-            }
+            Ok(()) => self.succeeded(since, took),
             Err(e) => {
                 self.metrics.reconcile_errors.inc();
                 self.status.reconcile_errors += 1;
-                self.status.last_error_ms = now;
+                self.status.last_error_ms = unix_ms(SystemTime::now());
                 put_text(&mut self.status.last_error, &format!("{e:#}"));
                 tracing::error!(
                     why,
@@ -98,6 +83,28 @@ impl Reconciler {
             }
         }
         self.heartbeat(&mut datapath.status, None);
+    }
+
+    /// Records a reconcile that made the maps hold what the plan asked:
+    /// the mappings counted are those installed (the cache), not those
+    /// desired, which may have been more than fit.
+    fn succeeded(&mut self, since: Instant, took: Duration) {
+        let installed = self.cache.as_ref().map_or(0, |c| c.frontends.len());
+        self.metrics.reconciles.inc();
+        self.metrics
+            .mappings
+            .set(i64::try_from(installed).unwrap_or(i64::MAX));
+        self.metrics
+            .change_to_map
+            .observe(since.elapsed().as_secs_f64());
+        if !self.metrics.is_ready() {
+            tracing::info!("agent ready: the maps hold the desired mappings");
+            self.metrics.set_ready();
+        }
+        self.status.reconciles += 1;
+        self.status.mappings = installed as u64;
+        self.status.last_reconcile_ms = unix_ms(SystemTime::now());
+        self.status.last_reconcile_micros = micros(took);
     }
 
     /// Rewrites the pinned status with the current time, and what the last
@@ -299,4 +306,32 @@ fn report_left_out(left_out: &[Mapping]) {
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mappings_left_out_over_capacity_are_not_counted_as_installed() {
+        let over = MAX_MAPPINGS as usize + 3;
+        let desired = MappingSet::from_unique((0..over).map(|i| Mapping {
+            name: format!("m{i}"),
+            frontend: SocketAddrV4::new(
+                [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
+                8022,
+            ),
+            backend: "10.244.1.5:22".parse().unwrap(),
+        }));
+        let planned = plan::plan_steps(&Installed::default(), &desired);
+        assert_eq!(planned.left_out.len(), 3);
+        let mut reconciler = Reconciler::new(AgentMetrics::new(), "test");
+        reconciler.keep(
+            Installed::default(),
+            After::Whole(planned.tables, planned.left_out.len()),
+        );
+        reconciler.succeeded(Instant::now(), Duration::ZERO);
+        assert_eq!(reconciler.status.mappings, u64::from(MAX_MAPPINGS));
+        assert_eq!(reconciler.metrics.mappings.get(), i64::from(MAX_MAPPINGS));
+    }
 }

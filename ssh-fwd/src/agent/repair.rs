@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::datapath::Datapath;
+use crate::datapath::{Datapath, lock::Lost};
 
 pub struct PinRepair {
     restored: Counter,
@@ -23,8 +23,10 @@ impl PinRepair {
     }
 
     /// Restores the pins of the maps, the interfaces' links and hairpin.
-    pub fn run(&mut self, datapath: &mut Datapath) {
-        let result = datapath.restore_pins();
+    /// Fails only when another agent holds the `--bpffs` directory now:
+    /// this one must stop.
+    pub fn run(&mut self, datapath: &mut Datapath) -> Result<(), Lost> {
+        let result = datapath.restore_pins()?;
         self.record(&result.pins);
         match result.errors.first() {
             None if self.failing => {
@@ -43,6 +45,7 @@ impl PinRepair {
                 self.failing = true;
             }
         }
+        Ok(())
     }
 
     /// Logs and counts pins put back (also by the pod scan).

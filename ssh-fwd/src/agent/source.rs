@@ -3,12 +3,13 @@
 //! or the Kubernetes caches, once their first lists are complete.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     net::{Ipv4Addr, SocketAddrV4},
     path::PathBuf,
     time::{Duration, Instant},
 };
 
+use anyhow::Context as _;
 use ssh_fwd_common::maps::MAX_MAPPINGS;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
@@ -125,8 +126,10 @@ impl Source {
         match self {
             Self::File(f) => {
                 f.pending = None;
-                f.last_text = std::fs::read(&f.path).ok();
-                Some(f.reload("SIGHUP", Instant::now()).await)
+                let text = Snapshot::read(&f.path);
+                let next = f.reload("SIGHUP", Instant::now(), &text).await;
+                f.last_text = text;
+                Some(next)
             }
             Self::Kubernetes(k) => k
                 .current()
@@ -145,20 +148,48 @@ pub struct FileSource {
     /// retries this, not an older file.
     applied: MappingSet,
     /// The content last loaded (accepted or rejected).
-    last_text: Option<Vec<u8>>,
+    last_text: Snapshot,
     /// A change seen and when, waiting to stay the same for `settle`.
-    pending: Option<(Option<Vec<u8>>, Instant)>,
+    pending: Option<(Snapshot, Instant)>,
     settle: Duration,
     poll: Interval,
 }
 
+/// One read of the mappings file: its bytes, or why it could not be read.
+/// What is parsed is always a snapshot compared before, never a read of
+/// its own (the file may have changed in between).
+#[derive(Debug)]
+struct Snapshot(std::io::Result<Vec<u8>>);
+
+impl Snapshot {
+    fn read(path: &std::path::Path) -> Self {
+        Self(std::fs::read(path))
+    }
+
+    #[cfg(test)]
+    fn bytes(&self) -> Option<&[u8]> {
+        self.0.as_deref().ok()
+    }
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(a), Err(b)) => a.kind() == b.kind(),
+            _ => false,
+        }
+    }
+}
+
 impl FileSource {
     async fn open(path: PathBuf, args: &AgentArgs) -> anyhow::Result<Self> {
+        let last_text = Snapshot::read(&path);
         let mut source = Self {
             path,
             ssh_ips: args.ssh_ips.iter().copied().collect(),
             applied: MappingSet::default(),
-            last_text: None,
+            last_text,
             pending: None,
             settle: args.settle_interval,
             poll: interval(args.watch_interval),
@@ -166,48 +197,42 @@ impl FileSource {
         source
             .poll
             .set_missed_tick_behavior(MissedTickBehavior::Skip);
-        source.last_text = std::fs::read(&source.path).ok();
-        source.applied = source.load().await?;
+        source.applied = source.load(&source.last_text).await?;
         tracing::info!(file = %source.path.display(), mappings = source.applied.len(), "watching the mappings file");
         Ok(source)
     }
 
-    /// Reads and checks the file against the rules of this moment.
-    async fn load(&self) -> anyhow::Result<MappingSet> {
-        let mut rules = Rules {
-            ssh_ips: self.ssh_ips.clone(),
-            ..Rules::default()
-        };
-        if rules.ssh_ips.is_empty() {
-            let netlink = Netlink::open()?;
-            let (links, addrs) = (netlink.links().await?, netlink.addresses().await?);
-            rules.node_addrs = netdev::own_addresses(&links, &addrs);
-        }
-        Ok(file::load_file(&self.path, &rules)?)
+    /// Checks `text`, as read from the file, against the rules of this
+    /// moment.
+    async fn load(&self, text: &Snapshot) -> anyhow::Result<MappingSet> {
+        let rules = node_rules(&self.ssh_ips).await?;
+        let read = text.0.as_deref().map_err(file::clone_io);
+        Ok(file::parse_read(read, &self.path, &rules)?)
     }
 
     /// The next change, once it has stayed the same across the settle
     /// interval: a file rewritten in place is read only when its writer
-    /// paused, never half-written. Cancel-safe: the change seen is kept.
+    /// paused, never half-written, and what is applied is the very text
+    /// that stayed the same. Cancel-safe: the change seen is kept.
     async fn next(&mut self) -> Next {
         loop {
-            let Some((seen, since)) = self.pending.clone() else {
+            let Some(since) = self.pending.as_ref().map(|(_, since)| *since) else {
                 self.poll.tick().await;
-                let text = std::fs::read(&self.path).ok();
+                let text = Snapshot::read(&self.path);
                 if text != self.last_text {
                     self.pending = Some((text, Instant::now()));
                 }
                 continue;
             };
             tokio::time::sleep_until((since + self.settle).into()).await;
-            let text = std::fs::read(&self.path).ok();
+            let text = Snapshot::read(&self.path);
             if text == self.last_text {
                 self.pending = None;
-            } else if text != seen {
+            } else if self.pending.as_ref().is_none_or(|(seen, _)| text != *seen) {
                 // Still being written: wait for it to stay put.
                 self.pending = Some((text, Instant::now()));
             } else {
-                let next = self.reload("file changed", since).await;
+                let next = self.reload("file changed", since, &text).await;
                 self.pending = None;
                 self.last_text = text;
                 return next;
@@ -215,10 +240,10 @@ impl FileSource {
         }
     }
 
-    /// Loads the file now (at a change, or on SIGHUP, which is read at once:
+    /// Loads `text` (read at a change, or on SIGHUP, which is read at once:
     /// the operator says it is complete).
-    async fn reload(&mut self, why: &'static str, since: Instant) -> Next {
-        match self.load().await {
+    async fn reload(&mut self, why: &'static str, since: Instant, text: &Snapshot) -> Next {
+        match self.load(text).await {
             Ok(desired) => {
                 if desired.is_empty() {
                     tracing::warn!(
@@ -235,6 +260,22 @@ impl FileSource {
     }
 }
 
+/// The rules mappings are checked against now: `--ssh-ip` and the node's
+/// addresses (read again each time: an address may come or go).
+async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>) -> anyhow::Result<Rules> {
+    let netlink = Netlink::open()?;
+    let (links, addrs) = (netlink.links().await?, netlink.addresses().await?);
+    let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
+    Ok(Rules {
+        ssh_ips: ssh_ips.clone(),
+        node_addrs: netdev::own_addresses(&links, &addrs),
+        all_node_addrs: addrs
+            .iter()
+            .filter_map(|(index, ip)| Some((*ip, (*names.get(index)?).to_owned())))
+            .collect(),
+    })
+}
+
 /// The Kubernetes watches and the desired state they keep.
 pub struct KubeFollower {
     source: KubeSource,
@@ -246,14 +287,25 @@ pub struct KubeFollower {
 
 impl KubeFollower {
     async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
-        let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
-        k8s::selector::check(&client, &args.selector).await?;
+        let api = k8s::client::open(args.kubeconfig.as_deref()).await?;
+        k8s::selector::check(&api.client, &args.selector)
+            .await
+            .with_context(|| format!("Kubernetes API server {}", api.server))?;
         let policy = Policy {
             ssh_ips: args.ssh_ips.iter().copied().collect(),
             ports: args.port_range.clone(),
             styles: args.styles(),
         };
-        let source = KubeSource::start(client, &args.selector, policy, &metrics.api_errors);
+        // Read once: the node's addresses, where no endpoint may be (a
+        // hostNetwork pod's). A restart reads them again.
+        let rules = node_rules(&policy.ssh_ips).await?;
+        let source = KubeSource::start(
+            api.client,
+            &args.selector,
+            policy,
+            rules.all_node_addrs,
+            &metrics.api_errors,
+        );
         tracing::info!(
             selector = args.selector,
             "waiting for complete lists of Services and EndpointSlices; until then the maps stay as they are"
@@ -360,32 +412,4 @@ fn report(notes: &[Note]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_rejected_mappings_file_is_handed_to_the_reconciler_as_rejected() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mappings.yaml");
-        std::fs::write(
-            &path,
-            "mappings:\n  - frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n",
-        )
-        .unwrap();
-        let args = super::super::args::parse([
-            "--iface",
-            "eth0",
-            "--ssh-ip",
-            "198.18.0.10",
-            "--mappings",
-            path.to_str().unwrap(),
-        ])
-        .unwrap();
-        let mut file = FileSource::open(path.clone(), &args).await.unwrap();
-        std::fs::write(&path, "mappings:\n  - frontend: nonsense\n").unwrap();
-        // The reconciler counts it (`Reconciler::rejected`), once.
-        let next = file.reload("SIGHUP", Instant::now()).await;
-        assert!(matches!(next, Next::Rejected(_)), "rejected whole");
-        assert_eq!(file.applied.len(), 1, "the accepted file stays applied");
-    }
-}
+mod tests;

@@ -13,12 +13,15 @@ use ssh_fwd_common::{
 };
 
 use super::output::{Output, print};
-use crate::datapath::{
-    maps::Maps,
-    object::RedirectMode,
-    pins::{BpffsArg, PinLayout},
-    stats::{self, Hook, Target},
-    status::{SettingsMap, StatusMap, unix_ms},
+use crate::{
+    datapath::{
+        maps::Maps,
+        object::RedirectMode,
+        pins::{BpffsArg, PinLayout},
+        stats::{self, Hook, Target},
+        status::{SettingsMap, StatusMap, unix_ms},
+    },
+    mapping::printable,
 };
 
 /// An agent rewrites its status every few seconds; one silent for longer
@@ -99,7 +102,7 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
     Ok(Status {
         agent: liveness(&agent, heartbeat),
         pid: agent.pid,
-        source: get_text(&agent.source).to_owned(),
+        source: text(&agent.source),
         started_unix_ms: agent.started_ms,
         heartbeat_age_seconds: heartbeat,
         hooks: stats::hooks(layout),
@@ -111,7 +114,7 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         last_reconcile_age_seconds: age(agent.last_reconcile_ms),
         last_reconcile_seconds: agent.last_reconcile_micros as f64 / 1e6,
         reconcile_errors: agent.reconcile_errors,
-        last_error: get_text(&agent.last_error).to_owned(),
+        last_error: text(&agent.last_error),
         last_error_age_seconds: age(agent.last_error_ms),
         packets_forwarded: by_class[0],
         packets_passed: by_class[1],
@@ -121,6 +124,12 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         half_open_churned: agent.half_open_churned,
         last_sweep_age_seconds: age(agent.last_sweep_ms),
     })
+}
+
+/// A text field of the pinned status, escaped for a terminal: an error
+/// quotes what a file or an API object said.
+fn text(field: &[u8]) -> String {
+    printable(get_text(field))
 }
 
 fn liveness(agent: &AgentStatus, heartbeat_age: Option<f64>) -> &'static str {
@@ -246,6 +255,13 @@ mod tests {
         assert_eq!(liveness(&agent, Some(3.0)), "running");
         assert_eq!(liveness(&agent, Some(31.0)), "stopped");
         assert_eq!(liveness(&agent, None), "stopped");
+    }
+
+    #[test]
+    fn status_texts_reach_the_terminal_escaped() {
+        let mut field = [0u8; 64];
+        ssh_fwd_common::maps::put_text(&mut field, "bad `\u{1b}]0;x\u{7}\u{202e}1.2.3:80`");
+        assert_eq!(text(&field), "bad `\\u{1b}]0;x\\u{7}\\u{202e}1.2.3:80`");
     }
 
     #[test]

@@ -15,9 +15,10 @@ use crate::datapath::{
 pub struct TeardownArgs {
     #[command(flatten)]
     pub bpffs: BpffsArg,
-    /// Remove everything even while an agent runs on this directory. That
-    /// agent puts the data path back at its next resync (it restores
-    /// deleted pins), so stop it as well to remove the data path for good.
+    /// Remove everything even while an agent runs on this directory (the
+    /// directory itself stays: the agent holds its lock there). That agent
+    /// puts the data path back at its next resync (it restores deleted
+    /// pins), so stop it as well to remove the data path for good.
     #[arg(long)]
     pub force: bool,
 }
@@ -31,17 +32,38 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    if let Some(holder) = AgentLock::held_by(&layout)? {
-        if !args.force {
-            bail!(
-                "an ssh-fwd agent is running on --bpffs {} ({holder}); stop it first (its \
-                 DaemonSet, or `systemctl stop`), then run teardown again; `--force` removes \
-                 the data path under it",
+    // Held to the end, so no agent starts half way through.
+    let lock = match AgentLock::try_take(&layout)? {
+        Ok(lock) => Some(lock),
+        Err(holder) if !args.force => bail!(
+            "an ssh-fwd agent is running on --bpffs {} ({holder}); stop it first (its \
+             DaemonSet, or `systemctl stop`), then run teardown again; `--force` removes \
+             the data path under it",
+            layout.root().display()
+        ),
+        Err(holder) => {
+            println!("removing the data path under a running agent ({holder}), as --force asks");
+            None
+        }
+    };
+    remove(&layout)?;
+    match lock {
+        Some(lock) => unmount_if_own_mount(layout.root(), lock),
+        None => {
+            // Removed, a second agent could lock a new directory there
+            // beside the running one.
+            println!(
+                "kept {}: the running agent holds its lock there",
                 layout.root().display()
             );
+            Ok(())
         }
-        println!("removing the data path under a running agent ({holder}), as --force asks");
     }
+}
+
+/// Removes every link and map pinned under `layout`, and our versioned
+/// directories.
+fn remove(layout: &PinLayout) -> anyhow::Result<()> {
     // Links first: unpinning them detaches the programs, then the maps go.
     for (iface, link) in hooks::attached(&layout.links_dir()) {
         println!("detaching {link} from {iface}");
@@ -55,10 +77,10 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
         );
     }
     pins::remove_tree(&layout.pod_links_dir())?;
-    for (cgroup, link) in hairpin::attached(&layout) {
+    for (cgroup, link) in hairpin::attached(layout) {
         println!("detaching {link} from cgroup {}", cgroup.display());
     }
-    hairpin::detach_all(&layout)?;
+    hairpin::detach_all(layout)?;
     let entries = std::fs::read_dir(layout.root())
         .with_context(|| format!("listing {}", layout.root().display()))?;
     for entry in entries.flatten() {
@@ -69,13 +91,13 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
             println!("removed {}", entry.path().display());
         }
     }
-    unmount_if_own_mount(layout.root())?;
     Ok(())
 }
 
 /// If `root` is a bpffs mount of its own (the agent mounted it) and now
-/// empty, unmount it and remove the directory.
-fn unmount_if_own_mount(root: &std::path::Path) -> anyhow::Result<()> {
+/// empty, unmount it and remove the directory; else remove it if empty.
+/// Takes the lock, which only goes once the directory has.
+fn unmount_if_own_mount(root: &std::path::Path, lock: AgentLock) -> anyhow::Result<()> {
     let parent_is_bpffs = root
         .parent()
         .map(|p| pins::is_bpffs(p).unwrap_or(false))
@@ -93,5 +115,6 @@ fn unmount_if_own_mount(root: &std::path::Path) -> anyhow::Result<()> {
     } else if empty {
         let _ = std::fs::remove_dir(root);
     }
+    drop(lock);
     Ok(())
 }

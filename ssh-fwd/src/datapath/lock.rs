@@ -3,69 +3,239 @@
 //! leave it writing to maps nothing forwards with. So the agent holds an
 //! exclusive `flock` on the directory for as long as it runs (bpffs holds
 //! no regular files, but a directory can be locked), and the kernel drops
-//! it when the agent exits, however it exits.
+//! it when the agent exits, however it exits. `teardown` holds it for the
+//! whole of its run, so no agent starts half way through.
+//!
+//! A lock is on a directory, not on its path: removed (`rm -rf`) and made
+//! again, the path names a new, unlocked directory, where a second agent
+//! could start beside the first. So the agent checks at each resync that
+//! the directory it holds is still the one at the path ([`AgentLock::follow`]):
+//! it locks the new one, or stops if another agent got there first.
 
-use std::{fs::File, os::fd::AsRawFd as _, time::SystemTime};
+use std::{
+    fs::File,
+    os::{fd::AsRawFd as _, unix::fs::MetadataExt as _},
+    path::Path,
+    time::SystemTime,
+};
 
 use anyhow::{Context as _, bail};
 
 use super::{
-    pins::PinLayout,
+    pins::{self, PinLayout},
     status::{StatusMap, unix_ms},
 };
 
 /// The lock, held until dropped.
 #[derive(Debug)]
-pub struct AgentLock(#[allow(dead_code, reason = "held for its lock, never read")] File);
+pub struct AgentLock {
+    /// The locked directory, open: the lock lives as long as this.
+    dir: File,
+    id: DirId,
+}
+
+/// A directory's identity, which its path does not keep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DirId {
+    dev: u64,
+    ino: u64,
+}
+
+/// Another process holds the lock on the directory now at the path: this
+/// agent's directory was removed and made again, and another agent took
+/// it. This agent must stop writing.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--bpffs {root} was removed and made again under this agent, and another ssh-fwd process \
+     holds it now ({holder}); this agent stops and leaves the node to it (two agents would \
+     overwrite each other's maps)"
+)]
+pub struct Lost {
+    root: String,
+    holder: Holder,
+}
 
 impl AgentLock {
-    /// Takes the lock on `layout`'s directory, or fails naming the agent
+    /// Takes the lock on `layout`'s directory, or fails naming the process
     /// that holds it.
     pub fn take(layout: &PinLayout) -> anyhow::Result<Self> {
-        match try_lock(layout)? {
-            Some(file) => Ok(Self(file)),
-            None => bail!(
-                "another ssh-fwd agent is running on --bpffs {} ({}): two agents would \
+        match Self::try_take(layout)? {
+            Ok(lock) => Ok(lock),
+            Err(holder) if holder.is_teardown() => bail!(
+                "an ssh-fwd teardown is removing --bpffs {} ({holder}); start the agent again \
+                 once it is done",
+                layout.root().display()
+            ),
+            Err(holder) => bail!(
+                "another ssh-fwd agent is running on --bpffs {} ({holder}): two agents would \
                  overwrite each other's maps. Stop that one first, or give this one another \
                  --bpffs directory",
-                layout.root().display(),
-                holder(layout)
+                layout.root().display()
             ),
         }
     }
 
-    /// Whether an agent holds the lock now; `Some` says which.
-    pub fn held_by(layout: &PinLayout) -> anyhow::Result<Option<String>> {
-        Ok(match try_lock(layout)? {
-            Some(_) => None,
-            None => Some(holder(layout)),
+    /// Takes the lock if no one holds it; else says who does.
+    pub fn try_take(layout: &PinLayout) -> anyhow::Result<Result<Self, Holder>> {
+        let root = layout.root();
+        let (dir, id) = open(root)?;
+        Ok(if try_lock(&dir, root)? {
+            Ok(Self { dir, id })
+        } else {
+            Err(Holder::of(layout, id))
         })
+    }
+
+    /// Makes sure the lock is on the directory now at the path (the
+    /// resync's first step, before anything is pinned there). A directory
+    /// removed under the agent is made again and locked; one made again by
+    /// someone else is locked if no one holds it. `Ok(true)`: the lock
+    /// moved. Fails with [`Lost`] if another process holds the new one,
+    /// and with another error (retried at the next resync) if the directory
+    /// cannot be made or is no longer on bpffs.
+    pub fn follow(&mut self, layout: &PinLayout) -> anyhow::Result<bool> {
+        pins::create_pin_dir(layout, layout.root())?;
+        self.follow_dir(layout)
+    }
+
+    /// [`AgentLock::follow`] once the directory is there.
+    fn follow_dir(&mut self, layout: &PinLayout) -> anyhow::Result<bool> {
+        let root = layout.root();
+        let (dir, id) = open(root)?;
+        // Removed, it has no links left: its inode number may be reused.
+        let removed = self.dir.metadata().is_ok_and(|m| m.nlink() == 0);
+        if id == self.id && !removed {
+            return Ok(false);
+        }
+        if !try_lock(&dir, root)? {
+            return Err(Lost {
+                root: root.display().to_string(),
+                holder: Holder::of(layout, id),
+            }
+            .into());
+        }
+        tracing::warn!(
+            bpffs = %root.display(),
+            "the --bpffs directory was removed and made again under the agent; it is locked \
+             again, and the deleted pins are restored"
+        );
+        *self = Self { dir, id };
+        Ok(true)
     }
 }
 
-/// The directory, locked; `None` if someone else holds the lock.
-fn try_lock(layout: &PinLayout) -> anyhow::Result<Option<File>> {
-    let root = layout.root();
+fn open(root: &Path) -> anyhow::Result<(File, DirId)> {
     let dir = File::open(root).with_context(|| format!("opening {}", root.display()))?;
+    let meta = dir
+        .metadata()
+        .with_context(|| format!("reading {}", root.display()))?;
+    let id = DirId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+    };
+    Ok((dir, id))
+}
+
+/// Locks `dir`; `false` if someone else holds the lock.
+fn try_lock(dir: &File, root: &Path) -> anyhow::Result<bool> {
     // SAFETY: flock on a file descriptor we own.
     if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(Some(dir));
+        return Ok(true);
     }
     let err = std::io::Error::last_os_error();
     if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Ok(None);
+        return Ok(false);
     }
     Err(err).with_context(|| format!("locking {}", root.display()))
 }
 
-/// Who holds the lock, as the holder's pinned status tells.
-fn holder(layout: &PinLayout) -> String {
-    let Ok(status) = StatusMap::open_pinned(layout).and_then(|m| m.read()) else {
-        return "an agent that has not written its status yet".into();
-    };
-    if status.pid == 0 {
-        return "an agent that has not written its status yet".into();
-    }
-    let age = unix_ms(SystemTime::now()).saturating_sub(status.heartbeat_ms) / 1000;
-    format!("pid {}, heard from {age} s ago", status.pid)
+/// Who holds a lock: the process `/proc/locks` names, with what it runs,
+/// and, if it is the agent whose status is pinned there, when it was last
+/// heard from.
+#[derive(Debug)]
+pub struct Holder {
+    pid: Option<u64>,
+    /// `ssh-fwd agent`, `ssh-fwd teardown`.
+    command: Option<String>,
+    heard_seconds_ago: Option<u64>,
 }
+
+impl Holder {
+    fn of(layout: &PinLayout, id: DirId) -> Self {
+        let status = StatusMap::open_pinned(layout)
+            .and_then(|m| m.read())
+            .ok()
+            .filter(|s| s.pid != 0);
+        let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+        // None: another pid namespace, where /proc/locks shows no pid.
+        let pid = lock_owner(&locks, id).map(u64::from);
+        let status = status.filter(|s| pid.is_none_or(|pid| pid == s.pid));
+        Self {
+            pid: pid.or(status.map(|s| s.pid)),
+            command: pid.and_then(command_of),
+            heard_seconds_ago: status
+                .map(|s| unix_ms(SystemTime::now()).saturating_sub(s.heartbeat_ms) / 1000),
+        }
+    }
+
+    fn is_teardown(&self) -> bool {
+        self.command
+            .as_deref()
+            .is_some_and(|c| c.ends_with(" teardown"))
+    }
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(pid) = self.pid else {
+            return f.write_str("an agent that has not written its status yet");
+        };
+        write!(f, "pid {pid}")?;
+        if let Some(command) = &self.command {
+            write!(f, ", {command}")?;
+        }
+        if let Some(age) = self.heard_seconds_ago {
+            write!(f, ", heard from {age} s ago")?;
+        }
+        Ok(())
+    }
+}
+
+/// The pid holding a `flock` on directory `id`, from `/proc/locks` text:
+/// `1: FLOCK  ADVISORY  WRITE 4711 00:2d:1234 0 EOF` (pid, then device
+/// major and minor in hex and the inode). Lines of waiters (`->`) are not
+/// holders.
+fn lock_owner(locks: &str, id: DirId) -> Option<u32> {
+    let (major, minor) = (libc::major(id.dev), libc::minor(id.dev));
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.get(1) != Some(&"FLOCK") {
+            return None;
+        }
+        let mut place = fields.get(5)?.split(':');
+        let dev_major = u32::from_str_radix(place.next()?, 16).ok()?;
+        let dev_minor = u32::from_str_radix(place.next()?, 16).ok()?;
+        let ino: u64 = place.next()?.parse().ok()?;
+        let pid: u32 = fields.get(4)?.parse().ok()?;
+        (dev_major == major && dev_minor == minor && ino == id.ino && pid > 0).then_some(pid)
+    })
+}
+
+/// `ssh-fwd agent` or `ssh-fwd teardown` (the program's name and first
+/// argument), from `/proc/PID/cmdline`.
+fn command_of(pid: u64) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let program = args.next()?;
+    let program = program.rsplit('/').next().unwrap_or(&program).to_owned();
+    let command = match args.next() {
+        Some(first) if !first.is_empty() => format!("{program} {first}"),
+        _ => program,
+    };
+    Some(crate::mapping::printable(&command))
+}
+
+#[cfg(test)]
+mod tests;

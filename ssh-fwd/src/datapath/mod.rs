@@ -86,8 +86,9 @@ pub struct Datapath {
     pub cluster_ifaces: Vec<String>,
     /// The maps were pinned by a previous agent and are adopted.
     pub adopted: bool,
-    /// Held while the agent runs: no second agent, no teardown under it.
-    _lock: AgentLock,
+    /// Held while the agent runs: no second agent, no teardown under it;
+    /// moved to the directory made again if `--bpffs` is removed.
+    lock: AgentLock,
 }
 
 impl Datapath {
@@ -133,8 +134,10 @@ impl Datapath {
             attach.push((iface.clone(), kind_of(iface)?, AttachMode::Tc));
         }
         let takeover = Takeover::find(layout)?;
-        layout.prepare()?;
+        // Locked before anything is made in it: a teardown may be running.
+        layout.prepare_root()?;
         let lock = AgentLock::take(layout)?;
+        layout.prepare()?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;
         let map_pins = MapPins::open(layout)?;
@@ -193,7 +196,7 @@ impl Datapath {
             hairpin_root,
             cluster_ifaces: cluster,
             adopted,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -202,6 +205,13 @@ impl Datapath {
     /// links that were deleted behind the agent's back and are attached
     /// again.
     pub async fn scan_pods(&mut self) -> anyhow::Result<Vec<PathBuf>> {
+        // Nothing is pinned in a directory another agent holds. Other
+        // failures (bpffs unmounted) are the resync's to report.
+        if let Err(e) = self.lock.follow(&self.layout)
+            && e.is::<lock::Lost>()
+        {
+            return Err(e);
+        }
         self.pod_links.sync(&mut self.ebpf).await
     }
 }

@@ -104,15 +104,20 @@ impl PinLayout {
         self.map(ssh_fwd_common::maps::FRONTENDS).exists()
     }
 
-    /// Makes sure the root is on bpffs (mounting one if not) and the version
-    /// directories exist.
-    pub fn prepare(&self) -> anyhow::Result<()> {
+    /// Makes sure the root exists and is on bpffs (mounting one if not).
+    pub fn prepare_root(&self) -> anyhow::Result<()> {
         std::fs::create_dir_all(&self.root)
             .with_context(|| format!("cannot create --bpffs directory {}", self.root.display()))?;
         if !is_bpffs(&self.root)? {
             mount_bpffs(&self.root)?;
             tracing::info!(dir = %self.root.display(), "mounted a bpf filesystem");
         }
+        Ok(())
+    }
+
+    /// [`PinLayout::prepare_root`], and the version directories.
+    pub fn prepare(&self) -> anyhow::Result<()> {
+        self.prepare_root()?;
         for dir in [self.maps_dir(), self.links_dir(), self.pod_links_dir()] {
             std::fs::create_dir_all(&dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;

@@ -1,6 +1,9 @@
 //! Putting back pins deleted behind the agent's back (an `rm -rf` on
 //! bpffs, a cleanup script, a `teardown --force` under a running agent).
 //!
+//! - First the lock ([`AgentLock::follow`](super::lock::AgentLock::follow)): a `--bpffs` directory removed
+//!   whole is made again and locked before anything is pinned there, unless
+//!   another agent holds it by then, and then this one stops.
 //! - A map lives on while its programs use it, but without its pin `ssh-fwd
 //!   list`, `status` and the next agent cannot find it (the next agent
 //!   would start with empty tables). The agent holds a handle to each
@@ -18,6 +21,7 @@ use ssh_fwd_common::maps::ALL_MAPS;
 
 use super::{
     Datapath, hairpin, hooks,
+    lock::Lost,
     pins::{self, PinLayout},
 };
 
@@ -75,14 +79,26 @@ impl Restored {
 }
 
 impl Datapath {
-    /// Pins again the maps whose pins are gone, then attaches and pins again
-    /// the links of the external and cluster interfaces and of hairpin
-    /// whose pins are gone. One failure does not stop the rest.
-    pub fn restore_pins(&mut self) -> Restored {
+    /// Makes sure the agent's lock is on the `--bpffs` directory now at its
+    /// path (see [`super::lock::AgentLock::follow`]), then pins again the maps whose pins
+    /// are gone, then attaches and pins again the links of the external and
+    /// cluster interfaces and of hairpin whose pins are gone. One failure
+    /// does not stop the rest. Fails only when another process holds the
+    /// directory now: this agent must stop.
+    pub fn restore_pins(&mut self) -> Result<Restored, Lost> {
         let mut restored = Restored::default();
-        if let Err(e) = pins::create_pin_dir(&self.layout, &self.layout.version_dir()) {
-            restored.errors.push(e);
-            return restored;
+        let ready = self
+            .lock
+            .follow(&self.layout)
+            .and_then(|_| pins::create_pin_dir(&self.layout, &self.layout.version_dir()));
+        if let Err(e) = ready {
+            return match e.downcast::<Lost>() {
+                Ok(lost) => Err(lost),
+                Err(other) => {
+                    restored.errors.push(other);
+                    Ok(restored)
+                }
+            };
         }
         self.map_pins.restore(&mut restored);
         let links_dir = self.layout.links_dir();
@@ -96,6 +112,6 @@ impl Datapath {
                 .with_context(|| format!("restoring the hairpin links of {}", root.display()));
             restored.record(result);
         }
-        restored
+        Ok(restored)
     }
 }

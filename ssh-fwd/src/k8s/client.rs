@@ -4,10 +4,29 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
+/// A client, and the API server it talks to (for messages).
+pub struct Api {
+    pub client: kube::Client,
+    /// The server's URL.
+    pub server: String,
+}
+
 /// A client from `kubeconfig`, else KUBECONFIG or ~/.kube/config, else the
 /// in-cluster config (kube's inference order). Errors, and the log line on
 /// success, name the configuration in use.
+///
+/// No read timeout: kube applies none by default (5.0), and one on the
+/// connection would also end a quiet watch, which waits for events as long
+/// as its server-side `timeoutSeconds` (kube's watcher: 290 s, with its own
+/// idle timeout just above). Calls that must not wait for ever carry their
+/// own deadline ([`super::selector::check`] at start-up, the controller's
+/// calls under leadership).
 pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    Ok(open(kubeconfig).await?.client)
+}
+
+/// [`connect`], keeping the server's URL.
+pub async fn open(kubeconfig: Option<&Path>) -> anyhow::Result<Api> {
     let source = describe(kubeconfig);
     let config = match kubeconfig {
         Some(path) => {
@@ -22,8 +41,10 @@ pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> 
         })?,
     };
     tracing::info!(server = %config.cluster_url, config = %source, "Kubernetes API");
-    kube::Client::try_from(config)
-        .with_context(|| format!("building the Kubernetes client from {source}"))
+    let server = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)
+        .with_context(|| format!("building the Kubernetes client from {source}"))?;
+    Ok(Api { client, server })
 }
 
 /// Where the configuration comes from, as a user would look for it.

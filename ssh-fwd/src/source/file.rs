@@ -34,7 +34,8 @@ pub enum FileError {
         "mappings file {path} is empty; write `mappings: []` to remove all mappings on purpose"
     )]
     Empty { path: String },
-    #[error("mappings file {path} is not valid: {cause}")]
+    // The parser's message may quote the file: escaped.
+    #[error("mappings file {path} is not valid: {}", printable(&cause.to_string()))]
     Syntax {
         path: String,
         cause: Box<serde_saphyr::Error>,
@@ -68,6 +69,9 @@ pub enum FileError {
     },
 }
 
+/// A problem with one entry. Values quoted from the file are escaped
+/// ([`printable`]) when the problem is made: they reach terminals, logs and
+/// `ssh-fwd status`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EntryProblem {
     #[error("{field} `{value}` is not an IPv4 address with a port, like 198.18.0.10:8022")]
@@ -99,15 +103,35 @@ struct FileEntry {
     backend: String,
 }
 
-/// Reads and validates a mappings file against `rules`. Either every entry
-/// is valid and the whole set is returned, or nothing is.
-pub fn load_file(path: &Path, rules: &Rules) -> Result<MappingSet, FileError> {
+/// Validates a mappings file as read (its bytes, or why it could not be
+/// read) against `rules`. Either every entry is valid and the whole set is
+/// returned, or nothing is. The agent reads a file once, waits for it to
+/// stay the same, and parses the very bytes it compared.
+pub fn parse_read(
+    read: Result<&[u8], std::io::Error>,
+    path: &Path,
+    rules: &Rules,
+) -> Result<MappingSet, FileError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|cause| FileError::Read {
-        path: shown.clone(),
-        cause,
-    })?;
-    parse(&text, &shown, rules)
+    let text = read
+        .and_then(|bytes| {
+            std::str::from_utf8(bytes).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "stream did not contain valid UTF-8",
+                )
+            })
+        })
+        .map_err(|cause| FileError::Read {
+            path: shown.clone(),
+            cause,
+        })?;
+    parse(text, &shown, rules)
+}
+
+/// An I/O error again, for a second report of it.
+pub fn clone_io(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
 }
 
 /// Parses mappings-file text; `path` is only used in messages.
@@ -181,27 +205,27 @@ fn entry_error(path: &str, index: usize, name: &str, problem: EntryProblem) -> F
 pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, EntryProblem> {
     let addr: SocketAddr = value.trim().parse().map_err(|_| EntryProblem::BadAddress {
         field,
-        value: value.into(),
+        value: printable(value),
     })?;
     let SocketAddr::V4(addr) = addr else {
         return Err(EntryProblem::Ipv6 {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     };
     if addr.port() == 0 {
         return Err(EntryProblem::PortZero {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     }
     let ip = addr.ip();
-    // A backend's addresses are judged by `validate::check_backend`, which
-    // says what each range is.
+    // The other ranges that are never a frontend or a backend (loopback,
+    // link-local, 0/8) are judged by `validate`, which says what each is.
     if field == "frontend" && (ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast()) {
         return Err(EntryProblem::NotUnicast {
             field,
-            value: value.into(),
+            value: printable(value),
         });
     }
     Ok(addr)

@@ -7,7 +7,7 @@ use std::{
     net::{Ipv4Addr, SocketAddrV4},
 };
 
-use crate::mapping::{Mapping, printable};
+use crate::mapping::{Mapping, printable, unprintable};
 
 /// What a mapping is checked against.
 #[derive(Clone, Debug, Default)]
@@ -18,6 +18,10 @@ pub struct Rules {
     /// `lo` and dummy devices (where an SSH IP is meant to sit): without
     /// `--ssh-ip`, a frontend there would capture the node's own services.
     pub node_addrs: BTreeMap<Ipv4Addr, String>,
+    /// Every address assigned to the node, with its interface, `lo` and
+    /// dummy devices included: a backend there is the node's own service
+    /// (`EXT:8022 -> NODE_IP:22` is its sshd), never a pod.
+    pub all_node_addrs: BTreeMap<Ipv4Addr, String>,
 }
 
 /// Why a mapping is refused; each says what to do instead.
@@ -41,6 +45,20 @@ pub enum Danger {
     #[error("backend {0} is {1}, never a pod; point the backend at the pod's address")]
     ReservedBackend(SocketAddrV4, &'static str),
     #[error(
+        "frontend {0} is {1}: the node's own programs connect there (with hairpin, every such \
+         connect would reach the backend instead); put the frontend on the node's SSH IP"
+    )]
+    ReservedFrontend(SocketAddrV4, &'static str),
+    #[error(
+        "backend {backend} is an address of this node (interface {iface}), so it would reach \
+         the node's own services, not a pod (in Kubernetes: an endpoint with hostNetwork); \
+         point the backend at the pod's own address"
+    )]
+    BackendOnNode {
+        backend: SocketAddrV4,
+        iface: String,
+    },
+    #[error(
         "frontend {frontend} is not on a declared --ssh-ip ({declared}); use one of them, or add \
          --ssh-ip {ip}"
     )]
@@ -58,7 +76,10 @@ pub enum Danger {
         frontend: SocketAddrV4,
         iface: String,
     },
-    #[error("name `{0}` has a control character; use printable characters only")]
+    #[error(
+        "name `{0}` has a control character or a Unicode format character (shown escaped); \
+         use printable characters only"
+    )]
     ControlCharacter(String),
 }
 
@@ -98,11 +119,20 @@ impl<'a> Checker<'a> {
             return Err(Danger::BackendOnFrontendIp(backend, *backend.ip()));
         }
         check_backend(backend)?;
+        if let Some(iface) = self.rules.all_node_addrs.get(backend.ip()) {
+            return Err(Danger::BackendOnNode {
+                backend,
+                iface: iface.clone(),
+            });
+        }
         self.check_frontend(m.frontend)
     }
 
     fn check_frontend(&self, frontend: SocketAddrV4) -> Result<(), Danger> {
         let ip = *frontend.ip();
+        if let Some(range) = reserved(ip) {
+            return Err(Danger::ReservedFrontend(frontend, range));
+        }
         if !self.rules.ssh_ips.is_empty() {
             if self.rules.ssh_ips.contains(&ip) {
                 return Ok(());
@@ -127,7 +157,7 @@ impl<'a> Checker<'a> {
 
 /// Names reach operators' terminals (`ssh-fwd list`, logs).
 pub fn check_name(name: &str) -> Result<(), Danger> {
-    if name.chars().any(char::is_control) {
+    if name.chars().any(unprintable) {
         return Err(Danger::ControlCharacter(printable(name)));
     }
     Ok(())
@@ -136,8 +166,13 @@ pub fn check_name(name: &str) -> Result<(), Danger> {
 /// Addresses that are never a pod: the packet would go to the node itself,
 /// to a metadata service, or nowhere.
 pub fn check_backend(backend: SocketAddrV4) -> Result<(), Danger> {
-    let ip = backend.ip();
-    let range = if ip.octets()[0] == 0 {
+    reserved(*backend.ip()).map_or(Ok(()), |r| Err(Danger::ReservedBackend(backend, r)))
+}
+
+/// The range `ip` is in, if it is one that is never a pod nor an SSH IP:
+/// the node itself, a metadata service, or nowhere.
+fn reserved(ip: Ipv4Addr) -> Option<&'static str> {
+    if ip.octets()[0] == 0 {
         Some("in 0.0.0.0/8 (\"this network\")")
     } else if ip.is_loopback() {
         Some("a loopback address (127.0.0.0/8)")
@@ -149,8 +184,7 @@ pub fn check_backend(backend: SocketAddrV4) -> Result<(), Danger> {
         Some("the broadcast address")
     } else {
         None
-    };
-    range.map_or(Ok(()), |r| Err(Danger::ReservedBackend(backend, r)))
+    }
 }
 
 #[cfg(test)]

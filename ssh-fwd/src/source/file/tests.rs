@@ -188,3 +188,51 @@ fn a_file_over_capacity_says_by_how_much() {
         "mappings file m.yaml lists 16386 mappings, 2 more than a node holds (16384): entries #16385 to #16386 do not fit; remove 2 entries"
     );
 }
+
+#[test]
+fn a_frontend_in_loopback_link_local_or_this_network_is_refused() {
+    for (frontend, range) in [
+        ("127.0.0.1:22", "a loopback address (127.0.0.0/8)"),
+        ("127.1.2.3:8022", "a loopback address (127.0.0.0/8)"),
+        ("169.254.169.254:80", "link-local"),
+        ("0.1.2.3:8022", "in 0.0.0.0/8"),
+    ] {
+        let e = err(&one(frontend, "10.0.0.1:22"));
+        assert!(
+            e.contains(&format!("entry #1 (job): frontend {frontend} is {range}")),
+            "{e}"
+        );
+    }
+    // Declaring one as an SSH IP changes nothing.
+    let rules = Rules {
+        ssh_ips: ["127.0.0.1".parse().unwrap()].into(),
+        ..Rules::default()
+    };
+    assert!(parse(&one("127.0.0.1:22", "10.0.0.1:22"), "m.yaml", &rules).is_err());
+}
+
+#[test]
+fn field_values_quoted_in_errors_have_terminal_controls_escaped() {
+    for (frontend, backend, shown) in [
+        ("\"\\e[2J1.2.3:80\"", "10.0.0.1:22", "`\\u{1b}[2J1.2.3:80`"),
+        ("\"\\u202e[::1]:80\"", "10.0.0.1:22", "`\\u{202e}[::1]:80`"),
+        ("1.2.3.4:80", "\"10.0.0.1:0\\a\"", "`10.0.0.1:0\\u{7}`"),
+        // Parsed once trimmed (U+2028 is white space), then quoted whole.
+        (
+            "\"1.2.3.4:0\\u2028\"",
+            "10.0.0.1:22",
+            "`1.2.3.4:0\\u{2028}`",
+        ),
+        ("\"[::1]:80\\u2029\"", "10.0.0.1:22", "`[::1]:80\\u{2029}`"),
+    ] {
+        let e = err(&format!(
+            "mappings:\n  - frontend: {frontend}\n    backend: {backend}\n"
+        ));
+        assert!(e.contains(shown), "{e:?}");
+        assert!(
+            !e.chars()
+                .any(|c| c.is_control() || matches!(c, '\u{2028}'..='\u{202e}')),
+            "{e:?}"
+        );
+    }
+}

@@ -17,8 +17,8 @@
 //!
 //! A Service whose mappings would break or hijack the node
 //! ([`validate`](crate::source::validate): a loopback or link-local
-//! backend, one on an SSH IP, a control character in a name) is skipped
-//! whole. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
+//! backend, one on an SSH IP or on an address of the node (a hostNetwork
+//! endpoint), a control character in a name) is skipped whole. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
 //! ([`cap`]), so a new Service never takes a running one's place.
 //!
 //! [`MAX_MAPPINGS`]: ssh_fwd_common::maps::MAX_MAPPINGS
@@ -152,8 +152,25 @@ pub struct ServiceClaims {
     pub notes: Vec<Note>,
 }
 
-/// What one Service claims, given its EndpointSlices.
-pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> ServiceClaims {
+/// What a Service's mappings are checked against: `--ssh-ip`, and on a
+/// node its own addresses, where no backend may be (an endpoint there is a
+/// hostNetwork pod: the node's own services).
+pub fn rules(policy: &Policy, node_addrs: BTreeMap<Ipv4Addr, String>) -> Rules {
+    Rules {
+        ssh_ips: policy.ssh_ips.clone(),
+        all_node_addrs: node_addrs,
+        ..Rules::default()
+    }
+}
+
+/// What one Service claims, given its EndpointSlices; `rules` from
+/// [`rules`].
+pub fn claims_of(
+    svc: &ServiceView,
+    slices: &[&SliceView],
+    policy: &Policy,
+    rules: &Rules,
+) -> ServiceClaims {
     let mut out = ServiceClaims::default();
     let id = svc.id.to_string();
     let Some(ips) = honoured_addresses(svc, policy, &mut out.notes) else {
@@ -188,7 +205,7 @@ pub fn claims_of(svc: &ServiceView, slices: &[&SliceView], policy: &Policy) -> S
             });
         }
     }
-    if let Some(problem) = danger(&out.claims, policy) {
+    if let Some(problem) = danger(&out.claims, rules) {
         // Skipped whole: it claims no frontend, so it contends for none.
         out.claims.clear();
         out.notes.push(Note::Invalid {
@@ -251,12 +268,8 @@ pub fn honoured_port(
 }
 
 /// The first reason a Service's claims would break or hijack the node.
-fn danger(claims: &[Claim], policy: &Policy) -> Option<String> {
-    let rules = Rules {
-        ssh_ips: policy.ssh_ips.clone(),
-        ..Rules::default()
-    };
-    let checker = Checker::new(&rules, []);
+fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
+    let checker = Checker::new(rules, []);
     claims.iter().find_map(|claim| {
         let checked = match claim.backend {
             Some(backend) => checker.check(&Mapping {
@@ -379,12 +392,23 @@ pub fn resolve<'a>(
     (owned, notes)
 }
 
-/// The whole desired state from scratch: the reference the incremental
-/// index is checked against, and the periodic self-check.
+/// The whole desired state from scratch, off any node (no node addresses
+/// to refuse backends on): [`compute_on`].
 pub fn compute<'a>(
     services: impl IntoIterator<Item = &'a ServiceView>,
     slices: impl IntoIterator<Item = &'a SliceView>,
     policy: &Policy,
+) -> Desired {
+    compute_on(services, slices, policy, &rules(policy, BTreeMap::new()))
+}
+
+/// The whole desired state from scratch: the reference the incremental
+/// index is checked against, and the periodic self-check.
+pub fn compute_on<'a>(
+    services: impl IntoIterator<Item = &'a ServiceView>,
+    slices: impl IntoIterator<Item = &'a SliceView>,
+    policy: &Policy,
+    rules: &Rules,
 ) -> Desired {
     let mut by_service: BTreeMap<&str, Vec<&SliceView>> = BTreeMap::new();
     for slice in slices {
@@ -402,7 +426,7 @@ pub fn compute<'a>(
                 .get(&*svc.id)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            (svc, claims_of(svc, slices, policy))
+            (svc, claims_of(svc, slices, policy, rules))
         })
         .collect();
     let mut frontends: BTreeMap<SocketAddrV4, Vec<Contender<'_>>> = BTreeMap::new();

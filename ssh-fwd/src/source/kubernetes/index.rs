@@ -12,8 +12,8 @@
 //! the index equal to the full recompute.
 
 use std::{
-    collections::{BTreeSet, HashMap},
-    net::SocketAddrV4,
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::{Ipv4Addr, SocketAddrV4},
 };
 
 use super::{
@@ -22,7 +22,7 @@ use super::{
 };
 use ssh_fwd_common::maps::MAX_MAPPINGS;
 
-use crate::mapping::MappingSet;
+use crate::{mapping::MappingSet, source::validate::Rules};
 
 /// One change of the caches, as the watches report it.
 #[derive(Clone, Debug)]
@@ -40,6 +40,8 @@ pub enum Update {
 #[derive(Debug)]
 pub struct Index {
     policy: Policy,
+    /// [`desired::rules`] of this node.
+    rules: Rules,
     services: HashMap<Id, ServiceView>,
     slices: HashMap<Id, SliceView>,
     /// Slice ids by the Service they name (known or not yet); a Service
@@ -75,8 +77,16 @@ pub struct Drift {
 }
 
 impl Index {
+    /// An index off any node: [`Index::on_node`] with no addresses.
     pub fn new(policy: Policy) -> Self {
+        Self::on_node(policy, BTreeMap::new())
+    }
+
+    /// An index for the node with `node_addrs` (every address, with its
+    /// interface), where no backend may be.
+    pub fn on_node(policy: Policy, node_addrs: BTreeMap<Ipv4Addr, String>) -> Self {
         Self {
+            rules: desired::rules(&policy, node_addrs),
             policy,
             services: HashMap::new(),
             slices: HashMap::new(),
@@ -185,7 +195,12 @@ impl Index {
 
     /// The desired state recomputed from scratch from what the index holds.
     pub fn full(&self) -> Desired {
-        desired::compute(self.services.values(), self.slices.values(), &self.policy)
+        desired::compute_on(
+            self.services.values(),
+            self.slices.values(),
+            &self.policy,
+            &self.rules,
+        )
     }
 
     /// The periodic self-check: compares the incremental mappings with the
@@ -208,7 +223,7 @@ impl Index {
             .map(|(id, s)| (id.clone(), s.clone()))
             .collect();
         let generation = self.generation + 1;
-        *self = Self::new(self.policy.clone());
+        *self = Self::on_node(self.policy.clone(), self.rules.all_node_addrs.clone());
         self.apply([Update::Services(services), Update::Slices(slices)]);
         self.generation += generation;
         Err(Drift { differing })
@@ -269,7 +284,7 @@ impl Index {
                     .flatten()
                     .filter_map(|id| self.slices.get(id))
                     .collect();
-                desired::claims_of(svc, &slices, &self.policy)
+                desired::claims_of(svc, &slices, &self.policy, &self.rules)
             }
             None => ServiceClaims::default(),
         };

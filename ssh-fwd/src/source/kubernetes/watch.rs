@@ -16,7 +16,11 @@
 //! kept: Services without their slices would be computed (and logged as
 //! having no endpoint) for nothing.
 
-use std::{collections::BTreeSet, net::SocketAddrV4, time::Instant};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{Ipv4Addr, SocketAddrV4},
+    time::Instant,
+};
 
 use futures::StreamExt as _;
 use kube::{
@@ -64,15 +68,22 @@ impl KubeSource {
     /// Starts both watchers on the runtime; they run until the process ends,
     /// retrying with kube's watcher backoff on any API error while the
     /// desired state keeps its last good content. Watch and list failures
-    /// are counted in `api_errors`.
-    pub fn start(client: Client, selector: &str, policy: Policy, api_errors: &Counter) -> Self {
+    /// are counted in `api_errors`. `node_addrs`: every address of this
+    /// node, where no backend may be.
+    pub fn start(
+        client: Client,
+        selector: &str,
+        policy: Policy,
+        node_addrs: BTreeMap<Ipv4Addr, String>,
+        api_errors: &Counter,
+    ) -> Self {
         let (tx, updates) = mpsc::unbounded_channel();
         let config = watcher::Config::default().labels(selector);
         spawn_watch::<WireService>(Api::all(client.clone()), config.clone(), &tx, api_errors);
         spawn_watch::<WireSlice>(Api::all(client), config, &tx, api_errors);
         Self {
             updates,
-            index: Index::new(policy),
+            index: Index::on_node(policy, node_addrs),
             services_listed: false,
             slices_listed: false,
             pending: None,

@@ -62,3 +62,70 @@ fn printable_escapes_control_characters() {
         Err(Danger::ControlCharacter("ok\\u{7}".into()))
     );
 }
+
+#[test]
+fn a_backend_on_any_address_of_the_node_is_refused_lo_and_dummies_included() {
+    let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+    let rules = Rules {
+        all_node_addrs: [
+            (ip("192.0.2.1"), "eth0".to_owned()),
+            (ip("203.0.113.10"), "lo".to_owned()),
+            (ip("203.0.113.9"), "ssh0".to_owned()),
+        ]
+        .into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    for (backend, iface) in [
+        ("192.0.2.1:22", "eth0"),
+        ("203.0.113.10:2222", "lo"),
+        ("203.0.113.9:22", "ssh0"),
+    ] {
+        let e = c.check(&m("198.18.0.10:8022", backend)).unwrap_err();
+        assert_eq!(
+            e,
+            Danger::BackendOnNode {
+                backend: backend.parse().unwrap(),
+                iface: iface.into()
+            }
+        );
+        assert!(
+            e.to_string()
+                .contains("point the backend at the pod's own address"),
+            "{e}"
+        );
+    }
+    assert_eq!(c.check(&m("198.18.0.10:8022", "10.244.1.5:22")), Ok(()));
+}
+
+#[test]
+fn a_frontend_in_a_reserved_range_is_refused_even_as_a_declared_ssh_ip() {
+    let rules = Rules {
+        ssh_ips: ["127.0.0.1".parse().unwrap()].into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    for frontend in ["127.0.0.1:22", "169.254.0.1:22", "0.0.0.1:22"] {
+        assert!(
+            matches!(
+                c.check(&m(frontend, "10.244.1.5:22")),
+                Err(Danger::ReservedFrontend(..))
+            ),
+            "{frontend}"
+        );
+    }
+}
+
+#[test]
+fn printable_escapes_format_characters_and_line_separators() {
+    // A right-to-left override would reorder what follows on the screen.
+    assert_eq!(
+        printable("job\u{202e}gpj.exe\u{2066}\u{200b}\u{feff}\u{2028}é"),
+        "job\\u{202e}gpj.exe\\u{2066}\\u{200b}\\u{feff}\\u{2028}é"
+    );
+    assert_eq!(printable("\u{e0041}\u{ad}"), "\\u{e0041}\\u{ad}");
+    assert_eq!(
+        check_name("a\u{202e}b"),
+        Err(Danger::ControlCharacter("a\\u{202e}b".into()))
+    );
+}

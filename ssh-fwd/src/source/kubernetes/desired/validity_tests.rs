@@ -103,3 +103,27 @@ fn over_capacity_the_newest_services_are_left_out_and_named() {
         ))
     );
 }
+
+#[test]
+fn a_service_whose_endpoint_is_an_address_of_the_node_is_skipped() {
+    let t = "2026-01-01T00:00:00Z";
+    // A hostNetwork pod's endpoint is its node's address.
+    let (services, slices) = views(
+        vec![service("good", 8022, t), service("hostnet", 8023, t)],
+        vec![slice("good", "10.244.1.5"), slice("hostnet", "192.0.2.1")],
+    );
+    let node = [("192.0.2.1".parse().unwrap(), "eth0".to_owned())].into();
+    let d = compute_on(&services, &slices, &policy(), &rules(&policy(), node));
+    assert_eq!(names(&d), ["jobs/good"]);
+    let problem = d.notes.iter().find_map(|n| match n {
+        Note::Invalid { service, problem } if service == "jobs/hostnet" => Some(problem.clone()),
+        _ => None,
+    });
+    assert!(
+        problem.is_some_and(|p| p.contains("is an address of this node (interface eth0)")),
+        "{:?}",
+        d.notes
+    );
+    // Off the node (the controller's view) the same endpoint is a pod's.
+    assert_eq!(names(&compute(&services, &slices, &policy())).len(), 2);
+}

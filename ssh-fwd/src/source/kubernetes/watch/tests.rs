@@ -199,7 +199,13 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// A source on the fake API, once its first lists are complete.
 async fn ready_source(fake: &Shared) -> (KubeSource, Counter) {
     let errors = Counter::default();
-    let mut source = KubeSource::start(start_fake(fake.clone()), SELECTOR, policy(), &errors);
+    let mut source = KubeSource::start(
+        start_fake(fake.clone()),
+        SELECTOR,
+        policy(),
+        BTreeMap::new(),
+        &errors,
+    );
     tokio::time::timeout(Duration::from_secs(10), source.wait_until_ready())
         .await
         .expect("ready in time")
@@ -325,7 +331,13 @@ async fn failing_lists_leave_the_source_unready_until_one_succeeds() {
     let fake = fake_with_one_job();
     fake.lock().expect("lock").services.list_errors = vec![500, 503];
     let errors = Counter::default();
-    let mut source = KubeSource::start(start_fake(fake.clone()), SELECTOR, policy(), &errors);
+    let mut source = KubeSource::start(
+        start_fake(fake.clone()),
+        SELECTOR,
+        policy(),
+        BTreeMap::new(),
+        &errors,
+    );
     let early = tokio::time::timeout(Duration::from_millis(300), source.wait_until_ready()).await;
     assert!(
         early.is_err(),
@@ -356,7 +368,13 @@ async fn agent_requests_are_all_in_the_api_call_list() {
     let path = dir.path().join("kubeconfig");
     std::fs::write(&path, api.kubeconfig()).unwrap();
     let client = crate::k8s::client::connect(Some(&path)).await.unwrap();
-    let mut source = KubeSource::start(client, SELECTOR, policy(), &Counter::default());
+    let mut source = KubeSource::start(
+        client,
+        SELECTOR,
+        policy(),
+        BTreeMap::new(),
+        &Counter::default(),
+    );
     tokio::time::timeout(Duration::from_secs(20), source.wait_until_ready())
         .await
         .expect("first lists within 20 s")

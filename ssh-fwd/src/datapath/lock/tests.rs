@@ -1,0 +1,82 @@
+use super::*;
+
+fn root() -> (tempfile::TempDir, PinLayout) {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = PinLayout::new(dir.path().join("ssh-fwd"));
+    std::fs::create_dir(layout.root()).unwrap();
+    (dir, layout)
+}
+
+/// This process, as a holder names it.
+fn me() -> String {
+    format!("pid {}", std::process::id())
+}
+
+#[test]
+fn a_held_directory_is_refused_naming_the_process_that_holds_it() {
+    let (_dir, layout) = root();
+    let _held = AgentLock::take(&layout).unwrap();
+    // Another open of the directory is another holder, even in this process.
+    let holder = AgentLock::try_take(&layout).unwrap().unwrap_err();
+    assert!(holder.to_string().starts_with(&me()), "{holder}");
+    assert!(!holder.is_teardown());
+    let e = AgentLock::take(&layout).unwrap_err().to_string();
+    assert!(
+        e.contains("another ssh-fwd agent is running on --bpffs") && e.contains(&me()),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_lock_taken_for_a_teardown_is_held_until_dropped() {
+    let (_dir, layout) = root();
+    let lock = AgentLock::try_take(&layout).unwrap().unwrap();
+    assert!(AgentLock::try_take(&layout).unwrap().is_err());
+    drop(lock);
+    assert!(AgentLock::try_take(&layout).unwrap().is_ok());
+}
+
+#[test]
+fn a_directory_removed_and_made_again_is_locked_again() {
+    let (_dir, layout) = root();
+    let mut lock = AgentLock::take(&layout).unwrap();
+    assert!(!lock.follow_dir(&layout).unwrap(), "the same directory");
+    std::fs::remove_dir(layout.root()).unwrap();
+    std::fs::create_dir(layout.root()).unwrap();
+    // Until the agent looks, the new directory is free for anyone.
+    assert!(AgentLock::try_take(&layout).unwrap().is_ok());
+    assert!(lock.follow_dir(&layout).unwrap(), "locked again");
+    assert!(AgentLock::try_take(&layout).unwrap().is_err());
+    assert!(!lock.follow_dir(&layout).unwrap());
+}
+
+#[test]
+fn a_directory_made_again_and_locked_by_another_is_lost() {
+    let (_dir, layout) = root();
+    let mut lock = AgentLock::take(&layout).unwrap();
+    std::fs::remove_dir(layout.root()).unwrap();
+    std::fs::create_dir(layout.root()).unwrap();
+    let _other = AgentLock::take(&layout).unwrap();
+    let e = lock.follow_dir(&layout).unwrap_err();
+    let lost = e.downcast_ref::<Lost>().expect("lost to the other holder");
+    assert!(lost.to_string().contains(&me()), "{lost}");
+    assert!(lost.to_string().contains("this agent stops"), "{lost}");
+}
+
+#[test]
+fn the_holder_is_read_from_proc_locks_by_device_and_inode() {
+    let locks = "\
+1: POSIX  ADVISORY  WRITE 900 00:2d:77 0 EOF
+2: FLOCK  ADVISORY  WRITE 4711 00:2d:1234 0 EOF
+2: -> FLOCK  ADVISORY  WRITE 4712 00:2d:1234 0 EOF
+3: FLOCK  ADVISORY  WRITE 55 fd:01:1234 0 EOF
+";
+    let id = |major, minor, ino| DirId {
+        dev: libc::makedev(major, minor),
+        ino,
+    };
+    assert_eq!(lock_owner(locks, id(0, 0x2d, 1234)), Some(4711));
+    assert_eq!(lock_owner(locks, id(0xfd, 1, 1234)), Some(55));
+    assert_eq!(lock_owner(locks, id(0, 0x2d, 77)), None, "not a flock");
+    assert_eq!(lock_owner(locks, id(0, 0x2e, 1234)), None);
+}
