@@ -5,10 +5,16 @@
 
 use core::net::Ipv4Addr;
 
-/// Maximum number of mappings (frontends) one node can hold. Sized for the
-/// 8000-16000 port range on two SSH IPs; the per-CPU counters cost
-/// `MAX_MAPPINGS * 32` bytes per CPU.
+/// Default number of mappings (frontends) one node can hold
+/// (`--max-mappings`): the 8000-16000 port range on two SSH IPs. The
+/// capacity of [`FRONTENDS`], [`REVERSE`], [`MAPPING_NAMES`] and
+/// [`MAPPING_STATS`] in the object; the agent sets it at load. Each mapping
+/// costs about 330 bytes of kernel memory plus 32 bytes per CPU (its
+/// counters).
 pub const MAX_MAPPINGS: u32 = 16_384;
+
+/// The most `--max-mappings` may ask for: every port of four SSH IPs.
+pub const MAPPINGS_LIMIT: u32 = 262_144;
 
 /// Default capacity of [`CONNS`], the established connections
 /// (`--conn-table-size`). Only completed handshakes take an entry, and an

@@ -469,3 +469,76 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
     )
     .unwrap();
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn max_mappings_sizes_the_tables_and_a_restart_asking_another_size_is_refused_with_the_way_out() {
+    use aya::maps::MapInfo;
+    use ssh_fwd::datapath::pins::PinLayout;
+    use ssh_fwd_common::maps::{FRONTENDS, MAPPING_NAMES, MAPPING_STATS, REVERSE};
+
+    privilege::require();
+    let three = [
+        ("a", FRONTEND, "10.244.1.5:22"),
+        ("b", "198.18.0.10:8023", "10.244.1.5:22"),
+        ("c", "198.18.0.10:8024", "10.244.1.5:22"),
+    ];
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &three,
+        &["--max-mappings", "3"],
+    )
+    .unwrap();
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8024).unwrap();
+    let layout = PinLayout::new(bed.bpffs[0].path());
+    for map in [FRONTENDS, REVERSE, MAPPING_NAMES, MAPPING_STATS] {
+        let info = MapInfo::from_pin(layout.map(map)).unwrap();
+        assert_eq!(info.max_entries(), 3, "{map}");
+    }
+    // A fourth does not fit: the file is refused whole, naming the flag.
+    let mut four = three.to_vec();
+    four.push(("d", "198.18.0.10:8025", "10.244.1.5:22"));
+    write_mappings(&bed.mappings, &four).unwrap();
+    bed.agents[0]
+        .wait_for_log_count("mappings file rejected", 1, Duration::from_secs(10))
+        .unwrap();
+    let log = bed.agents[0].log();
+    assert!(
+        log.contains("4 mappings, 1 more than this node holds (--max-mappings 3)"),
+        "{log}"
+    );
+    assert!(refused(bed.client(), 8025));
+    session.echo("still-three").unwrap();
+    // Restarted with another size, the agent refuses the pinned tables and
+    // says how to keep them or how to resize; forwarding goes on.
+    write_mappings(&bed.mappings, &three).unwrap();
+    bed.agents[0].stop().unwrap();
+    let node = &bed.topo.nodes[0].ns;
+    let mappings = bed.mappings.display().to_string();
+    let root = bed.bpffs[0].path().display().to_string();
+    let e = ssh_fwd_tests::agent::run_failing(
+        node,
+        &[
+            "agent",
+            "--iface",
+            EXT_IFACE,
+            "--mappings",
+            &mappings,
+            "--bpffs",
+            &root,
+            "--hairpin",
+            "off",
+            "--max-mappings",
+            "4",
+        ],
+    )
+    .unwrap();
+    assert!(
+        e.contains("holds 3 entries, but --max-mappings asks for 4")
+            && e.contains("start the agent with --max-mappings 3")
+            && e.contains("ssh-fwd teardown"),
+        "{e}"
+    );
+    session.echo("after-refusal").unwrap();
+    assert_eq!(bed.hostname_via(8023).unwrap(), "pod-1");
+}

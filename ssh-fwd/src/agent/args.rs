@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY};
+use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY, MAPPINGS_LIMIT, MAX_MAPPINGS};
 
 pub use crate::args::ServiceStyleArg;
 use crate::{
@@ -139,6 +139,15 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
     pub conn_idle_timeout: Duration,
 
+    /// How many mappings (frontends) this node can hold: the capacity of the
+    /// frontend, reverse, name and counter tables, allocated up front (about
+    /// 330 bytes each plus 32 bytes per CPU). A desired state beyond it is
+    /// cut: a mappings file is refused, in Kubernetes mode the newest
+    /// Services are left out. Changing it on a node needs `ssh-fwd teardown`
+    /// first (the pinned tables cannot be resized while they forward).
+    #[arg(long, value_name = "ENTRIES", default_value_t = MAX_MAPPINGS, value_parser = mappings_size)]
+    pub max_mappings: u32,
+
     /// Capacity of the established-connections table (entries of 40 bytes
     /// plus the kernel's overhead, allocated up front). Only completed
     /// handshakes take an entry.
@@ -209,6 +218,19 @@ pub enum CrossNode {
 }
 
 /// A table capacity: at least 1,024 entries, at most 16 Mi.
+fn mappings_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of mappings"))?;
+    if !(1..=MAPPINGS_LIMIT).contains(&n) {
+        return Err(format!(
+            "`{s}`: use between 1 and {MAPPINGS_LIMIT} mappings"
+        ));
+    }
+    Ok(n)
+}
+
 fn table_size(s: &str) -> Result<u32, String> {
     let n: u32 = s
         .trim()

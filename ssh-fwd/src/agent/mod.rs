@@ -49,6 +49,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         mode: args.attach,
         pod_ifaces: args.pod_ifaces == PodIfacesMode::Auto,
         settings: object::Settings {
+            max_mappings: args.max_mappings,
             conn_table_size: args.conn_table_size,
             half_open_table_size: args.half_open_table_size,
             cross_node_plain: args.cross_node == CrossNode::Plain,

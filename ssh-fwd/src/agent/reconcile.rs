@@ -8,7 +8,7 @@ use std::{
 };
 
 use ssh_fwd_common::{
-    maps::{AgentStatus, MAX_MAPPINGS, put_text},
+    maps::{AgentStatus, put_text},
     outcome::Outcome,
 };
 
@@ -152,14 +152,15 @@ impl Reconciler {
             Some(cached) => cached,
             None => datapath.maps.read_installed()?,
         };
-        let local = touched
-            .filter(|_| exact)
-            .and_then(|touched| plan::plan_local(&installed, desired, touched));
+        let local = touched.filter(|_| exact).and_then(|touched| {
+            plan::plan_local(&installed, desired, touched, datapath.maps.capacity())
+        });
         let (steps, after) = match local {
             Some(mut local) => (std::mem::take(&mut local.steps), After::Local(local)),
             None => {
-                let planned = plan::plan_steps(&installed, desired);
-                report_left_out(&planned.left_out);
+                let capacity = datapath.maps.capacity();
+                let planned = plan::plan_steps(&installed, desired, capacity);
+                report_left_out(&planned.left_out, capacity);
                 let left_out = planned.left_out.len();
                 (planned.steps, After::Whole(planned.tables, left_out))
             }
@@ -265,7 +266,7 @@ fn log_changes(installed: &Installed, desired: &MappingSet, steps: &[Plan]) {
 /// pointing at an address Kubernetes may give to another pod.
 fn remove_stale(datapath: &mut Datapath, desired: &MappingSet) {
     let result = datapath.maps.read_installed().and_then(|installed| {
-        let plan = plan::stale_removal(&installed, desired);
+        let plan = plan::stale_removal(&installed, desired, datapath.maps.capacity());
         datapath.maps.apply(&plan)?;
         datapath
             .conns
@@ -286,7 +287,7 @@ fn remove_stale(datapath: &mut Datapath, desired: &MappingSet) {
 
 /// Mappings that do not fit, named (the sources cap what they produce, so
 /// this is a last resort).
-fn report_left_out(left_out: &[Mapping]) {
+fn report_left_out(left_out: &[Mapping], capacity: usize) {
     if left_out.is_empty() {
         return;
     }
@@ -300,7 +301,7 @@ fn report_left_out(left_out: &[Mapping]) {
         excess = left_out.len(),
         left_out = named.join(", "),
         more = left_out.len().saturating_sub(SHOWN),
-        "more mappings than a node holds ({MAX_MAPPINGS}); these are not installed: remove mappings or narrow the port range"
+        "more mappings than this node holds (--max-mappings {capacity}); these are not installed: remove mappings, narrow the port range, or raise --max-mappings (after `ssh-fwd teardown`)"
     );
 }
 
@@ -310,6 +311,8 @@ fn micros(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use ssh_fwd_common::maps::MAX_MAPPINGS;
+
     use super::*;
 
     #[test]
@@ -323,7 +326,7 @@ mod tests {
             ),
             backend: "10.244.1.5:22".parse().unwrap(),
         }));
-        let planned = plan::plan_steps(&Installed::default(), &desired);
+        let planned = plan::plan_steps(&Installed::default(), &desired, MAX_MAPPINGS as usize);
         assert_eq!(planned.left_out.len(), 3);
         let mut reconciler = Reconciler::new(AgentMetrics::new(), "test");
         reconciler.keep(

@@ -10,7 +10,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use ssh_fwd_common::maps::MAX_MAPPINGS;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
 use super::{args::AgentArgs, metrics::AgentMetrics};
@@ -144,6 +143,8 @@ pub struct FileSource {
     /// `--ssh-ip`: when empty, frontends are checked against the node's
     /// own addresses instead, read again at every load.
     ssh_ips: BTreeSet<Ipv4Addr>,
+    /// `--max-mappings`: a file listing more is refused.
+    capacity: usize,
     /// The last accepted content: even if applying it fails, the resync
     /// retries this, not an older file.
     applied: MappingSet,
@@ -188,6 +189,7 @@ impl FileSource {
         let mut source = Self {
             path,
             ssh_ips: args.ssh_ips.iter().copied().collect(),
+            capacity: args.max_mappings as usize,
             applied: MappingSet::default(),
             last_text,
             pending: None,
@@ -207,7 +209,7 @@ impl FileSource {
     async fn load(&self, text: &Snapshot) -> anyhow::Result<MappingSet> {
         let rules = node_rules(&self.ssh_ips).await?;
         let read = text.0.as_deref().map_err(file::clone_io);
-        Ok(file::parse_read(read, &self.path, &rules)?)
+        Ok(file::parse_read(read, &self.path, &rules, self.capacity)?)
     }
 
     /// The next change, once it has stayed the same across the settle
@@ -295,6 +297,7 @@ impl KubeFollower {
             ssh_ips: args.ssh_ips.iter().copied().collect(),
             ports: args.port_range.clone(),
             styles: args.styles(),
+            capacity: args.max_mappings as usize,
         };
         // Read once: the node's addresses, where no endpoint may be (a
         // hostNetwork pod's). A restart reads them again.
@@ -404,7 +407,7 @@ fn report(notes: &[Note]) {
             Note::OverCapacity { excess, left_out } => tracing::warn!(
                 excess,
                 left_out = printable(&left_out.join(", ")),
-                "more mappings than a node holds ({MAX_MAPPINGS}); the newest Services' are left out, the rest apply"
+                "more mappings than this node holds (--max-mappings); the newest Services' are left out, the rest apply: raise --max-mappings (after `ssh-fwd teardown`) or narrow the port range"
             ),
             other => tracing::debug!(note = ?other, "Service ignored"),
         }

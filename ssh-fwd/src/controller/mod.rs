@@ -111,6 +111,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             ssh_ips: [args.ssh_ip].into(),
             ports: args.port_range.clone(),
             styles: Styles::of(&args.service_styles),
+            // The controller leaves nothing out: capacity is the agents'.
+            capacity: usize::MAX,
         },
         host,
         user: args.ssh_user.clone(),

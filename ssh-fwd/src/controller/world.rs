@@ -289,6 +289,7 @@ pub fn policy_for(ip: Ipv4Addr) -> Policy {
         ssh_ips: [ip].into(),
         ports: 1..=u16::MAX,
         styles: crate::source::kubernetes::desired::Styles::ALL,
+        capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
     }
 }
 

@@ -82,6 +82,12 @@ impl Maps {
         })
     }
 
+    /// How many mappings the tables hold at most (`--max-mappings` when
+    /// they were made): the size of the slot-indexed name table.
+    pub fn capacity(&self) -> usize {
+        self.names.len() as usize
+    }
+
     /// Everything installed, as the plan sees it.
     pub fn read_installed(&self) -> anyhow::Result<Installed> {
         let mut installed = Installed::default();

@@ -8,7 +8,8 @@ use aya::{
     programs::{SchedClassifier, Xdp},
 };
 use ssh_fwd_common::maps::{
-    CONN_CAPACITY, CONNS, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings,
+    CONN_CAPACITY, CONNS, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT,
+    LoadedSettings, MAPPING_NAMES, MAPPING_STATS, MAX_MAPPINGS, REVERSE,
 };
 
 use super::{pins::PinLayout, preflight};
@@ -28,6 +29,9 @@ pub const PROG_REPLY_TC: &str = "ssh_fwd_reply_tc";
 /// What is fixed when the object is loaded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
+    /// How many mappings the frontend, reverse, name and counter tables
+    /// hold.
+    pub max_mappings: u32,
     /// Capacity of the established-connections table.
     pub conn_table_size: u32,
     /// Capacity of the half-open table.
@@ -83,6 +87,7 @@ impl RedirectMode {
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            max_mappings: MAX_MAPPINGS,
             conn_table_size: CONN_CAPACITY,
             half_open_table_size: HALF_OPEN_CAPACITY,
             cross_node_plain: false,
@@ -102,6 +107,10 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let ebpf = EbpfLoader::new()
         .default_map_pin_directory(layout.maps_dir())
+        .map_max_entries(FRONTENDS, settings.max_mappings)
+        .map_max_entries(REVERSE, settings.max_mappings)
+        .map_max_entries(MAPPING_NAMES, settings.max_mappings)
+        .map_max_entries(MAPPING_STATS, settings.max_mappings)
         .map_max_entries(CONNS, settings.conn_table_size)
         .map_max_entries(HALF_OPEN, settings.half_open_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
@@ -122,6 +131,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
             )
         })?;
     for (map, flag, wanted) in [
+        (MAPPING_NAMES, "--max-mappings", settings.max_mappings),
         (CONNS, "--conn-table-size", settings.conn_table_size),
         (
             HALF_OPEN,
@@ -133,10 +143,10 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         let info = MapInfo::from_pin(&pin).with_context(|| format!("reading {}", pin.display()))?;
         if info.max_entries() != wanted {
             bail!(
-                "the pinned table {} holds {} entries, but {flag} asks for {wanted}; a table \
-                 cannot be resized while it holds open connections: start the agent with {flag} {} \
-                 to keep them, or stop the agent, run `ssh-fwd teardown --bpffs {}` (open sessions \
-                 end) and start it with the new size",
+                "the pinned table {} holds {} entries, but {flag} asks for {wanted}; a pinned \
+                 table cannot be resized while the programs forward through it: start the agent \
+                 with {flag} {} to keep it and the open sessions, or stop the agent, run \
+                 `ssh-fwd teardown --bpffs {}` (open sessions end) and start it with the new size",
                 pin.display(),
                 info.max_entries(),
                 info.max_entries(),

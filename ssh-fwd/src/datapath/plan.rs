@@ -2,8 +2,8 @@
 //! desired, compute the smallest set of map writes, in an order that never
 //! exposes a half-made mapping and never removes one that stays.
 //!
-//! The maps are as big as the number of mappings a node holds
-//! ([`MAX_MAPPINGS`]), so a reload near capacity needs room made before it
+//! The maps are as big as the number of mappings a node holds (their
+//! capacity, `--max-mappings`), so a reload near capacity needs room made before it
 //! can add anything. A reload is therefore two steps, each a complete,
 //! consistent [`Plan`]: first the mappings that go away are removed (their
 //! slots and entries freed, their connections purged), then everything else
@@ -15,7 +15,7 @@ use std::{
     net::SocketAddrV4,
 };
 
-use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS, NatTarget};
+use ssh_fwd_common::maps::{Endpoint, NatTarget};
 
 use crate::mapping::{Mapping, MappingSet};
 
@@ -23,7 +23,6 @@ mod local;
 mod tables;
 
 pub use local::{Local, plan_local};
-pub use tables::desired_tables;
 
 /// The maps' contents as userspace sees them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -91,9 +90,9 @@ pub struct Planned {
 /// The steps that turn `installed` into the tables for `desired`. Never
 /// fails: what does not fit is left out and named, and removals happen
 /// whatever else is wrong.
-pub fn plan_steps(installed: &Installed, desired: &MappingSet) -> Planned {
-    let (desired, left_out) = fit(installed, desired);
-    let (steps, tables) = two_steps(installed, &desired, &Outside::default());
+pub fn plan_steps(installed: &Installed, desired: &MappingSet, capacity: usize) -> Planned {
+    let (desired, left_out) = fit(installed, desired, capacity);
+    let (steps, tables) = two_steps(installed, &desired, &Outside::empty(capacity));
     Planned {
         steps,
         tables,
@@ -104,11 +103,22 @@ pub fn plan_steps(installed: &Installed, desired: &MappingSet) -> Planned {
 /// What the tables hold besides the part being planned (nothing for a
 /// whole reload; the rest of the tables for [`plan_local`]): the slots its
 /// entries use, which the part must not take, and how many REVERSE
-/// entries it holds, which count against the capacity.
-#[derive(Debug, Default)]
+/// entries it holds, which count against the tables' `capacity`.
+#[derive(Debug)]
 struct Outside {
     slots: SlotSet,
     reverse: usize,
+    capacity: usize,
+}
+
+impl Outside {
+    fn empty(capacity: usize) -> Self {
+        Self {
+            slots: SlotSet::default(),
+            reverse: 0,
+            capacity,
+        }
+    }
 }
 
 /// Slots as a bitmap (a `BTreeSet` of thousands of slots would cost an
@@ -161,13 +171,19 @@ fn two_steps(
 
 /// After a failed write: removes every installed mapping whose backend is
 /// not the desired one, and changes nothing else.
-pub fn stale_removal(installed: &Installed, desired: &MappingSet) -> Plan {
+pub fn stale_removal(installed: &Installed, desired: &MappingSet, capacity: usize) -> Plan {
     let current = installed_subset(installed, |f, t| {
         desired
             .get(&socket(f))
             .is_some_and(|m| endpoint(m.backend) == t.endpoint)
     });
-    step(installed, &current, &BTreeSet::new(), &Outside::default()).0
+    step(
+        installed,
+        &current,
+        &BTreeSet::new(),
+        &Outside::empty(capacity),
+    )
+    .0
 }
 
 /// The installed mappings `keep` selects, as they are installed.
@@ -188,10 +204,9 @@ fn installed_subset(
     )
 }
 
-/// At most [`MAX_MAPPINGS`] of `desired`: installed frontends first (what
-/// runs keeps running), then by frontend.
-fn fit(installed: &Installed, desired: &MappingSet) -> (MappingSet, Vec<Mapping>) {
-    let max = MAX_MAPPINGS as usize;
+/// At most `max` of `desired`: installed frontends first (what runs keeps
+/// running), then by frontend.
+fn fit(installed: &Installed, desired: &MappingSet, max: usize) -> (MappingSet, Vec<Mapping>) {
     if desired.len() <= max {
         return (desired.clone(), Vec::new());
     }
@@ -213,7 +228,13 @@ fn step(
     late_slots: &BTreeSet<u32>,
     outside: &Outside,
 ) -> (Plan, Installed) {
-    let want = tables::tables_beside(installed, desired, late_slots, &outside.slots);
+    let want = tables::tables_beside(
+        installed,
+        desired,
+        late_slots,
+        &outside.slots,
+        outside.capacity,
+    );
     let mut plan = Plan::default();
     let installed_slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
     for (slot, name) in &want.names {
@@ -228,7 +249,7 @@ fn step(
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
     let reverse_deletes = deletes(&installed.reverse, &want.reverse);
     (plan.reverse_deletes_first, plan.reverse_deletes) =
-        reverse_delete_order(installed, &want, reverse_deletes, outside.reverse);
+        reverse_delete_order(installed, &want, reverse_deletes, outside);
     plan.retired = installed
         .frontends
         .iter()
@@ -248,7 +269,7 @@ fn reverse_delete_order(
     installed: &Installed,
     want: &Installed,
     deletes: Vec<Endpoint>,
-    beside: usize,
+    outside: &Outside,
 ) -> (Vec<Endpoint>, Vec<Endpoint>) {
     let used: BTreeSet<Endpoint> = installed.frontends.values().map(|t| t.endpoint).collect();
     let (mut first, mut late): (Vec<Endpoint>, Vec<Endpoint>) =
@@ -258,8 +279,8 @@ fn reverse_delete_order(
         .keys()
         .filter(|k| !installed.reverse.contains_key(k))
         .count();
-    let peak = beside + installed.reverse.len() - first.len() + added;
-    let short = peak.saturating_sub(MAX_MAPPINGS as usize).min(late.len());
+    let peak = outside.reverse + installed.reverse.len() - first.len() + added;
+    let short = peak.saturating_sub(outside.capacity).min(late.len());
     first.extend(late.drain(..short));
     (first, late)
 }
@@ -297,7 +318,8 @@ fn deletes(
 #[cfg(test)]
 pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
     let mut all = Plan::default();
-    for mut p in plan_steps(installed, desired).steps {
+    let capacity = ssh_fwd_common::maps::MAX_MAPPINGS as usize;
+    for mut p in plan_steps(installed, desired, capacity).steps {
         all.reverse_deletes_first
             .append(&mut p.reverse_deletes_first);
         all.new_slots.append(&mut p.new_slots);

@@ -18,7 +18,7 @@ use std::{
 };
 
 use serde::Deserialize;
-use ssh_fwd_common::maps::{MAX_MAPPINGS, MAX_NAME_LEN};
+use ssh_fwd_common::maps::MAX_NAME_LEN;
 
 use super::validate::{Checker, Danger, Rules};
 use crate::mapping::{Mapping, MappingSet, printable};
@@ -58,12 +58,14 @@ pub enum FileError {
         frontend: SocketAddrV4,
     },
     #[error(
-        "mappings file {path} lists {count} mappings, {excess} more than a node holds \
-         ({MAX_MAPPINGS}): entries #{first_over} to #{count} do not fit; remove {excess} entries"
+        "mappings file {path} lists {count} mappings, {excess} more than this node holds \
+         (--max-mappings {capacity}): entries #{first_over} to #{count} do not fit; remove \
+         {excess} entries, or raise --max-mappings (after `ssh-fwd teardown`)"
     )]
     TooMany {
         path: String,
         count: usize,
+        capacity: usize,
         excess: usize,
         first_over: usize,
     },
@@ -111,6 +113,7 @@ pub fn parse_read(
     read: Result<&[u8], std::io::Error>,
     path: &Path,
     rules: &Rules,
+    capacity: usize,
 ) -> Result<MappingSet, FileError> {
     let shown = path.display().to_string();
     let text = read
@@ -126,7 +129,7 @@ pub fn parse_read(
             path: shown.clone(),
             cause,
         })?;
-    parse(text, &shown, rules)
+    parse(text, &shown, rules, capacity)
 }
 
 /// An I/O error again, for a second report of it.
@@ -134,8 +137,14 @@ pub fn clone_io(e: &std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), e.to_string())
 }
 
-/// Parses mappings-file text; `path` is only used in messages.
-pub fn parse(text: &str, path: &str, rules: &Rules) -> Result<MappingSet, FileError> {
+/// Parses mappings-file text; `path` is only used in messages. More than
+/// `capacity` mappings (the node's `--max-mappings`) are refused whole.
+pub fn parse(
+    text: &str,
+    path: &str,
+    rules: &Rules,
+    capacity: usize,
+) -> Result<MappingSet, FileError> {
     // An editor or a half-finished write can leave a file empty for a moment;
     // treating that as "no mappings" would cut every session.
     if text.trim().is_empty() {
@@ -170,12 +179,13 @@ pub fn parse(text: &str, path: &str, rules: &Rules) -> Result<MappingSet, FileEr
             backend,
         });
     }
-    if mappings.len() > MAX_MAPPINGS as usize {
+    if mappings.len() > capacity {
         return Err(FileError::TooMany {
             path: path.into(),
             count: mappings.len(),
-            excess: mappings.len() - MAX_MAPPINGS as usize,
-            first_over: MAX_MAPPINGS as usize + 1,
+            capacity,
+            excess: mappings.len() - capacity,
+            first_over: capacity + 1,
         });
     }
     let checker = Checker::new(rules, mappings.iter().map(|m| m.frontend));

@@ -126,6 +126,7 @@ fn policy(styles: Styles) -> Policy {
         ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
         ports: 8000..=16000,
         styles,
+        capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
     }
 }
 

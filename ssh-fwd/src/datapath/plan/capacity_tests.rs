@@ -112,7 +112,7 @@ impl Model {
 
 /// Replays the plan for `desired` on `installed`; returns what the maps hold.
 fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
-    let planned = plan_steps(installed, desired);
+    let planned = plan_steps(installed, desired, MAX);
     let unchanged = installed
         .frontends
         .iter()
@@ -131,7 +131,7 @@ fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
     }
     assert_eq!(model.t.frontends, planned.tables.frontends);
     assert_eq!(model.t.reverse, planned.tables.reverse);
-    let again = plan_steps(&model.t, desired);
+    let again = plan_steps(&model.t, desired, MAX);
     assert!(
         again.steps.iter().all(Plan::is_empty),
         "plan must reach a fixed point"
@@ -224,7 +224,7 @@ fn over_capacity_a_stale_mapping_is_still_removed_and_the_excess_is_named() {
 fn after_a_failed_write_only_mappings_whose_backend_changed_are_removed() {
     let (installed, _) = reload(&Installed::default(), &set([nth(0, 0), nth(1, 0)]));
     let desired = set([nth(0, 0), nth(1, 1), nth(2, 0)]);
-    let p = super::stale_removal(&installed, &desired);
+    let p = super::stale_removal(&installed, &desired, MAX);
     assert_eq!(p.frontend_deletes, vec![ep(nth(1, 0).frontend)]);
     assert_eq!(p.reverse_deletes, vec![ep(nth(1, 0).backend)]);
     assert!(p.frontend_upserts.is_empty() && p.new_slots.is_empty());

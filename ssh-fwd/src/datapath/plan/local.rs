@@ -10,7 +10,7 @@
 
 use std::{collections::BTreeSet, net::SocketAddrV4};
 
-use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS};
+use ssh_fwd_common::maps::Endpoint;
 
 use super::{Installed, Outside, Plan, endpoint, socket, two_steps};
 use crate::mapping::MappingSet;
@@ -35,8 +35,9 @@ pub fn plan_local(
     tables: &Installed,
     desired: &MappingSet,
     touched: &BTreeSet<SocketAddrV4>,
+    capacity: usize,
 ) -> Option<Local> {
-    if desired.len() > MAX_MAPPINGS as usize {
+    if desired.len() > capacity {
         return None;
     }
     // The backends the touched frontends leave or join.
@@ -49,7 +50,7 @@ pub fn plan_local(
         })
         .collect();
     let mut part = Installed::default();
-    let mut outside = Outside::default();
+    let mut outside = Outside::empty(capacity);
     for (f, t) in &tables.frontends {
         if touched.contains(&socket(f)) || backends.contains(&t.endpoint) {
             part.frontends.insert(*f, *t);

@@ -15,6 +15,9 @@ use ssh_fwd_common::maps::MAX_MAPPINGS;
 use super::{Installed, plan_local, plan_steps};
 use crate::mapping::{Mapping, MappingSet};
 
+/// The tables' default capacity (`--max-mappings`).
+const CAP: usize = MAX_MAPPINGS as usize;
+
 /// Frontend `f` (two SSH IPs), backend `b`, name `n` of a small universe.
 fn mapping(f: u16, b: u8, n: u8) -> Mapping {
     Mapping {
@@ -55,8 +58,8 @@ fn check_change(
     after: &MappingSet,
     touched: &BTreeSet<SocketAddrV4>,
 ) -> Installed {
-    let whole = plan_steps(tables, after);
-    let local = plan_local(tables, after, touched).expect("fits");
+    let whole = plan_steps(tables, after, CAP);
+    let local = plan_local(tables, after, touched, CAP).expect("fits");
     assert_eq!(
         local.steps, whole.steps,
         "the same writes in the same order"
@@ -76,7 +79,7 @@ proptest! {
         changes in prop::collection::vec((wanted(), prop::collection::vec(0..24u16, 0..3)), 1..6),
     ) {
         let mut desired = set(&first);
-        let mut tables = plan_steps(&Installed::default(), &desired).tables;
+        let mut tables = plan_steps(&Installed::default(), &desired, CAP).tables;
         for (next, extra) in changes {
             let next = set(&next);
             let touched = touched(&desired, &next, &extra);
@@ -93,7 +96,7 @@ proptest! {
         // One frontend at a time, as watch events come: each plan starts
         // from the tables the previous one left.
         let mut current = first;
-        let mut tables = plan_steps(&Installed::default(), &set(&current)).tables;
+        let mut tables = plan_steps(&Installed::default(), &set(&current), CAP).tables;
         for (frontend, to) in edits {
             let before = set(&current);
             match to {
@@ -123,7 +126,7 @@ fn nth(i: usize, g: u8) -> Mapping {
 fn at_capacity_changes_planned_where_they_happen_equal_the_whole_reload() {
     let max = MAX_MAPPINGS as usize;
     let full = MappingSet::from_unique((0..max).map(|i| nth(i, 0)));
-    let tables = plan_steps(&Installed::default(), &full).tables;
+    let tables = plan_steps(&Installed::default(), &full, CAP).tables;
     // Backends moved (new REVERSE entries before the old go: at capacity
     // some old ones must go first), frontends replaced by others, and two
     // frontends made to share one backend.
@@ -143,5 +146,5 @@ fn at_capacity_changes_planned_where_they_happen_equal_the_whole_reload() {
 fn a_desired_set_over_capacity_is_left_to_the_whole_reload() {
     let over = MappingSet::from_unique((0..=MAX_MAPPINGS as usize).map(|i| nth(i, 0)));
     let touched = [nth(0, 0).frontend].into();
-    assert!(plan_local(&Installed::default(), &over, &touched).is_none());
+    assert!(plan_local(&Installed::default(), &over, &touched, CAP).is_none());
 }

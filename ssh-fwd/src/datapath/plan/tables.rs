@@ -2,30 +2,23 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MAX_MAPPINGS, NatTarget};
+use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, NatTarget};
 
 use super::{Installed, SlotSet, endpoint};
 use crate::mapping::MappingSet;
 
 /// The tables the maps should hold for `desired`, reusing slots and primary
-/// frontends from `installed` wherever they still apply. New frontends take
-/// slots no installed entry uses, `late_slots` last; a mapping for which no
-/// slot is left is not placed (the planner fits `desired` first, so none is).
-pub fn desired_tables(
-    installed: &Installed,
-    desired: &MappingSet,
-    late_slots: &BTreeSet<u32>,
-) -> Installed {
-    tables_beside(installed, desired, late_slots, &SlotSet::default())
-}
-
-/// [`desired_tables`] for a part of the tables, beside entries that use
-/// the slots `beside` (which are never taken).
+/// frontends from `installed` wherever they still apply, for a part of the
+/// tables beside entries that use the slots `beside` (which are never
+/// taken). New frontends take slots below `capacity` that no installed
+/// entry uses, `late_slots` last; a mapping for which no slot is left is
+/// not placed (the planner fits `desired` first, so none is).
 pub(super) fn tables_beside(
     installed: &Installed,
     desired: &MappingSet,
     late_slots: &BTreeSet<u32>,
     beside: &SlotSet,
+    capacity: usize,
 ) -> Installed {
     // A slot being freed in this same step is never zeroed while its old
     // entry is still live: only slots no installed entry uses are free.
@@ -36,7 +29,8 @@ pub(super) fn tables_beside(
         .map(|t| t.slot)
         .collect();
     let is_free = |s: &u32| !taken.contains(s) && !beside.contains(*s);
-    let mut free = (0..MAX_MAPPINGS)
+    let slots = u32::try_from(capacity).unwrap_or(u32::MAX);
+    let mut free = (0..slots)
         .filter(|s| is_free(s) && !late_slots.contains(s))
         .chain(late_slots.iter().copied().filter(is_free));
     let mut backends: BTreeMap<_, Vec<_>> = BTreeMap::new();

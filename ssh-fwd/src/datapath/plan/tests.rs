@@ -5,6 +5,9 @@ use ssh_fwd_common::maps::FLAG_SHARED_BACKEND;
 use super::*;
 use crate::mapping::Mapping;
 
+/// The tables' default capacity (`--max-mappings`).
+const CAP: usize = ssh_fwd_common::maps::MAX_MAPPINGS as usize;
+
 fn m(name: &str, frontend: &str, backend: &str) -> Mapping {
     Mapping {
         name: name.into(),
@@ -42,7 +45,7 @@ fn apply(installed: &Installed, plan: &Plan) -> Installed {
 
 fn converge(installed: &Installed, desired: &MappingSet) -> Installed {
     let mut after = installed.clone();
-    for step in plan_steps(installed, desired).steps {
+    for step in plan_steps(installed, desired, CAP).steps {
         after = apply(&after, &step);
     }
     assert!(

@@ -1,8 +1,13 @@
+use ssh_fwd_common::maps::MAX_MAPPINGS;
+
 use super::*;
 use crate::source::validate::Rules;
 
+/// The default `--max-mappings`.
+const CAP: usize = MAX_MAPPINGS as usize;
+
 fn err(text: &str) -> String {
-    parse(text, "m.yaml", &Rules::default())
+    parse(text, "m.yaml", &Rules::default(), CAP)
         .unwrap_err()
         .to_string()
 }
@@ -13,6 +18,7 @@ fn documented_example_parses() {
         "mappings:\n  - name: job-4711          # optional label\n    frontend: 198.18.0.10:8022\n    backend: 10.244.1.5:22\n  - frontend: 198.18.0.10:8023\n    backend: 10.244.1.6:22\n",
         "m.yaml",
         &Rules::default(),
+        CAP,
     )
     .unwrap();
     let all: Vec<_> = set.iter().cloned().collect();
@@ -26,7 +32,7 @@ fn documented_example_parses() {
 #[test]
 fn explicit_empty_list_is_an_empty_set_but_an_empty_file_is_rejected() {
     assert!(
-        parse("mappings: []\n", "m.yaml", &Rules::default())
+        parse("mappings: []\n", "m.yaml", &Rules::default(), CAP)
             .unwrap()
             .is_empty()
     );
@@ -163,14 +169,14 @@ fn with_ssh_ips_declared_a_frontend_elsewhere_rejects_the_file() {
         ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
         ..Rules::default()
     };
-    let e = parse(&one("192.0.2.1:22", "10.0.0.1:22"), "m.yaml", &rules)
+    let e = parse(&one("192.0.2.1:22", "10.0.0.1:22"), "m.yaml", &rules, CAP)
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("entry #1 (job): frontend 192.0.2.1:22 is not on a declared --ssh-ip"),
         "{e}"
     );
-    assert!(parse(&one("198.18.0.10:22", "10.0.0.1:22"), "m.yaml", &rules).is_ok());
+    assert!(parse(&one("198.18.0.10:22", "10.0.0.1:22"), "m.yaml", &rules, CAP).is_ok());
 }
 
 #[test]
@@ -185,7 +191,14 @@ fn a_file_over_capacity_says_by_how_much() {
     }
     assert_eq!(
         err(&text),
-        "mappings file m.yaml lists 16386 mappings, 2 more than a node holds (16384): entries #16385 to #16386 do not fit; remove 2 entries"
+        "mappings file m.yaml lists 16386 mappings, 2 more than this node holds (--max-mappings 16384): entries #16385 to #16386 do not fit; remove 2 entries, or raise --max-mappings (after `ssh-fwd teardown`)"
+    );
+    let small = parse(&text, "m.yaml", &Rules::default(), 100).unwrap_err();
+    assert!(
+        small
+            .to_string()
+            .contains("16286 more than this node holds (--max-mappings 100)"),
+        "{small}"
     );
 }
 
@@ -208,7 +221,7 @@ fn a_frontend_in_loopback_link_local_or_this_network_is_refused() {
         ssh_ips: ["127.0.0.1".parse().unwrap()].into(),
         ..Rules::default()
     };
-    assert!(parse(&one("127.0.0.1:22", "10.0.0.1:22"), "m.yaml", &rules).is_err());
+    assert!(parse(&one("127.0.0.1:22", "10.0.0.1:22"), "m.yaml", &rules, CAP).is_err());
 }
 
 #[test]

@@ -21,8 +21,6 @@
 //! endpoint), a control character in a name) is skipped whole. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
 //! ([`cap`]), so a new Service never takes a running one's place.
 //!
-//! [`MAX_MAPPINGS`]: ssh_fwd_common::maps::MAX_MAPPINGS
-//!
 //! [`LB_CLASS`]: crate::k8s::LB_CLASS
 
 use std::{
@@ -52,6 +50,9 @@ pub struct Policy {
     pub ssh_ips: BTreeSet<Ipv4Addr>,
     pub ports: RangeInclusive<u16>,
     pub styles: Styles,
+    /// How many mappings the node holds (`--max-mappings`): past it, the
+    /// newest Services' are left out.
+    pub capacity: usize,
 }
 
 /// The Service shapes honoured (`--service-styles`).
@@ -449,7 +450,7 @@ pub fn compute_on<'a>(
         owned.extend(mapping);
         notes.extend(conflicts);
     }
-    let (mappings, over) = cap(owned);
+    let (mappings, over) = cap(owned, policy.capacity);
     notes.extend(over);
     Desired { mappings, notes }
 }

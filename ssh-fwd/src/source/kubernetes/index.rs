@@ -20,7 +20,6 @@ use super::{
     desired::{self, Contender, Desired, Note, Owned, Policy, ServiceClaims},
     objects::{Id, ServiceView, SliceView},
 };
-use ssh_fwd_common::maps::MAX_MAPPINGS;
 
 use crate::{mapping::MappingSet, source::validate::Rules};
 
@@ -369,7 +368,7 @@ impl Index {
     /// Takes the capacity cut again over the whole set, when it is over
     /// (or was): what fits, the oldest Services' first.
     fn cut(&mut self, raised: &mut Vec<Note>) {
-        if self.all.len() <= MAX_MAPPINGS as usize {
+        if self.all.len() <= self.policy.capacity {
             if self.capped.take().is_some() {
                 self.touch_all();
             }
@@ -385,7 +384,7 @@ impl Index {
                 })
             })
             .collect();
-        let (fits, note) = desired::cap(owned);
+        let (fits, note) = desired::cap(owned, self.policy.capacity);
         let Some(note) = note else {
             // Unreachable while every mapping has its owner recorded.
             if self.capped.take().is_some() {

@@ -38,6 +38,7 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
         ssh_ips: [settings().ssh_ip].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,
+        capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
     };
     let views = [agent_view(&mine), agent_view(&rival)];
     let slice_views: Vec<_> = slices.iter().map(WireSlice::view).collect();

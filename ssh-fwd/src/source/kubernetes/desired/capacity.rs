@@ -1,10 +1,9 @@
-//! At most [`MAX_MAPPINGS`] mappings on a node: past that, the newest
+//! At most `--max-mappings` mappings on a node: past that, the newest
 //! Services' mappings are left out, so a new Service never takes a running
 //! one's place. Shared by the full recompute and the incremental index, so
 //! both leave out the same ones.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ssh_fwd_common::maps::MAX_MAPPINGS;
 
 use super::{Id, Note};
 use crate::{
@@ -32,8 +31,7 @@ impl Claimant for Owned<'_> {
 /// The mappings a node can hold: the oldest Services' first (then by
 /// frontend, so the cut never depends on iteration order), and a note
 /// naming those left out.
-pub fn cap(mut owned: Vec<Owned<'_>>) -> (MappingSet, Option<Note>) {
-    let max = MAX_MAPPINGS as usize;
+pub fn cap(mut owned: Vec<Owned<'_>>, max: usize) -> (MappingSet, Option<Note>) {
     if owned.len() <= max {
         return (
             MappingSet::from_unique(owned.into_iter().map(|o| o.mapping)),

@@ -16,6 +16,7 @@ fn policy() -> Policy {
         ssh_ips: [SSH_IP.parse().unwrap()].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,
+        capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
     }
 }
 

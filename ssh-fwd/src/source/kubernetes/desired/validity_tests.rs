@@ -13,6 +13,7 @@ fn policy() -> Policy {
         ssh_ips: [SSH_IP.parse().unwrap()].into(),
         ports: 1..=65535,
         styles: Styles::ALL,
+        capacity: MAX_MAPPINGS as usize,
     }
 }
 
@@ -102,6 +103,15 @@ fn over_capacity_the_newest_services_are_left_out_and_named() {
             vec![format!("jobs/s{}", n - 2), format!("jobs/s{}", n - 1)]
         ))
     );
+    // A node with a smaller --max-mappings cuts at its own capacity.
+    let small = Policy {
+        capacity: 10,
+        ..policy()
+    };
+    let d = compute(&services, &slices, &small);
+    assert_eq!(d.mappings.len(), 10);
+    assert!(names(&d).contains(&"jobs/s9".to_owned()));
+    assert!(!names(&d).contains(&"jobs/s10".to_owned()));
 }
 
 #[test]

@@ -30,6 +30,7 @@ fn policy(styles: Styles) -> Policy {
         ssh_ips: SSH_IPS.iter().map(|t| ip(t)).collect(),
         ports: 8000..=8001,
         styles,
+        capacity: MAX_MAPPINGS as usize,
     }
 }
 

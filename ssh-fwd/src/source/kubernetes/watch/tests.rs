@@ -162,6 +162,7 @@ fn policy() -> Policy {
         ssh_ips: ["198.18.0.10".parse().expect("ip")].into(),
         ports: 8000..=16000,
         styles: super::super::desired::Styles::ALL,
+        capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
     }
 }
 
