@@ -78,7 +78,7 @@ impl Bed {
             backend: b.parse().expect("backend"),
         }));
         let installed = self.maps.read_installed().expect("read");
-        for step in &plan::plan_steps(&installed, &set).steps {
+        for step in &plan::plan_steps(&installed, &set, self.maps.capacity()).steps {
             self.maps.apply(step).expect("apply");
         }
     }

@@ -79,7 +79,7 @@ fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loa
 /// Plans `set` against what the maps hold and applies every step, as the
 /// agent does; returns the tables the plan expects.
 fn install(maps: &mut Maps, set: &MappingSet) -> plan::Installed {
-    let planned = plan::plan_steps(&maps.read_installed().expect("read"), set);
+    let planned = plan::plan_steps(&maps.read_installed().expect("read"), set, maps.capacity());
     for step in &planned.steps {
         maps.apply(step).expect("apply");
     }
