@@ -307,6 +307,12 @@ fn measure_with(bin: &Path, scenario: Scenario) -> anyhow::Result<Figures> {
         figures.p50_ms = Some(pct(0.50).as_secs_f64() * 1e3);
         figures.p99_ms = Some(pct(0.99).as_secs_f64() * 1e3);
     }
+    // Where the time went: the agent's log, kept when asked for.
+    if let Some(dir) = std::env::var_os("BENCH_KEEP_LOGS") {
+        let kept = Path::new(&dir).join(format!("agent-{services}-{foreign}.log"));
+        std::fs::copy(agent.log_path(), &kept)
+            .with_context(|| format!("keeping the agent's log as {}", kept.display()))?;
+    }
     drop(agent);
     Ok(figures)
 }
