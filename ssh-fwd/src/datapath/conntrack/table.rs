@@ -227,4 +227,42 @@ mod tests {
             [(other, conn(8022, 0, now - 8 * 3_600 * SECOND))]
         );
     }
+
+    #[test]
+    fn a_connection_that_replaces_a_swept_entry_in_the_meantime_stays() {
+        let now = 1_000 * SECOND;
+        let fresh = conn(9022, 0, now);
+        // The sweep judged the closing entry; before it removes it, the
+        // kernel promotes a new handshake over it.
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
+        conns.racing.push((key(), fresh));
+        let mut halves = Fake::new(&[(key(), half(8022, now - 200 * SECOND))]);
+        halves.racing.push((key(), half(9022, now)));
+        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        assert_eq!(conns.entries(), [(key(), fresh)], "the new connection");
+        assert_eq!(
+            halves.entries(),
+            [(key(), half(9022, now))],
+            "the new SYN's"
+        );
+        assert_eq!((counts.closed, counts.half_open_expired), (0, 0));
+    }
+
+    #[test]
+    fn a_connection_through_a_live_frontend_that_replaces_a_purged_entry_stays() {
+        let retired: BTreeSet<Endpoint> = [frontend(8022)].into();
+        let fresh = conn(9022, 0, 50);
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
+        conns.racing.push((key(), fresh));
+        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
+        halves.racing.push((key(), half(9022, 50)));
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        assert_eq!(conns.entries(), [(key(), fresh)]);
+        assert_eq!(halves.entries(), [(key(), half(9022, 50))]);
+        // Without a race, the retired frontend's entries go.
+        let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
+        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 1);
+        assert!(conns.entries().is_empty() && halves.entries().is_empty());
+    }
 }
