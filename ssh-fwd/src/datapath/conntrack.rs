@@ -6,13 +6,14 @@
 //! ([`LEGACY`], [`LEGACY_CONNS`]): seeded once, swept when their time ends.
 
 mod table;
+mod take;
 
 use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
-    maps::{HashMap, Map, MapData},
+    maps::{HashMap, IterableMap as _, Map, MapData},
 };
 use ssh_fwd_common::{
     conntrack::closing,
@@ -232,8 +233,19 @@ impl<V: Pod> Table<V> for HashMap<MapData, ConnKey, V> {
         HashMap::get(self, key, 0).ok()
     }
 
-    fn remove(&mut self, key: &ConnKey) -> bool {
-        HashMap::remove(self, key).is_ok()
+    fn take(&mut self, key: &ConnKey) -> Option<V> {
+        match take::lookup_and_delete(self.map(), key) {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot remove a connection entry");
+                None
+            }
+        }
+    }
+
+    fn put_back(&mut self, key: &ConnKey, value: &V) {
+        // EEXIST: the kernel stored a newer entry meanwhile, which stays.
+        let _ = self.insert(key, value, take::BPF_NOEXIST);
     }
 }
 

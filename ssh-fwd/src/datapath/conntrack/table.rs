@@ -18,8 +18,12 @@ pub trait Table<V> {
     fn entries(&self) -> Vec<(ConnKey, V)>;
     /// The entry of `key` now.
     fn get(&self, key: &ConnKey) -> Option<V>;
-    /// Removes the entry of `key`, whatever it holds now.
-    fn remove(&mut self, key: &ConnKey) -> bool;
+    /// Removes the entry of `key` and returns what it held, in one step
+    /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`).
+    fn take(&mut self, key: &ConnKey) -> Option<V>;
+    /// Stores `value` for `key` unless the kernel stored an entry there
+    /// meanwhile (`BPF_NOEXIST`): the newer one wins.
+    fn put_back(&mut self, key: &ConnKey, value: &V);
 }
 
 /// What [`sweep`] removed and found.
@@ -107,17 +111,26 @@ pub fn purge(
 }
 
 /// Removes the entry of `key` if it still `qualifies`, and returns it.
+/// The decision is made on the entry removed: if the kernel refreshed or
+/// replaced it since it was read (a completed handshake over a closing
+/// entry), it goes back, unless the kernel stored yet another meanwhile.
+/// Between the two steps the entry is missing for a moment; reading it
+/// first keeps that to entries that changed within that moment.
 fn remove_if<V>(
     table: &mut impl Table<V>,
     key: &ConnKey,
     qualifies: impl Fn(&V) -> bool,
 ) -> Option<V> {
     // Read again: a packet may have refreshed it since the walk.
-    let now = table.get(key)?;
-    if !qualifies(&now) || !table.remove(key) {
+    if !qualifies(&table.get(key)?) {
         return None;
     }
-    Some(now)
+    let taken = table.take(key)?;
+    if qualifies(&taken) {
+        return Some(taken);
+    }
+    table.put_back(key, &taken);
+    None
 }
 
 #[cfg(test)]
@@ -167,9 +180,14 @@ mod tests {
             self.entries.get(key).copied()
         }
 
-        fn remove(&mut self, key: &ConnKey) -> bool {
+        fn take(&mut self, key: &ConnKey) -> Option<V> {
             self.kernel_writes();
-            self.entries.remove(key).is_some()
+            self.entries.remove(key)
+        }
+
+        fn put_back(&mut self, key: &ConnKey, value: &V) {
+            self.kernel_writes();
+            self.entries.entry(*key).or_insert(*value);
         }
     }
 
@@ -259,6 +277,14 @@ mod tests {
         assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
         assert_eq!(conns.entries(), [(key(), fresh)]);
         assert_eq!(halves.entries(), [(key(), half(9022, 50))]);
+        // And if the kernel writes once more while the agent puts back what
+        // it took, the kernel's entry wins.
+        let newest = conn(9022, 0, 60);
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
+        conns.racing.extend([(key(), fresh), (key(), newest)]);
+        let mut halves = Fake::new(&[]);
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        assert_eq!(conns.entries(), [(key(), newest)]);
         // Without a race, the retired frontend's entries go.
         let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
         let mut halves = Fake::new(&[(key(), half(8022, 10))]);
