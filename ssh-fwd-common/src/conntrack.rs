@@ -354,15 +354,56 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 
 /// The entry after a segment from the client, or `None` if nothing to
 /// store changed. Spoofable, so it moves no sequence state: it refreshes
-/// the clock, and a FIN is only noted as pending until the server
-/// acknowledges it.
+/// the clock, and a FIN is only noted as pending (see [`fin_noted`]) until
+/// the server acknowledges exactly it.
 #[inline(always)]
 fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     let mut next = c.clone_with_clock(now);
-    if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 {
+    if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
     }
     (next != *c).then_some(next)
+}
+
+/// The largest receive window TCP can advertise (RFC 7323: 2^30 bytes with
+/// the largest window scale): a FIN further ahead than this of what the
+/// server acknowledged is outside any window the server could accept it in.
+pub const MAX_WINDOW: u32 = 1 << 30;
+
+/// How far `seq` lies ahead of the client's next expected sequence number,
+/// if inside [`MAX_WINDOW`] (at or after it: the server's TCP accepts a FIN
+/// only there).
+#[inline(always)]
+const fn in_client_window(c: &Conn, seq: u32) -> Option<u32> {
+    let ahead = seq.wrapping_sub(c.client_next);
+    if ahead < MAX_WINDOW {
+        Some(ahead)
+    } else {
+        None
+    }
+}
+
+/// Whether a client FIN ending at `end` becomes the pending one. Its
+/// sequence number (the FIN's own, `end - 1`) must be in the client's
+/// window, and it replaces a pending FIN only if it is the earlier of the
+/// two, or the pending one is stale: a pending FIN the server's
+/// acknowledgement went past was not the client's (the client sends
+/// nothing after its FIN). The real FIN follows the last byte the client
+/// sent; an off-path sender does not know where that is, so its FIN can
+/// neither displace the real one (it lands after it, but for a guess inside
+/// the bytes in flight) nor be acknowledged exactly.
+#[inline(always)]
+const fn fin_noted(c: &Conn, end: u32) -> bool {
+    let Some(ahead) = in_client_window(c, end.wrapping_sub(1)) else {
+        return false;
+    };
+    if c.client_fin_end == 0 {
+        return true;
+    }
+    match in_client_window(c, c.client_fin_end.wrapping_sub(1)) {
+        Some(pending) => ahead < pending,
+        None => true,
+    }
 }
 
 /// The entry after a segment from the server (trusted: from the pod), or
@@ -381,8 +422,10 @@ fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
             next.client_next = seg.ack;
             next.flags &= !CONN_RST_PENDING;
         }
-        // The server acknowledged the client's FIN: the client has closed.
-        if next.client_fin_end != 0 && !after(next.client_fin_end, seg.ack) {
+        // The server acknowledged exactly the client's FIN, and nothing
+        // beyond it: the client has closed.
+        if next.client_fin_end != 0 && seg.ack == next.client_fin_end && next.client_next == seg.ack
+        {
             next.flags |= CONN_FIN_CLIENT;
         }
     }
