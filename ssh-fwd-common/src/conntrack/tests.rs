@@ -777,3 +777,40 @@ fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side() {
     server_fin(&mut table, conn.client_next + 50, 41);
     assert_eq!(table.map(|c| c.flags & CONN_FIN_CLIENT), Some(0));
 }
+
+#[test]
+fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends() {
+    let conn = handshake(F1);
+    // A SYN through the same frontend (spoofed, or a client reusing its
+    // port) flags the entry ...
+    assert_eq!(
+        on_request(&syn(), F1, 3, Some(&conn), None, 40),
+        OnRequest::OpenHalf { reopening: true }
+    );
+    let reopening = Conn {
+        flags: CONN_REOPENING,
+        ..conn
+    };
+    let ack = seg(TCP_ACK, conn.client_next, conn.server_next, 0);
+    assert!(request_reads_half_open(&ack, Some(&reopening)));
+    // ... until the server answers it with a segment of the old connection
+    // (its challenge ACK; a real new one it would answer with a SYN-ACK).
+    let mut table = Some(reopening);
+    server_ack(&mut table, conn.client_next, 41);
+    let c = table.expect("entry");
+    assert_eq!(c.flags & CONN_REOPENING, 0);
+    assert!(!request_reads_half_open(&ack, Some(&c)));
+    // A SYN-ACK for the new handshake leaves the flag to the promotion.
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 40,
+    };
+    assert!(matches!(
+        on_reply(&syn_ack(), Some(&reopening), Some(&half), 42),
+        OnReply::Accept { .. }
+    ));
+}
