@@ -409,10 +409,16 @@ const fn fin_noted(c: &Conn, end: u32) -> bool {
 /// The entry after a segment from the server (trusted: from the pod), or
 /// `None` if nothing to store changed. Most segments of a busy connection
 /// move a sequence number; the clock is written at most once per
-/// [`CLOCK_GRANULARITY_NS`].
+/// [`CLOCK_GRANULARITY_NS`]. A segment of this connection that is no SYN
+/// ends a reopening: the server answered the SYN that flagged it from the
+/// old connection (a challenge ACK), so that SYN will never be completed,
+/// and the client's segments need not look for it any more.
 #[inline(always)]
 fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     let mut next = c.clone_with_clock(now);
+    if !seg.has(TCP_SYN) {
+        next.flags &= !CONN_REOPENING;
+    }
     let end = seg.end();
     if after(end, next.server_next) {
         next.server_next = end;
