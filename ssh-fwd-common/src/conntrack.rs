@@ -180,6 +180,22 @@ pub const fn reply_reads_half_open(seg: &Segment, conn: Option<&Conn>) -> bool {
     }
 }
 
+/// The frontend to carry in the IP option of a SYN leaving the node for a
+/// backend on another node, given the half-open entry of its 4-tuple: the
+/// entry's frontend if this SYN is the one that made it (the client's
+/// initial sequence number matches). The kernel program also requires that
+/// the SYN came in from outside the node, where the ingress program saw it;
+/// a SYN a pod sends to another pod's address never carries the option,
+/// whatever SYNs spoofing that pod's address did to the half-open table (an
+/// off-path sender does not know the pod's ISN).
+#[inline(always)]
+pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint> {
+    match half {
+        Some(h) if seg.is_syn() && h.client_isn == seg.seq => Some(h.frontend),
+        _ => None,
+    }
+}
+
 /// Whether `seg` is the client's ACK completing the handshake `h`.
 #[inline(always)]
 fn completes(seg: &Segment, frontend: Endpoint, h: &HalfOpen) -> bool {
@@ -485,5 +501,6 @@ pub fn half_open_expired(h: &HalfOpen, now: u64, timeout_ns: u64) -> bool {
     now.saturating_sub(h.last_seen_ns) >= timeout_ns
 }
 
+pub mod mss;
 #[cfg(test)]
 mod tests;

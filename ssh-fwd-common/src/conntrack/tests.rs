@@ -814,3 +814,23 @@ fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends() {
         OnReply::Accept { .. }
     ));
 }
+
+#[test]
+fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+    assert_eq!(translated_syn(&syn(), Some(&half)), Some(F2));
+    // A SYN of the same 4-tuple with another ISN: a pod's own, while
+    // spoofed SYNs wrote the entry.
+    let other = seg(TCP_SYN, CLIENT_ISN + 77, 0, 0);
+    assert_eq!(translated_syn(&other, Some(&half)), None);
+    assert_eq!(translated_syn(&syn(), None), None);
+    let syn_ack = seg(TCP_SYN | TCP_ACK, CLIENT_ISN, 0, 0);
+    assert_eq!(translated_syn(&syn_ack, Some(&half)), None);
+}
