@@ -340,3 +340,20 @@ pub fn frontend_of(client: Endpoint, backend: Endpoint) -> Option<Endpoint> {
     // SAFETY: as above.
     unsafe { HALF_OPEN.get(key) }.map(|h| h.frontend)
 }
+
+/// The half-open entry of `client`'s handshake with `backend`: a
+/// reference into the map, read at once (a copy of an absent entry would
+/// hand the verifier registers the compiler never wrote).
+#[inline(always)]
+pub fn half_open(client: Endpoint, backend: Endpoint) -> Option<&'static HalfOpen> {
+    // SAFETY: the map's value stays valid for this program run; the callers
+    // only read it, right away.
+    unsafe { HALF_OPEN.get(ConnKey::new(client, backend)) }
+}
+
+/// The frontend a SYN `client -> backend` leaving the node carries to the
+/// backend's node: see `ssh_fwd_common::conntrack::translated_syn`.
+#[inline(always)]
+pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
+    conntrack::translated_syn(seg, half_open(client, backend))
+}
