@@ -1,8 +1,9 @@
 //! tc egress on an external (or cluster) interface, as packets leave the
 //! node: replies of tracked connections get the frontend back as their
-//! source; a SYN this node translated, leaving for the backend's node,
-//! carries its frontend in an IP option; ICMP errors quoting a backend name
-//! the frontend instead (or are dropped).
+//! source (and a SYN-ACK of a connection from another node the MSS its
+//! link carries); a SYN this node translated, leaving for the backend's
+//! node, carries its frontend in an IP option; ICMP errors quoting a
+//! backend name the frontend instead (or are dropped).
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -23,6 +24,7 @@ use crate::{
     icmp::{self, Out},
     ipopt,
     maps::REVERSE,
+    mss,
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
 };
@@ -78,7 +80,9 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
         }) else {
             return Outcome::ReplyUntracked;
         };
-        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err() {
+        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err()
+            || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
+        {
             return Outcome::RewriteError;
         }
         count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
