@@ -335,9 +335,10 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
     );
 }
 
-/// Connects from `client:sport` to the frontend on `port` inside `ns` and
-/// returns the first line the server sends (sshd's banner).
-fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
+/// A connection from `client:sport` to the frontend on `port`, made inside
+/// `ns` (a socket keeps the namespace it was made in), with sshd's banner
+/// read and the client's own sent.
+fn connect_from_port(ns: &NetNs, sport: u16, port: u16) -> std::net::TcpStream {
     std::thread::scope(|s| {
         s.spawn(move || {
             ns.enter_on_this_thread().unwrap();
@@ -355,20 +356,24 @@ fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
             stream
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
-            let mut buf = [0u8; 256];
-            let n = stream.read(&mut buf).unwrap();
-            let banner = String::from_utf8_lossy(&buf[..n])
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
+            let mut banner = [0u8; 8];
+            stream.read_exact(&mut banner).unwrap();
+            assert_eq!(&banner, b"SSH-2.0-", "sshd's banner through {port}");
             stream.write_all(b"SSH-2.0-test\r\n").unwrap();
-            drop(stream);
-            banner
+            stream
         })
         .join()
         .unwrap()
     })
+}
+
+/// Closes a connection the way a client that hangs up cleanly does: its
+/// FIN, then whatever the server still sends, up to the server's FIN. No
+/// RST: nothing is left unread.
+fn close_gracefully(mut stream: std::net::TcpStream) {
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
 }
 
 #[test]
@@ -385,22 +390,29 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
         ],
     );
     let client = &bed.cluster.client;
-    assert!(banner_from_port(client, 45_678, 8022).starts_with("SSH-2.0-"));
-    // The first connection closes both ways; the same port, the other
-    // frontend.
-    assert!(cmd::wait_until(Duration::from_secs(10), || {
-        bed.conns(0).iter().all(|e| e.state() != "established")
-    }));
-    assert!(banner_from_port(client, 45_678, 9022).starts_with("SSH-2.0-"));
-    let tracked: Vec<(u16, u16)> = bed
-        .conns(0)
-        .into_iter()
-        .filter_map(|e| match e {
-            Entry::Established(k, c) => Some((k.client().port(), c.frontend.port())),
-            Entry::HalfOpen(..) => None,
-        })
-        .collect();
-    assert_eq!(tracked, [(45_678, 9022)]);
+    close_gracefully(connect_from_port(client, 45_678, 8022));
+    // Both sides closed: the entry stays, closing, for its close timeout.
+    let states = || -> Vec<(u16, u16, &'static str)> {
+        bed.conns(0)
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Established(k, c) => Some((k.client().port(), c.frontend.port(), e.state())),
+                Entry::HalfOpen(..) => None,
+            })
+            .collect()
+    };
+    assert!(
+        cmd::wait_until(Duration::from_secs(5), || states()
+            == [(45_678, 8022, "closing")]),
+        "{:?}",
+        states()
+    );
+    // The same port, the other frontend: the new handshake replaces the
+    // closing entry, and the banner comes back from the frontend dialled.
+    let second = connect_from_port(client, 45_678, 9022);
+    assert_eq!(states(), [(45_678, 9022, "established")]);
+    assert_eq!(bed.counter(0, "conn_replaced"), 1);
+    drop(second);
 }
 
 #[test]
