@@ -19,11 +19,13 @@ use std::{
     time::Duration,
 };
 
+use aya::maps::{HashMap, Map, MapData};
 use common::{EXTERNAL_IP, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry, Timeouts, clock_ns},
     pins::PinLayout,
 };
+use ssh_fwd_common::maps::{CONNS, Conn, ConnKey, Endpoint};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     agent::write_mappings,
@@ -46,6 +48,11 @@ struct Bed {
 
 impl Bed {
     fn start(cluster: Cluster, entries: &[(&str, &str, &str)]) -> Self {
+        Self::start_with(cluster, entries, &[])
+    }
+
+    /// [`Bed::start`] with `extra` flags for both agents.
+    fn start_with(cluster: Cluster, entries: &[(&str, &str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ssh-fwd-ct")
             .tempdir()
@@ -65,7 +72,7 @@ impl Bed {
                 &[EXT_IFACE],
                 &mappings,
                 &bed.bpffs[i],
-                &[],
+                extra,
             )
             .unwrap();
             bed.agents.push(agent);
@@ -413,6 +420,79 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
     assert_eq!(states(), [(45_678, 9022, "established")]);
     assert_eq!(bed.counter(0, "conn_replaced"), 1);
     drop(second);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what_it_refuses() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.1.5:22")],
+        &[
+            "--conn-table-size",
+            "1024",
+            "--half-open-table-size",
+            "2048",
+        ],
+    );
+    let layout = PinLayout::new(bed.bpffs[0].path());
+    assert_eq!(
+        ConnTables::open_pinned(&layout)
+            .unwrap()
+            .capacities()
+            .unwrap(),
+        (1024, 2048)
+    );
+    // Other clients' connections fill the established table.
+    let frontend = Endpoint::new(EXTERNAL_IP.parse().unwrap(), 8022);
+    let backend = Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22);
+    let data = MapData::from_pin(layout.map(CONNS)).unwrap();
+    let mut conns: HashMap<MapData, ConnKey, Conn> =
+        HashMap::try_from(Map::from_map_data(data).unwrap()).unwrap();
+    let now = clock_ns();
+    for i in 0..1024u32 {
+        let client = Endpoint::new(Ipv4Addr::from(0x6440_0000 + i), 1024);
+        let conn = Conn {
+            frontend,
+            last_seen_ns: now,
+            created_ns: now,
+            ..Conn::ZERO
+        };
+        conns
+            .insert(ConnKey::new(client, backend), conn, 0)
+            .unwrap();
+    }
+    // A real client's handshake completes (the SYN-ACK is the half-open
+    // entry's), and the full table refuses it, counted.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            bed.cluster.client.enter_on_this_thread().unwrap();
+            let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
+            std::net::TcpStream::connect_timeout(&to.into(), Duration::from_secs(5)).unwrap()
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(cmd::wait_until(Duration::from_secs(5), || bed
+        .counter(0, "conn_table_full")
+        == 1));
+    let listed = cmd::run(
+        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["list", "conns", "--bpffs"])
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    assert!(
+        listed.contains("established table: 1024 of 1024 entries; refused when full: 1"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(" of 2048 entries; evicted or replaced: "),
+        "{listed}"
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ use ssh_fwd_common::{
         CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, LEGACY, LEGACY_CONN_CAPACITY,
         LEGACY_CONNS, NatTarget,
     },
+    outcome::Outcome,
 };
 
 use super::{maps::open_pin, pins::PinLayout};
@@ -197,6 +198,19 @@ impl ConnTables {
         table::purge(&mut self.conns, &mut self.half_open, frontends)
     }
 
+    /// How many entries each table holds at most (`--conn-table-size`,
+    /// `--half-open-table-size`): established, half-open.
+    pub fn capacities(&self) -> anyhow::Result<(u32, u32)> {
+        let conns = self.conns.map().info().context(CONNS)?.max_entries();
+        let half_open = self
+            .half_open
+            .map()
+            .info()
+            .context(HALF_OPEN)?
+            .max_entries();
+        Ok((conns, half_open))
+    }
+
     /// Every entry of both tables.
     pub fn entries(&self) -> Vec<Entry> {
         let conns = self
@@ -247,6 +261,19 @@ impl<V: Pod> Table<V> for HashMap<MapData, ConnKey, V> {
         // EEXIST: the kernel stored a newer entry meanwhile, which stays.
         let _ = self.insert(key, value, take::BPF_NOEXIST);
     }
+}
+
+/// Half-open entries that left other than by completing, expiring or being
+/// refused: evicted by the LRU (a SYN flood) or replaced by a SYN for the
+/// same 4-tuple, since the counters began, given the outcome counters and
+/// the entries the table holds now.
+pub fn half_open_churned(count: impl Fn(Outcome) -> u64, half_open_now: u64) -> u64 {
+    count(Outcome::HalfOpened).saturating_sub(
+        count(Outcome::ConnEstablished)
+            + count(Outcome::HalfOpenRefused)
+            + count(Outcome::HalfOpenExpired)
+            + half_open_now,
+    )
 }
 
 fn nanos(d: Duration) -> u64 {
