@@ -180,6 +180,22 @@ pub const fn reply_reads_half_open(seg: &Segment, conn: Option<&Conn>) -> bool {
     }
 }
 
+/// The frontend to carry in the IP option of a SYN leaving the node for a
+/// backend on another node, given the half-open entry of its 4-tuple: the
+/// entry's frontend if this SYN is the one that made it (the client's
+/// initial sequence number matches). The kernel program also requires that
+/// the SYN came in from outside the node, where the ingress program saw it;
+/// a SYN a pod sends to another pod's address never carries the option,
+/// whatever SYNs spoofing that pod's address did to the half-open table (an
+/// off-path sender does not know the pod's ISN).
+#[inline(always)]
+pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint> {
+    match half {
+        Some(h) if seg.is_syn() && h.client_isn == seg.seq => Some(h.frontend),
+        _ => None,
+    }
+}
+
 /// Whether `seg` is the client's ACK completing the handshake `h`.
 #[inline(always)]
 fn completes(seg: &Segment, frontend: Endpoint, h: &HalfOpen) -> bool {
@@ -354,24 +370,71 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 
 /// The entry after a segment from the client, or `None` if nothing to
 /// store changed. Spoofable, so it moves no sequence state: it refreshes
-/// the clock, and a FIN is only noted as pending until the server
-/// acknowledges it.
+/// the clock, and a FIN is only noted as pending (see [`fin_noted`]) until
+/// the server acknowledges exactly it.
 #[inline(always)]
 fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     let mut next = c.clone_with_clock(now);
-    if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 {
+    if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
     }
     (next != *c).then_some(next)
 }
 
+/// The largest receive window TCP can advertise (RFC 7323: 2^30 bytes with
+/// the largest window scale): a FIN further ahead than this of what the
+/// server acknowledged is outside any window the server could accept it in.
+pub const MAX_WINDOW: u32 = 1 << 30;
+
+/// How far `seq` lies ahead of the client's next expected sequence number,
+/// if inside [`MAX_WINDOW`] (at or after it: the server's TCP accepts a FIN
+/// only there).
+#[inline(always)]
+const fn in_client_window(c: &Conn, seq: u32) -> Option<u32> {
+    let ahead = seq.wrapping_sub(c.client_next);
+    if ahead < MAX_WINDOW {
+        Some(ahead)
+    } else {
+        None
+    }
+}
+
+/// Whether a client FIN ending at `end` becomes the pending one. Its
+/// sequence number (the FIN's own, `end - 1`) must be in the client's
+/// window, and it replaces a pending FIN only if it is the earlier of the
+/// two, or the pending one is stale: a pending FIN the server's
+/// acknowledgement went past was not the client's (the client sends
+/// nothing after its FIN). The real FIN follows the last byte the client
+/// sent; an off-path sender does not know where that is, so its FIN can
+/// neither displace the real one (it lands after it, but for a guess inside
+/// the bytes in flight) nor be acknowledged exactly.
+#[inline(always)]
+const fn fin_noted(c: &Conn, end: u32) -> bool {
+    let Some(ahead) = in_client_window(c, end.wrapping_sub(1)) else {
+        return false;
+    };
+    if c.client_fin_end == 0 {
+        return true;
+    }
+    match in_client_window(c, c.client_fin_end.wrapping_sub(1)) {
+        Some(pending) => ahead < pending,
+        None => true,
+    }
+}
+
 /// The entry after a segment from the server (trusted: from the pod), or
 /// `None` if nothing to store changed. Most segments of a busy connection
 /// move a sequence number; the clock is written at most once per
-/// [`CLOCK_GRANULARITY_NS`].
+/// [`CLOCK_GRANULARITY_NS`]. A segment of this connection that is no SYN
+/// ends a reopening: the server answered the SYN that flagged it from the
+/// old connection (a challenge ACK), so that SYN will never be completed,
+/// and the client's segments need not look for it any more.
 #[inline(always)]
 fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     let mut next = c.clone_with_clock(now);
+    if !seg.has(TCP_SYN) {
+        next.flags &= !CONN_REOPENING;
+    }
     let end = seg.end();
     if after(end, next.server_next) {
         next.server_next = end;
@@ -381,8 +444,10 @@ fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
             next.client_next = seg.ack;
             next.flags &= !CONN_RST_PENDING;
         }
-        // The server acknowledged the client's FIN: the client has closed.
-        if next.client_fin_end != 0 && !after(next.client_fin_end, seg.ack) {
+        // The server acknowledged exactly the client's FIN, and nothing
+        // beyond it: the client has closed.
+        if next.client_fin_end != 0 && seg.ack == next.client_fin_end && next.client_next == seg.ack
+        {
             next.flags |= CONN_FIN_CLIENT;
         }
     }
@@ -436,5 +501,6 @@ pub fn half_open_expired(h: &HalfOpen, now: u64, timeout_ns: u64) -> bool {
     now.saturating_sub(h.last_seen_ns) >= timeout_ns
 }
 
+pub mod mss;
 #[cfg(test)]
 mod tests;

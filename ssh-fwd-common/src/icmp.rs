@@ -16,8 +16,9 @@
 //! host references the kernel programs are checked against, byte for byte.
 
 use crate::{
+    conntrack::closing,
     csum,
-    maps::Endpoint,
+    maps::{Conn, Endpoint, FLAG_SHARED_BACKEND, HalfOpen, NatTarget},
     packet::{
         ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_DADDR_OFF, IPV4_MIN_LEN, IPV4_PROTO_OFF,
         IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF, ipv4_header_len,
@@ -55,6 +56,45 @@ pub struct Quote {
     /// The quoted packet's source and destination.
     pub source: Endpoint,
     pub destination: Endpoint,
+}
+
+/// Inbound: whether an error about a reply from `frontend` may reach its
+/// backend, given the established entry of the quoted connection on this
+/// node. Only that entry may refuse (its connection went through another
+/// frontend): it exists only for completed handshakes, so an off-path
+/// sender cannot make a real connection's errors be refused. Without one,
+/// the frontend map alone decides, and the pod's TCP checks the quoted
+/// sequence number, as it does for any ICMP error. A half-open entry, which
+/// any SYN replaces, is never asked.
+#[inline(always)]
+pub fn inbound_allowed(conn: Option<&Conn>, frontend: Endpoint) -> bool {
+    conn.is_none_or(|c| c.frontend == frontend || closing(c))
+}
+
+/// Outbound: the frontend an error about a request `client -> backend`
+/// must name, or `None` to drop it (never show the backend). The
+/// established entry's, if there is one; the half-open entry's only if the
+/// error quotes exactly the SYN that made it (`quoted_seq`, the quoted
+/// sequence number, is its ISN: a spoofed SYN that replaced the entry has
+/// another; pass no half-open entry for a quote too short to hold it); for
+/// a backend behind one frontend, that one. Otherwise the frontend cannot
+/// be known for sure, and the error is dropped.
+#[inline(always)]
+pub fn outbound_frontend(
+    conn: Option<&Conn>,
+    half: Option<&HalfOpen>,
+    quoted_seq: u32,
+    primary: &NatTarget,
+) -> Option<Endpoint> {
+    if let Some(c) = conn {
+        return Some(c.frontend);
+    }
+    if let Some(h) = half
+        && quoted_seq == h.client_isn
+    {
+        return Some(h.frontend);
+    }
+    (primary.flags & FLAG_SHARED_BACKEND == 0).then_some(primary.endpoint)
 }
 
 /// Host reference: the quote of an ICMP error in `frame` (whose outer IPv4

@@ -8,7 +8,7 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
 use ssh_fwd_common::{
     conntrack::{
-        self, OnLegacyReply, OnReply, OnRequest, Segment, reply_reads_half_open,
+        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_reads_half_open,
         request_reads_half_open,
     },
     maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
@@ -28,6 +28,20 @@ const EEXIST: i32 = 17;
 pub struct Restore {
     pub frontend: Endpoint,
     pub slot: u32,
+    /// For a SYN-ACK of a connection that came from another node: the MSS
+    /// it may announce at most (0: leave it).
+    pub mss_cap: u16,
+}
+
+impl Restore {
+    #[inline(always)]
+    const fn to(frontend: Endpoint, slot: u32) -> Self {
+        Self {
+            frontend,
+            slot,
+            mss_cap: 0,
+        }
+    }
 }
 
 /// Copies the entry behind `ptr` (if any) into `slot` and returns it; the
@@ -59,6 +73,19 @@ pub fn request(
     slot: u32,
     seg: &Segment,
 ) -> bool {
+    track_request(client, frontend, backend, slot, seg, 0)
+}
+
+/// [`request`], recording `mss_cap` with a half-open entry it opens.
+#[inline(always)]
+fn track_request(
+    client: Endpoint,
+    frontend: Endpoint,
+    backend: Endpoint,
+    slot: u32,
+    seg: &Segment,
+    mss_cap: u16,
+) -> bool {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
@@ -70,21 +97,35 @@ pub fn request(
         None
     };
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
-    apply_request(&key, decision, seg, frontend, slot, conn_ptr)
+    let opened = Opened {
+        frontend,
+        slot,
+        mss_cap,
+    };
+    apply_request(&key, decision, seg, &opened, conn_ptr)
+}
+
+/// What a half-open entry opened by a request holds besides the SYN's.
+struct Opened {
+    frontend: Endpoint,
+    slot: u32,
+    mss_cap: u16,
 }
 
 /// A request that reached a backend of this node already translated by
 /// another node (or sent to the pod's address by a peer in the cluster).
 /// A SYN opens state only with `option`, the frontend it carries in its IP
-/// option, and only if that frontend maps to this backend; any other
-/// segment follows the state its handshake left here. `false`: drop it (see
-/// [`request`]).
+/// option, and only if that frontend maps to this backend; it records the
+/// MSS the link it came in on carries (`link_mtu`: see
+/// `ssh_fwd_common::conntrack::mss`). Any other segment follows the state
+/// its handshake left here. `false`: drop it (see [`request`]).
 #[inline(always)]
 pub fn to_backend(
     client: Endpoint,
     backend: Endpoint,
     seg: &Segment,
     option: Option<Endpoint>,
+    link_mtu: impl FnOnce() -> u32,
 ) -> bool {
     if !seg.is_syn() {
         established_to_backend(client, backend, seg);
@@ -101,7 +142,8 @@ pub fn to_backend(
     {
         Some(t) => {
             count(Outcome::OptionLearned);
-            request(client, frontend, backend, t.slot, seg)
+            let cap = mss::cap_for_mtu(link_mtu());
+            track_request(client, frontend, backend, t.slot, seg, cap)
         }
         None => {
             count(Outcome::OptionRejected);
@@ -130,7 +172,12 @@ fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
         (None, None) => return,
     };
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
-    apply_request(&key, decision, seg, frontend, slot, conn_ptr);
+    let opened = Opened {
+        frontend,
+        slot,
+        mss_cap: 0,
+    };
+    apply_request(&key, decision, seg, &opened, conn_ptr);
 }
 
 #[inline(always)]
@@ -138,16 +185,15 @@ fn apply_request(
     key: &ConnKey,
     decision: OnRequest,
     seg: &Segment,
-    frontend: Endpoint,
-    slot: u32,
+    opened: &Opened,
     conn_ptr: Option<*mut Conn>,
 ) -> bool {
     match decision {
         OnRequest::OpenHalf { reopening } => {
             let half = HalfOpen {
-                frontend,
-                slot,
-                flags: 0,
+                frontend: opened.frontend,
+                slot: opened.slot,
+                flags: mss::with_cap(0, opened.mss_cap),
                 client_isn: seg.seq,
                 server_isn: 0,
                 last_seen_ns: now(),
@@ -228,17 +274,17 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
                 // SAFETY: a pointer into the map's value, valid for this run.
                 unsafe { *p = c };
             }
-            Some(Restore { frontend, slot })
+            Some(Restore::to(frontend, slot))
         }
         OnReply::Reset { frontend, slot } => {
             if CONNS.remove(key).is_ok() {
                 count(Outcome::ConnReset);
             }
-            Some(Restore { frontend, slot })
+            Some(Restore::to(frontend, slot))
         }
         OnReply::IgnoredReset { frontend, slot } => {
             count(Outcome::ResetIgnored);
-            Some(Restore { frontend, slot })
+            Some(Restore::to(frontend, slot))
         }
         OnReply::Accept {
             frontend,
@@ -249,13 +295,17 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
                 // SAFETY: as above.
                 unsafe { *p = learned };
             }
-            Some(Restore { frontend, slot })
+            Some(Restore {
+                frontend,
+                slot,
+                mss_cap: mss::cap_of(learned.flags),
+            })
         }
         OnReply::Refuse { frontend, slot } => {
             if HALF_OPEN.remove(key).is_ok() {
                 count(Outcome::HalfOpenRefused);
             }
-            Some(Restore { frontend, slot })
+            Some(Restore::to(frontend, slot))
         }
     }
 }
@@ -280,10 +330,7 @@ pub fn restore_untracked(
         return None;
     }
     count(Outcome::ReverseFallback);
-    Some(Restore {
-        frontend: primary.endpoint,
-        slot: primary.slot,
-    })
+    Some(Restore::to(primary.endpoint, primary.slot))
 }
 
 /// A reply [`reply`] found untracked, from `backend` (whose primary
@@ -308,10 +355,7 @@ fn legacy_reply(
     let target = unsafe { LEGACY_CONNS.get(key) }
         .copied()
         .unwrap_or(*primary);
-    let restore = Restore {
-        frontend: target.endpoint,
-        slot: target.slot,
-    };
+    let restore = Restore::to(target.endpoint, target.slot);
     match conntrack::on_legacy_reply(seg, restore.frontend, restore.slot, now) {
         OnLegacyReply::Untracked => return None,
         OnLegacyReply::Adopt(conn) => {
@@ -328,15 +372,27 @@ fn legacy_reply(
     Some(restore)
 }
 
-/// The frontend of a tracked connection (or handshake) between `client`
-/// and `backend`, for translating an ICMP error about it.
+/// The established entry of `client`'s connection to `backend`: a
+/// reference into the map, read at once (a copy of an absent entry would
+/// hand the verifier registers the compiler never wrote).
 #[inline(always)]
-pub fn frontend_of(client: Endpoint, backend: Endpoint) -> Option<Endpoint> {
-    let key = ConnKey::new(client, backend);
-    // SAFETY: copied out at once.
-    if let Some(c) = unsafe { CONNS.get(key) } {
-        return Some(c.frontend);
-    }
+pub fn established(client: Endpoint, backend: Endpoint) -> Option<&'static Conn> {
+    // SAFETY: the map's value stays valid for this program run; the callers
+    // only read it, right away.
+    unsafe { CONNS.get(ConnKey::new(client, backend)) }
+}
+
+/// The half-open entry of `client`'s handshake with `backend` (as
+/// [`established`]).
+#[inline(always)]
+pub fn half_open(client: Endpoint, backend: Endpoint) -> Option<&'static HalfOpen> {
     // SAFETY: as above.
-    unsafe { HALF_OPEN.get(key) }.map(|h| h.frontend)
+    unsafe { HALF_OPEN.get(ConnKey::new(client, backend)) }
+}
+
+/// The frontend a SYN `client -> backend` leaving the node carries to the
+/// backend's node: see `ssh_fwd_common::conntrack::translated_syn`.
+#[inline(always)]
+pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
+    conntrack::translated_syn(seg, half_open(client, backend))
 }

@@ -1,8 +1,9 @@
 //! tc egress on an external (or cluster) interface, as packets leave the
 //! node: replies of tracked connections get the frontend back as their
-//! source; a translated SYN leaving for the backend's node carries its
-//! frontend in an IP option; ICMP errors quoting a backend name the
-//! frontend instead (or are dropped).
+//! source (and a SYN-ACK of a connection from another node the MSS its
+//! link carries); a SYN this node translated, leaving for the backend's
+//! node, carries its frontend in an IP option; ICMP errors quoting a
+//! backend name the frontend instead (or are dropped).
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -23,6 +24,7 @@ use crate::{
     icmp::{self, Out},
     ipopt,
     maps::REVERSE,
+    mss,
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
 };
@@ -78,17 +80,24 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
         }) else {
             return Outcome::ReplyUntracked;
         };
-        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err() {
+        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err()
+            || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
+        {
             return Outcome::RewriteError;
         }
         count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
         return Outcome::ReverseNat;
     }
+    // A SYN this node translated, leaving for the backend's node: it came
+    // in from outside, and it is the SYN that opened the half-open entry.
+    // A pod's own SYN to another pod never qualifies, whatever spoofed
+    // SYNs did to that entry.
     if seg.is_syn()
         && !cross_node_plain()
+        && from_outside(ctx)
         // SAFETY: only tested for presence.
         && unsafe { REVERSE.get(destination) }.is_some()
-        && let Some(frontend) = conntrack::frontend_of(source, destination)
+        && let Some(frontend) = conntrack::translated_syn(source, destination, seg)
         && ipopt::add(ctx, h.ip_len, frontend)
     {
         return Outcome::OptionAdded;

@@ -9,17 +9,20 @@
 
 use ssh_fwd_common::{
     csum,
-    icmp::{ICMP_CHECK_OFF, ICMP_HLEN, QUOTED_CHECK_LEN, QUOTED_PORTS_LEN, is_error},
-    maps::{Endpoint, FLAG_SHARED_BACKEND},
+    icmp::{
+        ICMP_CHECK_OFF, ICMP_HLEN, QUOTED_CHECK_LEN, QUOTED_PORTS_LEN, inbound_allowed, is_error,
+        outbound_frontend,
+    },
+    maps::Endpoint,
     outcome::Outcome,
     packet::{
         ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_DADDR_OFF, IPV4_MIN_LEN, IPV4_PROTO_OFF,
-        IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF, ipv4_header_len,
+        IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SEQ_OFF, TCP_SPORT_OFF, ipv4_header_len,
     },
 };
 
 use crate::{
-    conntrack::frontend_of,
+    conntrack::{established, half_open},
     counters::count,
     maps::{FRONTENDS, REVERSE},
     packet::{Packet, bytes_at, put_addr, put_word, read, word},
@@ -73,9 +76,11 @@ fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
 /// An error about a reply `frontend -> client`, addressed to the frontend:
 /// rewritten to be about `backend -> client` and addressed to the backend.
 /// Returns the backend to route to, or `None` (not ours: left untouched).
-/// The node holding the connection checks it is the connection's frontend;
-/// a node without its state translates by the frontend map alone (the
-/// pod's TCP checks the quoted sequence number, as for any ICMP error).
+/// Only an established connection through another frontend refuses it; a
+/// node without one (the receiving node of a connection to a pod on
+/// another node has none) translates by the frontend map alone, and the
+/// pod's TCP checks the quoted sequence number, as for any ICMP error
+/// (`ssh_fwd_common::icmp::inbound_allowed`).
 #[inline(always)]
 pub fn inbound<P: Packet>(p: &P, outer_ip_len: usize, outer_dst: u32) -> Option<Endpoint> {
     let q = quote(p, outer_ip_len)?;
@@ -85,9 +90,7 @@ pub fn inbound<P: Packet>(p: &P, outer_ip_len: usize, outer_dst: u32) -> Option<
     // SAFETY: copied out at once.
     let target = unsafe { FRONTENDS.get(q.source) }.copied()?;
     let backend = target.endpoint;
-    if let Some(frontend) = frontend_of(q.destination, backend)
-        && frontend != q.source
-    {
+    if !inbound_allowed(established(q.destination, backend), q.source) {
         return None;
     }
     rewrite(p, &q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF)?;
@@ -114,7 +117,8 @@ pub enum Out {
 }
 
 /// An error a node sends a client about a request `client -> backend`:
-/// rewritten to name the frontend the client used.
+/// rewritten to name the frontend the client used, as far as state an
+/// off-path sender cannot swap says (`ssh_fwd_common::icmp::outbound_frontend`).
 #[inline(always)]
 pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
     let Some(q) = quote(p, outer_ip_len) else {
@@ -124,15 +128,16 @@ pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
     let Some(primary) = (unsafe { REVERSE.get(q.destination) }).copied() else {
         return Out::NotOurs;
     };
-    let frontend = match frontend_of(q.source, q.destination) {
-        Some(frontend) => frontend,
-        // No state here (the connection lives on another node): the primary
-        // frontend is the only one a backend behind one frontend has.
-        None if primary.flags & FLAG_SHARED_BACKEND == 0 => primary.endpoint,
-        None => {
-            count(Outcome::IcmpDropped);
-            return Out::Drop;
-        }
+    let conn = established(q.source, q.destination);
+    // The half-open entry counts only for a quote that holds the sequence
+    // number to check it by.
+    let (half, seq) = match read::<P, 4>(p, q.tcp + TCP_SEQ_OFF) {
+        Some(seq) => (half_open(q.source, q.destination), u32::from_be_bytes(seq)),
+        None => (None, 0),
+    };
+    let Some(frontend) = outbound_frontend(conn, half, seq, &primary) else {
+        count(Outcome::IcmpDropped);
+        return Out::Drop;
     };
     if rewrite(
         p,

@@ -25,6 +25,7 @@ use crate::{
     forward::{Sent, iface_flags, route, send},
     icmp, ipopt,
     maps::{FRONTENDS, REVERSE},
+    mss,
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
 };
@@ -123,7 +124,7 @@ fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
     } else {
         None
     };
-    let keep = conntrack::to_backend(h.source, h.destination, seg, option);
+    let keep = conntrack::to_backend(h.source, h.destination, seg, option, || mss::link_mtu(ctx));
     if let Some(frontend) = option {
         // The pod sees the SYN as the client sent it.
         ipopt::strip_skb(ctx, frontend);

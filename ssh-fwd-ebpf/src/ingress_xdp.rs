@@ -20,6 +20,7 @@ use crate::{
     counters::{Direction, count, count_mapping},
     icmp, ipopt,
     maps::{FRONTENDS, REVERSE},
+    mss,
     packet::{Headers, Transport, parse, put_addr, put_word, word},
     partial,
 };
@@ -114,7 +115,7 @@ fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
     } else {
         None
     };
-    let keep = conntrack::to_backend(h.source, h.destination, seg, option);
+    let keep = conntrack::to_backend(h.source, h.destination, seg, option, || mss::link_mtu(ctx));
     if let Some(frontend) = option {
         ipopt::strip_xdp(ctx, frontend);
     }

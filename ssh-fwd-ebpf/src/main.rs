@@ -28,6 +28,7 @@ mod ingress_tc;
 mod ingress_xdp;
 mod ipopt;
 mod maps;
+mod mss;
 mod packet;
 mod partial;
 mod reply_tc;

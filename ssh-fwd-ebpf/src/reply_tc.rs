@@ -23,6 +23,7 @@ use crate::{
     counters::{Direction, count, count_mapping},
     forward::{iface_flags, route, send},
     maps::REVERSE,
+    mss,
     packet::Transport,
     skb::{Field, parse, rewrite},
 };
@@ -66,7 +67,9 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     }) else {
         return (Outcome::ReplyUntracked, TC_ACT_UNSPEC);
     };
-    if rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err() {
+    if rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err()
+        || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
+    {
         return (Outcome::RewriteError, TC_ACT_SHOT);
     }
     count(Outcome::ReverseNat);

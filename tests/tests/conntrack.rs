@@ -19,11 +19,13 @@ use std::{
     time::Duration,
 };
 
+use aya::maps::{HashMap, Map, MapData};
 use common::{EXTERNAL_IP, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry, Timeouts, clock_ns},
     pins::PinLayout,
 };
+use ssh_fwd_common::maps::{CONNS, Conn, ConnKey, Endpoint};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     agent::write_mappings,
@@ -46,6 +48,11 @@ struct Bed {
 
 impl Bed {
     fn start(cluster: Cluster, entries: &[(&str, &str, &str)]) -> Self {
+        Self::start_with(cluster, entries, &[])
+    }
+
+    /// [`Bed::start`] with `extra` flags for both agents.
+    fn start_with(cluster: Cluster, entries: &[(&str, &str, &str)], extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ssh-fwd-ct")
             .tempdir()
@@ -65,7 +72,7 @@ impl Bed {
                 &[EXT_IFACE],
                 &mappings,
                 &bed.bpffs[i],
-                &[],
+                extra,
             )
             .unwrap();
             bed.agents.push(agent);
@@ -223,6 +230,46 @@ fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_ex
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn ranks_reach_each_other_by_pod_ip_while_an_off_path_sender_sprays_syns_with_a_ranks_address() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        host_gw: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(0, 1).unwrap(); // rank 1, node A
+    cluster.add_pod(1, 2).unwrap(); // rank 0, node B, behind the frontend
+    let bed = Bed::start(cluster, &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")]);
+    // SYNs with rank 1's address, from every source port, to rank 0's
+    // frontend: they enter node A, rank 1's node, and fill its half-open
+    // table with entries for every 4-tuple rank 1 may use to reach rank 0.
+    let spray: Vec<Syn> = (0..=u16::MAX)
+        .map(|sport| Syn {
+            src: Ipv4Addr::new(10, 244, 1, 5),
+            sport,
+            dst: EXTERNAL_IP.parse().unwrap(),
+            dport: 8022,
+            seq: u32::from(sport).wrapping_mul(2_654_435_761),
+        })
+        .collect();
+    let sent = flood::send(&bed.cluster.client, spray, Duration::from_secs(60)).unwrap();
+    assert_eq!(sent, 65_536);
+    // Rank 1's own SYN to rank 0's pod address leaves node A without the
+    // frontend option, so rank 0's SYN-ACK keeps its address.
+    let rank1 = &bed.cluster.pods[0].ns;
+    for _ in 0..3 {
+        assert_eq!(
+            bed.cluster
+                .ssh()
+                .run(rank1, "10.244.2.5", 22, "hostname")
+                .unwrap(),
+            "pod-2"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
@@ -295,9 +342,10 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
     );
 }
 
-/// Connects from `client:sport` to the frontend on `port` inside `ns` and
-/// returns the first line the server sends (sshd's banner).
-fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
+/// A connection from `client:sport` to the frontend on `port`, made inside
+/// `ns` (a socket keeps the namespace it was made in), with sshd's banner
+/// read and the client's own sent.
+fn connect_from_port(ns: &NetNs, sport: u16, port: u16) -> std::net::TcpStream {
     std::thread::scope(|s| {
         s.spawn(move || {
             ns.enter_on_this_thread().unwrap();
@@ -315,20 +363,24 @@ fn banner_from_port(ns: &NetNs, sport: u16, port: u16) -> String {
             stream
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
-            let mut buf = [0u8; 256];
-            let n = stream.read(&mut buf).unwrap();
-            let banner = String::from_utf8_lossy(&buf[..n])
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned();
+            let mut banner = [0u8; 8];
+            stream.read_exact(&mut banner).unwrap();
+            assert_eq!(&banner, b"SSH-2.0-", "sshd's banner through {port}");
             stream.write_all(b"SSH-2.0-test\r\n").unwrap();
-            drop(stream);
-            banner
+            stream
         })
         .join()
         .unwrap()
     })
+}
+
+/// Closes a connection the way a client that hangs up cleanly does: its
+/// FIN, then whatever the server still sends, up to the server's FIN. No
+/// RST: nothing is left unread.
+fn close_gracefully(mut stream: std::net::TcpStream) {
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).unwrap();
 }
 
 #[test]
@@ -345,22 +397,102 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
         ],
     );
     let client = &bed.cluster.client;
-    assert!(banner_from_port(client, 45_678, 8022).starts_with("SSH-2.0-"));
-    // The first connection closes both ways; the same port, the other
-    // frontend.
-    assert!(cmd::wait_until(Duration::from_secs(10), || {
-        bed.conns(0).iter().all(|e| e.state() != "established")
-    }));
-    assert!(banner_from_port(client, 45_678, 9022).starts_with("SSH-2.0-"));
-    let tracked: Vec<(u16, u16)> = bed
-        .conns(0)
-        .into_iter()
-        .filter_map(|e| match e {
-            Entry::Established(k, c) => Some((k.client().port(), c.frontend.port())),
-            Entry::HalfOpen(..) => None,
+    close_gracefully(connect_from_port(client, 45_678, 8022));
+    // Both sides closed: the entry stays, closing, for its close timeout.
+    let states = || -> Vec<(u16, u16, &'static str)> {
+        bed.conns(0)
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Established(k, c) => Some((k.client().port(), c.frontend.port(), e.state())),
+                Entry::HalfOpen(..) => None,
+            })
+            .collect()
+    };
+    assert!(
+        cmd::wait_until(Duration::from_secs(5), || states()
+            == [(45_678, 8022, "closing")]),
+        "{:?}",
+        states()
+    );
+    // The same port, the other frontend: the new handshake replaces the
+    // closing entry, and the banner comes back from the frontend dialled.
+    let second = connect_from_port(client, 45_678, 9022);
+    assert_eq!(states(), [(45_678, 9022, "established")]);
+    assert_eq!(bed.counter(0, "conn_replaced"), 1);
+    drop(second);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what_it_refuses() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.1.5:22")],
+        &[
+            "--conn-table-size",
+            "1024",
+            "--half-open-table-size",
+            "2048",
+        ],
+    );
+    let layout = PinLayout::new(bed.bpffs[0].path());
+    assert_eq!(
+        ConnTables::open_pinned(&layout)
+            .unwrap()
+            .capacities()
+            .unwrap(),
+        (1024, 2048)
+    );
+    // Other clients' connections fill the established table.
+    let frontend = Endpoint::new(EXTERNAL_IP.parse().unwrap(), 8022);
+    let backend = Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22);
+    let data = MapData::from_pin(layout.map(CONNS)).unwrap();
+    let mut conns: HashMap<MapData, ConnKey, Conn> =
+        HashMap::try_from(Map::from_map_data(data).unwrap()).unwrap();
+    let now = clock_ns();
+    for i in 0..1024u32 {
+        let client = Endpoint::new(Ipv4Addr::from(0x6440_0000 + i), 1024);
+        let conn = Conn {
+            frontend,
+            last_seen_ns: now,
+            created_ns: now,
+            ..Conn::ZERO
+        };
+        conns
+            .insert(ConnKey::new(client, backend), conn, 0)
+            .unwrap();
+    }
+    // A real client's handshake completes (the SYN-ACK is the half-open
+    // entry's), and the full table refuses it, counted.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            bed.cluster.client.enter_on_this_thread().unwrap();
+            let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
+            std::net::TcpStream::connect_timeout(&to.into(), Duration::from_secs(5)).unwrap()
         })
-        .collect();
-    assert_eq!(tracked, [(45_678, 9022)]);
+        .join()
+        .unwrap()
+    });
+    assert!(cmd::wait_until(Duration::from_secs(5), || bed
+        .counter(0, "conn_table_full")
+        == 1));
+    let listed = cmd::run(
+        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["list", "conns", "--bpffs"])
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    assert!(
+        listed.contains("established table: 1024 of 1024 entries; refused when full: 1"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains(" of 2048 entries; evicted or replaced: "),
+        "{listed}"
+    );
 }
 
 #[test]
@@ -497,22 +629,122 @@ fn path_mtu_is_discovered_through_a_narrow_client_link() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn path_mtu_is_discovered_through_a_narrow_link_between_the_nodes() {
+fn a_narrow_link_between_the_nodes_needs_no_path_mtu_discovery() {
     privilege::require();
-    let (_bed, seen) = bulk_over_narrow_link(Wiring {
+    let (bed, seen) = bulk_over_narrow_link(Wiring {
         node_link_mtu: Some(1280),
         ..Wiring::default()
     });
+    // Node B lowered the MSS its pod announced to what the link from node
+    // A carries, so the client never sent A a segment too large for it.
     assert!(
-        seen.contains("need to frag"),
-        "node A told the client: {seen}"
+        !seen.contains("need to frag"),
+        "the client was told to fragment: {seen}"
     );
     assert!(
         !seen.contains("10.244."),
         "the client saw a pod address: {seen}"
     );
+    assert!(bed.counter(1, "frontend_option_learned") >= 2);
+}
+
+/// The client's source ports for this test: few, so that a spoofer can
+/// keep up with every one of them.
+const CLIENT_PORTS: [u16; 4] = [40_000, 40_001, 40_002, 40_003];
+
+/// Runs `work` while an off-path sender keeps sending SYNs from the
+/// client's address, from each of [`CLIENT_PORTS`], to the frontend on
+/// `port`: every half-open entry of the client's connections on node A
+/// soon names that frontend. Returns how many SYNs went out.
+fn spoofing_the_clients_ports(bed: &Bed, port: u16, work: impl FnOnce()) -> usize {
+    let client = &bed.cluster.client;
+    client
+        .sysctl("net.ipv4.ip_local_port_range", "40000 40003")
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let spoofer = s.spawn(|| {
+            let mut sent = 0;
+            let mut seq = 0x5eed_u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let syns = CLIENT_PORTS
+                    .iter()
+                    .map(|&sport| {
+                        seq = seq.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                        Syn {
+                            src: CLIENT_IP.parse().unwrap(),
+                            sport,
+                            dst: EXTERNAL_IP.parse().unwrap(),
+                            dport: port,
+                            seq,
+                        }
+                    })
+                    .collect();
+                sent += flood::send(client, syns, Duration::from_secs(1)).unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            sent
+        });
+        {
+            // Stops the spoofer however `work` ends: a scope waits for its
+            // threads, so a failing `work` would otherwise wait forever.
+            let _stop = StopOnDrop(&stop);
+            work();
+        }
+        spoofer.join().unwrap()
+    })
+}
+
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn path_mtu_discovery_both_ways_survives_spoofed_syns_from_the_clients_own_ports() {
+    privilege::require();
+    // A narrow link to the client (the pod's replies need the router's
+    // "fragmentation needed", sent to the frontend, which enters node A)
+    // and a narrower one between the nodes (the client's requests cross
+    // it); the pod on node B behind two frontends.
+    let mut cluster = Cluster::new(Wiring {
+        client_link_mtu: Some(1400),
+        node_link_mtu: Some(1280),
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[
+            ("job", "198.18.0.10:8022", "10.244.2.5:22"),
+            ("other", "198.18.0.10:9022", "10.244.2.5:22"),
+        ],
+    );
+    no_offload(&bed);
+    let mut seen = String::new();
+    let spoofed = spoofing_the_clients_ports(&bed, 9022, || {
+        seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
+    });
+    assert!(spoofed > 1_000, "{spoofed} spoofed SYNs");
     assert!(
-        seen.contains(EXTERNAL_IP),
-        "the error names the frontend: {seen}"
+        !seen.contains("10.244."),
+        "the client saw a pod address: {seen}"
+    );
+    assert!(
+        !seen.contains("198.18.0.10.9022"),
+        "an error named the spoofed frontend: {seen}"
+    );
+    assert!(
+        bed.counter(0, "icmp_translated") >= 1,
+        "the router's errors reached the pod"
+    );
+    assert!(
+        bed.counter(1, "conflict_dropped") >= 1,
+        "the spoofed SYNs reached node B and were refused there"
     );
 }

@@ -669,3 +669,168 @@ fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone() {
     );
     assert!(table.is_some());
 }
+
+/// The server acknowledges everything up to `ack` (and sends nothing).
+fn server_ack(table: &mut Option<Conn>, ack: u32, now: u64) {
+    let server_next = table.map_or(0, |c| c.server_next);
+    apply_reply(table, &seg(TCP_ACK, server_next, ack, 0), now);
+}
+
+/// The server closes its side, acknowledging up to `ack`.
+fn server_fin(table: &mut Option<Conn>, ack: u32, now: u64) {
+    let server_next = table.map_or(0, |c| c.server_next);
+    apply_reply(table, &seg(TCP_FIN | TCP_ACK, server_next, ack, 0), now);
+}
+
+fn fin(seq: u32, payload: u32) -> Segment {
+    seg(TCP_FIN | TCP_ACK, seq, SERVER_ISN + 1, payload)
+}
+
+#[test]
+fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close() {
+    let conn = handshake(F1);
+    let mut table = Some(conn);
+    // The server has 1000 bytes of the client's; a spoofed FIN behind
+    // them (as a random number is, half the time).
+    server_ack(&mut table, conn.client_next + 1_000, 40);
+    apply_request(&mut table, &fin(conn.client_next + 10, 0), 41);
+    assert_eq!(table.map(|c| c.client_fin_end), Some(0), "not even noted");
+    server_ack(&mut table, conn.client_next + 1_000, 42);
+    server_fin(&mut table, conn.client_next + 1_000, 43);
+    let c = table.expect("entry");
+    assert_eq!(c.flags & CONN_FIN_CLIENT, 0);
+    assert!(!closing(&c), "only the server has closed");
+}
+
+#[test]
+fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side() {
+    let conn = handshake(F1);
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    for _ in 0..2_000 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let guess = (state >> 16) as u32;
+        let mut table = Some(conn);
+        apply_request(&mut table, &fin(guess, (state & 0x3ff) as u32), 40);
+        // The real client goes on sending; the server acknowledges it,
+        // then closes its side.
+        for step in 1..=4 {
+            server_ack(
+                &mut table,
+                conn.client_next + step * 700,
+                40 + u64::from(step),
+            );
+        }
+        server_fin(&mut table, conn.client_next + 2_800, 50);
+        let c = table.expect("entry");
+        assert!(!closing(&c), "FIN at {guess}: {c:?}");
+    }
+}
+
+#[test]
+fn a_spoofed_fin_does_not_replace_the_real_pending_one() {
+    let conn = handshake(F1);
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin(conn.client_next, 10), 40);
+    let real_end = conn.client_next + 11;
+    assert_eq!(table.map(|c| c.client_fin_end), Some(real_end));
+    // Spoofed FINs ahead of it, in the window and far out of it.
+    for off in [1u32, 5_000, 1 << 20, 1 << 31] {
+        apply_request(&mut table, &fin(conn.client_next + 10 + off, 0), 41);
+        assert_eq!(table.map(|c| c.client_fin_end), Some(real_end), "+{off}");
+    }
+    server_fin(&mut table, real_end, 42);
+    assert!(
+        closing(&table.expect("entry")),
+        "the real FIN was acknowledged"
+    );
+}
+
+#[test]
+fn a_spoofed_fin_noted_first_gives_way_to_the_real_one() {
+    let conn = handshake(F1);
+    // Ahead of the real FIN: the real one, earlier, replaces it.
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin(conn.client_next + 5_000, 0), 40);
+    apply_request(&mut table, &fin(conn.client_next + 20, 0), 41);
+    server_fin(&mut table, conn.client_next + 21, 42);
+    assert!(closing(&table.expect("entry")));
+    // Behind it: the server's acknowledgement passes it without taking it
+    // exactly, so it was no FIN of the client's; the real one replaces it.
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin(conn.client_next + 100, 0), 40);
+    server_ack(&mut table, conn.client_next + 300, 41);
+    assert_eq!(table.map(|c| c.flags & CONN_FIN_CLIENT), Some(0));
+    apply_request(&mut table, &fin(conn.client_next + 300, 0), 42);
+    server_fin(&mut table, conn.client_next + 301, 43);
+    assert!(closing(&table.expect("entry")));
+}
+
+#[test]
+fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side() {
+    let conn = handshake(F1);
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin(conn.client_next, 0), 40);
+    // An acknowledgement past the FIN: the FIN was not the client's last
+    // sequence number, so not the client's FIN.
+    server_fin(&mut table, conn.client_next + 50, 41);
+    assert_eq!(table.map(|c| c.flags & CONN_FIN_CLIENT), Some(0));
+}
+
+#[test]
+fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends() {
+    let conn = handshake(F1);
+    // A SYN through the same frontend (spoofed, or a client reusing its
+    // port) flags the entry ...
+    assert_eq!(
+        on_request(&syn(), F1, 3, Some(&conn), None, 40),
+        OnRequest::OpenHalf { reopening: true }
+    );
+    let reopening = Conn {
+        flags: CONN_REOPENING,
+        ..conn
+    };
+    let ack = seg(TCP_ACK, conn.client_next, conn.server_next, 0);
+    assert!(request_reads_half_open(&ack, Some(&reopening)));
+    // ... until the server answers it with a segment of the old connection
+    // (its challenge ACK; a real new one it would answer with a SYN-ACK).
+    let mut table = Some(reopening);
+    server_ack(&mut table, conn.client_next, 41);
+    let c = table.expect("entry");
+    assert_eq!(c.flags & CONN_REOPENING, 0);
+    assert!(!request_reads_half_open(&ack, Some(&c)));
+    // A SYN-ACK for the new handshake leaves the flag to the promotion.
+    let half = HalfOpen {
+        frontend: F1,
+        slot: 3,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 40,
+    };
+    assert!(matches!(
+        on_reply(&syn_ack(), Some(&reopening), Some(&half), 42),
+        OnReply::Accept { .. }
+    ));
+}
+
+#[test]
+fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN,
+        server_isn: 0,
+        last_seen_ns: 0,
+    };
+    assert_eq!(translated_syn(&syn(), Some(&half)), Some(F2));
+    // A SYN of the same 4-tuple with another ISN: a pod's own, while
+    // spoofed SYNs wrote the entry.
+    let other = seg(TCP_SYN, CLIENT_ISN + 77, 0, 0);
+    assert_eq!(translated_syn(&other, Some(&half)), None);
+    assert_eq!(translated_syn(&syn(), None), None);
+    let syn_ack = seg(TCP_SYN | TCP_ACK, CLIENT_ISN, 0, 0);
+    assert_eq!(translated_syn(&syn_ack, Some(&half)), None);
+}

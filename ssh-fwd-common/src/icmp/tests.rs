@@ -143,3 +143,68 @@ fn only_errors_that_quote_tcp_are_taken() {
     assert!(parse(&time_exceeded, IPV4_MIN_LEN).is_some());
     assert_eq!(time_exceeded[14 + 9], IPPROTO_ICMP);
 }
+
+fn conn_via(frontend: Endpoint) -> Conn {
+    Conn {
+        frontend,
+        ..Conn::ZERO
+    }
+}
+
+fn half_via(frontend: Endpoint, client_isn: u32) -> HalfOpen {
+    HalfOpen {
+        frontend,
+        client_isn,
+        ..HalfOpen::ZERO
+    }
+}
+
+const OTHER: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
+
+#[test]
+fn only_an_established_connection_of_another_frontend_refuses_an_inbound_error() {
+    assert!(inbound_allowed(None, FRONTEND));
+    assert!(inbound_allowed(Some(&conn_via(FRONTEND)), FRONTEND));
+    assert!(!inbound_allowed(Some(&conn_via(OTHER)), FRONTEND));
+    let closed = Conn {
+        flags: crate::maps::CONN_FIN_CLIENT | crate::maps::CONN_FIN_SERVER,
+        ..conn_via(OTHER)
+    };
+    assert!(
+        inbound_allowed(Some(&closed), FRONTEND),
+        "its 4-tuple is free"
+    );
+}
+
+#[test]
+fn an_outbound_error_names_a_frontend_only_an_off_path_sender_cannot_have_swapped() {
+    let single = NatTarget {
+        endpoint: FRONTEND,
+        slot: 0,
+        flags: 0,
+    };
+    let shared = NatTarget {
+        flags: FLAG_SHARED_BACKEND,
+        ..single
+    };
+    // The established entry decides, whatever the half-open one says.
+    let spoofed = half_via(OTHER, 555);
+    assert_eq!(
+        outbound_frontend(Some(&conn_via(FRONTEND)), Some(&spoofed), 7, &shared),
+        Some(FRONTEND)
+    );
+    // The half-open entry only about the SYN that made it.
+    assert_eq!(
+        outbound_frontend(None, Some(&spoofed), 555, &shared),
+        Some(OTHER)
+    );
+    assert_eq!(
+        outbound_frontend(None, Some(&spoofed), 1_000, &shared),
+        None
+    );
+    assert_eq!(
+        outbound_frontend(None, Some(&spoofed), 1_000, &single),
+        Some(FRONTEND)
+    );
+    assert_eq!(outbound_frontend(None, None, 1_000, &shared), None);
+}

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use ssh_fwd_common::outcome::Class;
+use ssh_fwd_common::outcome::{Class, Outcome};
 
 use super::output::{Output, print};
 use crate::{
     datapath::{
-        conntrack::{ConnTables, Entry, clock_ns},
+        conntrack::{ConnTables, Entry, clock_ns, half_open_churned},
         maps::{Maps, show},
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook},
@@ -51,8 +51,10 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
             print(args.output, &rows, mappings_table)
         }
         What::Conns => {
-            let rows = conns(&ConnTables::open_pinned(&layout)?);
-            print(args.output, &rows, conns_table)
+            let tables = ConnTables::open_pinned(&layout)?;
+            let rows = conns(&tables);
+            let summary = conns_summary(&rows, &tables, &Maps::open_pinned(&layout)?)?;
+            print(args.output, &ConnsListing { rows, summary }, conns_table)
         }
         What::Hooks => print(args.output, &stats::hooks(&layout), hooks_table),
         What::Counters => {
@@ -154,7 +156,46 @@ pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
     rows
 }
 
-fn conns_table(rows: &Vec<ConnRow>) -> String {
+/// `list conns`: the rows (all that JSON and YAML show: the counters are
+/// in `list counters`), and for the table the tables' fill and losses.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct ConnsListing {
+    pub rows: Vec<ConnRow>,
+    #[serde(skip)]
+    pub summary: ConnsSummary,
+}
+
+/// How full the tables are and what they could not keep.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ConnsSummary {
+    pub conns_capacity: u32,
+    pub half_open_capacity: u32,
+    /// Completed handshakes the full established table refused.
+    pub conn_table_full: u64,
+    /// Half-open entries evicted (a SYN flood) or replaced by another SYN.
+    pub half_open_churned: u64,
+}
+
+pub fn conns_summary(
+    rows: &[ConnRow],
+    tables: &ConnTables,
+    maps: &Maps,
+) -> anyhow::Result<ConnsSummary> {
+    let counts = maps.outcome_counters()?;
+    let count = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
+    let half_open = rows.iter().filter(|r| r.state == "half-open").count() as u64;
+    let (conns_capacity, half_open_capacity) = tables.capacities()?;
+    Ok(ConnsSummary {
+        conns_capacity,
+        half_open_capacity,
+        conn_table_full: count(Outcome::ConnTableFull),
+        half_open_churned: half_open_churned(count, half_open),
+    })
+}
+
+fn conns_table(listing: &ConnsListing) -> String {
+    let (rows, summary) = (&listing.rows, &listing.summary);
     let mut out = format!(
         "{:<11}  {:<21}  {:<21}  {:<21}  {:>8}\n",
         "STATE", "CLIENT", "FRONTEND", "BACKEND", "IDLE"
@@ -171,6 +212,20 @@ fn conns_table(rows: &Vec<ConnRow>) -> String {
         count("established"),
         count("closing"),
         count("half-open")
+    ));
+    out.push_str(&format!(
+        "established table: {} of {} entries; refused when full: {} (conn_table_full; raise \
+         --conn-table-size)\n",
+        count("established") + count("closing"),
+        summary.conns_capacity,
+        summary.conn_table_full
+    ));
+    out.push_str(&format!(
+        "half-open table: {} of {} entries; evicted or replaced: {} (half_open_churned; a SYN \
+         flood churns it, raise --half-open-table-size if it climbs)\n",
+        count("half-open"),
+        summary.half_open_capacity,
+        summary.half_open_churned
     ));
     out
 }
@@ -250,6 +305,42 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_conns_table_shows_the_fill_and_the_losses_of_both_tables() {
+        let row = |state| ConnRow {
+            state,
+            client: "192.0.2.2:40000".into(),
+            frontend: "198.18.0.10:8022".into(),
+            backend: "10.244.1.5:22".into(),
+            idle_seconds: 3,
+        };
+        let listing = ConnsListing {
+            rows: vec![row("established"), row("closing"), row("half-open")],
+            summary: ConnsSummary {
+                conns_capacity: 1024,
+                half_open_capacity: 2048,
+                conn_table_full: 7,
+                half_open_churned: 12,
+            },
+        };
+        let table = conns_table(&listing);
+        assert!(
+            table.contains("1 established, 1 closing, 1 half-open\n"),
+            "{table}"
+        );
+        assert!(
+            table.contains("established table: 2 of 1024 entries; refused when full: 7"),
+            "{table}"
+        );
+        assert!(
+            table.contains("half-open table: 1 of 2048 entries; evicted or replaced: 12"),
+            "{table}"
+        );
+        // JSON and YAML stay the list of rows.
+        let json = serde_json::to_value(&listing).unwrap();
+        assert_eq!(json.as_array().map(Vec::len), Some(3), "{json}");
+    }
 
     #[test]
     fn a_name_with_control_characters_is_printed_escaped_never_raw() {

@@ -5,22 +5,27 @@
 //! the tables an upgrade leaves for the connections of an older data path
 //! ([`LEGACY`], [`LEGACY_CONNS`]): seeded once, swept when their time ends.
 
+mod table;
+mod take;
+
 use std::{collections::BTreeSet, time::Duration};
 
 use anyhow::{Context as _, anyhow};
 use aya::{
-    Ebpf,
-    maps::{HashMap, Map, MapData},
+    Ebpf, Pod,
+    maps::{HashMap, IterableMap as _, Map, MapData},
 };
 use ssh_fwd_common::{
-    conntrack::{Expiry, closing, expiry, half_open_expired},
+    conntrack::closing,
     maps::{
         CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, LEGACY, LEGACY_CONN_CAPACITY,
         LEGACY_CONNS, NatTarget,
     },
+    outcome::Outcome,
 };
 
 use super::{maps::open_pin, pins::PinLayout};
+use table::Table;
 
 /// How long entries may stay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,51 +170,23 @@ impl ConnTables {
 
     /// Removes what has ended by `now` (on the kernel programs' clock, see
     /// [`clock_ns`]). Entries are read first and removed after, so the
-    /// walk is not disturbed; an entry the kernel removed meanwhile is
-    /// skipped.
+    /// walk is not disturbed; an entry the kernel removed, refreshed or
+    /// replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
-        let (idle, close, half) = (nanos(t.idle), nanos(t.close), nanos(t.half_open));
-        let mut swept = Swept::default();
-        let ended: Vec<(ConnKey, Expiry)> = self
-            .conns
-            .iter()
-            .filter_map(Result::ok)
-            .filter_map(|(k, c)| {
-                swept.conns += 1;
-                expiry(&c, now, idle, close).map(|e| (k, e))
-            })
-            .collect();
-        for (key, why) in ended {
-            // Read again: a packet may have refreshed it since the walk.
-            let Ok(c) = self.conns.get(&key, 0) else {
-                continue;
-            };
-            if expiry(&c, now, idle, close) != Some(why) || self.conns.remove(&key).is_err() {
-                continue;
-            }
-            swept.conns -= 1;
-            match why {
-                Expiry::Closed => swept.closed += 1,
-                Expiry::Idle => swept.expired += 1,
-            }
+        let limits = table::Limits {
+            idle: nanos(t.idle),
+            close: nanos(t.close),
+            half_open: nanos(t.half_open),
+        };
+        let counts = table::sweep(&mut self.conns, &mut self.half_open, now, &limits);
+        Swept {
+            closed: counts.closed,
+            expired: counts.expired,
+            half_open_expired: counts.half_open_expired,
+            conns: counts.conns,
+            half_open: counts.half_open,
+            legacy_backends: self.sweep_legacy(now),
         }
-        let stale: Vec<ConnKey> = self
-            .half_open
-            .iter()
-            .filter_map(Result::ok)
-            .filter_map(|(k, h)| {
-                swept.half_open += 1;
-                half_open_expired(&h, now, half).then_some(k)
-            })
-            .collect();
-        for key in stale {
-            if self.half_open.remove(&key).is_ok() {
-                swept.half_open -= 1;
-                swept.half_open_expired += 1;
-            }
-        }
-        swept.legacy_backends = self.sweep_legacy(now);
-        swept
     }
 
     /// Removes every entry opened through one of `frontends`; returns how
@@ -218,27 +195,20 @@ impl ConnTables {
         if frontends.is_empty() {
             return 0;
         }
-        let conns: Vec<ConnKey> = self
-            .conns
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, c)| frontends.contains(&c.frontend))
-            .map(|(k, _)| k)
-            .collect();
-        let halves: Vec<ConnKey> = self
+        table::purge(&mut self.conns, &mut self.half_open, frontends)
+    }
+
+    /// How many entries each table holds at most (`--conn-table-size`,
+    /// `--half-open-table-size`): established, half-open.
+    pub fn capacities(&self) -> anyhow::Result<(u32, u32)> {
+        let conns = self.conns.map().info().context(CONNS)?.max_entries();
+        let half_open = self
             .half_open
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, h)| frontends.contains(&h.frontend))
-            .map(|(k, _)| k)
-            .collect();
-        for key in &halves {
-            let _ = self.half_open.remove(key);
-        }
-        conns
-            .iter()
-            .filter(|key| self.conns.remove(key).is_ok())
-            .count() as u64
+            .map()
+            .info()
+            .context(HALF_OPEN)?
+            .max_entries();
+        Ok((conns, half_open))
     }
 
     /// Every entry of both tables.
@@ -266,6 +236,44 @@ impl Entry {
             Entry::HalfOpen(..) => "half-open",
         }
     }
+}
+
+impl<V: Pod> Table<V> for HashMap<MapData, ConnKey, V> {
+    fn entries(&self) -> Vec<(ConnKey, V)> {
+        self.iter().filter_map(Result::ok).collect()
+    }
+
+    fn get(&self, key: &ConnKey) -> Option<V> {
+        HashMap::get(self, key, 0).ok()
+    }
+
+    fn take(&mut self, key: &ConnKey) -> Option<V> {
+        match take::lookup_and_delete(self.map(), key) {
+            Ok(value) => value,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot remove a connection entry");
+                None
+            }
+        }
+    }
+
+    fn put_back(&mut self, key: &ConnKey, value: &V) {
+        // EEXIST: the kernel stored a newer entry meanwhile, which stays.
+        let _ = self.insert(key, value, take::BPF_NOEXIST);
+    }
+}
+
+/// Half-open entries that left other than by completing, expiring or being
+/// refused: evicted by the LRU (a SYN flood) or replaced by a SYN for the
+/// same 4-tuple, since the counters began, given the outcome counters and
+/// the entries the table holds now.
+pub fn half_open_churned(count: impl Fn(Outcome) -> u64, half_open_now: u64) -> u64 {
+    count(Outcome::HalfOpened).saturating_sub(
+        count(Outcome::ConnEstablished)
+            + count(Outcome::HalfOpenRefused)
+            + count(Outcome::HalfOpenExpired)
+            + half_open_now,
+    )
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -13,7 +13,7 @@ use ssh_fwd::datapath::{
 use ssh_fwd_common::{
     conntrack::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     fixtures::Frame,
-    maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Endpoint, HALF_OPEN_ISN_KNOWN},
+    maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, Endpoint, HALF_OPEN_ISN_KNOWN},
     packet::{self, Side},
 };
 use ssh_fwd_tests::privilege;
@@ -355,6 +355,86 @@ fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
     assert_eq!(conns.len(), 1);
     assert_eq!((conns[0].frontend, conns[0].flags), (frontend(9022), 0));
     assert_eq!(counters(&l)["conn_replaced"], 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_spoofed_fin_never_makes_a_live_connection_closing() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB, SECOND]);
+        handshake(&l, ingress, 8022);
+        let (next_client, next_server) = (CLIENT_ISN + 1, SERVER_ISN + 1);
+        let server_ack = || {
+            test_run_tc(
+                &l,
+                PROG_EGRESS_TC,
+                &reply(TCP_ACK, next_server, next_client + 1_000, 0),
+            );
+        };
+        // The server has 1000 bytes of the client's. Spoofed FINs ahead of
+        // them and behind them (as a random number is, half the time), each
+        // followed by the server's next ACK.
+        server_ack();
+        for seq in [next_client + 5_000, next_client + 10] {
+            ingress.run(&l, &request(8022, TCP_FIN | TCP_ACK, seq, next_server, 0));
+            server_ack();
+        }
+        // The session ends from the server's side: its FIN.
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_FIN | TCP_ACK, next_server, next_client + 1_000, 0),
+        );
+        let c = established(&l)[0];
+        assert_eq!(c.flags & CONN_FIN_CLIENT, 0, "{ingress:?}: {c:?}");
+        // The client has not closed: its 4-tuple is not free for a
+        // handshake through the other frontend.
+        let (verdict, _) = ingress.run(&l, &request(9022, TCP_SYN, 77, 0, 0));
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
+        assert_eq!(established(&l)[0].frontend, frontend(8022));
+        // The client's real FIN, acknowledged exactly: now it is closing.
+        ingress.run(
+            &l,
+            &request(
+                8022,
+                TCP_FIN | TCP_ACK,
+                next_client + 1_000,
+                next_server + 1,
+                0,
+            ),
+        );
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_ACK, next_server + 1, next_client + 1_001, 0),
+        );
+        let c = established(&l)[0];
+        assert_eq!(
+            c.flags,
+            CONN_FIN_CLIENT | CONN_FIN_SERVER,
+            "{ingress:?}: {c:?}"
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_servers_answer_to_a_syn_on_a_live_connection_ends_its_reopening() {
+    privilege::require();
+    let l = load(&[JOB]);
+    handshake(&l, Ingress::Tc, 8022);
+    // A SYN through the same frontend (spoofed): the entry may be reopened.
+    Ingress::Tc.run(&l, &request(8022, TCP_SYN, 555, 0, 0));
+    assert_eq!(established(&l)[0].flags, CONN_REOPENING);
+    // The pod answers from the old connection (a challenge ACK): the SYN
+    // will never complete, and the flag goes.
+    test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 0),
+    );
+    assert_eq!(established(&l)[0].flags, 0);
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::net::Ipv4Addr;
 
 use ssh_fwd::datapath::object::PROG_EGRESS_TC;
 use ssh_fwd_common::{
+    conntrack::TCP_SYN,
     fixtures::{Frame, IcmpError},
     icmp::{self, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED, Quoted},
     maps::Endpoint,
@@ -14,7 +15,7 @@ use ssh_fwd_tests::privilege;
 
 use super::{
     JOB, TC_ACT_UNSPEC,
-    conntrack::{BACKEND, CLIENT, Ingress, frontend, handshake},
+    conntrack::{BACKEND, CLIENT, Ingress, frontend, handshake, request},
     counters, delta, load, test_run_tc,
 };
 
@@ -130,4 +131,62 @@ fn an_error_about_a_request_names_the_frontend_and_never_the_pod() {
     let (verdict, _) = test_run_tc(&l, PROG_EGRESS_TC, &stranger);
     assert_eq!(verdict, 2, "TC_ACT_SHOT");
     assert_eq!(delta(&before, &counters(&l)), vec![("icmp_dropped", 1)]);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_spoofed_syn_neither_blocks_an_error_for_the_pod_nor_renames_one_for_the_client() {
+    privilege::require();
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        // The receiving node of a connection to a pod elsewhere: it never
+        // sees a reply, so it holds no established entry for it. An
+        // off-path sender's SYN from the client's 4-tuple through the other
+        // frontend makes the half-open entry name that frontend.
+        let l = load(&[JOB, SHARED]);
+        ingress.run(&l, &request(9022, TCP_SYN, 555, 0, 0));
+        // A router's "fragmentation needed" about the reply from the
+        // frontend the client uses still reaches the pod.
+        let frame = frag_needed(frontend(8022).ip(), reply_about(frontend(8022)), 576);
+        let (_, out) = ingress.run(&l, &frame);
+        assert_eq!(
+            out,
+            translated(&frame, Quoted::Source, backend()),
+            "{ingress:?}"
+        );
+        // The node's own error about a data segment of the client's never
+        // names the spoofed frontend: it cannot know the right one, so it
+        // drops it (no pod address reaches the client either).
+        let node = Ipv4Addr::new(192, 0, 2, 1);
+        let about_data = IcmpError {
+            src: node,
+            ..frag_needed_error(CLIENT, request_about(backend()), 576)
+        }
+        .build();
+        let before = counters(&l);
+        let (verdict, _) = test_run_tc(&l, PROG_EGRESS_TC, &about_data);
+        assert_eq!(verdict, 2, "{ingress:?}: TC_ACT_SHOT");
+        assert_eq!(delta(&before, &counters(&l)), vec![("icmp_dropped", 1)]);
+        // About the SYN that made the entry, its frontend is known.
+        let about_syn = IcmpError {
+            src: node,
+            about: Frame {
+                seq: 555,
+                tcp_flags: TCP_SYN,
+                payload: vec![],
+                ..request_about(backend())
+            },
+            ..frag_needed_error(CLIENT, request_about(backend()), 576)
+        }
+        .build();
+        let (_, out) = test_run_tc(&l, PROG_EGRESS_TC, &about_syn);
+        assert_eq!(
+            out,
+            translated(&about_syn, Quoted::Destination, frontend(9022))
+        );
+        // An established connection through the other frontend still
+        // refuses an error about this one.
+        let l = load(&[JOB, SHARED]);
+        handshake(&l, ingress, 9022);
+        assert_eq!(ingress.run(&l, &frame).1, frame, "{ingress:?}");
+    }
 }

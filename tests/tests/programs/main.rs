@@ -108,6 +108,73 @@ where
     Some((r.return_value, out))
 }
 
+/// `struct __sk_buff` up to `ifindex`, the fields a test run may set: the
+/// device the packet arrived on (`ingress_ifindex`, any number) and the
+/// device the skb is on (`ifindex`, an existing one, or 0 for `lo`).
+fn skb_ctx(ingress_ifindex: u32, ifindex: u32) -> [u8; 44] {
+    let mut ctx = [0u8; 44];
+    ctx[36..40].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
+    ctx
+}
+
+/// `struct xdp_md` for a frame of `len` bytes arriving on device
+/// `ingress_ifindex` (an existing one).
+fn xdp_ctx(len: usize, ingress_ifindex: u32) -> [u8; 24] {
+    let mut ctx = [0u8; 24];
+    ctx[4..8].copy_from_slice(&(len as u32).to_ne_bytes());
+    ctx[12..16].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    ctx
+}
+
+/// One BPF_PROG_TEST_RUN with a context (see [`skb_ctx`], [`xdp_ctx`]).
+fn test_run_ctx<P>(prog: &P, frame: &[u8], ctx: &[u8]) -> (u32, Vec<u8>)
+where
+    P: for<'a> TestRun<Opts<'a> = TestRunOptions<'a>, Result = TestRunResult>,
+{
+    let mut out = vec![0u8; frame.len() + 512];
+    let r = prog
+        .test_run(TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(ctx),
+            repeat: 1,
+            ..TestRunOptions::new()
+        })
+        .unwrap_or_else(|e| panic!("test run with a context refused: {e}"));
+    out.truncate(r.data_size_out as usize);
+    (r.return_value, out)
+}
+
+/// A tc program's run on a packet that arrived on `ingress_ifindex`, on
+/// device `ifindex` (0: `lo`).
+fn test_run_tc_on(
+    l: &Loaded,
+    name: &str,
+    frame: &[u8],
+    ingress_ifindex: u32,
+    ifindex: u32,
+) -> (u32, Vec<u8>) {
+    let prog: &SchedClassifier = l
+        .ebpf
+        .program(name)
+        .expect("tc")
+        .try_into()
+        .expect("tc type");
+    test_run_ctx(prog, frame, &skb_ctx(ingress_ifindex, ifindex))
+}
+
+/// The XDP program's run on a frame arriving on device `ingress_ifindex`.
+fn test_run_xdp_on(l: &Loaded, frame: &[u8], ingress_ifindex: u32) -> (u32, Vec<u8>) {
+    let prog: &Xdp = l
+        .ebpf
+        .program(PROG_INGRESS_XDP)
+        .expect("xdp")
+        .try_into()
+        .expect("xdp type");
+    test_run_ctx(prog, frame, &xdp_ctx(frame.len(), ingress_ifindex))
+}
+
 fn test_run_xdp(l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
     let prog: &Xdp = l
         .ebpf

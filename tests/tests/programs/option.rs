@@ -2,34 +2,58 @@
 //! SYN as it leaves for another node, learned and removed on the node of
 //! the pod, byte for byte against `ssh_fwd_common::ipopt`.
 
-use ssh_fwd::datapath::object::PROG_EGRESS_TC;
+use ssh_fwd::datapath::object::{PROG_EGRESS_TC, PROG_INGRESS_TC};
 use ssh_fwd_common::{
-    conntrack::TCP_SYN,
-    fixtures::Frame,
+    conntrack::{
+        TCP_ACK, TCP_SYN,
+        mss::{self, TCPOLEN_MSS, TCPOPT_MSS},
+    },
+    fixtures::{Frame, checksums_verify},
     ipopt,
-    maps::Endpoint,
+    maps::{Endpoint, IFACE_EXTERNAL, IFACE_POD_PEER},
     packet::{self, Side},
 };
 use ssh_fwd_tests::privilege;
 
 use super::{
-    JOB,
-    conntrack::{BACKEND, CLIENT, CLIENT_ISN, Ingress, entries, frontend, request},
+    JOB, Loaded,
+    conntrack::{BACKEND, CLIENT, CLIENT_ISN, Ingress, SERVER_ISN, entries, frontend, request},
     counters, delta, load,
+    redirect::set_iface_index_flags,
+    test_run_tc_on, test_run_xdp_on,
 };
 use ssh_fwd::datapath::conntrack::Entry;
+
+/// Interface indexes the tests mark: an external interface, and a pod's.
+const OUTSIDE: u32 = 7;
+const POD: u32 = 9;
+
+/// Egress of `frame` as it leaves the node, having come in on `ingress`.
+fn egress_from(l: &Loaded, ingress: u32, frame: &[u8]) -> Vec<u8> {
+    test_run_tc_on(l, PROG_EGRESS_TC, frame, ingress, 0).1
+}
+
+fn mark_interfaces(l: &Loaded) {
+    set_iface_index_flags(l, OUTSIDE, IFACE_EXTERNAL);
+    set_iface_index_flags(l, POD, IFACE_POD_PEER);
+}
 
 const SHARED: (&str, &str, &str) = ("second", "198.18.0.10:9022", "10.244.1.5:22");
 
 /// The SYN as the pod's node receives it: translated, from the client.
 fn translated_syn() -> Vec<u8> {
+    syn_to_pod(CLIENT_ISN)
+}
+
+/// A SYN from the client's address and port to the pod, with ISN `seq`.
+fn syn_to_pod(seq: u32) -> Vec<u8> {
     Frame {
         src: CLIENT,
         sport: 40_000,
         dst: BACKEND,
         dport: 22,
         tcp_flags: TCP_SYN,
-        seq: CLIENT_ISN,
+        seq,
         ..Frame::default()
     }
     .build()
@@ -40,6 +64,7 @@ fn translated_syn() -> Vec<u8> {
 fn a_translated_syn_leaving_the_node_carries_its_frontend() {
     privilege::require();
     let l = load(&[JOB, SHARED]);
+    mark_interfaces(&l);
     let (_, translated) = Ingress::Tc.run(&l, &request(9022, TCP_SYN, CLIENT_ISN, 0, 0));
     let tcp = packet::classify(&translated).expect("classify");
     assert_eq!(
@@ -47,7 +72,7 @@ fn a_translated_syn_leaving_the_node_carries_its_frontend() {
         Endpoint::new(BACKEND, 22)
     );
     let before = counters(&l);
-    let (_, out) = super::test_run_tc(&l, PROG_EGRESS_TC, &translated);
+    let out = egress_from(&l, OUTSIDE, &translated);
     assert_eq!(out, ipopt::add(&translated, frontend(9022)));
     assert_eq!(
         delta(&before, &counters(&l)),
@@ -65,10 +90,105 @@ fn a_translated_syn_leaving_the_node_carries_its_frontend() {
         ..in_cluster
     }
     .build();
+    assert_eq!(egress_from(&l, OUTSIDE, &in_cluster), in_cluster);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_syn_to_a_pod_carries_a_frontend_only_if_this_node_translated_it() {
+    privilege::require();
+    let l = load(&[JOB, SHARED]);
+    mark_interfaces(&l);
+    // An off-path sender sprays SYNs with a pod's address (here CLIENT)
+    // through a frontend of another pod: the half-open entry of that
+    // 4-tuple names the frontend.
+    let spoofed_isn = 555;
+    Ingress::Tc.run(&l, &request(9022, TCP_SYN, spoofed_isn, 0, 0));
+    // The pod's own SYN to the other pod's address, with its own ISN:
+    // whether it leaves from the pod or is routed through from outside,
+    // it carries nothing (the other pod's SYN-ACK would otherwise come
+    // back from the frontend, and the pod would drop it).
+    let own = syn_to_pod(CLIENT_ISN);
+    for ingress in [0, POD, OUTSIDE] {
+        assert_eq!(egress_from(&l, ingress, &own), own, "in on {ingress}");
+    }
+    // The SYN with the entry's ISN from a pod: not one this node
+    // translated either.
+    let same_isn = syn_to_pod(spoofed_isn);
+    assert_eq!(egress_from(&l, POD, &same_isn), same_isn);
+    // Only the SYN the ingress translated (from outside, the entry's ISN).
     assert_eq!(
-        super::test_run_tc(&l, PROG_EGRESS_TC, &in_cluster).1,
-        in_cluster
+        egress_from(&l, OUTSIDE, &same_isn),
+        ipopt::add(&same_isn, frontend(9022))
     );
+}
+
+/// The pod's SYN-ACK to the client, announcing an MSS of `mss`.
+fn syn_ack_with_mss(mss: u16) -> Vec<u8> {
+    let [hi, lo] = mss.to_be_bytes();
+    let mut frame = Frame {
+        src: BACKEND,
+        sport: 22,
+        dst: CLIENT,
+        dport: 40_000,
+        tcp_flags: TCP_SYN | TCP_ACK,
+        seq: SERVER_ISN,
+        ack: CLIENT_ISN + 1,
+        payload: vec![TCPOPT_MSS, TCPOLEN_MSS, hi, lo, 1, 1, 4, 2],
+        ..Frame::default()
+    }
+    .build();
+    mss::payload_as_options(&mut frame);
+    frame
+}
+
+/// A veth pair with both ends in the test's namespace, MTU 1280: the link
+/// between the nodes, as the pod's node sees it. Returns its index.
+fn narrow_link(l: &Loaded) -> u32 {
+    l.netns
+        .ip(&[
+            "link", "add", "nodes", "mtu", "1280", "type", "veth", "peer", "name", "nodesp",
+        ])
+        .expect("veth");
+    for link in ["nodes", "nodesp"] {
+        l.netns.ip(&["link", "set", link, "up"]).expect("link up");
+    }
+    ssh_fwd::datapath::netdev::index("nodes").expect("index")
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_pods_node_lowers_the_mss_of_the_syn_ack_to_what_the_link_from_the_other_node_carries() {
+    privilege::require();
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        let l = load(&[JOB, SHARED]);
+        let link = narrow_link(&l);
+        let syn = ipopt::add(&translated_syn(), frontend(9022));
+        match ingress {
+            Ingress::Tc => test_run_tc_on(&l, PROG_INGRESS_TC, &syn, link, link),
+            Ingress::Xdp => test_run_xdp_on(&l, &syn, link),
+        };
+        let syn_ack = syn_ack_with_mss(1460);
+        let (_, out) = test_run_tc_on(&l, PROG_EGRESS_TC, &syn_ack, 0, 0);
+        let mut expected = syn_ack.clone();
+        let tcp = packet::classify(&expected).expect("classify");
+        packet::rewrite(&mut expected, tcp, Side::Source, frontend(9022));
+        assert!(mss::clamp(&mut expected, 1240));
+        assert_eq!(out, expected, "{ingress:?}: from the frontend, MSS 1240");
+        assert!(checksums_verify(&out));
+        // A connection that entered this node directly keeps the pod's MSS.
+        let l = load(&[JOB, SHARED]);
+        let link = narrow_link(&l);
+        let direct = request(9022, TCP_SYN, CLIENT_ISN, 0, 0);
+        match ingress {
+            Ingress::Tc => test_run_tc_on(&l, PROG_INGRESS_TC, &direct, link, link),
+            Ingress::Xdp => test_run_xdp_on(&l, &direct, link),
+        };
+        let (_, out) = test_run_tc_on(&l, PROG_EGRESS_TC, &syn_ack, 0, 0);
+        let mut expected = syn_ack.clone();
+        packet::rewrite(&mut expected, tcp, Side::Source, frontend(9022));
+        assert_eq!(out, expected, "{ingress:?}: the MSS untouched");
+    }
 }
 
 #[test]

@@ -1,0 +1,294 @@
+//! What the agent removes from the connection tables, as logic over a
+//! small [`Table`] trait: the kernel programs write the same tables at any
+//! moment (a SYN, a completed handshake replacing a closing entry), so
+//! every removal is decided on the entry it actually removes, never on one
+//! read a moment before. The trait lets the tests slip a kernel write in
+//! between.
+
+use std::collections::BTreeSet;
+
+use ssh_fwd_common::{
+    conntrack::{Expiry, expiry, half_open_expired},
+    maps::{Conn, ConnKey, Endpoint, HalfOpen},
+};
+
+/// One connection table, as the removals use it.
+pub trait Table<V> {
+    /// Every entry, as the walk finds them.
+    fn entries(&self) -> Vec<(ConnKey, V)>;
+    /// The entry of `key` now.
+    fn get(&self, key: &ConnKey) -> Option<V>;
+    /// Removes the entry of `key` and returns what it held, in one step
+    /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`).
+    fn take(&mut self, key: &ConnKey) -> Option<V>;
+    /// Stores `value` for `key` unless the kernel stored an entry there
+    /// meanwhile (`BPF_NOEXIST`): the newer one wins.
+    fn put_back(&mut self, key: &ConnKey, value: &V);
+}
+
+/// What [`sweep`] removed and found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub closed: u64,
+    pub expired: u64,
+    pub half_open_expired: u64,
+    /// Entries left in each table.
+    pub conns: u64,
+    pub half_open: u64,
+}
+
+/// How long entries may stay, in nanoseconds of the kernel's clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub idle: u64,
+    pub close: u64,
+    pub half_open: u64,
+}
+
+/// Removes the established entries that closed or went idle by `now`, and
+/// the handshakes that never completed.
+pub fn sweep(
+    conns: &mut impl Table<Conn>,
+    halves: &mut impl Table<HalfOpen>,
+    now: u64,
+    limits: &Limits,
+) -> Counts {
+    let mut counts = Counts::default();
+    let walked = conns.entries();
+    counts.conns = walked.len() as u64;
+    for (key, seen) in walked {
+        let Some(why) = expiry(&seen, now, limits.idle, limits.close) else {
+            continue;
+        };
+        let still = |c: &Conn| {
+            c.created_ns == seen.created_ns
+                && expiry(c, now, limits.idle, limits.close) == Some(why)
+        };
+        if remove_if(conns, &key, still).is_none() {
+            continue;
+        }
+        counts.conns -= 1;
+        match why {
+            Expiry::Closed => counts.closed += 1,
+            Expiry::Idle => counts.expired += 1,
+        }
+    }
+    let walked = halves.entries();
+    counts.half_open = walked.len() as u64;
+    for (key, seen) in walked {
+        if !half_open_expired(&seen, now, limits.half_open) {
+            continue;
+        }
+        if remove_if(halves, &key, |h: &HalfOpen| *h == seen).is_some() {
+            counts.half_open -= 1;
+            counts.half_open_expired += 1;
+        }
+    }
+    counts
+}
+
+/// Removes every entry opened through one of `frontends`; returns how many
+/// established connections went.
+pub fn purge(
+    conns: &mut impl Table<Conn>,
+    halves: &mut impl Table<HalfOpen>,
+    frontends: &BTreeSet<Endpoint>,
+) -> u64 {
+    let retired = |frontend: &Endpoint| frontends.contains(frontend);
+    for (key, _) in halves
+        .entries()
+        .iter()
+        .filter(|(_, h)| retired(&h.frontend))
+    {
+        let _ = remove_if(halves, key, |h: &HalfOpen| retired(&h.frontend));
+    }
+    conns
+        .entries()
+        .iter()
+        .filter(|(_, c)| retired(&c.frontend))
+        .filter(|(key, _)| remove_if(conns, key, |c: &Conn| retired(&c.frontend)).is_some())
+        .count() as u64
+}
+
+/// Removes the entry of `key` if it still `qualifies`, and returns it.
+/// The decision is made on the entry removed: if the kernel refreshed or
+/// replaced it since it was read (a completed handshake over a closing
+/// entry), it goes back, unless the kernel stored yet another meanwhile.
+/// Between the two steps the entry is missing for a moment; reading it
+/// first keeps that to entries that changed within that moment.
+fn remove_if<V>(
+    table: &mut impl Table<V>,
+    key: &ConnKey,
+    qualifies: impl Fn(&V) -> bool,
+) -> Option<V> {
+    // Read again: a packet may have refreshed it since the walk.
+    if !qualifies(&table.get(key)?) {
+        return None;
+    }
+    let taken = table.take(key)?;
+    if qualifies(&taken) {
+        return Some(taken);
+    }
+    table.put_back(key, &taken);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::BTreeMap, net::Ipv4Addr};
+
+    use ssh_fwd_common::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER};
+
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+    const LIMITS: Limits = Limits {
+        idle: 24 * 3_600 * SECOND,
+        close: 10 * SECOND,
+        half_open: 180 * SECOND,
+    };
+
+    /// A table the kernel writes into at the worst moment: `racing` lands
+    /// just before the agent's next change to the table.
+    struct Fake<V> {
+        entries: BTreeMap<ConnKey, V>,
+        racing: Vec<(ConnKey, V)>,
+    }
+
+    impl<V: Copy> Fake<V> {
+        fn new(entries: &[(ConnKey, V)]) -> Self {
+            Self {
+                entries: entries.iter().copied().collect(),
+                racing: Vec::new(),
+            }
+        }
+
+        fn kernel_writes(&mut self) {
+            if !self.racing.is_empty() {
+                let (key, value) = self.racing.remove(0);
+                self.entries.insert(key, value);
+            }
+        }
+    }
+
+    impl<V: Copy> Table<V> for Fake<V> {
+        fn entries(&self) -> Vec<(ConnKey, V)> {
+            self.entries.iter().map(|(k, v)| (*k, *v)).collect()
+        }
+
+        fn get(&self, key: &ConnKey) -> Option<V> {
+            self.entries.get(key).copied()
+        }
+
+        fn take(&mut self, key: &ConnKey) -> Option<V> {
+            self.kernel_writes();
+            self.entries.remove(key)
+        }
+
+        fn put_back(&mut self, key: &ConnKey, value: &V) {
+            self.kernel_writes();
+            self.entries.entry(*key).or_insert(*value);
+        }
+    }
+
+    fn frontend(port: u16) -> Endpoint {
+        Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), port)
+    }
+
+    fn key() -> ConnKey {
+        ConnKey::new(
+            Endpoint::new(Ipv4Addr::new(192, 0, 2, 2), 45_678),
+            Endpoint::new(Ipv4Addr::new(10, 244, 1, 5), 22),
+        )
+    }
+
+    fn conn(port: u16, flags: u32, at: u64) -> Conn {
+        Conn {
+            frontend: frontend(port),
+            flags,
+            last_seen_ns: at,
+            created_ns: at,
+            ..Conn::ZERO
+        }
+    }
+
+    fn half(port: u16, at: u64) -> HalfOpen {
+        HalfOpen {
+            frontend: frontend(port),
+            last_seen_ns: at,
+            ..HalfOpen::ZERO
+        }
+    }
+
+    const CLOSED: u32 = CONN_FIN_CLIENT | CONN_FIN_SERVER;
+
+    #[test]
+    fn the_sweep_removes_what_ended_and_keeps_what_lives() {
+        let now = 100 * 3_600 * SECOND;
+        let other = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        let mut conns = Fake::new(&[
+            (key(), conn(8022, CLOSED, now - 11 * SECOND)),
+            (other, conn(8022, 0, now - 8 * 3_600 * SECOND)),
+        ]);
+        let mut halves = Fake::new(&[(key(), half(8022, now - 181 * SECOND))]);
+        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        assert_eq!(
+            (counts.closed, counts.expired, counts.half_open_expired),
+            (1, 0, 1)
+        );
+        assert_eq!((counts.conns, counts.half_open), (1, 0));
+        assert_eq!(
+            conns.entries(),
+            [(other, conn(8022, 0, now - 8 * 3_600 * SECOND))]
+        );
+    }
+
+    #[test]
+    fn a_connection_that_replaces_a_swept_entry_in_the_meantime_stays() {
+        let now = 1_000 * SECOND;
+        let fresh = conn(9022, 0, now);
+        // The sweep judged the closing entry; before it removes it, the
+        // kernel promotes a new handshake over it.
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
+        conns.racing.push((key(), fresh));
+        let mut halves = Fake::new(&[(key(), half(8022, now - 200 * SECOND))]);
+        halves.racing.push((key(), half(9022, now)));
+        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        assert_eq!(conns.entries(), [(key(), fresh)], "the new connection");
+        assert_eq!(
+            halves.entries(),
+            [(key(), half(9022, now))],
+            "the new SYN's"
+        );
+        assert_eq!((counts.closed, counts.half_open_expired), (0, 0));
+    }
+
+    #[test]
+    fn a_connection_through_a_live_frontend_that_replaces_a_purged_entry_stays() {
+        let retired: BTreeSet<Endpoint> = [frontend(8022)].into();
+        let fresh = conn(9022, 0, 50);
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
+        conns.racing.push((key(), fresh));
+        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
+        halves.racing.push((key(), half(9022, 50)));
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        assert_eq!(conns.entries(), [(key(), fresh)]);
+        assert_eq!(halves.entries(), [(key(), half(9022, 50))]);
+        // And if the kernel writes once more while the agent puts back what
+        // it took, the kernel's entry wins.
+        let newest = conn(9022, 0, 60);
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
+        conns.racing.extend([(key(), fresh), (key(), newest)]);
+        let mut halves = Fake::new(&[]);
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        assert_eq!(conns.entries(), [(key(), newest)]);
+        // Without a race, the retired frontend's entries go.
+        let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
+        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
+        assert_eq!(purge(&mut conns, &mut halves, &retired), 1);
+        assert!(conns.entries().is_empty() && halves.entries().is_empty());
+    }
+}
