@@ -45,10 +45,11 @@ fn status(bed: &Bed) -> Value {
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_file_rewritten_in_place_in_slow_chunks_never_drops_mappings() {
     privilege::require();
+    // Hundreds of changes are summed up at info; each is counted here.
     let mut bed = Bed::start(
         Topology::single_node(1).unwrap(),
         &[("a", FRONTEND, "10.244.1.5:22")],
-        &[],
+        &["--log", "info,ssh_fwd::agent::reconcile=debug"],
     )
     .unwrap();
     std::fs::write(&bed.mappings, mappings_text(400)).unwrap();
@@ -56,6 +57,13 @@ fn a_file_rewritten_in_place_in_slow_chunks_never_drops_mappings() {
     bed.agents[0]
         .wait_for_log_count("mapping added", 401, Duration::from_secs(20))
         .unwrap();
+    let summary = bed.agents[0]
+        .log()
+        .lines()
+        .find(|l| l.contains("mappings changed (each one is logged with --log debug)"))
+        .map(str::to_owned)
+        .unwrap_or_default();
+    assert!(summary.contains(r#""added":400"#), "{summary}");
     let before = bed.agents[0].count_in_log("mapping removed");
     // Rewritten in place, one more entry at the end, in four chunks that
     // each end on an entry boundary, with pauses the agent polls through.

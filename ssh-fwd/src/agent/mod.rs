@@ -62,7 +62,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
     })
     .await?;
-    // Loading parsed the kernel's BTF (about 10 MiB, freed now).
+    // Loading built the object's maps and programs in memory (freed now).
     telemetry::memory::release_freed();
     if datapath.adopted {
         let installed = datapath.maps.read_installed()?;

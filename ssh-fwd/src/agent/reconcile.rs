@@ -235,29 +235,56 @@ impl Reconciler {
     }
 }
 
+/// Changes past which a reconcile logs one summary line at info and each
+/// change at debug: a start with 10,000 mappings would otherwise write
+/// 10,000 lines (and spend a sixth of its start-up writing them).
+const LOGGED_ONE_BY_ONE: usize = 64;
+
 fn log_changes(installed: &Installed, desired: &MappingSet, steps: &[Plan]) {
-    for (frontend, target) in steps.iter().flat_map(|s| &s.frontend_upserts) {
+    let upserts = || steps.iter().flat_map(|s| &s.frontend_upserts);
+    let deletes = || steps.iter().flat_map(|s| &s.frontend_deletes);
+    let one_by_one = upserts().count() + deletes().count() <= LOGGED_ONE_BY_ONE;
+    let (mut added, mut changed) = (0, 0);
+    for (frontend, target) in upserts() {
+        let old = installed.frontends.get(frontend);
+        match old {
+            None => added += 1,
+            Some(_) => changed += 1,
+        }
+        if !one_by_one && !tracing::enabled!(tracing::Level::DEBUG) {
+            continue;
+        }
         let name = desired
             .get(&plan::socket(frontend))
             .map_or(String::new(), |m| printable(&m.name));
-        match installed.frontends.get(frontend) {
-            None => tracing::info!(
-                name,
-                frontend = show(frontend),
-                backend = show(&target.endpoint),
-                "mapping added"
-            ),
-            Some(old) => tracing::info!(
-                name,
-                frontend = show(frontend),
-                backend = show(&target.endpoint),
-                old_backend = show(&old.endpoint),
-                "mapping changed"
-            ),
+        let (frontend, backend) = (show(frontend), show(&target.endpoint));
+        match (old, one_by_one) {
+            (None, true) => tracing::info!(name, frontend, backend, "mapping added"),
+            (None, false) => tracing::debug!(name, frontend, backend, "mapping added"),
+            (Some(old), true) => {
+                let old_backend = show(&old.endpoint);
+                tracing::info!(name, frontend, backend, old_backend, "mapping changed");
+            }
+            (Some(old), false) => {
+                let old_backend = show(&old.endpoint);
+                tracing::debug!(name, frontend, backend, old_backend, "mapping changed");
+            }
         }
     }
-    for frontend in steps.iter().flat_map(|s| &s.frontend_deletes) {
-        tracing::info!(frontend = show(frontend), "mapping removed");
+    for frontend in deletes() {
+        match one_by_one {
+            true => tracing::info!(frontend = show(frontend), "mapping removed"),
+            false => tracing::debug!(frontend = show(frontend), "mapping removed"),
+        }
+    }
+    if !one_by_one {
+        let removed = deletes().count();
+        tracing::info!(
+            added,
+            changed,
+            removed,
+            "mappings changed (each one is logged with --log debug)"
+        );
     }
 }
 

@@ -106,6 +106,11 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let ebpf = EbpfLoader::new()
+        // The programs read only UAPI structures (packets, `__sk_buff`,
+        // `bpf_sock_addr`) and have no CO-RE relocation, so the kernel's
+        // BTF, which aya would otherwise parse whole at every start (about
+        // 150 ms and 10 MiB), is not needed.
+        .btf(None)
         .default_map_pin_directory(layout.maps_dir())
         .map_max_entries(FRONTENDS, settings.max_mappings)
         .map_max_entries(REVERSE, settings.max_mappings)

@@ -3,7 +3,7 @@
 //! glibc's malloc keeps freed memory in its arenas, and after a large
 //! block is freed it raises its mmap threshold, so the next large blocks
 //! come from the arenas too. A peak that happens once (aya parsing the
-//! kernel's BTF at load, about 10 MiB; the first complete lists) would
+//! eBPF object at load; the first complete lists) would
 //! then stay resident for the life of the process. musl's allocator
 //! returns memory by itself and has no `malloc_trim`.
 //!
