@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray, PerCpuValues},
+    maps::{Array, HashMap, IterableMap as _, Map, MapData, PerCpuArray, PerCpuValues},
     util::nr_cpus,
 };
 use ssh_fwd_common::{
@@ -18,6 +18,7 @@ use ssh_fwd_common::{
 };
 
 use super::{
+    batch,
     pins::PinLayout,
     plan::{Installed, Plan},
 };
@@ -117,27 +118,27 @@ impl Maps {
         for k in &plan.reverse_deletes_first {
             remove_if_present(&mut self.reverse, k, REVERSE)?;
         }
-        for (slot, name) in &plan.new_slots {
-            let zero = PerCpuValues::try_from(vec![MappingCounters::default(); cpus])
-                .map_err(|e| anyhow!("building per-CPU zero counters: {e}"))?;
-            self.mapping_stats
-                .set(*slot, zero, 0)
-                .with_context(|| format!("zeroing counters of slot {slot}"))?;
-            self.set_name(*slot, name)?;
-        }
-        for (slot, name) in &plan.renamed {
-            self.set_name(*slot, name)?;
-        }
-        for (k, v) in &plan.reverse_upserts {
-            self.reverse
-                .insert(k, v, 0)
-                .with_context(|| format!("writing REVERSE entry for {}", show(k)))?;
-        }
-        for (k, v) in &plan.frontend_upserts {
-            self.frontends
-                .insert(k, v, 0)
-                .with_context(|| format!("writing FRONTENDS entry for {}", show(k)))?;
-        }
+        // New slots: counters zeroed, names written (each in one batch).
+        let slots: Vec<u32> = plan.new_slots.iter().map(|(slot, _)| *slot).collect();
+        let zeros = vec![MappingCounters::default(); slots.len() * cpus];
+        batch::update_per_cpu(self.mapping_stats.map(), &slots, &zeros, cpus)
+            .map_err(|e| batch_error(e, MAPPING_STATS, &slots, |s| format!("slot {s}")))?;
+        let named = plan.new_slots.iter().chain(&plan.renamed);
+        let (slots, names): (Vec<u32>, Vec<MappingName>) = named
+            .map(|(slot, name)| (*slot, MappingName::new(name)))
+            .unzip();
+        batch::update(self.names.map(), &slots, &names)
+            .map_err(|e| batch_error(e, MAPPING_NAMES, &slots, |s| format!("slot {s}")))?;
+        // Then REVERSE before FRONTENDS: a frontend never points at a
+        // backend whose replies would not be translated back.
+        let (keys, values): (Vec<Endpoint>, Vec<NatTarget>) =
+            plan.reverse_upserts.iter().copied().unzip();
+        batch::update(self.reverse.map(), &keys, &values)
+            .map_err(|e| batch_error(e, REVERSE, &keys, show))?;
+        let (keys, values): (Vec<Endpoint>, Vec<NatTarget>) =
+            plan.frontend_upserts.iter().copied().unzip();
+        batch::update(self.frontends.map(), &keys, &values)
+            .map_err(|e| batch_error(e, FRONTENDS, &keys, show))?;
         for k in &plan.frontend_deletes {
             remove_if_present(&mut self.frontends, k, FRONTENDS)?;
         }
@@ -148,12 +149,6 @@ impl Maps {
             added_or_changed: plan.frontend_upserts.len(),
             removed: plan.frontend_deletes.len(),
         })
-    }
-
-    fn set_name(&mut self, slot: u32, name: &str) -> anyhow::Result<()> {
-        self.names
-            .set(slot, MappingName::new(name), 0)
-            .with_context(|| format!("writing name of slot {slot}"))
     }
 
     /// A mapping's counters summed over CPUs.
@@ -250,6 +245,17 @@ fn remove_if_present(
         }
         Err(e) => Err(e).with_context(|| format!("removing {name} entry {}", show(key))),
     }
+}
+
+/// A failed batch, naming the map and the entry it stopped at.
+fn batch_error<K>(
+    e: batch::BatchError,
+    map: &str,
+    keys: &[K],
+    show: impl Fn(&K) -> String,
+) -> anyhow::Error {
+    let at = keys.get(e.written).map(show).unwrap_or_default();
+    anyhow::Error::new(e).context(format!("writing {map} entry for {at}"))
 }
 
 fn cpus() -> anyhow::Result<usize> {

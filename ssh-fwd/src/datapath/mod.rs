@@ -11,6 +11,7 @@
 //!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+mod batch;
 pub mod cgroup;
 pub mod conntrack;
 pub mod hairpin;

@@ -50,3 +50,40 @@ fn at_16384_mappings_moving_half_replacing_one_and_replacing_all_each_take_one_r
         assert_eq!(now.frontends.len(), MAX, "{what}");
     }
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn tables_sized_by_max_mappings_fill_in_one_batch_and_a_write_past_them_names_the_entry() {
+    use ssh_fwd::datapath::{object, plan::Plan};
+    use ssh_fwd_common::maps::Endpoint;
+
+    privilege::require();
+    let settings = object::Settings {
+        max_mappings: 5,
+        ..object::Settings::default()
+    };
+    let mut loaded = super::load_with(&[], settings);
+    let maps = &mut loaded.maps;
+    assert_eq!(maps.capacity(), 5);
+    let five = MappingSet::from_unique((0..5).map(|i| nth(i, 0)));
+    let expected = install(maps, &five);
+    assert_eq!(
+        maps.read_installed().expect("read").frontends,
+        expected.frontends
+    );
+    // A plan that does not fit (the planner never makes one): the batch
+    // stops at the sixth entry and the error names it.
+    let endpoint = |m: &Mapping| Endpoint::new(*m.frontend.ip(), m.frontend.port());
+    let sixth = nth(5, 0);
+    let target = *expected.frontends.values().next().expect("an entry");
+    let overflow = Plan {
+        frontend_upserts: vec![(endpoint(&sixth), target)],
+        ..Plan::default()
+    };
+    let e = format!("{:#}", maps.apply(&overflow).unwrap_err());
+    assert!(
+        e.contains("writing FRONTENDS entry for 198.18.0.10:8005")
+            && e.contains("0 of 1 entries written"),
+        "{e}"
+    );
+}
