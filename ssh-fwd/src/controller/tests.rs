@@ -4,6 +4,7 @@
 //! checking every request made against the API-call list the RBAC is built
 //! from.
 
+mod env_missing;
 mod failover;
 mod retries;
 mod self_signed;

@@ -12,6 +12,7 @@ use super::{
 use crate::controller::{
     pod::PodView,
     service::{self, Settings},
+    warn::Admission,
 };
 
 /// What serving a pod without a Service reads.
@@ -61,6 +62,7 @@ pub fn serve_new(
                         .map(|variable| Problem::EnvMissing {
                             variable: variable.to_owned(),
                             told,
+                            admission: Admission::of(&pod.metadata),
                         });
                 (port, Some(lease), missing)
             }
