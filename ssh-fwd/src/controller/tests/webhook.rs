@@ -432,3 +432,59 @@ async fn a_restarted_leader_keeps_live_reservations_and_releases_orphans_only_af
     bed.assert_requests_listed();
     second.abort();
 }
+
+#[tokio::test]
+async fn a_pod_being_deleted_loses_its_service_and_reservation_while_it_terminates() {
+    let bed = Bed::new();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = write_pair(certs.path());
+    let port = free_port();
+    let args = webhook_args(port, certs.path());
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let controller = bed.controller("a", &argv);
+    serving(port, &ca).await;
+    let pod = job_pod();
+    let (_, answer) = post(port, &ca, &review("u-1", &pod)).await.unwrap();
+    let mut admitted = patched(&answer, &pod);
+    let told = told_port(&admitted).unwrap();
+    // Scheduled and running: a delete gives it its grace to stop.
+    admitted["spec"]["nodeName"] = json!("node-1");
+    create_pod(&bed, &admitted, "job-t");
+    eventually("the pod gets its Service on its told port", || {
+        bed.api
+            .get(Kind::Service, "jobs", "ssh-job-t")
+            .is_some_and(|s| s["spec"]["ports"][0]["port"] == told)
+    })
+    .await;
+    assert_eq!(reservation_count(&bed), 1);
+    bed.api.delete_pod("jobs", "job-t", Some(600));
+    let terminating = bed.api.get(Kind::Pod, "jobs", "job-t").unwrap();
+    assert!(terminating["metadata"]["deletionTimestamp"].is_string());
+    // Its sshd is stopping: no new sessions, so the Service goes, and the
+    // port is free again, while the pod is still there.
+    eventually("the terminating pod's Service is deleted", || {
+        bed.api.get(Kind::Service, "jobs", "ssh-job-t").is_none()
+    })
+    .await;
+    eventually("its reservation is released", || {
+        reservation_count(&bed) == 0
+    })
+    .await;
+    eventually("its endpoint is withdrawn", || {
+        bed.endpoint("job-t").is_none()
+    })
+    .await;
+    let still = bed
+        .api
+        .get(Kind::Pod, "jobs", "job-t")
+        .expect("still terminating");
+    assert_eq!(still["metadata"]["uid"], terminating["metadata"]["uid"]);
+    // Gone for good (its containers stopped): nothing comes back.
+    bed.api.delete_pod("jobs", "job-t", Some(0));
+    assert!(bed.api.get(Kind::Pod, "jobs", "job-t").is_none());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(bed.api.get(Kind::Service, "jobs", "ssh-job-t").is_none());
+    assert_eq!(reservation_count(&bed), 0);
+    bed.assert_requests_listed();
+    controller.abort();
+}
