@@ -207,7 +207,10 @@ mod tests {
         let unseen = meta(&[(keys::SECRET_ANNOTATION, "alice-keys")]);
         let text = note(&unseen);
         assert!(text.contains("was not called or did not answer"), "{text}");
-        assert!(text.contains("(Secret alice-keys) are not installed either"), "{text}");
+        assert!(
+            text.contains("(Secret alice-keys) are not installed either"),
+            "{text}"
+        );
         assert!(!note(&meta(&[])).contains("keys"));
         let lost = meta(&[(POD_ANNOTATION, "tok")]);
         assert_eq!(Admission::of(&lost), Admission::WithPort);

@@ -458,7 +458,9 @@ pub enum Deleted {
 /// terminationGracePeriodSeconds (defaulted to 30 at creation); none for a
 /// pod on no node or one that has finished.
 fn pod_grace(pod: &Value, asked: Option<u64>) -> u64 {
-    let scheduled = pod["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    let scheduled = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
     let phase = pod["status"]["phase"].as_str();
     if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
         return 0;

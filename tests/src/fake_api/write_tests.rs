@@ -47,7 +47,13 @@ fn service(namespace: Option<&str>) -> Value {
 fn a_create_whose_object_names_another_namespace_than_its_path_is_a_bad_request() {
     let api = FakeApi::start_on_loopback().unwrap();
     let path = "/api/v1/namespaces/jobs/services";
-    let (code, status) = send(&api, "POST", path, "application/json", &service(Some("other")));
+    let (code, status) = send(
+        &api,
+        "POST",
+        path,
+        "application/json",
+        &service(Some("other")),
+    );
     assert_eq!(code, 400, "{status}");
     assert_eq!(status["reason"], "BadRequest");
     assert_eq!(
@@ -57,9 +63,18 @@ fn a_create_whose_object_names_another_namespace_than_its_path_is_a_bad_request(
     assert!(api.list(Kind::Service).is_empty());
     // Unset, it is the path's; the same, it is accepted.
     let (code, created) = send(&api, "POST", path, "application/json", &service(None));
-    assert_eq!((code, &created["metadata"]["namespace"]), (201, &json!("jobs")));
+    assert_eq!(
+        (code, &created["metadata"]["namespace"]),
+        (201, &json!("jobs"))
+    );
     api.delete(Kind::Service, "jobs", "s");
-    let (code, _) = send(&api, "POST", path, "application/json", &service(Some("jobs")));
+    let (code, _) = send(
+        &api,
+        "POST",
+        path,
+        "application/json",
+        &service(Some("jobs")),
+    );
     assert_eq!(code, 201);
 }
 
@@ -87,7 +102,13 @@ fn a_patch_is_applied_as_its_content_type_says_and_one_the_fake_does_not_impleme
     let stored = api.get(Kind::Service, "jobs", "s").unwrap();
     assert!(stored["metadata"]["labels"].is_null(), "{stored}");
     // A charset parameter is no part of the type.
-    let (code, patched) = send(&api, "PATCH", path, &format!("{MERGE}; charset=utf-8"), &patch);
+    let (code, patched) = send(
+        &api,
+        "PATCH",
+        path,
+        &format!("{MERGE}; charset=utf-8"),
+        &patch,
+    );
     assert_eq!(code, 200, "{patched}");
     assert_eq!(patched["metadata"]["labels"]["a"], "b");
 }
@@ -117,10 +138,16 @@ fn a_running_pod_deleted_is_marked_and_stays_until_its_grace_ends_or_it_is_force
     api.apply(Kind::Pod, scheduled_pod("p", None));
     let (code, marked) = delete(&api, "p", &json!({}));
     assert_eq!(code, 200, "{marked}");
-    assert!(marked["metadata"]["deletionTimestamp"].is_string(), "{marked}");
+    assert!(
+        marked["metadata"]["deletionTimestamp"].is_string(),
+        "{marked}"
+    );
     assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 30);
     let stored = api.get(Kind::Pod, "jobs", "p").expect("still there");
-    assert_eq!(stored["metadata"]["deletionTimestamp"], marked["metadata"]["deletionTimestamp"]);
+    assert_eq!(
+        stored["metadata"]["deletionTimestamp"],
+        marked["metadata"]["deletionTimestamp"]
+    );
     // A second delete asking for more time changes nothing; one asking
     // for none removes it at once (a force delete).
     let (_, again) = delete(&api, "p", &json!({"gracePeriodSeconds": 60}));
@@ -159,10 +186,19 @@ fn pods_on_no_node_or_finished_and_other_kinds_are_deleted_at_once() {
     // The query parameter counts as the body's field does.
     api.apply(Kind::Pod, scheduled_pod("forced", Some(30)));
     let path = "/api/v1/namespaces/jobs/pods/forced?gracePeriodSeconds=0";
-    assert_eq!(send(&api, "DELETE", path, "application/json", &Value::Null).0, 200);
+    assert_eq!(
+        send(&api, "DELETE", path, "application/json", &Value::Null).0,
+        200
+    );
     assert!(api.get(Kind::Pod, "jobs", "forced").is_none());
     api.apply(Kind::Service, service(Some("jobs")));
-    let (code, _) = send(&api, "DELETE", "/api/v1/namespaces/jobs/services/s", "application/json", &json!({}));
+    let (code, _) = send(
+        &api,
+        "DELETE",
+        "/api/v1/namespaces/jobs/services/s",
+        "application/json",
+        &json!({}),
+    );
     assert_eq!(code, 200);
     assert!(api.get(Kind::Service, "jobs", "s").is_none());
 }

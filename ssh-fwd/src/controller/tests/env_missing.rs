@@ -58,7 +58,10 @@ async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_mi
     );
     assert!(unseen.contains("ssh-fwd-install-keys"), "{unseen}");
     let plain = env_missing(&bed, "unseen-no-keys").await;
-    assert!(plain.contains("was not called or did not answer"), "{plain}");
+    assert!(
+        plain.contains("was not called or did not answer"),
+        "{plain}"
+    );
     assert!(!plain.contains("keys"), "{plain}");
     let refused = env_missing(&bed, "refused").await;
     assert!(

@@ -156,10 +156,7 @@ fn owner(pod: &Value, keys: &Keys) -> (i64, i64) {
             .as_i64()
             .or_else(|| pod_context[field].as_i64())
     };
-    let uid = keys
-        .uid
-        .or_else(|| effective("runAsUser"))
-        .unwrap_or(0);
+    let uid = keys.uid.or_else(|| effective("runAsUser")).unwrap_or(0);
     let gid = effective("runAsGroup")
         .or_else(|| pod_context["fsGroup"].as_i64())
         .unwrap_or(uid);

@@ -323,7 +323,10 @@ async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_trie
         let started = Instant::now();
         let (status, body) = answer(&admitter, &review_of("u-r", &pod, false)).await;
         let took = started.elapsed();
-        assert!(took < Duration::from_secs(1), "{code}: answered after {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{code}: answered after {took:?}"
+        );
         assert_eq!(status, 200);
         let (response, patched) = outcome(&body, &pod);
         assert_eq!(response["allowed"], true);

@@ -59,8 +59,10 @@ fn owner_of(pod: &Value) -> (i64, i64) {
 /// `ssh`, and runs as 2000 while the pod says 1000.
 fn pod_with_sshd_apart() -> Value {
     let mut pod = job_pod();
-    pod["spec"]["securityContext"] = json!({"runAsUser": 1000, "runAsGroup": 1100, "fsGroup": 3000});
-    pod["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 5000, "runAsGroup": 5100});
+    pod["spec"]["securityContext"] =
+        json!({"runAsUser": 1000, "runAsGroup": 1100, "fsGroup": 3000});
+    pod["spec"]["containers"][0]["securityContext"] =
+        json!({"runAsUser": 5000, "runAsGroup": 5100});
     pod["spec"]["containers"][1]["ports"] = json!([{"name": "ssh", "containerPort": 2222}]);
     pod["spec"]["containers"][1]["securityContext"] = json!({"runAsUser": 2000});
     pod
