@@ -274,15 +274,20 @@ impl Store {
         let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
         check_preconditions(kind, key, &object, uid, rv)?;
         let asked = options["gracePeriodSeconds"].as_u64().or(query_grace);
-        let marked = object["metadata"]["deletionGracePeriodSeconds"].as_u64();
-        let grace = match marked {
-            // Terminating: only a shorter grace changes anything.
-            Some(current) if asked.is_none_or(|asked| asked >= current) => {
+        let meta = &object["metadata"];
+        let terminating = meta["deletionTimestamp"].is_string();
+        let marked = meta["deletionGracePeriodSeconds"].as_u64().unwrap_or(0);
+        let grace = match (terminating, marked) {
+            // Marked with no grace to wait out: gone now.
+            (true, 0) => 0,
+            // Terminating: only a shorter grace changes anything (counted
+            // from now here; the API server counts it from the first mark).
+            (true, current) if asked.is_none_or(|asked| asked >= current) => {
                 return Ok((object, Vec::new(), Deleted::Pending));
             }
-            Some(_) => asked.unwrap_or(0),
-            None if kind == Kind::Pod => pod_grace(&object, asked),
-            None => 0,
+            (true, _) => asked.unwrap_or(0),
+            (false, _) if kind == Kind::Pod => pod_grace(&object, asked),
+            (false, _) => 0,
         };
         if grace == 0 {
             let (object, changes) = self.remove(kind, key, &Value::Null)?;

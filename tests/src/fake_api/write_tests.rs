@@ -148,10 +148,13 @@ fn a_running_pod_deleted_is_marked_and_stays_until_its_grace_ends_or_it_is_force
         stored["metadata"]["deletionTimestamp"],
         marked["metadata"]["deletionTimestamp"]
     );
-    // A second delete asking for more time changes nothing; one asking
-    // for none removes it at once (a force delete).
+    // A second delete asking for more time changes nothing, one asking
+    // for less shortens the grace, one asking for none removes it at once
+    // (a force delete).
     let (_, again) = delete(&api, "p", &json!({"gracePeriodSeconds": 60}));
     assert_eq!(again["metadata"]["deletionGracePeriodSeconds"], 30);
+    let (_, shorter) = delete(&api, "p", &json!({"gracePeriodSeconds": 20}));
+    assert_eq!(shorter["metadata"]["deletionGracePeriodSeconds"], 20);
     let (code, _) = delete(&api, "p", &json!({"gracePeriodSeconds": 0}));
     assert_eq!(code, 200);
     assert!(api.get(Kind::Pod, "jobs", "p").is_none());
