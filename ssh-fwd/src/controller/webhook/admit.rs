@@ -160,11 +160,11 @@ impl Admitter {
         }
     }
 
-    /// [`reservation::reserve_free`], tried again after failures another
-    /// try may not meet (the caller's deadline ends it); any other is the
-    /// answer at once: a refusal (RBAC, a missing namespace, an invalid
-    /// object) would only be met again until the deadline, and every pod
-    /// would wait that long.
+    /// [`reservation::reserve_free`], tried again after a failure that may
+    /// pass ([`passing`]; the caller's deadline ends it). Any other failure
+    /// is the answer at once: a refusal (RBAC, a missing namespace, an
+    /// invalid object) would only come again until the deadline, and every
+    /// SSH pod would wait that long.
     async fn reserve(&self, used: BTreeSet<u16>, holder: &Holder) -> Result<u16, ReserveError> {
         let mut pause = Duration::from_millis(50);
         loop {

@@ -4,7 +4,8 @@
 //! drops no connection. The accept loop is the few lines hyper's own
 //! examples have, on the accept loop `/metrics` uses too: axum-server would
 //! do it as well, but its rustls feature brings a second crypto provider
-//! (aws-lc) into the build.
+//! (aws-lc) into the build. Handshakes take turns (`pacing`), so a burst of
+//! new connections does not starve them all.
 
 use std::{
     path::{Path, PathBuf},

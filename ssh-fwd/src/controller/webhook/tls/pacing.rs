@@ -122,7 +122,7 @@ impl Handshakes {
         if first_of_burst {
             tracing::warn!(
                 timeout = ?self.timeout,
-                "a TLS handshake with the webhook {how}: more new connections than this replica's CPU can take at once (the API server then applies the webhook's failurePolicy); later ones in this burst are only counted in ssh_fwd_controller_webhook_handshake_timeouts_total. Give the controller more CPU or replicas if this recurs"
+                "a TLS handshake with the webhook {how}: more new connections at once than this replica's CPU takes, or a client that stalls (the API server then applies the webhook's failurePolicy); later ones in this burst are only counted in ssh_fwd_controller_webhook_handshake_timeouts_total. If this recurs, give the controller more CPU or replicas"
             );
         } else {
             tracing::debug!("a TLS handshake with the webhook {how}");
