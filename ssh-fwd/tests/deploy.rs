@@ -544,15 +544,29 @@ fn the_cert_manager_overlay_serves_the_certificate_cainjector_vouches_for() {
     let secret = volume.secret.as_ref().unwrap().secret_name.clone().unwrap();
     let certificate = find(&docs, "Certificate", "ssh-fwd-webhook");
     assert_eq!(certificate["spec"]["secretName"], secret.as_str());
-    let issuer = &certificate["spec"]["issuerRef"];
-    assert_eq!(
+    // Signed by a CA of its own: a selfSigned Issuer makes the CA, a CA
+    // Issuer signs with it. A serving certificate that were its own trust
+    // anchor would leave caBundle trusting only a certificate not served
+    // yet, from each renewal until the kubelet updates the mounted files.
+    let issuer_of = |certificate: &Value| {
+        let issuer = &certificate["spec"]["issuerRef"];
         find(
             &docs,
             issuer["kind"].as_str().unwrap(),
-            issuer["name"].as_str().unwrap()
-        )["spec"]["selfSigned"],
-        serde_json::json!({})
-    );
+            issuer["name"].as_str().unwrap(),
+        )
+    };
+    let ca_secret = issuer_of(certificate)["spec"]["ca"]["secretName"]
+        .as_str()
+        .expect("the serving certificate's Issuer is a CA Issuer");
+    let ca = docs
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["secretName"] == ca_secret)
+        .expect("a Certificate makes the CA Issuer's Secret");
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(issuer_of(ca)["spec"]["selfSigned"], serde_json::json!({}));
+    // Renewed with the same key, the CA still vouches for what it signed.
+    assert_eq!(ca["spec"]["privateKey"]["rotationPolicy"], "Never");
     let service = format!("{}.{NAMESPACE}.svc", args.admission.webhook_service);
     assert!(
         certificate["spec"]["dnsNames"]
@@ -561,10 +575,11 @@ fn the_cert_manager_overlay_serves_the_certificate_cainjector_vouches_for() {
             .iter()
             .any(|n| *n == service.as_str())
     );
+    // cainjector puts the CA into caBundle, not the serving certificate.
     let config = find(&docs, "MutatingWebhookConfiguration", "ssh-fwd");
     assert_eq!(
         config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        format!("{NAMESPACE}/ssh-fwd-webhook")
+        format!("{NAMESPACE}/{}", ca["metadata"]["name"].as_str().unwrap())
     );
     let config: MutatingWebhookConfiguration = typed(config).unwrap();
     assert!(config.webhooks.unwrap()[0].client_config.service.is_some());

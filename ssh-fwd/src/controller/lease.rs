@@ -1,19 +1,19 @@
 //! Leader election with a coordination.k8s.io Lease, so only one controller
 //! replica allocates ports. The API server arbitrates: every write carries the
-//! resourceVersion it read, so two replicas cannot both take the Lease.
-//! A leader that cannot renew for two thirds of the Lease duration stops
-//! (the process exits and restarts as a standby) before anyone else may
-//! take over. Its term runs two thirds of the duration from when it sent
-//! its last successful Lease write (a standby can see that write no
-//! earlier, and takes over a full duration after seeing it), and every API
-//! call it makes as leader is bounded by that term ([`Term::bounded`]): a
-//! call the API has not answered by then is abandoned, and none starts
-//! after it, so a leader whose connection stalls stops writing well before
-//! a standby may start. Expiry is judged by the standby's own clock, as client-go
-//! does: a Lease is expired once it has not changed for its duration since
-//! the standby last saw it change. The holder's renewTime is its clock, and
-//! with skew between nodes it would make a standby take over early (or
-//! never).
+//! resourceVersion it read, so two replicas cannot both take the Lease. A
+//! leader that cannot renew for two thirds of the Lease duration stops leading
+//! (its writes and watches end) before anyone else may take over, and stands
+//! for election again; the process stays up, so its webhook goes on admitting
+//! (`controller::run`). Its term runs two thirds of the duration from when it
+//! sent its last successful Lease write (a standby can see that write no
+//! earlier, and takes over a full duration after seeing it), and every API call
+//! it makes as leader is bounded by that term ([`Term::bounded`]): a call the
+//! API has not answered by then is abandoned, and none starts after it, so a
+//! leader whose connection stalls stops writing well before a standby may
+//! start. Expiry is judged by the standby's own clock, as client-go does: a
+//! Lease is expired once it has not changed for its duration since the standby
+//! last saw it change. The holder's renewTime is its clock, and with skew
+//! between nodes it would make a standby take over early (or never).
 
 use std::{
     future::Future,

@@ -4,6 +4,7 @@
 //! checking every request made against the API-call list the RBAC is built
 //! from.
 
+mod env_missing;
 mod failover;
 mod retries;
 mod self_signed;
@@ -34,7 +35,7 @@ impl Bed {
 
     /// Starts a controller in this runtime; dropping the handle's task
     /// (abort) is a crash: no Lease release. Its requests carry `identity`
-    /// as their user.
+    /// as their user. Its Lease lasts 2 s unless `extra` says otherwise.
     fn controller(
         &self,
         identity: &str,
@@ -52,11 +53,12 @@ impl Bed {
             &kubeconfig,
             "--identity",
             identity,
-            "--lease-duration",
-            "2s",
             "--lease-namespace",
             "ssh-fwd",
         ];
+        if !extra.contains(&"--lease-duration") {
+            argv.extend(["--lease-duration", "2s"]);
+        }
         argv.extend_from_slice(extra);
         let args = super::args::parse(argv).unwrap();
         tokio::spawn(super::run(args))

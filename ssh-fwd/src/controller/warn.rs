@@ -3,7 +3,16 @@
 //! fix. Each is sent once per pod and problem, and again only after the pod
 //! was served in between.
 
-use super::service::InvalidTargetPort;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{
+    reservation::POD_ANNOTATION,
+    service::InvalidTargetPort,
+    webhook::{
+        keys::{self, INSTALL_CONTAINER},
+        mutate::ADMISSION_ANNOTATION,
+    },
+};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Problem {
@@ -14,8 +23,44 @@ pub enum Problem {
     /// A Service not made by ssh-fwd has the name this pod's would get.
     NameTaken { service: String },
     /// The pod gets its port only after it was created, so its containers
-    /// lack the endpoint variable (or name `told`, a port it lost).
-    EnvMissing { variable: String, told: Option<u16> },
+    /// lack the endpoint variable (or name `told`, a port it lost);
+    /// `admission` says why.
+    EnvMissing {
+        variable: String,
+        told: Option<u16>,
+        admission: Admission,
+    },
+}
+
+/// What the webhook did with a pod created without its port, as the pod's
+/// annotations show it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Admission {
+    /// It answered without a port, and wrote why ([`ADMISSION_ANNOTATION`]);
+    /// it added the keys all the same.
+    WithoutPort { why: String },
+    /// It answered with a port (the pod carries its reservation token),
+    /// which the pod lost since.
+    WithPort,
+    /// Nothing of ours on the pod: the webhook was not called or did not
+    /// answer. `keys`: the Secret the pod names for its keys, which are then
+    /// missing too.
+    Unseen { keys: Option<String> },
+}
+
+impl Admission {
+    pub fn of(pod: &ObjectMeta) -> Self {
+        let annotation = |key: &str| pod.annotations.as_ref()?.get(key).cloned();
+        if let Some(why) = annotation(ADMISSION_ANNOTATION) {
+            return Self::WithoutPort { why };
+        }
+        if annotation(POD_ANNOTATION).is_some() {
+            return Self::WithPort;
+        }
+        Self::Unseen {
+            keys: annotation(keys::SECRET_ANNOTATION),
+        }
+    }
 }
 
 /// What a note needs beyond the problem.
@@ -64,12 +109,31 @@ impl Problem {
             Problem::EnvMissing {
                 variable,
                 told: None,
-            } => format!(
-                "This pod was created without {variable}: the ssh-fwd admission webhook did not give it a port (the webhook was unreachable and its failurePolicy is Ignore, or it answered without a port; see the annotation ssh-fwd.io/admission). Its port is assigned now and shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; recreate the pod to have {variable} set."
-            ),
+                admission,
+            } => {
+                let why = match admission {
+                    Admission::WithoutPort { why } => {
+                        format!("the ssh-fwd admission webhook admitted it without a port: {why}.")
+                    }
+                    Admission::WithPort => {
+                        "its port reservation from admission is gone (deleted by hand?).".to_owned()
+                    }
+                    Admission::Unseen { keys } => {
+                        let mut why = "the ssh-fwd admission webhook was not called or did not answer (with failurePolicy Ignore the API server creates the pod anyway: is a controller replica serving the webhook, and do its objectSelector and namespaceSelector let this pod through?).".to_owned();
+                        if let Some(secret) = keys {
+                            why.push_str(&format!(" Its SSH keys (Secret {secret}) are not installed either: the webhook adds the init container {INSTALL_CONTAINER} that installs them."));
+                        }
+                        why
+                    }
+                };
+                format!(
+                    "This pod was created without {variable}: {why} Its port is assigned now and shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; recreate the pod to have {variable} set."
+                )
+            }
             Problem::EnvMissing {
                 variable,
                 told: Some(port),
+                ..
             } => format!(
                 "{variable} in this pod names port {port}, but another Service holds that port now, so the pod gets another one, shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; {variable} is out of date: recreate the pod to have it right."
             ),
@@ -104,5 +168,52 @@ mod tests {
         let note = taken.note(&scope);
         assert!(note.contains("Service jobs/ssh-job exists and was not made by ssh-fwd"));
         assert!(note.contains("Rename or delete that Service"), "{note}");
+    }
+
+    fn meta(annotations: &[(&str, &str)]) -> ObjectMeta {
+        let annotations = (annotations.iter())
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        ObjectMeta {
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_without_its_variable_is_told_what_the_webhook_did_with_it() {
+        let range = 9000..=9001;
+        let scope = Scope {
+            ssh_ip: "198.18.0.10".parse().unwrap(),
+            range: &range,
+            namespace: "jobs",
+        };
+        let note = |pod: &ObjectMeta| {
+            Problem::EnvMissing {
+                variable: "UCLOUD_PUBLIC_SSH".into(),
+                told: None,
+                admission: Admission::of(pod),
+            }
+            .note(&scope)
+        };
+        let why = "no free SSH port at admission: all of 9000-9001 are taken";
+        let answered = meta(&[
+            (ADMISSION_ANNOTATION, why),
+            (keys::SECRET_ANNOTATION, "alice-keys"),
+        ]);
+        let text = note(&answered);
+        assert!(text.contains(&format!("without a port: {why}.")), "{text}");
+        assert!(!text.contains("keys"), "the webhook added them: {text}");
+        let unseen = meta(&[(keys::SECRET_ANNOTATION, "alice-keys")]);
+        let text = note(&unseen);
+        assert!(text.contains("was not called or did not answer"), "{text}");
+        assert!(
+            text.contains("(Secret alice-keys) are not installed either"),
+            "{text}"
+        );
+        assert!(!note(&meta(&[])).contains("keys"));
+        let lost = meta(&[(POD_ANNOTATION, "tok")]);
+        assert_eq!(Admission::of(&lost), Admission::WithPort);
+        assert!(note(&lost).contains("reservation from admission is gone"));
     }
 }

@@ -1,9 +1,16 @@
-//! The creationTimestamps the server stamps, without a date crate.
+//! The timestamps the server stamps (creation, deletion), without a date
+//! crate.
 
 pub fn now_rfc3339() -> String {
+    rfc3339_in(0)
+}
+
+/// The time `secs` seconds from now, as the API server writes it.
+pub fn rfc3339_in(secs: u64) -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+        .map_or(0, |d| d.as_secs())
+        + secs;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
     format!(

@@ -11,7 +11,11 @@ use tokio::{
 };
 
 use super::{
-    Kind, Request, Shared, paging::Page, selector::Selector, status::ApiError, store::Change,
+    Kind, Request, Shared,
+    paging::Page,
+    selector::Selector,
+    status::ApiError,
+    store::{Change, Deleted},
 };
 
 /// `/api/v1/...` or `/apis/GROUP/VERSION/...`, then
@@ -139,7 +143,8 @@ async fn serve_one(
         tokio::time::sleep(delay).await;
     }
     let injected = shared.store().injected_failure(target.kind, verb);
-    let (code, answer) = match injected.and_then(|()| handle(shared, &method, &target, body)) {
+    let handled = injected.and_then(|()| handle(shared, &method, head, &target, body));
+    let (code, answer) = match handled {
         Ok((code, text)) => (code, text),
         Err(e) => (e.code, e.status().to_string()),
     };
@@ -180,13 +185,18 @@ fn verb(method: &str, target: &Target, watch: bool) -> &'static str {
     }
 }
 
+/// The value of header `name` in `head`.
+fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim())
+}
+
 /// Records a request, with the bearer token in `head` as its user.
 fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
-    let user = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
-        .and_then(|(_, v)| v.trim().strip_prefix("Bearer "))
+    let user = header(head, "authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("")
         .to_owned();
     let mut resource = target.kind.resource().to_owned();
@@ -219,11 +229,55 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     }
 }
 
+/// The only patch type the fake implements; the API server also takes
+/// JSON patch, strategic merge patch (built-in kinds) and apply patch.
+const MERGE_PATCH: &str = "application/merge-patch+json";
+
+/// A PATCH's type, from its Content-Type without parameters; one the fake
+/// does not implement is refused as the API server refuses an unknown one.
+fn patch_type(head: &str) -> Result<(), ApiError> {
+    let content_type = header(head, "content-type").unwrap_or("");
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    if media.eq_ignore_ascii_case(MERGE_PATCH) {
+        return Ok(());
+    }
+    Err(ApiError {
+        code: 415,
+        reason: "UnsupportedMediaType",
+        message: format!(
+            "the body of the request was in an unknown format - accepted media types include: {MERGE_PATCH} (the fake API implements merge patch only; teach tests/src/fake_api another type before relying on it)"
+        ),
+    })
+}
+
+/// As the API server checks a write's body against its path: a namespace
+/// in the object must be the path's; none means the path's. Cluster-scoped
+/// objects (no namespace in the path) have none.
+fn namespace_of_path(body: &mut Value, namespace: &str) -> Result<(), ApiError> {
+    if namespace.is_empty() {
+        if let Some(meta) = body["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        return Ok(());
+    }
+    match body["metadata"]["namespace"].as_str() {
+        None | Some("") => {
+            body["metadata"]["namespace"] = json!(namespace);
+            Ok(())
+        }
+        Some(theirs) if theirs == namespace => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+    }
+}
+
 /// Serves a request other than a watch: the status code and the JSON
 /// answer.
 fn handle(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     method: &str,
+    head: &str,
     target: &Target,
     mut body: Value,
 ) -> Result<(u16, String), ApiError> {
@@ -288,23 +342,31 @@ fn handle(
             return Ok((200, object.to_string()));
         }
         ("POST", None) => {
-            // Cluster-scoped objects (no namespace in the path) have none.
-            if !ns.is_empty() {
-                body["metadata"]["namespace"] = json!(ns);
-            }
+            namespace_of_path(&mut body, &ns)?;
             let (object, changes) = store.create(kind, body)?;
             (201, object, changes)
         }
         ("PUT", Some(key)) => {
+            namespace_of_path(&mut body, &ns)?;
             let (object, changes) = store.replace(kind, &key, body, status_only)?;
             (200, object, changes)
         }
         ("PATCH", Some(key)) => {
+            patch_type(head)?;
             let (object, changes) = store.merge_patch(kind, &key, &body, status_only)?;
             (200, object, changes)
         }
         ("DELETE", Some(key)) => {
-            let (object, changes) = store.remove(kind, &key, &body["preconditions"])?;
+            let query_grace = match target.query.get("gracePeriodSeconds") {
+                Some(v) => Some(v.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds: {v:?}"))
+                })?),
+                None => None,
+            };
+            let (object, changes, deleted) = store.delete(kind, &key, &body, query_grace)?;
+            if let Deleted::Terminating { uid, grace } = deleted {
+                shared.finish_later(kind, key, uid, grace);
+            }
             (200, object, changes)
         }
         _ => {

@@ -1,10 +1,13 @@
 //! A Kubernetes API server for the objects ssh-fwd touches, just real enough
 //! for kube-rs clients: list and chunked watch from a resourceVersion (with
-//! label selectors), get, create, replace with resourceVersion checks, merge
-//! patch, the `/status` subresource and delete, answered with the real JSON
-//! shapes and `Status` errors. It also plays two controllers Kubernetes
-//! runs: EndpointSlices for Services with a selector, and garbage collection
-//! of objects a deleted Pod owns. Every request is recorded, so tests can
+//! label selectors), get, create and replace (the body's namespace checked
+//! against the path's, resourceVersion checks), merge patch (other patch
+//! types refused with 415), the `/status` subresource and delete (graceful
+//! for running pods on a node), answered with the real JSON shapes and
+//! `Status` errors. It also plays two controllers Kubernetes runs and the
+//! kubelet's last step: EndpointSlices for Services with a selector, garbage
+//! collection of objects a deleted object owns, and a terminating pod's
+//! removal once its grace is over. Every request is recorded, so tests can
 //! check them against RBAC. Its socket lives on loopback, inside a network
 //! namespace the test made or the test's own.
 
@@ -17,6 +20,8 @@ mod status;
 mod store;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_tests;
 
 use std::{
     net::SocketAddr,
@@ -136,6 +141,8 @@ struct Shared {
     requests: Mutex<Vec<Request>>,
     /// True while the API stalls: requests and watch events wait.
     stalled: tokio::sync::watch::Sender<bool>,
+    /// The server's runtime, for the kubelet's part in pod deletion.
+    runtime: tokio::runtime::Handle,
 }
 
 impl Shared {
@@ -147,6 +154,18 @@ impl Shared {
     async fn unstalled(&self) {
         let mut stalled = self.stalled.subscribe();
         let _ = stalled.wait_for(|s| !*s).await;
+    }
+
+    /// Plays the kubelet for a pod marked for deletion: once its `grace`
+    /// is over, it is removed if it is still the one with `uid`.
+    fn finish_later(self: &Arc<Self>, kind: Kind, key: String, uid: String, grace: u64) {
+        let shared = self.clone();
+        self.runtime.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(grace)).await;
+            let mut store = shared.store();
+            let changes = store.finish_terminating(kind, &key, &uid);
+            shared.publish(&store, changes);
+        });
     }
 
     /// Sends `changes` to the watches; call it with the store still locked
@@ -202,6 +221,7 @@ impl FakeApi {
             changes,
             requests: Mutex::default(),
             stalled: tokio::sync::watch::Sender::new(false),
+            runtime: runtime.handle().clone(),
         });
         let s = shared.clone();
         runtime.spawn(async move {
@@ -269,11 +289,30 @@ impl FakeApi {
         self.shared.publish(&store, changes);
     }
 
+    /// Removes an object at once, as a delete with no grace does (a pod
+    /// too: see [`FakeApi::delete_pod`] for a graceful one).
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
         let mut store = self.shared.store();
         let removed = store.remove(kind, &format!("{namespace}/{name}"), &Value::Null);
         if let Ok((_, changes)) = removed {
             self.shared.publish(&store, changes);
+        }
+    }
+
+    /// Deletes a pod as a client's DELETE does (`kubectl delete pod`):
+    /// one on a node that has not finished is marked and stays for
+    /// `grace` seconds (default: its terminationGracePeriodSeconds, else
+    /// 30), then goes, as the kubelet ends it.
+    pub fn delete_pod(&self, namespace: &str, name: &str, grace: Option<u64>) {
+        let key = format!("{namespace}/{name}");
+        let mut store = self.shared.store();
+        let Ok((_, changes, deleted)) = store.delete(Kind::Pod, &key, &Value::Null, grace) else {
+            return;
+        };
+        self.shared.publish(&store, changes);
+        drop(store);
+        if let store::Deleted::Terminating { uid, grace } = deleted {
+            self.shared.finish_later(Kind::Pod, key, uid, grace);
         }
     }
 

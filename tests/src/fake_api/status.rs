@@ -19,6 +19,38 @@ impl ApiError {
                "message": self.message, "reason": self.reason, "code": self.code})
     }
 
+    /// The answer to an injected failure: the code with the reason the
+    /// API server gives it.
+    pub fn injected(code: u16) -> Self {
+        let reason = match code {
+            400 => "BadRequest",
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            410 => "Expired",
+            415 => "UnsupportedMediaType",
+            422 => "Invalid",
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "InternalError",
+        };
+        Self {
+            code,
+            reason,
+            message: "injected failure".into(),
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            code: 400,
+            reason: "BadRequest",
+            message: message.into(),
+        }
+    }
+
     pub fn not_found(kind: Kind, key: &str) -> Self {
         Self {
             code: 404,

@@ -1,9 +1,9 @@
 //! The API server's state and the semantics the clients rely on: create
 //! refuses an existing name, replace checks the resourceVersion, merge patch
 //! (RFC 7386) and the `/status` subresource, a uid in a write or a delete's
-//! preconditions must match the object, deletion with the owner-reference
-//! garbage collection Kubernetes does for Pods, and a change log that watches
-//! replay from a resourceVersion.
+//! preconditions must match the object, deletion (graceful for pods on a
+//! node) with the owner-reference garbage collection Kubernetes does, and a
+//! change log that watches replay from a resourceVersion.
 
 use std::{collections::BTreeMap, ops::Bound};
 
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::{
     Kind,
-    clock::now_rfc3339,
+    clock::{now_rfc3339, rfc3339_in},
     endpoints,
     paging::Page,
     selector::Selector,
@@ -140,11 +140,7 @@ impl Store {
     /// verb.
     pub fn injected_failure(&mut self, kind: Kind, verb: &'static str) -> Result<(), ApiError> {
         match self.failures.get_mut(&(kind, verb)).and_then(Vec::pop) {
-            Some(code) => Err(ApiError {
-                code,
-                reason: "InternalError",
-                message: "injected failure".into(),
-            }),
+            Some(code) => Err(ApiError::injected(code)),
             None => Ok(()),
         }
     }
@@ -254,6 +250,70 @@ impl Store {
         let mut changes = self.write_with_effects(kind, key.to_owned(), None);
         changes.extend(self.collect_garbage(&object));
         Ok((object, changes))
+    }
+
+    /// A DELETE as the API server does it: at once, except for a pod on
+    /// a node that has not finished, which is marked (deletionTimestamp,
+    /// deletionGracePeriodSeconds) and stays until its grace ends (the
+    /// kubelet's final delete: [`Deleted::Terminating`] says when) or a
+    /// delete asks for no grace. A pod already terminating only has its
+    /// grace shortened. `options` is the DeleteOptions (null for none),
+    /// `query_grace` the `gracePeriodSeconds` parameter.
+    pub fn delete(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        options: &Value,
+        query_grace: Option<u64>,
+    ) -> Result<(Value, Vec<Change>, Deleted), ApiError> {
+        let object = self
+            .get(kind, key)
+            .ok_or_else(|| ApiError::not_found(kind, key))?
+            .clone();
+        let preconditions = &options["preconditions"];
+        let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
+        check_preconditions(kind, key, &object, uid, rv)?;
+        let asked = options["gracePeriodSeconds"].as_u64().or(query_grace);
+        let meta = &object["metadata"];
+        let terminating = meta["deletionTimestamp"].is_string();
+        let marked = meta["deletionGracePeriodSeconds"].as_u64().unwrap_or(0);
+        let grace = match (terminating, marked) {
+            // Marked with no grace to wait out: gone now.
+            (true, 0) => 0,
+            // Terminating: only a shorter grace changes anything (counted
+            // from now here; the API server counts it from the first mark).
+            (true, current) if asked.is_none_or(|asked| asked >= current) => {
+                return Ok((object, Vec::new(), Deleted::Pending));
+            }
+            (true, _) => asked.unwrap_or(0),
+            (false, _) if kind == Kind::Pod => pod_grace(&object, asked),
+            (false, _) => 0,
+        };
+        if grace == 0 {
+            let (object, changes) = self.remove(kind, key, &Value::Null)?;
+            return Ok((object, changes, Deleted::Gone));
+        }
+        let mut next = object;
+        next["metadata"]["deletionTimestamp"] = json!(rfc3339_in(grace));
+        next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        let uid = next["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+        let (object, changes) = self.update(kind, key, next);
+        Ok((object, changes, Deleted::Terminating { uid, grace }))
+    }
+
+    /// The kubelet's last word on a pod whose grace is over: removed, if
+    /// it is still the one (`uid`) and still terminating.
+    pub fn finish_terminating(&mut self, kind: Kind, key: &str, uid: &str) -> Vec<Change> {
+        let current = self.get(kind, key);
+        let due = current.is_some_and(|o| {
+            o["metadata"]["uid"] == uid && o["metadata"]["deletionTimestamp"].is_string()
+        });
+        if !due {
+            return Vec::new();
+        }
+        self.remove(kind, key, &Value::Null)
+            .map(|(_, changes)| changes)
+            .unwrap_or_default()
     }
 
     fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Value, Vec<Change>) {
@@ -384,6 +444,35 @@ impl Store {
         self.uids += 1;
         format!("00000000-0000-4000-8000-{:012x}", self.uids)
     }
+}
+
+/// What a DELETE did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// The object is gone.
+    Gone,
+    /// Marked: it goes when `grace` seconds are over, if still the one
+    /// with `uid`.
+    Terminating { uid: String, grace: u64 },
+    /// It was terminating already and still is, unchanged.
+    Pending,
+}
+
+/// The grace a pod's deletion gets, as the pod strategy's
+/// CheckGracefulDelete decides it: the one asked for, else the pod's
+/// terminationGracePeriodSeconds (defaulted to 30 at creation); none for a
+/// pod on no node or one that has finished.
+fn pod_grace(pod: &Value, asked: Option<u64>) -> u64 {
+    let scheduled = pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let phase = pod["status"]["phase"].as_str();
+    if !scheduled || matches!(phase, Some("Succeeded" | "Failed")) {
+        return 0;
+    }
+    asked
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_u64())
+        .unwrap_or(30)
 }
 
 /// `namespace/name` for a candidate `(namespace, name)`.

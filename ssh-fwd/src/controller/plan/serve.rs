@@ -10,6 +10,7 @@ use super::{
 use crate::controller::{
     pod::PodView,
     service::{self, Settings},
+    warn::Admission,
     world::World,
 };
 
@@ -56,6 +57,7 @@ pub fn serve_new(
                 .map(|variable| Problem::EnvMissing {
                     variable: variable.to_owned(),
                     told,
+                    admission: Admission::of(&pod.metadata),
                 });
             (port, Some(lease), missing)
         }

@@ -21,6 +21,7 @@ use super::{
     review::{self, Request},
 };
 use crate::controller::{
+    api_error::{self, Grant},
     ports,
     reservation::{self, Holder, ReserveError},
     service,
@@ -143,9 +144,9 @@ impl Admitter {
         match tokio::time::timeout(left, self.reserve(used, &holder)).await {
             Ok(Ok(port)) => (Port::Reserved { port, token }, Outcome::Reserved),
             Ok(Err(ReserveError::Full(_))) => (Port::None { why: self.full() }, Outcome::NoPort),
-            Ok(Err(e)) => (
+            Ok(Err(ReserveError::Api { port, source })) => (
                 Port::None {
-                    why: format!("no port reserved at admission: {e}"),
+                    why: format!("no port reserved at admission: {}", refused(port, source)),
                 },
                 Outcome::NoPort,
             ),
@@ -159,8 +160,11 @@ impl Admitter {
         }
     }
 
-    /// [`reservation::reserve_free`], tried again after failures other than
-    /// a full range (the caller's deadline ends it).
+    /// [`reservation::reserve_free`], tried again after a failure that may
+    /// pass ([`passing`]; the caller's deadline ends it). Any other failure
+    /// is the answer at once: a refusal (RBAC, a missing namespace, an
+    /// invalid object) would only come again until the deadline, and every
+    /// SSH pod would wait that long.
     async fn reserve(&self, used: BTreeSet<u16>, holder: &Holder) -> Result<u16, ReserveError> {
         let mut pause = Duration::from_millis(50);
         loop {
@@ -173,7 +177,7 @@ impl Admitter {
             )
             .await
             {
-                Err(ReserveError::Api { port, source }) => {
+                Err(ReserveError::Api { port, source }) if passing(&source) => {
                     tracing::warn!(port, error = %source, "reserving a port failed; trying again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(800));
@@ -200,6 +204,31 @@ impl Admitter {
             self.range.end()
         )
     }
+}
+
+/// Whether a failed reservation may succeed when tried again: the API
+/// server overloaded (429) or failing (5xx), or no answer at all (the
+/// connection failed or timed out).
+fn passing(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// Why the API server would not reserve `port`, with the RBAC fix for a
+/// 403.
+fn refused(port: u16, source: kube::Error) -> String {
+    let kube::Error::Api(status) = &source else {
+        return format!("reserving port {port} failed: {source}");
+    };
+    let what = format!(
+        "the API server answered {} {} to the reservation of port {port} ({})",
+        status.code, status.reason, status.message
+    );
+    // The top context only: the RBAC fix for a 403, not the error again.
+    api_error::context(source, what, Grant::Lease).to_string()
 }
 
 /// The name to log and show as the reservation's holder: the pod's name,

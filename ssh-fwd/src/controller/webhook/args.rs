@@ -68,8 +68,9 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "NAME", default_value = "authorized_keys")]
     pub keys_file: String,
 
-    /// The owner of the keys directory and file (default: the pod's
-    /// runAsUser, else root).
+    /// The owner of the keys directory and file (default: the runAsUser
+    /// of the container serving ssh-fwd.io/target-port, else of the first
+    /// container, else the pod's, else root).
     #[arg(long, value_name = "UID")]
     pub keys_uid: Option<u32>,
 
@@ -84,10 +85,17 @@ pub struct AdmissionArgs {
     pub webhook_deadline: Duration,
 
     /// How long a port reservation whose pod does not exist is kept (by the
-    /// leader's clock, from when it first saw it) before it is released.
+    /// leader's clock, from when it first saw it) before it is released; at
+    /// most 90s.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub reservation_grace: Duration,
 }
+
+/// The longest `--reservation-grace`: a reservation whose pod never came
+/// into existence must be released within two minutes of its making, and
+/// the leader counts the grace from when it first sees it, which may be
+/// later (a watch catching up, a new leader).
+pub const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(90);
 
 /// A flag value the webhook cannot work with.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -104,6 +112,12 @@ pub enum AdmissionFlagError {
     KeysDir(String),
     #[error("--keys-file `{0}` must be a file name without '/', e.g. authorized_keys")]
     KeysFile(String),
+    #[error(
+        "--reservation-grace {} is too long: at most {}s, so that the port of a pod that never came into existence (refused after admission, a failed create) is free again within two minutes",
+        humantime::format_duration(*.0),
+        MAX_RESERVATION_GRACE.as_secs()
+    )]
+    ReservationGrace(Duration),
 }
 
 impl AdmissionArgs {
@@ -129,6 +143,9 @@ impl AdmissionArgs {
         let file = &self.keys_file;
         if file.is_empty() || file.contains(['/', '\0']) || file == "." || file == ".." {
             return Err(AdmissionFlagError::KeysFile(file.clone()));
+        }
+        if self.reservation_grace > MAX_RESERVATION_GRACE {
+            return Err(AdmissionFlagError::ReservationGrace(self.reservation_grace));
         }
         Ok(())
     }
@@ -180,5 +197,15 @@ mod tests {
         // even parse.
         let zero = Flags::try_parse_from(["controller", "--webhook-deadline", "0s"]);
         assert!(zero.is_err());
+    }
+
+    #[test]
+    fn a_reservation_grace_over_90_seconds_is_refused_naming_the_flag_and_why() {
+        assert_eq!(check(&["--reservation-grace", "90s"]), Ok(()));
+        let refused = check(&["--reservation-grace", "91s"]).expect_err("91 s is too long");
+        let message = refused.to_string();
+        assert!(message.contains("--reservation-grace 1m 31s"), "{message}");
+        assert!(message.contains("at most 90s"), "{message}");
+        assert!(message.contains("within two minutes"), "{message}");
     }
 }

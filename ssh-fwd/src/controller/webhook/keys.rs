@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::mutate::{Ops, containers};
+use crate::controller::service;
 
 /// Pod annotation naming the Secret (key `authorized_keys`) with the keys.
 pub const SECRET_ANNOTATION: &str = "ssh-fwd.io/authorized-keys-secret";
@@ -34,7 +35,7 @@ pub struct Keys {
     pub image: String,
     pub dir: String,
     pub file: String,
-    /// `--keys-uid`; else the pod's runAsUser; else root.
+    /// `--keys-uid`; else the runAsUser of sshd's container ([`owner`]).
     pub uid: Option<i64>,
     pub default_secret: Option<String>,
     pub interval: Duration,
@@ -142,22 +143,54 @@ fn clash(pod: &Value) -> Option<String> {
     None
 }
 
-/// Who owns the keys: `--keys-uid`, else the pod's runAsUser (pod-wide,
-/// else its first container's), else root; the group is the pod's
-/// runAsGroup, else the same number.
+/// Who owns the keys: `--keys-uid`, else the user sshd's container runs
+/// as, else root; the group is that container's group, else the pod's
+/// fsGroup (the group the kubelet gives the pod's volumes), else the
+/// user's number. A container's securityContext overrides the pod's, as
+/// Kubernetes applies them.
 fn owner(pod: &Value, keys: &Keys) -> (i64, i64) {
+    let container = &sshd_container(pod)["securityContext"];
     let pod_context = &pod["spec"]["securityContext"];
-    let first = &pod["spec"]["containers"][0]["securityContext"];
-    let uid = keys
-        .uid
-        .or_else(|| pod_context["runAsUser"].as_i64())
-        .or_else(|| first["runAsUser"].as_i64())
-        .unwrap_or(0);
-    let gid = pod_context["runAsGroup"]
-        .as_i64()
-        .or_else(|| first["runAsGroup"].as_i64())
+    let effective = |field: &str| {
+        container[field]
+            .as_i64()
+            .or_else(|| pod_context[field].as_i64())
+    };
+    let uid = keys.uid.or_else(|| effective("runAsUser")).unwrap_or(0);
+    let gid = effective("runAsGroup")
+        .or_else(|| pod_context["fsGroup"].as_i64())
         .unwrap_or(uid);
     (uid, gid)
+}
+
+/// The container that runs sshd: the one declaring the port the target-port
+/// annotation names (by name or number; a native sidecar too, as a Service
+/// finds a named port), else the first container.
+fn sshd_container(pod: &Value) -> &Value {
+    let first = &pod["spec"]["containers"][0];
+    let Some(target) = pod["metadata"]["annotations"][service::TARGET_PORT_ANNOTATION]
+        .as_str()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    else {
+        return first;
+    };
+    let number: Option<i64> = target.parse().ok();
+    let declares = |container: &&Value| {
+        container["ports"].as_array().is_some_and(|ports| {
+            ports.iter().any(|p| match number {
+                Some(n) => p["containerPort"].as_i64() == Some(n),
+                None => p["name"] == target,
+            })
+        })
+    };
+    let sidecars = pod["spec"]["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["restartPolicy"] == "Always");
+    let containers = pod["spec"]["containers"].as_array().into_iter().flatten();
+    containers.chain(sidecars).find(declares).unwrap_or(first)
 }
 
 fn args(keys: &Keys, uid: i64, gid: i64) -> Vec<String> {
@@ -184,8 +217,12 @@ fn mounts(keys: &Keys) -> Value {
            {"name": KEYS_VOLUME, "mountPath": keys.dir}])
 }
 
+/// Small, with limits as well as requests: a namespace whose ResourceQuota
+/// covers limits.cpu or limits.memory refuses a pod with a container that
+/// sets none (unless a LimitRange fills them in).
 fn resources() -> Value {
-    json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}})
+    json!({"requests": {"cpu": "10m", "memory": "16Mi"},
+           "limits": {"cpu": "100m", "memory": "32Mi"}})
 }
 
 fn install_container(keys: &Keys, uid: i64, gid: i64) -> Value {
@@ -210,3 +247,6 @@ fn watch_container(keys: &Keys, uid: i64, gid: i64) -> Value {
             "capabilities": {"drop": ["ALL"]}},
     })
 }
+
+#[cfg(test)]
+mod tests;

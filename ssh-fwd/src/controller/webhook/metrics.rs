@@ -33,6 +33,8 @@ pub struct AdmissionMetrics {
     pub admissions: Family<OutcomeLabel, Counter>,
     /// From the request read to the answer, the port reservation included.
     pub duration: Histogram,
+    /// TLS handshakes given up (`tls::Handshakes`).
+    pub handshake_timeouts: Counter,
 }
 
 impl Default for AdmissionMetrics {
@@ -40,6 +42,7 @@ impl Default for AdmissionMetrics {
         Self {
             admissions: Family::default(),
             duration: metrics::seconds_histogram(),
+            handshake_timeouts: Counter::default(),
         }
     }
 }
@@ -62,6 +65,11 @@ impl AdmissionMetrics {
             "admission_duration_seconds",
             "Time to answer one admission, the port reservation included.",
             self.duration.clone(),
+        );
+        registry.register(
+            "webhook_handshake_timeouts",
+            "TLS handshakes with the webhook given up: no turn within 30 s, or not done 10 s after getting one (more new connections at once than the CPU takes).",
+            self.handshake_timeouts.clone(),
         );
     }
 }

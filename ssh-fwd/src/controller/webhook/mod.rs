@@ -89,10 +89,12 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         metrics: shared.metrics,
     });
     tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
+    let handshakes = tls::Handshakes::new(admitter.metrics.handshake_timeouts.clone());
     let server = tokio::spawn(tls::serve(
         listener,
         tls::server_config(certs),
         router(admitter),
+        handshakes,
     ));
     Ok(Running(vec![server, follow]))
 }

@@ -4,7 +4,8 @@
 //! drops no connection. The accept loop is the few lines hyper's own
 //! examples have, on the accept loop `/metrics` uses too: axum-server would
 //! do it as well, but its rustls feature brings a second crypto provider
-//! (aws-lc) into the build.
+//! (aws-lc) into the build. Handshakes take turns (`pacing`), so a burst of
+//! new connections does not starve them all.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,7 +21,10 @@ use rustls::{
 };
 use tokio::net::TcpListener;
 
+pub use self::pacing::Handshakes;
 use crate::telemetry::accept::{Accepting, Server};
+
+mod pacing;
 
 /// Why a certificate and key cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -165,19 +169,24 @@ impl CertDir {
 }
 
 /// Serves `router` over TLS on `listener`, one HTTP/1.1 connection per
-/// accepted stream. A failed accept (file descriptors exhausted) backs off
-/// and is reported once (`telemetry::accept`).
-pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, router: axum::Router) {
+/// accepted stream, kept open for the client's next requests. A failed
+/// accept (file descriptors exhausted) backs off and is reported once
+/// (`telemetry::accept`); the handshakes are paced by `handshakes`.
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    router: axum::Router,
+    handshakes: Arc<Handshakes>,
+) {
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
     let mut listener = Accepting::new(listener, Server::Webhook);
     loop {
         let (stream, _) = listener.next().await;
         let acceptor = acceptor.clone();
+        let handshakes = handshakes.clone();
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
-            let handshake = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
-            let Ok(Ok(tls)) = handshake.await else {
-                tracing::debug!("a TLS handshake with the webhook failed or timed out");
+            let Some(tls) = handshakes.accept(&acceptor, stream).await else {
                 return;
             };
             let io = hyper_util::rt::TokioIo::new(tls);

@@ -9,6 +9,7 @@ use super::*;
 use crate::controller::{
     plan::reservations::upkeep,
     reservation::{self, Holder, POD_ANNOTATION},
+    warn::Admission,
 };
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -163,7 +164,8 @@ fn a_pod_created_without_the_webhook_gets_a_fresh_reserved_port_and_is_told_it_l
         problem,
         &Problem::EnvMissing {
             variable: "SSH_FWD_PUBLIC_SSH".into(),
-            told: None
+            told: None,
+            admission: Admission::Unseen { keys: None },
         }
     );
     assert_eq!(problem.reason(), "SSHEnvMissing");
@@ -356,7 +358,8 @@ fn a_pod_whose_told_port_another_service_took_gets_another_and_a_warning_naming_
         warnings(&actions),
         [&Problem::EnvMissing {
             variable: "SSH_FWD_PUBLIC_SSH".into(),
-            told: Some(9004)
+            told: Some(9004),
+            admission: Admission::WithPort,
         }]
     );
 }

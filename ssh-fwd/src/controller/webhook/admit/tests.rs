@@ -307,4 +307,50 @@ async fn concurrent_admissions_never_share_a_port_even_in_a_nearly_full_range() 
     panic!("the range never filled up");
 }
 
+#[tokio::test]
+async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_tried_again() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let admitter = admitter(&api, 9000..=9099, DEADLINE_FOR_TESTS).await;
+    let pod = job_pod();
+    // The RBAC does not grant the create (an old manifest): trying again
+    // cannot help, so no admission may wait out the deadline for it.
+    for (code, says) in [
+        (403, "403 forbidden"),
+        (404, "404 notfound"),
+        (422, "422 invalid"),
+    ] {
+        api.fail_creates(Kind::Lease, &[code; 100]);
+        let started = Instant::now();
+        let (status, body) = answer(&admitter, &review_of("u-r", &pod, false)).await;
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(1),
+            "{code}: answered after {took:?}"
+        );
+        assert_eq!(status, 200);
+        let (response, patched) = outcome(&body, &pod);
+        assert_eq!(response["allowed"], true);
+        let why = patched["metadata"]["annotations"][ADMISSION_ANNOTATION]
+            .as_str()
+            .unwrap_or_else(|| panic!("{code}: admitted with a port: {patched}"));
+        assert!(why.to_lowercase().contains(says), "{code}: {why}");
+        if code == 403 {
+            assert!(
+                why.contains("Role ssh-fwd-controller-lease in deploy/base/rbac-controller.yaml"),
+                "{why}"
+            );
+        }
+    }
+    assert!(reservations(&api).is_empty());
+    // Overload and server errors pass: the same admission tries again.
+    api.fail_creates(Kind::Lease, &[503, 429, 500]);
+    let (_, body) = answer(&admitter, &review_of("u-s", &pod, false)).await;
+    let (_, patched) = outcome(&body, &pod);
+    assert!(
+        patched["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string(),
+        "{patched}"
+    );
+    assert_eq!(reservations(&api).len(), 1);
+}
+
 const DEADLINE_FOR_TESTS: Duration = Duration::from_secs(10);

@@ -1,0 +1,78 @@
+//! `SSHEnvMissing` as a pod gets it when the webhook gave it no port: why
+//! (what the webhook wrote on the pod, or that it never saw the pod), and
+//! whether its keys are missing too.
+
+use super::{
+    webhook::{free_port, write_pair},
+    *,
+};
+
+/// The one SSHEnvMissing note of `pod`, once sent.
+async fn env_missing(bed: &Bed, pod: &str) -> String {
+    eventually(&format!("{pod} is told it lacks the variable"), || {
+        !bed.notes(pod, "SSHEnvMissing", "Warning").is_empty()
+    })
+    .await;
+    let notes = bed.notes(pod, "SSHEnvMissing", "Warning");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    notes[0].clone()
+}
+
+#[tokio::test]
+async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_missing() {
+    let bed = Bed::new();
+    let certs = tempfile::tempdir().unwrap();
+    write_pair(certs.path());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dir = certs.path().display().to_string();
+    let webhook = [
+        "--webhook-addr",
+        &addr,
+        "--webhook-cert-dir",
+        &dir,
+        "--image",
+        "ssh-fwd:test",
+    ];
+    let controller = bed.controller("a", &webhook);
+    let keys = "ssh-fwd.io/authorized-keys-secret";
+    // Created while no webhook replica answered (failurePolicy Ignore):
+    // nothing of ours on it, neither the variable nor the keys.
+    bed.pod_with("unseen", json!({keys: "alice-keys"}));
+    bed.pod("unseen-no-keys");
+    // Answered without a port: the webhook wrote why, and added the keys.
+    let why = "no port reserved at admission: the API server refused the reservation of port 9012 (403 Forbidden: leases is forbidden)";
+    bed.pod_with(
+        "refused",
+        json!({"ssh-fwd.io/admission": why, keys: "bob-keys"}),
+    );
+
+    let unseen = env_missing(&bed, "unseen").await;
+    assert!(
+        unseen.contains("the ssh-fwd admission webhook was not called or did not answer"),
+        "{unseen}"
+    );
+    assert!(unseen.contains("failurePolicy Ignore"), "{unseen}");
+    assert!(
+        unseen.contains("Its SSH keys (Secret alice-keys) are not installed either"),
+        "{unseen}"
+    );
+    assert!(unseen.contains("ssh-fwd-install-keys"), "{unseen}");
+    let plain = env_missing(&bed, "unseen-no-keys").await;
+    assert!(
+        plain.contains("was not called or did not answer"),
+        "{plain}"
+    );
+    assert!(!plain.contains("keys"), "{plain}");
+    let refused = env_missing(&bed, "refused").await;
+    assert!(
+        refused.contains(&format!("admitted it without a port: {why}")),
+        "{refused}"
+    );
+    assert!(!refused.contains("keys"), "{refused}");
+    // Each still gets its port.
+    for pod in ["unseen", "unseen-no-keys", "refused"] {
+        bed.annotated(pod).await;
+    }
+    bed.assert_requests_listed();
+    controller.abort();
+}

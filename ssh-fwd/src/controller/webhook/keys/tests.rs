@@ -1,0 +1,129 @@
+//! Who owns the keys and what the injected containers ask for, read from
+//! the pod as the mutation leaves it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::controller::webhook::mutate::{Injection, Port, mutate, tests::job_pod};
+
+fn injection() -> Injection {
+    Injection {
+        variable: "SSH_FWD_PUBLIC_SSH".into(),
+        host: "ssh.example.org".into(),
+        keys: Keys {
+            image: "ssh-fwd:test".into(),
+            dir: "/etc/ssh-fwd".into(),
+            file: "authorized_keys".into(),
+            uid: None,
+            default_secret: Some("keys".into()),
+            interval: Duration::from_secs(2),
+        },
+    }
+}
+
+/// `pod` as the API server stores it after the mutation.
+fn mutated(pod: &Value) -> Value {
+    let port = Port::Reserved {
+        port: 8123,
+        token: "tok".into(),
+    };
+    let mutation = mutate(pod, &port, &injection());
+    let mut out = pod.clone();
+    json_patch::patch(&mut out, &mutation.patch).expect("the patch applies");
+    out
+}
+
+/// The owner install-keys is told (`--uid`, `--gid`), checked to be the
+/// user and group the watching sidecar runs as.
+fn owner_of(pod: &Value) -> (i64, i64) {
+    let out = mutated(pod);
+    let (install, watch) = (
+        &out["spec"]["initContainers"][0],
+        &out["spec"]["initContainers"][1],
+    );
+    assert_eq!(install["name"], INSTALL_CONTAINER);
+    let arg = |flag: &str| -> i64 {
+        let args = install["args"].as_array().unwrap();
+        let at = args.iter().position(|a| a == flag).unwrap();
+        args[at + 1].as_str().unwrap().parse().unwrap()
+    };
+    let (uid, gid) = (arg("--uid"), arg("--gid"));
+    assert_eq!(watch["securityContext"]["runAsUser"], uid);
+    assert_eq!(watch["securityContext"]["runAsGroup"], gid);
+    (uid, gid)
+}
+
+/// A job pod whose second container (`sshd`) serves port 2222, named
+/// `ssh`, and runs as 2000 while the pod says 1000.
+fn pod_with_sshd_apart() -> Value {
+    let mut pod = job_pod();
+    pod["spec"]["securityContext"] =
+        json!({"runAsUser": 1000, "runAsGroup": 1100, "fsGroup": 3000});
+    pod["spec"]["containers"][0]["securityContext"] =
+        json!({"runAsUser": 5000, "runAsGroup": 5100});
+    pod["spec"]["containers"][1]["ports"] = json!([{"name": "ssh", "containerPort": 2222}]);
+    pod["spec"]["containers"][1]["securityContext"] = json!({"runAsUser": 2000});
+    pod
+}
+
+fn with_target_port(mut pod: Value, port: &str) -> Value {
+    pod["metadata"]["annotations"] = json!({"ssh-fwd.io/target-port": port});
+    pod
+}
+
+#[test]
+fn the_keys_belong_to_the_user_the_sshd_container_runs_as_its_own_setting_over_the_pods() {
+    // The target port names the sshd container, by name or by number: its
+    // own runAsUser wins over the pod's; the group it does not set is the
+    // pod's.
+    for port in ["ssh", "2222"] {
+        let pod = with_target_port(pod_with_sshd_apart(), port);
+        assert_eq!(owner_of(&pod), (2000, 1100), "target port {port}");
+    }
+    // No target port (sshd on 22, no container declares it): the first
+    // container, whose own user and group win.
+    assert_eq!(owner_of(&pod_with_sshd_apart()), (5000, 5100));
+    // A target port no container declares: the first container too.
+    let pod = with_target_port(pod_with_sshd_apart(), "2200");
+    assert_eq!(owner_of(&pod), (5000, 5100));
+    // A container without a securityContext runs as the pod says.
+    let mut pod = pod_with_sshd_apart();
+    pod["spec"]["containers"][0]["securityContext"] = Value::Null;
+    assert_eq!(owner_of(&pod), (1000, 1100));
+}
+
+#[test]
+fn without_a_run_as_group_the_keys_get_the_pods_fs_group_else_the_users_number() {
+    let mut pod = pod_with_sshd_apart();
+    pod["spec"]["containers"][0]["securityContext"] = json!({"runAsUser": 5000});
+    pod["spec"]["securityContext"] = json!({"runAsUser": 1000, "fsGroup": 3000});
+    assert_eq!(owner_of(&pod), (5000, 3000));
+    pod["spec"]["securityContext"] = json!({"runAsUser": 1000});
+    assert_eq!(owner_of(&pod), (5000, 5000));
+    // --keys-uid names the user; the group still follows the container.
+    let mut flagged = injection();
+    flagged.keys.uid = Some(4242);
+    pod["spec"]["containers"][0]["securityContext"] = json!({"runAsGroup": 5100});
+    assert_eq!(owner(&pod, &flagged.keys), (4242, 5100));
+}
+
+#[test]
+fn the_injected_containers_request_and_limit_cpu_and_memory() {
+    // A ResourceQuota on limits.cpu or limits.memory refuses a pod with a
+    // container that sets no such limit (unless a LimitRange fills one in).
+    let out = mutated(&job_pod());
+    for c in &out["spec"]["initContainers"].as_array().unwrap()[..2] {
+        for bound in ["requests", "limits"] {
+            for resource in ["cpu", "memory"] {
+                assert!(
+                    c["resources"][bound][resource].is_string(),
+                    "{} has no {bound}.{resource}: {}",
+                    c["name"],
+                    c["resources"]
+                );
+            }
+        }
+    }
+}
