@@ -1,6 +1,7 @@
-//! One HTTP/1.1 request per connection (`Connection: close` tells the client
-//! so): the path is parsed the way the API server lays it out, then served
-//! from the store.
+//! HTTP/1.1 as the API server speaks it to a client: requests on a
+//! connection one after another (keep-alive) until the client closes it or a
+//! watch takes it over; the path is parsed the way the API server lays it
+//! out, then served from the store.
 
 use std::{collections::BTreeMap, sync::Arc};
 
@@ -58,68 +59,83 @@ fn parse_target(target: &str) -> Option<Target> {
     })
 }
 
-/// Serves the one request of a connection.
+/// Serves the requests of a connection, one after another, until the
+/// client closes it, asks to (`Connection: close`), or a watch ends it.
+/// Keep-alive matters for what the benchmarks measure: a new connection per
+/// request would make the fake, not the client, the cost of every write.
 pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Result<()> {
-    let Some((head, body)) = read_request(&mut stream).await? else {
-        return Ok(());
-    };
-    serve_one(&mut stream, &shared, &head, body).await?;
+    let mut pending = Vec::with_capacity(16 * 1024);
+    while let Some((head, body)) = read_request(&mut stream, &mut pending).await? {
+        let close = header(&head, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        if serve_one(&mut stream, &shared, &head, body, close).await? == After::Close {
+            break;
+        }
+    }
     stream.shutdown().await
 }
 
 /// Reads a request: its head, and its body as JSON (null when empty).
-/// `None` when the client closed the connection.
-async fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String, Value)>> {
-    let mut buf = Vec::with_capacity(16 * 1024);
+/// `None` when the client closed the connection. Bytes past the request
+/// stay in `pending` for the next one.
+async fn read_request(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+) -> std::io::Result<Option<(String, Value)>> {
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+        if let Some(i) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
         let n = stream.read(&mut chunk).await?;
-        if n == 0 || buf.len() > 1 << 20 {
+        if n == 0 || pending.len() > 1 << 20 {
             return Ok(None);
         }
-        buf.extend_from_slice(&chunk[..n]);
+        pending.extend_from_slice(&chunk[..n]);
     };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let content_length: usize = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse().ok())
+    let head = String::from_utf8_lossy(&pending[..head_end]).into_owned();
+    let content_length: usize = header(&head, "content-length")
+        .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    while buf.len() < head_end + content_length {
+    while pending.len() < head_end + content_length {
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
             return Ok(None);
         }
-        buf.extend_from_slice(&chunk[..n]);
+        pending.extend_from_slice(&chunk[..n]);
     }
-    let body: Value =
-        serde_json::from_slice(&buf[head_end..head_end + content_length]).unwrap_or(Value::Null);
+    let body: Value = serde_json::from_slice(&pending[head_end..head_end + content_length])
+        .unwrap_or(Value::Null);
+    pending.drain(..head_end + content_length);
     Ok(Some((head, body)))
 }
 
+/// Whether a connection can carry another request after one was served.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    Next,
+    Close,
+}
+
 /// Serves one request (a watch until it ends); nothing when the API is
-/// cut or the client gave up.
+/// cut or the client gave up, and then the connection is closed.
 async fn serve_one(
     stream: &mut TcpStream,
     shared: &Arc<Shared>,
     head: &str,
     body: Value,
-) -> std::io::Result<()> {
+    close: bool,
+) -> std::io::Result<After> {
     let mut words = head.split_whitespace();
     let method = words.next().unwrap_or("GET").to_owned();
     let target = words.next().unwrap_or("/").to_owned();
     if *shared.stalled.borrow() {
         shared.unstalled().await;
         if client_gone(stream).await {
-            return Ok(()); // given up on: never handled
+            return Ok(After::Close); // given up on: never handled
         }
     }
     if shared.store().cut {
-        return Ok(()); // drop the connection: the API is unreachable
+        return Ok(After::Close); // drop the connection: the API is unreachable
     }
     let Some(target) = parse_target(&target) else {
         let error = ApiError {
@@ -127,7 +143,7 @@ async fn serve_one(
             reason: "NotFound",
             message: format!("the server could not find the requested resource ({target})"),
         };
-        return respond(stream, error.code, &error.status().to_string()).await;
+        return respond(stream, error.code, &error.status().to_string(), close).await;
     };
     let watch = target
         .query
@@ -136,7 +152,8 @@ async fn serve_one(
     let verb = verb(&method, &target, watch);
     record(shared, head, verb, &target);
     if watch {
-        return watch_stream(stream, shared, &target).await;
+        watch_stream(stream, shared, &target).await?;
+        return Ok(After::Close);
     }
     let delay = shared.store().delays.get(&(target.kind, verb)).copied();
     if let Some(delay) = delay {
@@ -148,7 +165,7 @@ async fn serve_one(
         Ok((code, text)) => (code, text),
         Err(e) => (e.code, e.status().to_string()),
     };
-    respond(stream, code, &answer).await
+    respond(stream, code, &answer, close).await
 }
 
 /// Whether the client closed the connection while its request waited.
@@ -382,14 +399,21 @@ fn handle(
     Ok((code, object.to_string()))
 }
 
-async fn respond(stream: &mut TcpStream, code: u16, body: &str) -> std::io::Result<()> {
+async fn respond(
+    stream: &mut TcpStream,
+    code: u16,
+    body: &str,
+    close: bool,
+) -> std::io::Result<After> {
+    let connection = if close { "close" } else { "keep-alive" };
     let response = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
         if code < 300 { "OK" } else { "Error" },
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;
-    stream.flush().await
+    stream.flush().await?;
+    Ok(if close { After::Close } else { After::Next })
 }
 
 /// Where a watch starts: with `resourceVersion` unset or "0", the current
@@ -437,13 +461,21 @@ async fn watch_stream(
 ) -> std::io::Result<()> {
     let selector = match selector_of(target) {
         Ok(selector) => selector,
-        Err(e) => return respond(stream, e.code, &e.status().to_string()).await,
+        Err(e) => {
+            return respond(stream, e.code, &e.status().to_string(), true)
+                .await
+                .map(drop);
+        }
     };
     // Subscribed before the start is read, so nothing falls in between.
     let mut rx = shared.changes.subscribe();
     let (backlog, mut sent) = match watch_start(shared, target, &selector) {
         Ok(start) => start,
-        Err(e) => return respond(stream, e.code, &e.status().to_string()).await,
+        Err(e) => {
+            return respond(stream, e.code, &e.status().to_string(), true)
+                .await
+                .map(drop);
+        }
     };
     stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
     for change in backlog {

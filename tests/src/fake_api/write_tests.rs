@@ -23,7 +23,7 @@ fn send(api: &FakeApi, method: &str, path: &str, content_type: &str, body: &Valu
     let body = body.to_string();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: fake\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: fake\r\nConnection: close\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
