@@ -46,7 +46,7 @@ pub struct ControllerArgs {
     #[arg(
         long,
         value_name = "SELECTOR",
-        default_value = "service.kubernetes.io/service-proxy-name=ssh-fwd"
+        default_value = super::service::DEFAULT_SELECTOR
     )]
     pub selector: String,
 

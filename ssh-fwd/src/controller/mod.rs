@@ -304,12 +304,21 @@ async fn watch_term(
     );
     watches.spawn(task);
     // Services: ours, and the others the agents honour (they may hold a
-    // port on the SSH IP). Nothing else in the cluster is read.
+    // port on the SSH IP). Nothing else in the cluster is read. With the
+    // agents' default selector, which ours carry, one watch holds both, so
+    // a rival older than one of ours is always seen before ours is: two
+    // watches have no order between them, and a pass could announce a port
+    // whose older holder the other watch has not delivered yet.
+    let one_watch = args.selector.trim() == service::DEFAULT_SELECTOR;
     let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
     let noted = dirty.clone();
     let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
         Api::all(client.clone()),
-        watcher::Config::default().labels(&managed),
+        watcher::Config::default().labels(if one_watch {
+            service::DEFAULT_SELECTOR
+        } else {
+            &managed
+        }),
         prune_service,
         "Service",
         changes,
@@ -317,21 +326,28 @@ async fn watch_term(
         move |event| noted.service(event),
     );
     watches.spawn(task);
-    let noted = dirty.clone();
-    let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
-        Api::all(client),
-        watcher::Config::default().labels(&others_selector(&args.selector)),
-        prune_service,
-        "Service",
-        changes,
-        &ctx.metrics.api_errors,
-        move |event| noted.service(event),
-    );
-    watches.spawn(task);
+    let others = if one_watch {
+        None
+    } else {
+        let noted = dirty.clone();
+        let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
+            Api::all(client),
+            watcher::Config::default().labels(&others_selector(&args.selector)),
+            prune_service,
+            "Service",
+            changes,
+            &ctx.metrics.api_errors,
+            move |event| noted.service(event),
+        );
+        watches.spawn(task);
+        Some(others)
+    };
     tracing::info!("waiting for complete lists of labelled pods and of Services");
     pods.wait_until_ready().await?;
     ours.wait_until_ready().await?;
-    others.wait_until_ready().await?;
+    if let Some(others) = &others {
+        others.wait_until_ready().await?;
+    }
     reservations.wait_until_ready().await?;
     Ok(Stores {
         pods,
@@ -358,8 +374,10 @@ fn others_selector(selector: &str) -> String {
 }
 
 /// Keeps what the plan reads of a Service: identity, labels, owner, ports,
-/// shape and load-balancer status.
-fn prune_service(svc: &mut Service) {
+/// shape and load-balancer status, and every field the agents' rule
+/// ([`crate::source::kubernetes::desired`]) weighs, or a Service they route
+/// would look like one they ignore and its port be handed out twice.
+pub(crate) fn prune_service(svc: &mut Service) {
     k8s::reflector::drop_managed_fields(svc);
     svc.metadata.annotations = None;
     if let Some(spec) = svc.spec.as_mut() {
@@ -368,6 +386,7 @@ fn prune_service(svc: &mut Service) {
             ports: spec.ports.take(),
             external_ips: spec.external_ips.take(),
             load_balancer_class: spec.load_balancer_class.take(),
+            allocate_load_balancer_node_ports: spec.allocate_load_balancer_node_ports.take(),
             ..Default::default()
         };
     }

@@ -42,6 +42,9 @@ pub const MANAGED_BY: &str = "ssh-fwd-controller";
 /// Makes kube-proxy and Cilium leave the Service alone; the agents select it.
 pub const PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 pub const PROXY_NAME: &str = "ssh-fwd";
+/// The agents' and the controller's default `--selector`: the label above,
+/// which every Service of ours carries.
+pub const DEFAULT_SELECTOR: &str = "service.kubernetes.io/service-proxy-name=ssh-fwd";
 const DEFAULT_TARGET_PORT: i32 = 22;
 
 /// What every Service shares.

@@ -298,17 +298,66 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
         s
     };
     assert_eq!(selectors("pods"), ["ssh-fwd.io/ssh=enabled"]);
+    // Ours carry the agents' default selector: one watch (and the start-up
+    // check that the API server accepts --selector) reads them and the
+    // others the agents honour.
     assert_eq!(
         selectors("services"),
-        [
-            "app.kubernetes.io/managed-by=ssh-fwd-controller",
-            // The start-up check that the API server accepts --selector.
-            "service.kubernetes.io/service-proxy-name=ssh-fwd",
-            "service.kubernetes.io/service-proxy-name=ssh-fwd,app.kubernetes.io/managed-by!=ssh-fwd-controller",
-        ]
+        ["service.kubernetes.io/service-proxy-name=ssh-fwd"]
     );
     let web = bed.api.get(Kind::Pod, "jobs", "web-1").unwrap();
     assert!(web["metadata"]["annotations"].is_null(), "{web}");
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn a_load_balancer_of_our_class_made_by_someone_else_keeps_its_port() {
+    let bed = Bed::new();
+    // Another tenant's Service of our LoadBalancer class, with the ingress
+    // the agents route by: they give 8000 to it (it is older than ours).
+    bed.api.apply(
+        Kind::Service,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "theirs", "namespace": "other",
+                            "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"},
+                            "creationTimestamp": "2025-01-01T00:00:00Z"},
+               "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+                        "allocateLoadBalancerNodePorts": false,
+                        "ports": [{"port": 8000, "targetPort": 22, "protocol": "TCP"}]},
+               "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}}),
+    );
+    // The only port in range is theirs: the pod is told there is none.
+    let controller = bed.controller("a", &["--port-range", "8000-8000"]);
+    bed.pod("job-1");
+    eventually("the pod is warned that no port is free", || {
+        !bed.notes("job-1", "NoFreePort", "Warning").is_empty()
+    })
+    .await;
+    assert!(bed.our_services().is_empty(), "8000 is the other tenant's");
+    assert_eq!(bed.port_of("job-1"), None);
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn with_a_selector_of_its_own_the_controller_still_sees_the_services_the_agents_honour() {
+    let bed = Bed::new();
+    bed.api.apply(
+        Kind::Service,
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "rival", "namespace": "other", "labels": {"team": "hpc"},
+                            "creationTimestamp": "2025-01-01T00:00:00Z"},
+               "spec": {"externalIPs": ["198.18.0.10"],
+                        "ports": [{"port": 8000, "targetPort": 22, "protocol": "TCP"}]}}),
+    );
+    let controller = bed.controller(
+        "a",
+        &["--port-range", "8000-8001", "--selector", "team=hpc"],
+    );
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    assert_eq!(bed.port_of("job-1"), Some(8001));
     bed.assert_requests_listed();
     controller.abort();
 }

@@ -210,3 +210,25 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
         "the agents refuse it whole"
     );
 }
+
+/// The controller's pruned Service must read the same as the whole one
+/// under the agents' rule, or a Service they route would look ignored.
+#[test]
+fn a_pruned_service_reads_as_the_whole_one_to_the_agents_rule() {
+    use crate::source::kubernetes::objects::ServiceView;
+    let whole: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "theirs", "namespace": "other", "uid": "u1",
+                     "creationTimestamp": "2025-01-01T00:00:00Z",
+                     "annotations": {"a": "b"}, "labels": {"l": "v"}},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+                 "allocateLoadBalancerNodePorts": false, "externalIPs": ["198.18.0.10"],
+                 "clusterIP": "10.96.0.9", "sessionAffinity": "None",
+                 "ports": [{"name": "ssh", "port": 8000, "targetPort": 22, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}
+    }))
+    .unwrap();
+    let mut pruned = whole.clone();
+    crate::controller::prune_service(&mut pruned);
+    assert_eq!(ServiceView::of(&pruned), ServiceView::of(&whole));
+    assert!(ServiceView::of(&pruned).node_ports_off);
+}

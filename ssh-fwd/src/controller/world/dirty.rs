@@ -73,9 +73,10 @@ impl DirtyLog {
 /// The leader's watches' stores, which hold every object as it is now.
 pub struct Stores {
     pub pods: Store<PodView>,
-    /// Ours, and the others the agents honour (two watches).
+    /// Ours, and the others the agents honour: one watch when ours match
+    /// the agents' selector (then `others` is `None`), else two.
     pub ours: Store<Service>,
-    pub others: Store<Service>,
+    pub others: Option<Store<Service>>,
     pub leases: Store<Lease>,
     /// Where the reservations live.
     pub lease_namespace: String,
@@ -85,7 +86,7 @@ impl Stores {
     /// The world as the stores hold it, built whole.
     pub fn world(&self, policy: &Policy) -> World {
         let mut services = self.ours.state();
-        services.extend(self.others.state());
+        services.extend(self.others.iter().flat_map(Store::state));
         World::of(
             policy.clone(),
             &self.pods.state(),
@@ -105,7 +106,7 @@ impl Stores {
         for key in &dirty.services {
             let (namespace, name) = key.split_once('/').unwrap_or(("", key));
             let at = ObjectRef::new(name).within(namespace);
-            let now = self.ours.get(&at).or_else(|| self.others.get(&at));
+            let now = (self.ours.get(&at)).or_else(|| self.others.as_ref()?.get(&at));
             world.set_service(key, now, &mut touched);
         }
         for name in &dirty.leases {
