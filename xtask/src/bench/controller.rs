@@ -144,6 +144,7 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         published(&api) >= pods
     })?;
     let all_published = started.elapsed();
+    keep_log(&dir.path().join("controller-1.log"), pods, unlabelled)?;
     let rss = super::convergence::rss_kib(controller.id())?;
     check_unique_ports(&api, pods)?;
     let start_passes = Passes::scrape(metrics)?;
@@ -187,6 +188,13 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
     );
 
     let requests = api.requests();
+    let mut by_call = std::collections::BTreeMap::<String, usize>::new();
+    for r in &requests {
+        *by_call
+            .entry(format!("{} {}", r.verb, r.resource))
+            .or_default() += 1;
+    }
+    println!("==> API requests by verb and resource: {by_call:?}");
     let announced = requests
         .iter()
         .filter(|r| r.resource == "events" && r.verb == "create")
@@ -210,6 +218,16 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         start_passes,
         new_pod_passes,
     })
+}
+
+/// Where the time went: the controller's log, kept when asked for.
+fn keep_log(log: &Path, pods: usize, unlabelled: usize) -> anyhow::Result<()> {
+    if let Some(dir) = std::env::var_os("BENCH_KEEP_LOGS") {
+        let kept = Path::new(&dir).join(format!("controller-{pods}-{unlabelled}.log"));
+        std::fs::copy(log, &kept)
+            .with_context(|| format!("keeping the controller's log as {}", kept.display()))?;
+    }
+    Ok(())
 }
 
 /// A pod that does not ask for SSH, as a busy cluster has them by the
