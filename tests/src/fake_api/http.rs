@@ -438,7 +438,7 @@ fn watch_start(
                 rv: now,
                 kind: target.kind,
                 old: None,
-                new: Some(object),
+                new: Some(Arc::new(object)),
             })
             .collect();
         return Ok((state, now));
@@ -498,11 +498,11 @@ async fn watch_stream(
 /// The event `change` is for this watch, as the API server's watch cache
 /// makes it: an object that stops matching the selector is DELETED with
 /// its previous content at the change's resourceVersion.
-fn event_for(target: &Target, selector: &Selector, change: &Change) -> Option<Value> {
+fn event_for(target: &Target, selector: &Selector, change: &Change) -> Option<String> {
     if change.kind != target.kind {
         return None;
     }
-    let visible = |o: &Option<Value>| {
+    let visible = |o: &Option<Arc<Value>>| {
         o.as_ref().is_some_and(|o| {
             selector.matches(o)
                 && target
@@ -512,15 +512,15 @@ fn event_for(target: &Target, selector: &Selector, change: &Change) -> Option<Va
         })
     };
     let (old, new) = (visible(&change.old), visible(&change.new));
+    // Written straight out: wrapping the object in a new JSON value would
+    // copy it for every watch.
+    let event = |kind: &str, object: &Value| format!(r#"{{"type":"{kind}","object":{object}}}"#);
     match (&change.old, &change.new) {
-        (_, Some(object)) if new => {
-            let kind = if old { "MODIFIED" } else { "ADDED" };
-            Some(json!({"type": kind, "object": object}))
-        }
+        (_, Some(object)) if new => Some(event(if old { "MODIFIED" } else { "ADDED" }, object)),
         (Some(previous), _) if old => {
-            let mut previous = previous.clone();
+            let mut previous = Value::clone(previous);
             previous["metadata"]["resourceVersion"] = json!(change.rv.to_string());
-            Some(json!({"type": "DELETED", "object": previous}))
+            Some(event("DELETED", &previous))
         }
         _ => None,
     }
@@ -532,10 +532,9 @@ async fn send(
     selector: &Selector,
     change: &Change,
 ) -> std::io::Result<()> {
-    let Some(event) = event_for(target, selector, change) else {
+    let Some(mut line) = event_for(target, selector, change) else {
         return Ok(());
     };
-    let mut line = event.to_string();
     line.push('\n');
     stream
         .write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())

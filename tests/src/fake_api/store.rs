@@ -5,7 +5,7 @@
 //! node) with the owner-reference garbage collection Kubernetes does, and a
 //! change log that watches replay from a resourceVersion.
 
-use std::{collections::BTreeMap, ops::Bound};
+use std::{collections::BTreeMap, ops::Bound, sync::Arc};
 
 use serde_json::{Value, json};
 
@@ -18,13 +18,15 @@ use super::{
     status::{ApiError, check_preconditions},
 };
 
-/// One change: `old` is absent for a creation, `new` for a deletion.
+/// One change: `old` is absent for a creation, `new` for a deletion. The
+/// objects are shared with the store and every watch (a change reaches each
+/// watch and the log: copies of whole objects were most of a write's cost).
 #[derive(Clone, Debug)]
 pub struct Change {
     pub rv: u64,
     pub kind: Kind,
-    pub old: Option<Value>,
-    pub new: Option<Value>,
+    pub old: Option<Arc<Value>>,
+    pub new: Option<Arc<Value>>,
 }
 
 /// Called with a Service about to be created; whatever it returns is
@@ -35,7 +37,7 @@ pub type CreateHook = Box<dyn FnMut(&Value) -> Option<Value> + Send>;
 pub struct Store {
     rv: u64,
     uids: u64,
-    objects: BTreeMap<(Kind, String), Value>,
+    objects: BTreeMap<(Kind, String), Arc<Value>>,
     pub log: Vec<Change>,
     pub cut: bool,
     pub before_service_create: Option<CreateHook>,
@@ -71,7 +73,7 @@ impl Store {
     }
 
     pub fn get(&self, kind: Kind, key: &str) -> Option<&Value> {
-        self.objects.get(&(kind, key.to_owned()))
+        self.objects.get(&(kind, key.to_owned())).map(AsRef::as_ref)
     }
 
     pub fn list(&self, kind: Kind, namespace: Option<&str>, selector: &Selector) -> Vec<Value> {
@@ -82,7 +84,7 @@ impl Store {
                     && namespace.is_none_or(|ns| v["metadata"]["namespace"] == ns)
                     && selector.matches(v)
             })
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| Value::clone(v))
             .collect()
     }
 
@@ -113,7 +115,7 @@ impl Store {
             if page.limit.is_some_and(|limit| items.len() == limit) {
                 return (items, last.map(str::to_owned));
             }
-            items.push(v);
+            items.push(v.as_ref());
             last = Some(key);
         }
         (items, None)
@@ -169,7 +171,7 @@ impl Store {
         object["metadata"]["uid"] = json!(self.next_uid());
         object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
         changes.extend(self.write_with_effects(kind, key.clone(), Some(object)));
-        Ok((self.objects[&(kind, key)].clone(), changes))
+        Ok((Value::clone(&self.objects[&(kind, key)]), changes))
     }
 
     pub fn replace(
@@ -318,7 +320,10 @@ impl Store {
 
     fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Value, Vec<Change>) {
         let changes = self.write_with_effects(kind, key.to_owned(), Some(next));
-        (self.objects[&(kind, key.to_owned())].clone(), changes)
+        (
+            Value::clone(&self.objects[&(kind, key.to_owned())]),
+            changes,
+        )
     }
 
     /// Kubernetes' garbage collector (background propagation, done at once
@@ -337,7 +342,7 @@ impl Store {
             .collect();
         let mut changes = Vec::new();
         for (kind, key) in owned {
-            let Some(dependent) = self.objects.get(&(kind, key.clone())).cloned() else {
+            let Some(dependent) = self.get(kind, &key).cloned() else {
                 continue; // collected already, through another owner
             };
             changes.extend(self.write_with_effects(kind, key, None));
@@ -403,7 +408,7 @@ impl Store {
         self.objects
             .range((kind, prefix.clone())..)
             .take_while(move |((k, key), _)| *k == kind && key.starts_with(&prefix))
-            .map(|(_, v)| v)
+            .map(|(_, v)| v.as_ref())
     }
 
     /// Writes, then lets the emulated controllers react.
@@ -426,6 +431,7 @@ impl Store {
         let mut old = self.objects.remove(&(kind, key.clone()));
         let new = object.map(|mut o| {
             o["metadata"]["resourceVersion"] = json!(rv.to_string());
+            let o = Arc::new(o);
             self.objects.insert((kind, key), o.clone());
             o
         });
@@ -433,7 +439,7 @@ impl Store {
             && let Some(last) = old.as_mut()
         {
             // A DELETED event carries the object at the deletion's version.
-            last["metadata"]["resourceVersion"] = json!(rv.to_string());
+            Arc::make_mut(last)["metadata"]["resourceVersion"] = json!(rv.to_string());
         }
         let change = Change { rv, kind, old, new };
         self.log.push(change.clone());

@@ -22,6 +22,10 @@ const RANGE: (u16, u16) = (8000, 16000);
 #[derive(Debug, Default)]
 struct Figures {
     all_published: Duration,
+    /// CPU time until all were published: the controller's, and this
+    /// process's (the fake API server, the benchmark's polling).
+    controller_cpu: Duration,
+    api_cpu: Duration,
     p50: Duration,
     p99: Duration,
     ready_again: Duration,
@@ -86,6 +90,14 @@ pub fn run(
             cells(&|f| format!("{:.2} s", f.all_published.as_secs_f64()))
         );
         println!(
+            "| {what}: CPU time until all published: controller; fake API server | {} |",
+            cells(&|f| format!(
+                "{:.2} s; {:.2} s",
+                f.controller_cpu.as_secs_f64(),
+                f.api_cpu.as_secs_f64()
+            ))
+        );
+        println!(
             "| {what}: new pod to its endpoint annotation, p50 / p99 ({new_pods} pods) | {} |",
             cells(&|f| format!("{:.1} ms / {:.1} ms", ms(f.p50), ms(f.p99)))
         );
@@ -131,6 +143,7 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
 
     println!("==> starting the controller and waiting until every pod is published");
     let started = Instant::now();
+    let api_cpu_before = super::convergence::cpu_time(std::process::id())?;
     let metrics = free_loopback_addr()?;
     let mut controller = spawn(
         bin,
@@ -144,6 +157,8 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         published(&api) >= pods
     })?;
     let all_published = started.elapsed();
+    let controller_cpu = super::convergence::cpu_time(controller.id())?;
+    let api_cpu = super::convergence::cpu_time(std::process::id())? - api_cpu_before;
     keep_log(&dir.path().join("controller-1.log"), pods, unlabelled)?;
     let rss = super::convergence::rss_kib(controller.id())?;
     check_unique_ports(&api, pods)?;
@@ -210,6 +225,8 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
     );
     Ok(Figures {
         all_published,
+        controller_cpu,
+        api_cpu,
         p50: pct(0.5),
         p99: pct(0.99),
         ready_again,

@@ -521,6 +521,19 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
         .context("no VmRSS")
 }
 
+/// CPU time (user + system) the process `pid` has used so far.
+pub fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name, which may hold spaces: utime and stime
+    // are the 12th and 13th of them, in clock ticks.
+    let rest = stat.rsplit_once(')').context("no ) in /proc/PID/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })?;
+    Ok(Duration::from_millis(ticks * 1000 / hz))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
