@@ -259,7 +259,10 @@ impl Index {
         }
         if let Some(view) = view {
             if let Some(service) = &view.service {
-                let ids = self.slices_of.entry(service.clone()).or_default();
+                // Most Services have one slice, most frontends one
+                // claimant: room for one, not the four a push makes.
+                let ids = (self.slices_of.entry(service.clone()))
+                    .or_insert_with(|| Vec::with_capacity(1));
                 if !ids.contains(&id) {
                     ids.push(id.clone());
                 }
@@ -301,13 +304,16 @@ impl Index {
             frontends.insert(claim.frontend);
             self.contenders
                 .entry(claim.frontend)
-                .or_default()
+                .or_insert_with(|| Vec::with_capacity(1))
                 .push(service.clone());
         }
         raised.extend(new.notes.iter().filter(|n| !old.notes.contains(n)).cloned());
         let invalid = |c: &ServiceClaims| c.notes.iter().any(|n| matches!(n, Note::Invalid { .. }));
         self.invalid = self.invalid + usize::from(invalid(&new)) - usize::from(invalid(&old));
         if !(new.claims.is_empty() && new.notes.is_empty()) {
+            let mut new = new;
+            new.claims.shrink_to_fit();
+            new.notes.shrink_to_fit();
             self.claims.insert(service.clone(), new);
         }
     }
