@@ -91,6 +91,9 @@ pub type Warned = BTreeSet<(String, Problem)>;
 enum Outcome {
     Nothing,
     Done(Done),
+    /// A Service created, and whether its LoadBalancer status, written
+    /// right after, failed (a later pass writes it again).
+    Created(Done, Option<anyhow::Error>),
     Warned(String, Problem),
     /// The pod's Service name is taken (the pod was warned, now or before).
     Blocked(String, Problem),
@@ -112,8 +115,10 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
     let already: &Warned = warned;
     let outcomes: Vec<anyhow::Result<Outcome>> = futures::stream::iter(actions)
         .map(|action| {
+            // Boxed once: the write's future is large, and unboxed it would
+            // be copied into the queue of writes in flight, per write.
             ctx.term
-                .bounded("writing to the API", run(ctx, action, already))
+                .bounded("writing to the API", Box::pin(run(ctx, action, already)))
         })
         .buffer_unordered(CONCURRENT_WRITES)
         .collect()
@@ -122,11 +127,17 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
     for outcome in outcomes {
         match outcome {
             Ok(Outcome::Nothing) => {}
-            Ok(Outcome::Done(done)) => {
-                if let Done::Created { uid, .. } = &done {
+            Ok(Outcome::Done(done)) => applied.done.push(done),
+            Ok(Outcome::Created(created, status_failed)) => {
+                if let Done::Created { uid, .. } = &created {
                     warned.retain(|(warned, _)| warned != uid);
                 }
-                applied.done.push(done);
+                applied.done.push(created);
+                if let Some(e) = status_failed {
+                    applied.failures += 1;
+                    ctx.metrics.api_errors.inc();
+                    tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
+                }
             }
             Ok(Outcome::Warned(uid, problem)) => {
                 warned.insert((uid, problem));
@@ -163,7 +174,24 @@ async fn run(ctx: &Context, action: Action, warned: &Warned) -> anyhow::Result<O
                 return Ok(Outcome::Raced);
             }
             return match create(ctx, &pod, port, &service).await? {
-                Created::New => Ok(Outcome::Done(Done::Created { uid: pod.uid, port })),
+                Created::New => {
+                    // Our own write needs no cache to show it: the status
+                    // goes on now instead of a pass later. Publishing still
+                    // waits for the cache (an older Service on the port
+                    // would show there).
+                    let is_lb = (service.spec.as_ref()).and_then(|s| s.type_.as_deref())
+                        == Some("LoadBalancer");
+                    let name = service.metadata.name.as_deref().unwrap_or_default();
+                    let status_failed = if is_lb {
+                        set_ingress(ctx, &pod.namespace, name).await.err()
+                    } else {
+                        None
+                    };
+                    Ok(Outcome::Created(
+                        Done::Created { uid: pod.uid, port },
+                        status_failed,
+                    ))
+                }
                 Created::Ours => Ok(Outcome::Nothing),
                 Created::Taken(name) => {
                     let problem = Problem::NameTaken { service: name };
@@ -347,11 +375,11 @@ async fn publish(
             })
         }
     };
-    // The selector label first, so the Service has its endpoint by the time
-    // the user reads the command; the annotation last, because it records
-    // that the user was told: a crash in between repeats the event rather
-    // than losing it.
-    patch(json!({"labels": {SERVICE_LABEL: service}})).await?;
+    // The event first, then one patch with the selector label and the
+    // annotations, which record that the user was told: a crash in between
+    // repeats the event rather than losing it. The label lands a request
+    // after the event; the endpoint slice and the agents take longer than
+    // that anyway.
     if announce {
         let note = format!(
             "SSH: Connected! Available at: ssh {}@{} -p {port}",
@@ -360,9 +388,10 @@ async fn publish(
         event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
-    patch(
-        json!({"annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint}}),
-    )
+    patch(json!({
+        "labels": {SERVICE_LABEL: service},
+        "annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint},
+    }))
     .await?;
     Ok(endpoint)
 }

@@ -47,7 +47,8 @@ pub struct PodRef {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Create the pod's Service on `port`; first, when `reserve` is set,
-    /// reserve the port (a create that finds it taken is retried next pass).
+    /// reserve the port (a create that finds it taken is retried next
+    /// pass). A LoadBalancer's status is written right after it is made.
     Create {
         pod: PodRef,
         port: u16,
@@ -77,8 +78,8 @@ pub enum Action {
     },
     /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
     SetIngress { namespace: String, name: String },
-    /// Label the pod for its Service's selector, annotate the endpoint and
-    /// send the "ssh ..." event.
+    /// Send the "ssh ..." event (when announcing), then label the pod for
+    /// its Service's selector and annotate the endpoint, in one patch.
     Publish {
         pod: PodRef,
         service: String,
