@@ -25,7 +25,7 @@ use aya::{
 
 use super::{
     netdev::{self, Kind},
-    object::{PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_REPLY_TC, classifier, xdp},
+    object::{PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_REPLY_TC, classifier, loaded_xdp},
 };
 
 /// `--attach`: where the DNAT program hooks in.
@@ -225,7 +225,7 @@ fn adopt(pin: &Path) -> anyhow::Result<Option<FdLink>> {
 
 fn attach_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyhow::Result<Hook> {
     let pin = links_dir.join(hook.pin_name());
-    let prog = xdp(ebpf)?;
+    let prog = loaded_xdp(ebpf)?;
     if let Some(old) = adopt(&pin)? {
         match XdpLink::try_from(old)
             .map_err(anyhow::Error::from)

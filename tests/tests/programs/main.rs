@@ -60,6 +60,7 @@ fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loa
     layout.prepare().expect("bpffs");
     let mut ebpf = object::load(&layout, &settings).expect("load object");
     load_programs(&mut ebpf).expect("verifier accepts the programs");
+    object::loaded_xdp(&mut ebpf).expect("verifier accepts the XDP program");
     let mut maps = Maps::from_ebpf(&mut ebpf).expect("maps");
     let set = MappingSet::from_unique(mappings.iter().map(|(name, f, b)| Mapping {
         name: (*name).into(),
