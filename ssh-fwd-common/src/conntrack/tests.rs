@@ -834,3 +834,79 @@ fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
     let syn_ack = seg(TCP_SYN | TCP_ACK, CLIENT_ISN, 0, 0);
     assert_eq!(translated_syn(&syn_ack, Some(&half)), None);
 }
+
+/// The entry of a connection whose server sent its FIN and whose client
+/// never answered with its own (a client that completed the handshake and
+/// went silent: sshd closed it after LoginGraceTime), last seen at `at`.
+fn half_closed(flags: u32, at: u64) -> Conn {
+    Conn {
+        flags,
+        last_seen_ns: at,
+        ..handshake(F1)
+    }
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+#[test]
+fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not() {
+    let (idle, close) = (24 * HOUR, 10 * SECOND);
+    for flags in [CONN_FIN_SERVER, CONN_FIN_CLIENT] {
+        let c = half_closed(flags, HOUR);
+        assert_eq!(expiry(&c, HOUR + 119 * SECOND, idle, close), None, "{c:?}");
+        assert_eq!(
+            expiry(&c, HOUR + 120 * SECOND, idle, close),
+            Some(Expiry::Idle),
+            "{c:?}"
+        );
+    }
+    // Open: the idle timeout; both sides closed: the close timeout.
+    let open = half_closed(0, HOUR);
+    assert_eq!(expiry(&open, 9 * HOUR, idle, close), None);
+    let closed = half_closed(CONN_FIN_CLIENT | CONN_FIN_SERVER, HOUR);
+    assert_eq!(
+        expiry(&closed, HOUR + 10 * SECOND, idle, close),
+        Some(Expiry::Closed)
+    );
+    // A shorter idle timeout still wins.
+    let c = half_closed(CONN_FIN_SERVER, HOUR);
+    assert_eq!(
+        expiry(&c, HOUR + 30 * SECOND, 30 * SECOND, close),
+        Some(Expiry::Idle)
+    );
+}
+
+#[test]
+fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
+    let c = half_closed(CONN_FIN_SERVER, 0);
+    // The client's segments (spoofable, or a client that holds the entry
+    // open without ever closing) leave the clock alone ...
+    for s in [
+        seg(TCP_ACK, c.client_next, c.server_next, 0),
+        seg(TCP_ACK | 0x08, c.client_next, c.server_next, 100),
+    ] {
+        assert_eq!(
+            on_request(&s, F1, 3, Some(&c), None, 100 * SECOND),
+            OnRequest::Established(None),
+            "{s:?}"
+        );
+    }
+    // ... the server's refresh it.
+    let ack = seg(TCP_ACK, c.server_next, c.client_next + 100, 0);
+    let OnReply::Established {
+        update: Some(after),
+        ..
+    } = on_reply(&ack, Some(&c), None, 100 * SECOND)
+    else {
+        panic!("updated")
+    };
+    assert_eq!(after.last_seen_ns, 100 * SECOND);
+    // An open connection's client refreshes it, as before.
+    let open = half_closed(0, 0);
+    let s = seg(TCP_ACK, open.client_next, open.server_next, 0);
+    let OnRequest::Established(Some(after)) = on_request(&s, F1, 3, Some(&open), None, 100 * SECOND)
+    else {
+        panic!("refreshed")
+    };
+    assert_eq!(after.last_seen_ns, 100 * SECOND);
+}

@@ -359,6 +359,37 @@ fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_connection_the_server_closed_and_the_client_never_answered_goes_after_two_quiet_minutes() {
+    use ssh_fwd::datapath::conntrack::{Timeouts, clock_ns};
+
+    privilege::require();
+    let l = load(&[JOB]);
+    handshake(&l, Ingress::Tc, 8022);
+    let (next_client, next_server) = (CLIENT_ISN + 1, SERVER_ISN + 1);
+    // sshd gives up on a client that never logs in: its FIN. The client
+    // acknowledges it but never sends its own.
+    test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_FIN | TCP_ACK, next_server, next_client, 0),
+    );
+    test_run_tc(
+        &l,
+        PROG_INGRESS_TC,
+        &request(8022, TCP_ACK, next_client, next_server + 1, 0),
+    );
+    assert_eq!(established(&l)[0].flags, CONN_FIN_SERVER);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    let timeouts = Timeouts::with_idle(std::time::Duration::from_secs(24 * 3_600));
+    let minute = 60_000_000_000;
+    let swept = tables.sweep(clock_ns() + minute, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (0, 1), "a minute: it stays");
+    let swept = tables.sweep(clock_ns() + 2 * minute + 1_000_000_000, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (1, 0), "two minutes: it goes");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_spoofed_fin_never_makes_a_live_connection_closing() {
     privilege::require();
     each_ingress(|ingress| {

@@ -247,6 +247,28 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_one_side_closed_goes_after_two_quiet_minutes() {
+        let now = 100 * 3_600 * SECOND;
+        let other = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        // The server closed (sshd after LoginGraceTime) and the client
+        // never answered; another server closed a minute ago.
+        let mut conns = Fake::new(&[
+            (key(), conn(8022, CONN_FIN_SERVER, now - 120 * SECOND)),
+            (other, conn(8022, CONN_FIN_SERVER, now - 60 * SECOND)),
+        ]);
+        let mut halves = Fake::new(&[]);
+        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        assert_eq!((counts.expired, counts.conns), (1, 1));
+        assert_eq!(
+            conns.entries(),
+            [(other, conn(8022, CONN_FIN_SERVER, now - 60 * SECOND))]
+        );
+    }
+
+    #[test]
     fn a_connection_that_replaces_a_swept_entry_in_the_meantime_stays() {
         let now = 1_000 * SECOND;
         let fresh = conn(9022, 0, now);
