@@ -340,6 +340,16 @@ pub const fn closing(c: &Conn) -> bool {
     c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER) == CONN_FIN_CLIENT | CONN_FIN_SERVER
 }
 
+/// One side closed and the other has not: the server sent its FIN, or
+/// acknowledged exactly the client's (both unforgeable off-path; a FIN the
+/// client side merely sent counts for nothing). Such an entry lives only
+/// [`HALF_CLOSED_TIMEOUT_NS`] without a segment from the server.
+#[inline(always)]
+pub const fn half_closed(c: &Conn) -> bool {
+    let fins = c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER);
+    fins != 0 && fins != CONN_FIN_CLIENT | CONN_FIN_SERVER
+}
+
 /// The entry holding a client RST that is ahead of what the server has
 /// acknowledged, or `None` for one behind (never in sequence again). The
 /// server's ACK of the client's last segment may be on its way back while
@@ -370,11 +380,16 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 
 /// The entry after a segment from the client, or `None` if nothing to
 /// store changed. Spoofable, so it moves no sequence state: it refreshes
-/// the clock, and a FIN is only noted as pending (see [`fin_noted`]) until
-/// the server acknowledges exactly it.
+/// the clock (not once one side closed: see [`half_closed`]), and a FIN is
+/// only noted as pending (see [`fin_noted`]) until the server acknowledges
+/// exactly it.
 #[inline(always)]
 fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
-    let mut next = c.clone_with_clock(now);
+    let mut next = if half_closed(c) {
+        *c
+    } else {
+        c.clone_with_clock(now)
+    };
     if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
     }
@@ -477,14 +492,34 @@ impl Conn {
 pub enum Expiry {
     /// Both sides closed, and the close timeout passed.
     Closed,
-    /// No packet for longer than the idle timeout.
+    /// No packet for longer than the idle timeout; half-closed, no segment
+    /// from the server for [`HALF_CLOSED_TIMEOUT_NS`].
     Idle,
 }
 
+/// How long a [`half_closed`] connection may stay without a segment from
+/// the server. A client that completes handshakes and never answers the
+/// server's FIN (sshd closes an unauthenticated connection after its
+/// LoginGraceTime) would otherwise hold its entry for the whole idle
+/// timeout, and one sender could fill the established table over a day.
+/// Two minutes: nf_conntrack's FIN_WAIT timeout (its CLOSE_WAIT is one),
+/// and longer than Linux retransmits an unanswered FIN (eight times from a
+/// 200 ms timeout: under two minutes) and keeps an orphaned FIN_WAIT_2
+/// (`tcp_fin_timeout`, 60 s). ssh and sshd close both ways at once; a
+/// half-closed connection that goes on moving data keeps its entry with
+/// every segment from the server, data or ACK.
+pub const HALF_CLOSED_TIMEOUT_NS: u64 = 120 * 1_000_000_000;
+
 /// The sweep's verdict on an established entry at time `now` (same clock
-/// as the kernel's `last_seen_ns`).
+/// as the kernel's `last_seen_ns`). A [`half_closed`] entry counts as idle
+/// after [`HALF_CLOSED_TIMEOUT_NS`] (or the idle timeout, if shorter).
 pub fn expiry(c: &Conn, now: u64, idle_timeout_ns: u64, close_timeout_ns: u64) -> Option<Expiry> {
     let quiet = now.saturating_sub(c.last_seen_ns);
+    let idle_timeout_ns = if half_closed(c) {
+        idle_timeout_ns.min(HALF_CLOSED_TIMEOUT_NS)
+    } else {
+        idle_timeout_ns
+    };
     if closing(c) && quiet >= close_timeout_ns {
         Some(Expiry::Closed)
     } else if quiet >= idle_timeout_ns {

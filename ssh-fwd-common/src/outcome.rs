@@ -82,7 +82,8 @@ pub enum Outcome {
     HalfOpenRefused = 27,
     /// Agent sweep: a connection closed by FINs both ways was removed.
     ConnClosed = 28,
-    /// Agent sweep: a connection idle past `--conn-idle-timeout` was removed.
+    /// Agent sweep: a connection idle past `--conn-idle-timeout`, or one
+    /// side closed and quiet for two minutes, was removed.
     ConnExpired = 29,
     /// Agent sweep: a handshake that never completed was removed.
     HalfOpenExpired = 30,
