@@ -424,7 +424,7 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what_it_refuses() {
+fn the_table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handshake_until_room_frees() {
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();
@@ -465,9 +465,10 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
             .insert(ConnKey::new(client, backend), conn, 0)
             .unwrap();
     }
-    // A real client's handshake completes (the SYN-ACK is the half-open
-    // entry's), and the full table refuses it, counted.
-    std::thread::scope(|s| {
+    // A real client's handshake: the client sees it complete (the SYN-ACK
+    // is the half-open entry's), the full table refuses it, counted, and
+    // holds its ACK back, so the pod sends nothing unrestored.
+    let mut stream = std::thread::scope(|s| {
         s.spawn(|| {
             bed.cluster.client.enter_on_this_thread().unwrap();
             let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
@@ -478,7 +479,7 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
     });
     assert!(cmd::wait_until(Duration::from_secs(5), || bed
         .counter(0, "conn_table_full")
-        == 1));
+        >= 1));
     let listed = cmd::run(
         std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
             .args(["list", "conns", "--bpffs"])
@@ -486,9 +487,20 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
     )
     .unwrap();
     assert!(
-        listed.contains("established table: 1024 of 1024 entries; refused when full: 1"),
+        listed.contains("established table: 1024 of 1024 entries; refused when full: "),
         "{listed}"
     );
+    // Room frees: the pod's next SYN-ACK (it retransmits within seconds)
+    // and the client's answer complete the handshake, and sshd's banner
+    // comes through.
+    let first_filler = ConnKey::new(Endpoint::new(Ipv4Addr::from(0x6440_0000), 1024), backend);
+    conns.remove(&first_filler).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut banner = [0u8; 8];
+    stream.read_exact(&mut banner).unwrap();
+    assert_eq!(&banner, b"SSH-2.0-");
     assert!(
         listed.contains(" of 2048 entries; evicted or replaced: "),
         "{listed}"

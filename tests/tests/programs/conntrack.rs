@@ -215,6 +215,75 @@ fn only_the_clients_ack_of_the_servers_syn_ack_creates_a_connection() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_handshake_a_full_table_refuses_is_held_back_and_completes_once_room_frees() {
+    use aya::maps::{HashMap, Map, MapData};
+    use ssh_fwd_common::maps::{CONNS, Conn, ConnKey};
+
+    privilege::require();
+    let small = object::Settings {
+        conn_table_size: 4,
+        ..object::Settings::default()
+    };
+    each_ingress(|ingress| {
+        let l = load_with(&[JOB], small);
+        // Other clients' connections fill the established table.
+        let data = MapData::from_pin(l.layout.map(CONNS)).expect("pin");
+        let mut conns: HashMap<MapData, ConnKey, Conn> =
+            HashMap::try_from(Map::from_map_data(data).expect("map")).expect("CONNS");
+        let others: Vec<ConnKey> = (0..4)
+            .map(|i| ConnKey::new(Endpoint::new(Ipv4Addr::new(100, 64, 0, i), 1024), backend()))
+            .collect();
+        for key in &others {
+            let conn = Conn {
+                frontend: frontend(8022),
+                ..Conn::ZERO
+            };
+            conns.insert(key, conn, 0).expect("fill");
+        }
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // The completing ACK finds no room: dropped, so the pod stays in
+        // SYN-RECV and sends nothing the table cannot restore; the
+        // half-open entry stays for the next try.
+        let ack = request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0);
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &ack);
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("conn_table_full", 1)],
+            "{ingress:?}"
+        );
+        let half = half_open(&l);
+        assert_eq!(half.len(), 1, "{ingress:?}");
+        assert_ne!(half[0].flags & HALF_OPEN_ISN_KNOWN, 0);
+        // The pod retransmits its SYN-ACK: still restored.
+        let (_, out) = test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        assert_eq!(source_of(&out), frontend(8022));
+        // Room frees (the sweep removed a connection); the client's answer
+        // to that SYN-ACK completes the handshake.
+        conns.remove(&others[0]).expect("room");
+        let (verdict, _) = ingress.run(&l, &ack);
+        assert_ne!(verdict, ingress.dropped(), "{ingress:?}");
+        let mine: Vec<_> = established(&l)
+            .into_iter()
+            .filter(|c| c.frontend == frontend(8022) && c.server_next == SERVER_ISN + 1)
+            .collect();
+        assert_eq!(mine.len(), 1, "{ingress:?}");
+        assert!(half_open(&l).is_empty(), "{ingress:?}");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn data_moves_the_tracked_sequence_numbers_and_replies_take_the_frontend() {
     privilege::require();
     let l = load(&[JOB]);
