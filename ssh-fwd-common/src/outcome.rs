@@ -56,8 +56,10 @@ pub enum Outcome {
     /// A completed handshake replaced the entry of a closed connection (or
     /// of the same frontend, when a client reused its port).
     ConnReplaced = 18,
-    /// A completed handshake found the connection table full: its replies
-    /// will not be rewritten. Raise `--conn-table-size`.
+    /// A completed handshake found the connection table full: its ACK was
+    /// dropped (the pod stays in SYN-RECV) and the client's next answer to
+    /// the pod's SYN-ACK tries again. Counted per try. Raise
+    /// `--conn-table-size`.
     ConnTableFull = 19,
     /// A packet for a 4-tuple established through another frontend was
     /// dropped: spoofed (an attempt to take over a live connection) or a

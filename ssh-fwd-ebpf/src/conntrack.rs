@@ -63,8 +63,12 @@ fn now() -> u64 {
 }
 
 /// A request from `client` through `frontend` to `backend` (mapping
-/// `slot`). `false`: drop it (its 4-tuple is established through another
-/// frontend), and count [`Outcome::ConflictDropped`].
+/// `slot`). `Err`: drop it, and count why: its 4-tuple is established
+/// through another frontend ([`Outcome::ConflictDropped`]), or it completes
+/// a handshake the full established table cannot hold
+/// ([`Outcome::ConnTableFull`]: held back, so that the pod stays in
+/// SYN-RECV and sends nothing unrestored; its half-open entry stays, and
+/// the client's answer to the pod's next SYN-ACK tries again).
 #[inline(always)]
 pub fn request(
     client: Endpoint,
@@ -72,7 +76,7 @@ pub fn request(
     backend: Endpoint,
     slot: u32,
     seg: &Segment,
-) -> bool {
+) -> Result<(), Outcome> {
     track_request(client, frontend, backend, slot, seg, 0)
 }
 
@@ -85,7 +89,7 @@ fn track_request(
     slot: u32,
     seg: &Segment,
     mss_cap: u16,
-) -> bool {
+) -> Result<(), Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
@@ -118,7 +122,7 @@ struct Opened {
 /// option, and only if that frontend maps to this backend; it records the
 /// MSS the link it came in on carries (`link_mtu`: see
 /// `ssh_fwd_common::conntrack::mss`). Any other segment follows the state
-/// its handshake left here. `false`: drop it (see [`request`]).
+/// its handshake left here. `Err`: drop it (see [`request`]).
 #[inline(always)]
 pub fn to_backend(
     client: Endpoint,
@@ -126,14 +130,13 @@ pub fn to_backend(
     seg: &Segment,
     option: Option<Endpoint>,
     link_mtu: impl FnOnce() -> u32,
-) -> bool {
+) -> Result<(), Outcome> {
     if !seg.is_syn() {
-        established_to_backend(client, backend, seg);
-        return true;
+        return established_to_backend(client, backend, seg);
     }
     // A SYN without the option: in-cluster, never tracked.
     let Some(frontend) = option else {
-        return true;
+        return Ok(());
     };
     // SAFETY: copied out immediately.
     match unsafe { FRONTENDS.get(frontend) }
@@ -147,7 +150,7 @@ pub fn to_backend(
         }
         None => {
             count(Outcome::OptionRejected);
-            true
+            Ok(())
         }
     }
 }
@@ -155,7 +158,11 @@ pub fn to_backend(
 /// A segment after the SYN, to a backend: only the state its handshake left
 /// here says which frontend it belongs to.
 #[inline(always)]
-fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
+fn established_to_backend(
+    client: Endpoint,
+    backend: Endpoint,
+    seg: &Segment,
+) -> Result<(), Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
@@ -169,7 +176,7 @@ fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
     let (frontend, slot) = match (conn, half) {
         (Some(c), _) => (c.frontend, c.slot),
         (None, Some(h)) => (h.frontend, h.slot),
-        (None, None) => return,
+        (None, None) => return Ok(()),
     };
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
     let opened = Opened {
@@ -177,7 +184,7 @@ fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
         slot,
         mss_cap: 0,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr);
+    apply_request(&key, decision, seg, &opened, conn_ptr)
 }
 
 #[inline(always)]
@@ -187,7 +194,7 @@ fn apply_request(
     seg: &Segment,
     opened: &Opened,
     conn_ptr: Option<*mut Conn>,
-) -> bool {
+) -> Result<(), Outcome> {
     match decision {
         OnRequest::OpenHalf { reopening } => {
             let half = HalfOpen {
@@ -219,7 +226,8 @@ fn apply_request(
                 }
                 // Another CPU promoted the same handshake a moment ago.
                 Err(e) if e == -EEXIST => {}
-                Err(_) => count(Outcome::ConnTableFull),
+                // The caller counts the drop; the half-open entry stays.
+                Err(_) => return Err(Outcome::ConnTableFull),
             }
             let _ = HALF_OPEN.remove(key);
         }
@@ -242,10 +250,10 @@ fn apply_request(
             }
         }
         // The caller counts the drop.
-        OnRequest::Conflict => return false,
+        OnRequest::Conflict => return Err(Outcome::ConflictDropped),
         OnRequest::Forward => {}
     }
-    true
+    Ok(())
 }
 
 /// A reply from `backend` to `client`: the frontend to restore, or `None`
