@@ -910,3 +910,26 @@ fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
     };
     assert_eq!(after.last_seen_ns, 100 * SECOND);
 }
+
+#[test]
+fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side() {
+    let conn = Conn {
+        client_next: 0xFFFF_FFF0,
+        ..handshake(F1)
+    };
+    let mut table = Some(conn);
+    // 15 bytes of data and the FIN: the FIN's sequence number is
+    // 0xFFFFFFFF, and it ends at 0.
+    let fin = seg(TCP_FIN | TCP_ACK, 0xFFFF_FFF0, conn.server_next, 15);
+    assert_eq!(fin.end(), 0);
+    apply_request(&mut table, &fin, 40);
+    server_fin(&mut table, 0, 41);
+    let c = table.expect("entry");
+    assert!(closing(&c), "{c:?}");
+    // A spoofed FIN after it does not replace it either.
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin, 40);
+    apply_request(&mut table, &seg(TCP_FIN | TCP_ACK, 20, 0, 0), 41);
+    server_fin(&mut table, 0, 42);
+    assert!(closing(&table.expect("entry")));
+}
