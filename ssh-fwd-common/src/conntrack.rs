@@ -22,8 +22,8 @@
 //!   anything else leaves it alone.
 
 use crate::maps::{
-    CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Conn, Endpoint,
-    HALF_OPEN_ISN_KNOWN, HalfOpen,
+    CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Conn,
+    Endpoint, HALF_OPEN_ISN_KNOWN, HalfOpen,
 };
 
 pub const TCP_FIN: u8 = 0x01;
@@ -392,6 +392,7 @@ fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     };
     if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
+        next.flags |= CONN_FIN_PENDING;
     }
     (next != *c).then_some(next)
 }
@@ -428,7 +429,7 @@ const fn fin_noted(c: &Conn, end: u32) -> bool {
     let Some(ahead) = in_client_window(c, end.wrapping_sub(1)) else {
         return false;
     };
-    if c.client_fin_end == 0 {
+    if c.flags & CONN_FIN_PENDING == 0 {
         return true;
     }
     match in_client_window(c, c.client_fin_end.wrapping_sub(1)) {
@@ -461,9 +462,11 @@ fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
         }
         // The server acknowledged exactly the client's FIN, and nothing
         // beyond it: the client has closed.
-        if next.client_fin_end != 0 && seg.ack == next.client_fin_end && next.client_next == seg.ack
+        if next.flags & CONN_FIN_PENDING != 0
+            && seg.ack == next.client_fin_end
+            && next.client_next == seg.ack
         {
-            next.flags |= CONN_FIN_CLIENT;
+            next.flags = (next.flags | CONN_FIN_CLIENT) & !CONN_FIN_PENDING;
         }
     }
     if seg.has(TCP_FIN) {

@@ -209,6 +209,10 @@ pub const CONN_REOPENING: u32 = 4;
 /// while the server's data is in flight) is in sequence for the server, and
 /// must end the entry as it ends the server's socket.
 pub const CONN_RST_PENDING: u32 = 8;
+/// [`Conn`] flag: `client_fin_end` holds the end of a FIN the client sent,
+/// until the server acknowledges it (any number may be that end, 0
+/// included).
+pub const CONN_FIN_PENDING: u32 = 16;
 
 /// Value of [`CONNS`]: an established connection. Sequence numbers are host
 /// order; times are `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE).
@@ -227,8 +231,8 @@ pub struct Conn {
     /// The next sequence number expected from the server (its highest
     /// segment end). Checks the server's RST.
     pub server_next: u32,
-    /// The end of a FIN the client sent, until the server acknowledges it
-    /// (0: none pending).
+    /// With [`CONN_FIN_PENDING`]: the end of a FIN the client sent, until
+    /// the server acknowledges it.
     pub client_fin_end: u32,
     /// With [`CONN_RST_PENDING`]: the sequence number of a client RST that
     /// was ahead of `client_next`. The server's next new acknowledgement

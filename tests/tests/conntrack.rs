@@ -424,7 +424,7 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn the_table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handshake_until_room_frees() {
+fn table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handshake_back() {
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();

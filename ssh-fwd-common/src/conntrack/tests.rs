@@ -1,6 +1,7 @@
 use core::net::Ipv4Addr;
 
 use super::*;
+use crate::maps::CONN_FIN_PENDING;
 
 const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
 const F2: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
@@ -355,14 +356,18 @@ fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
     let OnReply::Established { update, .. } = on_reply(&ack, Some(&pending), None, 41) else {
         panic!("established")
     };
-    assert_eq!(update.map_or(0, |c| c.flags), 0, "not acknowledged");
+    assert_eq!(
+        update.map_or(0, |c| c.flags & CONN_FIN_CLIENT),
+        0,
+        "not acknowledged"
+    );
 
     // The real FIN, with 10 bytes of data, acknowledged by the server.
     let fin = seg(TCP_FIN | TCP_ACK, conn.client_next, conn.server_next, 10);
     let OnRequest::Established(Some(c)) = on_request(&fin, F1, 3, Some(&conn), None, 40) else {
         panic!("noted")
     };
-    assert_eq!(c.flags, 0, "pending until acknowledged");
+    assert_eq!(c.flags, CONN_FIN_PENDING, "pending until acknowledged");
     let server_fin = seg(TCP_FIN | TCP_ACK, c.server_next, conn.client_next + 11, 0);
     let OnReply::Established {
         update: Some(closed),
@@ -694,7 +699,11 @@ fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close() {
     // them (as a random number is, half the time).
     server_ack(&mut table, conn.client_next + 1_000, 40);
     apply_request(&mut table, &fin(conn.client_next + 10, 0), 41);
-    assert_eq!(table.map(|c| c.client_fin_end), Some(0), "not even noted");
+    assert_eq!(
+        table.map(|c| c.flags & CONN_FIN_PENDING),
+        Some(0),
+        "not even noted"
+    );
     server_ack(&mut table, conn.client_next + 1_000, 42);
     server_fin(&mut table, conn.client_next + 1_000, 43);
     let c = table.expect("entry");
@@ -904,7 +913,8 @@ fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
     // An open connection's client refreshes it, as before.
     let open = half_closed(0, 0);
     let s = seg(TCP_ACK, open.client_next, open.server_next, 0);
-    let OnRequest::Established(Some(after)) = on_request(&s, F1, 3, Some(&open), None, 100 * SECOND)
+    let OnRequest::Established(Some(after)) =
+        on_request(&s, F1, 3, Some(&open), None, 100 * SECOND)
     else {
         panic!("refreshed")
     };
