@@ -943,3 +943,37 @@ fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side() {
     server_fin(&mut table, 0, 42);
     assert!(closing(&table.expect("entry")));
 }
+
+#[test]
+fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend() {
+    // The client's old connection through F1 closed (its entry waits out
+    // the close timeout); it reuses its port through F2, and the pod
+    // refuses (nothing listens any more).
+    let closed = Conn {
+        flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+        ..handshake(F1)
+    };
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN + 77,
+        server_isn: 0,
+        last_seen_ns: 60,
+    };
+    let refusal = seg(TCP_RST | TCP_ACK, 0, CLIENT_ISN + 78, 0);
+    assert_eq!(
+        on_reply(&refusal, Some(&closed), Some(&half), 61),
+        OnReply::Refuse {
+            frontend: F2,
+            slot: 4
+        }
+    );
+    assert!(reply_reads_half_open(&refusal, Some(&closed)));
+    // A live connection's own RST is still judged by its sequence number.
+    let live = handshake(F1);
+    assert!(matches!(
+        on_reply(&refusal, Some(&live), None, 61),
+        OnReply::IgnoredReset { frontend: F1, .. }
+    ));
+}
