@@ -232,7 +232,9 @@ pub enum OnReply {
         learned: HalfOpen,
     },
     /// The server refused the handshake (RST): restore the frontend, so the
-    /// client sees "connection refused", and drop the half-open entry.
+    /// client sees "connection refused", and drop the half-open entry (an
+    /// entry of a closed connection on the 4-tuple stays for its close
+    /// timeout).
     Refuse { frontend: Endpoint, slot: u32 },
 }
 
@@ -256,7 +258,10 @@ pub fn on_reply(seg: &Segment, conn: Option<&Conn>, half: Option<&HalfOpen>, now
                 },
             };
         }
-        if seg.has(TCP_RST) && conn.is_none() {
+        // The RST answers this SYN (its ACK is the SYN's): the pod refused
+        // it. A closed connection's entry that the handshake would have
+        // replaced does not stand in the way.
+        if seg.has(TCP_RST) && conn.is_none_or(closing) {
             return OnReply::Refuse {
                 frontend: h.frontend,
                 slot: h.slot,
