@@ -545,5 +545,6 @@ pub fn half_open_expired(h: &HalfOpen, now: u64, timeout_ns: u64) -> bool {
 }
 
 pub mod mss;
+pub mod store;
 #[cfg(test)]
 mod tests;

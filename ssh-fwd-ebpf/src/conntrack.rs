@@ -10,12 +10,14 @@ use ssh_fwd_common::{
     conntrack::{
         self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_reads_half_open,
         request_reads_half_open,
+        store::{AtomicFlags, store},
     },
     maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
     outcome::Outcome,
 };
 
 use crate::{
+    atomic::Bpf,
     config::cross_node_plain,
     counters::count,
     maps::{CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS},
@@ -54,6 +56,16 @@ impl Restore {
 fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&T> {
     // SAFETY: a pointer the map gave us, valid for this program run.
     ptr.map(|p| &*slot.write(unsafe { *p }))
+}
+
+/// Writes into the entry at `ptr` what `next` changed of `read`, the copy
+/// the decision was made on (see `ssh_fwd_common::conntrack::store`).
+#[inline(always)]
+fn write_back(ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
+    if let (Some(p), Some(read), Some(next)) = (ptr, read, next) {
+        // SAFETY: a pointer into the map's value, valid for this run.
+        unsafe { store::<Bpf>(p, read, &next) };
+    }
 }
 
 #[inline(always)]
@@ -106,7 +118,7 @@ fn track_request(
         slot,
         mss_cap,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr)
+    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
 }
 
 /// What a half-open entry opened by a request holds besides the SYN's.
@@ -184,7 +196,7 @@ fn established_to_backend(
         slot,
         mss_cap: 0,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr)
+    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
 }
 
 #[inline(always)]
@@ -194,6 +206,7 @@ fn apply_request(
     seg: &Segment,
     opened: &Opened,
     conn_ptr: Option<*mut Conn>,
+    conn: Option<&Conn>,
 ) -> Result<(), Outcome> {
     match decision {
         OnRequest::OpenHalf { reopening } => {
@@ -211,7 +224,7 @@ fn apply_request(
             if reopening && let Some(p) = conn_ptr {
                 // SAFETY: a pointer into the map's value, which stays valid
                 // for this program run.
-                unsafe { (*p).flags |= CONN_REOPENING };
+                unsafe { Bpf::or(p, CONN_REOPENING) };
             }
         }
         OnRequest::Promote(conn) => {
@@ -231,12 +244,7 @@ fn apply_request(
             }
             let _ = HALF_OPEN.remove(key);
         }
-        OnRequest::Established(update) => {
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: as above.
-                unsafe { *p = c };
-            }
-        }
+        OnRequest::Established(update) => write_back(conn_ptr, conn, update),
         OnRequest::Reset => {
             if CONNS.remove(key).is_ok() {
                 count(Outcome::ConnReset);
@@ -244,10 +252,7 @@ fn apply_request(
         }
         OnRequest::IgnoredReset(update) => {
             count(Outcome::ResetIgnored);
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: as above.
-                unsafe { *p = c };
-            }
+            write_back(conn_ptr, conn, update);
         }
         // The caller counts the drop.
         OnRequest::Conflict => return Err(Outcome::ConflictDropped),
@@ -278,10 +283,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             slot,
             update,
         } => {
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: a pointer into the map's value, valid for this run.
-                unsafe { *p = c };
-            }
+            write_back(conn_ptr, conn, update);
             Some(Restore::to(frontend, slot))
         }
         OnReply::Reset { frontend, slot } => {

@@ -528,19 +528,23 @@ fn a_spoofed_fin_never_makes_a_live_connection_closing() {
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn the_servers_answer_to_a_syn_on_a_live_connection_ends_its_reopening() {
     privilege::require();
-    let l = load(&[JOB]);
-    handshake(&l, Ingress::Tc, 8022);
+    let l = load(&[JOB, SECOND]);
+    handshake(&l, Ingress::Tc, 9022);
+    let slot = established(&l)[0].slot;
+    assert_ne!(slot, 0);
     // A SYN through the same frontend (spoofed): the entry may be reopened.
-    Ingress::Tc.run(&l, &request(8022, TCP_SYN, 555, 0, 0));
+    Ingress::Tc.run(&l, &request(9022, TCP_SYN, 555, 0, 0));
     assert_eq!(established(&l)[0].flags, CONN_REOPENING);
     // The pod answers from the old connection (a challenge ACK): the SYN
-    // will never complete, and the flag goes.
+    // will never complete, and the flag goes. The flags are updated in
+    // place, atomically, and nothing else with them.
     test_run_tc(
         &l,
         PROG_EGRESS_TC,
         &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 0),
     );
-    assert_eq!(established(&l)[0].flags, 0);
+    let c = established(&l)[0];
+    assert_eq!((c.flags, c.slot, c.frontend), (0, slot, frontend(9022)));
 }
 
 #[test]
