@@ -287,6 +287,104 @@ fn a_handshake_a_full_table_refuses_is_held_back_and_completes_once_room_frees()
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_spoofed_syn_between_the_syn_ack_and_the_ack_does_not_displace_the_handshake() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB, SECOND]);
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // An off-path sender's SYNs for the client's own 4-tuple, through
+        // the same frontend and the other one, land before the client's
+        // ACK (the client will not send its SYN again).
+        ingress.run(&l, &request(8022, TCP_SYN, 0x5eed, 0, 0));
+        ingress.run(&l, &request(9022, TCP_SYN, 0x5eee, 0, 0));
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        let conns = established(&l);
+        assert_eq!(conns.len(), 1, "{ingress:?}: the login completed");
+        assert_eq!(conns[0].frontend, frontend(8022), "{ingress:?}");
+        // The spoofed handshakes stay half-open until they expire.
+        assert!(
+            half_open(&l).iter().all(|h| h.client_isn != CLIENT_ISN),
+            "{ingress:?}"
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_retransmitted_syn_keeps_the_servers_isn_the_handshake_learned() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB]);
+        let syn = request(8022, TCP_SYN, CLIENT_ISN, 0, 0);
+        ingress.run(&l, &syn);
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // The SYN again (the SYN-ACK was slow or lost), then the ACK of
+        // the SYN-ACK that did arrive.
+        let before = counters(&l);
+        ingress.run(&l, &syn);
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("dnat", 1)],
+            "{ingress:?}: no new half-open entry"
+        );
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        assert_eq!(established(&l).len(), 1, "{ingress:?}");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_half_open_table_pinned_with_the_older_key_is_replaced_at_load() {
+    use aya::maps::MapInfo;
+    use ssh_fwd_common::maps::{HALF_OPEN, HALF_OPEN_CAPACITY};
+
+    privilege::require();
+    // An agent of layout v4 before handshakes were keyed by the client's
+    // ISN left its half-open table: (client, backend) keys, 12 bytes.
+    let l = super::load_over(&[JOB], object::Settings::default(), |layout| {
+        let pin = layout.map(HALF_OPEN);
+        let entries = HALF_OPEN_CAPACITY.to_string();
+        ssh_fwd_tests::cmd::run(std::process::Command::new("bpftool").args([
+            "map",
+            "create",
+            pin.to_str().expect("path"),
+            "type",
+            "lru_hash",
+            "key",
+            "12",
+            "value",
+            "32",
+            "entries",
+            &entries,
+            "name",
+            HALF_OPEN,
+        ]))
+        .expect("bpftool map create");
+        assert_eq!(MapInfo::from_pin(&pin).expect("pinned").key_size(), 12);
+    });
+    let info = MapInfo::from_pin(l.layout.map(HALF_OPEN)).expect("HALF_OPEN");
+    assert_eq!(info.key_size(), 16, "(client, backend, client ISN)");
+    handshake(&l, Ingress::Tc, 8022);
+    assert_eq!(established(&l).len(), 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn data_moves_the_tracked_sequence_numbers_and_replies_take_the_frontend() {
     privilege::require();
     let l = load(&[JOB]);

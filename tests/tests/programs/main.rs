@@ -53,11 +53,22 @@ fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
 }
 
 fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loaded {
+    load_over(mappings, settings, |_| {})
+}
+
+/// [`load_with`], over pins `pinned` leaves in the layout first (what an
+/// earlier agent left).
+fn load_over(
+    mappings: &[(&str, &str, &str)],
+    settings: object::Settings,
+    pinned: impl FnOnce(&PinLayout),
+) -> Loaded {
     let netns = NetNs::new("progtest").expect("netns");
     netns.enter_on_this_thread().expect("enter netns");
     let bpffs = Bpffs::new().expect("bpffs dir");
     let layout = PinLayout::new(bpffs.path());
     layout.prepare().expect("bpffs");
+    pinned(&layout);
     let mut ebpf = object::load(&layout, &settings).expect("load object");
     load_programs(&mut ebpf).expect("verifier accepts the programs");
     let mut maps = Maps::from_ebpf(&mut ebpf).expect("maps");
