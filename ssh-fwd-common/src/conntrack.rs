@@ -5,8 +5,10 @@
 //!
 //! The threat model: an off-path sender can send any packet with any source
 //! address, but never sees the replies. So:
-//! - A SYN only ever creates or replaces a **half-open** entry, in a table a
-//!   flood may churn ([`HALF_OPEN`](crate::maps::HALF_OPEN)).
+//! - A SYN only ever creates a **half-open** entry, in a table a flood may
+//!   churn ([`HALF_OPEN`](crate::maps::HALF_OPEN)), keyed by the client's
+//!   initial sequence number too: a SYN with another ISN never touches a
+//!   handshake in progress.
 //! - An **established** entry ([`CONNS`](crate::maps::CONNS)) is created
 //!   only by the client's ACK that acknowledges the server's SYN-ACK, whose
 //!   sequence number only the real client has seen.
@@ -74,9 +76,10 @@ pub const fn after(a: u32, b: u32) -> bool {
 /// What to do with a request (client -> frontend) packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnRequest {
-    /// A SYN: record a half-open entry for this frontend (replacing any)
-    /// and forward. With `reopening`, also flag the established entry of
-    /// the same frontend, so that this handshake may replace it.
+    /// A SYN: record a half-open entry for this frontend and forward (the
+    /// entry of a retransmitted SYN, same ISN, stays as it is). With
+    /// `reopening`, also flag the established entry of the same frontend,
+    /// so that this handshake may replace it.
     OpenHalf { reopening: bool },
     /// The handshake completed: store the established entry (replacing a
     /// closing one, or one of the same frontend being reopened), drop the
@@ -194,6 +197,21 @@ pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint
         Some(h) if seg.is_syn() && h.client_isn == seg.seq => Some(h.frontend),
         _ => None,
     }
+}
+
+/// The client ISN of the handshake a request other than a SYN may complete
+/// (the key of its [`HALF_OPEN`](crate::maps::HALF_OPEN) entry): the SYN
+/// took one sequence number.
+#[inline(always)]
+pub const fn request_isn(seg: &Segment) -> u32 {
+    seg.seq.wrapping_sub(1)
+}
+
+/// The client ISN of the handshake a reply answers: a SYN-ACK, or a RST
+/// refusing it, acknowledges the SYN.
+#[inline(always)]
+pub const fn reply_isn(seg: &Segment) -> u32 {
+    seg.ack.wrapping_sub(1)
 }
 
 /// Whether `seg` is the client's ACK completing the handshake `h`.

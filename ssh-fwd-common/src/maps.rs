@@ -34,8 +34,9 @@ pub const REVERSE: &str = "REVERSE";
 /// opened through and its TCP state. Written only when the client's ACK
 /// completes a handshake the reply path saw (see `conntrack`).
 pub const CONNS: &str = "CONNS";
-/// `(client, backend)` -> a handshake in progress: the frontend of the SYN,
-/// and the server's initial sequence number once its SYN-ACK is seen.
+/// `(client, backend, client ISN)` -> a handshake in progress: the
+/// frontend of the SYN, and the server's initial sequence number once its
+/// SYN-ACK is seen.
 pub const HALF_OPEN: &str = "HALF_OPEN";
 /// Per-CPU packet and byte counters, indexed by mapping slot.
 pub const MAPPING_STATS: &str = "MAPPING_STATS";
@@ -156,9 +157,9 @@ pub struct NatTarget {
     pub flags: u32,
 }
 
-/// Key of [`CONNS`] and [`HALF_OPEN`]: one TCP connection between a client
-/// and a backend, as the backend sees it (a client reaching one backend
-/// through two frontends from one port is one connection at the backend).
+/// Key of [`CONNS`]: one TCP connection between a client and a backend, as
+/// the backend sees it (a client reaching one backend through two
+/// frontends from one port is one connection at the backend).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey {
@@ -262,6 +263,26 @@ impl Conn {
         last_seen_ns: 0,
         created_ns: 0,
     };
+}
+
+/// Key of [`HALF_OPEN`]: one handshake, its connection and the client's
+/// initial sequence number. A SYN for the same 4-tuple with another ISN (an
+/// off-path sender's, which cannot know the client's) is another handshake:
+/// it cannot displace this one; the client's own retransmitted SYN finds
+/// this one. The server's SYN-ACK finds it by its acknowledgement less one,
+/// the client's completing ACK by its sequence number less one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HalfOpenKey {
+    pub conn: ConnKey,
+    /// Host order.
+    pub client_isn: u32,
+}
+
+impl HalfOpenKey {
+    pub const fn new(conn: ConnKey, client_isn: u32) -> Self {
+        Self { conn, client_isn }
+    }
 }
 
 /// [`HalfOpen`] flag: the server's SYN-ACK was seen; `server_isn` holds.
@@ -418,6 +439,7 @@ const _: () = assert!(size_of::<Endpoint>() == 8);
 const _: () = assert!(size_of::<NatTarget>() == 16);
 const _: () = assert!(size_of::<ConnKey>() == 12);
 const _: () = assert!(size_of::<Conn>() == 48);
+const _: () = assert!(size_of::<HalfOpenKey>() == 16);
 const _: () = assert!(size_of::<HalfOpen>() == 32);
 const _: () = assert!(size_of::<MappingCounters>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
@@ -453,6 +475,8 @@ mod pod {
     unsafe impl aya::Pod for ConnKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Conn {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HalfOpenKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for HalfOpen {}
     // SAFETY: as above.

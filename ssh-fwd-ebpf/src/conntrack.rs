@@ -8,11 +8,11 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
 use ssh_fwd_common::{
     conntrack::{
-        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_reads_half_open,
-        request_reads_half_open,
+        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_isn, reply_reads_half_open,
+        request_isn, request_reads_half_open,
         store::{AtomicFlags, store},
     },
-    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
+    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey, NatTarget},
     outcome::Outcome,
 };
 
@@ -107,11 +107,7 @@ fn track_request(
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let mut half_slot = MaybeUninit::uninit();
-    let half = if request_reads_half_open(seg, conn) {
-        copy_out(HALF_OPEN.get_ptr_mut(key), &mut half_slot)
-    } else {
-        None
-    };
+    let half = half_of_request(&key, seg, conn, &mut half_slot);
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
     let opened = Opened {
         frontend,
@@ -119,6 +115,24 @@ fn track_request(
         mss_cap,
     };
     apply_request(&key, decision, seg, &opened, conn_ptr, conn)
+}
+
+/// The half-open entry of the handshake a request may complete, copied
+/// into `slot`, when the decision can depend on it.
+#[inline(always)]
+fn half_of_request<'a>(
+    key: &ConnKey,
+    seg: &Segment,
+    conn: Option<&Conn>,
+    slot: &'a mut MaybeUninit<HalfOpen>,
+) -> Option<&'a HalfOpen> {
+    if !request_reads_half_open(seg, conn) {
+        return None;
+    }
+    copy_out(
+        HALF_OPEN.get_ptr_mut(HalfOpenKey::new(*key, request_isn(seg))),
+        slot,
+    )
 }
 
 /// What a half-open entry opened by a request holds besides the SYN's.
@@ -180,11 +194,7 @@ fn established_to_backend(
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let mut half_slot = MaybeUninit::uninit();
-    let half = if request_reads_half_open(seg, conn) {
-        copy_out(HALF_OPEN.get_ptr_mut(key), &mut half_slot)
-    } else {
-        None
-    };
+    let half = half_of_request(&key, seg, conn, &mut half_slot);
     let (frontend, slot) = match (conn, half) {
         (Some(c), _) => (c.frontend, c.slot),
         (None, Some(h)) => (h.frontend, h.slot),
@@ -218,7 +228,10 @@ fn apply_request(
                 server_isn: 0,
                 last_seen_ns: now(),
             };
-            if HALF_OPEN.insert(key, half, 0).is_ok() {
+            // A retransmitted SYN (same ISN) finds its entry, which keeps
+            // what the handshake learned.
+            let half_key = HalfOpenKey::new(*key, seg.seq);
+            if HALF_OPEN.insert(half_key, half, BPF_NOEXIST as u64).is_ok() {
                 count(Outcome::HalfOpened);
             }
             if reopening && let Some(p) = conn_ptr {
@@ -242,7 +255,7 @@ fn apply_request(
                 // The caller counts the drop; the half-open entry stays.
                 Err(_) => return Err(Outcome::ConnTableFull),
             }
-            let _ = HALF_OPEN.remove(key);
+            let _ = HALF_OPEN.remove(HalfOpenKey::new(*key, request_isn(seg)));
         }
         OnRequest::Established(update) => write_back(conn_ptr, conn, update),
         OnRequest::Reset => {
@@ -269,8 +282,9 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
+    let half_key = HalfOpenKey::new(key, reply_isn(seg));
     let half_ptr = if reply_reads_half_open(seg, conn) {
-        HALF_OPEN.get_ptr_mut(key)
+        HALF_OPEN.get_ptr_mut(half_key)
     } else {
         None
     };
@@ -312,7 +326,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             })
         }
         OnReply::Refuse { frontend, slot } => {
-            if HALF_OPEN.remove(key).is_ok() {
+            if HALF_OPEN.remove(half_key).is_ok() {
                 count(Outcome::HalfOpenRefused);
             }
             Some(Restore::to(frontend, slot))
@@ -392,17 +406,22 @@ pub fn established(client: Endpoint, backend: Endpoint) -> Option<&'static Conn>
     unsafe { CONNS.get(ConnKey::new(client, backend)) }
 }
 
-/// The half-open entry of `client`'s handshake with `backend` (as
-/// [`established`]).
+/// The half-open entry of `client`'s handshake with `backend` that began
+/// with the initial sequence number `client_isn` (as [`established`]).
 #[inline(always)]
-pub fn half_open(client: Endpoint, backend: Endpoint) -> Option<&'static HalfOpen> {
+pub fn half_open(
+    client: Endpoint,
+    backend: Endpoint,
+    client_isn: u32,
+) -> Option<&'static HalfOpen> {
+    let key = HalfOpenKey::new(ConnKey::new(client, backend), client_isn);
     // SAFETY: as above.
-    unsafe { HALF_OPEN.get(ConnKey::new(client, backend)) }
+    unsafe { HALF_OPEN.get(key) }
 }
 
 /// The frontend a SYN `client -> backend` leaving the node carries to the
 /// backend's node: see `ssh_fwd_common::conntrack::translated_syn`.
 #[inline(always)]
 pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
-    conntrack::translated_syn(seg, half_open(client, backend))
+    conntrack::translated_syn(seg, half_open(client, backend, seg.seq))
 }

@@ -977,3 +977,17 @@ fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend(
         OnReply::IgnoredReset { frontend: F1, .. }
     ));
 }
+
+#[test]
+fn every_segment_of_a_handshake_names_the_clients_isn() {
+    for isn in [CLIENT_ISN, 0, u32::MAX] {
+        let syn_ack = seg(TCP_SYN | TCP_ACK, SERVER_ISN, isn.wrapping_add(1), 0);
+        let refusal = seg(TCP_RST | TCP_ACK, 0, isn.wrapping_add(1), 0);
+        let ack = seg(TCP_ACK, isn.wrapping_add(1), SERVER_ISN + 1, 0);
+        let banner = seg(TCP_ACK | 0x08, isn.wrapping_add(1), SERVER_ISN + 1, 21);
+        assert_eq!(reply_isn(&syn_ack), isn);
+        assert_eq!(reply_isn(&refusal), isn);
+        assert_eq!(request_isn(&ack), isn);
+        assert_eq!(request_isn(&banner), isn);
+    }
+}

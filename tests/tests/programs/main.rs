@@ -465,7 +465,7 @@ fn object_maps_agree_with_the_shared_constants() {
         (
             maps::HALF_OPEN,
             maps::HALF_OPEN_CAPACITY,
-            size_of::<maps::ConnKey>(),
+            size_of::<maps::HalfOpenKey>(),
             size_of::<maps::HalfOpen>(),
         ),
         (
