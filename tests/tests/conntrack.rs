@@ -29,7 +29,7 @@ use ssh_fwd_common::maps::{CONNS, Conn, ConnKey, Endpoint};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     agent::write_mappings,
-    cluster::{Cluster, Wiring},
+    cluster::{Cluster, PEER_IFACE, Wiring},
     cmd,
     flood::{self, Rng, Syn},
     privilege,
@@ -184,6 +184,88 @@ fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_fronte
             .unwrap(),
         "pod-2"
     );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_cluster_interface_no_gateway_route_shows_is_named_by_cluster_iface() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        pod_routes_on_link: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[
+            ("first", "198.18.0.10:8022", "10.244.2.5:22"),
+            ("second", "198.18.0.10:9022", "10.244.2.5:22"),
+        ],
+        &["--cluster-iface", PEER_IFACE],
+    );
+    assert!(
+        bed.agents[0]
+            .log()
+            .contains("cluster interfaces from --cluster-iface"),
+        "{}",
+        bed.agents[0].log()
+    );
+    // Both frontends of the pod on node B, requests entering node A: the
+    // SYNs leave A through `peer` with their frontend, B tracks each, and
+    // each session is answered from the frontend it dialled.
+    let mut sessions: Vec<Session> = [8022, 9022, 8022, 9022]
+        .iter()
+        .map(|&port| bed.session(port))
+        .collect();
+    for (i, s) in sessions.iter_mut().enumerate() {
+        s.echo(&format!("s{i}")).unwrap();
+    }
+    let mut expected: Vec<(u16, u16)> = [8022, 9022]
+        .iter()
+        .flat_map(|&f| {
+            client_ports(&bed.cluster.client, f)
+                .into_iter()
+                .map(move |p| (p, f))
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(expected.len(), 4, "{expected:?}");
+    assert_eq!(bed.established(1), expected, "node B tracks every session");
+    assert!(bed.counter(0, "frontend_option_added") >= 4);
+    assert!(bed.counter(1, "frontend_option_learned") >= 4);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_cross_node_plain_a_pod_on_node_b_answers_from_its_frontend_without_the_option() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.2.5:22")],
+        &["--cross-node", "plain"],
+    );
+    let ssh = bed.cluster.ssh();
+    for _ in 0..3 {
+        let seen = ssh
+            .run(
+                &bed.cluster.client,
+                EXTERNAL_IP,
+                8022,
+                "hostname; echo $SSH_CONNECTION",
+            )
+            .unwrap();
+        assert!(seen.starts_with("pod-2"), "{seen}");
+        assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+    }
+    // No option crossed; node B, without state, gave the backend's
+    // replies its only frontend as they left.
+    assert_eq!(bed.counter(0, "frontend_option_added"), 0);
+    assert_eq!(bed.counter(1, "frontend_option_learned"), 0);
+    assert!(bed.established(1).is_empty());
+    assert!(bed.counter(1, "reverse_fallback") > 10);
 }
 
 #[test]
