@@ -379,8 +379,8 @@ pub struct AgentStatus {
     pub conns_at_sweep: u64,
     /// Half-open entries the sweep walked (an LRU: only a walk counts it).
     pub half_open_at_sweep: u64,
-    /// Half-open entries evicted or replaced (SYN floods, retransmitted
-    /// SYNs) since the agent started, as of the last sweep.
+    /// Half-open entries evicted (SYN floods churn the LRU) since the agent
+    /// started, as of the last sweep.
     pub half_open_churned: u64,
     /// Where the mappings come from: `file PATH` or `kubernetes ...`.
     pub source: [u8; STATUS_SOURCE_LEN],

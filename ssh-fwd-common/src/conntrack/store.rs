@@ -4,8 +4,9 @@
 //! would undo what the other wrote in between (a client's clock refresh
 //! racing the server's FIN would drop `CONN_FIN_SERVER`). So only what the
 //! decision changed is written: each changed field with one aligned store
-//! (the fields each direction moves are its own: the server's sequence
-//! numbers, the client's pending FIN and RST; the clock is either's), and
+//! (the fields each direction moves are its own: both next sequence
+//! numbers the server's segments, the pending FIN and RST the client's;
+//! the clock is either's), and
 //! the flags, which both directions move, with atomic OR and AND of the
 //! bits that changed. A field that a flag makes count is written before the
 //! flag (a pending FIN's end before [`CONN_FIN_PENDING`]).

@@ -269,8 +269,8 @@ impl<K: Pod, V: Pod> Table<K, V> for HashMap<MapData, K, V> {
 /// name without comparing layouts, and the programs would read 12 bytes of
 /// their 16-byte keys. The table holds only handshakes in flight: the old
 /// programs keep theirs until this agent's replace them in every link, and
-/// a handshake that straddles that moment is not tracked (its client tries
-/// again).
+/// a handshake that straddles that moment is not tracked (that login may
+/// hang).
 pub fn replace_older_half_open(layout: &PinLayout) -> anyhow::Result<()> {
     let pin = layout.map(HALF_OPEN);
     if !pin.exists() {
@@ -292,9 +292,9 @@ pub fn replace_older_half_open(layout: &PinLayout) -> anyhow::Result<()> {
 }
 
 /// Half-open entries that left other than by completing, expiring or being
-/// refused: evicted by the LRU (a SYN flood) or replaced by a SYN for the
-/// same 4-tuple, since the counters began, given the outcome counters and
-/// the entries the table holds now.
+/// refused: evicted by the LRU (a SYN flood; a SYN never replaces a
+/// handshake's entry), since the counters began, given the outcome
+/// counters and the entries the table holds now.
 pub fn half_open_churned(count: impl Fn(Outcome) -> u64, half_open_now: u64) -> u64 {
     count(Outcome::HalfOpened).saturating_sub(
         count(Outcome::ConnEstablished)
