@@ -5,8 +5,10 @@
 //!
 //! The threat model: an off-path sender can send any packet with any source
 //! address, but never sees the replies. So:
-//! - A SYN only ever creates or replaces a **half-open** entry, in a table a
-//!   flood may churn ([`HALF_OPEN`](crate::maps::HALF_OPEN)).
+//! - A SYN only ever creates a **half-open** entry, in a table a flood may
+//!   churn ([`HALF_OPEN`](crate::maps::HALF_OPEN)), keyed by the client's
+//!   initial sequence number too: a SYN with another ISN never touches a
+//!   handshake in progress.
 //! - An **established** entry ([`CONNS`](crate::maps::CONNS)) is created
 //!   only by the client's ACK that acknowledges the server's SYN-ACK, whose
 //!   sequence number only the real client has seen.
@@ -22,8 +24,8 @@
 //!   anything else leaves it alone.
 
 use crate::maps::{
-    CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Conn, Endpoint,
-    HALF_OPEN_ISN_KNOWN, HalfOpen,
+    CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Conn,
+    Endpoint, HALF_OPEN_ISN_KNOWN, HalfOpen,
 };
 
 pub const TCP_FIN: u8 = 0x01;
@@ -74,9 +76,10 @@ pub const fn after(a: u32, b: u32) -> bool {
 /// What to do with a request (client -> frontend) packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OnRequest {
-    /// A SYN: record a half-open entry for this frontend (replacing any)
-    /// and forward. With `reopening`, also flag the established entry of
-    /// the same frontend, so that this handshake may replace it.
+    /// A SYN: record a half-open entry for this frontend and forward (the
+    /// entry of a retransmitted SYN, same ISN, stays as it is). With
+    /// `reopening`, also flag the established entry of the same frontend,
+    /// so that this handshake may replace it.
     OpenHalf { reopening: bool },
     /// The handshake completed: store the established entry (replacing a
     /// closing one, or one of the same frontend being reopened), drop the
@@ -196,6 +199,21 @@ pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint
     }
 }
 
+/// The client ISN of the handshake a request other than a SYN may complete
+/// (the key of its [`HALF_OPEN`](crate::maps::HALF_OPEN) entry): the SYN
+/// took one sequence number.
+#[inline(always)]
+pub const fn request_isn(seg: &Segment) -> u32 {
+    seg.seq.wrapping_sub(1)
+}
+
+/// The client ISN of the handshake a reply answers: a SYN-ACK, or a RST
+/// refusing it, acknowledges the SYN.
+#[inline(always)]
+pub const fn reply_isn(seg: &Segment) -> u32 {
+    seg.ack.wrapping_sub(1)
+}
+
 /// Whether `seg` is the client's ACK completing the handshake `h`.
 #[inline(always)]
 fn completes(seg: &Segment, frontend: Endpoint, h: &HalfOpen) -> bool {
@@ -232,7 +250,9 @@ pub enum OnReply {
         learned: HalfOpen,
     },
     /// The server refused the handshake (RST): restore the frontend, so the
-    /// client sees "connection refused", and drop the half-open entry.
+    /// client sees "connection refused", and drop the half-open entry (an
+    /// entry of a closed connection on the 4-tuple stays for its close
+    /// timeout).
     Refuse { frontend: Endpoint, slot: u32 },
 }
 
@@ -256,7 +276,10 @@ pub fn on_reply(seg: &Segment, conn: Option<&Conn>, half: Option<&HalfOpen>, now
                 },
             };
         }
-        if seg.has(TCP_RST) && conn.is_none() {
+        // The RST answers this SYN (its ACK is the SYN's): the pod refused
+        // it. A closed connection's entry that the handshake would have
+        // replaced does not stand in the way.
+        if seg.has(TCP_RST) && conn.is_none_or(closing) {
             return OnReply::Refuse {
                 frontend: h.frontend,
                 slot: h.slot,
@@ -340,6 +363,16 @@ pub const fn closing(c: &Conn) -> bool {
     c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER) == CONN_FIN_CLIENT | CONN_FIN_SERVER
 }
 
+/// One side closed and the other has not: the server sent its FIN, or
+/// acknowledged exactly the client's (both unforgeable off-path; a FIN the
+/// client side merely sent counts for nothing). Such an entry lives only
+/// [`HALF_CLOSED_TIMEOUT_NS`] without a segment from the server.
+#[inline(always)]
+pub const fn half_closed(c: &Conn) -> bool {
+    let fins = c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER);
+    fins != 0 && fins != CONN_FIN_CLIENT | CONN_FIN_SERVER
+}
+
 /// The entry holding a client RST that is ahead of what the server has
 /// acknowledged, or `None` for one behind (never in sequence again). The
 /// server's ACK of the client's last segment may be on its way back while
@@ -370,13 +403,19 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 
 /// The entry after a segment from the client, or `None` if nothing to
 /// store changed. Spoofable, so it moves no sequence state: it refreshes
-/// the clock, and a FIN is only noted as pending (see [`fin_noted`]) until
-/// the server acknowledges exactly it.
+/// the clock (not once one side closed: see [`half_closed`]), and a FIN is
+/// only noted as pending (see [`fin_noted`]) until the server acknowledges
+/// exactly it.
 #[inline(always)]
 fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
-    let mut next = c.clone_with_clock(now);
+    let mut next = if half_closed(c) {
+        *c
+    } else {
+        c.clone_with_clock(now)
+    };
     if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
+        next.flags |= CONN_FIN_PENDING;
     }
     (next != *c).then_some(next)
 }
@@ -413,7 +452,7 @@ const fn fin_noted(c: &Conn, end: u32) -> bool {
     let Some(ahead) = in_client_window(c, end.wrapping_sub(1)) else {
         return false;
     };
-    if c.client_fin_end == 0 {
+    if c.flags & CONN_FIN_PENDING == 0 {
         return true;
     }
     match in_client_window(c, c.client_fin_end.wrapping_sub(1)) {
@@ -446,9 +485,11 @@ fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
         }
         // The server acknowledged exactly the client's FIN, and nothing
         // beyond it: the client has closed.
-        if next.client_fin_end != 0 && seg.ack == next.client_fin_end && next.client_next == seg.ack
+        if next.flags & CONN_FIN_PENDING != 0
+            && seg.ack == next.client_fin_end
+            && next.client_next == seg.ack
         {
-            next.flags |= CONN_FIN_CLIENT;
+            next.flags = (next.flags | CONN_FIN_CLIENT) & !CONN_FIN_PENDING;
         }
     }
     if seg.has(TCP_FIN) {
@@ -477,14 +518,34 @@ impl Conn {
 pub enum Expiry {
     /// Both sides closed, and the close timeout passed.
     Closed,
-    /// No packet for longer than the idle timeout.
+    /// No packet for longer than the idle timeout; half-closed, no segment
+    /// from the server for [`HALF_CLOSED_TIMEOUT_NS`].
     Idle,
 }
 
+/// How long a [`half_closed`] connection may stay without a segment from
+/// the server. A client that completes handshakes and never answers the
+/// server's FIN (sshd closes an unauthenticated connection after its
+/// LoginGraceTime) would otherwise hold its entry for the whole idle
+/// timeout, and one sender could fill the established table over a day.
+/// Two minutes: nf_conntrack's FIN_WAIT timeout (its CLOSE_WAIT is one),
+/// and longer than Linux retransmits an unanswered FIN (eight times from a
+/// 200 ms timeout: under two minutes) and keeps an orphaned FIN_WAIT_2
+/// (`tcp_fin_timeout`, 60 s). ssh and sshd close both ways at once; a
+/// half-closed connection that goes on moving data keeps its entry with
+/// every segment from the server, data or ACK.
+pub const HALF_CLOSED_TIMEOUT_NS: u64 = 120 * 1_000_000_000;
+
 /// The sweep's verdict on an established entry at time `now` (same clock
-/// as the kernel's `last_seen_ns`).
+/// as the kernel's `last_seen_ns`). A [`half_closed`] entry counts as idle
+/// after [`HALF_CLOSED_TIMEOUT_NS`] (or the idle timeout, if shorter).
 pub fn expiry(c: &Conn, now: u64, idle_timeout_ns: u64, close_timeout_ns: u64) -> Option<Expiry> {
     let quiet = now.saturating_sub(c.last_seen_ns);
+    let idle_timeout_ns = if half_closed(c) {
+        idle_timeout_ns.min(HALF_CLOSED_TIMEOUT_NS)
+    } else {
+        idle_timeout_ns
+    };
     if closing(c) && quiet >= close_timeout_ns {
         Some(Expiry::Closed)
     } else if quiet >= idle_timeout_ns {
@@ -502,5 +563,6 @@ pub fn half_open_expired(h: &HalfOpen, now: u64, timeout_ns: u64) -> bool {
 }
 
 pub mod mss;
+pub mod store;
 #[cfg(test)]
 mod tests;

@@ -34,8 +34,9 @@ pub const REVERSE: &str = "REVERSE";
 /// opened through and its TCP state. Written only when the client's ACK
 /// completes a handshake the reply path saw (see `conntrack`).
 pub const CONNS: &str = "CONNS";
-/// `(client, backend)` -> a handshake in progress: the frontend of the SYN,
-/// and the server's initial sequence number once its SYN-ACK is seen.
+/// `(client, backend, client ISN)` -> a handshake in progress: the
+/// frontend of the SYN, and the server's initial sequence number once its
+/// SYN-ACK is seen.
 pub const HALF_OPEN: &str = "HALF_OPEN";
 /// Per-CPU packet and byte counters, indexed by mapping slot.
 pub const MAPPING_STATS: &str = "MAPPING_STATS";
@@ -156,9 +157,9 @@ pub struct NatTarget {
     pub flags: u32,
 }
 
-/// Key of [`CONNS`] and [`HALF_OPEN`]: one TCP connection between a client
-/// and a backend, as the backend sees it (a client reaching one backend
-/// through two frontends from one port is one connection at the backend).
+/// Key of [`CONNS`]: one TCP connection between a client and a backend, as
+/// the backend sees it (a client reaching one backend through two
+/// frontends from one port is one connection at the backend).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey {
@@ -209,6 +210,10 @@ pub const CONN_REOPENING: u32 = 4;
 /// while the server's data is in flight) is in sequence for the server, and
 /// must end the entry as it ends the server's socket.
 pub const CONN_RST_PENDING: u32 = 8;
+/// [`Conn`] flag: `client_fin_end` holds the end of a FIN the client sent,
+/// until the server acknowledges it (any number may be that end, 0
+/// included).
+pub const CONN_FIN_PENDING: u32 = 16;
 
 /// Value of [`CONNS`]: an established connection. Sequence numbers are host
 /// order; times are `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE).
@@ -227,8 +232,8 @@ pub struct Conn {
     /// The next sequence number expected from the server (its highest
     /// segment end). Checks the server's RST.
     pub server_next: u32,
-    /// The end of a FIN the client sent, until the server acknowledges it
-    /// (0: none pending).
+    /// With [`CONN_FIN_PENDING`]: the end of a FIN the client sent, until
+    /// the server acknowledges it.
     pub client_fin_end: u32,
     /// With [`CONN_RST_PENDING`]: the sequence number of a client RST that
     /// was ahead of `client_next`. The server's next new acknowledgement
@@ -258,6 +263,26 @@ impl Conn {
         last_seen_ns: 0,
         created_ns: 0,
     };
+}
+
+/// Key of [`HALF_OPEN`]: one handshake, its connection and the client's
+/// initial sequence number. A SYN for the same 4-tuple with another ISN (an
+/// off-path sender's, which cannot know the client's) is another handshake:
+/// it cannot displace this one; the client's own retransmitted SYN finds
+/// this one. The server's SYN-ACK finds it by its acknowledgement less one,
+/// the client's completing ACK by its sequence number less one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HalfOpenKey {
+    pub conn: ConnKey,
+    /// Host order.
+    pub client_isn: u32,
+}
+
+impl HalfOpenKey {
+    pub const fn new(conn: ConnKey, client_isn: u32) -> Self {
+        Self { conn, client_isn }
+    }
 }
 
 /// [`HalfOpen`] flag: the server's SYN-ACK was seen; `server_isn` holds.
@@ -354,8 +379,8 @@ pub struct AgentStatus {
     pub conns_at_sweep: u64,
     /// Half-open entries the sweep walked (an LRU: only a walk counts it).
     pub half_open_at_sweep: u64,
-    /// Half-open entries evicted or replaced (SYN floods, retransmitted
-    /// SYNs) since the agent started, as of the last sweep.
+    /// Half-open entries evicted (SYN floods churn the LRU) since the agent
+    /// started, as of the last sweep.
     pub half_open_churned: u64,
     /// Where the mappings come from: `file PATH` or `kubernetes ...`.
     pub source: [u8; STATUS_SOURCE_LEN],
@@ -414,6 +439,7 @@ const _: () = assert!(size_of::<Endpoint>() == 8);
 const _: () = assert!(size_of::<NatTarget>() == 16);
 const _: () = assert!(size_of::<ConnKey>() == 12);
 const _: () = assert!(size_of::<Conn>() == 48);
+const _: () = assert!(size_of::<HalfOpenKey>() == 16);
 const _: () = assert!(size_of::<HalfOpen>() == 32);
 const _: () = assert!(size_of::<MappingCounters>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
@@ -449,6 +475,8 @@ mod pod {
     unsafe impl aya::Pod for ConnKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Conn {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HalfOpenKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for HalfOpen {}
     // SAFETY: as above.

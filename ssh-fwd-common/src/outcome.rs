@@ -56,8 +56,10 @@ pub enum Outcome {
     /// A completed handshake replaced the entry of a closed connection (or
     /// of the same frontend, when a client reused its port).
     ConnReplaced = 18,
-    /// A completed handshake found the connection table full: its replies
-    /// will not be rewritten. Raise `--conn-table-size`.
+    /// A completed handshake found the connection table full: its ACK was
+    /// dropped (the pod stays in SYN-RECV) and the client's next answer to
+    /// the pod's SYN-ACK tries again. Counted per try. Raise
+    /// `--conn-table-size`.
     ConnTableFull = 19,
     /// A packet for a 4-tuple established through another frontend was
     /// dropped: spoofed (an attempt to take over a live connection) or a
@@ -82,7 +84,8 @@ pub enum Outcome {
     HalfOpenRefused = 27,
     /// Agent sweep: a connection closed by FINs both ways was removed.
     ConnClosed = 28,
-    /// Agent sweep: a connection idle past `--conn-idle-timeout` was removed.
+    /// Agent sweep: a connection idle past `--conn-idle-timeout`, or one
+    /// side closed and quiet for two minutes, was removed.
     ConnExpired = 29,
     /// Agent sweep: a handshake that never completed was removed.
     HalfOpenExpired = 30,

@@ -8,14 +8,16 @@ use core::mem::MaybeUninit;
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
 use ssh_fwd_common::{
     conntrack::{
-        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_reads_half_open,
-        request_reads_half_open,
+        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_isn, reply_reads_half_open,
+        request_isn, request_reads_half_open,
+        store::{AtomicFlags, store},
     },
-    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, NatTarget},
+    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey, NatTarget},
     outcome::Outcome,
 };
 
 use crate::{
+    atomic::Bpf,
     config::cross_node_plain,
     counters::count,
     maps::{CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS},
@@ -56,6 +58,16 @@ fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&
     ptr.map(|p| &*slot.write(unsafe { *p }))
 }
 
+/// Writes into the entry at `ptr` what `next` changed of `read`, the copy
+/// the decision was made on (see `ssh_fwd_common::conntrack::store`).
+#[inline(always)]
+fn write_back(ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
+    if let (Some(p), Some(read), Some(next)) = (ptr, read, next) {
+        // SAFETY: a pointer into the map's value, valid for this run.
+        unsafe { store::<Bpf>(p, read, &next) };
+    }
+}
+
 #[inline(always)]
 fn now() -> u64 {
     // SAFETY: a helper without arguments.
@@ -63,8 +75,12 @@ fn now() -> u64 {
 }
 
 /// A request from `client` through `frontend` to `backend` (mapping
-/// `slot`). `false`: drop it (its 4-tuple is established through another
-/// frontend), and count [`Outcome::ConflictDropped`].
+/// `slot`). `Err`: drop it, and count why: its 4-tuple is established
+/// through another frontend ([`Outcome::ConflictDropped`]), or it completes
+/// a handshake the full established table cannot hold
+/// ([`Outcome::ConnTableFull`]: held back, so that the pod stays in
+/// SYN-RECV and sends nothing unrestored; its half-open entry stays, and
+/// the client's answer to the pod's next SYN-ACK tries again).
 #[inline(always)]
 pub fn request(
     client: Endpoint,
@@ -72,7 +88,7 @@ pub fn request(
     backend: Endpoint,
     slot: u32,
     seg: &Segment,
-) -> bool {
+) -> Result<(), Outcome> {
     track_request(client, frontend, backend, slot, seg, 0)
 }
 
@@ -85,24 +101,38 @@ fn track_request(
     slot: u32,
     seg: &Segment,
     mss_cap: u16,
-) -> bool {
+) -> Result<(), Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let mut half_slot = MaybeUninit::uninit();
-    let half = if request_reads_half_open(seg, conn) {
-        copy_out(HALF_OPEN.get_ptr_mut(key), &mut half_slot)
-    } else {
-        None
-    };
+    let half = half_of_request(&key, seg, conn, &mut half_slot);
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
     let opened = Opened {
         frontend,
         slot,
         mss_cap,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr)
+    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
+}
+
+/// The half-open entry of the handshake a request may complete, copied
+/// into `slot`, when the decision can depend on it.
+#[inline(always)]
+fn half_of_request<'a>(
+    key: &ConnKey,
+    seg: &Segment,
+    conn: Option<&Conn>,
+    slot: &'a mut MaybeUninit<HalfOpen>,
+) -> Option<&'a HalfOpen> {
+    if !request_reads_half_open(seg, conn) {
+        return None;
+    }
+    copy_out(
+        HALF_OPEN.get_ptr_mut(HalfOpenKey::new(*key, request_isn(seg))),
+        slot,
+    )
 }
 
 /// What a half-open entry opened by a request holds besides the SYN's.
@@ -118,7 +148,7 @@ struct Opened {
 /// option, and only if that frontend maps to this backend; it records the
 /// MSS the link it came in on carries (`link_mtu`: see
 /// `ssh_fwd_common::conntrack::mss`). Any other segment follows the state
-/// its handshake left here. `false`: drop it (see [`request`]).
+/// its handshake left here. `Err`: drop it (see [`request`]).
 #[inline(always)]
 pub fn to_backend(
     client: Endpoint,
@@ -126,14 +156,13 @@ pub fn to_backend(
     seg: &Segment,
     option: Option<Endpoint>,
     link_mtu: impl FnOnce() -> u32,
-) -> bool {
+) -> Result<(), Outcome> {
     if !seg.is_syn() {
-        established_to_backend(client, backend, seg);
-        return true;
+        return established_to_backend(client, backend, seg);
     }
     // A SYN without the option: in-cluster, never tracked.
     let Some(frontend) = option else {
-        return true;
+        return Ok(());
     };
     // SAFETY: copied out immediately.
     match unsafe { FRONTENDS.get(frontend) }
@@ -147,7 +176,7 @@ pub fn to_backend(
         }
         None => {
             count(Outcome::OptionRejected);
-            true
+            Ok(())
         }
     }
 }
@@ -155,21 +184,21 @@ pub fn to_backend(
 /// A segment after the SYN, to a backend: only the state its handshake left
 /// here says which frontend it belongs to.
 #[inline(always)]
-fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
+fn established_to_backend(
+    client: Endpoint,
+    backend: Endpoint,
+    seg: &Segment,
+) -> Result<(), Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let mut half_slot = MaybeUninit::uninit();
-    let half = if request_reads_half_open(seg, conn) {
-        copy_out(HALF_OPEN.get_ptr_mut(key), &mut half_slot)
-    } else {
-        None
-    };
+    let half = half_of_request(&key, seg, conn, &mut half_slot);
     let (frontend, slot) = match (conn, half) {
         (Some(c), _) => (c.frontend, c.slot),
         (None, Some(h)) => (h.frontend, h.slot),
-        (None, None) => return,
+        (None, None) => return Ok(()),
     };
     let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
     let opened = Opened {
@@ -177,7 +206,7 @@ fn established_to_backend(client: Endpoint, backend: Endpoint, seg: &Segment) {
         slot,
         mss_cap: 0,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr);
+    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
 }
 
 #[inline(always)]
@@ -187,7 +216,8 @@ fn apply_request(
     seg: &Segment,
     opened: &Opened,
     conn_ptr: Option<*mut Conn>,
-) -> bool {
+    conn: Option<&Conn>,
+) -> Result<(), Outcome> {
     match decision {
         OnRequest::OpenHalf { reopening } => {
             let half = HalfOpen {
@@ -198,13 +228,16 @@ fn apply_request(
                 server_isn: 0,
                 last_seen_ns: now(),
             };
-            if HALF_OPEN.insert(key, half, 0).is_ok() {
+            // A retransmitted SYN (same ISN) finds its entry, which keeps
+            // what the handshake learned.
+            let half_key = HalfOpenKey::new(*key, seg.seq);
+            if HALF_OPEN.insert(half_key, half, BPF_NOEXIST as u64).is_ok() {
                 count(Outcome::HalfOpened);
             }
             if reopening && let Some(p) = conn_ptr {
                 // SAFETY: a pointer into the map's value, which stays valid
                 // for this program run.
-                unsafe { (*p).flags |= CONN_REOPENING };
+                unsafe { Bpf::or(p, CONN_REOPENING) };
             }
         }
         OnRequest::Promote(conn) => {
@@ -219,16 +252,12 @@ fn apply_request(
                 }
                 // Another CPU promoted the same handshake a moment ago.
                 Err(e) if e == -EEXIST => {}
-                Err(_) => count(Outcome::ConnTableFull),
+                // The caller counts the drop; the half-open entry stays.
+                Err(_) => return Err(Outcome::ConnTableFull),
             }
-            let _ = HALF_OPEN.remove(key);
+            let _ = HALF_OPEN.remove(HalfOpenKey::new(*key, request_isn(seg)));
         }
-        OnRequest::Established(update) => {
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: as above.
-                unsafe { *p = c };
-            }
-        }
+        OnRequest::Established(update) => write_back(conn_ptr, conn, update),
         OnRequest::Reset => {
             if CONNS.remove(key).is_ok() {
                 count(Outcome::ConnReset);
@@ -236,16 +265,13 @@ fn apply_request(
         }
         OnRequest::IgnoredReset(update) => {
             count(Outcome::ResetIgnored);
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: as above.
-                unsafe { *p = c };
-            }
+            write_back(conn_ptr, conn, update);
         }
         // The caller counts the drop.
-        OnRequest::Conflict => return false,
+        OnRequest::Conflict => return Err(Outcome::ConflictDropped),
         OnRequest::Forward => {}
     }
-    true
+    Ok(())
 }
 
 /// A reply from `backend` to `client`: the frontend to restore, or `None`
@@ -256,8 +282,9 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
+    let half_key = HalfOpenKey::new(key, reply_isn(seg));
     let half_ptr = if reply_reads_half_open(seg, conn) {
-        HALF_OPEN.get_ptr_mut(key)
+        HALF_OPEN.get_ptr_mut(half_key)
     } else {
         None
     };
@@ -270,10 +297,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             slot,
             update,
         } => {
-            if let (Some(c), Some(p)) = (update, conn_ptr) {
-                // SAFETY: a pointer into the map's value, valid for this run.
-                unsafe { *p = c };
-            }
+            write_back(conn_ptr, conn, update);
             Some(Restore::to(frontend, slot))
         }
         OnReply::Reset { frontend, slot } => {
@@ -302,7 +326,7 @@ pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Resto
             })
         }
         OnReply::Refuse { frontend, slot } => {
-            if HALF_OPEN.remove(key).is_ok() {
+            if HALF_OPEN.remove(half_key).is_ok() {
                 count(Outcome::HalfOpenRefused);
             }
             Some(Restore::to(frontend, slot))
@@ -382,17 +406,22 @@ pub fn established(client: Endpoint, backend: Endpoint) -> Option<&'static Conn>
     unsafe { CONNS.get(ConnKey::new(client, backend)) }
 }
 
-/// The half-open entry of `client`'s handshake with `backend` (as
-/// [`established`]).
+/// The half-open entry of `client`'s handshake with `backend` that began
+/// with the initial sequence number `client_isn` (as [`established`]).
 #[inline(always)]
-pub fn half_open(client: Endpoint, backend: Endpoint) -> Option<&'static HalfOpen> {
+pub fn half_open(
+    client: Endpoint,
+    backend: Endpoint,
+    client_isn: u32,
+) -> Option<&'static HalfOpen> {
+    let key = HalfOpenKey::new(ConnKey::new(client, backend), client_isn);
     // SAFETY: as above.
-    unsafe { HALF_OPEN.get(ConnKey::new(client, backend)) }
+    unsafe { HALF_OPEN.get(key) }
 }
 
 /// The frontend a SYN `client -> backend` leaving the node carries to the
 /// backend's node: see `ssh_fwd_common::conntrack::translated_syn`.
 #[inline(always)]
 pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
-    conntrack::translated_syn(seg, half_open(client, backend))
+    conntrack::translated_syn(seg, half_open(client, backend, seg.seq))
 }

@@ -132,7 +132,10 @@ pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
     // The half-open entry counts only for a quote that holds the sequence
     // number to check it by.
     let (half, seq) = match read::<P, 4>(p, q.tcp + TCP_SEQ_OFF) {
-        Some(seq) => (half_open(q.source, q.destination), u32::from_be_bytes(seq)),
+        Some(seq) => {
+            let seq = u32::from_be_bytes(seq);
+            (half_open(q.source, q.destination, seq), seq)
+        }
         None => (None, 0),
     };
     let Some(frontend) = outbound_frontend(conn, half, seq, &primary) else {

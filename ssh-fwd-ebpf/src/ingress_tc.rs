@@ -96,8 +96,8 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
     // SAFETY: copied out immediately.
     if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
         let backend = target.endpoint;
-        if !conntrack::request(client, frontend, backend, target.slot, seg) {
-            return Verdict::Drop(Outcome::ConflictDropped);
+        if let Err(outcome) = conntrack::request(client, frontend, backend, target.slot, seg) {
+            return Verdict::Drop(outcome);
         }
         if rewrite(ctx, h.l4(), Field::Destination, frontend, backend).is_err() {
             // Half-rewritten packets must not reach the pod.
@@ -129,9 +129,8 @@ fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
         // The pod sees the SYN as the client sent it.
         ipopt::strip_skb(ctx, frontend);
     }
-    if keep {
-        Verdict::Pass(Outcome::PassNoFrontend)
-    } else {
-        Verdict::Drop(Outcome::ConflictDropped)
+    match keep {
+        Ok(()) => Verdict::Pass(Outcome::PassNoFrontend),
+        Err(outcome) => Verdict::Drop(outcome),
     }
 }

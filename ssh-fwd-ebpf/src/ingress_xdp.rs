@@ -33,8 +33,11 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
     };
     count(outcome);
     match outcome {
-        // The 4-tuple is another frontend's; or a rewrite went wrong.
-        Outcome::ConflictDropped | Outcome::RewriteError => xdp_action::XDP_DROP,
+        // The 4-tuple is another frontend's, a handshake the full table
+        // holds back, or a rewrite went wrong.
+        Outcome::ConflictDropped | Outcome::ConnTableFull | Outcome::RewriteError => {
+            xdp_action::XDP_DROP
+        }
         // Every other outcome passes: a packet we do not own is the stack's
         // business.
         _ => xdp_action::XDP_PASS,
@@ -69,8 +72,8 @@ fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
         return Outcome::PassNoFrontend;
     };
     let backend = target.endpoint;
-    if !conntrack::request(client, frontend, backend, target.slot, seg) {
-        return Outcome::ConflictDropped;
+    if let Err(outcome) = conntrack::request(client, frontend, backend, target.slot, seg) {
+        return outcome;
     }
     if dnat(ctx, h, frontend, backend).is_none() {
         return Outcome::RewriteError;
@@ -119,9 +122,8 @@ fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
     if let Some(frontend) = option {
         ipopt::strip_xdp(ctx, frontend);
     }
-    if keep {
-        Outcome::PassNoFrontend
-    } else {
-        Outcome::ConflictDropped
+    match keep {
+        Ok(()) => Outcome::PassNoFrontend,
+        Err(outcome) => outcome,
     }
 }

@@ -16,7 +16,10 @@
 //! where they are tested on the host.
 #![no_std]
 #![no_main]
+// BPF inline assembly, for the atomic flag updates in `atomic`.
+#![feature(asm_experimental_arch)]
 
+mod atomic;
 mod config;
 mod conntrack;
 mod counters;

@@ -9,8 +9,8 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     maps::{
         AgentStatus, CONN_CAPACITY, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY, HalfOpen,
-        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS, MappingCounters,
-        MappingName, NatTarget,
+        HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS,
+        MappingCounters, MappingName, NatTarget,
     },
     outcome::Outcome,
 };
@@ -31,10 +31,11 @@ pub static REVERSE: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPINGS,
 #[map(name = "CONNS")]
 pub static CONNS: HashMap<ConnKey, Conn> = HashMap::pinned(CONN_CAPACITY, 0);
 
-/// Handshakes in progress. An LRU: a SYN flood churns it, and that is all
-/// it can do. The agent sets the capacity (`--half-open-table-size`).
+/// Handshakes in progress, by 4-tuple and client ISN. An LRU: a SYN flood
+/// churns it, and that is all it can do. The agent sets the capacity
+/// (`--half-open-table-size`).
 #[map(name = "HALF_OPEN")]
-pub static HALF_OPEN: LruHashMap<ConnKey, HalfOpen> = LruHashMap::pinned(HALF_OPEN_CAPACITY, 0);
+pub static HALF_OPEN: LruHashMap<HalfOpenKey, HalfOpen> = LruHashMap::pinned(HALF_OPEN_CAPACITY, 0);
 
 /// Per-mapping packet/byte counters, indexed by slot.
 #[map(name = "MAPPING_STATS")]

@@ -36,6 +36,11 @@ pub struct Wiring {
     pub client_link_mtu: Option<u32>,
     /// MTU of the direct link between the nodes.
     pub node_link_mtu: Option<u32>,
+    /// The pod routes over the direct link name no gateway (`10.244.0.0/16
+    /// dev peer`, each node answering ARP for its pods): no route with a
+    /// gateway leaves through it, so an agent finds it only by
+    /// `--cluster-iface`.
+    pub pod_routes_on_link: bool,
 }
 
 pub struct Cluster {
@@ -148,8 +153,15 @@ impl Cluster {
             a.ip(&["link", "set", PEER_IFACE, "mtu", &mtu])?;
             b.ip(&["link", "set", PEER_IFACE, "mtu", &mtu])?;
         }
-        a.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.2"])?;
-        b.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.1"])?;
+        if self.wiring.pod_routes_on_link {
+            for node in [a, b] {
+                node.ip(&["route", "add", "10.244.0.0/16", "dev", PEER_IFACE])?;
+                node.sysctl(&format!("net.ipv4.conf.{PEER_IFACE}.proxy_arp"), "1")?;
+            }
+        } else {
+            a.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.2"])?;
+            b.ip(&["route", "add", "10.244.0.0/16", "via", "10.0.0.1"])?;
+        }
         for node in [a, b] {
             for key in ["all", "default", PEER_IFACE] {
                 node.sysctl(&format!("net.ipv4.conf.{key}.rp_filter"), "0")?;

@@ -29,7 +29,7 @@ use ssh_fwd_common::maps::{CONNS, Conn, ConnKey, Endpoint};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     agent::write_mappings,
-    cluster::{Cluster, Wiring},
+    cluster::{Cluster, PEER_IFACE, Wiring},
     cmd,
     flood::{self, Rng, Syn},
     privilege,
@@ -188,6 +188,88 @@ fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_fronte
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_cluster_interface_no_gateway_route_shows_is_named_by_cluster_iface() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        pod_routes_on_link: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[
+            ("first", "198.18.0.10:8022", "10.244.2.5:22"),
+            ("second", "198.18.0.10:9022", "10.244.2.5:22"),
+        ],
+        &["--cluster-iface", PEER_IFACE],
+    );
+    assert!(
+        bed.agents[0]
+            .log()
+            .contains("cluster interfaces from --cluster-iface"),
+        "{}",
+        bed.agents[0].log()
+    );
+    // Both frontends of the pod on node B, requests entering node A: the
+    // SYNs leave A through `peer` with their frontend, B tracks each, and
+    // each session is answered from the frontend it dialled.
+    let mut sessions: Vec<Session> = [8022, 9022, 8022, 9022]
+        .iter()
+        .map(|&port| bed.session(port))
+        .collect();
+    for (i, s) in sessions.iter_mut().enumerate() {
+        s.echo(&format!("s{i}")).unwrap();
+    }
+    let mut expected: Vec<(u16, u16)> = [8022, 9022]
+        .iter()
+        .flat_map(|&f| {
+            client_ports(&bed.cluster.client, f)
+                .into_iter()
+                .map(move |p| (p, f))
+        })
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(expected.len(), 4, "{expected:?}");
+    assert_eq!(bed.established(1), expected, "node B tracks every session");
+    assert!(bed.counter(0, "frontend_option_added") >= 4);
+    assert!(bed.counter(1, "frontend_option_learned") >= 4);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_cross_node_plain_a_pod_on_node_b_answers_from_its_frontend_without_the_option() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let bed = Bed::start_with(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.2.5:22")],
+        &["--cross-node", "plain"],
+    );
+    let ssh = bed.cluster.ssh();
+    for _ in 0..3 {
+        let seen = ssh
+            .run(
+                &bed.cluster.client,
+                EXTERNAL_IP,
+                8022,
+                "hostname; echo $SSH_CONNECTION",
+            )
+            .unwrap();
+        assert!(seen.starts_with("pod-2"), "{seen}");
+        assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+    }
+    // No option crossed; node B, without state, gave the backend's
+    // replies its only frontend as they left.
+    assert_eq!(bed.counter(0, "frontend_option_added"), 0);
+    assert_eq!(bed.counter(1, "frontend_option_learned"), 0);
+    assert!(bed.established(1).is_empty());
+    assert!(bed.counter(1, "reverse_fallback") > 10);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_exists() {
     privilege::require();
     let mut cluster = Cluster::new(Wiring {
@@ -297,18 +379,24 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
             seq: u32::from(sport) * 7,
         })
         .collect();
-    let echoes = std::thread::scope(|s| {
+    // Logins through that same frontend meanwhile: the flood spoofs their
+    // own source ports too.
+    let flooding = std::sync::atomic::AtomicBool::new(true);
+    let (echoes, logins) = std::thread::scope(|s| {
         let talker = s.spawn(|| {
             (0..30).all(|i| {
                 std::thread::sleep(Duration::from_millis(100));
                 busy.echo(&format!("busy{i}")).is_ok()
             })
         });
-        let sent = flood::send(&bed.cluster.client, takeover, Duration::from_secs(60)).unwrap();
-        assert_eq!(sent, 65_536);
-        talker.join().unwrap()
+        let logins = s.spawn(|| logins_while(&bed, 9022, &flooding));
+        let sent = flood::send(&bed.cluster.client, takeover, Duration::from_secs(60));
+        flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sent.unwrap(), 65_536);
+        (talker.join().unwrap(), logins.join().unwrap())
     });
     assert!(echoes, "the busy session answered all through the flood");
+    assert_logged_in(&logins, "during the takeover flood");
     assert!(
         bed.counter(0, "conflict_dropped") >= 1,
         "the live 4-tuple was refused"
@@ -324,8 +412,15 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
             seq: rng.draw() as u32,
         })
         .collect();
-    let sent = flood::send(&bed.cluster.client, random, Duration::from_secs(120)).unwrap();
-    assert_eq!(sent, 500_000);
+    flooding.store(true, std::sync::atomic::Ordering::Relaxed);
+    let logins = std::thread::scope(|s| {
+        let logins = s.spawn(|| logins_while(&bed, 8022, &flooding));
+        let sent = flood::send(&bed.cluster.client, random, Duration::from_secs(120));
+        flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sent.unwrap(), 500_000);
+        logins.join().unwrap()
+    });
+    assert_logged_in(&logins, "during the random flood");
     idle.echo("still-here").unwrap();
     busy.echo("and-here").unwrap();
     assert!(
@@ -340,6 +435,34 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
         "pod-1",
         "a new login works after the floods"
     );
+}
+
+/// Logs in through the frontend on `port` over and over while `flooding`
+/// holds (at least once, at most 20 times); what each login printed.
+fn logins_while(
+    bed: &Bed,
+    port: u16,
+    flooding: &std::sync::atomic::AtomicBool,
+) -> Vec<anyhow::Result<String>> {
+    let ssh = bed.cluster.ssh();
+    let mut logins = Vec::new();
+    while logins.len() < 20 {
+        logins.push(ssh.run(&bed.cluster.client, EXTERNAL_IP, port, "hostname"));
+        if !flooding.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+    }
+    logins
+}
+
+fn assert_logged_in(logins: &[anyhow::Result<String>], when: &str) {
+    assert!(!logins.is_empty());
+    for (i, login) in logins.iter().enumerate() {
+        assert!(
+            matches!(login, Ok(host) if host == "pod-1"),
+            "login {i} {when}: {login:?}"
+        );
+    }
 }
 
 /// A connection from `client:sport` to the frontend on `port`, made inside
@@ -424,7 +547,7 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what_it_refuses() {
+fn table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handshake_back() {
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();
@@ -465,9 +588,10 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
             .insert(ConnKey::new(client, backend), conn, 0)
             .unwrap();
     }
-    // A real client's handshake completes (the SYN-ACK is the half-open
-    // entry's), and the full table refuses it, counted.
-    std::thread::scope(|s| {
+    // A real client's handshake: the client sees it complete (the SYN-ACK
+    // is the half-open entry's), the full table refuses it, counted, and
+    // holds its ACK back, so the pod sends nothing unrestored.
+    let mut stream = std::thread::scope(|s| {
         s.spawn(|| {
             bed.cluster.client.enter_on_this_thread().unwrap();
             let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
@@ -478,7 +602,7 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
     });
     assert!(cmd::wait_until(Duration::from_secs(5), || bed
         .counter(0, "conn_table_full")
-        == 1));
+        >= 1));
     let listed = cmd::run(
         std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
             .args(["list", "conns", "--bpffs"])
@@ -486,9 +610,20 @@ fn the_table_size_flags_size_the_tables_and_a_full_established_table_counts_what
     )
     .unwrap();
     assert!(
-        listed.contains("established table: 1024 of 1024 entries; refused when full: 1"),
+        listed.contains("established table: 1024 of 1024 entries; refused when full: "),
         "{listed}"
     );
+    // Room frees: the pod's next SYN-ACK (it retransmits within seconds)
+    // and the client's answer complete the handshake, and sshd's banner
+    // comes through.
+    let first_filler = ConnKey::new(Endpoint::new(Ipv4Addr::from(0x6440_0000), 1024), backend);
+    conns.remove(&first_filler).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut banner = [0u8; 8];
+    stream.read_exact(&mut banner).unwrap();
+    assert_eq!(&banner, b"SSH-2.0-");
     assert!(
         listed.contains(" of 2048 entries; evicted or replaced: "),
         "{listed}"
@@ -747,4 +882,77 @@ fn path_mtu_discovery_both_ways_survives_spoofed_syns_from_the_clients_own_ports
         bed.counter(1, "conflict_dropped") >= 1,
         "the spoofed SYNs reached node B and were refused there"
     );
+}
+
+/// Connects from `client` to the frontend on `port` with the client's ACK
+/// of the SYN-ACK held back, and reads sshd's banner. On a connecting
+/// socket, TCP_DEFER_ACCEPT makes Linux wait up to 200 ms for data to carry
+/// that ACK: the pod's SYN-ACK has passed the node and the completing ACK
+/// has not, the moment a spoofed SYN for the same 4-tuple would have to
+/// land to displace the handshake. Closed with a RST (no TIME_WAIT to hold
+/// the port).
+fn banner_with_a_late_ack(client: &NetNs, port: u16) -> anyhow::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd as _;
+
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            client.enter_on_this_thread()?;
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            let one: libc::c_int = 1;
+            // SAFETY: a valid socket and an int option of the right size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    socket.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_DEFER_ACCEPT,
+                    (&raw const one).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            anyhow::ensure!(
+                rc == 0,
+                "TCP_DEFER_ACCEPT: {}",
+                std::io::Error::last_os_error()
+            );
+            let to = SocketAddrV4::new(EXTERNAL_IP.parse()?, port);
+            socket.connect_timeout(&to.into(), Duration::from_secs(10))?;
+            socket.set_linger(Some(Duration::ZERO))?;
+            let mut stream: std::net::TcpStream = socket.into();
+            stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+            let mut banner = vec![0u8; 8];
+            stream.read_exact(&mut banner)?;
+            Ok(banner)
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the connecting thread panicked"))?
+    })
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn logins_complete_while_spoofed_syns_from_their_own_ports_reach_the_same_frontend() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let client = &bed.cluster.client;
+    // The client's ports come back into use soon (four of them).
+    client.sysctl("net.ipv4.tcp_tw_reuse", "1").unwrap();
+    let ssh = bed.cluster.ssh();
+    let spoofed = spoofing_the_clients_ports(&bed, 8022, || {
+        for i in 0..2 {
+            let banner = banner_with_a_late_ack(client, 8022);
+            assert!(
+                matches!(&banner, Ok(b) if b.as_slice() == b"SSH-2.0-"),
+                "connection {i} with a late ACK: {banner:?}"
+            );
+            let login = ssh.run(client, EXTERNAL_IP, 8022, "hostname");
+            assert!(
+                matches!(&login, Ok(host) if host == "pod-1"),
+                "login {i}: {login:?}"
+            );
+        }
+    });
+    assert!(spoofed > 200, "{spoofed} spoofed SYNs");
+    assert_eq!(bed.counter(0, "conn_table_full"), 0);
 }

@@ -19,7 +19,7 @@ use common::{Bed, FRONTEND};
 use ssh_fwd::datapath::{conntrack::clock_ns, pins::PinLayout};
 use ssh_fwd_common::maps::{
     CONN_CAPACITY, CONNS, Conn, ConnKey, Endpoint, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY,
-    HalfOpen, MAX_MAPPINGS, NatTarget,
+    HalfOpen, HalfOpenKey, MAX_MAPPINGS, NatTarget,
 };
 use ssh_fwd_tests::{NetNs, Topology, agent::write_mappings, cmd, privilege};
 
@@ -250,7 +250,7 @@ fn fill_connection_tables(layout: &PinLayout, frontend: Endpoint, backend: Endpo
             .insert(ConnKey::new(client(i), backend), conn, 0)
             .unwrap();
     }
-    let mut half = pinned::<ConnKey, HalfOpen>(layout, HALF_OPEN);
+    let mut half = pinned::<HalfOpenKey, HalfOpen>(layout, HALF_OPEN);
     for i in 0..half_capacity {
         let entry = HalfOpen {
             frontend,
@@ -260,7 +260,7 @@ fn fill_connection_tables(layout: &PinLayout, frontend: Endpoint, backend: Endpo
             server_isn: 0,
             last_seen_ns: now,
         };
-        let key = ConnKey::new(client(conns_capacity + i), backend);
+        let key = HalfOpenKey::new(ConnKey::new(client(conns_capacity + i), backend), i);
         half.insert(key, entry, 0).unwrap();
     }
     (conns.keys().count() as u32, half.keys().count() as u32)

@@ -1,6 +1,7 @@
 use core::net::Ipv4Addr;
 
 use super::*;
+use crate::maps::CONN_FIN_PENDING;
 
 const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
 const F2: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
@@ -355,14 +356,18 @@ fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
     let OnReply::Established { update, .. } = on_reply(&ack, Some(&pending), None, 41) else {
         panic!("established")
     };
-    assert_eq!(update.map_or(0, |c| c.flags), 0, "not acknowledged");
+    assert_eq!(
+        update.map_or(0, |c| c.flags & CONN_FIN_CLIENT),
+        0,
+        "not acknowledged"
+    );
 
     // The real FIN, with 10 bytes of data, acknowledged by the server.
     let fin = seg(TCP_FIN | TCP_ACK, conn.client_next, conn.server_next, 10);
     let OnRequest::Established(Some(c)) = on_request(&fin, F1, 3, Some(&conn), None, 40) else {
         panic!("noted")
     };
-    assert_eq!(c.flags, 0, "pending until acknowledged");
+    assert_eq!(c.flags, CONN_FIN_PENDING, "pending until acknowledged");
     let server_fin = seg(TCP_FIN | TCP_ACK, c.server_next, conn.client_next + 11, 0);
     let OnReply::Established {
         update: Some(closed),
@@ -694,7 +699,11 @@ fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close() {
     // them (as a random number is, half the time).
     server_ack(&mut table, conn.client_next + 1_000, 40);
     apply_request(&mut table, &fin(conn.client_next + 10, 0), 41);
-    assert_eq!(table.map(|c| c.client_fin_end), Some(0), "not even noted");
+    assert_eq!(
+        table.map(|c| c.flags & CONN_FIN_PENDING),
+        Some(0),
+        "not even noted"
+    );
     server_ack(&mut table, conn.client_next + 1_000, 42);
     server_fin(&mut table, conn.client_next + 1_000, 43);
     let c = table.expect("entry");
@@ -833,4 +842,152 @@ fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
     assert_eq!(translated_syn(&syn(), None), None);
     let syn_ack = seg(TCP_SYN | TCP_ACK, CLIENT_ISN, 0, 0);
     assert_eq!(translated_syn(&syn_ack, Some(&half)), None);
+}
+
+/// The entry of a connection whose server sent its FIN and whose client
+/// never answered with its own (a client that completed the handshake and
+/// went silent: sshd closed it after LoginGraceTime), last seen at `at`.
+fn half_closed(flags: u32, at: u64) -> Conn {
+    Conn {
+        flags,
+        last_seen_ns: at,
+        ..handshake(F1)
+    }
+}
+
+const SECOND: u64 = 1_000_000_000;
+
+#[test]
+fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not() {
+    let (idle, close) = (24 * HOUR, 10 * SECOND);
+    for flags in [CONN_FIN_SERVER, CONN_FIN_CLIENT] {
+        let c = half_closed(flags, HOUR);
+        assert_eq!(expiry(&c, HOUR + 119 * SECOND, idle, close), None, "{c:?}");
+        assert_eq!(
+            expiry(&c, HOUR + 120 * SECOND, idle, close),
+            Some(Expiry::Idle),
+            "{c:?}"
+        );
+    }
+    // Open: the idle timeout; both sides closed: the close timeout.
+    let open = half_closed(0, HOUR);
+    assert_eq!(expiry(&open, 9 * HOUR, idle, close), None);
+    let closed = half_closed(CONN_FIN_CLIENT | CONN_FIN_SERVER, HOUR);
+    assert_eq!(
+        expiry(&closed, HOUR + 10 * SECOND, idle, close),
+        Some(Expiry::Closed)
+    );
+    // A shorter idle timeout still wins.
+    let c = half_closed(CONN_FIN_SERVER, HOUR);
+    assert_eq!(
+        expiry(&c, HOUR + 30 * SECOND, 30 * SECOND, close),
+        Some(Expiry::Idle)
+    );
+}
+
+#[test]
+fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
+    let c = half_closed(CONN_FIN_SERVER, 0);
+    // The client's segments (spoofable, or a client that holds the entry
+    // open without ever closing) leave the clock alone ...
+    for s in [
+        seg(TCP_ACK, c.client_next, c.server_next, 0),
+        seg(TCP_ACK | 0x08, c.client_next, c.server_next, 100),
+    ] {
+        assert_eq!(
+            on_request(&s, F1, 3, Some(&c), None, 100 * SECOND),
+            OnRequest::Established(None),
+            "{s:?}"
+        );
+    }
+    // ... the server's refresh it.
+    let ack = seg(TCP_ACK, c.server_next, c.client_next + 100, 0);
+    let OnReply::Established {
+        update: Some(after),
+        ..
+    } = on_reply(&ack, Some(&c), None, 100 * SECOND)
+    else {
+        panic!("updated")
+    };
+    assert_eq!(after.last_seen_ns, 100 * SECOND);
+    // An open connection's client refreshes it, as before.
+    let open = half_closed(0, 0);
+    let s = seg(TCP_ACK, open.client_next, open.server_next, 0);
+    let OnRequest::Established(Some(after)) =
+        on_request(&s, F1, 3, Some(&open), None, 100 * SECOND)
+    else {
+        panic!("refreshed")
+    };
+    assert_eq!(after.last_seen_ns, 100 * SECOND);
+}
+
+#[test]
+fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side() {
+    let conn = Conn {
+        client_next: 0xFFFF_FFF0,
+        ..handshake(F1)
+    };
+    let mut table = Some(conn);
+    // 15 bytes of data and the FIN: the FIN's sequence number is
+    // 0xFFFFFFFF, and it ends at 0.
+    let fin = seg(TCP_FIN | TCP_ACK, 0xFFFF_FFF0, conn.server_next, 15);
+    assert_eq!(fin.end(), 0);
+    apply_request(&mut table, &fin, 40);
+    server_fin(&mut table, 0, 41);
+    let c = table.expect("entry");
+    assert!(closing(&c), "{c:?}");
+    // A spoofed FIN after it does not replace it either.
+    let mut table = Some(conn);
+    apply_request(&mut table, &fin, 40);
+    apply_request(&mut table, &seg(TCP_FIN | TCP_ACK, 20, 0, 0), 41);
+    server_fin(&mut table, 0, 42);
+    assert!(closing(&table.expect("entry")));
+}
+
+#[test]
+fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend() {
+    // The client's old connection through F1 closed (its entry waits out
+    // the close timeout); it reuses its port through F2, and the pod
+    // refuses (nothing listens any more).
+    let closed = Conn {
+        flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+        ..handshake(F1)
+    };
+    let half = HalfOpen {
+        frontend: F2,
+        slot: 4,
+        flags: 0,
+        client_isn: CLIENT_ISN + 77,
+        server_isn: 0,
+        last_seen_ns: 60,
+    };
+    let refusal = seg(TCP_RST | TCP_ACK, 0, CLIENT_ISN + 78, 0);
+    assert_eq!(
+        on_reply(&refusal, Some(&closed), Some(&half), 61),
+        OnReply::Refuse {
+            frontend: F2,
+            slot: 4
+        }
+    );
+    assert!(reply_reads_half_open(&refusal, Some(&closed)));
+    // A live connection's own RST is still judged by its sequence number.
+    let live = handshake(F1);
+    assert!(matches!(
+        on_reply(&refusal, Some(&live), None, 61),
+        OnReply::IgnoredReset { frontend: F1, .. }
+    ));
+}
+
+#[test]
+fn every_segment_of_a_handshake_names_the_clients_isn() {
+    for isn in [CLIENT_ISN, 0, u32::MAX] {
+        let syn_ack = seg(TCP_SYN | TCP_ACK, SERVER_ISN, isn.wrapping_add(1), 0);
+        let refusal = seg(TCP_RST | TCP_ACK, 0, isn.wrapping_add(1), 0);
+        let ack = seg(TCP_ACK, isn.wrapping_add(1), SERVER_ISN + 1, 0);
+        let banner = seg(TCP_ACK | 0x08, isn.wrapping_add(1), SERVER_ISN + 1, 21);
+        assert_eq!(reply_isn(&syn_ack), isn);
+        assert_eq!(reply_isn(&refusal), isn);
+        assert_eq!(request_isn(&ack), isn);
+        assert_eq!(request_isn(&banner), isn);
+    }
 }

@@ -135,7 +135,9 @@ pub struct AgentArgs {
 
     /// An established connection with no packet for this long is forgotten
     /// (its replies are no longer rewritten). Far above any SSH keepalive:
-    /// a shell idle for a working day keeps its entry.
+    /// a shell idle for a working day keeps its entry. One whose server or
+    /// client alone has closed goes after two minutes without a segment
+    /// from the server.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
     pub conn_idle_timeout: Duration,
 

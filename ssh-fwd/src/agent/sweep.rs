@@ -98,8 +98,9 @@ pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swe
 }
 
 /// Half-open entries that left other than by completing, expiring or being
-/// refused: evicted by the LRU or replaced by a retransmitted SYN. Derived
-/// from the counters and the walk's count, so since the counters began.
+/// refused: evicted by the LRU (a SYN flood; a SYN never replaces a
+/// handshake's entry). Derived from the counters and the walk's count, so
+/// since the counters began.
 fn churned(maps: &Maps, swept: &Swept) -> u64 {
     let Ok(counts) = maps.outcome_counters() else {
         return 0;

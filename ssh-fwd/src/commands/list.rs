@@ -173,7 +173,7 @@ pub struct ConnsSummary {
     pub half_open_capacity: u32,
     /// Completed handshakes the full established table refused.
     pub conn_table_full: u64,
-    /// Half-open entries evicted (a SYN flood) or replaced by another SYN.
+    /// Half-open entries evicted (a SYN flood churns the LRU).
     pub half_open_churned: u64,
 }
 

@@ -13,13 +13,13 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
-    maps::{HashMap, IterableMap as _, Map, MapData},
+    maps::{HashMap, IterableMap as _, Map, MapData, MapInfo},
 };
 use ssh_fwd_common::{
     conntrack::closing,
     maps::{
-        CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, LEGACY, LEGACY_CONN_CAPACITY,
-        LEGACY_CONNS, NatTarget,
+        CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, HalfOpenKey, LEGACY,
+        LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget,
     },
     outcome::Outcome,
 };
@@ -78,7 +78,7 @@ pub enum Entry {
 /// Handles to [`CONNS`], [`HALF_OPEN`], [`LEGACY`] and [`LEGACY_CONNS`].
 pub struct ConnTables {
     conns: HashMap<MapData, ConnKey, Conn>,
-    half_open: HashMap<MapData, ConnKey, HalfOpen>,
+    half_open: HashMap<MapData, HalfOpenKey, HalfOpen>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
 }
@@ -222,7 +222,7 @@ impl ConnTables {
             .half_open
             .iter()
             .filter_map(Result::ok)
-            .map(|(k, h)| Entry::HalfOpen(k, h));
+            .map(|(k, h)| Entry::HalfOpen(k.conn, h));
         conns.chain(halves).collect()
     }
 }
@@ -238,16 +238,16 @@ impl Entry {
     }
 }
 
-impl<V: Pod> Table<V> for HashMap<MapData, ConnKey, V> {
-    fn entries(&self) -> Vec<(ConnKey, V)> {
+impl<K: Pod, V: Pod> Table<K, V> for HashMap<MapData, K, V> {
+    fn entries(&self) -> Vec<(K, V)> {
         self.iter().filter_map(Result::ok).collect()
     }
 
-    fn get(&self, key: &ConnKey) -> Option<V> {
+    fn get(&self, key: &K) -> Option<V> {
         HashMap::get(self, key, 0).ok()
     }
 
-    fn take(&mut self, key: &ConnKey) -> Option<V> {
+    fn take(&mut self, key: &K) -> Option<V> {
         match take::lookup_and_delete(self.map(), key) {
             Ok(value) => value,
             Err(e) => {
@@ -257,16 +257,44 @@ impl<V: Pod> Table<V> for HashMap<MapData, ConnKey, V> {
         }
     }
 
-    fn put_back(&mut self, key: &ConnKey, value: &V) {
+    fn put_back(&mut self, key: &K, value: &V) {
         // EEXIST: the kernel stored a newer entry meanwhile, which stays.
         let _ = self.insert(key, value, take::BPF_NOEXIST);
     }
 }
 
+/// Removes a pinned [`HALF_OPEN`] whose key is not [`HalfOpenKey`]: one an
+/// agent of this layout left before handshakes were keyed by the client's
+/// ISN (12-byte keys), so that loading makes a new one. aya adopts a pin by
+/// name without comparing layouts, and the programs would read 12 bytes of
+/// their 16-byte keys. The table holds only handshakes in flight: the old
+/// programs keep theirs until this agent's replace them in every link, and
+/// a handshake that straddles that moment is not tracked (that login may
+/// hang).
+pub fn replace_older_half_open(layout: &PinLayout) -> anyhow::Result<()> {
+    let pin = layout.map(HALF_OPEN);
+    if !pin.exists() {
+        return Ok(());
+    }
+    let info = MapInfo::from_pin(&pin).with_context(|| format!("reading {}", pin.display()))?;
+    let key_size = info.key_size() as usize;
+    if key_size == size_of::<HalfOpenKey>() {
+        return Ok(());
+    }
+    std::fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
+    tracing::info!(
+        pin = %pin.display(),
+        key_size,
+        "the pinned half-open table has an older key; replaced by a new, empty one (it holds \
+         only handshakes in progress)"
+    );
+    Ok(())
+}
+
 /// Half-open entries that left other than by completing, expiring or being
-/// refused: evicted by the LRU (a SYN flood) or replaced by a SYN for the
-/// same 4-tuple, since the counters began, given the outcome counters and
-/// the entries the table holds now.
+/// refused: evicted by the LRU (a SYN flood; a SYN never replaces a
+/// handshake's entry), since the counters began, given the outcome
+/// counters and the entries the table holds now.
 pub fn half_open_churned(count: impl Fn(Outcome) -> u64, half_open_now: u64) -> u64 {
     count(Outcome::HalfOpened).saturating_sub(
         count(Outcome::ConnEstablished)

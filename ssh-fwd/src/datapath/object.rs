@@ -103,6 +103,7 @@ impl Default for Settings {
 /// setting without effect.
 pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     raise_memlock_limit();
+    super::conntrack::replace_older_half_open(layout)?;
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let ebpf = EbpfLoader::new()

@@ -13,7 +13,10 @@ use ssh_fwd::datapath::{
 use ssh_fwd_common::{
     conntrack::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN},
     fixtures::Frame,
-    maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, CONN_REOPENING, Endpoint, HALF_OPEN_ISN_KNOWN},
+    maps::{
+        CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_FIN_SERVER, CONN_REOPENING, Endpoint,
+        HALF_OPEN_ISN_KNOWN,
+    },
     packet::{self, Side},
 };
 use ssh_fwd_tests::privilege;
@@ -215,6 +218,173 @@ fn only_the_clients_ack_of_the_servers_syn_ack_creates_a_connection() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_handshake_a_full_table_refuses_is_held_back_and_completes_once_room_frees() {
+    use aya::maps::{HashMap, Map, MapData};
+    use ssh_fwd_common::maps::{CONNS, Conn, ConnKey};
+
+    privilege::require();
+    let small = object::Settings {
+        conn_table_size: 4,
+        ..object::Settings::default()
+    };
+    each_ingress(|ingress| {
+        let l = load_with(&[JOB], small);
+        // Other clients' connections fill the established table.
+        let data = MapData::from_pin(l.layout.map(CONNS)).expect("pin");
+        let mut conns: HashMap<MapData, ConnKey, Conn> =
+            HashMap::try_from(Map::from_map_data(data).expect("map")).expect("CONNS");
+        let others: Vec<ConnKey> = (0..4)
+            .map(|i| ConnKey::new(Endpoint::new(Ipv4Addr::new(100, 64, 0, i), 1024), backend()))
+            .collect();
+        for key in &others {
+            let conn = Conn {
+                frontend: frontend(8022),
+                ..Conn::ZERO
+            };
+            conns.insert(key, conn, 0).expect("fill");
+        }
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // The completing ACK finds no room: dropped, so the pod stays in
+        // SYN-RECV and sends nothing the table cannot restore; the
+        // half-open entry stays for the next try.
+        let ack = request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0);
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &ack);
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("conn_table_full", 1)],
+            "{ingress:?}"
+        );
+        let half = half_open(&l);
+        assert_eq!(half.len(), 1, "{ingress:?}");
+        assert_ne!(half[0].flags & HALF_OPEN_ISN_KNOWN, 0);
+        // The pod retransmits its SYN-ACK: still restored.
+        let (_, out) = test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        assert_eq!(source_of(&out), frontend(8022));
+        // Room frees (the sweep removed a connection); the client's answer
+        // to that SYN-ACK completes the handshake.
+        conns.remove(&others[0]).expect("room");
+        let (verdict, _) = ingress.run(&l, &ack);
+        assert_ne!(verdict, ingress.dropped(), "{ingress:?}");
+        let mine: Vec<_> = established(&l)
+            .into_iter()
+            .filter(|c| c.frontend == frontend(8022) && c.server_next == SERVER_ISN + 1)
+            .collect();
+        assert_eq!(mine.len(), 1, "{ingress:?}");
+        assert!(half_open(&l).is_empty(), "{ingress:?}");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_spoofed_syn_between_the_syn_ack_and_the_ack_does_not_displace_the_handshake() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB, SECOND]);
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // An off-path sender's SYNs for the client's own 4-tuple, through
+        // the same frontend and the other one, land before the client's
+        // ACK (the client will not send its SYN again).
+        ingress.run(&l, &request(8022, TCP_SYN, 0x5eed, 0, 0));
+        ingress.run(&l, &request(9022, TCP_SYN, 0x5eee, 0, 0));
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        let conns = established(&l);
+        assert_eq!(conns.len(), 1, "{ingress:?}: the login completed");
+        assert_eq!(conns[0].frontend, frontend(8022), "{ingress:?}");
+        // The spoofed handshakes stay half-open until they expire.
+        assert!(
+            half_open(&l).iter().all(|h| h.client_isn != CLIENT_ISN),
+            "{ingress:?}"
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_retransmitted_syn_keeps_the_servers_isn_the_handshake_learned() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB]);
+        let syn = request(8022, TCP_SYN, CLIENT_ISN, 0, 0);
+        ingress.run(&l, &syn);
+        test_run_tc(
+            &l,
+            PROG_EGRESS_TC,
+            &reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0),
+        );
+        // The SYN again (the SYN-ACK was slow or lost), then the ACK of
+        // the SYN-ACK that did arrive.
+        let before = counters(&l);
+        ingress.run(&l, &syn);
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("dnat", 1)],
+            "{ingress:?}: no new half-open entry"
+        );
+        ingress.run(
+            &l,
+            &request(8022, TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
+        );
+        assert_eq!(established(&l).len(), 1, "{ingress:?}");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_half_open_table_pinned_with_the_older_key_is_replaced_at_load() {
+    use aya::maps::MapInfo;
+    use ssh_fwd_common::maps::{HALF_OPEN, HALF_OPEN_CAPACITY};
+
+    privilege::require();
+    // An agent of layout v4 before handshakes were keyed by the client's
+    // ISN left its half-open table: (client, backend) keys, 12 bytes.
+    let l = super::load_over(&[JOB], object::Settings::default(), |layout| {
+        let pin = layout.map(HALF_OPEN);
+        let entries = HALF_OPEN_CAPACITY.to_string();
+        ssh_fwd_tests::cmd::run(std::process::Command::new("bpftool").args([
+            "map",
+            "create",
+            pin.to_str().expect("path"),
+            "type",
+            "lru_hash",
+            "key",
+            "12",
+            "value",
+            "32",
+            "entries",
+            &entries,
+            "name",
+            HALF_OPEN,
+        ]))
+        .expect("bpftool map create");
+        assert_eq!(MapInfo::from_pin(&pin).expect("pinned").key_size(), 12);
+    });
+    let info = MapInfo::from_pin(l.layout.map(HALF_OPEN)).expect("HALF_OPEN");
+    assert_eq!(info.key_size(), 16, "(client, backend, client ISN)");
+    handshake(&l, Ingress::Tc, 8022);
+    assert_eq!(established(&l).len(), 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn data_moves_the_tracked_sequence_numbers_and_replies_take_the_frontend() {
     privilege::require();
     let l = load(&[JOB]);
@@ -321,13 +491,13 @@ fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
     privilege::require();
     let l = load(&[JOB, SECOND]);
     handshake(&l, Ingress::Tc, 8022);
-    // A FIN out of sequence counts for nothing.
+    // A FIN out of sequence is pending at most: it closes nothing.
     test_run_tc(
         &l,
         PROG_INGRESS_TC,
         &request(8022, TCP_FIN | TCP_ACK, CLIENT_ISN + 900, SERVER_ISN + 1, 0),
     );
-    assert_eq!(established(&l)[0].flags, 0);
+    assert_eq!(established(&l)[0].flags & !CONN_FIN_PENDING, 0);
     // The client's FIN is pending until the server acknowledges it.
     test_run_tc(
         &l,
@@ -335,7 +505,10 @@ fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
         &request(8022, TCP_FIN | TCP_ACK, CLIENT_ISN + 1, SERVER_ISN + 1, 0),
     );
     let c = established(&l)[0];
-    assert_eq!((c.flags, c.client_fin_end), (0, CLIENT_ISN + 2));
+    assert_eq!(
+        (c.flags, c.client_fin_end),
+        (CONN_FIN_PENDING, CLIENT_ISN + 2)
+    );
     test_run_tc(
         &l,
         PROG_EGRESS_TC,
@@ -355,6 +528,37 @@ fn fins_both_ways_close_the_connection_and_free_its_4_tuple() {
     assert_eq!(conns.len(), 1);
     assert_eq!((conns[0].frontend, conns[0].flags), (frontend(9022), 0));
     assert_eq!(counters(&l)["conn_replaced"], 1);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_connection_the_server_closed_and_the_client_never_answered_goes_after_two_quiet_minutes() {
+    use ssh_fwd::datapath::conntrack::{Timeouts, clock_ns};
+
+    privilege::require();
+    let l = load(&[JOB]);
+    handshake(&l, Ingress::Tc, 8022);
+    let (next_client, next_server) = (CLIENT_ISN + 1, SERVER_ISN + 1);
+    // sshd gives up on a client that never logs in: its FIN. The client
+    // acknowledges it but never sends its own.
+    test_run_tc(
+        &l,
+        PROG_EGRESS_TC,
+        &reply(TCP_FIN | TCP_ACK, next_server, next_client, 0),
+    );
+    test_run_tc(
+        &l,
+        PROG_INGRESS_TC,
+        &request(8022, TCP_ACK, next_client, next_server + 1, 0),
+    );
+    assert_eq!(established(&l)[0].flags, CONN_FIN_SERVER);
+    let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
+    let timeouts = Timeouts::with_idle(std::time::Duration::from_secs(24 * 3_600));
+    let minute = 60_000_000_000;
+    let swept = tables.sweep(clock_ns() + minute, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (0, 1), "a minute: it stays");
+    let swept = tables.sweep(clock_ns() + 2 * minute + 1_000_000_000, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (1, 0), "two minutes: it goes");
 }
 
 #[test]
@@ -422,19 +626,23 @@ fn a_spoofed_fin_never_makes_a_live_connection_closing() {
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn the_servers_answer_to_a_syn_on_a_live_connection_ends_its_reopening() {
     privilege::require();
-    let l = load(&[JOB]);
-    handshake(&l, Ingress::Tc, 8022);
+    let l = load(&[JOB, SECOND]);
+    handshake(&l, Ingress::Tc, 9022);
+    let slot = established(&l)[0].slot;
+    assert_ne!(slot, 0);
     // A SYN through the same frontend (spoofed): the entry may be reopened.
-    Ingress::Tc.run(&l, &request(8022, TCP_SYN, 555, 0, 0));
+    Ingress::Tc.run(&l, &request(9022, TCP_SYN, 555, 0, 0));
     assert_eq!(established(&l)[0].flags, CONN_REOPENING);
     // The pod answers from the old connection (a challenge ACK): the SYN
-    // will never complete, and the flag goes.
+    // will never complete, and the flag goes. The flags are updated in
+    // place, atomically, and nothing else with them.
     test_run_tc(
         &l,
         PROG_EGRESS_TC,
         &reply(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 0),
     );
-    assert_eq!(established(&l)[0].flags, 0);
+    let c = established(&l)[0];
+    assert_eq!((c.flags, c.slot, c.frontend), (0, slot, frontend(9022)));
 }
 
 #[test]

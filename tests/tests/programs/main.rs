@@ -53,11 +53,22 @@ fn load(mappings: &[(&str, &str, &str)]) -> Loaded {
 }
 
 fn load_with(mappings: &[(&str, &str, &str)], settings: object::Settings) -> Loaded {
+    load_over(mappings, settings, |_| {})
+}
+
+/// [`load_with`], over pins `pinned` leaves in the layout first (what an
+/// earlier agent left).
+fn load_over(
+    mappings: &[(&str, &str, &str)],
+    settings: object::Settings,
+    pinned: impl FnOnce(&PinLayout),
+) -> Loaded {
     let netns = NetNs::new("progtest").expect("netns");
     netns.enter_on_this_thread().expect("enter netns");
     let bpffs = Bpffs::new().expect("bpffs dir");
     let layout = PinLayout::new(bpffs.path());
     layout.prepare().expect("bpffs");
+    pinned(&layout);
     let mut ebpf = object::load(&layout, &settings).expect("load object");
     load_programs(&mut ebpf).expect("verifier accepts the programs");
     object::loaded_xdp(&mut ebpf).expect("verifier accepts the XDP program");
@@ -455,7 +466,7 @@ fn object_maps_agree_with_the_shared_constants() {
         (
             maps::HALF_OPEN,
             maps::HALF_OPEN_CAPACITY,
-            size_of::<maps::ConnKey>(),
+            size_of::<maps::HalfOpenKey>(),
             size_of::<maps::HalfOpen>(),
         ),
         (

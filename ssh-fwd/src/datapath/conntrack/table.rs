@@ -9,21 +9,21 @@ use std::collections::BTreeSet;
 
 use ssh_fwd_common::{
     conntrack::{Expiry, expiry, half_open_expired},
-    maps::{Conn, ConnKey, Endpoint, HalfOpen},
+    maps::{Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey},
 };
 
 /// One connection table, as the removals use it.
-pub trait Table<V> {
+pub trait Table<K, V> {
     /// Every entry, as the walk finds them.
-    fn entries(&self) -> Vec<(ConnKey, V)>;
+    fn entries(&self) -> Vec<(K, V)>;
     /// The entry of `key` now.
-    fn get(&self, key: &ConnKey) -> Option<V>;
+    fn get(&self, key: &K) -> Option<V>;
     /// Removes the entry of `key` and returns what it held, in one step
     /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`).
-    fn take(&mut self, key: &ConnKey) -> Option<V>;
+    fn take(&mut self, key: &K) -> Option<V>;
     /// Stores `value` for `key` unless the kernel stored an entry there
     /// meanwhile (`BPF_NOEXIST`): the newer one wins.
-    fn put_back(&mut self, key: &ConnKey, value: &V);
+    fn put_back(&mut self, key: &K, value: &V);
 }
 
 /// What [`sweep`] removed and found.
@@ -48,8 +48,8 @@ pub struct Limits {
 /// Removes the established entries that closed or went idle by `now`, and
 /// the handshakes that never completed.
 pub fn sweep(
-    conns: &mut impl Table<Conn>,
-    halves: &mut impl Table<HalfOpen>,
+    conns: &mut impl Table<ConnKey, Conn>,
+    halves: &mut impl Table<HalfOpenKey, HalfOpen>,
     now: u64,
     limits: &Limits,
 ) -> Counts {
@@ -90,8 +90,8 @@ pub fn sweep(
 /// Removes every entry opened through one of `frontends`; returns how many
 /// established connections went.
 pub fn purge(
-    conns: &mut impl Table<Conn>,
-    halves: &mut impl Table<HalfOpen>,
+    conns: &mut impl Table<ConnKey, Conn>,
+    halves: &mut impl Table<HalfOpenKey, HalfOpen>,
     frontends: &BTreeSet<Endpoint>,
 ) -> u64 {
     let retired = |frontend: &Endpoint| frontends.contains(frontend);
@@ -116,9 +116,9 @@ pub fn purge(
 /// entry), it goes back, unless the kernel stored yet another meanwhile.
 /// Between the two steps the entry is missing for a moment; reading it
 /// first keeps that to entries that changed within that moment.
-fn remove_if<V>(
-    table: &mut impl Table<V>,
-    key: &ConnKey,
+fn remove_if<K, V>(
+    table: &mut impl Table<K, V>,
+    key: &K,
     qualifies: impl Fn(&V) -> bool,
 ) -> Option<V> {
     // Read again: a packet may have refreshed it since the walk.
@@ -150,13 +150,13 @@ mod tests {
 
     /// A table the kernel writes into at the worst moment: `racing` lands
     /// just before the agent's next change to the table.
-    struct Fake<V> {
-        entries: BTreeMap<ConnKey, V>,
-        racing: Vec<(ConnKey, V)>,
+    struct Fake<K, V> {
+        entries: BTreeMap<K, V>,
+        racing: Vec<(K, V)>,
     }
 
-    impl<V: Copy> Fake<V> {
-        fn new(entries: &[(ConnKey, V)]) -> Self {
+    impl<K: Copy + Ord, V: Copy> Fake<K, V> {
+        fn new(entries: &[(K, V)]) -> Self {
             Self {
                 entries: entries.iter().copied().collect(),
                 racing: Vec::new(),
@@ -171,21 +171,21 @@ mod tests {
         }
     }
 
-    impl<V: Copy> Table<V> for Fake<V> {
-        fn entries(&self) -> Vec<(ConnKey, V)> {
+    impl<K: Copy + Ord, V: Copy> Table<K, V> for Fake<K, V> {
+        fn entries(&self) -> Vec<(K, V)> {
             self.entries.iter().map(|(k, v)| (*k, *v)).collect()
         }
 
-        fn get(&self, key: &ConnKey) -> Option<V> {
+        fn get(&self, key: &K) -> Option<V> {
             self.entries.get(key).copied()
         }
 
-        fn take(&mut self, key: &ConnKey) -> Option<V> {
+        fn take(&mut self, key: &K) -> Option<V> {
             self.kernel_writes();
             self.entries.remove(key)
         }
 
-        fn put_back(&mut self, key: &ConnKey, value: &V) {
+        fn put_back(&mut self, key: &K, value: &V) {
             self.kernel_writes();
             self.entries.entry(*key).or_insert(*value);
         }
@@ -212,6 +212,10 @@ mod tests {
         }
     }
 
+    fn half_key() -> HalfOpenKey {
+        HalfOpenKey::new(key(), 1_000)
+    }
+
     fn half(port: u16, at: u64) -> HalfOpen {
         HalfOpen {
             frontend: frontend(port),
@@ -233,7 +237,7 @@ mod tests {
             (key(), conn(8022, CLOSED, now - 11 * SECOND)),
             (other, conn(8022, 0, now - 8 * 3_600 * SECOND)),
         ]);
-        let mut halves = Fake::new(&[(key(), half(8022, now - 181 * SECOND))]);
+        let mut halves = Fake::new(&[(half_key(), half(8022, now - 181 * SECOND))]);
         let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
         assert_eq!(
             (counts.closed, counts.expired, counts.half_open_expired),
@@ -247,6 +251,28 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_one_side_closed_goes_after_two_quiet_minutes() {
+        let now = 100 * 3_600 * SECOND;
+        let other = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        // The server closed (sshd after LoginGraceTime) and the client
+        // never answered; another server closed a minute ago.
+        let mut conns = Fake::new(&[
+            (key(), conn(8022, CONN_FIN_SERVER, now - 120 * SECOND)),
+            (other, conn(8022, CONN_FIN_SERVER, now - 60 * SECOND)),
+        ]);
+        let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
+        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        assert_eq!((counts.expired, counts.conns), (1, 1));
+        assert_eq!(
+            conns.entries(),
+            [(other, conn(8022, CONN_FIN_SERVER, now - 60 * SECOND))]
+        );
+    }
+
+    #[test]
     fn a_connection_that_replaces_a_swept_entry_in_the_meantime_stays() {
         let now = 1_000 * SECOND;
         let fresh = conn(9022, 0, now);
@@ -254,13 +280,13 @@ mod tests {
         // kernel promotes a new handshake over it.
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
         conns.racing.push((key(), fresh));
-        let mut halves = Fake::new(&[(key(), half(8022, now - 200 * SECOND))]);
-        halves.racing.push((key(), half(9022, now)));
+        let mut halves = Fake::new(&[(half_key(), half(8022, now - 200 * SECOND))]);
+        halves.racing.push((half_key(), half(9022, now)));
         let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
         assert_eq!(conns.entries(), [(key(), fresh)], "the new connection");
         assert_eq!(
             halves.entries(),
-            [(key(), half(9022, now))],
+            [(half_key(), half(9022, now))],
             "the new SYN's"
         );
         assert_eq!((counts.closed, counts.half_open_expired), (0, 0));
@@ -272,22 +298,22 @@ mod tests {
         let fresh = conn(9022, 0, 50);
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
         conns.racing.push((key(), fresh));
-        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
-        halves.racing.push((key(), half(9022, 50)));
+        let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
+        halves.racing.push((half_key(), half(9022, 50)));
         assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
         assert_eq!(conns.entries(), [(key(), fresh)]);
-        assert_eq!(halves.entries(), [(key(), half(9022, 50))]);
+        assert_eq!(halves.entries(), [(half_key(), half(9022, 50))]);
         // And if the kernel writes once more while the agent puts back what
         // it took, the kernel's entry wins.
         let newest = conn(9022, 0, 60);
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
         conns.racing.extend([(key(), fresh), (key(), newest)]);
-        let mut halves = Fake::new(&[]);
+        let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
         assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
         assert_eq!(conns.entries(), [(key(), newest)]);
         // Without a race, the retired frontend's entries go.
         let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
-        let mut halves = Fake::new(&[(key(), half(8022, 10))]);
+        let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
         assert_eq!(purge(&mut conns, &mut halves, &retired), 1);
         assert!(conns.entries().is_empty() && halves.entries().is_empty());
     }

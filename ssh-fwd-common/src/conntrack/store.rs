@@ -1,0 +1,207 @@
+//! Writing an updated entry back into [`CONNS`](crate::maps::CONNS) while
+//! the other direction may be updating it on another CPU. Both directions
+//! read the entry, decide, and write back; a write of the whole entry
+//! would undo what the other wrote in between (a client's clock refresh
+//! racing the server's FIN would drop `CONN_FIN_SERVER`). So only what the
+//! decision changed is written: each changed field with one aligned store
+//! (the fields each direction moves are its own: both next sequence
+//! numbers the server's segments, the pending FIN and RST the client's;
+//! the clock is either's), and
+//! the flags, which both directions move, with atomic OR and AND of the
+//! bits that changed. A field that a flag makes count is written before the
+//! flag (a pending FIN's end before [`CONN_FIN_PENDING`]).
+//!
+//! [`CONN_FIN_PENDING`]: crate::maps::CONN_FIN_PENDING
+
+use crate::maps::Conn;
+
+/// The two atomic operations on a stored entry's flags: the kernel
+/// programs' (BPF atomics) and the host's, for the tests.
+pub trait AtomicFlags {
+    /// Sets `bits` in the flags of the entry at `conn`, atomically.
+    ///
+    /// # Safety
+    /// `conn` points at a [`Conn`] valid for writes.
+    unsafe fn or(conn: *mut Conn, bits: u32);
+    /// Keeps only `bits` of the flags of the entry at `conn`, atomically.
+    ///
+    /// # Safety
+    /// As for [`AtomicFlags::or`].
+    unsafe fn and(conn: *mut Conn, bits: u32);
+}
+
+/// Writes into the entry at `stored` what `next` changed of `read` (the
+/// copy the decision was made on).
+///
+/// # Safety
+/// `stored` points at a [`Conn`] valid for writes (a map value, for the
+/// rest of the program run).
+#[inline(always)]
+pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn) {
+    // SAFETY: the caller vouches for `stored`; each write is one field.
+    unsafe {
+        if next.client_next != read.client_next {
+            (*stored).client_next = next.client_next;
+        }
+        if next.server_next != read.server_next {
+            (*stored).server_next = next.server_next;
+        }
+        if next.client_fin_end != read.client_fin_end {
+            (*stored).client_fin_end = next.client_fin_end;
+        }
+        if next.client_rst != read.client_rst {
+            (*stored).client_rst = next.client_rst;
+        }
+        if next.last_seen_ns != read.last_seen_ns {
+            (*stored).last_seen_ns = next.last_seen_ns;
+        }
+        let set = next.flags & !read.flags;
+        if set != 0 {
+            A::or(stored, set);
+        }
+        let cleared = read.flags & !next.flags;
+        if cleared != 0 {
+            A::and(stored, !cleared);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::{
+        conntrack::{OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request},
+        maps::{CONN_FIN_SERVER, CONN_REOPENING, Endpoint},
+    };
+
+    struct Host;
+
+    impl AtomicFlags for Host {
+        unsafe fn or(conn: *mut Conn, bits: u32) {
+            // SAFETY: the caller's promise; the field is aligned.
+            unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }
+                .fetch_or(bits, Ordering::Relaxed);
+        }
+
+        unsafe fn and(conn: *mut Conn, bits: u32) {
+            // SAFETY: as above.
+            unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }
+                .fetch_and(bits, Ordering::Relaxed);
+        }
+    }
+
+    const F1: Endpoint = Endpoint::new(core::net::Ipv4Addr::new(198, 18, 0, 10), 8022);
+    const SECOND: u64 = 1_000_000_000;
+
+    fn seg(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
+        Segment {
+            flags,
+            seq,
+            ack,
+            payload,
+        }
+    }
+
+    fn conn() -> Conn {
+        Conn {
+            frontend: F1,
+            slot: 3,
+            client_next: 1_001,
+            server_next: 5_001,
+            ..Conn::ZERO
+        }
+    }
+
+    fn from_client(read: &Conn, s: &Segment, now: u64) -> Conn {
+        match on_request(s, F1, 3, Some(read), None, now) {
+            OnRequest::Established(u) | OnRequest::IgnoredReset(u) => u.unwrap_or(*read),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn from_server(read: &Conn, s: &Segment, now: u64) -> Conn {
+        match on_reply(s, Some(read), None, now) {
+            OnReply::Established { update, .. } => update.unwrap_or(*read),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Both directions read `read`, decide, and write back, in both orders.
+    fn race(read: Conn, client: Conn, server: Conn) -> [Conn; 2] {
+        [[&client, &server], [&server, &client]].map(|order| {
+            let mut stored = read;
+            for next in order {
+                // SAFETY: a local entry.
+                unsafe { store::<Host>(&mut stored, &read, next) };
+            }
+            stored
+        })
+    }
+
+    #[test]
+    fn a_clients_clock_refresh_racing_the_servers_fin_loses_neither() {
+        let read = conn();
+        let client = from_client(
+            &read,
+            &seg(TCP_ACK, read.client_next, read.server_next, 0),
+            5 * SECOND,
+        );
+        let server = from_server(
+            &read,
+            &seg(TCP_FIN | TCP_ACK, read.server_next, read.client_next, 40),
+            5 * SECOND + 1,
+        );
+        assert_eq!(client.last_seen_ns, 5 * SECOND);
+        for stored in race(read, client, server) {
+            assert_eq!(stored.flags, CONN_FIN_SERVER, "{stored:?}");
+            assert_eq!(stored.server_next, read.server_next + 41);
+            assert!(stored.last_seen_ns >= 5 * SECOND);
+        }
+    }
+
+    #[test]
+    fn a_pending_fin_racing_the_servers_data_loses_neither() {
+        let read = conn();
+        let client = from_client(
+            &read,
+            &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 10),
+            7,
+        );
+        let server = from_server(
+            &read,
+            &seg(TCP_ACK, read.server_next, read.client_next, 500),
+            8,
+        );
+        for stored in race(read, client, server) {
+            assert_eq!(stored.client_fin_end, read.client_next + 11, "{stored:?}");
+            assert_eq!(stored.flags, client.flags, "{stored:?}");
+            assert_eq!(stored.server_next, read.server_next + 500);
+        }
+    }
+
+    #[test]
+    fn the_servers_answer_clears_only_the_reopening_it_saw() {
+        // The server's segment clears REOPENING; a client FIN noted at
+        // the same time stays pending.
+        let read = Conn {
+            flags: CONN_REOPENING,
+            ..conn()
+        };
+        let client = from_client(
+            &read,
+            &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 0),
+            7,
+        );
+        let server = from_server(
+            &read,
+            &seg(TCP_ACK, read.server_next, read.client_next, 0),
+            8,
+        );
+        assert_eq!(server.flags, 0);
+        for stored in race(read, client, server) {
+            assert_eq!(stored.flags, client.flags & !CONN_REOPENING, "{stored:?}");
+        }
+    }
+}

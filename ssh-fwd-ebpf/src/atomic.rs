@@ -1,0 +1,43 @@
+//! Atomic updates of a connection entry's flags in place: both directions
+//! of a connection move them, on any CPU (see
+//! `ssh_fwd_common::conntrack::store`).
+
+use core::arch::asm;
+
+use ssh_fwd_common::{conntrack::store::AtomicFlags, maps::Conn};
+
+/// BPF atomics on an entry's flags. The programs are built for the
+/// baseline BPF CPU, which has 64-bit atomic OR and AND (Linux 5.12) but
+/// no 32-bit ones (those need ALU32), so they work on the aligned 8-byte
+/// word the flags share with `slot` (its upper half, little-endian): the
+/// slot's half of the mask leaves it as it is. Rust's atomic types offer
+/// no read-modify-write on BPF (the target has no compare-and-swap), hence
+/// the instruction itself.
+pub struct Bpf;
+
+/// The offset of the word holding `slot` and `flags` in a [`Conn`].
+const SLOT_FLAGS: usize = core::mem::offset_of!(Conn, slot);
+const _: () =
+    assert!(SLOT_FLAGS.is_multiple_of(8) && core::mem::offset_of!(Conn, flags) == SLOT_FLAGS + 4);
+
+impl AtomicFlags for Bpf {
+    #[inline(always)]
+    unsafe fn or(conn: *mut Conn, bits: u32) {
+        let word = conn.cast::<u8>().wrapping_add(SLOT_FLAGS);
+        let mask = u64::from(bits) << 32;
+        // SAFETY: an aligned word inside the entry the caller vouches for.
+        unsafe {
+            asm!("lock *(u64 *)({0} + 0) |= {1}", in(reg) word, in(reg) mask, options(nostack));
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn and(conn: *mut Conn, bits: u32) {
+        let word = conn.cast::<u8>().wrapping_add(SLOT_FLAGS);
+        let mask = (u64::from(bits) << 32) | u64::from(u32::MAX);
+        // SAFETY: as above.
+        unsafe {
+            asm!("lock *(u64 *)({0} + 0) &= {1}", in(reg) word, in(reg) mask, options(nostack));
+        }
+    }
+}
