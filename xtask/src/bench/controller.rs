@@ -29,7 +29,11 @@ struct Figures {
     p50: Duration,
     p99: Duration,
     ready_again: Duration,
+    /// Resident memory when all were published, once the new pods were
+    /// served one at a time (settled), and the peak (VmHWM).
     rss_mib: f64,
+    settled_mib: f64,
+    peak_mib: f64,
     requests: usize,
     /// Reconcile passes and their mean duration while all pods were
     /// published, and while the new pods came one at a time.
@@ -106,8 +110,11 @@ pub fn run(
             cells(&|f| format!("{:.2} s; 0 and 0", f.ready_again.as_secs_f64()))
         );
         println!(
-            "| {what}: controller resident memory | {} |",
-            cells(&|f| format!("{:.1} MiB", f.rss_mib))
+            "| {what}: controller resident memory: all published; settled (after the new pods); peak | {} |",
+            cells(&|f| format!(
+                "{:.1} MiB; {:.1} MiB; {:.1} MiB",
+                f.rss_mib, f.settled_mib, f.peak_mib
+            ))
         );
         println!(
             "| {what}: API requests in all (each pod announced once) | {} |",
@@ -175,6 +182,8 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         delays.push(created.elapsed());
     }
     let new_pod_passes = Passes::scrape(metrics)?.since(&start_passes);
+    let settled = super::convergence::rss_kib(controller.id())?;
+    let peak = super::convergence::peak_rss_kib(controller.id())?;
     delays.sort();
     let pct = |p: f64| delays[((delays.len() as f64 - 1.0) * p).round() as usize];
 
@@ -231,6 +240,8 @@ fn measure(bin: &Path, pods: usize, new_pods: usize, unlabelled: usize) -> anyho
         p99: pct(0.99),
         ready_again,
         rss_mib: rss as f64 / 1024.0,
+        settled_mib: settled as f64 / 1024.0,
+        peak_mib: peak as f64 / 1024.0,
         requests: requests.len(),
         start_passes,
         new_pod_passes,

@@ -513,12 +513,21 @@ fn parse_rfc3339(s: &str) -> anyhow::Result<SystemTime> {
 }
 
 pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The most memory `pid` has had resident (VmHWM).
+pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS")
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 /// CPU time (user + system) the process `pid` has used so far.
