@@ -22,7 +22,11 @@ fn connect(api: &FakeApi, path: &str) -> TcpStream {
     stream
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: fake\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: fake\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     stream
 }
 
