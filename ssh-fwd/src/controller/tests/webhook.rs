@@ -138,7 +138,7 @@ impl Connection {
 }
 
 /// Waits until the replica's webhook answers with `ca`.
-async fn serving(port: u16, ca: &str) {
+pub(super) async fn serving(port: u16, ca: &str) {
     let probe = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
                        "request": {"uid": "probe", "kind": {"kind": "Service"}, "operation": "CREATE"}});
     let start = tokio::time::Instant::now();
@@ -152,7 +152,7 @@ async fn serving(port: u16, ca: &str) {
 }
 
 /// The arguments that turn on a replica's webhook on `port`.
-fn webhook_args(port: u16, certs: &Path) -> Vec<String> {
+pub(super) fn webhook_args(port: u16, certs: &Path) -> Vec<String> {
     [
         "--webhook-addr",
         &format!("127.0.0.1:{port}"),
@@ -200,7 +200,7 @@ fn create_pod(bed: &Bed, pod: &Value, name: &str) {
     bed.api.apply(Kind::Pod, pod);
 }
 
-fn told_port(pod: &Value) -> Option<u16> {
+pub(super) fn told_port(pod: &Value) -> Option<u16> {
     pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
         .as_str()?
         .rsplit_once(':')?
@@ -209,7 +209,7 @@ fn told_port(pod: &Value) -> Option<u16> {
         .ok()
 }
 
-fn reservation_count(bed: &Bed) -> usize {
+pub(super) fn reservation_count(bed: &Bed) -> usize {
     bed.api.count(Kind::Lease, |l| {
         l["metadata"]["labels"]["ssh-fwd.io/port-reservation"] == "198.18.0.10"
     })
