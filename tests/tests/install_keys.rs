@@ -222,3 +222,58 @@ fn install_keys_and_its_watch_give_sshd_the_secrets_keys_and_follow_their_rotati
         (0o600, 11042, 11043)
     );
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn without_the_secret_the_file_is_empty_and_the_watch_installs_the_keys_once_it_appears() {
+    privilege::require();
+    let ns = NetNs::new("keys-late").unwrap();
+    let keys = SshKeys::generate().unwrap();
+    let client = keys.client();
+    let root = tempfile::Builder::new()
+        .prefix("ssh-fwd-keys")
+        .tempdir_in("/run")
+        .unwrap();
+    let keys_dir = root.path().join("etc-ucloud-ssh");
+    let authorized = keys_dir.join("authorized_keys.ucloud");
+    std::fs::create_dir(&keys_dir).unwrap();
+    std::fs::set_permissions(&keys_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let _sshd = Sshd::start_with(&ns, "pod", &keys, &authorized, true).unwrap();
+    // The optional Secret volume as the kubelet mounts it when the Secret
+    // does not exist: an empty directory.
+    let secret_dir = root.path().join("secret");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let source = secret_dir.join("authorized_keys");
+    let named = ["--secret", "alice-keys"];
+    let out = install(&source, &keys_dir, 0, 0, &named).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "no Secret is no keys: {stderr}");
+    assert!(stderr.contains("Secret alice-keys"), "{stderr}");
+    assert!(
+        stderr.contains("kubectl create secret generic alice-keys"),
+        "{stderr}"
+    );
+    let meta = std::fs::metadata(&authorized).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.len()), (0o600, 0));
+    assert!(!logs_in(&ns, &client), "no key, no login");
+
+    // The sidecar is running when the Secret is created.
+    let watcher = Watcher(
+        install(
+            &source,
+            &keys_dir,
+            0,
+            0,
+            &[&named[..], &["--watch", "--interval", "200ms"]].concat(),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let _secret = SecretVolume::new(secret_dir, &format!("{}\n", public(&keys, "client")));
+    eventually("the key of the Secret made later logs in", || {
+        logs_in(&ns, &client)
+    });
+    drop(watcher);
+}

@@ -79,14 +79,17 @@ pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String
     }
     let spec = &pod["spec"];
     let keys_volume = json!({"name": KEYS_VOLUME, "emptyDir": {"medium": "Memory"}});
+    // Optional: a missing Secret (or key) must not keep the pod from
+    // starting (FailedMount); install-keys says what is missing, and the
+    // sidecar installs the keys once the Secret appears.
     let source = json!({"name": SOURCE_VOLUME, "secret": {
-        "secretName": secret, "defaultMode": 0o444,
+        "secretName": secret, "defaultMode": 0o444, "optional": true,
         "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}});
     ops.push_all(spec, &["spec", "volumes"], vec![keys_volume, source]);
     let (uid, gid) = owner(pod, keys);
     let (install, watch) = (
-        install_container(keys, uid, gid),
-        watch_container(keys, uid, gid),
+        install_container(keys, &secret, uid, gid),
+        watch_container(keys, &secret, uid, gid),
     );
     if spec["initContainers"].is_array() {
         // Each at the front, the watcher first: install-keys ends up first.
@@ -193,7 +196,7 @@ fn sshd_container(pod: &Value) -> &Value {
     containers.chain(sidecars).find(declares).unwrap_or(first)
 }
 
-fn args(keys: &Keys, uid: i64, gid: i64) -> Vec<String> {
+fn args(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Vec<String> {
     let source = format!("{SOURCE_DIR}/{SECRET_KEY}");
     [
         "install-keys",
@@ -207,6 +210,8 @@ fn args(keys: &Keys, uid: i64, gid: i64) -> Vec<String> {
         &uid.to_string(),
         "--gid",
         &gid.to_string(),
+        "--secret",
+        secret,
     ]
     .map(str::to_owned)
     .to_vec()
@@ -225,9 +230,9 @@ fn resources() -> Value {
            "limits": {"cpu": "100m", "memory": "32Mi"}})
 }
 
-fn install_container(keys: &Keys, uid: i64, gid: i64) -> Value {
+fn install_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
     json!({
-        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, uid, gid),
+        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, secret, uid, gid),
         "volumeMounts": mounts(keys), "resources": resources(),
         "securityContext": {"runAsUser": 0, "runAsNonRoot": false,
             "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
@@ -235,8 +240,8 @@ fn install_container(keys: &Keys, uid: i64, gid: i64) -> Value {
     })
 }
 
-fn watch_container(keys: &Keys, uid: i64, gid: i64) -> Value {
-    let mut args = args(keys, uid, gid);
+fn watch_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
+    let mut args = args(keys, secret, uid, gid);
     let interval = humantime::format_duration(keys.interval).to_string();
     args.extend(["--watch".to_owned(), "--interval".to_owned(), interval]);
     json!({

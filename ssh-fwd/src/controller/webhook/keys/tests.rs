@@ -127,3 +127,24 @@ fn the_injected_containers_request_and_limit_cpu_and_memory() {
         }
     }
 }
+
+#[test]
+fn the_keys_secret_volume_is_optional_so_a_missing_secret_does_not_hold_the_pod() {
+    // Without the Secret (say --default-keys-secret in a namespace that has
+    // none), a required volume keeps every container from starting
+    // (FailedMount); an optional one is mounted empty and install-keys
+    // says what is missing.
+    let out = mutated(&job_pod());
+    let volumes = out["spec"]["volumes"].as_array().unwrap();
+    let source = volumes
+        .iter()
+        .find(|v| v["name"] == SOURCE_VOLUME)
+        .expect("the Secret volume");
+    assert_eq!(source["secret"]["optional"], true, "{source}");
+    // install-keys is told the Secret's name, to name it when it is absent.
+    for c in &out["spec"]["initContainers"].as_array().unwrap()[..2] {
+        let args = c["args"].as_array().unwrap();
+        let at = args.iter().position(|a| a == "--secret").expect("--secret");
+        assert_eq!(args[at + 1], "keys", "{}", c["name"]);
+    }
+}

@@ -155,10 +155,12 @@ fn keys_come_with_an_init_container_a_native_sidecar_and_a_read_only_mount_every
             "--uid",
             "11042",
             "--gid",
-            "11042"
+            "11042",
+            "--secret",
+            "alice-keys"
         ]
     );
-    assert_eq!(args(watch)[11..], ["--watch", "--interval", "2s"]);
+    assert_eq!(args(watch)[13..], ["--watch", "--interval", "2s"]);
     assert_eq!(install["image"], "registry.example/ssh-fwd:1");
     assert_eq!(
         install["securityContext"]["capabilities"]["add"],
