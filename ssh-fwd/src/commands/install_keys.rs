@@ -1,6 +1,8 @@
 //! `ssh-fwd install-keys`: writes a pod's authorized_keys the way UCloud
 //! does (directory 0700, file 0600, both owned by the job's user), from the
-//! keys Secret as the kubelet mounts it. Each line is parsed as an OpenSSH
+//! keys Secret as the kubelet mounts it. Run as that user it needs no
+//! privilege (the directory is made in a world-writable emptyDir); run as
+//! root it hands them over (CAP_CHOWN). Each line is parsed as an OpenSSH
 //! public key; a bad one is skipped with a warning naming its line number.
 //! The file is replaced atomically (a temporary file in the same directory,
 //! renamed over it), so sshd never reads half a file. With `--watch` it
@@ -165,12 +167,16 @@ fn chown_if_needed(file: &File, path: &Path, uid: u32, gid: u32) -> anyhow::Resu
     let meta = file
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?;
-    if (meta.uid(), meta.gid()) == (uid, gid) {
+    // Only what differs: run as the owner, that is at most the group, to
+    // one of the owner's own groups, which needs no capability.
+    let owner = (meta.uid() != uid).then_some(uid);
+    let group = (meta.gid() != gid).then_some(gid);
+    if owner.is_none() && group.is_none() {
         return Ok(());
     }
-    std::os::unix::fs::fchown(file, Some(uid), Some(gid)).with_context(|| {
+    std::os::unix::fs::fchown(file, owner, group).with_context(|| {
         format!(
-            "making {} owned by {uid}:{gid}; run install-keys as root with CAP_CHOWN (the init container) or as that user",
+            "making {} owned by {uid}:{gid}; run install-keys as that user and group, or as root with CAP_CHOWN",
             path.display()
         )
     })
