@@ -153,6 +153,7 @@ async fn certificates(
             format!("{service}.{namespace}"),
             service.clone(),
         ],
+        injected_by_cert_manager: std::sync::atomic::AtomicBool::new(false),
     };
     let pem = own.ensure().await.context("--webhook-self-signed")?;
     own.inject_ca(&pem.ca)
