@@ -20,6 +20,7 @@ mod status;
 mod store;
 #[cfg(test)]
 mod tests;
+mod validation;
 #[cfg(test)]
 mod write_tests;
 

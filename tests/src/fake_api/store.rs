@@ -16,6 +16,7 @@ use super::{
     paging::Page,
     selector::Selector,
     status::{ApiError, check_preconditions},
+    validation,
 };
 
 /// One change: `old` is absent for a creation, `new` for a deletion.
@@ -157,6 +158,7 @@ impl Store {
         {
             changes.extend(self.put(Kind::Service, rival));
         }
+        validation::on_create(kind, &object)?;
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
