@@ -158,8 +158,8 @@ impl Store {
         {
             changes.extend(self.put(Kind::Service, rival));
         }
-        validation::on_create(kind, &object)?;
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
+        validation::on_create(kind, &object)?;
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError {

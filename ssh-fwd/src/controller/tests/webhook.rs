@@ -196,13 +196,22 @@ pub fn review(uid: &str, pod: &Value) -> Value {
                        "object": pod, "oldObject": null, "dryRun": false}})
 }
 
-/// Creates the pod as the API server would after admission: a name made
-/// from generateName, then stored (the controller watches it appear).
+/// Creates the pod as the API server would after admission: validated
+/// (the mutation must leave a pod it takes), stored under `name` (as if
+/// made from generateName), then running (the controller watches it
+/// appear).
 fn create_pod(bed: &Bed, pod: &Value, name: &str) {
     let mut pod = pod.clone();
     pod["metadata"]["name"] = json!(name);
-    pod["status"] = json!({"phase": "Running", "podIP": "10.244.0.5"});
-    bed.api.apply(Kind::Pod, pod);
+    if let Err((code, message)) = bed.api.create(Kind::Pod, pod) {
+        panic!("the API server refuses the admitted pod ({code}): {message}");
+    }
+    bed.api.patch_status(
+        Kind::Pod,
+        "jobs",
+        name,
+        &json!({"status": {"phase": "Running", "podIP": "10.244.0.5"}}),
+    );
 }
 
 pub(super) fn told_port(pod: &Value) -> Option<u16> {

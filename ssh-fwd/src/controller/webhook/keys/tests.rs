@@ -292,3 +292,16 @@ fn the_keys_are_written_in_a_directory_of_the_volume_that_every_container_mounts
         assert!(c["volumeMounts"].as_array().unwrap().contains(&seen), "{c}");
     }
 }
+
+#[test]
+fn the_pod_with_its_keys_is_one_the_api_server_takes() {
+    // Container and volume names, mounts and paths, restart policies, as
+    // the API server validates them after the mutation.
+    let api = ssh_fwd_tests::fake_api::FakeApi::start_on_loopback().unwrap();
+    let mut pod = mutated(&job_pod());
+    pod["metadata"]["name"] = json!("job-4711-abcde");
+    let kind = ssh_fwd_tests::fake_api::Kind::Pod;
+    if let Err((code, message)) = api.create(kind, pod) {
+        panic!("refused ({code}): {message}");
+    }
+}
