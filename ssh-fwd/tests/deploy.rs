@@ -584,3 +584,53 @@ fn the_cert_manager_overlay_serves_the_certificate_cainjector_vouches_for() {
     let config: MutatingWebhookConfiguration = typed(config).unwrap();
     assert!(config.webhooks.unwrap()[0].client_config.service.is_some());
 }
+
+#[test]
+fn the_batch_example_runs_sshd_as_the_keys_owner_reading_the_installed_file_itself() {
+    // A key rotation reaches only an sshd that reads the file the webhook
+    // keeps current, not a copy made at start; and the file is the user's
+    // that sshd runs as (StrictModes).
+    let docs = documents(&Path::new(DEPLOY).join("examples/ssh-batch-job.yaml"));
+    let base = base();
+    let shared: ConfigMap = typed(find(&base, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let shared = shared.data.unwrap();
+    let installed = format!("{}/{}", shared["KEYS_DIR"], shared["KEYS_FILE"]);
+    let sshd: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-batch-demo-sshd")).unwrap();
+    let sshd_config = &sshd.data.unwrap()["sshd_config"];
+    assert!(
+        sshd_config
+            .lines()
+            .any(|l| l.trim() == format!("AuthorizedKeysFile {installed}")),
+        "{sshd_config}"
+    );
+    let job: Job = typed(find(&docs, "Job", "ssh-batch-demo")).unwrap();
+    let template = job.spec.unwrap().template;
+    let target = &template.metadata.unwrap().annotations.unwrap()["ssh-fwd.io/target-port"];
+    let pod = template.spec.unwrap();
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| {
+            c.ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some(target))
+        })
+        .expect("the container serving the target port");
+    let user = container
+        .security_context
+        .as_ref()
+        .and_then(|s| s.run_as_user)
+        .or_else(|| pod.security_context.as_ref()?.run_as_user);
+    assert!(user.is_some_and(|u| u != 0), "sshd runs as the job's user");
+    let script = container.args.iter().flatten().cloned().collect::<String>();
+    assert!(script.contains("-f /etc/ssh-demo/sshd_config"), "{script}");
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.name == "sshd-config" && m.mount_path == "/etc/ssh-demo"),
+        "the sshd_config is mounted where sshd reads it"
+    );
+}

@@ -72,6 +72,20 @@ impl Sshd {
         authorized: &Path,
         strict: bool,
     ) -> anyhow::Result<Self> {
+        Self::start_with_binds(ns, hostname, keys, authorized, strict, &[])
+    }
+
+    /// [`Sshd::start_with`] in a mount namespace of its own where each
+    /// `(from, onto)` of `binds` is bind-mounted first, as the kubelet
+    /// mounts volumes (a `subPath` is a bind mount) into a container.
+    pub fn start_with_binds(
+        ns: &NetNs,
+        hostname: &str,
+        keys: &SshKeys,
+        authorized: &Path,
+        strict: bool,
+        binds: &[(&Path, &Path)],
+    ) -> anyhow::Result<Self> {
         let dir = keys.dir();
         let config = dir.join(format!("sshd_config.{hostname}"));
         std::fs::write(
@@ -89,14 +103,28 @@ impl Sshd {
         // sshd refuses to start without its privilege-separation directory.
         std::fs::create_dir_all("/run/sshd")?;
         let sshd = crate::privilege::which("sshd").context("sshd not installed")?;
+        let mounts: String = binds
+            .iter()
+            .map(|(from, onto)| {
+                format!("mount --bind '{}' '{}' && ", from.display(), onto.display())
+            })
+            .collect();
         let script = format!(
-            "hostname {hostname} && exec {} -D -e -f {}",
+            "{mounts}hostname {hostname} && exec {} -D -e -f {}",
             sshd.display(),
             config.display()
         );
+        // A mount namespace of its own (private: nothing leaks out) only
+        // when there is something to mount.
+        let namespaces: &[&str] = if binds.is_empty() {
+            &["--uts"]
+        } else {
+            &["--uts", "--mount"]
+        };
         let child = ns
             .command("unshare")
-            .args(["--uts", "sh", "-c", &script])
+            .args(namespaces)
+            .args(["sh", "-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

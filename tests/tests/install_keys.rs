@@ -222,3 +222,191 @@ fn install_keys_and_its_watch_give_sshd_the_secrets_keys_and_follow_their_rotati
         (0o600, 11042, 11043)
     );
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn without_the_secret_the_file_is_empty_and_the_watch_installs_the_keys_once_it_appears() {
+    privilege::require();
+    let ns = NetNs::new("keys-late").unwrap();
+    let keys = SshKeys::generate().unwrap();
+    let client = keys.client();
+    let root = tempfile::Builder::new()
+        .prefix("ssh-fwd-keys")
+        .tempdir_in("/run")
+        .unwrap();
+    let keys_dir = root.path().join("etc-ucloud-ssh");
+    let authorized = keys_dir.join("authorized_keys.ucloud");
+    std::fs::create_dir(&keys_dir).unwrap();
+    std::fs::set_permissions(&keys_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let _sshd = Sshd::start_with(&ns, "pod", &keys, &authorized, true).unwrap();
+    // The optional Secret volume as the kubelet mounts it when the Secret
+    // does not exist: an empty directory.
+    let secret_dir = root.path().join("secret");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let source = secret_dir.join("authorized_keys");
+    let named = ["--secret", "alice-keys"];
+    let out = install(&source, &keys_dir, 0, 0, &named).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "no Secret is no keys: {stderr}");
+    assert!(stderr.contains("Secret alice-keys"), "{stderr}");
+    assert!(
+        stderr.contains("kubectl create secret generic alice-keys"),
+        "{stderr}"
+    );
+    let meta = std::fs::metadata(&authorized).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.len()), (0o600, 0));
+    assert!(!logs_in(&ns, &client), "no key, no login");
+
+    // The sidecar is running when the Secret is created.
+    let watcher = Watcher(
+        install(
+            &source,
+            &keys_dir,
+            0,
+            0,
+            &[&named[..], &["--watch", "--interval", "200ms"]].concat(),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let _secret = SecretVolume::new(secret_dir, &format!("{}\n", public(&keys, "client")));
+    eventually("the key of the Secret made later logs in", || {
+        logs_in(&ns, &client)
+    });
+    drop(watcher);
+}
+
+/// `install` run as `uid`:`gid` with no supplementary group and no
+/// capability, as a container with that runAsUser and runAsGroup.
+fn install_as(uid: u32, gid: u32, source: &Path, dir: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        &format!("--reuid={uid}"),
+        &format!("--regid={gid}"),
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+    ])
+    .arg(binary().unwrap())
+    .args(["install-keys", "--source"])
+    .arg(source)
+    .arg("--dir")
+    .arg(dir)
+    .args([
+        "--file",
+        "authorized_keys.ucloud",
+        "--uid",
+        &uid.to_string(),
+        "--gid",
+        &gid.to_string(),
+    ])
+    .args(extra);
+    c
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn run_as_the_jobs_user_install_keys_needs_no_privilege_and_sshd_with_strict_modes_takes_its_file()
+{
+    privilege::require();
+    const USER: (u32, u32) = (11042, 11043);
+    let ns = NetNs::new("keys-user").unwrap();
+    let keys = SshKeys::generate().unwrap();
+    cmd::run(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", ""])
+            .arg("-f")
+            .arg(keys.dir().join("rotated")),
+    )
+    .unwrap();
+    let (old, new) = (
+        keys.client(),
+        SshClient::with_key(keys.dir().join("rotated")),
+    );
+    let root = tempfile::Builder::new()
+        .prefix("ssh-fwd-keys")
+        .tempdir_in("/run")
+        .unwrap();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The keys volume as the kubelet makes an emptyDir: root's, writable by
+    // all. install-keys makes its directory in it.
+    let volume = root.path().join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let dir = volume.join("keys");
+    let mut secret = SecretVolume::new(
+        root.path().join("secret"),
+        &format!("{}\n", public(&keys, "client")),
+    );
+    let out = install_as(USER.0, USER.1, &secret.file(), &dir, &[])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = std::fs::metadata(&dir).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid()),
+        (0o700, USER.0, USER.1)
+    );
+    let meta = std::fs::metadata(dir.join("authorized_keys.ucloud")).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid()),
+        (0o600, USER.0, USER.1)
+    );
+
+    // sshd as in the job's container: the directory mounted at the keys
+    // path (subPath), and the job's user known to it.
+    let seen = root.path().join("etc-ucloud-ssh");
+    std::fs::create_dir(&seen).unwrap();
+    let passwd = root.path().join("passwd");
+    let mut users = std::fs::read_to_string("/etc/passwd").unwrap();
+    users.push_str(&format!(
+        "job:x:{}:{}:job:{}:/bin/sh\n",
+        USER.0,
+        USER.1,
+        root.path().display()
+    ));
+    std::fs::write(&passwd, users).unwrap();
+    let etc_passwd = Path::new("/etc/passwd");
+    let _sshd = Sshd::start_with_binds(
+        &ns,
+        "pod",
+        &keys,
+        &seen.join("authorized_keys.ucloud"),
+        true,
+        &[(&dir, &seen), (&passwd, etc_passwd)],
+    )
+    .unwrap();
+    let login = |key: &SshClient| {
+        key.run_pasted(&ns, "ssh job@127.0.0.1 -p 22", "id -u")
+            .is_ok_and(|out| out == USER.0.to_string())
+    };
+    assert!(login(&old), "StrictModes takes the user's own directory");
+    assert!(!login(&new), "a key not in the Secret does not log in");
+
+    // The sidecar, as the user too: a rotation reaches sshd through the
+    // mount.
+    let watcher = Watcher(
+        install_as(
+            USER.0,
+            USER.1,
+            &secret.file(),
+            &dir,
+            &["--watch", "--interval", "200ms"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    secret.update(&format!("{}\n", public(&keys, "rotated")));
+    eventually("the rotated-in key logs in", || login(&new));
+    assert!(!login(&old), "the removed key no longer does");
+    drop(watcher);
+}

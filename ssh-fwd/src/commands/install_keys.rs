@@ -1,12 +1,17 @@
 //! `ssh-fwd install-keys`: writes a pod's authorized_keys the way UCloud
 //! does (directory 0700, file 0600, both owned by the job's user), from the
-//! keys Secret as the kubelet mounts it. Each line is parsed as an OpenSSH
+//! keys Secret as the kubelet mounts it. Run as that user it needs no
+//! privilege (the directory is made in a world-writable emptyDir); run as
+//! root it hands them over (CAP_CHOWN). Each line is parsed as an OpenSSH
 //! public key; a bad one is skipped with a warning naming its line number.
 //! The file is replaced atomically (a temporary file in the same directory,
 //! renamed over it), so sshd never reads half a file. With `--watch` it
 //! keeps going as the pod's sidecar and rewrites the file whenever the
 //! Secret volume changes (the kubelet swaps it in place), or whenever the
-//! file on disk no longer is what it should be.
+//! file on disk no longer is what it should be. The Secret volume is
+//! optional: without the Secret (or its key) the source is absent, which
+//! installs an empty file (no keys) with a warning naming the Secret, and
+//! the watch installs the keys once the Secret appears.
 
 mod authorized;
 
@@ -47,6 +52,10 @@ pub struct InstallKeysArgs {
     #[arg(long, value_name = "GID")]
     pub gid: Option<u32>,
 
+    /// The keys Secret's name, to name it when --source is absent.
+    #[arg(long, value_name = "NAME")]
+    pub secret: Option<String>,
+
     /// Keep running and rewrite the file whenever --source changes.
     #[arg(long)]
     pub watch: bool,
@@ -54,6 +63,17 @@ pub struct InstallKeysArgs {
     /// How often --watch checks --source and the file.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
     pub interval: Duration,
+}
+
+impl InstallKeysArgs {
+    pub fn target(&self) -> Target {
+        Target {
+            dir: self.dir.clone(),
+            file: self.file.clone(),
+            uid: self.uid,
+            gid: self.gid.unwrap_or(self.uid),
+        }
+    }
 }
 
 /// Where the keys go and who owns them.
@@ -147,12 +167,16 @@ fn chown_if_needed(file: &File, path: &Path, uid: u32, gid: u32) -> anyhow::Resu
     let meta = file
         .metadata()
         .with_context(|| format!("reading {}", path.display()))?;
-    if (meta.uid(), meta.gid()) == (uid, gid) {
+    // Only what differs: run as the owner, that is at most the group, to
+    // one of the owner's own groups, which needs no capability.
+    let owner = (meta.uid() != uid).then_some(uid);
+    let group = (meta.gid() != gid).then_some(gid);
+    if owner.is_none() && group.is_none() {
         return Ok(());
     }
-    std::os::unix::fs::fchown(file, Some(uid), Some(gid)).with_context(|| {
+    std::os::unix::fs::fchown(file, owner, group).with_context(|| {
         format!(
-            "making {} owned by {uid}:{gid}; run install-keys as root with CAP_CHOWN (the init container) or as that user",
+            "making {} owned by {uid}:{gid}; run install-keys as that user and group, or as root with CAP_CHOWN",
             path.display()
         )
     })
@@ -176,21 +200,36 @@ fn report(parsed: &Parsed, source: &Path) {
     }
 }
 
+/// What to say when `source` is absent: the Secret, or its key, is
+/// missing, and how to make it.
+fn missing_source(source: &Path, secret: Option<&str>) -> String {
+    let secret = secret.unwrap_or("named by ssh-fwd.io/authorized-keys-secret");
+    format!(
+        "no SSH keys: {} is absent, so the Secret {secret} is not in this pod's namespace or has no key authorized_keys; an empty authorized_keys is installed and nobody can log in with a key. Create it (kubectl create secret generic {secret} --from-file=authorized_keys=KEYS.pub): the keys sidecar installs it once the kubelet mounts it (60-90 s later)",
+        source.display()
+    )
+}
+
+/// The source's content; `None` when it is absent (the volume is
+/// optional: the Secret or its key is missing).
+fn read_source(source: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    match fs::read(source) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading --source {}", source.display())),
+    }
+}
+
 pub fn run(args: InstallKeysArgs) -> anyhow::Result<()> {
-    let target = Target {
-        dir: args.dir.clone(),
-        file: args.file.clone(),
-        uid: args.uid,
-        gid: args.gid.unwrap_or(args.uid),
-    };
+    let target = args.target();
     anyhow::ensure!(
         !target.file.is_empty() && !target.file.contains('/'),
         "--file `{}` must be a file name without '/'",
         target.file
     );
-    let mut last: Option<Vec<u8>> = None;
+    let mut last = None;
     loop {
-        match once(&args.source, &target, &mut last) {
+        match once(&args.source, args.secret.as_deref(), &target, &mut last) {
             Ok(()) => {}
             Err(e) if !args.watch => return Err(e),
             Err(e) => {
@@ -205,17 +244,25 @@ pub fn run(args: InstallKeysArgs) -> anyhow::Result<()> {
 }
 
 /// One round: read, parse (reporting a changed source), write if needed.
-fn once(source: &Path, target: &Target, last: &mut Option<Vec<u8>>) -> anyhow::Result<()> {
-    let bytes = fs::read(source).with_context(|| {
-        format!(
-            "reading --source {}; the Secret named by ssh-fwd.io/authorized-keys-secret must have the key authorized_keys",
-            source.display()
-        )
-    })?;
-    let parsed = parse(&String::from_utf8_lossy(&bytes));
-    let changed = last.as_deref() != Some(bytes.as_slice());
+/// `last`: the source as the previous round read it.
+fn once(
+    source: &Path,
+    secret: Option<&str>,
+    target: &Target,
+    last: &mut Option<Option<Vec<u8>>>,
+) -> anyhow::Result<()> {
+    let bytes = read_source(source)?;
+    let parsed = parse(&String::from_utf8_lossy(
+        bytes.as_deref().unwrap_or_default(),
+    ));
+    let changed = last.as_ref() != Some(&bytes);
     if changed {
-        report(&parsed, source);
+        match &bytes {
+            Some(_) => report(&parsed, source),
+            None => {
+                tracing::warn!(source = %source.display(), "{}", missing_source(source, secret))
+            }
+        }
     }
     if target.sync(&parsed.render())? {
         tracing::info!(keys = parsed.lines.len(), file = %target.path().display(), uid = target.uid, gid = target.gid, "installed the authorized keys");
@@ -268,24 +315,63 @@ mod tests {
         assert_eq!(names, ["authorized_keys.ucloud"], "no temporary file left");
     }
 
-    #[test]
-    fn a_missing_source_names_the_secret_key_to_fix() {
-        let tmp = tempfile::tempdir().unwrap();
+    fn args(tmp: &Path, watch: bool) -> InstallKeysArgs {
         let (uid, gid) = me();
-        let args = InstallKeysArgs {
-            source: tmp.path().join("absent"),
-            dir: tmp.path().join("ssh"),
+        InstallKeysArgs {
+            source: tmp.join("secret/authorized_keys"),
+            dir: tmp.join("ssh"),
             file: "authorized_keys".into(),
             uid,
             gid: Some(gid),
-            watch: false,
-            interval: Duration::from_secs(1),
-        };
-        let error = format!("{:#}", run(args).unwrap_err());
-        assert!(
-            error.contains("must have the key authorized_keys"),
-            "{error}"
+            secret: Some("alice-keys".into()),
+            watch,
+            interval: Duration::from_millis(50),
+        }
+    }
+
+    #[test]
+    fn a_missing_source_installs_an_empty_file_and_says_which_secret_to_create() {
+        // The Secret volume is optional: without the Secret (or its key)
+        // the kubelet mounts it empty, and the pod starts without keys.
+        let tmp = tempfile::tempdir().unwrap();
+        let args = args(tmp.path(), false);
+        let target = args.target();
+        run(args).expect("no Secret is no keys, not a failure");
+        assert_eq!(fs::read_to_string(target.path()).unwrap(), "");
+        let file = fs::metadata(target.path()).unwrap();
+        assert_eq!(file.permissions().mode() & 0o7777, 0o600);
+        let why = missing_source(
+            &tmp.path().join("secret/authorized_keys"),
+            Some("alice-keys"),
         );
+        assert!(why.contains("Secret alice-keys"), "{why}");
+        assert!(why.contains("key authorized_keys"), "{why}");
+        assert!(
+            why.contains("kubectl create secret generic alice-keys --from-file=authorized_keys="),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_watch_installs_the_keys_of_a_secret_that_appears_later() {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = args(tmp.path(), true);
+        let (source, target) = (args.source.clone(), args.target());
+        let mut last = None;
+        once(&source, args.secret.as_deref(), &target, &mut last).unwrap();
+        assert_eq!(fs::read_to_string(target.path()).unwrap(), "");
+        // The Secret is created: the kubelet fills the volume in.
+        fs::create_dir(source.parent().unwrap()).unwrap();
+        fs::write(&source, format!("{ED} alice\n")).unwrap();
+        once(&source, args.secret.as_deref(), &target, &mut last).unwrap();
+        assert_eq!(
+            fs::read_to_string(target.path()).unwrap(),
+            format!("{ED} alice\n")
+        );
+        // And deleted again: no keys.
+        fs::remove_file(&source).unwrap();
+        once(&source, args.secret.as_deref(), &target, &mut last).unwrap();
+        assert_eq!(fs::read_to_string(target.path()).unwrap(), "");
     }
 
     #[test]

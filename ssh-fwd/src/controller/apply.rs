@@ -452,7 +452,7 @@ async fn event(
     let event = Event {
         type_,
         reason: reason.into(),
-        note: Some(note),
+        note: Some(super::warn::bounded(note)),
         action: action.into(),
         secondary: None,
     };

@@ -77,12 +77,26 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let namespace = args.lease_namespace.clone();
     let changes = Changes::new();
     let dirty = Arc::new(DirtyLog::default());
-    // Every replica's webhook reads the reservations (which ports to try);
-    // without a webhook only the leader needs them.
-    let early = args
-        .admission
-        .webhook_addr
-        .map(|_| reserving::watch(&client, &namespace, args.ssh_ip, &changes, &dirty, &metrics));
+    // When this process first saw each reservation, kept from one term to
+    // the next: a term that starts anew does not restart their grace.
+    let first_seen = Arc::new(reservation::FirstSeen::new(
+        args.admission.reservation_grace,
+    ));
+    let watch_reservations = || {
+        reserving::watch(
+            &client,
+            &namespace,
+            args.ssh_ip,
+            &changes,
+            &dirty,
+            &first_seen,
+            &metrics,
+        )
+    };
+    // Every replica's webhook reads the reservations (which ports to try),
+    // and so knows how long each has waited when it comes to lead; without
+    // a webhook only the leader needs them.
+    let early = args.admission.webhook_addr.map(|_| watch_reservations());
     let _webhook = match &early {
         Some(store) => {
             let shared = webhook::Shared {
@@ -136,9 +150,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // Kept from one term to the next once made (a standby without a
     // webhook never needs them).
     let mut reservations = early;
-    // So is when this process first saw each reservation: a term that
-    // starts anew does not restart their grace.
-    let mut reserving = reserving::Reserving::new(&args.admission);
+    let mut reserving = reserving::Reserving::new(&args.admission, first_seen.clone());
     loop {
         tokio::select! {
             acquired = elector.acquire() => acquired?,
@@ -146,11 +158,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             _ = interrupt.recv() => return Ok(()),
         }
         metrics.leader.set(1);
-        let store = reservations
-            .get_or_insert_with(|| {
-                reserving::watch(&client, &namespace, args.ssh_ip, &changes, &dirty, &metrics)
-            })
-            .clone();
+        let store = reservations.get_or_insert_with(watch_reservations).clone();
         let mut holding = AbortOnDrop({
             let elector = elector.clone();
             tokio::spawn(async move { elector.hold().await })

@@ -24,6 +24,10 @@ use rand::Rng;
 
 use super::{ports, service};
 
+pub(crate) mod first_seen;
+
+pub use first_seen::FirstSeen;
+
 /// Lease label: the SSH IP the reserved port is on; the watches select on it.
 pub const LABEL: &str = "ssh-fwd.io/port-reservation";
 /// Lease annotation: the reserved port.

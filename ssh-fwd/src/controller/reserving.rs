@@ -1,6 +1,6 @@
-//! The leader's side of port reservations: their watch, when it first saw
-//! each (for the grace of reservations whose pod is not there yet), and the
-//! pass that plans from the world and them together.
+//! The controller's side of port reservations: their watch (which also
+//! notes when this process first saw each, [`FirstSeen`]), and the
+//! leader's pass that plans from the world and them together.
 
 use std::{sync::Arc, time::Instant};
 
@@ -19,22 +19,25 @@ use super::{
         reservations::{Sightings, upkeep},
         scope::Scope,
     },
-    reservation,
+    reservation::{self, FirstSeen},
     webhook::AdmissionArgs,
     world::{World, dirty::DirtyLog},
 };
 use crate::k8s::{self, reflector::Changes};
 
-/// The port reservations on the SSH IP, in the controller's namespace.
+/// The port reservations on the SSH IP, in the controller's namespace;
+/// each event is also noted in `first_seen`.
 pub fn watch(
     client: &kube::Client,
     namespace: &str,
     ip: std::net::Ipv4Addr,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,
+    first_seen: &Arc<FirstSeen>,
     metrics: &ControllerMetrics,
 ) -> Store<Lease> {
     let dirty = dirty.clone();
+    let first_seen = first_seen.clone();
     k8s::reflector::spawn_reflector(
         Api::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&reservation::selector(ip)),
@@ -42,7 +45,10 @@ pub fn watch(
         "Lease",
         changes,
         &metrics.api_errors,
-        move |event| dirty.lease(event),
+        move |event| {
+            first_seen.note(event);
+            dirty.lease(event);
+        },
     )
 }
 
@@ -52,14 +58,19 @@ pub struct Reserving {
     grace: std::time::Duration,
     /// The endpoint variable, when the webhook sets it.
     variable: Option<String>,
+    /// When the last pass over everything planned: a grace that ends after
+    /// it, even during a later pass that did not look at that
+    /// reservation, is one to wake up for.
+    last_full: Option<Instant>,
 }
 
 impl Reserving {
-    pub fn new(args: &AdmissionArgs) -> Self {
+    pub fn new(args: &AdmissionArgs, first_seen: Arc<FirstSeen>) -> Self {
         Self {
-            sightings: Sightings::default(),
+            sightings: Sightings::with(first_seen),
             grace: args.reservation_grace,
             variable: args.webhook_addr.map(|_| args.env_name.clone()),
+            last_full: None,
         }
     }
 
@@ -75,6 +86,9 @@ impl Reserving {
         now: Instant,
     ) -> Vec<Action> {
         self.sightings.update(world, scope, expected, now);
+        if *scope == Scope::All {
+            self.last_full = Some(now);
+        }
         let pass = Pass {
             world,
             scope,
@@ -88,10 +102,12 @@ impl Reserving {
         actions
     }
 
-    /// How long until a reservation's grace ends (a change to act on).
+    /// How long until a reservation's grace ends (a change to act on): at
+    /// once for one that ended since the last pass over everything looked
+    /// (a long pass may have ended past it).
     pub fn until_due(&self, now: Instant) -> Option<std::time::Duration> {
         self.sightings
-            .next_due(self.grace, now)
+            .next_due(self.grace, self.last_full.unwrap_or(now))
             .map(|due| due.saturating_duration_since(now))
     }
 }

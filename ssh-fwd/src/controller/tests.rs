@@ -6,6 +6,7 @@
 
 mod env_missing;
 mod failover;
+mod grace;
 mod retries;
 mod self_signed;
 mod warnings;

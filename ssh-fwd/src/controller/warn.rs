@@ -63,6 +63,41 @@ impl Admission {
     }
 }
 
+/// The longest note events.k8s.io/v1 takes, in bytes (the API server
+/// refuses a longer one with 422).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// The most of a user's text (a pod annotation) a note quotes.
+const QUOTED_CHARS: usize = 200;
+
+/// `note` cut to [`NOTE_LIMIT`] bytes on a character boundary, marked
+/// where it was cut.
+pub fn bounded(mut note: String) -> String {
+    const CUT: &str = " [...]";
+    if note.len() <= NOTE_LIMIT {
+        return note;
+    }
+    let mut end = NOTE_LIMIT - CUT.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note.truncate(end);
+    note.push_str(CUT);
+    note
+}
+
+/// A user's text as a note shows it: escaped as a Rust string literal
+/// (quotes, control characters), without the surrounding quotes, and at
+/// most [`QUOTED_CHARS`] characters of it.
+fn escaped(text: &str) -> String {
+    let mut shown: String = text.chars().take(QUOTED_CHARS).collect();
+    if shown.len() < text.len() {
+        shown.push_str("...");
+    }
+    let literal = format!("{shown:?}");
+    literal[1..literal.len() - 1].to_owned()
+}
+
 /// What a note needs beyond the problem.
 pub struct Scope<'a> {
     pub ssh_ip: std::net::Ipv4Addr,
@@ -90,8 +125,13 @@ impl Problem {
         }
     }
 
-    /// The event's note: the cause and the fix.
+    /// The event's note: the cause and the fix, the user's text in it
+    /// quoted, within [`NOTE_LIMIT`].
     pub fn note(&self, scope: &Scope<'_>) -> String {
+        bounded(self.full_note(scope))
+    }
+
+    fn full_note(&self, scope: &Scope<'_>) -> String {
         match self {
             Problem::NoFreePort => format!(
                 "No free SSH port: all of {}-{} on {} are taken. The pod gets one as soon as another SSH job ends; an operator can widen --port-range (and the agents' --port-range).",
@@ -100,7 +140,7 @@ impl Problem {
                 scope.ssh_ip
             ),
             Problem::InvalidTargetPort { value } => {
-                format!("No SSH Service: {}.", InvalidTargetPort(value.clone()))
+                format!("No SSH Service: {}.", InvalidTargetPort(escaped(value)))
             }
             Problem::NameTaken { service } => format!(
                 "No SSH Service: Service {}/{service} exists and was not made by ssh-fwd, so this pod cannot get its own. Rename or delete that Service, and the pod gets a port.",
@@ -112,15 +152,17 @@ impl Problem {
                 admission,
             } => {
                 let why = match admission {
-                    Admission::WithoutPort { why } => {
-                        format!("the ssh-fwd admission webhook admitted it without a port: {why}.")
-                    }
+                    Admission::WithoutPort { why } => format!(
+                        "the ssh-fwd admission webhook admitted it without a port: \"{}\".",
+                        escaped(why)
+                    ),
                     Admission::WithPort => {
                         "its port reservation from admission is gone (deleted by hand?).".to_owned()
                     }
                     Admission::Unseen { keys } => {
                         let mut why = "the ssh-fwd admission webhook was not called or did not answer (with failurePolicy Ignore the API server creates the pod anyway: is a controller replica serving the webhook, and do its objectSelector and namespaceSelector let this pod through?).".to_owned();
                         if let Some(secret) = keys {
+                            let secret = escaped(secret);
                             why.push_str(&format!(" Its SSH keys (Secret {secret}) are not installed either: the webhook adds the init container {INSTALL_CONTAINER} that installs them."));
                         }
                         why
@@ -202,7 +244,10 @@ mod tests {
             (keys::SECRET_ANNOTATION, "alice-keys"),
         ]);
         let text = note(&answered);
-        assert!(text.contains(&format!("without a port: {why}.")), "{text}");
+        assert!(
+            text.contains(&format!("without a port: \"{why}\".")),
+            "{text}"
+        );
         assert!(!text.contains("keys"), "the webhook added them: {text}");
         let unseen = meta(&[(keys::SECRET_ANNOTATION, "alice-keys")]);
         let text = note(&unseen);
@@ -215,5 +260,48 @@ mod tests {
         let lost = meta(&[(POD_ANNOTATION, "tok")]);
         assert_eq!(Admission::of(&lost), Admission::WithPort);
         assert!(note(&lost).contains("reservation from admission is gone"));
+    }
+
+    #[test]
+    fn a_note_is_cut_on_a_character_boundary_to_what_an_event_takes() {
+        assert_eq!(bounded("short".into()), "short");
+        for filler in ["x", "ü", "€", "😀"] {
+            let long = filler.repeat(2000);
+            let cut = bounded(long.clone());
+            assert!(cut.len() <= NOTE_LIMIT, "{filler}: {} bytes", cut.len());
+            assert!(cut.len() > NOTE_LIMIT - 10, "{filler}: {} bytes", cut.len());
+            assert!(cut.ends_with(" [...]"));
+            assert!(long.starts_with(cut.trim_end_matches(" [...]")));
+        }
+    }
+
+    #[test]
+    fn the_users_text_in_a_note_is_escaped_and_bounded() {
+        let range = 9000..=9001;
+        let scope = Scope {
+            ssh_ip: "198.18.0.10".parse().unwrap(),
+            range: &range,
+            namespace: "jobs",
+        };
+        let bad = Problem::InvalidTargetPort {
+            value: "ssh\n\u{1b}[31m\"".into(),
+        };
+        let note = bad.note(&scope);
+        assert!(
+            note.contains(r#"target-port is `ssh\n\u{1b}[31m\"`"#),
+            "{note}"
+        );
+        let secret = "k".repeat(5000);
+        let unseen = Problem::EnvMissing {
+            variable: "V".into(),
+            told: None,
+            admission: Admission::Unseen { keys: Some(secret) },
+        };
+        let note = unseen.note(&scope);
+        assert!(
+            note.contains(&format!("(Secret {}...)", "k".repeat(200))),
+            "{note}"
+        );
+        assert!(note.contains("recreate the pod"), "{note}");
     }
 }

@@ -20,6 +20,7 @@ mod status;
 mod store;
 #[cfg(test)]
 mod tests;
+mod validation;
 #[cfg(test)]
 mod write_tests;
 
@@ -289,6 +290,19 @@ impl FakeApi {
         self.shared.publish(&store, changes);
     }
 
+    /// Creates an object as a client's POST does: a name from
+    /// generateName, validation (422 with the API server's message), a
+    /// uid and creationTimestamp. The stored object, or the status code
+    /// and message of the refusal.
+    pub fn create(&self, kind: Kind, object: Value) -> Result<Value, (u16, String)> {
+        let mut store = self.shared.store();
+        let (created, changes) = store
+            .create(kind, object)
+            .map_err(|e| (e.code, e.message))?;
+        self.shared.publish(&store, changes);
+        Ok(created)
+    }
+
     /// Removes an object at once, as a delete with no grace does (a pod
     /// too: see [`FakeApi::delete_pod`] for a graceful one).
     pub fn delete(&self, kind: Kind, namespace: &str, name: &str) {
@@ -320,6 +334,16 @@ impl FakeApi {
     pub fn patch(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
         let mut store = self.shared.store();
         let patched = store.merge_patch(kind, &format!("{namespace}/{name}"), patch, false);
+        if let Ok((_, changes)) = patched {
+            self.shared.publish(&store, changes);
+        }
+    }
+
+    /// Applies an RFC 7386 merge patch to an object's status (as the
+    /// kubelet writes a pod's), if it exists.
+    pub fn patch_status(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
+        let mut store = self.shared.store();
+        let patched = store.merge_patch(kind, &format!("{namespace}/{name}"), patch, true);
         if let Ok((_, changes)) = patched {
             self.shared.publish(&store, changes);
         }

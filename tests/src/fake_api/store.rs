@@ -16,6 +16,7 @@ use super::{
     paging::Page,
     selector::Selector,
     status::{ApiError, check_preconditions},
+    validation,
 };
 
 /// One change: `old` is absent for a creation, `new` for a deletion. The
@@ -160,6 +161,7 @@ impl Store {
             changes.extend(self.put(Kind::Service, rival));
         }
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
+        validation::on_create(kind, &object)?;
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError {

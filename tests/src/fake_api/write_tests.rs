@@ -205,3 +205,36 @@ fn pods_on_no_node_or_finished_and_other_kinds_are_deleted_at_once() {
     assert_eq!(code, 200);
     assert!(api.get(Kind::Service, "jobs", "s").is_none());
 }
+
+fn event(note: &str) -> Value {
+    json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+           "metadata": {"name": "job-1.1", "namespace": "jobs"},
+           "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "SSHReady", "action": "Publish",
+           "type": "Normal", "reportingController": "ssh-fwd-controller",
+           "reportingInstance": "a", "regarding": {"kind": "Pod", "name": "job-1"},
+           "note": note})
+}
+
+#[test]
+fn an_event_whose_note_is_over_1024_bytes_is_invalid() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let path = "/apis/events.k8s.io/v1/namespaces/jobs/events";
+    // 1024 bytes in 512 two-byte characters: taken.
+    let (code, _) = send(
+        &api,
+        "POST",
+        path,
+        "application/json",
+        &event(&"é".repeat(512)),
+    );
+    assert_eq!(code, 201);
+    let mut long = event(&"x".repeat(1025));
+    long["metadata"]["name"] = json!("job-1.2");
+    let (code, status) = send(&api, "POST", path, "application/json", &long);
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["reason"], "Invalid");
+    assert_eq!(
+        status["message"],
+        "Event.events.k8s.io \"job-1.2\" is invalid: note: Invalid value: \"\": can have at most 1024 characters"
+    );
+}

@@ -5,14 +5,14 @@
 //! A reservation is in use while a Service holds its port, while a live
 //! labelled pod carries its token or uid, or while a Service create on its
 //! port is pending. One this leader has never seen in use is kept for
-//! [`Pass::grace`] after it first saw it (time for an admitted pod to come
-//! into existence; judged by this leader's clock, so clock skew between
-//! machines does not matter); one that was in use is released as soon as
-//! it is not. A restarted leader sees every reservation anew, so it
-//! releases none of those early.
+//! [`Pass::grace`] after its grace started (time for an admitted pod to
+//! come into existence): when this process first saw it, by any of its
+//! terms, or earlier for an old one first seen in a list ([`FirstSeen`]).
+//! One that was in use is released as soon as it is not.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -25,7 +25,7 @@ use super::{
 use crate::controller::{
     expect::Expectations,
     pod::PodView,
-    reservation::{self, Holder, POD_ANNOTATION, Reservation},
+    reservation::{self, FirstSeen, Holder, POD_ANNOTATION, Reservation},
     service::ENDPOINT_ANNOTATION,
     world::World,
 };
@@ -135,25 +135,58 @@ fn told_port(pod: &PodView) -> Option<u16> {
     endpoint.rsplit_once(':')?.1.parse().ok()
 }
 
-/// When this leader first saw each reservation, and whether it has seen
-/// it in use since.
+/// When each reservation's grace started, and whether this leader has
+/// seen it in use since.
 #[derive(Debug, Default)]
-pub struct Sightings(BTreeMap<String, (Instant, bool)>);
+pub struct Sightings {
+    by_name: BTreeMap<String, Sighting>,
+    /// When the watch first saw each; without it (tests), a reservation's
+    /// grace starts at the first pass that notes it.
+    first_seen: Option<Arc<FirstSeen>>,
+}
+
+#[derive(Debug)]
+struct Sighting {
+    /// The Lease's uid: one made anew under the same name starts anew.
+    uid: Option<String>,
+    since: Instant,
+    used: bool,
+}
 
 impl Sightings {
+    pub fn with(first_seen: Arc<FirstSeen>) -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+            first_seen: Some(first_seen),
+        }
+    }
+
     /// Notes the reservations `scope` names (all of them for a full pass)
-    /// as seen at `now` and whether each is in use ([`in_use`]); forgets
-    /// those gone.
+    /// as seen at `now` (or since the watch first saw them) and whether
+    /// each is in use ([`in_use`]); forgets those gone.
     pub fn update(&mut self, world: &World, scope: &Scope, expected: &Expectations, now: Instant) {
         let book = world.book();
-        let seen = &mut self.0;
+        let first_seen = self.first_seen.as_deref();
+        let seen = &mut self.by_name;
         let mut note = |name: &str| match book.get(name) {
             None => drop(seen.remove(name)),
             Some(r) => {
                 let in_use = in_use(world, expected, r);
+                let watched = (r.uid.as_deref()).and_then(|uid| first_seen?.since(uid));
+                let since = watched.map_or(now, |at| at.min(now));
                 match seen.get_mut(name) {
-                    Some(seen) => seen.1 |= in_use,
-                    None => drop(seen.insert(name.to_owned(), (now, in_use))),
+                    Some(s) if s.uid == r.uid => {
+                        s.used |= in_use;
+                        s.since = s.since.min(since);
+                    }
+                    _ => drop(seen.insert(
+                        name.to_owned(),
+                        Sighting {
+                            uid: r.uid.clone(),
+                            since,
+                            used: in_use,
+                        },
+                    )),
                 }
             }
         };
@@ -162,7 +195,7 @@ impl Sightings {
                 for r in book.all() {
                     note(&r.name);
                 }
-                self.0.retain(|name, _| book.get(name).is_some());
+                self.by_name.retain(|name, _| book.get(name).is_some());
             }
             Some(names) => names.iter().for_each(|name| note(name)),
         }
@@ -171,18 +204,18 @@ impl Sightings {
     /// The next moment a never-used reservation's grace ends, if one is
     /// still to come.
     pub fn next_due(&self, grace: Duration, now: Instant) -> Option<Instant> {
-        self.0
+        self.by_name
             .values()
-            .filter(|(_, used)| !used)
-            .map(|(seen, _)| *seen + grace)
+            .filter(|s| !s.used)
+            .map(|s| s.since + grace)
             .filter(|due| *due > now)
             .min()
     }
 
     fn within_grace(&self, name: &str, grace: Duration, now: Instant) -> bool {
-        match self.0.get(name) {
-            Some((_, true)) => false,
-            Some((seen, false)) => now.saturating_duration_since(*seen) < grace,
+        match self.by_name.get(name) {
+            Some(Sighting { used: true, .. }) => false,
+            Some(s) => now.saturating_duration_since(s.since) < grace,
             None => true,
         }
     }

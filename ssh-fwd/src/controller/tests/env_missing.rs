@@ -65,7 +65,7 @@ async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_mi
     assert!(!plain.contains("keys"), "{plain}");
     let refused = env_missing(&bed, "refused").await;
     assert!(
-        refused.contains(&format!("admitted it without a port: {why}")),
+        refused.contains(&format!("admitted it without a port: \"{why}\"")),
         "{refused}"
     );
     assert!(!refused.contains("keys"), "{refused}");
@@ -73,6 +73,42 @@ async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_mi
     for pod in ["unseen", "unseen-no-keys", "refused"] {
         bed.annotated(pod).await;
     }
+    bed.assert_requests_listed();
+    controller.abort();
+}
+
+#[tokio::test]
+async fn a_reason_a_user_wrote_on_the_pod_is_quoted_and_the_note_fits_an_event() {
+    // The annotation the webhook writes is the pod's: its creator can set
+    // it, to anything. events.k8s.io refuses a note over 1024 bytes.
+    let bed = Bed::new();
+    let certs = tempfile::tempdir().unwrap();
+    write_pair(certs.path());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let dir = certs.path().display().to_string();
+    let webhook = [
+        "--webhook-addr",
+        &addr,
+        "--webhook-cert-dir",
+        &dir,
+        "--image",
+        "ssh-fwd:test",
+    ];
+    let controller = bed.controller("a", &webhook);
+    let why = format!("\"quoted\"\nnext line {}", "ü".repeat(3000));
+    bed.pod_with("long", json!({"ssh-fwd.io/admission": why}));
+    let note = env_missing(&bed, "long").await;
+    assert!(note.len() <= 1024, "{} bytes", note.len());
+    assert!(
+        note.contains(r#"without a port: "\"quoted\"\nnext line ü"#),
+        "the user's text quoted, escaped: {note}"
+    );
+    assert!(!note.contains('\n'), "{note}");
+    assert!(
+        note.contains("recreate the pod"),
+        "the fix survives: {note}"
+    );
+    bed.annotated("long").await;
     bed.assert_requests_listed();
     controller.abort();
 }

@@ -9,7 +9,7 @@ use super::{
     webhook::{free_port, post_to, review},
     *,
 };
-use crate::controller::webhook::mutate::tests::job_pod;
+use crate::controller::webhook::{mutate::tests::job_pod, self_signed};
 
 const HOST: &str = "ssh-fwd-webhook.ssh-fwd.svc";
 
@@ -122,4 +122,92 @@ async fn replicas_share_one_self_made_ca_which_the_configuration_trusts_and_rene
     bed.assert_requests_listed();
     a.abort();
     b.abort();
+}
+
+/// Another CA's PEM (cainjector's, another tool's).
+fn foreign_ca() -> String {
+    let names = ["elsewhere.example".to_owned()];
+    let (pem, _, _) = self_signed::generate(&names, time::OffsetDateTime::now_utc()).unwrap();
+    pem.ca
+}
+
+fn configuration_with(bed: &Bed, annotations: Value, bundle: &str) {
+    let bundle = base64::engine::general_purpose::STANDARD.encode(bundle);
+    bed.api.apply(
+        Kind::MutatingWebhookConfiguration,
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+               "metadata": {"name": "ssh-fwd", "annotations": annotations},
+               "webhooks": [{"name": "pods.ssh-fwd.io", "admissionReviewVersions": ["v1"],
+                             "sideEffects": "NoneOnDryRun",
+                             "clientConfig": {"caBundle": bundle,
+                                              "service": {"name": "ssh-fwd-webhook", "namespace": "ssh-fwd", "path": "/mutate"}}}]}),
+    );
+}
+
+fn configuration_writes(bed: &Bed) -> usize {
+    bed.api
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.resource == "mutatingwebhookconfigurations"
+                && !matches!(r.verb, "get" | "list" | "watch")
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_configuration_whose_ca_cert_manager_injects_is_left_alone() {
+    // A rollout to deploy/overlays/cert-manager: the configuration carries
+    // cainjector's annotation and its CA while old self-signed replicas
+    // still run. They must not write theirs over it.
+    let bed = Bed::new();
+    let theirs = foreign_ca();
+    configuration_with(
+        &bed,
+        json!({"cert-manager.io/inject-ca-from": "ssh-fwd/ssh-fwd-webhook"}),
+        &theirs,
+    );
+    let port = free_port();
+    let args = args(port);
+    let a = bed.controller("a", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    eventually("the Secret is made", || {
+        secret_field(&bed, "ca.crt").is_some()
+    })
+    .await;
+    let ours = secret_field(&bed, "ca.crt").unwrap();
+    answers(port, &ours).await;
+    // Many reload intervals (100 ms) later: untouched.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(ca_bundle(&bed).as_deref(), Some(theirs.as_str()));
+    assert_eq!(configuration_writes(&bed), 0);
+    bed.assert_requests_listed();
+    a.abort();
+}
+
+#[tokio::test]
+async fn our_ca_joins_the_cas_a_configuration_trusts_already_instead_of_replacing_them() {
+    let bed = Bed::new();
+    let theirs = foreign_ca();
+    configuration_with(&bed, json!({}), &theirs);
+    let port = free_port();
+    let args = args(port);
+    let a = bed.controller("a", &args.iter().map(String::as_str).collect::<Vec<_>>());
+    eventually("our CA is in caBundle", || {
+        let ours = secret_field(&bed, "ca.crt");
+        let bundle = ca_bundle(&bed).unwrap_or_default();
+        ours.is_some_and(|ours| bundle.contains(ours.trim()))
+    })
+    .await;
+    let bundle = ca_bundle(&bed).unwrap();
+    assert!(
+        bundle.contains(theirs.trim()),
+        "the other CA is kept: {bundle}"
+    );
+    answers(port, &secret_field(&bed, "ca.crt").unwrap()).await;
+    // Written once: with ours in it, nothing is left to do.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(configuration_writes(&bed), 1);
+    assert_eq!(ca_bundle(&bed).unwrap(), bundle);
+    bed.assert_requests_listed();
+    a.abort();
 }

@@ -74,6 +74,9 @@ pub fn trusting(ca: &str) -> anyhow::Result<Arc<rustls::ClientConfig>> {
 pub struct Connection {
     tls: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
     host: String,
+    /// The `?timeout=` of each review, as the API server sends the
+    /// webhook's timeoutSeconds.
+    pub timeout: &'static str,
 }
 
 impl Connection {
@@ -92,6 +95,7 @@ impl Connection {
         Ok(Self {
             tls,
             host: host.to_owned(),
+            timeout: "5s",
         })
     }
 
@@ -99,7 +103,8 @@ impl Connection {
     pub async fn review(&mut self, body: &Value) -> anyhow::Result<(u16, Value)> {
         let body = body.to_string();
         let head = format!(
-            "POST /mutate?timeout=5s HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "POST /mutate?timeout={} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.timeout,
             self.host,
             body.len(),
         );
@@ -138,7 +143,7 @@ impl Connection {
 }
 
 /// Waits until the replica's webhook answers with `ca`.
-async fn serving(port: u16, ca: &str) {
+pub(super) async fn serving(port: u16, ca: &str) {
     let probe = json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
                        "request": {"uid": "probe", "kind": {"kind": "Service"}, "operation": "CREATE"}});
     let start = tokio::time::Instant::now();
@@ -152,7 +157,7 @@ async fn serving(port: u16, ca: &str) {
 }
 
 /// The arguments that turn on a replica's webhook on `port`.
-fn webhook_args(port: u16, certs: &Path) -> Vec<String> {
+pub(super) fn webhook_args(port: u16, certs: &Path) -> Vec<String> {
     [
         "--webhook-addr",
         &format!("127.0.0.1:{port}"),
@@ -191,16 +196,25 @@ pub fn review(uid: &str, pod: &Value) -> Value {
                        "object": pod, "oldObject": null, "dryRun": false}})
 }
 
-/// Creates the pod as the API server would after admission: a name made
-/// from generateName, then stored (the controller watches it appear).
+/// Creates the pod as the API server would after admission: validated
+/// (the mutation must leave a pod it takes), stored under `name` (as if
+/// made from generateName), then running (the controller watches it
+/// appear).
 fn create_pod(bed: &Bed, pod: &Value, name: &str) {
     let mut pod = pod.clone();
     pod["metadata"]["name"] = json!(name);
-    pod["status"] = json!({"phase": "Running", "podIP": "10.244.0.5"});
-    bed.api.apply(Kind::Pod, pod);
+    if let Err((code, message)) = bed.api.create(Kind::Pod, pod) {
+        panic!("the API server refuses the admitted pod ({code}): {message}");
+    }
+    bed.api.patch_status(
+        Kind::Pod,
+        "jobs",
+        name,
+        &json!({"status": {"phase": "Running", "podIP": "10.244.0.5"}}),
+    );
 }
 
-fn told_port(pod: &Value) -> Option<u16> {
+pub(super) fn told_port(pod: &Value) -> Option<u16> {
     pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
         .as_str()?
         .rsplit_once(':')?
@@ -209,7 +223,7 @@ fn told_port(pod: &Value) -> Option<u16> {
         .ok()
 }
 
-fn reservation_count(bed: &Bed) -> usize {
+pub(super) fn reservation_count(bed: &Bed) -> usize {
     bed.api.count(Kind::Lease, |l| {
         l["metadata"]["labels"]["ssh-fwd.io/port-reservation"] == "198.18.0.10"
     })
@@ -264,7 +278,8 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
     for (identity, port) in ["a", "b"].into_iter().zip(ports) {
         let mut args = webhook_args(port, certs.path());
         // A debug build on a busy machine may not answer 500 at once within
-        // the production 4 s; this test is about the ports handed out.
+        // the production 4 s; this test is about the ports handed out (the
+        // reviews say the longest timeoutSeconds an API server sends, 30 s).
         args.extend(["--port-range", "9000-9599", "--webhook-deadline", "60s"].map(str::to_owned));
         // The production Lease: a 2 s one may change hands on a loaded
         // machine, and a new leader waits the grace anew before releasing
@@ -298,6 +313,7 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
                 let mut connection = Connection::open(ports[i % 2], "localhost", config)
                     .await
                     .unwrap();
+                connection.timeout = "30s";
                 drop(turn);
                 together.wait().await;
                 let (status, answer) = connection

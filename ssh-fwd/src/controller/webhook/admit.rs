@@ -3,7 +3,9 @@
 //! reservation is bounded by a deadline shorter than the webhook's
 //! `timeoutSeconds`: past it the pod is admitted without a port, and the
 //! controller gives it one once it exists, rather than the API server
-//! timing the call out.
+//! timing the call out. The API server's timeout covers the whole call, so
+//! the deadline counts from the connection's accept (`tls::Arrived`), and
+//! a shorter `?timeout=` in the URL shortens it.
 
 use std::{
     collections::BTreeSet,
@@ -43,14 +45,37 @@ pub struct Admitter {
 /// An HTTP status and the JSON body to answer with.
 pub type Answer = (u16, Value);
 
+/// The least an admission keeps back from the API server's timeout to
+/// answer in (a fifth of it, when that is more).
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 impl Admitter {
-    /// Answers one review body; never fails: a body that is not a review
-    /// gets a 400 saying why, a request that cannot be served is allowed
-    /// unchanged or refused with a message.
+    /// [`Admitter::review_within`] from now, with `--webhook-deadline`.
     pub async fn review(&self, body: &[u8]) -> Answer {
-        let started = Instant::now();
+        self.review_within(body, Instant::now(), self.deadline)
+            .await
+    }
+
+    /// The time an admission that arrived with the API server's `timeout`
+    /// (`?timeout=` of the URL) has for its reservation: the deadline, or
+    /// less when that timeout is shorter, less a margin to answer in.
+    pub fn budget(&self, timeout: Option<Duration>) -> Duration {
+        match timeout {
+            Some(timeout) => {
+                let margin = (timeout / 5).max(ANSWER_MARGIN);
+                self.deadline.min(timeout.saturating_sub(margin))
+            }
+            None => self.deadline,
+        }
+    }
+
+    /// Answers one review body, `budget` after `started` at the latest
+    /// (past it, without a port); never fails: a body that is not a
+    /// review gets a 400 saying why, a request that cannot be served is
+    /// allowed unchanged or refused with a message.
+    pub async fn review_within(&self, body: &[u8], started: Instant, budget: Duration) -> Answer {
         let (answer, outcome) = match review::parse(body) {
-            Ok(request) => self.admit(&request, started).await,
+            Ok(request) => self.admit(&request, started, budget).await,
             Err(e) => {
                 tracing::warn!(error = %e, "not an AdmissionReview; answered 400");
                 let message = format!("ssh-fwd webhook: {e}");
@@ -67,7 +92,12 @@ impl Admitter {
         answer
     }
 
-    async fn admit(&self, request: &Request, started: Instant) -> (Answer, Outcome) {
+    async fn admit(
+        &self,
+        request: &Request,
+        started: Instant,
+        budget: Duration,
+    ) -> (Answer, Outcome) {
         let is_pod = request.kind.group.is_empty() && request.kind.kind == "Pod";
         if !is_pod || request.operation != "CREATE" {
             return (allow_unchanged(request), Outcome::Skipped);
@@ -90,7 +120,9 @@ impl Admitter {
             .or_else(|| pod["metadata"]["namespace"].as_str().map(str::to_owned))
             .unwrap_or_default();
         let shown = shown_name(request, pod);
-        let (port, outcome) = self.port(request, &namespace, &shown, started).await;
+        let (port, outcome) = self
+            .port(request, &namespace, &shown, started, budget)
+            .await;
         let mutation = mutate::mutate(pod, &port, &self.injection);
         match &port {
             Port::Reserved { port, .. } => {
@@ -125,6 +157,7 @@ impl Admitter {
         namespace: &str,
         shown: &str,
         started: Instant,
+        budget: Duration,
     ) -> (Port, Outcome) {
         let used = self.ports_in_use();
         if request.dry_run {
@@ -140,7 +173,7 @@ impl Admitter {
             name: shown.to_owned(),
             token: token.clone(),
         };
-        let left = self.deadline.saturating_sub(started.elapsed());
+        let left = budget.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, self.reserve(used, &holder)).await {
             Ok(Ok(port)) => (Port::Reserved { port, token }, Outcome::Reserved),
             Ok(Err(ReserveError::Full(_))) => (Port::None { why: self.full() }, Outcome::NoPort),
@@ -153,7 +186,7 @@ impl Admitter {
             Err(_) => {
                 let why = format!(
                     "no port reserved at admission: the API server did not answer within {}",
-                    humantime::format_duration(self.deadline)
+                    humantime::format_duration(budget)
                 );
                 (Port::None { why }, Outcome::NoPort)
             }

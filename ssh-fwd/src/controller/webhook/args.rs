@@ -84,17 +84,22 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = crate::args::duration)]
     pub webhook_deadline: Duration,
 
-    /// How long a port reservation whose pod does not exist is kept (by the
-    /// leader's clock, from when it first saw it) before it is released; at
-    /// most 90s.
+    /// How long a port reservation whose pod does not exist is kept before
+    /// it is released, from when a controller replica first saw it, or
+    /// from its creation for an old one a controller that just started
+    /// finds (then at least 60s, plus 20s for the clocks); at most 90s.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub reservation_grace: Duration,
 }
 
 /// The longest `--reservation-grace`: a reservation whose pod never came
-/// into existence must be released within two minutes of its making, and
-/// the leader counts the grace from when it first sees it, which may be
-/// later (a watch catching up, a new leader).
+/// into existence must be released within two minutes of its making. The
+/// grace counts from when a replica first saw it, which a standby taking
+/// over keeps; a controller that just started counts it from the
+/// reservation's `creationTimestamp` plus
+/// [`CLOCK_SKEW_MARGIN`](crate::controller::reservation::first_seen::CLOCK_SKEW_MARGIN)
+/// ([`FirstSeen`](crate::controller::reservation::FirstSeen)). Either way it is released at
+/// most this plus that margin after its making, and the watch's delay.
 pub const MAX_RESERVATION_GRACE: Duration = Duration::from_secs(90);
 
 /// A flag value the webhook cannot work with.
@@ -156,6 +161,7 @@ mod tests {
     use clap::Parser as _;
 
     use super::*;
+    use crate::controller::reservation::first_seen::{API_REQUEST_TIMEOUT, CLOCK_SKEW_MARGIN};
 
     #[derive(clap::Parser)]
     struct Flags {
@@ -207,5 +213,14 @@ mod tests {
         assert!(message.contains("--reservation-grace 1m 31s"), "{message}");
         assert!(message.contains("at most 90s"), "{message}");
         assert!(message.contains("within two minutes"), "{message}");
+    }
+
+    #[test]
+    fn the_longest_grace_with_the_clock_margin_releases_within_two_minutes() {
+        // A controller that just started counts from the creation: the
+        // grace (or the API server's request timeout, if longer) and the
+        // margin for clocks.
+        let latest = MAX_RESERVATION_GRACE.max(API_REQUEST_TIMEOUT) + CLOCK_SKEW_MARGIN;
+        assert!(latest <= Duration::from_secs(110), "{latest:?}");
     }
 }

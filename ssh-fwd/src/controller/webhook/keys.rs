@@ -7,10 +7,17 @@
 //! Always`), which rewrites the file when the kubelet updates the Secret
 //! volume. No API credentials are needed in the pod.
 //!
-//! The init container runs as root with only CHOWN, FOWNER and
-//! DAC_OVERRIDE: the emptyDir's mount point belongs to root, and it must
-//! end up 0700 and owned by the job's user (sshd's StrictModes). The
-//! sidecar runs as that user, with no capabilities.
+//! The keys are written into a directory of the emptyDir ([`KEYS_SUBDIR`]),
+//! not its root: the root belongs to root and is writable by everyone, so
+//! a user can make a directory in it but not make the root its own. That
+//! directory, 0700 and the job user's (sshd's StrictModes), is what every
+//! other container mounts at `--keys-dir` (`subPath`). So both install-keys
+//! containers run as the keys' owner: for a user other than root, with
+//! nothing Pod Security `restricted` refuses (non-root, no privilege
+//! escalation, every capability dropped, the runtime's seccomp profile),
+//! since Pod Security admission checks the pod after every mutating
+//! webhook, whatever its failurePolicy. Keys owned by root are installed
+//! as root with CHOWN alone (the group may be one root is not in).
 
 use std::time::Duration;
 
@@ -26,6 +33,11 @@ pub const SECRET_KEY: &str = "authorized_keys";
 pub const KEYS_VOLUME: &str = "ssh-fwd-keys";
 pub const SOURCE_VOLUME: &str = "ssh-fwd-keys-source";
 pub const SOURCE_DIR: &str = "/var/run/ssh-fwd/keys-source";
+/// Where install-keys mounts the keys volume.
+pub const KEYS_MOUNT: &str = "/var/run/ssh-fwd/keys";
+/// The directory of the keys volume that holds the file, mounted at
+/// `--keys-dir` in every other container.
+pub const KEYS_SUBDIR: &str = "keys";
 pub const INSTALL_CONTAINER: &str = "ssh-fwd-install-keys";
 pub const WATCH_CONTAINER: &str = "ssh-fwd-keys-watch";
 
@@ -70,7 +82,8 @@ pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String
             ));
             continue;
         }
-        let mount = json!({"name": KEYS_VOLUME, "mountPath": keys.dir, "readOnly": true});
+        let mount = json!({"name": KEYS_VOLUME, "mountPath": keys.dir,
+                           "subPath": KEYS_SUBDIR, "readOnly": true});
         ops.push(
             container,
             &["spec", list, &i.to_string(), "volumeMounts"],
@@ -79,14 +92,17 @@ pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String
     }
     let spec = &pod["spec"];
     let keys_volume = json!({"name": KEYS_VOLUME, "emptyDir": {"medium": "Memory"}});
+    // Optional: a missing Secret (or key) must not keep the pod from
+    // starting (FailedMount); install-keys says what is missing, and the
+    // sidecar installs the keys once the Secret appears.
     let source = json!({"name": SOURCE_VOLUME, "secret": {
-        "secretName": secret, "defaultMode": 0o444,
+        "secretName": secret, "defaultMode": 0o444, "optional": true,
         "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}});
     ops.push_all(spec, &["spec", "volumes"], vec![keys_volume, source]);
     let (uid, gid) = owner(pod, keys);
     let (install, watch) = (
-        install_container(keys, uid, gid),
-        watch_container(keys, uid, gid),
+        install_container(keys, &secret, uid, gid),
+        watch_container(keys, &secret, uid, gid),
     );
     if spec["initContainers"].is_array() {
         // Each at the front, the watcher first: install-keys ends up first.
@@ -193,28 +209,30 @@ fn sshd_container(pod: &Value) -> &Value {
     containers.chain(sidecars).find(declares).unwrap_or(first)
 }
 
-fn args(keys: &Keys, uid: i64, gid: i64) -> Vec<String> {
+fn args(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Vec<String> {
     let source = format!("{SOURCE_DIR}/{SECRET_KEY}");
     [
         "install-keys",
         "--source",
         &source,
         "--dir",
-        &keys.dir,
+        &format!("{KEYS_MOUNT}/{KEYS_SUBDIR}"),
         "--file",
         &keys.file,
         "--uid",
         &uid.to_string(),
         "--gid",
         &gid.to_string(),
+        "--secret",
+        secret,
     ]
     .map(str::to_owned)
     .to_vec()
 }
 
-fn mounts(keys: &Keys) -> Value {
+fn mounts() -> Value {
     json!([{"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR, "readOnly": true},
-           {"name": KEYS_VOLUME, "mountPath": keys.dir}])
+           {"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT}])
 }
 
 /// Small, with limits as well as requests: a namespace whose ResourceQuota
@@ -225,26 +243,37 @@ fn resources() -> Value {
            "limits": {"cpu": "100m", "memory": "32Mi"}})
 }
 
-fn install_container(keys: &Keys, uid: i64, gid: i64) -> Value {
+/// Runs as the keys' owner: for a user other than root, nothing Pod
+/// Security `restricted` refuses; as root, with CHOWN (the `gid` may be a
+/// group root is not in) when `chown` says so.
+fn security_context(uid: i64, gid: i64, chown: bool) -> Value {
+    let mut capabilities = json!({"drop": ["ALL"]});
+    if uid == 0 && chown {
+        capabilities["add"] = json!(["CHOWN"]);
+    }
+    json!({"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": uid != 0,
+           "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+           "capabilities": capabilities, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+fn install_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
     json!({
-        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, uid, gid),
-        "volumeMounts": mounts(keys), "resources": resources(),
-        "securityContext": {"runAsUser": 0, "runAsNonRoot": false,
-            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER", "DAC_OVERRIDE"]}},
+        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, secret, uid, gid),
+        "volumeMounts": mounts(), "resources": resources(),
+        "securityContext": security_context(uid, gid, true),
     })
 }
 
-fn watch_container(keys: &Keys, uid: i64, gid: i64) -> Value {
-    let mut args = args(keys, uid, gid);
+/// The sidecar writes in the directory install-keys made its owner's: it
+/// needs no capability.
+fn watch_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
+    let mut args = args(keys, secret, uid, gid);
     let interval = humantime::format_duration(keys.interval).to_string();
     args.extend(["--watch".to_owned(), "--interval".to_owned(), interval]);
     json!({
         "name": WATCH_CONTAINER, "image": keys.image, "args": args, "restartPolicy": "Always",
-        "volumeMounts": mounts(keys), "resources": resources(),
-        "securityContext": {"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": uid != 0,
-            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": mounts(), "resources": resources(),
+        "securityContext": security_context(uid, gid, false),
     })
 }
 

@@ -18,9 +18,9 @@ use std::{net::SocketAddr, ops::RangeInclusive, sync::Arc};
 
 use anyhow::Context as _;
 use axum::{
-    Router,
+    Extension, Router,
     body::Bytes,
-    extract::State,
+    extract::{RawQuery, State},
     http::{StatusCode, header},
     response::IntoResponse,
     routing::post,
@@ -112,8 +112,17 @@ pub fn router(admitter: Arc<Admitter>) -> Router {
         .with_state(admitter)
 }
 
-async fn mutate_handler(State(admitter): State<Arc<Admitter>>, body: Bytes) -> impl IntoResponse {
-    let (code, answer) = admitter.review(&body).await;
+/// One review, its deadline counted from when it arrived ([`tls::Arrived`])
+/// and bounded by the API server's `?timeout=`.
+async fn mutate_handler(
+    State(admitter): State<Arc<Admitter>>,
+    arrived: Option<Extension<tls::Arrived>>,
+    RawQuery(query): RawQuery,
+    body: Bytes,
+) -> impl IntoResponse {
+    let started = arrived.map_or_else(std::time::Instant::now, |Extension(at)| at.0);
+    let budget = admitter.budget(review::timeout_param(query.as_deref()));
+    let (code, answer) = admitter.review_within(&body, started, budget).await;
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (
         status,
@@ -153,6 +162,7 @@ async fn certificates(
             format!("{service}.{namespace}"),
             service.clone(),
         ],
+        injected_by_cert_manager: std::sync::atomic::AtomicBool::new(false),
     };
     let pem = own.ensure().await.context("--webhook-self-signed")?;
     own.inject_ca(&pem.ca)

@@ -5,6 +5,8 @@
 //! encoding of `[]byte` is; and because a request whose object is not a
 //! valid Pod must still yield its uid, so it can be answered.
 
+use std::time::Duration;
+
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -50,6 +52,48 @@ pub enum BadReview {
     NotAReview { kind: String, api_version: String },
     #[error("the AdmissionReview has no readable request: {0}")]
     NoRequest(String),
+}
+
+/// The `timeout` query parameter the API server adds to a webhook's URL:
+/// the webhook's `timeoutSeconds` (or less, when the request has less
+/// left), written as Go writes a duration (`5s`, `4.5s`, `1m0s`).
+pub fn timeout_param(query: Option<&str>) -> Option<Duration> {
+    let value = query?
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("timeout="))?;
+    go_duration(value)
+}
+
+/// A Go duration: numbers, each with a unit (`h`, `m`, `s`, `ms`, `us`,
+/// `µs`, `ns`); `0` alone too.
+fn go_duration(text: &str) -> Option<Duration> {
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    if text.is_empty() {
+        return None;
+    }
+    let is_number = |c: char| c.is_ascii_digit() || c == '.';
+    let mut rest = text;
+    let mut seconds = 0.0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c| !is_number(c)).filter(|&end| end > 0)?;
+        let number: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit = rest.find(is_number).unwrap_or(rest.len());
+        let scale = match &rest[..unit] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" | "μs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        seconds += number * scale;
+        rest = &rest[unit..];
+    }
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// Reads a request: the uid is all that must be there to answer it.
@@ -139,5 +183,26 @@ mod tests {
         let no_uid =
             br#"{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}"#;
         assert!(matches!(parse(no_uid), Err(BadReview::NoRequest(_))));
+    }
+
+    #[test]
+    fn the_api_servers_timeout_is_read_as_go_writes_durations() {
+        let secs = |s: f64| Some(Duration::from_secs_f64(s));
+        assert_eq!(timeout_param(Some("timeout=5s")), secs(5.0));
+        assert_eq!(timeout_param(Some("a=b&timeout=4.5s")), secs(4.5));
+        assert_eq!(timeout_param(Some("timeout=1m0s")), secs(60.0));
+        assert_eq!(timeout_param(Some("timeout=850ms")), secs(0.85));
+        assert_eq!(timeout_param(Some("timeout=0")), secs(0.0));
+        for bad in [
+            "timeout=",
+            "timeout=5",
+            "timeout=s",
+            "timeout=-5s",
+            "timeout=5x",
+        ] {
+            assert_eq!(timeout_param(Some(bad)), None, "{bad}");
+        }
+        assert_eq!(timeout_param(Some("other=1s")), None);
+        assert_eq!(timeout_param(None), None);
     }
 }

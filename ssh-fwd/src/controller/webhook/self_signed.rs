@@ -5,8 +5,21 @@
 //! server learns to trust it. The first replica to create the Secret wins
 //! (create-if-absent); the others read it. The serving certificate is
 //! renewed with the same CA when under [`RENEW_BEFORE`] is left.
+//!
+//! The CA joins what `caBundle` holds instead of replacing it, so a CA
+//! someone else put there stays trusted; and a configuration whose
+//! `caBundle` cert-manager's cainjector keeps (the annotations of
+//! [`CA_INJECTOR_ANNOTATIONS`], as in `deploy/overlays/cert-manager`) is
+//! left alone, so replicas of the self-signed mode still running during a
+//! rollout to cert-manager do not fight cainjector over it.
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use k8s_openapi::{
     ByteString,
@@ -18,6 +31,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
+use rustls::pki_types::{CertificateDer, pem::PemObject as _};
 use time::OffsetDateTime;
 
 use super::tls::{Swappable, certified_key};
@@ -29,6 +43,13 @@ const SERVING_DAYS: i64 = 365;
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 86_400);
 /// Secret annotation: when the serving certificate expires (Unix seconds).
 const NOT_AFTER: &str = "ssh-fwd.io/not-after";
+/// The annotations by which cert-manager's cainjector writes a
+/// configuration's `caBundle` itself.
+pub const CA_INJECTOR_ANNOTATIONS: [&str; 3] = [
+    "cert-manager.io/inject-ca-from",
+    "cert-manager.io/inject-ca-from-secret",
+    "cert-manager.io/inject-apiserver-ca",
+];
 
 /// Where the pair lives and who must trust it.
 pub struct SelfSigned {
@@ -38,6 +59,36 @@ pub struct SelfSigned {
     pub configuration: String,
     /// The names the API server uses to reach the webhook Service.
     pub dns_names: Vec<String>,
+    /// Whether the configuration was last found in cainjector's hands
+    /// (said once, not every round).
+    pub injected_by_cert_manager: AtomicBool,
+}
+
+/// `bundle` (PEM certificates) with `ca` added, or `None` when it holds
+/// `ca` already. The certificates are compared as DER, so a bundle that
+/// differs only in line breaks counts as holding it. A bundle without a
+/// certificate (empty, or not PEM, which the API server could not use
+/// either) is replaced.
+fn with_ca(bundle: Option<&[u8]>, ca: &str) -> Option<Vec<u8>> {
+    let bundle = bundle.unwrap_or_default();
+    let ours: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(ca.as_bytes())
+        .filter_map(Result::ok)
+        .collect();
+    let held: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(bundle)
+        .filter_map(Result::ok)
+        .collect();
+    if !ours.is_empty() && ours.iter().all(|c| held.contains(c)) {
+        return None;
+    }
+    if held.is_empty() {
+        return Some(ca.as_bytes().to_vec());
+    }
+    let mut merged = bundle.to_vec();
+    if !merged.ends_with(b"\n") {
+        merged.push(b'\n');
+    }
+    merged.extend_from_slice(ca.as_bytes());
+    Some(merged)
 }
 
 /// The PEM texts of a pair and its CA.
@@ -229,9 +280,10 @@ impl SelfSigned {
         }
     }
 
-    /// Writes `ca` into every webhook's caBundle of the configuration, if
-    /// any differs. A missing configuration is reported, not fatal: the
-    /// webhook cannot be called before it exists anyway.
+    /// Adds `ca` to every webhook's caBundle of the configuration that
+    /// lacks it, unless cert-manager injects it. A missing configuration is
+    /// reported, not fatal: the webhook cannot be called before it exists
+    /// anyway.
     pub async fn inject_ca(&self, ca: &str) -> anyhow::Result<()> {
         let what = format!(
             "writing the CA into MutatingWebhookConfiguration {}",
@@ -246,11 +298,24 @@ impl SelfSigned {
             tracing::warn!(configuration = %self.configuration, "no MutatingWebhookConfiguration of this name; apply deploy/base/webhook.yaml, or set --webhook-configuration");
             return Ok(());
         };
-        let bundle = ByteString(ca.as_bytes().to_vec());
+        let annotations = config.metadata.annotations.as_ref();
+        let injector = CA_INJECTOR_ANNOTATIONS
+            .into_iter()
+            .find(|a| annotations.is_some_and(|all| all.contains_key(*a)));
+        let was = self
+            .injected_by_cert_manager
+            .swap(injector.is_some(), Ordering::Relaxed);
+        if let Some(annotation) = injector {
+            if !was {
+                tracing::info!(configuration = %self.configuration, annotation, "the MutatingWebhookConfiguration's caBundle is cert-manager's (cainjector): leaving it alone. A rollout to deploy/overlays/cert-manager is under way, or this replica should run with --webhook-cert-dir instead of --webhook-self-signed");
+            }
+            return Ok(());
+        }
         let mut changed = false;
         for webhook in config.webhooks.iter_mut().flatten() {
-            if webhook.client_config.ca_bundle.as_ref() != Some(&bundle) {
-                webhook.client_config.ca_bundle = Some(bundle.clone());
+            let held = webhook.client_config.ca_bundle.as_ref();
+            if let Some(merged) = with_ca(held.map(|b| b.0.as_slice()), ca) {
+                webhook.client_config.ca_bundle = Some(ByteString(merged));
                 changed = true;
             }
         }
@@ -311,7 +376,7 @@ mod tests {
         certified_key(pem.cert.as_bytes(), pem.key.as_bytes(), "test").unwrap();
         assert!(not_after - OffsetDateTime::now_utc() > days(360));
         let mut roots = rustls::RootCertStore::empty();
-        let ca = rustls::pki_types::CertificateDer::from_pem_slice(pem.ca.as_bytes()).unwrap();
+        let ca = CertificateDer::from_pem_slice(pem.ca.as_bytes()).unwrap();
         roots.add(ca).unwrap();
         let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
             Arc::new(roots),
@@ -319,7 +384,7 @@ mod tests {
         )
         .build()
         .unwrap();
-        let leaf = rustls::pki_types::CertificateDer::from_pem_slice(pem.cert.as_bytes()).unwrap();
+        let leaf = CertificateDer::from_pem_slice(pem.cert.as_bytes()).unwrap();
         let name = rustls::pki_types::ServerName::try_from("ssh-fwd-webhook.ssh-fwd.svc").unwrap();
         use rustls::client::danger::ServerCertVerifier as _;
         verifier
@@ -327,5 +392,27 @@ mod tests {
             .unwrap();
     }
 
-    use rustls::pki_types::pem::PemObject as _;
+    #[test]
+    fn our_ca_is_added_to_a_bundle_once_and_other_cas_are_kept() {
+        let ca = |name: &str| {
+            let names = [name.to_owned()];
+            generate(&names, OffsetDateTime::now_utc()).unwrap().0.ca
+        };
+        let (ours, theirs) = (ca("a.example"), ca("b.example"));
+        assert_eq!(with_ca(None, &ours).unwrap(), ours.as_bytes());
+        assert_eq!(with_ca(Some(b""), &ours).unwrap(), ours.as_bytes());
+        assert_eq!(with_ca(Some(b"garbage"), &ours).unwrap(), ours.as_bytes());
+        let both = with_ca(Some(theirs.trim_end().as_bytes()), &ours).unwrap();
+        assert_eq!(both, format!("{}\n{ours}", theirs.trim_end()).as_bytes());
+        assert_eq!(with_ca(Some(&both), &ours), None, "held already");
+        // Held with other line breaks: the same certificate.
+        let crlf = both.iter().flat_map(|&b| {
+            if b == b'\n' {
+                vec![b'\r', b'\n']
+            } else {
+                vec![b]
+            }
+        });
+        assert_eq!(with_ca(Some(&crlf.collect::<Vec<u8>>()), &ours), None);
+    }
 }

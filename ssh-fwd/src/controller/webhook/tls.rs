@@ -8,11 +8,13 @@
 //! new connections does not starve them all.
 
 use std::{
+    cell::Cell,
     path::{Path, PathBuf},
     sync::{Arc, PoisonError, RwLock},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
+use hyper_util::service::TowerToHyperService;
 use rustls::{
     ServerConfig,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
@@ -168,6 +170,39 @@ impl CertDir {
     }
 }
 
+/// When a request's time started as its client counts it (a request
+/// extension): when its head was read, less, for the first request on a
+/// connection, the time the connection's TLS handshake took from its
+/// accept (waiting for a turn of [`Handshakes`] included), which the API
+/// server's `timeoutSeconds` covers too. A connection opened ahead and
+/// left idle is not charged for the idling.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrived(pub Instant);
+
+type Incoming = hyper::Request<hyper::body::Incoming>;
+type Routed = TowerToHyperService<axum::Router>;
+
+/// `router` as one connection's service: each request stamped [`Arrived`].
+struct Stamped {
+    router: Routed,
+    /// How long the handshake took, until the first request takes it.
+    handshake: Cell<Option<Duration>>,
+}
+
+impl hyper::service::Service<Incoming> for Stamped {
+    type Response = <Routed as hyper::service::Service<Incoming>>::Response;
+    type Error = <Routed as hyper::service::Service<Incoming>>::Error;
+    type Future = <Routed as hyper::service::Service<Incoming>>::Future;
+
+    fn call(&self, mut request: Incoming) -> Self::Future {
+        let now = Instant::now();
+        let handshake = self.handshake.take().unwrap_or_default();
+        let arrived = now.checked_sub(handshake).unwrap_or(now);
+        request.extensions_mut().insert(Arrived(arrived));
+        self.router.call(request)
+    }
+}
+
 /// Serves `router` over TLS on `listener`, one HTTP/1.1 connection per
 /// accepted stream, kept open for the client's next requests. A failed
 /// accept (file descriptors exhausted) backs off and is reported once
@@ -182,12 +217,17 @@ pub async fn serve(
     let mut listener = Accepting::new(listener, Server::Webhook);
     loop {
         let (stream, _) = listener.next().await;
+        let accepted = Instant::now();
         let acceptor = acceptor.clone();
         let handshakes = handshakes.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let router = router.clone();
         tokio::spawn(async move {
             let Some(tls) = handshakes.accept(&acceptor, stream).await else {
                 return;
+            };
+            let service = Stamped {
+                router: TowerToHyperService::new(router),
+                handshake: Cell::new(Some(accepted.elapsed())),
             };
             let io = hyper_util::rt::TokioIo::new(tls);
             if let Err(e) = hyper::server::conn::http1::Builder::new()

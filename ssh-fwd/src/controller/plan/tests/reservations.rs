@@ -199,8 +199,9 @@ fn a_reservation_whose_pod_never_came_is_released_once_its_grace_is_over() {
 
 #[test]
 fn a_restarted_leader_counts_the_grace_from_when_it_first_sees_a_reservation() {
-    // Made long ago, but this leader only just started: the pod may still be
-    // on its way, so it waits the whole grace again.
+    // With no creation time to go by (`FirstSeen` bounds the grace of an
+    // old one by it), a reservation first seen now may have a pod on its
+    // way: it waits the whole grace.
     let started = Instant::now();
     let leases = [lease(9001, &admitted("jobs", "slow"))];
     assert!(

@@ -354,3 +354,5 @@ async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_trie
 }
 
 const DEADLINE_FOR_TESTS: Duration = Duration::from_secs(10);
+
+mod over_tls;

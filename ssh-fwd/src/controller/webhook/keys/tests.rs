@@ -127,3 +127,181 @@ fn the_injected_containers_request_and_limit_cpu_and_memory() {
         }
     }
 }
+
+#[test]
+fn the_keys_secret_volume_is_optional_so_a_missing_secret_does_not_hold_the_pod() {
+    // Without the Secret (say --default-keys-secret in a namespace that has
+    // none), a required volume keeps every container from starting
+    // (FailedMount); an optional one is mounted empty and install-keys
+    // says what is missing.
+    let out = mutated(&job_pod());
+    let volumes = out["spec"]["volumes"].as_array().unwrap();
+    let source = volumes
+        .iter()
+        .find(|v| v["name"] == SOURCE_VOLUME)
+        .expect("the Secret volume");
+    assert_eq!(source["secret"]["optional"], true, "{source}");
+    // install-keys is told the Secret's name, to name it when it is absent.
+    for c in &out["spec"]["initContainers"].as_array().unwrap()[..2] {
+        let args = c["args"].as_array().unwrap();
+        let at = args.iter().position(|a| a == "--secret").expect("--secret");
+        assert_eq!(args[at + 1], "keys", "{}", c["name"]);
+    }
+}
+
+/// What the Pod Security Standards' `restricted` profile refuses in a
+/// container's own securityContext, field by field (the pod's context is
+/// not consulted: ours set everything themselves).
+fn restricted_violations(c: &Value) -> Vec<String> {
+    let sc = &c["securityContext"];
+    let mut refused = Vec::new();
+    // Baseline: privileged, capabilities beyond the baseline set, host
+    // ports, /proc mount, seccomp Unconfined; restricted: below.
+    if sc["privileged"] == true {
+        refused.push("privileged".to_owned());
+    }
+    if sc["allowPrivilegeEscalation"] != false {
+        refused.push("allowPrivilegeEscalation must be false".to_owned());
+    }
+    if sc["runAsNonRoot"] != true {
+        refused.push("runAsNonRoot must be true".to_owned());
+    }
+    if sc["runAsUser"] == 0 {
+        refused.push("runAsUser must not be 0".to_owned());
+    }
+    if !matches!(
+        sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault" | "Localhost")
+    ) {
+        refused.push("seccompProfile.type must be RuntimeDefault or Localhost".to_owned());
+    }
+    let drop = sc["capabilities"]["drop"].as_array();
+    if !drop.is_some_and(|d| d.iter().any(|c| c == "ALL")) {
+        refused.push("capabilities.drop must include ALL".to_owned());
+    }
+    let added = sc["capabilities"]["add"].as_array().into_iter().flatten();
+    for cap in added.filter(|c| *c != "NET_BIND_SERVICE") {
+        refused.push(format!("capability {cap} may not be added"));
+    }
+    if c["ports"]
+        .as_array()
+        .is_some_and(|p| p.iter().any(|p| p["hostPort"].as_i64().unwrap_or(0) != 0))
+    {
+        refused.push("hostPort".to_owned());
+    }
+    if sc["procMount"].as_str().is_some_and(|m| m != "Default") {
+        refused.push("procMount".to_owned());
+    }
+    refused
+}
+
+#[test]
+fn for_a_non_root_user_the_injected_containers_pass_pod_security_restricted() {
+    // job_pod runs as 11042: install-keys and its sidecar run as that user,
+    // so Pod Security admission (which checks the pod after every
+    // mutation) admits the pod in a `restricted` namespace.
+    let out = mutated(&job_pod());
+    for c in &out["spec"]["initContainers"].as_array().unwrap()[..2] {
+        assert_eq!(restricted_violations(c), Vec::<String>::new(), "{c}");
+        assert_eq!(c["securityContext"]["runAsUser"], 11042);
+        assert_eq!(c["securityContext"]["runAsGroup"], 11042);
+    }
+    // The volumes we add are of the types restricted allows.
+    for v in out["spec"]["volumes"].as_array().unwrap() {
+        let kind = v
+            .as_object()
+            .unwrap()
+            .keys()
+            .find(|k| *k != "name")
+            .unwrap();
+        assert!(
+            [
+                "configMap",
+                "csi",
+                "downwardAPI",
+                "emptyDir",
+                "ephemeral",
+                "persistentVolumeClaim",
+                "projected",
+                "secret"
+            ]
+            .contains(&kind.as_str()),
+            "{v}"
+        );
+    }
+}
+
+#[test]
+fn for_root_only_install_keys_runs_as_root_with_chown_alone() {
+    let mut pod = job_pod();
+    pod["spec"]["securityContext"] = json!({"fsGroup": 3000});
+    let out = mutated(&pod);
+    let (install, watch) = (
+        &out["spec"]["initContainers"][0],
+        &out["spec"]["initContainers"][1],
+    );
+    assert_eq!(install["securityContext"]["runAsUser"], 0);
+    assert_eq!(install["securityContext"]["runAsGroup"], 3000);
+    assert_eq!(
+        install["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"], "add": ["CHOWN"]})
+    );
+    assert_eq!(watch["securityContext"]["runAsUser"], 0);
+    assert_eq!(
+        watch["securityContext"]["capabilities"],
+        json!({"drop": ["ALL"]})
+    );
+    for c in [install, watch] {
+        assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+        assert_eq!(
+            c["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        // Root is all restricted refuses, nothing else.
+        let refused = restricted_violations(c);
+        let root_only = ["runAsNonRoot must be true", "runAsUser must not be 0"];
+        assert!(
+            refused
+                .iter()
+                .all(|r| root_only.contains(&r.as_str())
+                    || r == "capability \"CHOWN\" may not be added"),
+            "{refused:?}"
+        );
+    }
+}
+
+#[test]
+fn the_keys_are_written_in_a_directory_of_the_volume_that_every_container_mounts_as_keys_dir() {
+    // The volume's own root belongs to root and is writable by all (an
+    // emptyDir): a non-root user can make a directory in it, not change
+    // it. The directory the user owns is what containers see at --keys-dir.
+    let out = mutated(&job_pod());
+    let install = &out["spec"]["initContainers"][0];
+    let args = install["args"].as_array().unwrap();
+    let dir = &args[args.iter().position(|a| a == "--dir").unwrap() + 1];
+    assert_eq!(dir, &format!("{KEYS_MOUNT}/{KEYS_SUBDIR}"));
+    assert!(
+        install["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT}))
+    );
+    let seen = json!({"name": KEYS_VOLUME, "mountPath": "/etc/ssh-fwd",
+                      "subPath": KEYS_SUBDIR, "readOnly": true});
+    for c in out["spec"]["containers"].as_array().unwrap() {
+        assert!(c["volumeMounts"].as_array().unwrap().contains(&seen), "{c}");
+    }
+}
+
+#[test]
+fn the_pod_with_its_keys_is_one_the_api_server_takes() {
+    // Container and volume names, mounts and paths, restart policies, as
+    // the API server validates them after the mutation.
+    let api = ssh_fwd_tests::fake_api::FakeApi::start_on_loopback().unwrap();
+    let mut pod = mutated(&job_pod());
+    pod["metadata"]["name"] = json!("job-4711-abcde");
+    let kind = ssh_fwd_tests::fake_api::Kind::Pod;
+    if let Err((code, message)) = api.create(kind, pod) {
+        panic!("refused ({code}): {message}");
+    }
+}

@@ -149,21 +149,21 @@ fn keys_come_with_an_init_container_a_native_sidecar_and_a_read_only_mount_every
             "--source",
             "/var/run/ssh-fwd/keys-source/authorized_keys",
             "--dir",
-            "/etc/ucloud/ssh",
+            "/var/run/ssh-fwd/keys/keys",
             "--file",
             "authorized_keys.ucloud",
             "--uid",
             "11042",
             "--gid",
-            "11042"
+            "11042",
+            "--secret",
+            "alice-keys"
         ]
     );
-    assert_eq!(args(watch)[11..], ["--watch", "--interval", "2s"]);
+    assert_eq!(args(watch)[13..], ["--watch", "--interval", "2s"]);
     assert_eq!(install["image"], "registry.example/ssh-fwd:1");
-    assert_eq!(
-        install["securityContext"]["capabilities"]["add"],
-        json!(["CHOWN", "FOWNER", "DAC_OVERRIDE"])
-    );
+    assert_eq!(install["securityContext"]["runAsUser"], 11042);
+    assert!(install["securityContext"]["capabilities"]["add"].is_null());
     assert_eq!(watch["securityContext"]["runAsUser"], 11042);
     assert_eq!(
         watch["securityContext"]["capabilities"]["drop"],
@@ -179,8 +179,8 @@ fn keys_come_with_an_init_container_a_native_sidecar_and_a_read_only_mount_every
         volumes[2]["secret"]["items"],
         json!([{"key": "authorized_keys", "path": "authorized_keys"}])
     );
-    let mount =
-        json!({"name": keys::KEYS_VOLUME, "mountPath": "/etc/ucloud/ssh", "readOnly": true});
+    let mount = json!({"name": keys::KEYS_VOLUME, "mountPath": "/etc/ucloud/ssh",
+                       "subPath": keys::KEYS_SUBDIR, "readOnly": true});
     assert!(
         out["spec"]["initContainers"][2]["volumeMounts"]
             .as_array()

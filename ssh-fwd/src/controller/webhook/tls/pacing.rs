@@ -110,6 +110,16 @@ impl Handshakes {
         }
     }
 
+    /// A turn held as a handshake holds one, for tests of the waiting.
+    #[cfg(test)]
+    pub async fn hold_turn(&self) -> OwnedSemaphorePermit {
+        self.permits
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
     fn gave_up(&self, how: &str) {
         self.timeouts.inc();
         let now = Instant::now();
