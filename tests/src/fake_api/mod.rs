@@ -424,6 +424,20 @@ impl FakeApi {
         self.fail_next(kind, "patch", codes);
     }
 
+    /// Answers the next updates (PUT) of `kind` with these status codes.
+    pub fn fail_updates(&self, kind: Kind, codes: &[u16]) {
+        self.fail_next(kind, "update", codes);
+    }
+
+    /// How many injected failures of `kind` and `verb` are still to come.
+    pub fn failures_left(&self, kind: Kind, verb: &'static str) -> usize {
+        self.shared
+            .store()
+            .failures
+            .get(&(kind, verb))
+            .map_or(0, Vec::len)
+    }
+
     fn fail_next(&self, kind: Kind, verb: &'static str, codes: &[u16]) {
         let mut codes = codes.to_vec();
         codes.reverse();

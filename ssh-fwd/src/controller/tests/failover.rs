@@ -166,6 +166,37 @@ async fn a_leader_whose_api_stalls_gives_up_its_calls_before_a_standby_may_take_
     b.abort();
 }
 
+/// One refused renewal (a 500, a 429) is retried at once, well within the
+/// term: the leader neither steps down nor relists.
+#[tokio::test]
+async fn a_leader_whose_renewal_is_refused_once_retries_and_keeps_leading() {
+    let bed = Bed::new();
+    let a = bed.controller("a", &[]);
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    let lists = |bed: &Bed| {
+        bed.requests_of("a")
+            .iter()
+            .filter(|r| r.resource == "pods" && r.verb == "list")
+            .count()
+    };
+    let before = lists(&bed);
+    bed.api.fail_updates(Kind::Lease, &[500]);
+    eventually("the renewal is refused", || {
+        bed.api.failures_left(Kind::Lease, "update") == 0
+    })
+    .await;
+    // Longer than a term, past the refused renewal.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
+    bed.pod("job-2");
+    bed.annotated("job-2").await;
+    assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
+    assert_eq!(lease_holder(&bed).as_deref(), Some("a"));
+    bed.assert_requests_listed();
+    a.abort();
+}
+
 #[tokio::test]
 async fn a_replica_that_loses_its_lease_goes_on_admitting() {
     use super::webhook::{free_port, patched, post, review, write_pair};
