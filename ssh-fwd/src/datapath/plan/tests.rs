@@ -24,6 +24,9 @@ fn ep(s: &str) -> Endpoint {
 /// Applies a plan to an in-memory copy of the maps, as the dataplane would.
 fn apply(installed: &Installed, plan: &Plan) -> Installed {
     let mut out = installed.clone();
+    for k in &plan.frontend_deletes_first {
+        out.frontends.remove(k);
+    }
     for k in &plan.reverse_deletes_first {
         out.reverse.remove(k);
     }
