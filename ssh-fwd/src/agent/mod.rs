@@ -134,7 +134,7 @@ async fn follow(
     }
     // Pods first: a failure only costs speed, never correctness.
     let mut scans = PodScans::default();
-    scans.run(datapath, &repair).await;
+    scans.run(datapath, &repair).await?;
     if let Some(change) = source.initial() {
         apply(reconciler, datapath, source, &change);
     }
@@ -156,11 +156,11 @@ async fn follow(
                 }
             }
             _ = scan.tick() => {
-                scans.run(datapath, &repair).await;
+                scans.run(datapath, &repair).await?;
                 let report = *sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
-            Some(()) = links_changed.recv() => scans.run(datapath, &repair).await,
+            Some(()) = links_changed.recv() => scans.run(datapath, &repair).await?,
             Some(()) = addrs_changed.recv() => source.refresh_node_addrs().await,
         }
     }
@@ -189,7 +189,10 @@ struct PodScans {
 }
 
 impl PodScans {
-    async fn run(&mut self, datapath: &mut Datapath, repair: &PinRepair) {
+    /// Fails only when another agent holds the `--bpffs` directory now
+    /// ([`datapath::lock::Lost`]): this one must stop at once, not at the
+    /// next resync.
+    async fn run(&mut self, datapath: &mut Datapath, repair: &PinRepair) -> anyhow::Result<()> {
         match datapath.scan_pods().await {
             Ok(restored) => {
                 repair.record(&restored);
@@ -198,6 +201,7 @@ impl PodScans {
                     self.failing = false;
                 }
             }
+            Err(e) if e.is::<datapath::lock::Lost>() => return Err(e),
             Err(e) if !self.failing => {
                 tracing::warn!(
                     error = format!("{e:#}"),
@@ -207,5 +211,6 @@ impl PodScans {
             }
             Err(_) => {}
         }
+        Ok(())
     }
 }
