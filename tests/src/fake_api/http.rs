@@ -145,13 +145,13 @@ async fn serve_one(
         (target, watch, verb, id)
     });
     let id = parsed.as_ref().map(|(.., id)| *id);
-    if shared.stalls(&user) {
-        if let Some(gone) = wait_watching(stream, pending, shared.unstalled(&user)).await {
-            if let Some(id) = id {
-                shared.note(id, |r| r.given_up = Some(gone));
-            }
-            return Ok(After::Close); // given up on: never handled
+    if shared.stalls(&user)
+        && let Some(gone) = wait_watching(stream, pending, shared.unstalled(&user)).await
+    {
+        if let Some(id) = id {
+            shared.note(id, |r| r.given_up = Some(gone));
         }
+        return Ok(After::Close); // given up on: never handled
     }
     if shared.store().cut {
         return Ok(After::Close);

@@ -216,7 +216,7 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
 #[test]
 fn a_pruned_service_reads_as_the_whole_one_to_the_agents_rule() {
     use crate::source::kubernetes::objects::ServiceView;
-    let whole: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+    let whole: Service = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "theirs", "namespace": "other", "uid": "u1",
                      "creationTimestamp": "2025-01-01T00:00:00Z",
                      "annotations": {"a": "b"}, "labels": {"l": "v"}},
