@@ -1,6 +1,7 @@
 //! The network interfaces of the agent's namespace: names and indexes, the
 //! rtnetlink dumps of links and qdiscs (through the `rtnetlink` crate), link
-//! and address events, and the rules for which interfaces are the host ends of pods.
+//! and address events, and the rules for which interfaces are the host ends
+//! of pods.
 //!
 //! Asked over netlink rather than read from /sys: a process that entered a
 //! network namespace with `nsenter --net` keeps the /sys of another one.

@@ -74,6 +74,7 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     }
     stream.shutdown().await
 }
+
 /// Reads a request: its head, and its body as JSON (null when empty).
 /// `None` when the client closed the connection. Bytes past the request
 /// stay in `pending` for the next one.
@@ -171,10 +172,13 @@ async fn serve_one(
     }
     let delay = shared.store().delays.get(&(target.kind, verb)).copied();
     if let Some(delay) = delay {
-        // Received: carried out even if the client gives up meanwhile.
-        let gone = wait_watching(stream, pending, tokio::time::sleep(delay)).await;
+        // Received: carried out after the delay even if the client gives up
+        // meanwhile.
+        let until = tokio::time::Instant::now() + delay;
+        let gone = wait_watching(stream, pending, tokio::time::sleep_until(until)).await;
         if let Some(gone) = gone {
             shared.note(id, |r| r.given_up = Some(gone));
+            tokio::time::sleep_until(until).await;
         }
     }
     let injected = shared.store().injected_failure(target.kind, verb);

@@ -469,16 +469,9 @@ impl FakeApi {
 
     /// [`FakeApi::stall`] for one client only (its bearer token: see
     /// [`FakeApi::kubeconfig_as`]), as when its own connection stops
-    /// answering; the others are served.
-    pub fn stall_user(&self, user: &str) {
-        self.shared.stalled.send_modify(|s| {
-            s.users.insert(user.to_owned());
-        });
-    }
-
-    /// [`FakeApi::stall_user`] from the moment `user`'s next request of
-    /// `kind` and `verb` arrives, that request included: a stall that
-    /// catches the client with that call in flight.
+    /// answering, while the others are served; from the moment its next
+    /// request of `kind` and `verb` arrives, that request included: a stall
+    /// that catches the client with that call in flight.
     pub fn stall_user_at(&self, user: &str, kind: Kind, verb: &'static str) {
         self.shared
             .stalled

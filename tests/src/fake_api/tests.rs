@@ -289,3 +289,33 @@ fn a_stalled_clients_requests_are_recorded_on_arrival_and_dropped_once_given_up(
     );
     assert_eq!(second.given_up, None);
 }
+
+/// A delayed request was received: the API server carries it out after
+/// the delay even when its client gave up meanwhile.
+#[test]
+fn a_delayed_request_is_carried_out_after_its_delay_even_once_given_up() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.delay(Kind::Service, "create", Duration::from_millis(500));
+    let path = "/api/v1/namespaces/jobs/services";
+    drop(send_as(
+        &api,
+        "a",
+        "POST",
+        path,
+        &service("late", json!({})),
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(api.get(Kind::Service, "jobs", "late").is_none());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.get(Kind::Service, "jobs", "late").is_none() {
+        assert!(Instant::now() < deadline, "never carried out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let requests = api.requests();
+    let [late] = requests.as_slice() else {
+        panic!("{requests:?}")
+    };
+    let (given_up, handled) = (late.given_up.unwrap(), late.handled.unwrap());
+    assert!(given_up < late.at + Duration::from_millis(400), "{late:?}");
+    assert!(handled >= late.at + Duration::from_millis(500), "{late:?}");
+}
