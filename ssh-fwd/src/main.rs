@@ -23,6 +23,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let long_running = matches!(cli.command, Command::Agent(_) | Command::Controller(_));
+    let format = cli.log_format;
     let result = match cli.command {
         Command::Agent(args) => block_on(agent::run(*args)),
         Command::Controller(args) => block_on(controller::run(*args)),
@@ -35,8 +36,9 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // Once: the agent and the controller log it (one event, in the
-            // log format asked for); the commands print it, as CLIs do.
-            if long_running {
+            // log format asked for); the commands print it, as CLIs do,
+            // unless JSON is asked for, where every line is one event.
+            if long_running || format == LogFormat::Json {
                 tracing::error!("{e:#}");
             } else {
                 eprintln!("error: {e:#}");

@@ -182,3 +182,48 @@ fn with_json_logs_a_panic_is_one_json_event() {
     assert!(stderr.contains("logs.rs"), "the location: {stderr}");
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
+
+/// `list`, `status`, `teardown` and `install-keys` print their error as
+/// text (`error: ...`), as CLIs do, unless `--log-format json` asks for
+/// one JSON event per line.
+#[test]
+fn with_json_logs_a_failing_command_reports_its_error_as_one_json_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().to_str().unwrap();
+    // A regular file where the bpffs directory should be: teardown cannot
+    // list it, and nothing under it exists to remove.
+    let file = dir.path().join("not-a-directory");
+    std::fs::write(&file, "").unwrap();
+    let absent = dir.path().join("absent").display().to_string();
+    let commands: [&[&str]; 4] = [
+        &["list", "--bpffs", empty],
+        &["status", "--bpffs", empty],
+        &["teardown", "--bpffs", file.to_str().unwrap()],
+        &[
+            "install-keys",
+            "--source",
+            &absent,
+            "--dir",
+            empty,
+            "--uid",
+            "0",
+        ],
+    ];
+    for command in commands {
+        let json = [&["--log-format", "json"][..], command].concat();
+        let out = ssh_fwd(&json, &[]);
+        assert_eq!(out.status.code(), Some(1), "{command:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_json_lines(&stderr);
+        assert!(
+            stderr.contains("\"level\":\"ERROR\""),
+            "{command:?}: {stderr}"
+        );
+        let out = ssh_fwd(command, &[]);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.lines().any(|l| l.starts_with("error: ")),
+            "{command:?}: {stderr}"
+        );
+    }
+}

@@ -470,6 +470,62 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
     .unwrap();
 }
 
+/// The pod scan (every 2 s) finds the lock lost long before a resync would:
+/// the displaced agent exits at once, naming the agent that holds the
+/// directory now, instead of warning and running on beside it.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_agent_whose_directory_another_agent_took_exits_at_its_next_pod_scan() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("m.yaml");
+    write_mappings(&mappings, &[("a", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let root = nested_root(&bpffs);
+    let args: Vec<String> = [
+        "--mappings",
+        mappings.to_str().unwrap(),
+        "--bpffs",
+        &root,
+        "--resync-interval",
+        "1h",
+    ]
+    .map(Into::into)
+    .into();
+    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let first_pid = first.pid().unwrap();
+    // SAFETY: signalling a child of this test.
+    unsafe { libc::kill(first_pid as i32, libc::SIGSTOP) };
+    std::fs::remove_dir_all(&root).unwrap();
+    let mut second = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let second_pid = second.pid().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
+    assert!(
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
+            first.exited().unwrap().is_some()
+        }),
+        "the displaced agent runs on beside the new one:\n{}",
+        first.log()
+    );
+    assert!(
+        first.log().contains(&format!(
+            "another ssh-fwd process holds it now (pid {second_pid}, ssh-fwd agent"
+        )),
+        "{}",
+        first.log()
+    );
+    assert!(second.exited().unwrap().is_none(), "{}", second.log());
+    second.stop().unwrap();
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+            .args(["teardown", "--bpffs", &root]),
+    )
+    .unwrap();
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn max_mappings_sizes_the_tables_and_a_restart_asking_another_size_is_refused_with_the_way_out() {

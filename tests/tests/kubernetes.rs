@@ -169,6 +169,62 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
     drop(agent);
 }
 
+/// The node gains an address after the agent started (a CNI bridge's
+/// gateway, a tunnel's, a new node IP): an endpoint there is the node's own
+/// service, refused as a backend like one on the addresses it started with.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_address_the_node_gains_after_start_is_refused_as_a_backend() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let KubeBed {
+        api,
+        bpffs,
+        args,
+        _dir,
+    } = kube_bed(
+        node,
+        &[
+            "--metrics-addr",
+            "127.0.0.1:9102",
+            "--resync-interval",
+            "1s",
+        ],
+    );
+    let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let gauge = |name: &str| {
+        let metrics = metric(node, "/metrics");
+        let prefix = format!("{name} ");
+        let value = metrics.lines().find_map(|l| l.strip_prefix(&prefix));
+        value.and_then(|v| v.parse::<u64>().ok())
+    };
+    eventually("job-a mapped", || gauge("ssh_fwd_mappings") == Some(1));
+    // A bridge with a gateway address appears in the node's namespace (the
+    // test's own, gone with it).
+    for args in [
+        &["link", "add", "sshfwd-br0", "type", "bridge"][..],
+        &["addr", "add", "10.244.9.1/24", "dev", "sshfwd-br0"],
+        &["link", "set", "sshfwd-br0", "up"],
+    ] {
+        cmd::run(node.command("ip").args(args)).unwrap();
+    }
+    api.apply(Kind::Service, legacy_service("hostnet", 8125));
+    api.apply(Kind::EndpointSlice, slice("hostnet", "", "10.244.9.1"));
+    eventually("hostnet counted as invalid", || {
+        gauge("ssh_fwd_invalid_services") == Some(1)
+    });
+    eventually("only job-a mapped", || gauge("ssh_fwd_mappings") == Some(1));
+    assert!(
+        agent
+            .log()
+            .contains("is an address of this node (interface sshfwd-br0)"),
+        "{}",
+        agent.log()
+    );
+    drop(agent);
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn restarted_agent_changes_nothing_until_the_api_answers() {

@@ -5,8 +5,9 @@
 //! previous agent's adopted), the telemetry endpoints start. Then a single
 //! task keeps the maps equal to the source: on every change, on a resync
 //! timer (which also repairs drift: map entries, and deleted pins of maps
-//! and links), and rescanning pods' interfaces when
-//! links change. One task owns the data path, so nothing needs a lock.
+//! and links, and reads the node's addresses again), rescanning pods'
+//! interfaces when links change and reading the node's addresses when they
+//! change. One task owns the data path, so nothing needs a lock.
 
 mod args;
 mod metrics;
@@ -124,9 +125,16 @@ async fn follow(
             "no link events; pods' interfaces are found by the periodic rescan only"
         );
     }
+    let (addr_events, mut addrs_changed) = mpsc::channel(1);
+    if let Err(e) = netdev::watch_addresses(addr_events) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "no address events; the node's addresses are read again at each resync only"
+        );
+    }
     // Pods first: a failure only costs speed, never correctness.
     let mut scans = PodScans::default();
-    scans.run(datapath, &repair).await;
+    scans.run(datapath, &repair).await?;
     if let Some(change) = source.initial() {
         apply(reconciler, datapath, source, &change);
     }
@@ -142,16 +150,18 @@ async fn follow(
             next = source.next() => handle(reconciler, datapath, source, next?),
             _ = resync.tick() => {
                 repair.run(datapath)?;
+                source.refresh_node_addrs().await;
                 if let Some(desired) = source.current() {
                     reconciler.reconcile(datapath, desired, &Change::whole(RESYNC, std::time::Instant::now()));
                 }
             }
             _ = scan.tick() => {
-                scans.run(datapath, &repair).await;
+                scans.run(datapath, &repair).await?;
                 let report = *sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
-            Some(()) = links_changed.recv() => scans.run(datapath, &repair).await,
+            Some(()) = links_changed.recv() => scans.run(datapath, &repair).await?,
+            Some(()) = addrs_changed.recv() => source.refresh_node_addrs().await,
         }
     }
 }
@@ -179,7 +189,10 @@ struct PodScans {
 }
 
 impl PodScans {
-    async fn run(&mut self, datapath: &mut Datapath, repair: &PinRepair) {
+    /// Fails only when another agent holds the `--bpffs` directory now
+    /// ([`datapath::lock::Lost`]): this one must stop at once, not at the
+    /// next resync.
+    async fn run(&mut self, datapath: &mut Datapath, repair: &PinRepair) -> anyhow::Result<()> {
         match datapath.scan_pods().await {
             Ok(restored) => {
                 repair.record(&restored);
@@ -188,6 +201,7 @@ impl PodScans {
                     self.failing = false;
                 }
             }
+            Err(e) if e.is::<datapath::lock::Lost>() => return Err(e),
             Err(e) if !self.failing => {
                 tracing::warn!(
                     error = format!("{e:#}"),
@@ -197,5 +211,6 @@ impl PodScans {
             }
             Err(_) => {}
         }
+        Ok(())
     }
 }

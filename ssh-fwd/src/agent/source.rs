@@ -135,6 +135,16 @@ impl Source {
                 .map(|_| Next::Apply(Change::whole("SIGHUP", Instant::now()))),
         }
     }
+
+    /// Reads the node's addresses again (at each resync, and when they
+    /// change): in Kubernetes mode no backend may be on one, including one
+    /// the node gained since start-up; a change of the mappings comes from
+    /// [`Source::next`]. The file is checked against them at each load.
+    pub async fn refresh_node_addrs(&mut self) {
+        if let Self::Kubernetes(k) = self {
+            k.refresh_node_addrs().await;
+        }
+    }
 }
 
 /// The mappings file.
@@ -282,6 +292,8 @@ async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>) -> anyhow::Result<Rules> {
 pub struct KubeFollower {
     source: KubeSource,
     selector: String,
+    /// `--ssh-ip`, for reading the node's rules again.
+    ssh_ips: BTreeSet<Ipv4Addr>,
     /// A change was returned already (the first is the complete lists).
     started: bool,
     metrics: AgentMetrics,
@@ -299,9 +311,10 @@ impl KubeFollower {
             styles: args.styles(),
             capacity: args.max_mappings as usize,
         };
-        // Read once: the node's addresses, where no endpoint may be (a
-        // hostNetwork pod's). A restart reads them again.
-        let rules = node_rules(&policy.ssh_ips).await?;
+        // The node's addresses, where no endpoint may be (a hostNetwork
+        // pod's): read again at each resync and when they change.
+        let ssh_ips = policy.ssh_ips.clone();
+        let rules = node_rules(&ssh_ips).await?;
         let source = KubeSource::start(
             api.client,
             &args.selector,
@@ -316,6 +329,7 @@ impl KubeFollower {
         Ok(Self {
             source,
             selector: args.selector.clone(),
+            ssh_ips,
             started: false,
             metrics: metrics.clone(),
         })
@@ -339,6 +353,21 @@ impl KubeFollower {
             since,
             touched,
         })
+    }
+
+    /// Checks backends against the node's addresses as they are now; a
+    /// failed read keeps the last ones.
+    async fn refresh_node_addrs(&mut self) {
+        match node_rules(&self.ssh_ips).await {
+            Ok(rules) => {
+                self.source.set_node_addrs(rules.all_node_addrs);
+                self.report();
+            }
+            Err(e) => tracing::warn!(
+                error = format!("{e:#}"),
+                "cannot read the node's addresses; checking endpoints against the last ones read"
+            ),
+        }
     }
 
     /// The current desired state, checked against a full recompute.

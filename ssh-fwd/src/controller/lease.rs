@@ -1,7 +1,9 @@
 //! Leader election with a coordination.k8s.io Lease, so only one controller
 //! replica allocates ports. The API server arbitrates: every write carries the
 //! resourceVersion it read, so two replicas cannot both take the Lease. A
-//! leader that cannot renew for two thirds of the Lease duration stops leading
+//! leader renews every third of the Lease duration, retries a failed renewal
+//! every fifteenth (with backoff, as client-go's retryPeriod), and one that
+//! cannot renew for two thirds of the duration stops leading
 //! (its writes and watches end) before anyone else may take over, and stands
 //! for election again; the process stays up, so its webhook goes on admitting
 //! (`controller::run`). Its term runs two thirds of the duration from when it
@@ -190,39 +192,82 @@ impl Elector {
         }
     }
 
-    /// Renews until it cannot; the error says why leadership ended. Each
-    /// attempt is bounded by the term, and the term ends the leadership.
+    /// Renews until it cannot; the error says why leadership ended.
     pub async fn hold(&self) -> anyhow::Error {
         loop {
             tokio::time::sleep(self.renew_every()).await;
-            let until = self.term.until().unwrap_or_else(tokio::time::Instant::now);
-            match tokio::time::timeout_at(until, self.try_once()).await {
-                Ok(Ok(None)) => {}
-                Ok(Ok(Some(Step::Wait { holder, .. }))) => {
-                    self.term.set(None);
-                    return anyhow::anyhow!("lost the Lease {} to {holder}", self.name);
-                }
-                Ok(Ok(Some(_))) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(lease = %self.name, error = %format!("{e:#}"), "cannot renew the Lease; retrying")
-                }
-                Err(_) => {
-                    tracing::warn!(lease = %self.name, "the API did not answer the Lease renewal in time")
-                }
-            }
-            if self
-                .term
-                .until()
-                .is_none_or(|until| until <= tokio::time::Instant::now())
-            {
+            if let Err(why) = self.renew().await {
                 self.term.set(None);
-                return anyhow::anyhow!(
-                    "could not renew the Lease {} within {:?}; stopped writing before another replica may take over",
-                    self.name,
-                    self.term_length()
-                );
+                return why;
             }
         }
+    }
+
+    /// How soon a failed renewal is tried again (client-go's retryPeriod),
+    /// growing with each failure.
+    fn retry_every(&self) -> Duration {
+        self.duration / 15
+    }
+
+    /// One renewal: a failed attempt is tried again every
+    /// [`Self::retry_every`] (with backoff and jitter) until the term ends,
+    /// so one refused or lost request does not end the leadership. Each
+    /// attempt is bounded by the term ([`Term::bounded`]) and by the renew
+    /// interval, so one that hangs leaves time for another.
+    async fn renew(&self) -> anyhow::Result<()> {
+        use backon::BackoffBuilder as _;
+        let mut backoff = backon::ExponentialBuilder::default()
+            .with_min_delay(self.retry_every())
+            .with_max_delay(self.renew_every() / 2)
+            .with_jitter()
+            .without_max_times()
+            .build();
+        let mut failed = 0_u32;
+        loop {
+            let attempt = tokio::time::timeout(self.renew_every(), self.try_once());
+            let outcome = self.term.bounded("renewing the Lease", async {
+                attempt.await.unwrap_or_else(|_| {
+                    Err(anyhow::anyhow!(
+                        "the API did not answer within {:?}",
+                        self.renew_every()
+                    ))
+                })
+            });
+            match outcome.await {
+                Ok(None) => {
+                    if failed > 0 {
+                        tracing::info!(lease = %self.name, failed, "renewed the Lease after failed attempts");
+                    }
+                    return Ok(());
+                }
+                Ok(Some(Step::Wait { holder, .. })) => {
+                    anyhow::bail!("lost the Lease {} to {holder}", self.name);
+                }
+                Ok(Some(_)) => {}
+                Err(e) if e.is::<TermError>() => break,
+                Err(e) => {
+                    failed += 1;
+                    if failed == 1 {
+                        tracing::warn!(lease = %self.name, error = %format!("{e:#}"), "cannot renew the Lease; retrying until this term ends");
+                    } else {
+                        tracing::debug!(lease = %self.name, error = %format!("{e:#}"), failed, "cannot renew the Lease; retrying");
+                    }
+                }
+            }
+            let Some(until) = self.term.until() else {
+                break;
+            };
+            let next = tokio::time::Instant::now() + backoff.next().unwrap_or(self.retry_every());
+            if next >= until {
+                break;
+            }
+            tokio::time::sleep_until(next).await;
+        }
+        Err(anyhow::anyhow!(
+            "could not renew the Lease {} within {:?}; stopped writing before another replica may take over",
+            self.name,
+            self.term_length()
+        ))
     }
 
     /// Hands the Lease back so a standby takes over at once.

@@ -10,7 +10,10 @@
 //! again, the path names a new, unlocked directory, where a second agent
 //! could start beside the first. So the agent checks at each resync that
 //! the directory it holds is still the one at the path ([`AgentLock::follow`]):
-//! it locks the new one, or stops if another agent got there first.
+//! it locks the new one, or stops if another agent got there first. For the
+//! same reason a lock just taken is checked to be on the directory the path
+//! names (a teardown may have removed the one opened before it was locked),
+//! and taken again if not.
 
 use std::{
     fs::File,
@@ -55,35 +58,68 @@ pub struct Lost {
     holder: Holder,
 }
 
+/// How many times the lock is tried when the directory is removed between
+/// opening it and locking it (a teardown finishing).
+const ATTEMPTS: usize = 5;
+
+/// One try at the lock on the directory at the path.
+enum Attempt {
+    Locked(AgentLock),
+    Held(Holder),
+    /// The path names another directory, or none, once the one opened was
+    /// locked: it was removed in between, and its lock guards nothing.
+    Moved,
+}
+
 impl AgentLock {
-    /// Takes the lock on `layout`'s directory, or fails naming the process
-    /// that holds it.
-    pub fn take(layout: &PinLayout) -> anyhow::Result<Self> {
-        match Self::try_take(layout)? {
-            Ok(lock) => Ok(lock),
-            Err(holder) if holder.is_teardown() => bail!(
-                "an ssh-fwd teardown is removing --bpffs {} ({holder}); start the agent again \
-                 once it is done",
-                layout.root().display()
-            ),
-            Err(holder) => bail!(
-                "another ssh-fwd agent is running on --bpffs {} ({holder}): two agents would \
-                 overwrite each other's maps. Stop that one first, or give this one another \
-                 --bpffs directory",
-                layout.root().display()
-            ),
+    /// Takes the lock on `layout`'s directory, made by `prepare` (again if
+    /// it is removed under the agent meanwhile), or fails naming the
+    /// process that holds it.
+    pub fn take(
+        layout: &PinLayout,
+        prepare: impl FnMut() -> anyhow::Result<()>,
+    ) -> anyhow::Result<Self> {
+        Self::take_with(layout, prepare, || {})
+    }
+
+    /// [`AgentLock::take`], running `between` after each open and before
+    /// its lock (tests: a teardown removing the directory there).
+    fn take_with(
+        layout: &PinLayout,
+        mut prepare: impl FnMut() -> anyhow::Result<()>,
+        mut between: impl FnMut(),
+    ) -> anyhow::Result<Self> {
+        for _ in 0..ATTEMPTS {
+            prepare()?;
+            match lock_at(layout, &mut between)? {
+                Attempt::Locked(lock) => return Ok(lock),
+                Attempt::Held(holder) if holder.is_teardown() => bail!(
+                    "an ssh-fwd teardown is removing --bpffs {} ({holder}); start the agent \
+                     again once it is done",
+                    layout.root().display()
+                ),
+                Attempt::Held(holder) => bail!(
+                    "another ssh-fwd agent is running on --bpffs {} ({holder}): two agents \
+                     would overwrite each other's maps. Stop that one first, or give this one \
+                     another --bpffs directory",
+                    layout.root().display()
+                ),
+                Attempt::Moved => {}
+            }
         }
+        Err(moving(layout))
     }
 
     /// Takes the lock if no one holds it; else says who does.
     pub fn try_take(layout: &PinLayout) -> anyhow::Result<Result<Self, Holder>> {
-        let root = layout.root();
-        let (dir, id) = open(root)?;
-        Ok(if try_lock(&dir, root)? {
-            Ok(Self { dir, id })
-        } else {
-            Err(Holder::of(layout, id))
-        })
+        for _ in 0..ATTEMPTS {
+            match lock_at(layout, &mut || {})? {
+                Attempt::Locked(lock) => return Ok(Ok(lock)),
+                Attempt::Held(holder) => return Ok(Err(holder)),
+                Attempt::Moved => {}
+            }
+        }
+        Err(moving(layout))
     }
 
     /// Makes sure the lock is on the directory now at the path (the
@@ -101,39 +137,85 @@ impl AgentLock {
     /// [`AgentLock::follow`] once the directory is there.
     fn follow_dir(&mut self, layout: &PinLayout) -> anyhow::Result<bool> {
         let root = layout.root();
-        let (dir, id) = open(root)?;
         // Removed, it has no links left: its inode number may be reused.
         let removed = self.dir.metadata().is_ok_and(|m| m.nlink() == 0);
-        if id == self.id && !removed {
+        let now = path_id(root).with_context(|| format!("reading {}", root.display()))?;
+        if now == Some(self.id) && !removed {
             return Ok(false);
         }
-        if !try_lock(&dir, root)? {
-            return Err(Lost {
-                root: root.display().to_string(),
-                holder: Holder::of(layout, id),
+        match lock_at(layout, &mut || {})? {
+            Attempt::Locked(lock) => *self = lock,
+            Attempt::Held(holder) => {
+                return Err(Lost {
+                    root: root.display().to_string(),
+                    holder,
+                }
+                .into());
             }
-            .into());
+            Attempt::Moved => bail!(
+                "--bpffs {} was removed again while the agent locked it; trying again at the \
+                 next resync",
+                root.display()
+            ),
         }
         tracing::warn!(
             bpffs = %root.display(),
             "the --bpffs directory was removed and made again under the agent; it is locked \
              again, and the deleted pins are restored"
         );
-        *self = Self { dir, id };
         Ok(true)
     }
 }
 
-fn open(root: &Path) -> anyhow::Result<(File, DirId)> {
-    let dir = File::open(root).with_context(|| format!("opening {}", root.display()))?;
-    let meta = dir
-        .metadata()
-        .with_context(|| format!("reading {}", root.display()))?;
-    let id = DirId {
+/// Opens the directory at `layout`'s root and locks it. The lock is on
+/// the directory opened, not on the path: if a teardown removed it between
+/// the open and the lock, the lock guards a deleted directory, so the
+/// path is checked to name the locked one still.
+fn lock_at(layout: &PinLayout, between: &mut dyn FnMut()) -> anyhow::Result<Attempt> {
+    let root = layout.root();
+    let dir = match File::open(root) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Attempt::Moved),
+        Err(e) => return Err(e).with_context(|| format!("opening {}", root.display())),
+    };
+    let meta = dir.metadata();
+    let id = id_of(&meta.with_context(|| format!("reading {}", root.display()))?);
+    between();
+    if !try_lock(&dir, root)? {
+        return Ok(Attempt::Held(Holder::of(layout, id)));
+    }
+    let now = path_id(root).with_context(|| format!("reading {}", root.display()))?;
+    let removed = dir.metadata().is_ok_and(|m| m.nlink() == 0);
+    Ok(if now == Some(id) && !removed {
+        Attempt::Locked(AgentLock { dir, id })
+    } else {
+        Attempt::Moved // dropped: unlocked
+    })
+}
+
+/// The identity of the directory at `root`; `None` if there is none.
+fn path_id(root: &Path) -> std::io::Result<Option<DirId>> {
+    match std::fs::metadata(root) {
+        Ok(meta) => Ok(Some(id_of(&meta))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn id_of(meta: &std::fs::Metadata) -> DirId {
+    DirId {
         dev: meta.dev(),
         ino: meta.ino(),
-    };
-    Ok((dir, id))
+    }
+}
+
+/// The error when the directory keeps being removed while it is locked.
+fn moving(layout: &PinLayout) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--bpffs {} was removed while it was being locked, {ATTEMPTS} times in a row (a \
+         teardown running in a loop?); try again once it is done",
+        layout.root().display()
+    )
 }
 
 /// Locks `dir`; `false` if someone else holds the lock.

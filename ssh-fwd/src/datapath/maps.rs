@@ -109,12 +109,16 @@ impl Maps {
     }
 
     /// Applies a plan in the order that keeps every packet's view consistent:
-    /// the reverse entries that make room, counters and names, then reverse
-    /// entries, then frontends (which make a mapping live), then deletions. Each map update replaces a whole
-    /// element at once, so the packet path sees the old or the new entry,
-    /// never a mix.
+    /// the frontends whose backend's reverse entry goes early, the reverse
+    /// entries that make room, counters and names, then reverse entries,
+    /// then frontends (which make a mapping live), then deletions. Each map
+    /// update replaces a whole element at once, so the packet path sees the
+    /// old or the new entry, never a mix.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<Applied> {
         let cpus = cpus()?;
+        for k in &plan.frontend_deletes_first {
+            remove_if_present(&mut self.frontends, k, FRONTENDS)?;
+        }
         for k in &plan.reverse_deletes_first {
             remove_if_present(&mut self.reverse, k, REVERSE)?;
         }

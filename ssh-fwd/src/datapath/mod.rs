@@ -136,8 +136,7 @@ impl Datapath {
         }
         let takeover = Takeover::find(layout)?;
         // Locked before anything is made in it: a teardown may be running.
-        layout.prepare_root()?;
-        let lock = AgentLock::take(layout)?;
+        let lock = AgentLock::take(layout, || layout.prepare_root())?;
         layout.prepare()?;
         let adopted = layout.has_maps();
         let mut ebpf = object::load(layout, &config.settings)?;

@@ -1,6 +1,7 @@
 //! The network interfaces of the agent's namespace: names and indexes, the
 //! rtnetlink dumps of links and qdiscs (through the `rtnetlink` crate), link
-//! events, and the rules for which interfaces are the host ends of pods.
+//! and address events, and the rules for which interfaces are the host ends
+//! of pods.
 //!
 //! Asked over netlink rather than read from /sys: a process that entered a
 //! network namespace with `nsenter --net` keeps the /sys of another one.
@@ -250,20 +251,45 @@ impl Netlink {
 /// goes, until the receiver is dropped. Events are hints to rescan: the
 /// rescan reads the whole state, so a lost or coalesced event costs nothing.
 pub fn watch_links(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
-    let (connection, _, mut messages) =
-        rtnetlink::new_multicast_connection(&[MulticastGroup::Link])
-            .context("subscribing to rtnetlink link events")?;
+    watch(MulticastGroup::Link, "link", changed, |m| {
+        matches!(
+            m,
+            RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_)
+        )
+    })
+}
+
+/// Sends a unit on `changed` whenever an IPv4 address is added to or
+/// removed from an interface, until the receiver is dropped; hints, as
+/// [`watch_links`]'s.
+pub fn watch_addresses(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
+    watch(MulticastGroup::Ipv4Ifaddr, "address", changed, |m| {
+        matches!(
+            m,
+            RouteNetlinkMessage::NewAddress(_) | RouteNetlinkMessage::DelAddress(_)
+        )
+    })
+}
+
+/// Subscribes to `group` and sends a unit on `changed` for each message
+/// `wanted` picks (`what` names them in the error).
+fn watch(
+    group: MulticastGroup,
+    what: &str,
+    changed: mpsc::Sender<()>,
+    wanted: fn(&RouteNetlinkMessage) -> bool,
+) -> anyhow::Result<()> {
+    let (connection, _, mut messages) = rtnetlink::new_multicast_connection(&[group])
+        .with_context(|| format!("subscribing to rtnetlink {what} events"))?;
     tokio::spawn(connection);
     tokio::spawn(async move {
         while let Some((message, _)) = messages.next().await {
-            let is_link = matches!(
-                message.payload,
-                netlink_packet_core::NetlinkPayload::InnerMessage(
-                    RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_)
-                )
+            let relevant = matches!(
+                &message.payload,
+                netlink_packet_core::NetlinkPayload::InnerMessage(m) if wanted(m)
             );
-            // A full channel already holds a rescan request.
-            if is_link && changed.try_send(()).is_err() && changed.is_closed() {
+            // A full channel already holds a request.
+            if relevant && changed.try_send(()).is_err() && changed.is_closed() {
                 return;
             }
         }

@@ -38,6 +38,12 @@ pub struct Installed {
 /// Map writes, to be applied in field order (see [`super::maps::Maps::apply`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
+    /// Frontends taken down before [`Plan::reverse_deletes_first`] removes
+    /// their backend's REVERSE entry, so none is ever live without it (its
+    /// replies would leave untranslated, showing the pod's address). Each
+    /// is being changed (written again by `frontend_upserts`) or removed
+    /// (also in `frontend_deletes`); its connections are retired either way.
+    pub frontend_deletes_first: Vec<Endpoint>,
     /// REVERSE entries removed first, to make room: entries no frontend
     /// uses, then, only as many as needed, entries of backends that
     /// frontends being changed in this step are about to leave.
@@ -62,7 +68,8 @@ pub struct Plan {
 
 impl Plan {
     pub fn is_empty(&self) -> bool {
-        self.reverse_deletes_first.is_empty()
+        self.frontend_deletes_first.is_empty()
+            && self.reverse_deletes_first.is_empty()
             && self.new_slots.is_empty()
             && self.renamed.is_empty()
             && self.reverse_upserts.is_empty()
@@ -250,6 +257,13 @@ fn step(
     let reverse_deletes = deletes(&installed.reverse, &want.reverse);
     (plan.reverse_deletes_first, plan.reverse_deletes) =
         reverse_delete_order(installed, &want, reverse_deletes, outside);
+    let early: BTreeSet<Endpoint> = plan.reverse_deletes_first.iter().copied().collect();
+    plan.frontend_deletes_first = installed
+        .frontends
+        .iter()
+        .filter(|(_, t)| early.contains(&t.endpoint))
+        .map(|(f, _)| *f)
+        .collect();
     plan.retired = installed
         .frontends
         .iter()
@@ -262,9 +276,10 @@ fn step(
 /// Splits REVERSE deletes into those done first and those done last. An
 /// entry no installed frontend uses goes first (nothing depends on it). So
 /// do as many entries of backends being left as the new entries need room
-/// for: the frontends leaving them are being changed, their connections
-/// retired, and their new entries are written right after. `beside`:
-/// the REVERSE entries outside the part planned.
+/// for: the frontends leaving them are being changed or removed, their
+/// connections retired; they are taken down before (`step`), and the
+/// changed ones written again right after. `outside`: the REVERSE entries
+/// outside the part planned.
 fn reverse_delete_order(
     installed: &Installed,
     want: &Installed,
@@ -320,6 +335,8 @@ pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
     let mut all = Plan::default();
     let capacity = ssh_fwd_common::maps::MAX_MAPPINGS as usize;
     for mut p in plan_steps(installed, desired, capacity).steps {
+        all.frontend_deletes_first
+            .append(&mut p.frontend_deletes_first);
         all.reverse_deletes_first
             .append(&mut p.reverse_deletes_first);
         all.new_slots.append(&mut p.new_slots);

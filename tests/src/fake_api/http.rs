@@ -67,7 +67,8 @@ pub async fn serve(mut stream: TcpStream, shared: Arc<Shared>) -> std::io::Resul
     let mut pending = Vec::with_capacity(16 * 1024);
     while let Some((head, body)) = read_request(&mut stream, &mut pending).await? {
         let close = header(&head, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        if serve_one(&mut stream, &shared, &head, body, close).await? == After::Close {
+        let served = serve_one(&mut stream, &mut pending, &shared, &head, body, close).await?;
+        if served == After::Close {
             break;
         }
     }
@@ -117,9 +118,11 @@ enum After {
 }
 
 /// Serves one request (a watch until it ends); nothing when the API is
-/// cut or the client gave up, and then the connection is closed.
+/// cut or the client gave up during a stall, and then the connection is
+/// closed. The request is recorded as it arrives, and noted once handled.
 async fn serve_one(
     stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
     shared: &Arc<Shared>,
     head: &str,
     body: Value,
@@ -128,16 +131,33 @@ async fn serve_one(
     let mut words = head.split_whitespace();
     let method = words.next().unwrap_or("GET").to_owned();
     let target = words.next().unwrap_or("/").to_owned();
-    if *shared.stalled.borrow() {
-        shared.unstalled().await;
-        if client_gone(stream).await {
-            return Ok(After::Close); // given up on: never handled
-        }
-    }
     if shared.store().cut {
         return Ok(After::Close); // drop the connection: the API is unreachable
     }
-    let Some(target) = parse_target(&target) else {
+    let user = user_of(head);
+    let parsed = parse_target(&target).map(|target| {
+        let watch = target
+            .query
+            .get("watch")
+            .is_some_and(|v| v == "true" || v == "1");
+        let verb = verb(&method, &target, watch);
+        let id = record(shared, &user, verb, &target);
+        shared.trigger_stall(&user, target.kind, verb);
+        (target, watch, verb, id)
+    });
+    let id = parsed.as_ref().map(|(.., id)| *id);
+    if shared.stalls(&user)
+        && let Some(gone) = wait_watching(stream, pending, shared.unstalled(&user)).await
+    {
+        if let Some(id) = id {
+            shared.note(id, |r| r.given_up = Some(gone));
+        }
+        return Ok(After::Close); // given up on: never handled
+    }
+    if shared.store().cut {
+        return Ok(After::Close);
+    }
+    let Some((target, watch, verb, id)) = parsed else {
         let error = ApiError {
             code: 404,
             reason: "NotFound",
@@ -145,21 +165,24 @@ async fn serve_one(
         };
         return respond(stream, error.code, &error.status().to_string(), close).await;
     };
-    let watch = target
-        .query
-        .get("watch")
-        .is_some_and(|v| v == "true" || v == "1");
-    let verb = verb(&method, &target, watch);
-    record(shared, head, verb, &target);
     if watch {
-        watch_stream(stream, shared, &target).await?;
+        shared.note(id, |r| r.handled = Some(std::time::Instant::now()));
+        watch_stream(stream, shared, &target, &user).await?;
         return Ok(After::Close);
     }
     let delay = shared.store().delays.get(&(target.kind, verb)).copied();
     if let Some(delay) = delay {
-        tokio::time::sleep(delay).await;
+        // Received: carried out after the delay even if the client gives up
+        // meanwhile.
+        let until = tokio::time::Instant::now() + delay;
+        let gone = wait_watching(stream, pending, tokio::time::sleep_until(until)).await;
+        if let Some(gone) = gone {
+            shared.note(id, |r| r.given_up = Some(gone));
+            tokio::time::sleep_until(until).await;
+        }
     }
     let injected = shared.store().injected_failure(target.kind, verb);
+    shared.note(id, |r| r.handled = Some(std::time::Instant::now()));
     let handled = injected.and_then(|()| handle(shared, &method, head, &target, body));
     let (code, answer) = match handled {
         Ok((code, text)) => (code, text),
@@ -168,14 +191,25 @@ async fn serve_one(
     respond(stream, code, &answer, close).await
 }
 
-/// Whether the client closed the connection while its request waited.
-async fn client_gone(stream: &mut TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    let wait = std::time::Duration::from_millis(5);
-    matches!(
-        tokio::time::timeout(wait, stream.read(&mut byte)).await,
-        Ok(Ok(0) | Err(_))
-    )
+/// Waits for `until` while watching the connection; returns when the client
+/// closed it, if it did (then at once). Bytes the client sends meanwhile
+/// are kept in `pending` for the next request.
+async fn wait_watching(
+    stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
+    until: impl Future<Output = ()>,
+) -> Option<std::time::Instant> {
+    tokio::pin!(until);
+    let mut chunk = [0u8; 4096];
+    loop {
+        tokio::select! {
+            () = &mut until => return None,
+            read = stream.read(&mut chunk) => match read {
+                Ok(0) | Err(_) => return Some(std::time::Instant::now()),
+                Ok(n) => pending.extend_from_slice(&chunk[..n]),
+            },
+        }
+    }
 }
 
 /// The request's label selector; one the API server would refuse is a 400.
@@ -210,32 +244,36 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
         .map(|(_, v)| v.trim())
 }
 
-/// Records a request, with the bearer token in `head` as its user.
-fn record(shared: &Shared, head: &str, verb: &'static str, target: &Target) {
-    let user = header(head, "authorization")
+/// The bearer token in `head`: who sent the request ("" for nobody).
+fn user_of(head: &str) -> String {
+    header(head, "authorization")
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("")
-        .to_owned();
+        .to_owned()
+}
+
+/// Records a request as it arrives; returns its index in the record.
+fn record(shared: &Shared, user: &str, verb: &'static str, target: &Target) -> usize {
     let mut resource = target.kind.resource().to_owned();
     if let Some(sub) = &target.subresource {
         resource = format!("{resource}/{sub}");
     }
-    shared
-        .requests
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Request {
-            user,
-            verb,
-            group: target.kind.group().to_owned(),
-            resource,
-            selector: target
-                .query
-                .get("labelSelector")
-                .cloned()
-                .unwrap_or_default(),
-            at: std::time::Instant::now(),
-        });
+    let mut requests = shared.requests.lock().unwrap_or_else(|p| p.into_inner());
+    requests.push(Request {
+        user: user.to_owned(),
+        verb,
+        group: target.kind.group().to_owned(),
+        resource,
+        selector: target
+            .query
+            .get("labelSelector")
+            .cloned()
+            .unwrap_or_default(),
+        at: std::time::Instant::now(),
+        handled: None,
+        given_up: None,
+    });
+    requests.len() - 1
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -458,6 +496,7 @@ async fn watch_stream(
     stream: &mut TcpStream,
     shared: &Shared,
     target: &Target,
+    user: &str,
 ) -> std::io::Result<()> {
     let selector = match selector_of(target) {
         Ok(selector) => selector,
@@ -486,7 +525,7 @@ async fn watch_stream(
         let Some(change) = change else {
             return Ok(()); // cut
         };
-        shared.unstalled().await;
+        shared.unstalled(user).await;
         if change.rv > sent {
             send(stream, target, &selector, &change).await?;
             sent = change.rv;

@@ -130,9 +130,30 @@ pub struct Request {
     pub resource: String,
     /// The `labelSelector` of a list or watch, as sent (empty for none).
     pub selector: String,
-    /// When the server handled it (after any stall: see
-    /// [`FakeApi::stall`]).
+    /// When it arrived, before any stall or delay.
     pub at: std::time::Instant,
+    /// When the server acted on it (a write took effect, a read was
+    /// answered, a watch started), after any stall or delay; `None` while it
+    /// waits and for one dropped unhandled (see [`FakeApi::stall`]).
+    pub handled: Option<std::time::Instant>,
+    /// When the client closed the connection before an answer (it gave the
+    /// request up), if it did while the request waited on a stall or delay.
+    pub given_up: Option<std::time::Instant>,
+}
+
+/// Whose requests and watch events wait ([`FakeApi::stall`]).
+#[derive(Debug, Default)]
+struct Stall {
+    all: bool,
+    users: std::collections::BTreeSet<String>,
+    /// A user whose stall starts with its first request of a kind and verb.
+    armed: Vec<(String, Kind, &'static str)>,
+}
+
+impl Stall {
+    fn holds(&self, user: &str) -> bool {
+        self.all || self.users.contains(user)
+    }
 }
 
 struct Shared {
@@ -140,8 +161,8 @@ struct Shared {
     /// Every change; `None` cuts open watches.
     changes: broadcast::Sender<Option<Change>>,
     requests: Mutex<Vec<Request>>,
-    /// True while the API stalls: requests and watch events wait.
-    stalled: tokio::sync::watch::Sender<bool>,
+    /// Whose requests and watch events wait.
+    stalled: tokio::sync::watch::Sender<Stall>,
     /// The server's runtime, for the kubelet's part in pod deletion.
     runtime: tokio::runtime::Handle,
 }
@@ -151,10 +172,39 @@ impl Shared {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Resolves once the API does not stall (at once if it does not).
-    async fn unstalled(&self) {
+    /// Whether the API stalls for `user` (a bearer token).
+    fn stalls(&self, user: &str) -> bool {
+        self.stalled.borrow().holds(user)
+    }
+
+    /// Resolves once the API does not stall for `user` (at once if it does
+    /// not).
+    async fn unstalled(&self, user: &str) {
         let mut stalled = self.stalled.subscribe();
-        let _ = stalled.wait_for(|s| !*s).await;
+        let _ = stalled.wait_for(|s| !s.holds(user)).await;
+    }
+
+    /// Starts the stall armed for `user` if this request is its trigger.
+    fn trigger_stall(&self, user: &str, kind: Kind, verb: &str) {
+        self.stalled.send_if_modified(|stall| {
+            let before = stall.armed.len();
+            stall
+                .armed
+                .retain(|(u, k, v)| !(u == user && *k == kind && *v == verb));
+            let fired = stall.armed.len() < before;
+            if fired {
+                stall.users.insert(user.to_owned());
+            }
+            fired
+        });
+    }
+
+    /// Notes on request `id` what happened to it since it arrived.
+    fn note(&self, id: usize, what: impl FnOnce(&mut Request)) {
+        let mut requests = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(request) = requests.get_mut(id) {
+            what(request);
+        }
     }
 
     /// Plays the kubelet for a pod marked for deletion: once its `grace`
@@ -221,7 +271,7 @@ impl FakeApi {
             store: Mutex::new(Store::new()),
             changes,
             requests: Mutex::default(),
-            stalled: tokio::sync::watch::Sender::new(false),
+            stalled: tokio::sync::watch::Sender::new(Stall::default()),
             runtime: runtime.handle().clone(),
         });
         let s = shared.clone();
@@ -365,7 +415,8 @@ impl FakeApi {
         self.shared.store().count(kind, check)
     }
 
-    /// Every request served so far.
+    /// Every request received so far (a stalled one included, see
+    /// [`Request::handled`]).
     pub fn requests(&self) -> Vec<Request> {
         self.shared
             .requests
@@ -397,6 +448,20 @@ impl FakeApi {
         self.fail_next(kind, "patch", codes);
     }
 
+    /// Answers the next updates (PUT) of `kind` with these status codes.
+    pub fn fail_updates(&self, kind: Kind, codes: &[u16]) {
+        self.fail_next(kind, "update", codes);
+    }
+
+    /// How many injected failures of `kind` and `verb` are still to come.
+    pub fn failures_left(&self, kind: Kind, verb: &'static str) -> usize {
+        self.shared
+            .store()
+            .failures
+            .get(&(kind, verb))
+            .map_or(0, Vec::len)
+    }
+
     fn fail_next(&self, kind: Kind, verb: &'static str, codes: &[u16]) {
         let mut codes = codes.to_vec();
         codes.reverse();
@@ -404,7 +469,8 @@ impl FakeApi {
     }
 
     /// Answers requests of `kind` and `verb` only after `by` (a slow API
-    /// server; zero ends it).
+    /// server; zero ends it). One whose client gives up meanwhile is still
+    /// carried out: the API server has received it.
     pub fn delay(&self, kind: Kind, verb: &'static str, by: std::time::Duration) {
         self.shared.store().delays.insert((kind, verb), by);
     }
@@ -417,17 +483,28 @@ impl FakeApi {
     }
 
     /// Stalls the API, as a connection that stops answering: requests are
-    /// read but not handled, and open watches deliver nothing, until
-    /// [`FakeApi::resume`]. A request whose client has given up (closed the
-    /// connection) by then is dropped unhandled, as the API server cancels
-    /// a request whose client went away; one still waited for is handled.
+    /// read (and recorded as they arrive) but not handled, and open watches
+    /// deliver nothing, until [`FakeApi::resume`]. A request whose client
+    /// gives up (closes the connection) meanwhile is dropped unhandled, as
+    /// it never reached the API server; one still waited for is handled.
     pub fn stall(&self) {
-        self.shared.stalled.send_replace(true);
+        self.shared.stalled.send_modify(|s| s.all = true);
     }
 
-    /// Ends a [`FakeApi::stall`].
+    /// [`FakeApi::stall`] for one client only (its bearer token: see
+    /// [`FakeApi::kubeconfig_as`]), as when its own connection stops
+    /// answering, while the others are served; from the moment its next
+    /// request of `kind` and `verb` arrives, that request included: a stall
+    /// that catches the client with that call in flight.
+    pub fn stall_user_at(&self, user: &str, kind: Kind, verb: &'static str) {
+        self.shared
+            .stalled
+            .send_modify(|s| s.armed.push((user.to_owned(), kind, verb)));
+    }
+
+    /// Ends every stall (and disarms those not started).
     pub fn resume(&self) {
-        self.shared.stalled.send_replace(false);
+        self.shared.stalled.send_replace(Stall::default());
     }
 
     /// Brings the API back after [`FakeApi::cut`].

@@ -225,3 +225,97 @@ fn changes_are_published_in_resource_version_order_under_concurrent_writes() {
     }
     assert_eq!(last, api.shared.store().rv());
 }
+
+/// Sends a request as `user` (its bearer token) and leaves the answer
+/// unread.
+fn send_as(api: &FakeApi, user: &str, method: &str, path: &str, body: &Value) -> TcpStream {
+    let mut stream = TcpStream::connect(api.addr()).unwrap();
+    let body = body.to_string();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: fake\r\nAuthorization: Bearer {user}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    stream
+}
+
+/// The status code of the answer on `stream`, if one comes within `wait`.
+fn answer_within(stream: &mut TcpStream, wait: Duration) -> Option<u16> {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// A stall of one client holds only its requests, each recorded when it
+/// arrives; one it gives up meanwhile is never carried out, one it waits
+/// for is carried out once the stall ends.
+#[test]
+fn a_stalled_clients_requests_are_recorded_on_arrival_and_dropped_once_given_up() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let path = "/api/v1/namespaces/jobs/services";
+    api.stall_user_at("a", Kind::Service, "create");
+    let mut first = send_as(&api, "a", "POST", path, &service("first", json!({})));
+    assert_eq!(answer_within(&mut first, Duration::from_millis(300)), None);
+    // Another client is served meanwhile.
+    let mut other = send_as(&api, "b", "POST", path, &service("other", json!({})));
+    assert_eq!(answer_within(&mut other, Duration::from_secs(5)), Some(201));
+    drop(first); // a gives up
+    let mut second = send_as(&api, "a", "POST", path, &service("second", json!({})));
+    assert_eq!(answer_within(&mut second, Duration::from_millis(300)), None);
+    std::thread::sleep(Duration::from_millis(100));
+    api.resume();
+    assert_eq!(
+        answer_within(&mut second, Duration::from_secs(5)),
+        Some(201)
+    );
+    assert!(api.get(Kind::Service, "jobs", "first").is_none());
+    assert!(api.get(Kind::Service, "jobs", "second").is_some());
+    let requests = api.requests();
+    let [first, other, second] = requests.as_slice() else {
+        panic!("{requests:?}")
+    };
+    assert_eq!([&*first.user, &*other.user, &*second.user], ["a", "b", "a"]);
+    // Recorded on arrival, before the other client's request.
+    assert!(first.at < other.at && other.at < second.at, "{requests:?}");
+    assert_eq!(first.handled, None, "given up: never carried out");
+    let gave_up = first.given_up.expect("noticed that a gave up");
+    assert!(gave_up > other.handled.unwrap(), "{requests:?}");
+    let handled = second.handled.expect("carried out after the stall");
+    assert!(
+        handled >= second.at + Duration::from_millis(400),
+        "{requests:?}"
+    );
+    assert_eq!(second.given_up, None);
+}
+
+/// A delayed request was received: the API server carries it out after
+/// the delay even when its client gave up meanwhile.
+#[test]
+fn a_delayed_request_is_carried_out_after_its_delay_even_once_given_up() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.delay(Kind::Service, "create", Duration::from_millis(500));
+    let path = "/api/v1/namespaces/jobs/services";
+    drop(send_as(
+        &api,
+        "a",
+        "POST",
+        path,
+        &service("late", json!({})),
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(api.get(Kind::Service, "jobs", "late").is_none());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.get(Kind::Service, "jobs", "late").is_none() {
+        assert!(Instant::now() < deadline, "never carried out");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let requests = api.requests();
+    let [late] = requests.as_slice() else {
+        panic!("{requests:?}")
+    };
+    let (given_up, handled) = (late.given_up.unwrap(), late.handled.unwrap());
+    assert!(given_up < late.at + Duration::from_millis(400), "{late:?}");
+    assert!(handled >= late.at + Duration::from_millis(500), "{late:?}");
+}

@@ -83,63 +83,117 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     b.abort();
 }
 
+/// A leader's own connection stalls with a write in flight (its Service
+/// for job-2), and a standby is waiting. The fake records each request as
+/// it arrives and notes when the client gives it up, and carries out after
+/// the stall whatever its client still waits for: so a leader that kept
+/// waiting would have its write land after the standby took over.
 #[tokio::test]
-async fn a_leader_whose_api_stalls_stops_writing_before_its_lease_could_expire() {
+async fn a_leader_whose_api_stalls_gives_up_its_calls_before_a_standby_may_take_over() {
+    let bed = Bed::new();
+    let a = bed.controller("a", &[]);
+    eventually("a leads", || lease_holder(&bed).as_deref() == Some("a")).await;
+    let b = bed.controller("b", &[]);
+    bed.pod("job-1");
+    bed.annotated("job-1").await;
+    eventually("b has read the Lease", || !bed.requests_of("b").is_empty()).await;
+    bed.api.stall_user_at("a", Kind::Service, "create");
+    let stalled = std::time::Instant::now();
+    bed.pod("job-2");
+    eventually("b leads", || lease_holder(&bed).as_deref() == Some("b")).await;
+    // Long enough for a call a still waited for to be carried out.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    bed.api.resume();
+    let resumed = std::time::Instant::now();
+    bed.annotated("job-2").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let requests = bed.api.requests();
+    let lease_write =
+        |r: &&Request| r.resource == "leases" && matches!(r.verb, "create" | "update");
+    let in_flight = requests
+        .iter()
+        .filter(|r| r.user == "a" && r.resource == "services" && r.verb == "create")
+        .find(|r| r.at >= stalled)
+        .expect("a sent job-2's Service");
+    // a's term ran from its last Lease write before the stall (sent no
+    // later than it arrived): two thirds of the 2 s duration.
+    let renewed = requests
+        .iter()
+        .filter(|r| r.user == "a" && r.handled.is_some() && r.at < in_flight.at)
+        .filter(lease_write)
+        .map(|r| r.at)
+        .max()
+        .expect("a renewed before the stall");
+    let deadline = renewed + Duration::from_millis(1333);
+    let given_up = in_flight.given_up.expect("a gave up its stalled write");
+    assert!(
+        given_up <= deadline + Duration::from_millis(250),
+        "a gave up its write {:?} after its renew deadline",
+        given_up - deadline
+    );
+    assert_eq!(in_flight.handled, None, "{in_flight:?}");
+    // Nothing of a's term is carried out once b has taken the Lease.
+    let taken = requests
+        .iter()
+        .filter(|r| r.user == "b")
+        .filter(lease_write)
+        .filter_map(|r| r.handled)
+        .min()
+        .expect("b wrote the Lease");
+    let late: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.user == "a" && !matches!(r.verb, "get" | "list" | "watch"))
+        .filter(|r| r.handled.is_some_and(|handled| handled >= taken))
+        .collect();
+    assert!(late.is_empty(), "a's writes after b took over: {late:?}");
+    // Nor did a write at all once its Lease could have expired.
+    let expired = renewed + Duration::from_secs(2);
+    let after: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.user == "a" && !matches!(r.verb, "get" | "list" | "watch"))
+        .filter(|r| r.at >= expired && r.at < resumed)
+        .collect();
+    assert!(
+        after.is_empty(),
+        "writes after a's Lease could have expired: {after:?}"
+    );
+    // a stopped leading, not running: it stands by behind b, which serves
+    // job-2.
+    assert!(!a.is_finished(), "the replica keeps running");
+    assert_eq!(lease_holder(&bed).as_deref(), Some("b"));
+    bed.assert_requests_listed();
+    a.abort();
+    b.abort();
+}
+
+/// One refused renewal (a 500, a 429) is retried at once, well within the
+/// term: the leader neither steps down nor relists.
+#[tokio::test]
+async fn a_leader_whose_renewal_is_refused_once_retries_and_keeps_leading() {
     let bed = Bed::new();
     let a = bed.controller("a", &[]);
     bed.pod("job-1");
     bed.annotated("job-1").await;
-    let lease_writes = |bed: &Bed| {
+    let lists = |bed: &Bed| {
         bed.requests_of("a")
-            .into_iter()
-            .filter(|r| r.resource == "leases" && matches!(r.verb, "create" | "update"))
+            .iter()
+            .filter(|r| r.resource == "pods" && r.verb == "list")
             .count()
     };
-    let before = lease_writes(&bed);
-    eventually("a renews", || lease_writes(&bed) > before).await;
-    // The connection stalls mid-term, with work waiting: a pod the leader
-    // will only hear of once the API answers again.
-    bed.api.stall();
-    let stalled = std::time::Instant::now();
+    let before = lists(&bed);
+    bed.api.fail_updates(Kind::Lease, &[500]);
+    eventually("the renewal is refused", || {
+        bed.api.failures_left(Kind::Lease, "update") == 0
+    })
+    .await;
+    // Longer than a term, past the refused renewal.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
     bed.pod("job-2");
-    tokio::time::sleep(Duration::from_secs(4)).await; // twice the Lease duration
-    bed.api.resume();
-    let resumed = std::time::Instant::now();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let requests = bed.requests_of("a");
-    let renewed = requests
-        .iter()
-        .filter(|r| r.resource == "leases" && matches!(r.verb, "create" | "update"))
-        .filter(|r| r.at < stalled)
-        .map(|r| r.at)
-        .max()
-        .expect("the leader renewed before the stall");
-    // A standby seeing that renewal would take over 2 s later.
-    let expired = renewed + Duration::from_secs(2);
-    let writes = || {
-        requests
-            .iter()
-            .filter(|r| !matches!(r.verb, "get" | "list" | "watch"))
-    };
-    let late: Vec<&Request> = writes()
-        .filter(|r| r.at >= expired && r.at < resumed)
-        .collect();
-    assert!(
-        late.is_empty(),
-        "writes after the Lease could have expired: {late:?}"
-    );
-    // Once the API answers, the first write is the Lease taken anew.
-    let first = writes().filter(|r| r.at >= resumed).min_by_key(|r| r.at);
-    assert_eq!(
-        first.map(|r| r.resource.as_str()),
-        Some("leases"),
-        "{first:?}"
-    );
-    // It stopped leading, not running: with the API back and nobody else
-    // standing, it takes the Lease again and serves job-2.
     bed.annotated("job-2").await;
-    assert!(!a.is_finished(), "the replica keeps running");
+    assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
     assert_eq!(lease_holder(&bed).as_deref(), Some("a"));
+    bed.assert_requests_listed();
     a.abort();
 }
 

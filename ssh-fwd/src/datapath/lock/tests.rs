@@ -7,6 +7,11 @@ fn root() -> (tempfile::TempDir, PinLayout) {
     (dir, layout)
 }
 
+/// The directory is made by the test already.
+fn ok() -> anyhow::Result<()> {
+    Ok(())
+}
+
 /// This process, as a holder names it.
 fn me() -> String {
     format!("pid {}", std::process::id())
@@ -15,12 +20,12 @@ fn me() -> String {
 #[test]
 fn a_held_directory_is_refused_naming_the_process_that_holds_it() {
     let (_dir, layout) = root();
-    let _held = AgentLock::take(&layout).unwrap();
+    let _held = AgentLock::take(&layout, ok).unwrap();
     // Another open of the directory is another holder, even in this process.
     let holder = AgentLock::try_take(&layout).unwrap().unwrap_err();
     assert!(holder.to_string().starts_with(&me()), "{holder}");
     assert!(!holder.is_teardown());
-    let e = AgentLock::take(&layout).unwrap_err().to_string();
+    let e = AgentLock::take(&layout, ok).unwrap_err().to_string();
     assert!(
         e.contains("another ssh-fwd agent is running on --bpffs") && e.contains(&me()),
         "{e}"
@@ -39,7 +44,7 @@ fn a_lock_taken_for_a_teardown_is_held_until_dropped() {
 #[test]
 fn a_directory_removed_and_made_again_is_locked_again() {
     let (_dir, layout) = root();
-    let mut lock = AgentLock::take(&layout).unwrap();
+    let mut lock = AgentLock::take(&layout, ok).unwrap();
     assert!(!lock.follow_dir(&layout).unwrap(), "the same directory");
     std::fs::remove_dir(layout.root()).unwrap();
     std::fs::create_dir(layout.root()).unwrap();
@@ -53,10 +58,10 @@ fn a_directory_removed_and_made_again_is_locked_again() {
 #[test]
 fn a_directory_made_again_and_locked_by_another_is_lost() {
     let (_dir, layout) = root();
-    let mut lock = AgentLock::take(&layout).unwrap();
+    let mut lock = AgentLock::take(&layout, ok).unwrap();
     std::fs::remove_dir(layout.root()).unwrap();
     std::fs::create_dir(layout.root()).unwrap();
-    let _other = AgentLock::take(&layout).unwrap();
+    let _other = AgentLock::take(&layout, ok).unwrap();
     let e = lock.follow_dir(&layout).unwrap_err();
     let lost = e.downcast_ref::<Lost>().expect("lost to the other holder");
     assert!(lost.to_string().contains(&me()), "{lost}");
@@ -79,4 +84,29 @@ fn the_holder_is_read_from_proc_locks_by_device_and_inode() {
     assert_eq!(lock_owner(locks, id(0xfd, 1, 1234)), Some(55));
     assert_eq!(lock_owner(locks, id(0, 0x2d, 77)), None, "not a flock");
     assert_eq!(lock_owner(locks, id(0, 0x2e, 1234)), None);
+}
+
+#[test]
+fn a_directory_removed_between_its_open_and_its_lock_is_not_the_one_kept_locked() {
+    let (_dir, layout) = root();
+    let path = layout.root().to_owned();
+    let make = || Ok(std::fs::create_dir_all(&path)?);
+    // A teardown finishes between the open and the lock: the directory
+    // opened is gone, and the agent makes a new one.
+    let mut removed = false;
+    let lock = AgentLock::take_with(&layout, make, || {
+        if !removed {
+            std::fs::remove_dir(&path).unwrap();
+            removed = true;
+        }
+    })
+    .unwrap();
+    std::fs::create_dir_all(&path).unwrap();
+    assert!(removed);
+    assert!(
+        AgentLock::try_take(&layout).unwrap().is_err(),
+        "the directory at the path is free: the agent locked the removed one"
+    );
+    drop(lock);
+    assert!(AgentLock::try_take(&layout).unwrap().is_ok());
 }

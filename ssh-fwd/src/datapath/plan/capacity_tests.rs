@@ -1,7 +1,8 @@
 //! Reloads at and beyond capacity: every write of every step is replayed on
 //! a model of the maps that refuses what the kernel refuses (a full hash
-//! map) and what a packet must never see (a frontend without its reverse
-//! entry, a live slot zeroed, an unchanged mapping touched).
+//! map) and what a packet must never see (a live frontend without its
+//! backend's reverse entry, after any write; a live slot zeroed; an
+//! unchanged mapping touched).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -46,21 +47,59 @@ struct Model {
     t: Installed,
     /// Frontends that must never be deleted or rewritten.
     unchanged: BTreeMap<Endpoint, NatTarget>,
+    /// How many live frontends lead to each backend.
+    uses: BTreeMap<Endpoint, usize>,
 }
 
 impl Model {
-    fn slot_live(&self, slot: u32) -> bool {
-        self.t.frontends.values().any(|t| t.slot == slot)
-            || self.t.reverse.values().any(|t| t.slot == slot)
+    /// The slots entries use now.
+    fn live_slots(&self) -> BTreeSet<u32> {
+        (self.t.frontends.values())
+            .chain(self.t.reverse.values())
+            .map(|t| t.slot)
+            .collect()
+    }
+
+    /// No half-made mapping is visible: a REVERSE entry is never removed
+    /// while a live frontend leads to it, or that frontend's replies would
+    /// leave untranslated, showing the pod's address.
+    fn remove_reverse(&mut self, k: &Endpoint, write: &str) {
+        assert!(
+            self.uses.get(k).is_none_or(|n| *n == 0),
+            "after {write}: a live frontend leads to backend {} without its REVERSE entry",
+            super::socket(k)
+        );
+        self.t.reverse.remove(k);
+    }
+
+    /// Writes a frontend, keeping count of the frontends that lead to each
+    /// backend.
+    fn set_frontend(&mut self, k: Endpoint, v: Option<NatTarget>) {
+        let old = match v {
+            Some(v) => {
+                *self.uses.entry(v.endpoint).or_default() += 1;
+                self.t.frontends.insert(k, v)
+            }
+            None => self.t.frontends.remove(&k),
+        };
+        if let Some(old) = old {
+            let n = self.uses.entry(old.endpoint).or_default();
+            *n = n.saturating_sub(1);
+        }
     }
 
     fn step(&mut self, p: &Plan) {
-        for k in &p.reverse_deletes_first {
-            self.t.reverse.remove(k);
+        for k in &p.frontend_deletes_first {
+            self.delete_frontend(k);
         }
+        for k in &p.reverse_deletes_first {
+            self.remove_reverse(k, "an early REVERSE delete");
+        }
+        // Writing names and counters changes no entry.
+        let live = self.live_slots();
         for (slot, name) in &p.new_slots {
             assert!(
-                !self.slot_live(*slot),
+                !live.contains(slot),
                 "slot {slot} zeroed while an entry still uses it"
             );
             self.t.names.insert(*slot, name.clone());
@@ -88,14 +127,14 @@ impl Model {
                 self.t.reverse.contains_key(&v.endpoint),
                 "frontend live before its reverse entry"
             );
-            self.t.frontends.insert(*k, *v);
+            self.set_frontend(*k, Some(*v));
             assert!(self.t.frontends.len() <= MAX, "FRONTENDS over capacity");
         }
         for k in &p.frontend_deletes {
             self.delete_frontend(k);
         }
         for k in &p.reverse_deletes {
-            self.t.reverse.remove(k);
+            self.remove_reverse(k, "a REVERSE delete");
         }
         let used: BTreeSet<u32> = self.t.frontends.values().map(|t| t.slot).collect();
         self.t.names.retain(|s, _| used.contains(s));
@@ -106,7 +145,7 @@ impl Model {
             !self.unchanged.contains_key(k),
             "an unchanged mapping was removed"
         );
-        self.t.frontends.remove(k);
+        self.set_frontend(*k, None);
     }
 }
 
@@ -122,9 +161,14 @@ fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
         })
         .map(|(f, t)| (*f, *t))
         .collect();
+    let mut uses = BTreeMap::new();
+    for t in installed.frontends.values() {
+        *uses.entry(t.endpoint).or_default() += 1;
+    }
     let mut model = Model {
         t: installed.clone(),
         unchanged,
+        uses,
     };
     for step in &planned.steps {
         model.step(step);

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, NatTarget};
+use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MappingName, NatTarget};
 
 use super::{Installed, SlotSet, endpoint};
 use crate::mapping::MappingSet;
@@ -48,7 +48,7 @@ pub(super) fn tables_beside(
             continue;
         };
         backends.entry(backend).or_default().push((frontend, slot));
-        out.names.insert(slot, m.name.clone());
+        out.names.insert(slot, stored_name(&m.name));
         out.frontends.insert(
             frontend,
             NatTarget {
@@ -89,4 +89,12 @@ pub(super) fn tables_beside(
         }
     }
     out
+}
+
+/// A name as MAPPING_NAMES holds it: cut to its length on a character
+/// boundary ([`MappingName::new`], which writes it). The tables hold it so,
+/// or a long name would differ from what is read back and be rewritten at
+/// every reload.
+fn stored_name(name: &str) -> String {
+    MappingName::new(name).as_str().to_owned()
 }

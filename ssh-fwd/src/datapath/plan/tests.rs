@@ -24,11 +24,16 @@ fn ep(s: &str) -> Endpoint {
 /// Applies a plan to an in-memory copy of the maps, as the dataplane would.
 fn apply(installed: &Installed, plan: &Plan) -> Installed {
     let mut out = installed.clone();
+    for k in &plan.frontend_deletes_first {
+        out.frontends.remove(k);
+    }
     for k in &plan.reverse_deletes_first {
         out.reverse.remove(k);
     }
     for (slot, name) in plan.new_slots.iter().chain(&plan.renamed) {
-        out.names.insert(*slot, name.clone());
+        // As MAPPING_NAMES holds it.
+        let stored = ssh_fwd_common::maps::MappingName::new(name);
+        out.names.insert(*slot, stored.as_str().to_owned());
     }
     out.reverse.extend(plan.reverse_upserts.iter().copied());
     out.frontends.extend(plan.frontend_upserts.iter().copied());
@@ -249,4 +254,15 @@ fn frontends_that_go_away_or_move_retire_their_connections() {
             .retired
             .is_empty()
     );
+}
+
+#[test]
+fn a_name_longer_than_the_map_holds_is_cut_once_and_not_rewritten_at_every_resync() {
+    // 126 bytes, then a two-byte character across the 127-byte limit.
+    let long = format!("{}é{}", "a".repeat(126), "b".repeat(80));
+    let desired = MappingSet::from_unique([m(&long, "198.18.0.10:8022", "10.244.1.5:22")]);
+    let after = converge(&Installed::default(), &desired);
+    assert_eq!(after.names.values().collect::<Vec<_>>(), [&"a".repeat(126)]);
+    let again = plan(&after, &desired);
+    assert!(again.is_empty(), "rewritten at every resync: {again:?}");
 }

@@ -18,7 +18,9 @@
 //! A Service whose mappings would break or hijack the node
 //! ([`validate`](crate::source::validate): a loopback or link-local
 //! backend, one on an SSH IP or on an address of the node (a hostNetwork
-//! endpoint), a control character in a name) is skipped whole. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
+//! endpoint), a control character in a name) is skipped whole: it maps
+//! nothing, but still claims its frontends, so a port it owns is closed,
+//! never handed to a younger claimant. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
 //! ([`cap`]), so a new Service never takes a running one's place.
 //!
 //! [`LB_CLASS`]: crate::k8s::LB_CLASS
@@ -207,8 +209,12 @@ pub fn claims_of(
         }
     }
     if let Some(problem) = danger(&out.claims, rules) {
-        // Skipped whole: it claims no frontend, so it contends for none.
-        out.claims.clear();
+        // Skipped whole, but it keeps its claims, each without a backend:
+        // ownership goes by age alone (as the controller judges it), so a
+        // port it owns stays closed rather than going to a younger claimant.
+        for claim in &mut out.claims {
+            claim.backend = None;
+        }
         out.notes.push(Note::Invalid {
             service: id,
             problem,

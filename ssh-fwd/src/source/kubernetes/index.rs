@@ -178,9 +178,30 @@ impl Index {
                 }
             }
         }
+        self.settle(&dirty)
+    }
+
+    /// Checks backends against the node's addresses as they are now
+    /// (`node_addrs`, each with its interface): one the node gained since (a
+    /// CNI bridge's gateway, a tunnel's, a new node IP) is refused from now
+    /// on, one it lost is allowed again. When they changed, every Service
+    /// is recomputed; returns the notes raised.
+    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<Ipv4Addr, String>) -> Vec<Note> {
+        if self.rules.all_node_addrs == node_addrs {
+            return Vec::new();
+        }
+        self.rules = desired::rules(&self.policy, node_addrs);
+        let dirty: BTreeSet<Id> = self.services.keys().cloned().collect();
+        self.settle(&dirty)
+    }
+
+    /// Recomputes the `dirty` Services, then the owners of the frontends
+    /// they claimed or claim, then the capacity cut; returns the notes
+    /// raised.
+    fn settle(&mut self, dirty: &BTreeSet<Id>) -> Vec<Note> {
         let mut raised = Vec::new();
         let mut frontends = BTreeSet::new();
-        for service in &dirty {
+        for service in dirty {
             self.recompute(service, &mut frontends, &mut raised);
         }
         for frontend in frontends {

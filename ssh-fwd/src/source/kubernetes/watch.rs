@@ -146,23 +146,45 @@ impl KubeSource {
         self.early.extend(batch.into_iter().map(|(_, u)| u));
         if self.is_ready() {
             let raised = self.index.apply(std::mem::take(&mut self.early));
-            self.raised.extend(raised);
-            let touched = self.index.take_touched();
-            self.touched = match (self.touched.take(), touched) {
-                (Some(mut all), Some(more)) => {
-                    all.extend(more);
-                    Some(all)
-                }
-                _ => None,
-            };
+            self.took(raised);
         }
         if self.index.generation() != before || !self.returned {
-            self.pending = match (self.pending, oldest) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            self.pending_since(oldest);
         }
         Ok(())
+    }
+
+    /// Checks backends against the node's addresses as they are now
+    /// ([`Index::set_node_addrs`]); a change of the mappings is returned by
+    /// [`KubeSource::changed`] like one from the watches.
+    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<Ipv4Addr, String>) {
+        let before = self.index.generation();
+        let raised = self.index.set_node_addrs(node_addrs);
+        self.took(raised);
+        if self.index.generation() != before {
+            self.pending_since(Some(Instant::now()));
+        }
+    }
+
+    /// Keeps the notes an index change raised and the frontends it touched.
+    fn took(&mut self, raised: Vec<Note>) {
+        self.raised.extend(raised);
+        let touched = self.index.take_touched();
+        self.touched = match (self.touched.take(), touched) {
+            (Some(mut all), Some(more)) => {
+                all.extend(more);
+                Some(all)
+            }
+            _ => None,
+        };
+    }
+
+    /// Notes a change not yet returned, which arrived at `at`.
+    fn pending_since(&mut self, at: Option<Instant>) {
+        self.pending = match (self.pending, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// The desired mappings now.

@@ -137,3 +137,39 @@ fn a_service_whose_endpoint_is_an_address_of_the_node_is_skipped() {
     // Off the node (the controller's view) the same endpoint is a pod's.
     assert_eq!(names(&compute(&services, &slices, &policy())).len(), 2);
 }
+
+#[test]
+fn an_invalid_owner_keeps_its_port_closed_and_a_younger_claimant_does_not_take_it() {
+    // The older Service's endpoint is the node's own address (a hostNetwork
+    // pod): it cannot be served here, but it still owns the port, as the
+    // controller sees it; the younger one on the same frontend gets nothing.
+    let (services, slices) = views(
+        vec![
+            service("older", 8022, "2026-01-01T00:00:00Z"),
+            service("younger", 8022, "2026-01-02T00:00:00Z"),
+            service("other", 8023, "2026-01-02T00:00:00Z"),
+        ],
+        vec![
+            slice("older", "192.0.2.1"),
+            slice("younger", "10.244.1.6"),
+            slice("other", "10.244.1.7"),
+        ],
+    );
+    let node = [("192.0.2.1".parse().unwrap(), "eth0".to_owned())].into();
+    let d = compute_on(&services, &slices, &policy(), &rules(&policy(), node));
+    assert_eq!(names(&d), ["jobs/other"]);
+    assert!(
+        d.notes.contains(&Note::Conflict {
+            frontend: format!("{SSH_IP}:8022").parse().unwrap(),
+            winner: "jobs/older".into(),
+            loser: "jobs/younger".into(),
+        }),
+        "{:?}",
+        d.notes
+    );
+    assert!(
+        d.notes
+            .iter()
+            .any(|n| matches!(n, Note::Invalid { service, .. } if service == "jobs/older"))
+    );
+}

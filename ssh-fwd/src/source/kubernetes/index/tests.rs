@@ -330,3 +330,35 @@ fn over_capacity_the_index_leaves_out_the_newest_and_takes_them_back_when_room_f
     assert!(index.mappings().iter().any(|m| m.name == newest));
     assert_eq!(index.check(), Ok(()));
 }
+
+#[test]
+fn an_address_the_node_gains_is_refused_as_a_backend_from_then_on() {
+    let mut index = Index::on_node(policy(Styles::ALL), BTreeMap::new());
+    index.apply([
+        Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000))),
+        Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0]))),
+    ]);
+    assert_eq!(index.mappings().len(), 1);
+    index.take_touched();
+    // The node gets the endpoint's address (a CNI bridge's gateway, say).
+    let gained = BTreeMap::from([(ip(POD_IPS[0]), "cni0".to_owned())]);
+    let raised = index.set_node_addrs(gained.clone());
+    assert!(index.mappings().is_empty());
+    assert_eq!(index.invalid_services(), 1);
+    assert!(
+        raised
+            .iter()
+            .any(|n| matches!(n, Note::Invalid { problem, .. } if problem.contains("cni0"))),
+        "{raised:?}"
+    );
+    let frontend: SocketAddrV4 = "198.18.0.10:8000".parse().expect("addr");
+    assert_eq!(index.take_touched(), Some(BTreeSet::from([frontend])));
+    assert_eq!(index.check(), Ok(()));
+    // The same addresses again change nothing; losing it maps it again.
+    assert!(index.set_node_addrs(gained).is_empty());
+    assert_eq!(index.take_touched(), Some(BTreeSet::new()));
+    index.set_node_addrs(BTreeMap::new());
+    assert_eq!(index.mappings().len(), 1);
+    assert_eq!(index.invalid_services(), 0);
+    assert_eq!(index.check(), Ok(()));
+}
