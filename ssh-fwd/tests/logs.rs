@@ -199,12 +199,13 @@ fn with_json_logs_a_failing_command_reports_its_error_as_one_json_event() {
         &["list", "--bpffs", empty],
         &["status", "--bpffs", empty],
         &["teardown", "--bpffs", file.to_str().unwrap()],
+        // Keys to be written under a regular file.
         &[
             "install-keys",
             "--source",
             &absent,
             "--dir",
-            empty,
+            file.to_str().unwrap(),
             "--uid",
             "0",
         ],
