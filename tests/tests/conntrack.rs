@@ -792,6 +792,16 @@ const CLIENT_PORTS: [u16; 4] = [40_000, 40_001, 40_002, 40_003];
 /// `port`: every half-open entry of the client's connections on node A
 /// soon names that frontend. Returns how many SYNs went out.
 fn spoofing_the_clients_ports(bed: &Bed, port: u16, work: impl FnOnce()) -> usize {
+    spoofing_the_clients_ports_every(bed, port, Duration::from_millis(2), work)
+}
+
+/// [`spoofing_the_clients_ports`], a round of SYNs every `pause`.
+fn spoofing_the_clients_ports_every(
+    bed: &Bed,
+    port: u16,
+    pause: Duration,
+    work: impl FnOnce(),
+) -> usize {
     let client = &bed.cluster.client;
     client
         .sysctl("net.ipv4.ip_local_port_range", "40000 40003")
@@ -816,7 +826,7 @@ fn spoofing_the_clients_ports(bed: &Bed, port: u16, work: impl FnOnce()) -> usiz
                     })
                     .collect();
                 sent += flood::send(client, syns, Duration::from_secs(1)).unwrap();
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(pause);
             }
             sent
         });
@@ -939,7 +949,14 @@ fn logins_complete_while_spoofed_syns_from_their_own_ports_reach_the_same_fronte
     // The client's ports come back into use soon (four of them).
     client.sysctl("net.ipv4.tcp_tw_reuse", "1").unwrap();
     let ssh = bed.cluster.ssh();
-    let spoofed = spoofing_the_clients_ports(&bed, 8022, || {
+    // A round every 20 ms: each SYN the pod answers puts a SYN-ACK for
+    // another sequence number on the client's port, and a connecting
+    // socket that gets one re-arms its SYN retransmit to two ticks (8 ms
+    // at HZ=250), so one every 2 ms would starve the retransmit of a SYN
+    // the pod's own TCP refused (the client's stack, not ssh-fwd). 20 ms
+    // still puts ten of them inside each handshake's late ACK.
+    let pause = Duration::from_millis(20);
+    let spoofed = spoofing_the_clients_ports_every(&bed, 8022, pause, || {
         for i in 0..2 {
             let banner = banner_with_a_late_ack(client, 8022);
             assert!(
@@ -953,6 +970,6 @@ fn logins_complete_while_spoofed_syns_from_their_own_ports_reach_the_same_fronte
             );
         }
     });
-    assert!(spoofed > 200, "{spoofed} spoofed SYNs");
+    assert!(spoofed > 100, "{spoofed} spoofed SYNs");
     assert_eq!(bed.counter(0, "conn_table_full"), 0);
 }
