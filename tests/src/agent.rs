@@ -31,6 +31,17 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// Whether the binary under test's `agent` takes `flag`: benchmarks run
+/// older builds through the same harness.
+fn agent_knows(flag: &str) -> anyhow::Result<bool> {
+    let binary = binary()?;
+    let help = Command::new(&binary)
+        .args(["agent", "--help"])
+        .output()
+        .with_context(|| format!("running {} agent --help", binary.display()))?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains(flag))
+}
+
 /// A directory for the agent's pinned state (the agent mounts bpffs on it)
 /// and its logs. Dropping this runs `ssh-fwd teardown`, unmounts and removes it.
 pub struct Bpffs {
@@ -217,9 +228,11 @@ impl Agent {
         argv.extend(["--watch-interval", "200ms", "--log-format", "json"].map(Into::into));
         // Hairpin attaches to a cgroup, by default the machine's: tests
         // never do that, only to a cgroup of their own (`--cgroup-root`).
+        // A build from before hairpin (a benchmark's "before") has neither.
         if !args
             .iter()
             .any(|a| a == "--hairpin" || a == "--cgroup-root")
+            && agent_knows("--hairpin")?
         {
             argv.extend(["--hairpin", "off"].map(Into::into));
         }

@@ -43,6 +43,15 @@ const PORT_NO_STATE: u16 = 40_002;
 const PORT_CROSS_NODE: u16 = 40_003;
 /// The handshake-completion case takes a fresh port per run.
 const PORT_FRESH_BASE: u16 = 41_000;
+/// Client ISNs of the cases that need a half-open entry of their own each
+/// time: a SYN finds the entry of an earlier one with the same ISN (a
+/// retransmission) and writes nothing. Apart by more than any case's
+/// instances.
+const ISN_RETRANSMITTED: u32 = 2_000_000;
+const ISN_FRESH_SYN: u32 = 3_000_000;
+const ISN_CROSS_NODE: u32 = 4_000_000;
+const ISN_SYN_ACK: u32 = 5_000_000;
+const ISN_EGRESS_OPTION: u32 = 6_000_000;
 
 /// One packet case: the timed packet, and the untimed ones sent first (to
 /// give it fresh state), given the instance's number (unique in the bench).
@@ -109,9 +118,7 @@ fn frontend_option(frontend: (Ipv4Addr, u16)) -> Vec<u8> {
         .collect()
 }
 
-/// Every case, in the order they run (some use the state an earlier one
-/// left: the SYN-ACK and the egress option need the half-open entry of the
-/// SYN cases).
+/// Every case, in the order they run.
 pub fn all() -> Vec<Case> {
     let mut cases = requests();
     cases.extend(replies());
@@ -121,19 +128,24 @@ pub fn all() -> Vec<Case> {
 fn requests() -> Vec<Case> {
     vec![
         Case {
-            what: "request, SYN: half-open entry written (a repeat rewrites the 4-tuple's entry, as a new SYN fills one), DNAT, route, peer redirect into the pod",
+            what: "request, a retransmitted SYN: half-open entry found (the run's first SYN, untimed, wrote it), DNAT, route, peer redirect into the pod",
             repeat: REPEAT,
-            packets: |_| {
+            packets: |run| {
                 let c = to_pod(PORT_HALF_OPEN);
-                (vec![], step(Program::Ingress, c.syn(), syn_expect()))
+                let syn = c.syn_isn(ISN_RETRANSMITTED + u32::from(run));
+                (
+                    vec![step(Program::Ingress, syn.clone(), syn_expect())],
+                    step(Program::Ingress, syn, Expect::both(INTO_POD)),
+                )
             },
         },
         Case {
-            what: "the same SYN, one iteration per test run: the scale of the other one-iteration rows (a single pass also pays the timer and colder caches)",
+            what: "request, SYN: half-open entry written (a fresh ISN each time), DNAT, route, peer redirect into the pod; one iteration per test run",
             repeat: 1,
-            packets: |_| {
+            packets: |instance| {
                 let c = to_pod(PORT_HALF_OPEN);
-                (vec![], step(Program::Ingress, c.syn(), syn_expect()))
+                let syn = c.syn_isn(ISN_FRESH_SYN + u32::from(instance));
+                (vec![], step(Program::Ingress, syn, syn_expect()))
             },
         },
         Case {
@@ -203,7 +215,7 @@ fn requests() -> Vec<Case> {
         Case {
             what: "request from another node, SYN carrying its frontend in an IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
             repeat: 1,
-            packets: |_| {
+            packets: |instance| {
                 let c = Conn {
                     client_port: PORT_CROSS_NODE,
                     backend: (POD, IPERF_PORT),
@@ -221,7 +233,7 @@ fn requests() -> Vec<Case> {
                 };
                 let syn = Frame {
                     ip_options: frontend_option(CROSS_NODE_FRONTEND),
-                    ..c.syn()
+                    ..c.syn_isn(ISN_CROSS_NODE + u32::from(instance))
                 };
                 (vec![], step(Program::Ingress, syn, learned))
             },
@@ -243,13 +255,14 @@ fn replies() -> Vec<Case> {
             },
         },
         Case {
-            what: "reply, the server's SYN-ACK to a half-open connection: its ISN written to the entry (every repeat), reverse NAT, route, redirect out of ext0",
+            what: "reply, the server's SYN-ACK to a half-open connection (its SYN sent untimed first): its ISN written to the entry (every repeat), reverse NAT, route, redirect out of ext0",
             repeat: REPEAT,
-            packets: |_| {
+            packets: |run| {
                 let c = to_pod(PORT_HALF_OPEN);
+                let isn = ISN_SYN_ACK + u32::from(run);
                 (
-                    vec![],
-                    step(Program::Reply, c.syn_ack(), Expect::both(REPLY_OUT)),
+                    vec![step(Program::Ingress, c.syn_isn(isn), syn_expect())],
+                    step(Program::Reply, c.syn_ack_to(isn), Expect::both(REPLY_OUT)),
                 )
             },
         },
@@ -295,15 +308,20 @@ fn replies() -> Vec<Case> {
             },
         },
         Case {
-            what: "egress, a translated SYN leaving for the pod's node: frontend option added, the skb grown by 8 bytes; one iteration per test run",
+            what: "egress, a translated SYN leaving for the pod's node (its half-open entry written untimed first): frontend option added, the skb grown by 8 bytes; one iteration per test run",
             repeat: 1,
-            packets: |_| {
+            packets: |instance| {
                 let c = to_pod(PORT_HALF_OPEN);
+                let syn = c.syn_isn(ISN_EGRESS_OPTION + u32::from(instance));
                 let added = Expect {
                     v3: None,
                     v4: Some(effect(TC_ACT_UNSPEC, &["frontend_option_added"])),
                 };
-                (vec![], step(Program::Egress, c.syn(), added))
+                (
+                    vec![step(Program::Ingress, syn.clone(), syn_expect())],
+                    // Only a SYN this node took in from outside gets the option.
+                    step(Program::Egress, syn, added).arriving_from_outside(),
+                )
             },
         },
     ]

@@ -90,6 +90,19 @@ pub struct Step {
     pub program: Program,
     pub frame: Frame,
     pub expect: Expect,
+    /// The skb arrived from outside, on the external interface (its
+    /// `ingress_ifindex`); otherwise the test run leaves it 0.
+    pub from_outside: bool,
+}
+
+impl Step {
+    /// The same packet, as one that came in on the external interface.
+    pub fn arriving_from_outside(self) -> Self {
+        Self {
+            from_outside: true,
+            ..self
+        }
+    }
 }
 
 pub const fn effect(verdict: u64, counts: &'static [&'static str]) -> Effect {
@@ -140,7 +153,18 @@ impl Conn {
     }
 
     pub fn syn_ack(&self) -> Frame {
-        self.reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0)
+        self.syn_ack_to(CLIENT_ISN)
+    }
+
+    /// A SYN with its own ISN: a handshake of its own on the same 4-tuple
+    /// (half-open entries are keyed by the client's ISN too).
+    pub fn syn_isn(&self, client_isn: u32) -> Frame {
+        self.request(TCP_SYN, client_isn, 0, 0)
+    }
+
+    /// The server's SYN-ACK to the SYN with ISN `client_isn`.
+    pub fn syn_ack_to(&self, client_isn: u32) -> Frame {
+        self.reply(TCP_SYN | TCP_ACK, SERVER_ISN, client_isn.wrapping_add(1), 0)
     }
 
     /// The client's ACK of the server's SYN-ACK.
@@ -177,5 +201,6 @@ pub fn step(program: Program, frame: Frame, expect: Expect) -> Step {
         program,
         frame,
         expect,
+        from_outside: false,
     }
 }

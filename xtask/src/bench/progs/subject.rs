@@ -95,6 +95,7 @@ impl Subject {
                 program: self.pins[step.program as usize].clone(),
                 frame: step.frame.build(),
                 repeat: *repeat,
+                arrived_on: step.from_outside.then(|| EXT_IFACE.to_owned()),
             })
             .collect();
         let plan_path = self.work.path().join("plan.json");

@@ -17,6 +17,9 @@ pub struct Run {
     pub program: PathBuf,
     pub frame: Vec<u8>,
     pub repeat: u32,
+    /// The interface the skb arrived on (its `ingress_ifindex`), by name in
+    /// the node's namespace; none: 0.
+    pub arrived_on: Option<String>,
 }
 
 /// What the kernel reported: the verdict of the last iteration, and the
@@ -43,9 +46,17 @@ pub fn serve(plan: &std::path::Path) -> anyhow::Result<()> {
             programs.insert(&run.program, program);
         }
     }
+    let mut contexts = Vec::with_capacity(runs.len());
+    for run in &runs {
+        let ingress_ifindex = match &run.arrived_on {
+            Some(name) => ifindex(name)?,
+            None => 0,
+        };
+        contexts.push(skb_ctx(ingress_ifindex));
+    }
     let mut out = vec![0u8; DATA_OUT];
     let mut outcomes = Vec::with_capacity(runs.len());
-    for run in &runs {
+    for (run, ctx) in runs.iter().zip(&contexts) {
         let program = programs
             .get(&run.program)
             .context("a program opened above")?;
@@ -53,6 +64,7 @@ pub fn serve(plan: &std::path::Path) -> anyhow::Result<()> {
             .test_run(TestRunOptions {
                 data_in: Some(&run.frame),
                 data_out: Some(&mut out),
+                ctx_in: Some(ctx),
                 repeat: run.repeat,
                 ..TestRunOptions::new()
             })
@@ -64,4 +76,26 @@ pub fn serve(plan: &std::path::Path) -> anyhow::Result<()> {
     }
     println!("{}", serde_json::to_string(&outcomes)?);
     Ok(())
+}
+
+/// `struct __sk_buff` up to `ifindex`, the part a test run may set: the
+/// device the packet arrived on; `ifindex` 0 leaves the skb on `lo`.
+fn skb_ctx(ingress_ifindex: u32) -> [u8; 44] {
+    let mut ctx = [0u8; 44];
+    ctx[36..40].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    ctx
+}
+
+/// The index of interface `name` in this process's network namespace
+/// (not sysfs: it shows the namespace it was mounted in).
+fn ifindex(name: &str) -> anyhow::Result<u32> {
+    let c_name = std::ffi::CString::new(name).context("an interface name with a NUL byte")?;
+    // SAFETY: a NUL-terminated string that outlives the call.
+    let index = unsafe { libc::if_nametoindex(c_name.as_ptr()) };
+    anyhow::ensure!(
+        index != 0,
+        "no interface {name} in the node's namespace: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(index)
 }
