@@ -250,6 +250,14 @@ async fn lead(
         ctx.metrics
             .pass_duration
             .observe(now.duration_since(started).as_secs_f64());
+        tracing::debug!(
+            everything = scope == Scope::All,
+            writes,
+            failures,
+            blocked,
+            took_ms = now.duration_since(started).as_secs_f64() * 1e3,
+            "pass done"
+        );
         for done in done {
             expected.record(done, now);
         }
