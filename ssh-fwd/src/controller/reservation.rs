@@ -160,6 +160,16 @@ pub fn read(lease: &Lease, ip: std::net::Ipv4Addr) -> Option<Reservation> {
     })
 }
 
+/// Trims a watched reservation to what [`read`] and the grace clock
+/// ([`FirstSeen`]: uid and creation time) use before it is cached: its
+/// label only served the server-side selection, its spec only `kubectl`.
+/// Each map costs a whole B-tree node, however few its entries.
+pub fn prune(lease: &mut Lease) {
+    crate::k8s::reflector::drop_managed_fields(lease);
+    lease.metadata.labels = None;
+    lease.spec = None;
+}
+
 /// Creates `lease` only if its name is free: `Ok(true)` when this call made
 /// it, `Ok(false)` when the port is already reserved (409 AlreadyExists).
 pub async fn create(api: &Api<Lease>, lease: &Lease) -> Result<bool, kube::Error> {
@@ -252,6 +262,43 @@ mod tests {
         assert_eq!(read(&lease, IP), None);
         let lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
         assert_eq!(read(&lease, "198.18.0.11".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn a_pruned_reservation_reads_as_the_whole_one() {
+        let holders = [
+            Holder::Admitted {
+                namespace: "jobs".into(),
+                name: "job-".into(),
+                token: "t0k3n".into(),
+            },
+            Holder::Pod {
+                namespace: "jobs".into(),
+                name: "job-1".into(),
+                uid: "u-1".into(),
+            },
+            Holder::Service {
+                key: "jobs/job-1-ssh".into(),
+            },
+        ];
+        for holder in holders {
+            let mut lease = build(IP, 8123, &holder);
+            lease.metadata.uid = Some("lease-uid".into());
+            lease.metadata.resource_version = Some("42".into());
+            lease.metadata.creation_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+            );
+            let whole = lease.clone();
+            prune(&mut lease);
+            assert_eq!(read(&lease, IP), read(&whole, IP), "{holder:?}");
+            assert!(read(&lease, IP).is_some());
+            assert_eq!(lease.metadata.uid, whole.metadata.uid);
+            assert_eq!(
+                lease.metadata.creation_timestamp,
+                whole.metadata.creation_timestamp
+            );
+            assert_eq!((lease.metadata.labels, lease.spec), (None, None));
+        }
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub fn watch(
     k8s::reflector::spawn_reflector(
         Api::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&reservation::selector(ip)),
-        k8s::reflector::drop_managed_fields,
+        reservation::prune,
         "Lease",
         changes,
         &metrics.api_errors,
