@@ -900,6 +900,15 @@ fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
             "{s:?}"
         );
     }
+    // Nor does a client RST ahead of what the server acknowledged, which
+    // is held until the server decides it: held, its clock stays.
+    let rst = seg(TCP_RST, c.client_next + 5, 0, 0);
+    let OnRequest::IgnoredReset(Some(held)) = on_request(&rst, F1, 3, Some(&c), None, 100 * SECOND)
+    else {
+        panic!("a RST ahead is held")
+    };
+    assert_ne!(held.flags & CONN_RST_PENDING, 0);
+    assert_eq!(held.last_seen_ns, c.last_seen_ns);
     // ... the server's refresh it.
     let ack = seg(TCP_ACK, c.server_next, c.client_next + 100, 0);
     let OnReply::Established {
