@@ -373,6 +373,18 @@ pub const fn half_closed(c: &Conn) -> bool {
     fins != 0 && fins != CONN_FIN_CLIENT | CONN_FIN_SERVER
 }
 
+/// The entry with its clock moved by a client segment: any segment while
+/// both sides are open, none once one side closed (spoofable, or a client
+/// holding the entry open without ever closing: see [`half_closed`]).
+#[inline(always)]
+fn client_clock(c: &Conn, now: u64) -> Conn {
+    if half_closed(c) {
+        *c
+    } else {
+        c.clone_with_clock(now)
+    }
+}
+
 /// The entry holding a client RST that is ahead of what the server has
 /// acknowledged, or `None` for one behind (never in sequence again). The
 /// server's ACK of the client's last segment may be on its way back while
@@ -382,7 +394,7 @@ fn rst_ahead(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
     if !after(seg.seq, c.client_next) {
         return None;
     }
-    let mut next = c.clone_with_clock(now);
+    let mut next = client_clock(c, now);
     next.flags |= CONN_RST_PENDING;
     next.client_rst = seg.seq;
     (next != *c).then_some(next)
@@ -403,16 +415,12 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 
 /// The entry after a segment from the client, or `None` if nothing to
 /// store changed. Spoofable, so it moves no sequence state: it refreshes
-/// the clock (not once one side closed: see [`half_closed`]), and a FIN is
+/// the clock (see [`client_clock`]), and a FIN is
 /// only noted as pending (see [`fin_noted`]) until the server acknowledges
 /// exactly it.
 #[inline(always)]
 fn from_client(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
-    let mut next = if half_closed(c) {
-        *c
-    } else {
-        c.clone_with_clock(now)
-    };
+    let mut next = client_clock(c, now);
     if seg.has(TCP_FIN) && next.flags & CONN_FIN_CLIENT == 0 && fin_noted(c, seg.end()) {
         next.client_fin_end = seg.end();
         next.flags |= CONN_FIN_PENDING;
