@@ -72,8 +72,11 @@ mod tests {
 
     use super::*;
     use crate::{
-        conntrack::{OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request},
-        maps::{CONN_FIN_SERVER, CONN_REOPENING, Endpoint},
+        conntrack::{
+            OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request,
+            tests::{F1, SECOND, seg},
+        },
+        maps::{CONN_FIN_SERVER, CONN_REOPENING},
     };
 
     struct Host;
@@ -89,18 +92,6 @@ mod tests {
             // SAFETY: as above.
             unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }
                 .fetch_and(bits, Ordering::Relaxed);
-        }
-    }
-
-    const F1: Endpoint = Endpoint::new(core::net::Ipv4Addr::new(198, 18, 0, 10), 8022);
-    const SECOND: u64 = 1_000_000_000;
-
-    fn seg(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
-        Segment {
-            flags,
-            seq,
-            ack,
-            payload,
         }
     }
 

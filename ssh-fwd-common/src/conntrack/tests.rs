@@ -3,13 +3,13 @@ use core::net::Ipv4Addr;
 use super::*;
 use crate::maps::CONN_FIN_PENDING;
 
-const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
+pub(super) const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
 const F2: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
 const HOUR: u64 = 3_600_000_000_000;
 const CLIENT_ISN: u32 = 1_000;
 const SERVER_ISN: u32 = 5_000_000;
 
-fn seg(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
+pub(super) fn seg(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
     Segment {
         flags,
         seq,
@@ -844,10 +844,10 @@ fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
     assert_eq!(translated_syn(&syn_ack, Some(&half)), None);
 }
 
-/// The entry of a connection whose server sent its FIN and whose client
-/// never answered with its own (a client that completed the handshake and
-/// went silent: sshd closed it after LoginGraceTime), last seen at `at`.
-fn half_closed(flags: u32, at: u64) -> Conn {
+/// The entry of a completed handshake with these FIN `flags` (a server's
+/// FIN alone: sshd closed it after LoginGraceTime and the client went
+/// silent), last seen at `at`.
+fn conn_flagged(flags: u32, at: u64) -> Conn {
     Conn {
         flags,
         last_seen_ns: at,
@@ -855,13 +855,13 @@ fn half_closed(flags: u32, at: u64) -> Conn {
     }
 }
 
-const SECOND: u64 = 1_000_000_000;
+pub(super) const SECOND: u64 = 1_000_000_000;
 
 #[test]
 fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not() {
     let (idle, close) = (24 * HOUR, 10 * SECOND);
     for flags in [CONN_FIN_SERVER, CONN_FIN_CLIENT] {
-        let c = half_closed(flags, HOUR);
+        let c = conn_flagged(flags, HOUR);
         assert_eq!(expiry(&c, HOUR + 119 * SECOND, idle, close), None, "{c:?}");
         assert_eq!(
             expiry(&c, HOUR + 120 * SECOND, idle, close),
@@ -870,15 +870,15 @@ fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_no
         );
     }
     // Open: the idle timeout; both sides closed: the close timeout.
-    let open = half_closed(0, HOUR);
+    let open = conn_flagged(0, HOUR);
     assert_eq!(expiry(&open, 9 * HOUR, idle, close), None);
-    let closed = half_closed(CONN_FIN_CLIENT | CONN_FIN_SERVER, HOUR);
+    let closed = conn_flagged(CONN_FIN_CLIENT | CONN_FIN_SERVER, HOUR);
     assert_eq!(
         expiry(&closed, HOUR + 10 * SECOND, idle, close),
         Some(Expiry::Closed)
     );
     // A shorter idle timeout still wins.
-    let c = half_closed(CONN_FIN_SERVER, HOUR);
+    let c = conn_flagged(CONN_FIN_SERVER, HOUR);
     assert_eq!(
         expiry(&c, HOUR + 30 * SECOND, 30 * SECOND, close),
         Some(Expiry::Idle)
@@ -887,7 +887,7 @@ fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_no
 
 #[test]
 fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
-    let c = half_closed(CONN_FIN_SERVER, 0);
+    let c = conn_flagged(CONN_FIN_SERVER, 0);
     // The client's segments (spoofable, or a client that holds the entry
     // open without ever closing) leave the clock alone ...
     for s in [
@@ -920,7 +920,7 @@ fn in_a_half_closed_connection_only_the_servers_segments_keep_it_alive() {
     };
     assert_eq!(after.last_seen_ns, 100 * SECOND);
     // An open connection's client refreshes it, as before.
-    let open = half_closed(0, 0);
+    let open = conn_flagged(0, 0);
     let s = seg(TCP_ACK, open.client_next, open.server_next, 0);
     let OnRequest::Established(Some(after)) =
         on_request(&s, F1, 3, Some(&open), None, 100 * SECOND)

@@ -275,25 +275,41 @@ impl FileSource {
 /// The rules mappings are checked against now: `--ssh-ip` and the node's
 /// addresses (read again each time: an address may come or go).
 async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>) -> anyhow::Result<Rules> {
-    let netlink = Netlink::open()?;
-    let (links, addrs) = (netlink.links().await?, netlink.addresses().await?);
-    let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
+    let (links, addrs) = links_and_addresses().await?;
     Ok(Rules {
         ssh_ips: ssh_ips.clone(),
         node_addrs: netdev::own_addresses(&links, &addrs),
-        all_node_addrs: addrs
-            .iter()
-            .filter_map(|(index, ip)| Some((*ip, (*names.get(index)?).to_owned())))
-            .collect(),
+        all_node_addrs: named_addresses(&links, &addrs),
     })
+}
+
+/// Every address of the node, with its interface, as it is now: where no
+/// endpoint may be (a hostNetwork pod's).
+async fn node_addrs() -> anyhow::Result<BTreeMap<Ipv4Addr, String>> {
+    let (links, addrs) = links_and_addresses().await?;
+    Ok(named_addresses(&links, &addrs))
+}
+
+async fn links_and_addresses() -> anyhow::Result<(Vec<netdev::Link>, Vec<(u32, Ipv4Addr)>)> {
+    let netlink = Netlink::open()?;
+    Ok((netlink.links().await?, netlink.addresses().await?))
+}
+
+fn named_addresses(
+    links: &[netdev::Link],
+    addrs: &[(u32, Ipv4Addr)],
+) -> BTreeMap<Ipv4Addr, String> {
+    let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
+    addrs
+        .iter()
+        .filter_map(|(index, ip)| Some((*ip, (*names.get(index)?).to_owned())))
+        .collect()
 }
 
 /// The Kubernetes watches and the desired state they keep.
 pub struct KubeFollower {
     source: KubeSource,
     selector: String,
-    /// `--ssh-ip`, for reading the node's rules again.
-    ssh_ips: BTreeSet<Ipv4Addr>,
     /// A change was returned already (the first is the complete lists).
     started: bool,
     metrics: AgentMetrics,
@@ -313,13 +329,11 @@ impl KubeFollower {
         };
         // The node's addresses, where no endpoint may be (a hostNetwork
         // pod's): read again at each resync and when they change.
-        let ssh_ips = policy.ssh_ips.clone();
-        let rules = node_rules(&ssh_ips).await?;
         let source = KubeSource::start(
             api.client,
             &args.selector,
             policy,
-            rules.all_node_addrs,
+            node_addrs().await?,
             &metrics.api_errors,
         );
         tracing::info!(
@@ -329,7 +343,6 @@ impl KubeFollower {
         Ok(Self {
             source,
             selector: args.selector.clone(),
-            ssh_ips,
             started: false,
             metrics: metrics.clone(),
         })
@@ -358,9 +371,9 @@ impl KubeFollower {
     /// Checks backends against the node's addresses as they are now; a
     /// failed read keeps the last ones.
     async fn refresh_node_addrs(&mut self) {
-        match node_rules(&self.ssh_ips).await {
-            Ok(rules) => {
-                self.source.set_node_addrs(rules.all_node_addrs);
+        match node_addrs().await {
+            Ok(addrs) => {
+                self.source.set_node_addrs(addrs);
                 self.report();
             }
             Err(e) => tracing::warn!(

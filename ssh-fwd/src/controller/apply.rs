@@ -27,7 +27,7 @@ use super::{
     lease::Term,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
-    service::{ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
+    service::{self, ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
     warn::Scope,
 };
 
@@ -58,8 +58,8 @@ pub struct Context {
 
 impl Context {
     /// What the Services made look like.
-    pub fn settings(&self) -> super::service::Settings {
-        super::service::Settings {
+    pub fn settings(&self) -> service::Settings {
+        service::Settings {
             ssh_ip: self.ssh_ip,
             style: self.style,
         }
@@ -91,9 +91,13 @@ pub type Warned = BTreeSet<(String, Problem)>;
 enum Outcome {
     Nothing,
     Done(Done),
-    /// A Service created, and whether its LoadBalancer status, written
-    /// right after, failed (a later pass writes it again).
-    Created(Done, Option<anyhow::Error>),
+    /// The pod's Service created on `port`, and whether its LoadBalancer
+    /// status, written right after, failed (a later pass writes it again).
+    Created {
+        uid: String,
+        port: u16,
+        status_failed: Option<anyhow::Error>,
+    },
     Warned(String, Problem),
     /// The pod's Service name is taken (the pod was warned, now or before).
     Blocked(String, Problem),
@@ -128,15 +132,15 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
         match outcome {
             Ok(Outcome::Nothing) => {}
             Ok(Outcome::Done(done)) => applied.done.push(done),
-            Ok(Outcome::Created(created, status_failed)) => {
-                if let Done::Created { uid, .. } = &created {
-                    warned.retain(|(warned, _)| warned != uid);
-                }
-                applied.done.push(created);
+            Ok(Outcome::Created {
+                uid,
+                port,
+                status_failed,
+            }) => {
+                warned.retain(|(warned, _)| *warned != uid);
+                applied.done.push(Done::Created { uid, port });
                 if let Some(e) = status_failed {
-                    applied.failures += 1;
-                    ctx.metrics.api_errors.inc();
-                    tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
+                    applied.failed(ctx, &e);
                 }
             }
             Ok(Outcome::Warned(uid, problem)) => {
@@ -147,14 +151,19 @@ pub async fn apply(ctx: &Context, actions: Vec<Action>, warned: &mut Warned) -> 
                 warned.insert((uid, problem));
             }
             Ok(Outcome::Raced) => applied.failures += 1,
-            Err(e) => {
-                applied.failures += 1;
-                ctx.metrics.api_errors.inc();
-                tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
-            }
+            Err(e) => applied.failed(ctx, &e),
         }
     }
     applied
+}
+
+impl Applied {
+    /// A write that failed: counted, logged, retried by a later pass.
+    fn failed(&mut self, ctx: &Context, e: &anyhow::Error) {
+        self.failures += 1;
+        ctx.metrics.api_errors.inc();
+        tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
+    }
 }
 
 /// One action; returns what to remember of it. `warned`: the warnings
@@ -179,18 +188,17 @@ async fn run(ctx: &Context, action: Action, warned: &Warned) -> anyhow::Result<O
                     // goes on now instead of a pass later. Publishing still
                     // waits for the cache (an older Service on the port
                     // would show there).
-                    let is_lb = (service.spec.as_ref()).and_then(|s| s.type_.as_deref())
-                        == Some("LoadBalancer");
                     let name = service.metadata.name.as_deref().unwrap_or_default();
-                    let status_failed = if is_lb {
+                    let status_failed = if service::is_load_balancer(&service) {
                         set_ingress(ctx, &pod.namespace, name).await.err()
                     } else {
                         None
                     };
-                    Ok(Outcome::Created(
-                        Done::Created { uid: pod.uid, port },
+                    Ok(Outcome::Created {
+                        uid: pod.uid,
+                        port,
                         status_failed,
-                    ))
+                    })
                 }
                 Created::Ours => Ok(Outcome::Nothing),
                 Created::Taken(name) => {

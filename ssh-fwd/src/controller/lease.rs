@@ -160,14 +160,7 @@ impl Elector {
         let mut backoff = retries();
         let mut announced = false;
         loop {
-            let attempt = tokio::time::timeout(self.renew_every(), self.try_once());
-            let outcome = attempt.await.unwrap_or_else(|_| {
-                Err(anyhow::anyhow!(
-                    "the API did not answer within {:?}",
-                    self.renew_every()
-                ))
-            });
-            match outcome {
+            match self.attempt().await {
                 Ok(None) => {
                     tracing::info!(lease = %self.name, identity = %self.me, "leading");
                     return Ok(());
@@ -224,15 +217,7 @@ impl Elector {
             .build();
         let mut failed = 0_u32;
         loop {
-            let attempt = tokio::time::timeout(self.renew_every(), self.try_once());
-            let outcome = self.term.bounded("renewing the Lease", async {
-                attempt.await.unwrap_or_else(|_| {
-                    Err(anyhow::anyhow!(
-                        "the API did not answer within {:?}",
-                        self.renew_every()
-                    ))
-                })
-            });
+            let outcome = self.term.bounded("renewing the Lease", self.attempt());
             match outcome.await {
                 Ok(None) => {
                     if failed > 0 {
@@ -287,6 +272,19 @@ impl Elector {
                 tracing::info!(lease = %self.name, "released the Lease");
             }
         }
+    }
+
+    /// [`Self::try_once`] bounded by the renew interval, so that one
+    /// request that hangs leaves time for another.
+    async fn attempt(&self) -> anyhow::Result<Option<Step>> {
+        tokio::time::timeout(self.renew_every(), self.try_once())
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "the API did not answer within {:?}",
+                    self.renew_every()
+                ))
+            })
     }
 
     /// One round: `None` when we hold the Lease afterwards, else the step

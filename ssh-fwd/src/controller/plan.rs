@@ -256,7 +256,7 @@ fn publish(
         return;
     };
     let name = svc.metadata.name.clone().unwrap_or_default();
-    let is_lb = svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    let is_lb = service::is_load_balancer(svc);
     if is_lb && !has_ingress(svc, to.ip) {
         actions.push(Action::SetIngress {
             namespace: pod_ref.namespace.clone(),

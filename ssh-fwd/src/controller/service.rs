@@ -185,6 +185,11 @@ pub fn told_endpoint(pod: &PodView) -> Option<&str> {
     annotations.get(key).map(String::as_str)
 }
 
+/// Whether `service` is of type LoadBalancer (its status holds the address).
+pub fn is_load_balancer(service: &Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+}
+
 pub fn is_managed(service: &Service) -> bool {
     label(service, MANAGED_BY_LABEL) == Some(MANAGED_BY)
 }

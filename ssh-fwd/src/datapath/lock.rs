@@ -86,34 +86,40 @@ impl AgentLock {
     /// its lock (tests: a teardown removing the directory there).
     fn take_with(
         layout: &PinLayout,
-        mut prepare: impl FnMut() -> anyhow::Result<()>,
-        mut between: impl FnMut(),
+        prepare: impl FnMut() -> anyhow::Result<()>,
+        between: impl FnMut(),
     ) -> anyhow::Result<Self> {
-        for _ in 0..ATTEMPTS {
-            prepare()?;
-            match lock_at(layout, &mut between)? {
-                Attempt::Locked(lock) => return Ok(lock),
-                Attempt::Held(holder) if holder.is_teardown() => bail!(
-                    "an ssh-fwd teardown is removing --bpffs {} ({holder}); start the agent \
-                     again once it is done",
-                    layout.root().display()
-                ),
-                Attempt::Held(holder) => bail!(
-                    "another ssh-fwd agent is running on --bpffs {} ({holder}): two agents \
-                     would overwrite each other's maps. Stop that one first, or give this one \
-                     another --bpffs directory",
-                    layout.root().display()
-                ),
-                Attempt::Moved => {}
-            }
+        match Self::try_take_with(layout, prepare, between)? {
+            Ok(lock) => Ok(lock),
+            Err(holder) if holder.is_teardown() => bail!(
+                "an ssh-fwd teardown is removing --bpffs {} ({holder}); start the agent \
+                 again once it is done",
+                layout.root().display()
+            ),
+            Err(holder) => bail!(
+                "another ssh-fwd agent is running on --bpffs {} ({holder}): two agents \
+                 would overwrite each other's maps. Stop that one first, or give this one \
+                 another --bpffs directory",
+                layout.root().display()
+            ),
         }
-        Err(moving(layout))
     }
 
     /// Takes the lock if no one holds it; else says who does.
     pub fn try_take(layout: &PinLayout) -> anyhow::Result<Result<Self, Holder>> {
+        Self::try_take_with(layout, || Ok(()), || {})
+    }
+
+    /// Locks the directory `prepare` makes, trying again while it is
+    /// replaced under us; `Err(holder)` if a process holds it.
+    fn try_take_with(
+        layout: &PinLayout,
+        mut prepare: impl FnMut() -> anyhow::Result<()>,
+        mut between: impl FnMut(),
+    ) -> anyhow::Result<Result<Self, Holder>> {
         for _ in 0..ATTEMPTS {
-            match lock_at(layout, &mut || {})? {
+            prepare()?;
+            match lock_at(layout, &mut between)? {
                 Attempt::Locked(lock) => return Ok(Ok(lock)),
                 Attempt::Held(holder) => return Ok(Err(holder)),
                 Attempt::Moved => {}

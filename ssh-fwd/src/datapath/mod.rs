@@ -146,12 +146,7 @@ impl Datapath {
             announce_mode_change(loaded.read()?, &config.settings);
         }
         kernel_log::forward(&mut ebpf);
-        object::load_programs(&mut ebpf).map_err(|e| {
-            match preflight::explain_bpf_error(e.root_cause()) {
-                Some(hint) => e.context(hint),
-                None => e,
-            }
-        })?;
+        object::load_programs(&mut ebpf).map_err(preflight::with_hint)?;
         let mut conns = ConnTables::from_ebpf(&mut ebpf)?;
         if let Some(takeover) = &takeover {
             begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;

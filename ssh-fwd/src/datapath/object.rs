@@ -182,10 +182,7 @@ pub fn loaded_xdp(ebpf: &mut Ebpf) -> anyhow::Result<&mut Xdp> {
     if prog.fd().is_err() {
         prog.load()
             .map_err(anyhow::Error::from)
-            .map_err(|e| match preflight::explain_bpf_error(e.root_cause()) {
-                Some(hint) => e.context(hint),
-                None => e,
-            })
+            .map_err(preflight::with_hint)
             .context("loading the XDP program")?;
     }
     Ok(prog)

@@ -110,6 +110,15 @@ pub fn kernel_supported(version: (u32, u32)) -> bool {
     version >= (6, 6)
 }
 
+/// `e` with what to do about it on top, when its cause is a failure of the
+/// BPF syscall [`explain_bpf_error`] knows.
+pub fn with_hint(e: anyhow::Error) -> anyhow::Error {
+    match explain_bpf_error(e.root_cause()) {
+        Some(hint) => e.context(hint),
+        None => e,
+    }
+}
+
 /// Explains a failure of the BPF syscall in terms of what to do.
 pub fn explain_bpf_error(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);

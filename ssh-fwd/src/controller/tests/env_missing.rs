@@ -18,9 +18,14 @@ async fn env_missing(bed: &Bed, pod: &str) -> String {
     notes[0].clone()
 }
 
-#[tokio::test]
-async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_missing() {
-    let bed = Bed::new();
+/// A controller with its webhook on; the certificates' directory lives as
+/// long as the returned guard.
+fn start(
+    bed: &Bed,
+) -> (
+    tempfile::TempDir,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     let certs = tempfile::tempdir().unwrap();
     write_pair(certs.path());
     let addr = format!("127.0.0.1:{}", free_port());
@@ -33,7 +38,13 @@ async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_mi
         "--image",
         "ssh-fwd:test",
     ];
-    let controller = bed.controller("a", &webhook);
+    (certs, bed.controller("a", &webhook))
+}
+
+#[tokio::test]
+async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_missing() {
+    let bed = Bed::new();
+    let (_certs, controller) = start(&bed);
     let keys = "ssh-fwd.io/authorized-keys-secret";
     // Created while no webhook replica answered (failurePolicy Ignore):
     // nothing of ours on it, neither the variable nor the keys.
@@ -82,19 +93,7 @@ async fn a_reason_a_user_wrote_on_the_pod_is_quoted_and_the_note_fits_an_event()
     // The annotation the webhook writes is the pod's: its creator can set
     // it, to anything. events.k8s.io refuses a note over 1024 bytes.
     let bed = Bed::new();
-    let certs = tempfile::tempdir().unwrap();
-    write_pair(certs.path());
-    let addr = format!("127.0.0.1:{}", free_port());
-    let dir = certs.path().display().to_string();
-    let webhook = [
-        "--webhook-addr",
-        &addr,
-        "--webhook-cert-dir",
-        &dir,
-        "--image",
-        "ssh-fwd:test",
-    ];
-    let controller = bed.controller("a", &webhook);
+    let (_certs, controller) = start(&bed);
     let why = format!("\"quoted\"\nnext line {}", "ü".repeat(3000));
     bed.pod_with("long", json!({"ssh-fwd.io/admission": why}));
     let note = env_missing(&bed, "long").await;

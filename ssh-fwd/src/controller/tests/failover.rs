@@ -3,7 +3,8 @@
 
 use super::*;
 
-fn lease_holder(bed: &Bed) -> Option<String> {
+/// Who holds the controller's Lease now.
+pub(super) fn lease_holder(bed: &Bed) -> Option<String> {
     let lease = bed.api.get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")?;
     lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
 }

@@ -5,6 +5,7 @@
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{
+    failover::lease_holder,
     webhook::{
         free_port, patched, post, reservation_count, review, serving, told_port, webhook_args,
         write_pair,
@@ -15,11 +16,6 @@ use crate::controller::{
     reservation::{self, Holder},
     webhook::mutate::tests::job_pod,
 };
-
-fn lease_holder(bed: &Bed) -> Option<String> {
-    let lease = bed.api.get(Kind::Lease, "ssh-fwd", "ssh-fwd-controller")?;
-    lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
-}
 
 /// A replica's webhook arguments with this reservation grace.
 fn with_grace(port: u16, certs: &std::path::Path, grace: &str) -> Vec<String> {
