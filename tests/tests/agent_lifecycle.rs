@@ -410,7 +410,7 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
             .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
             .is_ok_and(|h| h == "pod-1")
     };
-    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let first_pid = first.pid().unwrap();
 
     // `rm -rf` of the directory: the agent makes it again, locks it, and
@@ -427,10 +427,50 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
     // Removed again while the agent cannot look (stopped), and a second
     // agent takes the new directory: the first gives way at once it runs,
     // naming the second, and never writes beside it.
+    a_second_agent_takes_the_directory_of_a_stopped_one(
+        node,
+        &bpffs,
+        &args,
+        &root,
+        first,
+        "both agents run on one directory",
+        |second_pid| {
+            assert!(ssh_fwd_tests::cmd::wait_until(
+                Duration::from_secs(10),
+                hostname
+            ));
+            let status: serde_json::Value = serde_json::from_str(
+                &ssh_fwd_tests::cmd::run(
+                    std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
+                        .args(["status", "-o", "json", "--bpffs", &root]),
+                )
+                .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(status["pid"], second_pid, "{status}");
+        },
+    );
+}
+
+/// Stops `first` (SIGSTOP), removes its directory `root`, starts a second
+/// agent there with the same `args`, and lets `first` run again: it must
+/// exit, naming the second (`failure` says what it is if it does not),
+/// and the second run on. Then `meanwhile`, given the second's pid, with
+/// the second still running; then the second's stop and the teardown.
+fn a_second_agent_takes_the_directory_of_a_stopped_one(
+    node: &ssh_fwd_tests::NetNs,
+    bpffs: &ssh_fwd_tests::Bpffs,
+    args: &[String],
+    root: &str,
+    mut first: Agent,
+    failure: &str,
+    meanwhile: impl FnOnce(u32),
+) {
+    let first_pid = first.pid().unwrap();
     // SAFETY: signalling a child of this test.
     unsafe { libc::kill(first_pid as i32, libc::SIGSTOP) };
-    std::fs::remove_dir_all(&root).unwrap();
-    let mut second = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    std::fs::remove_dir_all(root).unwrap();
+    let mut second = Agent::start_with(node, &[EXT_IFACE], bpffs, args).unwrap();
     let second_pid = second.pid().unwrap();
     // SAFETY: as above.
     unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
@@ -438,7 +478,7 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
         ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
             first.exited().unwrap().is_some()
         }),
-        "both agents run on one directory:\n{}",
+        "{failure}:\n{}",
         first.log()
     );
     assert!(
@@ -449,23 +489,11 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
         first.log()
     );
     assert!(second.exited().unwrap().is_none(), "{}", second.log());
-    assert!(ssh_fwd_tests::cmd::wait_until(
-        Duration::from_secs(10),
-        hostname
-    ));
-    let status: serde_json::Value = serde_json::from_str(
-        &ssh_fwd_tests::cmd::run(
-            std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
-                .args(["status", "-o", "json", "--bpffs", &root]),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(status["pid"], second_pid, "{status}");
+    meanwhile(second_pid);
     second.stop().unwrap();
     ssh_fwd_tests::cmd::run(
         std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
-            .args(["teardown", "--bpffs", &root]),
+            .args(["teardown", "--bpffs", root]),
     )
     .unwrap();
 }
@@ -494,36 +522,16 @@ fn an_agent_whose_directory_another_agent_took_exits_at_its_next_pod_scan() {
     ]
     .map(Into::into)
     .into();
-    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
-    let first_pid = first.pid().unwrap();
-    // SAFETY: signalling a child of this test.
-    unsafe { libc::kill(first_pid as i32, libc::SIGSTOP) };
-    std::fs::remove_dir_all(&root).unwrap();
-    let mut second = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
-    let second_pid = second.pid().unwrap();
-    // SAFETY: as above.
-    unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
-    assert!(
-        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
-            first.exited().unwrap().is_some()
-        }),
-        "the displaced agent runs on beside the new one:\n{}",
-        first.log()
+    let first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    a_second_agent_takes_the_directory_of_a_stopped_one(
+        node,
+        &bpffs,
+        &args,
+        &root,
+        first,
+        "the displaced agent runs on beside the new one",
+        |_| {},
     );
-    assert!(
-        first.log().contains(&format!(
-            "another ssh-fwd process holds it now (pid {second_pid}, ssh-fwd agent"
-        )),
-        "{}",
-        first.log()
-    );
-    assert!(second.exited().unwrap().is_none(), "{}", second.log());
-    second.stop().unwrap();
-    ssh_fwd_tests::cmd::run(
-        std::process::Command::new(ssh_fwd_tests::agent::binary().unwrap())
-            .args(["teardown", "--bpffs", &root]),
-    )
-    .unwrap();
 }
 
 #[test]

@@ -133,6 +133,34 @@ fn client_ports(client: &NetNs, port: u16) -> Vec<u16> {
         .collect()
 }
 
+/// The client's established connections to each of `frontends`, as
+/// [`Bed::established`] lists them: (client port, frontend port), sorted.
+fn client_sessions(client: &NetNs, frontends: &[u16]) -> Vec<(u16, u16)> {
+    let mut sessions: Vec<(u16, u16)> = frontends
+        .iter()
+        .flat_map(|&f| client_ports(client, f).into_iter().map(move |p| (p, f)))
+        .collect();
+    sessions.sort_unstable();
+    sessions
+}
+
+/// Logs in from the client through the frontend on `port`: pod-2
+/// answers, and sees the client's own address.
+fn assert_pod_2_sees_the_client(bed: &Bed, port: u16) {
+    let seen = bed
+        .cluster
+        .ssh()
+        .run(
+            &bed.cluster.client,
+            EXTERNAL_IP,
+            port,
+            "hostname; echo $SSH_CONNECTION",
+        )
+        .unwrap();
+    assert!(seen.starts_with("pod-2"), "{seen}");
+    assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_frontend() {
@@ -162,15 +190,7 @@ fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_fronte
     }
     // The client sees each from the frontend it dialled (its kernel would
     // drop a reply from the other), and node B tracked each so.
-    let mut expected: Vec<(u16, u16)> = [8022, 9022]
-        .iter()
-        .flat_map(|&f| {
-            client_ports(&bed.cluster.client, f)
-                .into_iter()
-                .map(move |p| (p, f))
-        })
-        .collect();
-    expected.sort_unstable();
+    let expected = client_sessions(&bed.cluster.client, &[8022, 9022]);
     assert_eq!(expected.len(), 20, "{expected:?}");
     assert_eq!(bed.established(1), expected, "node B tracks every session");
     assert!(bed.established(0).is_empty(), "node A never sees a reply");
@@ -221,15 +241,7 @@ fn a_cluster_interface_no_gateway_route_shows_is_named_by_cluster_iface() {
     for (i, s) in sessions.iter_mut().enumerate() {
         s.echo(&format!("s{i}")).unwrap();
     }
-    let mut expected: Vec<(u16, u16)> = [8022, 9022]
-        .iter()
-        .flat_map(|&f| {
-            client_ports(&bed.cluster.client, f)
-                .into_iter()
-                .map(move |p| (p, f))
-        })
-        .collect();
-    expected.sort_unstable();
+    let expected = client_sessions(&bed.cluster.client, &[8022, 9022]);
     assert_eq!(expected.len(), 4, "{expected:?}");
     assert_eq!(bed.established(1), expected, "node B tracks every session");
     assert!(bed.counter(0, "frontend_option_added") >= 4);
@@ -247,18 +259,8 @@ fn with_cross_node_plain_a_pod_on_node_b_answers_from_its_frontend_without_the_o
         &[("job", "198.18.0.10:8022", "10.244.2.5:22")],
         &["--cross-node", "plain"],
     );
-    let ssh = bed.cluster.ssh();
     for _ in 0..3 {
-        let seen = ssh
-            .run(
-                &bed.cluster.client,
-                EXTERNAL_IP,
-                8022,
-                "hostname; echo $SSH_CONNECTION",
-            )
-            .unwrap();
-        assert!(seen.starts_with("pod-2"), "{seen}");
-        assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+        assert_pod_2_sees_the_client(&bed, 8022);
     }
     // No option crossed; node B, without state, gave the backend's
     // replies its only frontend as they left.
@@ -291,16 +293,7 @@ fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_ex
     assert!(seen.contains("10.244.1.5"), "rank 0 sees rank 1: {seen}");
     assert!(bed.counter(1, "reply_untracked") > 5);
     // And the frontend works alongside, from outside, across the nodes.
-    let seen = ssh
-        .run(
-            &bed.cluster.client,
-            EXTERNAL_IP,
-            8022,
-            "hostname; echo $SSH_CONNECTION",
-        )
-        .unwrap();
-    assert!(seen.starts_with("pod-2"), "{seen}");
-    assert!(seen.contains(CLIENT_IP), "the pod sees the client: {seen}");
+    assert_pod_2_sees_the_client(&bed, 8022);
     // Many times over, while other connections come and go.
     for _ in 0..5 {
         assert_eq!(
@@ -438,31 +431,41 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
 }
 
 /// Logs in through the frontend on `port` over and over while `flooding`
-/// holds (at least once, at most 20 times); what each login printed.
+/// holds (at least once, at most 20 times); what each login printed, and
+/// whether the flood was still running when it finished.
 fn logins_while(
     bed: &Bed,
     port: u16,
     flooding: &std::sync::atomic::AtomicBool,
-) -> Vec<anyhow::Result<String>> {
+) -> Vec<(anyhow::Result<String>, bool)> {
     let ssh = bed.cluster.ssh();
     let mut logins = Vec::new();
     while logins.len() < 20 {
-        logins.push(ssh.run(&bed.cluster.client, EXTERNAL_IP, port, "hostname"));
-        if !flooding.load(std::sync::atomic::Ordering::Relaxed) {
+        let login = ssh.run(&bed.cluster.client, EXTERNAL_IP, port, "hostname");
+        let during = flooding.load(std::sync::atomic::Ordering::Relaxed);
+        logins.push((login, during));
+        if !during {
             break;
         }
     }
     logins
 }
 
-fn assert_logged_in(logins: &[anyhow::Result<String>], when: &str) {
+/// Every login reached pod-1, and at least one finished while the flood
+/// ran.
+fn assert_logged_in(logins: &[(anyhow::Result<String>, bool)], when: &str) {
     assert!(!logins.is_empty());
-    for (i, login) in logins.iter().enumerate() {
+    for (i, (login, _)) in logins.iter().enumerate() {
         assert!(
             matches!(login, Ok(host) if host == "pod-1"),
             "login {i} {when}: {login:?}"
         );
     }
+    assert!(
+        logins.iter().any(|(_, during)| *during),
+        "no login finished {when}: the flood was over first ({} logins)",
+        logins.len()
+    );
 }
 
 /// A connection from `client:sport` to the frontend on `port`, made inside
@@ -613,6 +616,20 @@ fn table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handsha
         listed.contains("established table: 1024 of 1024 entries; refused when full: "),
         "{listed}"
     );
+    // Held back: the pod never saw the handshake complete, so sshd sends
+    // no banner while the table stays full.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let mut early = [0u8; 8];
+    let read = stream.read(&mut early);
+    assert!(
+        matches!(&read, Err(e) if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "something arrived while the established table was full: {read:?} {early:?}"
+    );
     // Room frees: the pod's next SYN-ACK (it retransmits within seconds)
     // and the client's answer complete the handshake, and sshd's banner
     // comes through.
@@ -624,6 +641,11 @@ fn table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handsha
     let mut banner = [0u8; 8];
     stream.read_exact(&mut banner).unwrap();
     assert_eq!(&banner, b"SSH-2.0-");
+    let client_port = stream.local_addr().unwrap().port();
+    assert!(
+        bed.established(0).contains(&(client_port, 8022)),
+        "the client's connection is tracked once room freed"
+    );
     assert!(
         listed.contains(" of 2048 entries; evicted or replaced: "),
         "{listed}"

@@ -214,7 +214,17 @@ fn an_address_the_node_gains_after_start_is_refused_as_a_backend() {
     eventually("hostnet counted as invalid", || {
         gauge("ssh_fwd_invalid_services") == Some(1)
     });
-    eventually("only job-a mapped", || gauge("ssh_fwd_mappings") == Some(1));
+    // Refused, so never mapped: job-a's is the only mapping, in the
+    // pinned maps and in the gauge.
+    let mappings = bpffs.list_of("mappings").unwrap();
+    let frontends: Vec<&str> = mappings
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["frontend"].as_str())
+        .collect();
+    assert_eq!(frontends, ["198.18.0.10:8123"], "{mappings}");
+    assert_eq!(gauge("ssh_fwd_mappings"), Some(1));
     assert!(
         agent
             .log()

@@ -390,12 +390,24 @@ impl FakeApi {
     }
 
     /// Applies an RFC 7386 merge patch to an object's status (as the
-    /// kubelet writes a pod's), if it exists.
+    /// kubelet writes a pod's).
+    ///
+    /// # Panics
+    ///
+    /// If the object does not exist or the patch is refused (a test that
+    /// writes a status expects it written).
     pub fn patch_status(&self, kind: Kind, namespace: &str, name: &str, patch: &Value) {
         let mut store = self.shared.store();
-        let patched = store.merge_patch(kind, &format!("{namespace}/{name}"), patch, true);
-        if let Ok((_, changes)) = patched {
-            self.shared.publish(&store, changes);
+        let key = format!("{namespace}/{name}");
+        match store.merge_patch(kind, &key, patch, true) {
+            Ok((_, changes)) => self.shared.publish(&store, changes),
+            Err(e) => {
+                drop(store);
+                panic!(
+                    "the status patch of {kind:?} {key} is refused ({}): {}",
+                    e.code, e.message
+                );
+            }
         }
     }
 

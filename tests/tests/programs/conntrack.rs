@@ -314,6 +314,10 @@ fn a_spoofed_syn_between_the_syn_ack_and_the_ack_does_not_displace_the_handshake
             half_open(&l).iter().all(|h| h.client_isn != CLIENT_ISN),
             "{ingress:?}"
         );
+        // Both of them: one per frontend, neither the client's.
+        let mut spoofed: Vec<u32> = half_open(&l).iter().map(|h| h.client_isn).collect();
+        spoofed.sort_unstable();
+        assert_eq!(spoofed, [0x5eed, 0x5eee], "{ingress:?}");
     });
 }
 
