@@ -30,7 +30,7 @@ mod tests;
 use std::{sync::Arc, time::Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::{
     Api,
     runtime::{reflector::Store, watcher},
@@ -53,7 +53,8 @@ use expect::Expectations;
 use lease::Elector;
 use metrics::ControllerMetrics;
 use plan::scope::{Scope, Waiting};
-use pod::PodView;
+use pod::{PodView, PodWire};
+use reservation::LeaseView;
 use world::{
     World,
     dirty::{DirtyLog, Stores},
@@ -188,7 +189,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
 }
 
-/// Writes in one pass past which its peak of memory is handed back.
+/// Writes in one pass, or changed objects it took, past which its peak of
+/// memory is handed back.
 const BIG_PASS: usize = 256;
 
 /// What the leader does: watch, then reconcile on every change and timer.
@@ -201,7 +203,7 @@ async fn lead(
     client: kube::Client,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,
-    reservations: Store<Lease>,
+    reservations: Store<LeaseView>,
     reserving: &mut reserving::Reserving,
 ) -> anyhow::Result<()> {
     // The term's watches: they end with it (a JoinSet aborts its tasks
@@ -230,7 +232,13 @@ async fn lead(
     loop {
         let started = Instant::now();
         let changed = dirty.take();
+        let big = changed.len() >= BIG_PASS;
         let scope = if everything || changed.everything {
+            // The old world goes first: both at once would double the peak.
+            drop(std::mem::replace(
+                &mut world,
+                World::new(ctx.policy.clone()),
+            ));
             world = stores.world(&ctx.policy);
             Scope::All
         } else {
@@ -262,9 +270,10 @@ async fn lead(
             expected.record(done, now);
         }
         waiting.note(&world, &scope, &expected);
-        if scope == Scope::All || writes >= BIG_PASS {
-            // A pass over thousands of pods, or with thousands of writes,
-            // is a one-off peak: hand what it freed back to the kernel.
+        if scope == Scope::All || big || writes >= BIG_PASS {
+            // A pass over thousands of pods, or with thousands of changes
+            // or writes (and the watch events behind them), is a one-off
+            // peak: hand what it freed back to the kernel.
             telemetry::memory::release_freed();
         }
         retry.after(failures, blocked, scope == Scope::All, now);
@@ -301,18 +310,18 @@ async fn watch_term(
     client: kube::Client,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,
-    reservations: Store<Lease>,
+    reservations: Store<LeaseView>,
     watches: &mut tokio::task::JoinSet<()>,
 ) -> anyhow::Result<Stores> {
     let noted = dirty.clone();
     let (pods, task): (Store<PodView>, _) = k8s::reflector::reflector_task(
-        Api::all(client.clone()),
+        Api::<PodWire>::all(client.clone()),
         watcher::Config::default().labels(&format!(
             "{}={}",
             service::SSH_LABEL,
             service::SSH_ENABLED
         )),
-        prune_pod,
+        PodView::from,
         "Pod",
         changes,
         &ctx.metrics.api_errors,
@@ -335,7 +344,7 @@ async fn watch_term(
         } else {
             &managed
         }),
-        prune_service,
+        keep_service,
         "Service",
         changes,
         &ctx.metrics.api_errors,
@@ -349,7 +358,7 @@ async fn watch_term(
         let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
             Api::all(client),
             watcher::Config::default().labels(&others_selector(&args.selector)),
-            prune_service,
+            keep_service,
             "Service",
             changes,
             &ctx.metrics.api_errors,
@@ -408,10 +417,10 @@ pub(crate) fn prune_service(svc: &mut Service) {
     }
 }
 
-/// Of what the watch decodes of a pod (its metadata and phase: see
-/// [`PodView`]), drops the server-side-apply bookkeeping.
-fn prune_pod(pod: &mut PodView) {
-    k8s::reflector::drop_managed_fields(pod);
+/// [`prune_service`] as the reflector takes it.
+fn keep_service(mut svc: Service) -> Service {
+    prune_service(&mut svc);
+    svc
 }
 
 /// Renewal must stop when leading stops, also when `run` is dropped.

@@ -271,16 +271,8 @@ fn publish(
         return;
     }
     let told = service::told_endpoint(pod) == Some(endpoint.as_str());
-    let annotated = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(service::ENDPOINT_ANNOTATION))
-        == Some(&endpoint);
-    let labelled = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(service::SERVICE_LABEL))
-        == Some(&name);
+    let annotated = meta.annotation(service::ENDPOINT_ANNOTATION) == Some(endpoint.as_str());
+    let labelled = meta.label(service::SERVICE_LABEL) == Some(name.as_str());
     if !(annotated && labelled && told) {
         actions.push(Action::Publish {
             pod: pod_ref,
@@ -313,12 +305,7 @@ fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
 
 /// Labelled, not terminating, not finished.
 pub fn asks_for_ssh(pod: &PodView) -> bool {
-    let labelled = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(service::SSH_LABEL))
-        .is_some_and(|v| v == service::SSH_ENABLED);
+    let labelled = pod.metadata.label(service::SSH_LABEL) == Some(service::SSH_ENABLED);
     let finished = pod
         .status
         .as_ref()

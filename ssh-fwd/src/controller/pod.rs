@@ -1,17 +1,83 @@
-//! A pod as the controller keeps it: its metadata and phase, all the plan
-//! reads. The watch decodes only these: k8s-openapi's `Pod` holds room for
-//! a whole spec and status inline even when they are empty (about 4.8 KB a
-//! pod), which at thousands of pods was the controller's largest memory
-//! cost.
+//! A pod as the controller keeps it: its identity, the labels and
+//! annotations the plan reads, whether it is being deleted, and its phase.
+//!
+//! The watch decodes [`PodWire`] (metadata and phase only: k8s-openapi's
+//! `Pod` holds room for a whole spec and status inline even when they are
+//! empty, about 4.8 KB a pod), and the cache keeps the [`PodView`] made of
+//! it: a pod's label and annotation maps alone were 1.8 KB, and a real
+//! pod's annotations can hold a copy of the whole object.
 
 use std::borrow::Cow;
 
-use k8s_openapi::{NamespaceResourceScope, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use k8s_openapi::{
+    NamespaceResourceScope,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+};
 use serde::{Deserialize, Serialize};
 
-/// What the controller reads of a pod.
+use super::{
+    reservation::POD_ANNOTATION,
+    service::{
+        ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, SSH_LABEL, TARGET_PORT_ANNOTATION,
+    },
+    webhook::{keys::SECRET_ANNOTATION, mutate::ADMISSION_ANNOTATION},
+};
+use crate::k8s::kept::Kept;
+
+/// The pod labels anything in the controller reads.
+const LABELS: &[&str] = &[SSH_LABEL, SERVICE_LABEL];
+/// The pod annotations anything in the controller reads.
+const ANNOTATIONS: &[&str] = &[
+    ENDPOINT_ANNOTATION,
+    ANNOUNCED_ANNOTATION,
+    TARGET_PORT_ANNOTATION,
+    POD_ANNOTATION,
+    ADMISSION_ANNOTATION,
+    SECRET_ANNOTATION,
+];
+
+/// What the controller keeps of a pod. It is read and written as a pod's
+/// JSON (through [`PodWire`]), so what the watch gives and what a test
+/// writes are cut down alike.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(from = "PodWire", into = "PodWire")]
 pub struct PodView {
+    pub metadata: PodMeta,
+    pub status: Option<PodPhase>,
+}
+
+/// Of a pod's metadata, what the controller reads.
+#[derive(Clone, Debug, Default)]
+pub struct PodMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub deletion_timestamp: Option<Time>,
+    labels: Kept,
+    annotations: Kept,
+}
+
+impl PodMeta {
+    /// The label `key`, one of those kept ([`LABELS`]).
+    pub fn label(&self, key: &str) -> Option<&str> {
+        debug_assert!(LABELS.contains(&key), "pod label {key} is not kept");
+        self.labels.get(key)
+    }
+
+    /// The annotation `key`, one of those kept ([`ANNOTATIONS`]).
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        debug_assert!(
+            ANNOTATIONS.contains(&key),
+            "pod annotation {key} is not kept"
+        );
+        self.annotations.get(key)
+    }
+}
+
+/// What the watch decodes of a pod: its metadata and phase.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct PodWire {
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodPhase>,
@@ -24,7 +90,44 @@ pub struct PodPhase {
     pub phase: Option<String>,
 }
 
-impl kube::Resource for PodView {
+impl From<PodWire> for PodView {
+    fn from(pod: PodWire) -> Self {
+        let meta = pod.metadata;
+        Self {
+            metadata: PodMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                deletion_timestamp: meta.deletion_timestamp,
+                labels: Kept::pick(meta.labels, LABELS),
+                annotations: Kept::pick(meta.annotations, ANNOTATIONS),
+            },
+            status: pod.status,
+        }
+    }
+}
+
+impl From<PodView> for PodWire {
+    fn from(pod: PodView) -> Self {
+        let meta = pod.metadata;
+        Self {
+            metadata: ObjectMeta {
+                labels: meta.labels.to_map(),
+                annotations: meta.annotations.to_map(),
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                deletion_timestamp: meta.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            status: pod.status,
+        }
+    }
+}
+
+impl kube::Resource for PodWire {
     type DynamicType = ();
     type Scope = NamespaceResourceScope;
 
@@ -45,5 +148,71 @@ impl kube::Resource for PodView {
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+}
+
+impl kube::runtime::reflector::Lookup for PodView {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        self.metadata.name.as_deref().map(Cow::Borrowed)
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        self.metadata.namespace.as_deref().map(Cow::Borrowed)
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        self.metadata.uid.as_deref().map(Cow::Borrowed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keeps_what_the_controller_reads_and_drops_the_rest() {
+        let pod: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
+                         "deletionTimestamp": "2026-11-25T00:00:00Z",
+                         "labels": {SSH_LABEL: "enabled", "app": "job"},
+                         "annotations": {ENDPOINT_ANNOTATION: "h:8000",
+                                         "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}}))
+        .unwrap();
+        assert_eq!(pod.metadata.label(SSH_LABEL), Some("enabled"));
+        assert_eq!(pod.metadata.annotation(ENDPOINT_ANNOTATION), Some("h:8000"));
+        assert!(pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap(),
+            json!({"metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
+                                "deletionTimestamp": "2026-11-25T00:00:00Z",
+                                "labels": {SSH_LABEL: "enabled"},
+                                "annotations": {ENDPOINT_ANNOTATION: "h:8000"}},
+                   "status": {"phase": "Running"}})
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "pod annotation app is not kept")]
+    fn reading_a_key_that_is_not_kept_is_a_bug_caught_in_tests() {
+        PodView::default().metadata.annotation("app");
     }
 }

@@ -25,8 +25,10 @@ use rand::Rng;
 use super::{ports, service};
 
 pub(crate) mod first_seen;
+mod view;
 
 pub use first_seen::FirstSeen;
+pub use view::LeaseView;
 
 /// Lease label: the SSH IP the reserved port is on; the watches select on it.
 pub const LABEL: &str = "ssh-fwd.io/port-reservation";
@@ -141,11 +143,10 @@ pub struct Reservation {
 /// Reads a reservation; `None` for a Lease that is not a well-formed one
 /// of ours (its name must match its port, so a hand-made Lease cannot
 /// claim one port under another's name).
-pub fn read(lease: &Lease, ip: std::net::Ipv4Addr) -> Option<Reservation> {
-    let meta = &lease.metadata;
-    let annotation = |key: &str| meta.annotations.as_ref()?.get(key).cloned();
+pub fn read(lease: &LeaseView, ip: std::net::Ipv4Addr) -> Option<Reservation> {
+    let annotation = |key: &str| lease.annotation(key).map(str::to_owned);
     let port: u16 = annotation(PORT)?.parse().ok()?;
-    let lease_name = meta.name.clone()?;
+    let lease_name = lease.name.clone()?;
     if lease_name != name(ip, port) {
         return None;
     }
@@ -155,19 +156,15 @@ pub fn read(lease: &Lease, ip: std::net::Ipv4Addr) -> Option<Reservation> {
         token: annotation(TOKEN),
         namespace: annotation(NAMESPACE),
         pod_uid: annotation(POD_UID),
-        uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
+        uid: lease.uid.clone(),
+        resource_version: lease.resource_version.clone(),
     })
 }
 
-/// Trims a watched reservation to what [`read`] and the grace clock
-/// ([`FirstSeen`]: uid and creation time) use before it is cached: its
-/// label only served the server-side selection, its spec only `kubectl`.
-/// Each map costs a whole B-tree node, however few its entries.
-pub fn prune(lease: &mut Lease) {
-    crate::k8s::reflector::drop_managed_fields(lease);
-    lease.metadata.labels = None;
-    lease.spec = None;
+/// What the caches would keep of `lease`: for tests that build Leases.
+#[cfg(test)]
+pub fn kept(lease: &Lease) -> LeaseView {
+    LeaseView::from(lease.clone())
 }
 
 /// Creates `lease` only if its name is free: `Ok(true)` when this call made
@@ -243,7 +240,7 @@ mod tests {
             lease.spec.as_ref().unwrap().holder_identity.as_deref(),
             Some("pod jobs/job-")
         );
-        let read = read(&lease, IP).unwrap();
+        let read = read(&lease.into(), IP).unwrap();
         assert_eq!(read.port, 8123);
         assert_eq!(read.token.as_deref(), Some("t0k3n"));
         assert_eq!(read.namespace.as_deref(), Some("jobs"));
@@ -259,13 +256,13 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(PORT.into(), "8124".into());
-        assert_eq!(read(&lease, IP), None);
+        assert_eq!(read(&lease.into(), IP), None);
         let lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
-        assert_eq!(read(&lease, "198.18.0.11".parse().unwrap()), None);
+        assert_eq!(read(&lease.into(), "198.18.0.11".parse().unwrap()), None);
     }
 
     #[test]
-    fn a_pruned_reservation_reads_as_the_whole_one() {
+    fn the_kept_view_reads_as_built_with_its_identity_and_age() {
         let holders = [
             Holder::Admitted {
                 namespace: "jobs".into(),
@@ -289,15 +286,25 @@ mod tests {
                 k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
             );
             let whole = lease.clone();
-            prune(&mut lease);
-            assert_eq!(read(&lease, IP), read(&whole, IP), "{holder:?}");
-            assert!(read(&lease, IP).is_some());
-            assert_eq!(lease.metadata.uid, whole.metadata.uid);
-            assert_eq!(
-                lease.metadata.creation_timestamp,
-                whole.metadata.creation_timestamp
-            );
-            assert_eq!((lease.metadata.labels, lease.spec), (None, None));
+            let kept = LeaseView::from(lease);
+            let (token, namespace, pod_uid) = match holder {
+                Holder::Admitted {
+                    namespace, token, ..
+                } => (Some(token), Some(namespace), None),
+                Holder::Pod { namespace, uid, .. } => (None, Some(namespace), Some(uid)),
+                Holder::Service { .. } => (None, None, None),
+            };
+            let expected = Reservation {
+                name: "ssh-port-198.18.0.10-8123".into(),
+                port: 8123,
+                token,
+                namespace,
+                pod_uid,
+                uid: Some("lease-uid".into()),
+                resource_version: Some("42".into()),
+            };
+            assert_eq!(read(&kept, IP), Some(expected));
+            assert_eq!(kept.creation_timestamp, whole.metadata.creation_timestamp);
         }
     }
 

@@ -19,7 +19,7 @@ use super::{
         reservations::{Sightings, upkeep},
         scope::Scope,
     },
-    reservation::{self, FirstSeen},
+    reservation::{self, FirstSeen, LeaseView},
     webhook::AdmissionArgs,
     world::{World, dirty::DirtyLog},
 };
@@ -35,13 +35,13 @@ pub fn watch(
     dirty: &Arc<DirtyLog>,
     first_seen: &Arc<FirstSeen>,
     metrics: &ControllerMetrics,
-) -> Store<Lease> {
+) -> Store<LeaseView> {
     let dirty = dirty.clone();
     let first_seen = first_seen.clone();
     k8s::reflector::spawn_reflector(
-        Api::namespaced(client.clone(), namespace),
+        Api::<Lease>::namespaced(client.clone(), namespace),
         watcher::Config::default().labels(&reservation::selector(ip)),
-        reservation::prune,
+        LeaseView::from,
         "Lease",
         changes,
         &metrics.api_errors,

@@ -82,10 +82,8 @@ pub struct InvalidTargetPort(pub String);
 pub fn target_port(pod: &PodView) -> Result<IntOrString, InvalidTargetPort> {
     let asked = pod
         .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(TARGET_PORT_ANNOTATION))
-        .map(|v| v.trim());
+        .annotation(TARGET_PORT_ANNOTATION)
+        .map(str::trim);
     let v = match asked {
         None | Some("") => return Ok(IntOrString::Int(DEFAULT_TARGET_PORT)),
         Some(v) => v,
@@ -175,14 +173,16 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
 /// admitted with a port, the announced annotation; for others the endpoint
 /// annotation, which the controller writes only after the event.
 pub fn told_endpoint(pod: &PodView) -> Option<&str> {
-    let annotations = pod.metadata.annotations.as_ref()?;
-    let admitted = annotations.contains_key(super::reservation::POD_ANNOTATION);
+    let meta = &pod.metadata;
+    let admitted = meta
+        .annotation(super::reservation::POD_ANNOTATION)
+        .is_some();
     let key = if admitted {
         ANNOUNCED_ANNOTATION
     } else {
         ENDPOINT_ANNOTATION
     };
-    annotations.get(key).map(String::as_str)
+    meta.annotation(key)
 }
 
 /// Whether `service` is of type LoadBalancer (its status holds the address).

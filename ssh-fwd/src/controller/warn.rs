@@ -3,9 +3,8 @@
 //! fix. Each is sent once per pod and problem, and again only after the pod
 //! was served in between.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
 use super::{
+    pod::PodMeta,
     reservation::POD_ANNOTATION,
     service::InvalidTargetPort,
     webhook::{
@@ -49,8 +48,8 @@ pub enum Admission {
 }
 
 impl Admission {
-    pub fn of(pod: &ObjectMeta) -> Self {
-        let annotation = |key: &str| pod.annotations.as_ref()?.get(key).cloned();
+    pub fn of(pod: &PodMeta) -> Self {
+        let annotation = |key: &str| pod.annotation(key).map(str::to_owned);
         if let Some(why) = annotation(ADMISSION_ANNOTATION) {
             return Self::WithoutPort { why };
         }
@@ -185,7 +184,10 @@ impl Problem {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
     use super::*;
+    use crate::controller::pod::{PodView, PodWire};
 
     #[test]
     fn each_warning_names_its_cause_and_fix() {
@@ -212,14 +214,18 @@ mod tests {
         assert!(note.contains("Rename or delete that Service"), "{note}");
     }
 
-    fn meta(annotations: &[(&str, &str)]) -> ObjectMeta {
+    fn meta(annotations: &[(&str, &str)]) -> PodMeta {
         let annotations = (annotations.iter())
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
-        ObjectMeta {
-            annotations: Some(annotations),
-            ..ObjectMeta::default()
-        }
+        let pod = PodWire {
+            metadata: ObjectMeta {
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            status: None,
+        };
+        PodView::from(pod).metadata
     }
 
     #[test]
@@ -230,7 +236,7 @@ mod tests {
             range: &range,
             namespace: "jobs",
         };
-        let note = |pod: &ObjectMeta| {
+        let note = |pod: &PodMeta| {
             Problem::EnvMissing {
                 variable: "UCLOUD_PUBLIC_SSH".into(),
                 told: None,

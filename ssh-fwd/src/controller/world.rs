@@ -13,11 +13,12 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+use k8s_openapi::api::core::v1::Service;
 
 use super::{
     plan::reservations::{Book, pod_token},
     pod::PodView,
+    reservation::LeaseView,
     service::{self, Claim},
 };
 use crate::source::kubernetes::desired::Policy;
@@ -79,7 +80,7 @@ impl World {
         policy: Policy,
         pods: &[Arc<PodView>],
         services: &[Arc<Service>],
-        leases: &[Arc<Lease>],
+        leases: &[Arc<LeaseView>],
     ) -> Self {
         let mut world = Self::new(policy);
         let mut touched = Touched::default();
@@ -90,7 +91,7 @@ impl World {
             world.set_service(&key_of_service(svc), Some(svc.clone()), &mut touched);
         }
         for lease in leases {
-            let name = lease.metadata.name.clone().unwrap_or_default();
+            let name = lease.name.clone().unwrap_or_default();
             world.set_lease(&name, Some(lease), &mut touched);
         }
         world
@@ -192,7 +193,7 @@ impl World {
 
     /// Puts the Lease `name` as it is now (`None`: gone). Only well-formed
     /// reservations on the SSH IP count.
-    pub fn set_lease(&mut self, name: &str, now: Option<&Lease>, touched: &mut Touched) {
+    pub fn set_lease(&mut self, name: &str, now: Option<&LeaseView>, touched: &mut Touched) {
         if let Some(old) = self.book.remove(name) {
             Self::touch_reservation(&old, touched);
         }

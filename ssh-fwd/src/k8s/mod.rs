@@ -4,6 +4,7 @@
 
 pub mod api_calls;
 pub mod client;
+pub mod kept;
 pub mod ownership;
 pub mod reflector;
 pub mod selector;

@@ -7,12 +7,12 @@ use std::{
     time::Instant,
 };
 
-use futures::StreamExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
 use kube::{
     Api,
     runtime::{
         WatchStreamExt as _,
-        reflector::{self, Store},
+        reflector::{self, Lookup, Store},
         watcher,
     },
 };
@@ -56,20 +56,20 @@ impl Changes {
     }
 }
 
-/// Keeps a cache of `api` (narrowed by `config`, each object trimmed by
-/// `prune` to what is read) up to date in the background, showing each
-/// event to `note` once the cache holds it, then waking `changes`, and
-/// counting failures in `errors`. Failures are retried with kube's watcher
+/// Keeps a cache of `api` (narrowed by `config`, each object cut down by
+/// `keep` to what is read before it is cached) up to date in the
+/// background, showing each event to `note` once the cache holds it, then
+/// waking `changes`, and counting failures in `errors`. Failures are retried with kube's watcher
 /// backoff while the cache keeps its content.
-pub fn spawn_reflector<K>(
+pub fn spawn_reflector<K, S>(
     api: Api<K>,
     config: watcher::Config,
-    prune: fn(&mut K),
+    keep: fn(K) -> S,
     kind: &'static str,
     changes: &Arc<Changes>,
     errors: &Counter,
-    note: impl Fn(&watcher::Event<K>) + Send + 'static,
-) -> Store<K>
+    note: impl Fn(&watcher::Event<S>) + Send + 'static,
+) -> Store<S>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -78,23 +78,24 @@ where
         + Send
         + Sync
         + 'static,
+    S: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
-    let (reader, task) = reflector_task(api, config, prune, kind, changes, errors, note);
+    let (reader, task) = reflector_task(api, config, keep, kind, changes, errors, note);
     tokio::spawn(task);
     reader
 }
 
 /// [`spawn_reflector`] for an owner that runs the task itself (in a
 /// `JoinSet`, say), so that the watch ends when the owner does.
-pub fn reflector_task<K>(
+pub fn reflector_task<K, S>(
     api: Api<K>,
     config: watcher::Config,
-    prune: fn(&mut K),
+    keep: fn(K) -> S,
     kind: &'static str,
     changes: &Arc<Changes>,
     errors: &Counter,
-    note: impl Fn(&watcher::Event<K>) + Send + 'static,
-) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
+    note: impl Fn(&watcher::Event<S>) + Send + 'static,
+) -> (Store<S>, impl Future<Output = ()> + Send + 'static)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -103,9 +104,13 @@ where
         + Send
         + Sync
         + 'static,
+    S: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff().modify(prune));
+    let kept = watcher(api, config)
+        .default_backoff()
+        .map_ok(move |event| kept_event(event, keep));
+    let stream = reflector::reflector(writer, kept);
     let changes = changes.clone();
     let errors = errors.clone();
     let task = async move {
@@ -129,6 +134,17 @@ where
         }
     };
     (reader, task)
+}
+
+/// The event with its object cut down by `keep`.
+fn kept_event<K, S>(event: watcher::Event<K>, keep: fn(K) -> S) -> watcher::Event<S> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(keep(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(keep(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(keep(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// Server-side-apply bookkeeping is often the largest part of an object

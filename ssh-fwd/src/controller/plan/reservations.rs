@@ -121,17 +121,14 @@ impl Book {
 
 /// The reservation token a pod carries (written at admission).
 pub fn pod_token(pod: &PodView) -> Option<&str> {
-    let token = pod.metadata.annotations.as_ref()?.get(POD_ANNOTATION)?;
-    Some(token.as_str()).filter(|t| !t.is_empty())
+    pod.metadata
+        .annotation(POD_ANNOTATION)
+        .filter(|t| !t.is_empty())
 }
 
 /// The port a pod was told at admission, from its endpoint annotation.
 fn told_port(pod: &PodView) -> Option<u16> {
-    let endpoint = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ENDPOINT_ANNOTATION)?;
+    let endpoint = pod.metadata.annotation(ENDPOINT_ANNOTATION)?;
     endpoint.rsplit_once(':')?.1.parse().ok()
 }
 

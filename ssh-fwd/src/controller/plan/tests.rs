@@ -131,7 +131,11 @@ fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
     assert_eq!(pod.name, "job-1");
     assert_eq!(service.metadata.name.as_deref(), Some("ssh-job-1"));
     // The port is reserved for it first, under its uid.
-    let reserved = crate::controller::reservation::read(lease, settings().ssh_ip).unwrap();
+    let reserved = crate::controller::reservation::read(
+        &crate::controller::reservation::kept(lease),
+        settings().ssh_ip,
+    )
+    .unwrap();
     assert_eq!(reserved.port, *port);
     assert_eq!(reserved.pod_uid.as_deref(), Some("uid-job-1"));
 }

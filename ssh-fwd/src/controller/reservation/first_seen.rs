@@ -18,8 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
+
+use super::LeaseView;
 
 /// How long the API server lets a request run (kube-apiserver's
 /// `--request-timeout`, 1 minute by default): the pod create during which
@@ -58,14 +60,14 @@ impl FirstSeen {
     }
 
     /// Notes a watch event now.
-    pub fn note(&self, event: &watcher::Event<Lease>) {
+    pub fn note(&self, event: &watcher::Event<LeaseView>) {
         self.note_at(event, Instant::now(), Timestamp::now());
     }
 
     /// Notes a watch event at `now`, `wall` being the time of day then.
-    fn note_at(&self, event: &watcher::Event<Lease>, now: Instant, wall: Timestamp) {
+    fn note_at(&self, event: &watcher::Event<LeaseView>, now: Instant, wall: Timestamp) {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let uid_of = |lease: &Lease| lease.metadata.uid.clone();
+        let uid_of = |lease: &LeaseView| lease.uid.clone();
         match event {
             watcher::Event::Init => seen.listing = Some(HashSet::new()),
             watcher::Event::InitApply(lease) => {
@@ -98,8 +100,8 @@ impl FirstSeen {
     /// `now`, or earlier by as much as its age exceeds the time its pod
     /// might still be created in (and the grace, if longer), plus the
     /// clocks' margin.
-    fn listed_start(&self, lease: &Lease, now: Instant, wall: Timestamp) -> Instant {
-        let Some(created) = lease.metadata.creation_timestamp.as_ref() else {
+    fn listed_start(&self, lease: &LeaseView, now: Instant, wall: Timestamp) -> Instant {
+        let Some(created) = lease.creation_timestamp.as_ref() else {
             return now;
         };
         let Ok(age) = Duration::try_from(wall.duration_since(created.0)) else {
@@ -119,24 +121,17 @@ impl FirstSeen {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::{
-        apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
-        jiff::SignedDuration,
-    };
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::SignedDuration};
 
     use super::*;
 
     const GRACE: Duration = Duration::from_secs(60);
 
-    fn lease(uid: &str, created: Timestamp) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                uid: Some(uid.into()),
-                creation_timestamp: Some(Time(created)),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-        }
+    fn lease(uid: &str, created: Timestamp) -> LeaseView {
+        let mut lease = LeaseView::default();
+        lease.uid = Some(uid.into());
+        lease.creation_timestamp = Some(Time(created));
+        lease
     }
 
     fn ago(wall: Timestamp, secs: i64) -> Timestamp {

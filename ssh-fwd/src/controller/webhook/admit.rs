@@ -25,7 +25,7 @@ use super::{
 use crate::controller::{
     api_error::{self, Grant},
     ports,
-    reservation::{self, Holder, ReserveError},
+    reservation::{self, Holder, LeaseView, ReserveError},
     service,
 };
 
@@ -34,7 +34,7 @@ pub struct Admitter {
     pub injection: Injection,
     pub reservations: Api<Lease>,
     /// The reservations as last watched: which ports to try first.
-    pub store: Store<Lease>,
+    pub store: Store<LeaseView>,
     pub ssh_ip: std::net::Ipv4Addr,
     pub range: RangeInclusive<u16>,
     /// How long a reservation may take before the pod is admitted without.

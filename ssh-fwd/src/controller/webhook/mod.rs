@@ -25,8 +25,10 @@ use axum::{
     response::IntoResponse,
     routing::post,
 };
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, runtime::reflector::Store};
+
+use crate::controller::reservation::LeaseView;
 
 pub use admit::Admitter;
 pub use args::{AdmissionArgs, AdmissionFlagError};
@@ -40,7 +42,7 @@ pub struct Shared {
     pub ssh_ip: std::net::Ipv4Addr,
     pub host: String,
     pub range: RangeInclusive<u16>,
-    pub store: Store<Lease>,
+    pub store: Store<LeaseView>,
     pub metrics: AdmissionMetrics,
 }
 

@@ -8,14 +8,17 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
-use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::runtime::{
     reflector::{ObjectRef, Store},
     watcher,
 };
 
 use super::{Touched, World, key_of_pod, key_of_service};
-use crate::{controller::pod::PodView, source::kubernetes::desired::Policy};
+use crate::{
+    controller::{pod::PodView, reservation::LeaseView},
+    source::kubernetes::desired::Policy,
+};
 
 /// The objects changed since the last pass.
 #[derive(Debug, Default)]
@@ -25,6 +28,13 @@ pub struct Dirty {
     pub pods: BTreeSet<(String, String)>,
     pub services: BTreeSet<String>,
     pub leases: BTreeSet<String>,
+}
+
+impl Dirty {
+    /// How many objects changed.
+    pub fn len(&self) -> usize {
+        self.pods.len() + self.services.len() + self.leases.len()
+    }
 }
 
 /// [`Dirty`], shared by the reflectors and the leader's loop.
@@ -53,9 +63,9 @@ impl DirtyLog {
         });
     }
 
-    pub fn lease(&self, event: &watcher::Event<Lease>) {
+    pub fn lease(&self, event: &watcher::Event<LeaseView>) {
         self.note(event, |d, l| {
-            d.leases.insert(l.metadata.name.clone().unwrap_or_default());
+            d.leases.insert(l.name.clone().unwrap_or_default());
         });
     }
 
@@ -77,7 +87,7 @@ pub struct Stores {
     /// the agents' selector (then `others` is `None`), else two.
     pub ours: Store<Service>,
     pub others: Option<Store<Service>>,
-    pub leases: Store<Lease>,
+    pub leases: Store<LeaseView>,
     /// Where the reservations live.
     pub lease_namespace: String,
 }

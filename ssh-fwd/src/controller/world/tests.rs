@@ -24,7 +24,7 @@ use crate::controller::{
         reservations::{Sightings, upkeep},
         scope::{Scope, Waiting},
     },
-    reservation::{self, Holder, POD_ANNOTATION},
+    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
     service::{ENDPOINT_ANNOTATION, SERVICE_LABEL, Settings},
 };
 
@@ -51,7 +51,7 @@ fn stamp(second: i64) -> Value {
 struct Sim {
     pods: BTreeMap<(String, String), Arc<PodView>>,
     services: BTreeMap<String, Arc<Service>>,
-    leases: BTreeMap<String, Arc<Lease>>,
+    leases: BTreeMap<String, Arc<LeaseView>>,
     world: World,
     touched: Touched,
     clock: i64,
@@ -105,7 +105,7 @@ impl Sim {
     }
 
     fn put_lease(&mut self, name: String, lease: Option<Lease>) {
-        let lease = lease.map(Arc::new);
+        let lease = lease.map(|l| Arc::new(LeaseView::from(l)));
         match &lease {
             Some(l) => drop(self.leases.insert(name.clone(), l.clone())),
             None => drop(self.leases.remove(&name)),
@@ -286,7 +286,7 @@ impl Sim {
                 }
             }
             Action::Release { name, uid, .. } => {
-                if self.leases.get(name).and_then(|l| l.metadata.uid.clone()) == *uid {
+                if self.leases.get(name).and_then(|l| l.uid.clone()) == *uid {
                     self.put_lease(name.clone(), None);
                 }
             }

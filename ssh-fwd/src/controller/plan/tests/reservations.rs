@@ -3,12 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
-
 use super::*;
 use crate::controller::{
     plan::reservations::upkeep,
-    reservation::{self, Holder, POD_ANNOTATION},
+    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
     warn::Admission,
 };
 
@@ -19,11 +17,11 @@ fn ip() -> std::net::Ipv4Addr {
 }
 
 /// A reservation as the API returns it (uid and resourceVersion set).
-fn lease(port: u16, holder: &Holder) -> Arc<Lease> {
+fn lease(port: u16, holder: &Holder) -> Arc<LeaseView> {
     let mut lease = reservation::build(ip(), port, holder);
     lease.metadata.uid = Some(format!("lease-{port}"));
     lease.metadata.resource_version = Some("7".into());
-    Arc::new(lease)
+    Arc::new(lease.into())
 }
 
 fn admitted(namespace: &str, token: &str) -> Holder {
@@ -46,7 +44,7 @@ fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<PodView> {
 struct Pass<'a> {
     pods: &'a [Arc<PodView>],
     services: &'a [Arc<Service>],
-    leases: &'a [Arc<Lease>],
+    leases: &'a [Arc<LeaseView>],
     variable: Option<&'a str>,
     range: std::ops::RangeInclusive<u16>,
 }
@@ -93,7 +91,7 @@ impl Pass<'_> {
 fn pass<'a>(
     pods: &'a [Arc<PodView>],
     services: &'a [Arc<Service>],
-    leases: &'a [Arc<Lease>],
+    leases: &'a [Arc<LeaseView>],
 ) -> Pass<'a> {
     Pass {
         pods,
@@ -169,7 +167,12 @@ fn a_pod_created_without_the_webhook_gets_a_fresh_reserved_port_and_is_told_it_l
         }
     );
     assert_eq!(problem.reason(), "SSHEnvMissing");
-    assert_eq!(reservation::read(lease, ip()).unwrap().port, *port);
+    assert_eq!(
+        reservation::read(&reservation::kept(lease), ip())
+            .unwrap()
+            .port,
+        *port
+    );
     // Without a webhook nothing was promised, so nothing is missing.
     let quiet = Pass {
         variable: None,
@@ -282,7 +285,12 @@ fn a_port_a_service_holds_without_a_reservation_gets_one_and_loses_it_with_the_s
     let [Action::Reserve { lease: made }] = actions.as_slice() else {
         panic!("{actions:?}")
     };
-    assert_eq!(reservation::read(made, ip()).unwrap().port, 9005);
+    assert_eq!(
+        reservation::read(&reservation::kept(made), ip())
+            .unwrap()
+            .port,
+        9005
+    );
     assert_eq!(
         made.spec.as_ref().unwrap().holder_identity.as_deref(),
         Some("service other/legacy")
@@ -340,7 +348,10 @@ fn a_pod_whose_reservation_vanished_reserves_its_told_port_again_under_its_token
         panic!("{actions:?}")
     };
     assert_eq!(
-        reservation::read(lease, ip()).unwrap().token.as_deref(),
+        reservation::read(&reservation::kept(lease), ip())
+            .unwrap()
+            .token
+            .as_deref(),
         Some("tok3")
     );
 }
@@ -368,7 +379,7 @@ fn a_pod_whose_told_port_another_service_took_gets_another_and_a_warning_naming_
 #[test]
 fn fresh_ports_avoid_every_reserved_one() {
     let t0 = Instant::now();
-    let leases: Vec<Arc<Lease>> = (9000..9003)
+    let leases: Vec<Arc<LeaseView>> = (9000..9003)
         .map(|p| lease(p, &admitted("jobs", &format!("t{p}"))))
         .collect();
     let pods = [pod("job-5", json!({}))];
