@@ -1,7 +1,6 @@
 //! `ssh-fwd teardown`: remove everything the agent installed.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt as _;
+use std::{ffi::CString, os::unix::ffi::OsStrExt as _, time::Duration};
 
 use anyhow::{Context as _, bail};
 
@@ -10,6 +9,13 @@ use crate::datapath::{
     lock::AgentLock,
     pins::{self, BpffsArg, PinLayout},
 };
+
+mod released;
+
+/// How long the kernel may take to let go of the links once their pins
+/// are removed (an RCU grace period and a work item; milliseconds unless
+/// the machine is very busy).
+const RELEASE_LIMIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, clap::Args)]
 pub struct TeardownArgs {
@@ -46,7 +52,7 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
             None
         }
     };
-    remove(&layout)?;
+    remove(&layout, lock.is_none())?;
     match lock {
         Some(lock) => unmount_if_own_mount(layout.root(), lock),
         None => {
@@ -62,8 +68,10 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
 }
 
 /// Removes every link and map pinned under `layout`, and our versioned
-/// directories.
-fn remove(layout: &PinLayout) -> anyhow::Result<()> {
+/// directories, and returns once the kernel has let go of the links (under
+/// a running agent, `forced`, they stay until it stops).
+fn remove(layout: &PinLayout, forced: bool) -> anyhow::Result<()> {
+    let links = released::pinned_link_ids(layout.root());
     // Links first: unpinning them detaches the programs, then the maps go.
     for (iface, link) in hooks::attached(&layout.links_dir()) {
         println!("detaching {link} from {iface}");
@@ -91,7 +99,28 @@ fn remove(layout: &PinLayout) -> anyhow::Result<()> {
             println!("removed {}", entry.path().display());
         }
     }
-    Ok(())
+    match released::wait_gone(&links, RELEASE_LIMIT) {
+        Ok(()) => Ok(()),
+        Err(left) if forced => {
+            println!(
+                "link(s) {} stay attached while the running agent holds them; they go when it stops",
+                ids(&left)
+            );
+            Ok(())
+        }
+        Err(left) => bail!(
+            "the kernel still has link(s) {} attached {} s after their pins were removed: \
+             another process holds them open; `bpftool link show id ID` names it (pids), \
+             stop it and the programs detach",
+            ids(&left),
+            RELEASE_LIMIT.as_secs()
+        ),
+    }
+}
+
+fn ids(ids: &std::collections::BTreeSet<u32>) -> String {
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    ids.join(", ")
 }
 
 /// If `root` is a bpffs mount of its own (the agent mounted it) and now

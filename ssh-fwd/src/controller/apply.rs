@@ -30,6 +30,7 @@ use super::{
     service::{self, ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
     warn::Scope,
 };
+use crate::k8s::answer::Unread;
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
@@ -345,7 +346,7 @@ async fn delete(
 }
 
 async fn set_ingress(ctx: &Context, namespace: &str, name: &str) -> anyhow::Result<()> {
-    let api: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let api: Api<Unread<Service>> = Api::namespaced(ctx.client.clone(), namespace);
     let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": ctx.ssh_ip.to_string()}]}}});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -364,7 +365,7 @@ async fn publish(
     announce: bool,
 ) -> anyhow::Result<String> {
     let endpoint = format!("{}:{port}", ctx.host);
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+    let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let patch = |mut fields: serde_json::Value| {
         let api = api.clone();
         // The uid makes the patch fail on a namesake made since.
@@ -412,7 +413,7 @@ async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
         "labels": {SERVICE_LABEL: null},
         "annotations": {ENDPOINT_ANNOTATION: null, ANNOUNCED_ANNOTATION: null},
     }});
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+    let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api
         .patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
