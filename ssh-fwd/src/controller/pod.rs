@@ -151,34 +151,7 @@ impl kube::Resource for PodWire {
     }
 }
 
-impl kube::runtime::reflector::Lookup for PodView {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.metadata.name.as_deref().map(Cow::Borrowed)
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.metadata.namespace.as_deref().map(Cow::Borrowed)
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.metadata.resource_version.as_deref().map(Cow::Borrowed)
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.metadata.uid.as_deref().map(Cow::Borrowed)
-    }
-}
+crate::k8s::kept::lookup_as!(PodView, PodWire, .metadata);
 
 #[cfg(test)]
 mod tests {
@@ -207,6 +180,36 @@ mod tests {
                                 "labels": {SSH_LABEL: "enabled"},
                                 "annotations": {ENDPOINT_ANNOTATION: "h:8000"}},
                    "status": {"phase": "Running"}})
+        );
+    }
+
+    #[test]
+    fn the_cache_files_a_kept_pod_as_a_pod_by_its_identity() {
+        use kube::runtime::reflector::Lookup;
+        assert_eq!(
+            (
+                PodView::kind(&()),
+                PodView::group(&()),
+                PodView::plural(&())
+            ),
+            ("Pod".into(), "".into(), "pods".into())
+        );
+        let pod: PodView = serde_json::from_value(json!({"metadata": {
+            "name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7"}}))
+        .unwrap();
+        assert_eq!(
+            (
+                pod.name(),
+                pod.namespace(),
+                pod.uid(),
+                pod.resource_version()
+            ),
+            (
+                Some("p".into()),
+                Some("jobs".into()),
+                Some("u".into()),
+                Some("7".into())
+            )
         );
     }
 

@@ -309,6 +309,20 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_files_a_kept_reservation_as_a_lease() {
+        use kube::runtime::reflector::Lookup;
+        assert_eq!(
+            (LeaseView::group(&()), LeaseView::plural(&())),
+            ("coordination.k8s.io".into(), "leases".into())
+        );
+        let mut lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
+        lease.metadata.namespace = Some("ssh-fwd".into());
+        let kept = LeaseView::from(lease);
+        assert_eq!(kept.name().as_deref(), Some("ssh-port-198.18.0.10-8123"));
+        assert_eq!(kept.namespace().as_deref(), Some("ssh-fwd"));
+    }
+
+    #[test]
     fn tokens_are_long_and_distinct() {
         let a = new_token();
         assert_eq!(a.len(), 32);

@@ -48,6 +48,44 @@ impl Kept {
     }
 }
 
+/// `Lookup` (what a reflector's store keys by) for `$view`, a projection
+/// of the resource `$of` whose `name`, `namespace`, `resource_version` and
+/// `uid` are at `self$(.$meta)*`: the type's names come from `$of`, so a
+/// projection cannot be filed under another kind.
+macro_rules! lookup_as {
+    ($view:ty, $of:ty $(, .$meta:ident)*) => {
+        impl kube::runtime::reflector::Lookup for $view {
+            type DynamicType = ();
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::kind(&())
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::group(&())
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::version(&())
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                <$of as kube::Resource>::plural(&())
+            }
+            fn name(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self$(.$meta)*.name.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+            fn namespace(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self$(.$meta)*.namespace.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+            fn resource_version(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self$(.$meta)*.resource_version.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+            fn uid(&self) -> Option<std::borrow::Cow<'_, str>> {
+                self$(.$meta)*.uid.as_deref().map(std::borrow::Cow::Borrowed)
+            }
+        }
+    };
+}
+pub(crate) use lookup_as;
+
 #[cfg(test)]
 mod tests {
     use super::*;

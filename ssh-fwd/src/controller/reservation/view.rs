@@ -4,8 +4,6 @@
 //! and its spec only `kubectl`; a whole Lease with its annotation map was
 //! 1.6 KB, for as many reservations as there are SSH pods.
 
-use std::borrow::Cow;
-
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::Time};
 
 use super::{NAMESPACE, POD_UID, PORT, TOKEN};
@@ -49,31 +47,4 @@ impl From<Lease> for LeaseView {
     }
 }
 
-impl kube::runtime::reflector::Lookup for LeaseView {
-    type DynamicType = ();
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Lease".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "coordination.k8s.io".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "leases".into()
-    }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        self.name.as_deref().map(Cow::Borrowed)
-    }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        self.namespace.as_deref().map(Cow::Borrowed)
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        self.resource_version.as_deref().map(Cow::Borrowed)
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        self.uid.as_deref().map(Cow::Borrowed)
-    }
-}
+crate::k8s::kept::lookup_as!(LeaseView, Lease);
