@@ -199,7 +199,7 @@ const BIG_PASS: usize = 256;
 /// a due reservation or expectation plan for everything.
 async fn lead(
     args: &ControllerArgs,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     client: kube::Client,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,
@@ -306,7 +306,7 @@ async fn lead(
 /// agents honour, beside the reservations' watch.
 async fn watch_term(
     args: &ControllerArgs,
-    ctx: &Context,
+    ctx: &Arc<Context>,
     client: kube::Client,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,

@@ -19,7 +19,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
-use kube::{Api, api::PostParams};
+use kube::Api;
 use rand::Rng;
 
 use super::{ports, service};
@@ -170,7 +170,7 @@ pub fn kept(lease: &Lease) -> LeaseView {
 /// Creates `lease` only if its name is free: `Ok(true)` when this call made
 /// it, `Ok(false)` when the port is already reserved (409 AlreadyExists).
 pub async fn create(api: &Api<Lease>, lease: &Lease) -> Result<bool, kube::Error> {
-    match api.create(&PostParams::default(), lease).await {
+    match crate::k8s::answer::create(api, lease).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
         Err(e) => Err(e),

@@ -62,6 +62,16 @@ fn describe(kubeconfig: Option<&Path>) -> String {
     }
 }
 
+/// A client of the fake API server of the tests.
+#[cfg(test)]
+pub async fn of_fake(api: &ssh_fwd_tests::fake_api::FakeApi) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&api.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -362,7 +362,7 @@ fn handle(
         });
     }
     let mut store = shared.store();
-    let (code, object, changes): (u16, Value, Vec<Change>) = match (method, key) {
+    let (code, object, changes): (u16, Arc<Value>, Vec<Change>) = match (method, key) {
         ("GET", None) => {
             let selector = selector_of(target)?;
             let page = Page::of(&target.query, store.rv())?;

@@ -152,7 +152,7 @@ impl Store {
         &mut self,
         kind: Kind,
         mut object: Value,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let mut changes = Vec::new();
         if kind == Kind::Service
             && let Some(hook) = self.before_service_create.as_mut()
@@ -173,7 +173,7 @@ impl Store {
         object["metadata"]["uid"] = json!(self.next_uid());
         object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
         changes.extend(self.write_with_effects(kind, key.clone(), Some(object)));
-        Ok((Value::clone(&self.objects[&(kind, key)]), changes))
+        Ok((self.objects[&(kind, key)].clone(), changes))
     }
 
     pub fn replace(
@@ -182,7 +182,7 @@ impl Store {
         key: &str,
         object: Value,
         status_only: bool,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let current = self
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
@@ -219,7 +219,7 @@ impl Store {
         key: &str,
         patch: &Value,
         status_only: bool,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let mut next = self
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
@@ -244,11 +244,8 @@ impl Store {
         kind: Kind,
         key: &str,
         preconditions: &Value,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
-        let object = self
-            .get(kind, key)
-            .ok_or_else(|| ApiError::not_found(kind, key))?
-            .clone();
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
+        let object = self.shared(kind, key)?;
         let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
         check_preconditions(kind, key, &object, uid, rv)?;
         let mut changes = self.write_with_effects(kind, key.to_owned(), None);
@@ -269,11 +266,8 @@ impl Store {
         key: &str,
         options: &Value,
         query_grace: Option<u64>,
-    ) -> Result<(Value, Vec<Change>, Deleted), ApiError> {
-        let object = self
-            .get(kind, key)
-            .ok_or_else(|| ApiError::not_found(kind, key))?
-            .clone();
+    ) -> Result<(Arc<Value>, Vec<Change>, Deleted), ApiError> {
+        let object = self.shared(kind, key)?;
         let preconditions = &options["preconditions"];
         let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
         check_preconditions(kind, key, &object, uid, rv)?;
@@ -297,7 +291,7 @@ impl Store {
             let (object, changes) = self.remove(kind, key, &Value::Null)?;
             return Ok((object, changes, Deleted::Gone));
         }
-        let mut next = object;
+        let mut next = Value::clone(&object);
         next["metadata"]["deletionTimestamp"] = json!(rfc3339_in(grace));
         next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
         let uid = next["metadata"]["uid"].as_str().unwrap_or("").to_owned();
@@ -320,12 +314,20 @@ impl Store {
             .unwrap_or_default()
     }
 
-    fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Value, Vec<Change>) {
+    /// Writes `next`; returns it as stored, shared with the store (the
+    /// answer is written from it: a copy per write was most of the fake's
+    /// cost of a write).
+    fn update(&mut self, kind: Kind, key: &str, next: Value) -> (Arc<Value>, Vec<Change>) {
         let changes = self.write_with_effects(kind, key.to_owned(), Some(next));
-        (
-            Value::clone(&self.objects[&(kind, key.to_owned())]),
-            changes,
-        )
+        (self.objects[&(kind, key.to_owned())].clone(), changes)
+    }
+
+    /// The stored object, shared.
+    fn shared(&self, kind: Kind, key: &str) -> Result<Arc<Value>, ApiError> {
+        self.objects
+            .get(&(kind, key.to_owned()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(kind, key))
     }
 
     /// Kubernetes' garbage collector (background propagation, done at once

@@ -14,11 +14,7 @@ use crate::controller::webhook::{
 };
 
 pub async fn client(api: &FakeApi) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&api.kubeconfig()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+    crate::k8s::client::of_fake(api).await
 }
 
 /// An Admitter for the SSH IP 198.18.0.10 whose reservations live in the
