@@ -83,7 +83,8 @@ pub struct Applied {
 /// fall into separate passes), so they need not wait for each other.
 /// Beyond its share, the API server's priority and fairness queues them.
 /// 32 rather than 16: 5,000 pods published in 2.0-2.6 s instead of
-/// 2.2-2.8 s (`cargo xtask bench controller`, 4 runs each).
+/// 2.2-2.8 s (`cargo xtask bench controller`, 4 runs each, a build
+/// without LTO; within this VM's noise, but lower at every rank).
 const CONCURRENT_WRITES: usize = 32;
 
 /// Pods (by uid) already warned of a problem, so a lasting one (a full
