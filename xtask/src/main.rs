@@ -122,6 +122,11 @@ enum Bench {
         new_pods: usize,
         #[arg(long, default_value_t = 0)]
         unlabelled: usize,
+        /// Runs of each build and scenario, the builds taking turns; the
+        /// table shows the median publish time with its range, and the
+        /// other figures of the run at the median.
+        #[arg(long, default_value_t = 1)]
+        runs: usize,
         /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
         /// measure beside this one in the same run, e.g. one built from main.
         #[arg(long, value_name = "SSH_FWD_BINARY")]
@@ -213,10 +218,18 @@ fn main() -> std::process::ExitCode {
                     pods,
                     new_pods,
                     unlabelled,
+                    runs,
                     before,
                     after,
                 },
-        } => bench::controller::run(pods, new_pods, unlabelled, before, after),
+        } => bench::controller::run(bench::controller::Options {
+            pods,
+            new_pods,
+            unlabelled,
+            runs,
+            before,
+            after,
+        }),
         Task::Bench {
             which:
                 Bench::Webhook {
