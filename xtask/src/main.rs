@@ -115,26 +115,7 @@ enum Bench {
     ///
     /// With --unlabelled N, again with N pods that do not ask for SSH in the
     /// cluster; with --before BIN, an earlier build measured beside this one.
-    Controller {
-        #[arg(long, default_value_t = 5_000)]
-        pods: usize,
-        #[arg(long, default_value_t = 100)]
-        new_pods: usize,
-        #[arg(long, default_value_t = 0)]
-        unlabelled: usize,
-        /// Runs of each build and scenario, the builds taking turns; the
-        /// table shows the median publish time with its range, and the
-        /// other figures of the run at the median.
-        #[arg(long, default_value_t = 1)]
-        runs: usize,
-        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
-        /// measure beside this one in the same run, e.g. one built from main.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        before: Option<std::path::PathBuf>,
-        /// Measure this build as "after" instead of building the worktree's.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        after: Option<std::path::PathBuf>,
-    },
+    Controller(bench::controller::Options),
     /// Each kernel program's cost per packet, by case (hit, miss, reply,
     /// connection-tracking states), through BPF_PROG_TEST_RUN in a bench
     /// bed, as a markdown table.
@@ -213,23 +194,8 @@ fn main() -> std::process::ExitCode {
             setup.and_then(|()| bench::convergence::run(&options))
         }
         Task::Bench {
-            which:
-                Bench::Controller {
-                    pods,
-                    new_pods,
-                    unlabelled,
-                    runs,
-                    before,
-                    after,
-                },
-        } => bench::controller::run(bench::controller::Options {
-            pods,
-            new_pods,
-            unlabelled,
-            runs,
-            before,
-            after,
-        }),
+            which: Bench::Controller(options),
+        } => bench::controller::run(options),
         Task::Bench {
             which:
                 Bench::Webhook {

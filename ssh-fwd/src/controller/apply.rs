@@ -118,39 +118,28 @@ enum Outcome {
 /// thread that runs the pass. They are the pass's: dropping it (the term
 /// ended) aborts them.
 pub async fn apply(ctx: &Arc<Context>, actions: Vec<Action>, warned: &mut Warned) -> Applied {
-    let mut queued = actions.into_iter().filter_map(|action| {
-        let write = match &action {
-            Action::Warn { pod, problem } => {
-                if warned.contains(&(pod.uid.clone(), problem.clone())) {
-                    return None;
-                }
-                Write {
-                    action,
-                    told_taken: false,
-                }
-            }
-            Action::Create { pod, service, .. } => {
-                let taken = Problem::NameTaken {
-                    service: service.metadata.name.clone().unwrap_or_default(),
-                };
-                let told_taken = warned.contains(&(pod.uid.clone(), taken));
-                Write { action, told_taken }
-            }
-            _ => Write {
-                action,
-                told_taken: false,
-            },
-        };
-        Some(write)
+    let told = |pod: &PodRef, problem: Problem| warned.contains(&(pod.uid.clone(), problem));
+    // With each action, whether its pod was told already that the name of
+    // the Service it would create is someone else's.
+    let mut queued = actions.into_iter().filter_map(|action| match &action {
+        Action::Warn { pod, problem } if told(pod, problem.clone()) => None,
+        Action::Create { pod, service, .. } => {
+            let name = service.metadata.name.clone().unwrap_or_default();
+            let told_taken = told(pod, Problem::NameTaken { service: name });
+            Some((action, told_taken))
+        }
+        _ => Some((action, false)),
     });
     let mut running = tokio::task::JoinSet::new();
     let mut outcomes: Vec<anyhow::Result<Outcome>> = Vec::new();
     loop {
         while running.len() < CONCURRENT_WRITES {
-            let Some(write) = queued.next() else { break };
+            let Some((action, told_taken)) = queued.next() else {
+                break;
+            };
             let ctx = ctx.clone();
             running.spawn(async move {
-                let call = run(&ctx, write.action, write.told_taken);
+                let call = run(&ctx, action, told_taken);
                 ctx.term.bounded("writing to the API", call).await
             });
         }
@@ -198,13 +187,6 @@ impl Applied {
         ctx.metrics.api_errors.inc();
         tracing::warn!(error = %format!("{e:#}"), "API write failed; the next reconcile retries");
     }
-}
-
-/// An action, and whether its pod was told already that the name of the
-/// Service it would create is taken.
-struct Write {
-    action: Action,
-    told_taken: bool,
 }
 
 /// One action; returns what to remember of it. `told_taken`: the pod was

@@ -37,7 +37,7 @@ use tokio::sync::broadcast;
 use crate::NetNs;
 pub use selector::{Selector, SelectorError};
 use store::Store;
-pub use store::{Change, CreateHook};
+pub use store::{Change, CreateHook, key_of};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord, Hash)]
 pub enum Kind {

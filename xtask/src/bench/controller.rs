@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
-use ssh_fwd_tests::fake_api::{FakeApi, Kind};
+use ssh_fwd_tests::fake_api::{FakeApi, Kind, key_of};
 
 use super::stats::Summary;
 
@@ -45,12 +45,25 @@ struct Figures {
 
 /// What to measure: `runs` of each build and scenario, the builds taking
 /// turns, so that a slow spell of the machine falls on both.
+#[derive(clap::Args, Debug)]
 pub struct Options {
+    #[arg(long, default_value_t = 5_000)]
     pub pods: usize,
+    #[arg(long, default_value_t = 100)]
     pub new_pods: usize,
+    #[arg(long, default_value_t = 0)]
     pub unlabelled: usize,
-    pub runs: usize,
+    /// Runs of each build and scenario, the builds taking turns; the
+    /// table shows the median publish time with its range, and the
+    /// other figures of the run at the median.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    pub runs: u16,
+    /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+    /// measure beside this one in the same run, e.g. one built from main.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
     pub before: Option<PathBuf>,
+    /// Measure this build as "after" instead of building the worktree's.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
     pub after: Option<PathBuf>,
 }
 
@@ -63,7 +76,6 @@ pub fn run(options: Options) -> anyhow::Result<()> {
         before,
         after,
     } = options;
-    ensure!(runs >= 1, "--runs must be at least 1");
     let ports = usize::from(RANGE.1 - RANGE.0) + 1;
     ensure!(
         pods + new_pods <= ports,
@@ -375,11 +387,7 @@ impl Published {
             let Some(pod) = change.new.as_deref().or(change.old.as_deref()) else {
                 continue;
             };
-            let key = format!(
-                "{}/{}",
-                pod["metadata"]["namespace"].as_str().unwrap_or(""),
-                pod["metadata"]["name"].as_str().unwrap_or("")
-            );
+            let key = key_of(pod);
             let endpoint = change
                 .new
                 .as_ref()
