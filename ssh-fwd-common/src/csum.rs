@@ -50,6 +50,21 @@ pub const fn add(sum: u16, diff: u32) -> u16 {
     fold(sum as u32 + fold(diff) as u32)
 }
 
+/// What to [`add`] to a TCP segment's urgent pointer when its checksum
+/// field is both the segment's valid checksum and its pseudo-header sum,
+/// and is updated as a sum (`add(field, addr_diff)`) for a destination
+/// change of `addr_diff` and `port_diff`: as a checksum the field is then
+/// `2 * addr_diff + port_diff` off (it took `+addr_diff`, not
+/// `-(addr_diff + port_diff)`), and this change elsewhere in the segment
+/// makes up for it. Completing the field as a sum reads the segment as it
+/// is, so both readings come out right. Only for a segment without URG,
+/// whose urgent pointer TCP does not read (RFC 9293, 3.1).
+#[inline(always)]
+pub const fn urgent_balance(addr_diff: u32, port_diff: u32) -> u32 {
+    let addr = fold(addr_diff) as u32;
+    !fold(addr + addr + fold(port_diff) as u32) as u32
+}
+
 /// Folds a 64-bit one's complement accumulator into 16 bits.
 #[inline(always)]
 pub const fn fold64(sum: u64) -> u16 {
@@ -72,7 +87,7 @@ pub const fn pseudo_seed(saddr: u32, daddr: u32, protocol: u8, len: u16) -> u16 
 /// 0xffff both stand for zero).
 #[inline(always)]
 pub const fn same(a: u16, b: u16) -> bool {
-    a == b || (a | b == 0xffff && a & b == 0)
+    a == b || (a == 0 && b == 0xffff) || (a == 0xffff && b == 0)
 }
 
 /// Recomputes a checksum from scratch over `data` plus an initial `sum`.
@@ -193,9 +208,45 @@ mod tests {
     }
 
     #[test]
+    fn a_field_both_checksum_and_sum_is_right_as_either_with_the_urgent_pointer_balanced() {
+        let mut rng = StdRng::seed_from_u64(0x0a6e);
+        for _ in 0..20_000 {
+            let (src, dst, new_dst): (u32, u32, u32) = (rng.random(), rng.random(), rng.random());
+            let new_port: u16 = rng.random();
+            let len = rng.random_range(11..200usize) * 2;
+            let mut seg: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            // The field holds the sum, and the word after the urgent
+            // pointer makes it the valid checksum too.
+            let seed = pseudo_seed(src, dst, 6, len as u16);
+            seg[16..18].copy_from_slice(&seed.to_ne_bytes());
+            seg[20..22].copy_from_slice(&[0, 0]);
+            let rest = !checksum(&seg, 0) as u32;
+            let filler = !fold(rest + seed as u32);
+            seg[20..22].copy_from_slice(&filler.to_ne_bytes());
+            let pseudo =
+                |dst: u32| pseudo_header_sum(src.to_ne_bytes(), dst.to_ne_bytes(), 6, len as u16);
+            assert_eq!(checksum(&seg, pseudo(dst)), 0);
+
+            let addr_diff = diff32(dst, new_dst);
+            let port_diff = diff16(word(&seg, 2), new_port);
+            let field = add(word(&seg, 16), addr_diff);
+            let urgent = add(word(&seg, 18), urgent_balance(addr_diff, port_diff));
+            seg[2..4].copy_from_slice(&new_port.to_ne_bytes());
+            seg[16..18].copy_from_slice(&field.to_ne_bytes());
+            seg[18..20].copy_from_slice(&urgent.to_ne_bytes());
+            assert_eq!(checksum(&seg, pseudo(new_dst)), 0, "as a checksum");
+            assert!(
+                same(field, pseudo_seed(src, new_dst, 6, len as u16)),
+                "as a sum"
+            );
+        }
+    }
+
+    #[test]
     fn zero_has_two_forms() {
         assert!(same(0, 0xffff) && same(0xffff, 0) && same(0x1234, 0x1234));
         assert!(!same(0, 1) && !same(0xfffe, 0xffff));
+        assert!(!same(0x1234, !0x1234), "a number and its complement");
         assert_eq!(fold64(0xffff_ffff_ffff_ffff), 0xffff);
         assert_eq!(fold64(0x1_0000_0000), 1);
     }

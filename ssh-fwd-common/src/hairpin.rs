@@ -10,39 +10,13 @@
 //! The decisions live here, as pure functions tested on the host; the kernel
 //! programs only read the context, look up and write.
 
-use crate::maps::{Endpoint, NatTarget};
-
-/// Socket cookie -> the frontend a socket dialled and the backend it was
-/// sent to instead. Written by `connect4`, read by `getpeername4`. An LRU:
-/// sockets are never reported closed to these programs, so old entries go
-/// by eviction; cookies are never reused, so a stale entry matches nothing.
-pub const HAIRPIN_SOCKS: &str = "HAIRPIN_SOCKS";
-
-/// Capacity of [`HAIRPIN_SOCKS`]: translated sockets remembered at once.
-/// An evicted entry costs only the dialled address in `getpeername` (the
-/// backend's shows instead); the connection itself is unaffected.
-pub const HAIRPIN_SOCKS_CAPACITY: u32 = 65_536;
+use crate::maps::{Endpoint, HairpinSock, NatTarget};
 
 /// `SOCK_STREAM`, as `bpf_sock_addr.type` holds it.
 pub const SOCK_STREAM: u32 = 1;
 /// `IPPROTO_TCP`, as `bpf_sock_addr.protocol` holds it (a TCP socket
 /// created with protocol 0 reads 6 here too).
 pub const IPPROTO_TCP: u32 = 6;
-
-/// Value of [`HAIRPIN_SOCKS`]: what one socket dialled and where it went.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HairpinSock {
-    pub frontend: Endpoint,
-    pub backend: Endpoint,
-}
-
-const _: () = assert!(size_of::<HairpinSock>() == 16);
-
-#[cfg(feature = "user")]
-// SAFETY: #[repr(C)], two Endpoints (integers with explicit padding), no
-// implicit padding (checked by the size assertion above).
-unsafe impl aya::Pod for HairpinSock {}
 
 /// The endpoint in `bpf_sock_addr.user_ip4` and `user_port`. Both hold
 /// network byte order; the port sits in the low 16 bits of `user_port`,

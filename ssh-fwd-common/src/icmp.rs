@@ -16,7 +16,7 @@
 //! host references the kernel programs are checked against, byte for byte.
 
 use crate::{
-    conntrack::closing,
+    conntrack::{closing, icmp_in_window},
     csum,
     maps::{Conn, Endpoint, FLAG_SHARED_BACKEND, HalfOpen, NatTarget},
     packet::{
@@ -58,17 +58,54 @@ pub struct Quote {
     pub destination: Endpoint,
 }
 
-/// Inbound: whether an error about a reply from `frontend` may reach its
-/// backend, given the established entry of the quoted connection on this
-/// node. Only that entry may refuse (its connection went through another
-/// frontend): it exists only for completed handshakes, so an off-path
-/// sender cannot make a real connection's errors be refused. Without one,
-/// the frontend map alone decides, and the pod's TCP checks the quoted
-/// sequence number, as it does for any ICMP error. A half-open entry, which
-/// any SYN replaces, is never asked.
+/// What to do with an inbound error (one about a reply `frontend ->
+/// client`, or, on the backend's node, about `backend -> client` once
+/// another node translated it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// Translate it (or, on the backend's node, let it reach the pod).
+    Deliver,
+    /// Not an error of a connection through this frontend: leave it.
+    NotOurs,
+    /// It quotes a sequence number the server did not send, or a
+    /// connection the pod's node does not track: drop it.
+    Drop,
+}
+
+/// Inbound: what to do with an error about a reply from `frontend` whose
+/// quote holds the server's sequence number `quoted_seq` (`None`: the quote
+/// is too short to), given the established entry of the quoted connection
+/// on this node and whether its backend is `local` here. On the pod's node
+/// the entry decides: it must be this frontend's (or closed), and the
+/// sequence number within what the server sent
+/// (`conntrack::icmp_in_window`); no entry there, no delivery. A node
+/// whose backend lives elsewhere has no entry and translates by the
+/// frontend map alone; the backend's node checks it again
+/// ([`to_backend_allowed`]).
 #[inline(always)]
-pub fn inbound_allowed(conn: Option<&Conn>, frontend: Endpoint) -> bool {
-    conn.is_none_or(|c| c.frontend == frontend || closing(c))
+pub fn inbound_verdict(
+    conn: Option<&Conn>,
+    frontend: Endpoint,
+    quoted_seq: Option<u32>,
+    local: bool,
+) -> Inbound {
+    match conn {
+        Some(c) if c.frontend != frontend && !closing(c) => Inbound::NotOurs,
+        Some(c) => match quoted_seq {
+            Some(seq) if icmp_in_window(c, seq) => Inbound::Deliver,
+            _ => Inbound::Drop,
+        },
+        None if local => Inbound::Drop,
+        None => Inbound::Deliver,
+    }
+}
+
+/// Inbound, on the backend's node: whether an error another node
+/// translated (now about `backend -> client`) may reach the pod, given the
+/// established entry of the quoted connection here.
+#[inline(always)]
+pub fn to_backend_allowed(conn: Option<&Conn>, quoted_seq: Option<u32>) -> bool {
+    matches!((conn, quoted_seq), (Some(c), Some(seq)) if icmp_in_window(c, seq))
 }
 
 /// Outbound: the frontend an error about a request `client -> backend`

@@ -24,3 +24,4 @@ pub mod ipopt;
 pub mod maps;
 pub mod outcome;
 pub mod packet;
+pub mod siphash;

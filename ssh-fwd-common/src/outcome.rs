@@ -46,20 +46,19 @@ pub enum Outcome {
     /// (the route lookup could not settle it, or `--redirect off`); the
     /// egress program rewrites it.
     ReplyToStack = 14,
-    /// The client's ACK completed a handshake: the connection is tracked.
+    /// The server's segment confirmed a claim: the connection is tracked.
     ConnEstablished = 15,
     /// A RST exactly in sequence ended a tracked connection.
     ConnReset = 16,
     /// A RST not exactly in sequence was seen; the connection stays (the
     /// endpoints' TCP ignores it too). Spoofed RSTs show here.
     ResetIgnored = 17,
-    /// A completed handshake replaced the entry of a closed connection (or
-    /// of the same frontend, when a client reused its port).
+    /// A confirmed connection replaced the entry of a closed one on its
+    /// 4-tuple (or of the same frontend, when a client reused its port).
     ConnReplaced = 18,
-    /// A completed handshake found the connection table full: its ACK was
-    /// dropped (the pod stays in SYN-RECV) and the client's next answer to
-    /// the pod's SYN-ACK tries again. Counted per try. Raise
-    /// `--conn-table-size`.
+    /// A connection the server confirmed found the connection table full:
+    /// the server's segment was dropped, and its retransmission tries
+    /// again. Counted per try. Raise `--conn-table-size`.
     ConnTableFull = 19,
     /// A packet for a 4-tuple established through another frontend was
     /// dropped: spoofed (an attempt to take over a live connection) or a
@@ -87,7 +86,8 @@ pub enum Outcome {
     /// Agent sweep: a connection idle past `--conn-idle-timeout`, or one
     /// side closed and quiet for two minutes, was removed.
     ConnExpired = 29,
-    /// Agent sweep: a handshake that never completed was removed.
+    /// Agent sweep of an older data path's table: a handshake that never
+    /// completed was removed (half-open entries now go by eviction only).
     HalfOpenExpired = 30,
     /// Agent: a connection through a frontend that was removed or pointed
     /// at another backend was removed.
@@ -96,9 +96,55 @@ pub enum Outcome {
     /// ACK of a connection the older one forwarded made it tracked.
     ConnAdopted = 32,
     /// After an upgrade: a reply of a connection the older data path
-    /// forwarded got its frontend back without being tracked (a RST, or
-    /// a segment without ACK).
+    /// forwarded got its frontend back without being tracked yet.
     LegacyReply = 33,
+    /// A segment that would have created, refreshed, advanced or ended
+    /// connection state had a wrong IPv4 or TCP checksum: dropped (the pod
+    /// would have dropped it too), the state untouched.
+    BadChecksum = 34,
+    /// A segment to a frontend arrived with a TTL of 1 or 0, which a router
+    /// does not forward: left to the node's stack untranslated (it answers
+    /// with ICMP time exceeded), the state untouched.
+    TtlExpired = 35,
+    /// A segment to a frontend from a source no router forwards (0.0.0.0/8,
+    /// loopback, multicast, class E, or the frontend's own address):
+    /// dropped.
+    MartianSource = 36,
+    /// The client's segment for a connection the node does not track yet
+    /// (the last ACK of a handshake, usually) was recorded as a claim,
+    /// until the server confirms it.
+    ConnClaimed = 37,
+    /// A handshake's last ACK was held back: its client holds
+    /// `--conns-per-source` connections on this node already.
+    SourceLimited = 38,
+    /// A packet from a pod's address came in by another interface than the
+    /// pod's own (another pod spoofing it): dropped.
+    SpoofedReply = 39,
+    /// A reply from a backend address the agent has not seen on any pod
+    /// interface of this node yet: left untouched, no state moved.
+    ReplyNoOwner = 40,
+    /// A SYN carried a plain frontend option on an interface that is not
+    /// only a cluster interface, or any option under `--cross-node plain`:
+    /// the option was removed and ignored.
+    OptionUntrusted = 41,
+    /// A translated SYN leaving for the pod's node had no room left in its
+    /// IPv4 header for the frontend option: dropped (the client's next SYN
+    /// tries again; clients that send IP options are rare).
+    OptionNoRoom = 42,
+    /// An ICMP error into a pod quoted a sequence number outside the window
+    /// of the tracked connection, or a connection the pod's node does not
+    /// track: dropped.
+    IcmpOutOfWindow = 43,
+    /// A claimed connection the server reset right away: the RST got its
+    /// frontend back, the claim went.
+    ClaimReset = 44,
+    /// A segment larger than 64 KiB (BIG TCP: an IPv4 total length of 0)
+    /// was translated by its real length.
+    BigTcp = 45,
+    /// A SYN carried a sealed frontend option whose tag is wrong under this
+    /// node's `--cross-node-key` (or this node has no key): removed and
+    /// ignored. Nodes with different keys, or a forger.
+    OptionForged = 46,
 }
 
 /// How an operator should read an outcome's counter.
@@ -134,6 +180,8 @@ impl Class {
 /// Exact, and free to read (no walk of the table).
 pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
     let created = count(Outcome::ConnEstablished) + count(Outcome::ConnAdopted);
+    // A confirmation that replaced an entry is counted as established and
+    // as replaced: one entry either way.
     let removed = count(Outcome::ConnReset)
         + count(Outcome::ConnReplaced)
         + count(Outcome::ConnClosed)
@@ -143,7 +191,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 34;
+    pub const COUNT: u32 = 47;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -180,6 +228,19 @@ impl Outcome {
         Self::ConnPurged,
         Self::ConnAdopted,
         Self::LegacyReply,
+        Self::BadChecksum,
+        Self::TtlExpired,
+        Self::MartianSource,
+        Self::ConnClaimed,
+        Self::SourceLimited,
+        Self::SpoofedReply,
+        Self::ReplyNoOwner,
+        Self::OptionUntrusted,
+        Self::OptionNoRoom,
+        Self::IcmpOutOfWindow,
+        Self::ClaimReset,
+        Self::BigTcp,
+        Self::OptionForged,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -202,13 +263,15 @@ impl Outcome {
             | Self::ReplyToStack
             | Self::IcmpTranslated
             | Self::OptionAdded
-            | Self::LegacyReply => Class::Forwarded,
+            | Self::LegacyReply
+            | Self::BigTcp => Class::Forwarded,
             Self::PassNotIpv4
             | Self::PassNotTcp
             | Self::PassFragment
             | Self::PassNoFrontend
             | Self::PassNoBackend
-            | Self::ReplyUntracked => Class::Passed,
+            | Self::ReplyUntracked
+            | Self::TtlExpired => Class::Passed,
             Self::HalfOpened
             | Self::ConnEstablished
             | Self::ConnReset
@@ -219,7 +282,9 @@ impl Outcome {
             | Self::ConnExpired
             | Self::HalfOpenExpired
             | Self::ConnPurged
-            | Self::ConnAdopted => Class::Tracking,
+            | Self::ConnAdopted
+            | Self::ConnClaimed
+            | Self::ClaimReset => Class::Tracking,
             Self::Malformed
             | Self::ReverseFallback
             | Self::RewriteError
@@ -227,7 +292,16 @@ impl Outcome {
             | Self::ConnTableFull
             | Self::ConflictDropped
             | Self::IcmpDropped
-            | Self::OptionRejected => Class::Problem,
+            | Self::OptionRejected
+            | Self::BadChecksum
+            | Self::MartianSource
+            | Self::SourceLimited
+            | Self::SpoofedReply
+            | Self::ReplyNoOwner
+            | Self::OptionUntrusted
+            | Self::OptionNoRoom
+            | Self::IcmpOutOfWindow
+            | Self::OptionForged => Class::Problem,
         }
     }
 
@@ -268,6 +342,19 @@ impl Outcome {
             Self::ConnPurged => "conn_purged",
             Self::ConnAdopted => "conn_adopted",
             Self::LegacyReply => "legacy_reply",
+            Self::BadChecksum => "bad_checksum",
+            Self::TtlExpired => "ttl_expired",
+            Self::MartianSource => "martian_source",
+            Self::ConnClaimed => "conn_claimed",
+            Self::SourceLimited => "source_limited",
+            Self::SpoofedReply => "spoofed_reply",
+            Self::ReplyNoOwner => "reply_no_owner",
+            Self::OptionUntrusted => "frontend_option_untrusted",
+            Self::OptionNoRoom => "frontend_option_no_room",
+            Self::IcmpOutOfWindow => "icmp_out_of_window",
+            Self::ClaimReset => "claim_reset",
+            Self::BigTcp => "big_tcp",
+            Self::OptionForged => "frontend_option_forged",
         }
     }
 }

@@ -35,6 +35,8 @@ pub const TCP_ACK_OFF: usize = 8;
 pub const TCP_DOFF_OFF: usize = 12;
 pub const TCP_FLAGS_OFF: usize = 13;
 pub const TCP_CHECK_OFF: usize = 16;
+/// The urgent pointer: read only in a segment with URG set (RFC 9293, 3.1).
+pub const TCP_URG_PTR_OFF: usize = 18;
 
 /// Flags + fragment offset field, host order: "more fragments" and the offset.
 const IP_MF_AND_OFFSET: u16 = 0x3fff;
@@ -48,6 +50,22 @@ pub const fn ipv4_header_len(version_ihl: u8) -> Option<usize> {
         None
     } else {
         Some(ihl * 4)
+    }
+}
+
+/// The IPv4 packet's length from its raw total length field and the
+/// length of the frame it is in (`frame_len`, the Ethernet header
+/// included): the field, or, for a BIG TCP packet (a GSO packet over 64
+/// KiB, whose total length is 0), the frame's. `None`: neither holds.
+#[inline(always)]
+pub const fn ipv4_total_len(tot_len_raw: u16, frame_len: usize) -> Option<usize> {
+    let field = u16::from_be(tot_len_raw) as usize;
+    if field != 0 {
+        Some(field)
+    } else if frame_len > ETH_HLEN + u16::MAX as usize {
+        Some(frame_len - ETH_HLEN)
+    } else {
+        None
     }
 }
 
@@ -90,7 +108,11 @@ pub fn classify(frame: &[u8]) -> Result<TcpFrame, Outcome> {
     if ip[IPV4_PROTO_OFF] != IPPROTO_TCP {
         return Err(Outcome::PassNotTcp);
     }
-    let total = u16::from_be_bytes([ip[IPV4_TOT_LEN_OFF], ip[IPV4_TOT_LEN_OFF + 1]]) as usize;
+    let total = ipv4_total_len(
+        u16::from_ne_bytes([ip[IPV4_TOT_LEN_OFF], ip[IPV4_TOT_LEN_OFF + 1]]),
+        frame.len(),
+    )
+    .unwrap_or(0);
     if ip.len() < ip_len + TCP_MIN_LEN || total < ip_len + TCP_MIN_LEN {
         return Err(Outcome::Malformed);
     }
@@ -103,7 +125,13 @@ pub fn classify(frame: &[u8]) -> Result<TcpFrame, Outcome> {
 /// header length and the TCP data offset byte; 0 if they do not add up.
 #[inline(always)]
 pub const fn tcp_payload_len(tot_len_raw: u16, ip_len: usize, doff_byte: u8) -> u32 {
-    let total = u16::from_be(tot_len_raw) as usize;
+    tcp_payload_of(u16::from_be(tot_len_raw) as usize, ip_len, doff_byte)
+}
+
+/// [`tcp_payload_len`] from the IPv4 packet's length in bytes (which a
+/// BIG TCP packet, over 64 KiB, does not hold in its total length).
+#[inline(always)]
+pub const fn tcp_payload_of(total: usize, ip_len: usize, doff_byte: u8) -> u32 {
     let headers = ip_len + ((doff_byte >> 4) as usize) * 4;
     if total > headers {
         (total - headers) as u32
@@ -121,11 +149,15 @@ pub fn segment(frame: &[u8], tcp: TcpFrame) -> Segment {
         flags: frame[l4 + TCP_FLAGS_OFF],
         seq: word(l4 + TCP_SEQ_OFF),
         ack: word(l4 + TCP_ACK_OFF),
-        payload: tcp_payload_len(
-            u16::from_ne_bytes([
-                frame[ETH_HLEN + IPV4_TOT_LEN_OFF],
-                frame[ETH_HLEN + IPV4_TOT_LEN_OFF + 1],
-            ]),
+        payload: tcp_payload_of(
+            ipv4_total_len(
+                u16::from_ne_bytes([
+                    frame[ETH_HLEN + IPV4_TOT_LEN_OFF],
+                    frame[ETH_HLEN + IPV4_TOT_LEN_OFF + 1],
+                ]),
+                frame.len(),
+            )
+            .unwrap_or(0),
             ip_len,
             frame[l4 + TCP_DOFF_OFF],
         ),

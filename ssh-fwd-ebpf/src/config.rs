@@ -25,3 +25,34 @@ pub fn no_redirect() -> bool {
     // SAFETY: as for `cross_node_plain`.
     unsafe { core::ptr::read_volatile(&NO_REDIRECT) != 0 }
 }
+
+/// `--conn-confirm-timeout`, in nanoseconds: how long a claim waits for
+/// the server's confirmation.
+#[unsafe(no_mangle)]
+static CONFIRM_TIMEOUT_NS: u64 = ssh_fwd_common::conntrack::CONFIRM_TIMEOUT_NS;
+
+#[inline(always)]
+pub fn confirm_timeout_ns() -> u64 {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&CONFIRM_TIMEOUT_NS) }
+}
+
+/// `--conns-per-source`: the connections one client address may hold (0:
+/// no limit).
+#[unsafe(no_mangle)]
+static CONNS_PER_SOURCE: u32 = ssh_fwd_common::maps::CONNS_PER_SOURCE;
+
+#[inline(always)]
+pub fn conns_per_source() -> u32 {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&CONNS_PER_SOURCE) }
+}
+
+/// The cluster's key (`--cross-node-key`), if the agent set one.
+#[inline(always)]
+pub fn cross_node_key() -> Option<[u64; 2]> {
+    crate::maps::CROSS_NODE_KEY
+        .get(0)
+        .copied()
+        .filter(|key| *key != [0, 0])
+}

@@ -1,26 +1,33 @@
 //! Applies the connection-tracking decisions of
-//! `ssh_fwd_common::conntrack` to the [`CONNS`] and [`HALF_OPEN`] maps. The
-//! decisions are pure and tested on the host; this only looks entries up,
-//! writes what was decided, and counts.
+//! `ssh_fwd_common::conntrack` to the [`CONNS`], [`HALF_OPEN`] and
+//! [`CLAIMS`] maps. The decisions are pure and tested on the host; this only
+//! looks entries up, checks the segments that would write (see
+//! [`crate::verify`]), writes what was decided, and counts.
 
 use core::mem::MaybeUninit;
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
+use aya_ebpf::{
+    bindings::{BPF_ANY, BPF_NOEXIST},
+    helpers::bpf_ktime_get_coarse_ns,
+};
 use ssh_fwd_common::{
     conntrack::{
-        self, OnLegacyReply, OnReply, OnRequest, Segment, mss, reply_isn, reply_reads_half_open,
-        request_isn, request_reads_half_open,
-        store::{AtomicFlags, store},
+        self, Found, OnReply, OnRequest, Segment, claim_needs_write, closing, mss, reply_isn,
+        reply_reads, store::store, trust::within_quota,
     },
-    maps::{CONN_REOPENING, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey, NatTarget},
+    maps::{
+        CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey, NatTarget,
+    },
     outcome::Outcome,
 };
 
 use crate::{
-    atomic::Bpf,
-    config::cross_node_plain,
-    counters::count,
-    maps::{CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS},
+    atomic::{Bpf, add_u64},
+    config::{confirm_timeout_ns, conns_per_source, cross_node_plain},
+    counters::{ConnCounter, count, count_conns},
+    maps::{CLAIMS, CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS, OWNERS, SOURCES},
+    packet::Headers,
+    verify::{self, Checked, Verdict},
 };
 
 const EEXIST: i32 = 17;
@@ -50,21 +57,37 @@ impl Restore {
 /// caller reads the entry only through what this returns. Nothing is
 /// written when there is none: zeroing the slot first would cost a call to
 /// the byte-by-byte `memset` the compiler emits for BPF (five instructions
-/// a byte, 80 bytes for a connection's two entries), which was most of what
-/// connection tracking cost a packet.
+/// a byte), which was most of what connection tracking cost a packet.
 #[inline(always)]
 fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&T> {
     // SAFETY: a pointer the map gave us, valid for this program run.
     ptr.map(|p| &*slot.write(unsafe { *p }))
 }
 
-/// Writes into the entry at `ptr` what `next` changed of `read`, the copy
-/// the decision was made on (see `ssh_fwd_common::conntrack::store`).
+/// Writes into the entry of `key` at `ptr` what `next` changed of `read`,
+/// the copy the decision was made on (see
+/// `ssh_fwd_common::conntrack::store`). A write that closes the connection
+/// gives its client's quota back: a closed connection waits out its close
+/// timeout in the table, but its client no longer holds it.
 #[inline(always)]
-fn write_back(ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
+fn write_back(key: &ConnKey, ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
     if let (Some(p), Some(read), Some(next)) = (ptr, read, next) {
         // SAFETY: a pointer into the map's value, valid for this run.
-        unsafe { store::<Bpf>(p, read, &next) };
+        if unsafe { store::<Bpf>(p, read, &next) } {
+            sources_add(key.client_addr, u64::MAX);
+        }
+    }
+}
+
+/// Removes the entry of `key` (`read`, as copied) on a reset; its client
+/// holds one connection less unless it had closed already.
+#[inline(always)]
+fn remove_reset(key: &ConnKey, read: Option<&Conn>) {
+    if CONNS.remove(key).is_ok() {
+        count(Outcome::ConnReset);
+        if !read.is_some_and(closing) {
+            sources_add(key.client_addr, u64::MAX);
+        }
     }
 }
 
@@ -74,271 +97,458 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_coarse_ns() }
 }
 
-/// A request from `client` through `frontend` to `backend` (mapping
-/// `slot`). `Err`: drop it, and count why: its 4-tuple is established
-/// through another frontend ([`Outcome::ConflictDropped`]), or it completes
-/// a handshake the full established table cannot hold
-/// ([`Outcome::ConnTableFull`]: held back, so that the pod stays in
-/// SYN-RECV and sends nothing unrestored; its half-open entry stays, and
-/// the client's answer to the pod's next SYN-ACK tries again).
+/// Whether `backend` lives on this node: the agent has seen its address
+/// on one of the node's pod interfaces.
 #[inline(always)]
-pub fn request(
-    client: Endpoint,
-    frontend: Endpoint,
-    backend: Endpoint,
-    slot: u32,
-    seg: &Segment,
-) -> Result<(), Outcome> {
-    track_request(client, frontend, backend, slot, seg, 0)
+fn is_local(backend: Endpoint) -> bool {
+    // SAFETY: only tested for presence.
+    unsafe { OWNERS.get(backend.addr) }.is_some()
 }
 
-/// [`request`], recording `mss_cap` with a half-open entry it opens.
+/// The request `h` (from `h.source`) through `frontend` to `backend`
+/// (mapping `slot`). `Err`: drop it, and count why: its 4-tuple is live
+/// through another frontend ([`Outcome::ConflictDropped`]), it failed the
+/// checks of a segment that writes state ([`crate::verify`]), or it would
+/// claim a connection for a client past its quota
+/// ([`Outcome::SourceLimited`]: held back, so that the pod stays in
+/// SYN-RECV and nothing is sent unrestored).
 #[inline(always)]
-fn track_request(
-    client: Endpoint,
+pub fn request<P: Checked>(
+    p: &P,
+    h: &Headers,
     frontend: Endpoint,
     backend: Endpoint,
     slot: u32,
-    seg: &Segment,
-    mss_cap: u16,
 ) -> Result<(), Outcome> {
-    let key = ConnKey::new(client, backend);
+    let key = ConnKey::new(h.source, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
-    let mut half_slot = MaybeUninit::uninit();
-    let half = half_of_request(&key, seg, conn, &mut half_slot);
-    let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
+    let decision = conntrack::on_request(&h.seg, frontend, conn, || is_local(backend));
     let opened = Opened {
         frontend,
         slot,
-        mss_cap,
+        mss_cap: 0,
     };
-    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
+    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)
 }
 
-/// The half-open entry of the handshake a request may complete, copied
-/// into `slot`, when the decision can depend on it.
-#[inline(always)]
-fn half_of_request<'a>(
-    key: &ConnKey,
-    seg: &Segment,
-    conn: Option<&Conn>,
-    slot: &'a mut MaybeUninit<HalfOpen>,
-) -> Option<&'a HalfOpen> {
-    if !request_reads_half_open(seg, conn) {
-        return None;
-    }
-    copy_out(
-        HALF_OPEN.get_ptr_mut(HalfOpenKey::new(*key, request_isn(seg))),
-        slot,
-    )
-}
-
-/// What a half-open entry opened by a request holds besides the SYN's.
+/// What a request's half-open entry or claim records besides the segment.
 struct Opened {
     frontend: Endpoint,
     slot: u32,
     mss_cap: u16,
 }
 
-/// A request that reached a backend of this node already translated by
-/// another node (or sent to the pod's address by a peer in the cluster).
-/// A SYN opens state only with `option`, the frontend it carries in its IP
-/// option, and only if that frontend maps to this backend; it records the
-/// MSS the link it came in on carries (`link_mtu`: see
+/// A request to a backend of this node that another node translated, or
+/// that a peer in the cluster sent to the pod's address. A SYN opens state
+/// only with `option`, the frontend its IP option carries from a cluster
+/// interface, and only if that frontend maps to this backend; it records
+/// the MSS the link it came in on carries (`link_mtu`: see
 /// `ssh_fwd_common::conntrack::mss`). Any other segment follows the state
-/// its handshake left here. `Err`: drop it (see [`request`]).
+/// its handshake left here, and may claim its connection for the frontend
+/// its SYN named. `Err`: drop it (see [`request`]).
 #[inline(always)]
-pub fn to_backend(
-    client: Endpoint,
-    backend: Endpoint,
-    seg: &Segment,
+pub fn to_backend<P: Checked>(
+    p: &P,
+    h: &Headers,
     option: Option<Endpoint>,
     link_mtu: impl FnOnce() -> u32,
 ) -> Result<(), Outcome> {
-    if !seg.is_syn() {
-        return established_to_backend(client, backend, seg);
-    }
-    // A SYN without the option: in-cluster, never tracked.
-    let Some(frontend) = option else {
-        return Ok(());
-    };
-    // SAFETY: copied out immediately.
-    match unsafe { FRONTENDS.get(frontend) }
-        .copied()
-        .filter(|t| t.endpoint == backend)
-    {
-        Some(t) => {
-            count(Outcome::OptionLearned);
-            let cap = mss::cap_for_mtu(link_mtu());
-            track_request(client, frontend, backend, t.slot, seg, cap)
-        }
-        None => {
-            count(Outcome::OptionRejected);
-            Ok(())
-        }
-    }
-}
-
-/// A segment after the SYN, to a backend: only the state its handshake left
-/// here says which frontend it belongs to.
-#[inline(always)]
-fn established_to_backend(
-    client: Endpoint,
-    backend: Endpoint,
-    seg: &Segment,
-) -> Result<(), Outcome> {
+    let (client, backend, seg) = (h.source, h.destination, &h.seg);
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
-    let mut half_slot = MaybeUninit::uninit();
-    let half = half_of_request(&key, seg, conn, &mut half_slot);
-    let (frontend, slot) = match (conn, half) {
-        (Some(c), _) => (c.frontend, c.slot),
-        (None, Some(h)) => (h.frontend, h.slot),
-        (None, None) => return Ok(()),
+    let opened = if seg.is_syn() {
+        // A SYN without the option: in-cluster, never tracked.
+        let Some(frontend) = option else {
+            return Ok(());
+        };
+        // SAFETY: copied out immediately.
+        match unsafe { FRONTENDS.get(frontend) }
+            .copied()
+            .filter(|t| t.endpoint == backend)
+        {
+            Some(t) => {
+                count(Outcome::OptionLearned);
+                Opened {
+                    frontend,
+                    slot: t.slot,
+                    mss_cap: mss::cap_for_mtu(link_mtu()),
+                }
+            }
+            None => {
+                count(Outcome::OptionRejected);
+                return Ok(());
+            }
+        }
+    } else {
+        match frontend_of(&key, seg, conn) {
+            Some((frontend, slot)) => Opened {
+                frontend,
+                slot,
+                mss_cap: 0,
+            },
+            None => return Ok(()),
+        }
     };
-    let decision = conntrack::on_request(seg, frontend, slot, conn, half, now());
-    let opened = Opened {
-        frontend,
-        slot,
-        mss_cap: 0,
-    };
-    apply_request(&key, decision, seg, &opened, conn_ptr, conn)
+    let decision = conntrack::on_request(seg, opened.frontend, conn, || true);
+    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)
+}
+
+/// The frontend a segment after the SYN of a connection translated on
+/// another node belongs to: its live entry's; else the one its SYN named
+/// (the half-open entry a handshake's last ACK finds by its sequence
+/// number), as for a client that reuses its port through another frontend
+/// once the old connection closed; else the old entry's. Nothing else: a
+/// pod of another node dialling this pod's address directly (a job's
+/// ranks) sends the same segments, with no option on its SYN, and must
+/// stay untracked.
+#[inline(always)]
+fn frontend_of(key: &ConnKey, seg: &Segment, conn: Option<&Conn>) -> Option<(Endpoint, u32)> {
+    if let Some(c) = conn
+        && !conntrack::open_to_new(c)
+    {
+        return Some((c.frontend, c.slot));
+    }
+    let isn = seg.seq.wrapping_sub(1);
+    // SAFETY: copied out immediately.
+    if let Some(h) = unsafe { HALF_OPEN.get(HalfOpenKey::new(*key, isn)) } {
+        return Some((h.frontend, h.slot));
+    }
+    conn.map(|c| (c.frontend, c.slot))
+}
+
+/// What [`apply_request`] does, flattened out of an [`OnRequest`] with
+/// every field defined: the verifier refuses a program that spills a
+/// register holding an enum payload that is undefined on some path, and a
+/// live `OnRequest` across the helper calls of [`verify::client_segment`]
+/// produced exactly that.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    OpenHalf,
+    Claim,
+    Established,
+    Reset,
+    IgnoredReset,
+    Conflict,
+    Forward,
+}
+
+struct Plan {
+    step: Step,
+    /// `OpenHalf`: reopening; `Established`: claim too.
+    flag: bool,
+    /// The entry to store, when `has_update`.
+    update: Conn,
+    has_update: bool,
 }
 
 #[inline(always)]
-fn apply_request(
+fn plan(decision: OnRequest) -> Plan {
+    let (step, flag, update) = match decision {
+        OnRequest::OpenHalf { reopening } => (Step::OpenHalf, reopening, None),
+        OnRequest::Claim => (Step::Claim, false, None),
+        OnRequest::Established { update, claim } => (Step::Established, claim, update),
+        OnRequest::Reset => (Step::Reset, false, None),
+        OnRequest::IgnoredReset(update) => (Step::IgnoredReset, false, update),
+        OnRequest::Conflict => (Step::Conflict, false, None),
+        OnRequest::Forward => (Step::Forward, false, None),
+    };
+    Plan {
+        step,
+        flag,
+        has_update: update.is_some(),
+        update: update.unwrap_or(Conn::ZERO),
+    }
+}
+
+#[inline(always)]
+fn apply_request<P: Checked>(
+    p: &P,
+    h: &Headers,
     key: &ConnKey,
     decision: OnRequest,
-    seg: &Segment,
     opened: &Opened,
     conn_ptr: Option<*mut Conn>,
     conn: Option<&Conn>,
 ) -> Result<(), Outcome> {
-    match decision {
-        OnRequest::OpenHalf { reopening } => {
-            let half = HalfOpen {
-                frontend: opened.frontend,
-                slot: opened.slot,
-                flags: mss::with_cap(0, opened.mss_cap),
-                client_isn: seg.seq,
-                server_isn: 0,
-                last_seen_ns: now(),
-            };
-            // A retransmitted SYN (same ISN) finds its entry, which keeps
-            // what the handshake learned.
-            let half_key = HalfOpenKey::new(*key, seg.seq);
-            if HALF_OPEN.insert(half_key, half, BPF_NOEXIST as u64).is_ok() {
-                count(Outcome::HalfOpened);
-            }
-            if reopening && let Some(p) = conn_ptr {
+    let writes = decision.writes_state();
+    let plan = plan(decision);
+    if writes {
+        match verify::client_segment(p, h) {
+            Verdict::Trusted => {}
+            Verdict::Refused(outcome) => return Err(outcome),
+            Verdict::Unverified => return Ok(()),
+        }
+    }
+    let seg = &h.seg;
+    let update = plan.has_update.then_some(plan.update);
+    match plan.step {
+        Step::OpenHalf => {
+            open_half(key, seg, opened);
+            if plan.flag
+                && let Some(p) = conn_ptr
+            {
                 // SAFETY: a pointer into the map's value, which stays valid
                 // for this program run.
-                unsafe { Bpf::or(p, CONN_REOPENING) };
+                unsafe { <Bpf as conntrack::store::AtomicFlags>::or(p, CONN_REOPENING) };
             }
         }
-        OnRequest::Promote(conn) => {
-            let replacing = conn_ptr.is_some();
-            let flags = if replacing { 0 } else { BPF_NOEXIST as u64 };
-            match CONNS.insert(key, conn, flags) {
-                Ok(()) => {
-                    count(Outcome::ConnEstablished);
-                    if replacing {
-                        count(Outcome::ConnReplaced);
-                    }
-                }
-                // Another CPU promoted the same handshake a moment ago.
-                Err(e) if e == -EEXIST => {}
-                // The caller counts the drop; the half-open entry stays.
-                Err(_) => return Err(Outcome::ConnTableFull),
-            }
-            let _ = HALF_OPEN.remove(HalfOpenKey::new(*key, request_isn(seg)));
-        }
-        OnRequest::Established(update) => write_back(conn_ptr, conn, update),
-        OnRequest::Reset => {
-            if CONNS.remove(key).is_ok() {
-                count(Outcome::ConnReset);
+        Step::Claim => claim(key, seg, opened, true)?,
+        Step::Established => {
+            write_back(key, conn_ptr, conn, update);
+            if plan.flag {
+                claim(key, seg, opened, false)?;
             }
         }
-        OnRequest::IgnoredReset(update) => {
+        Step::Reset => remove_reset(key, conn),
+        Step::IgnoredReset => {
             count(Outcome::ResetIgnored);
-            write_back(conn_ptr, conn, update);
+            write_back(key, conn_ptr, conn, update);
         }
         // The caller counts the drop.
-        OnRequest::Conflict => return Err(Outcome::ConflictDropped),
-        OnRequest::Forward => {}
+        Step::Conflict => return Err(Outcome::ConflictDropped),
+        Step::Forward => {}
     }
     Ok(())
 }
 
-/// A reply from `backend` to `client`: the frontend to restore, or `None`
-/// when it belongs to no connection ssh-fwd forwarded.
+/// Records a SYN's half-open entry, unless its handshake has one through
+/// the same frontend: a retransmitted SYN (same ISN) keeps it. Looked up
+/// first: a full LRU evicts an entry even for an insert that then fails on
+/// the existing one. One through another frontend is a later handshake of
+/// the 4-tuple with the same ISN (only the client knows it), and replaces
+/// it.
 #[inline(always)]
-pub fn reply(backend: Endpoint, client: Endpoint, seg: &Segment) -> Option<Restore> {
+fn open_half(key: &ConnKey, seg: &Segment, opened: &Opened) {
+    let half_key = HalfOpenKey::new(*key, seg.seq);
+    // SAFETY: read at once.
+    if unsafe { HALF_OPEN.get(half_key) }.is_some_and(|h| h.frontend == opened.frontend) {
+        return;
+    }
+    let half = HalfOpen {
+        frontend: opened.frontend,
+        slot: opened.slot,
+        flags: mss::with_cap(0, opened.mss_cap),
+        client_isn: seg.seq,
+        server_isn: 0,
+        last_seen_ns: now(),
+    };
+    if HALF_OPEN.insert(half_key, half, BPF_ANY as u64).is_ok() {
+        count(Outcome::HalfOpened);
+    }
+}
+
+/// Records the client's claim that this 4-tuple came through `opened`'s
+/// frontend, unless a fresh one says so already. With `quota`, refused for
+/// a client that holds `--conns-per-source` connections.
+#[inline(always)]
+fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(), Outcome> {
+    if quota {
+        // SAFETY: copied out immediately.
+        let held = unsafe { SOURCES.get(key.client_addr) }
+            .copied()
+            .unwrap_or(0);
+        if !within_quota(held, conns_per_source()) {
+            count_conns(opened.slot, ConnCounter::SourceLimited);
+            return Err(Outcome::SourceLimited);
+        }
+    }
+    let claim_key = ClaimKey::new(*key, seg.ack);
+    let now = now();
+    // SAFETY: read at once.
+    let existing = unsafe { CLAIMS.get(claim_key) };
+    if !claim_needs_write(existing, opened.frontend, now) {
+        return Ok(());
+    }
+    let claim = Claim {
+        frontend: opened.frontend,
+        slot: opened.slot,
+        _pad: 0,
+        seen_ns: now,
+    };
+    if CLAIMS.insert(claim_key, claim, BPF_ANY as u64).is_ok() {
+        count(Outcome::ConnClaimed);
+    }
+    Ok(())
+}
+
+/// Adds `n` (wrapping: `u64::MAX` is minus one) to the connections
+/// `client_addr` holds.
+#[inline(always)]
+fn sources_add(client_addr: u32, n: u64) {
+    if let Some(p) = SOURCES.get_ptr_mut(client_addr) {
+        // SAFETY: a pointer into the map's value, valid for this run.
+        unsafe { add_u64(p, n) };
+        return;
+    }
+    if n == u64::MAX {
+        // Nothing counted (the agent recounts at its sweep).
+        return;
+    }
+    if let Err(e) = SOURCES.insert(client_addr, n, BPF_NOEXIST as u64)
+        && e == -EEXIST
+        && let Some(p) = SOURCES.get_ptr_mut(client_addr)
+    {
+        // Another CPU counted the first one a moment ago.
+        // SAFETY: as above.
+        unsafe { add_u64(p, n) };
+    }
+}
+
+/// A reply from `backend` to `client` that came from the pod itself (see
+/// `ssh_fwd_common::conntrack::trust::ownership`): the frontend to restore,
+/// or `None` when it belongs to no connection ssh-fwd forwarded. `Err`:
+/// drop it (a confirmation the full table cannot hold:
+/// [`Outcome::ConnTableFull`], and the server retransmits).
+#[inline(always)]
+pub fn reply(
+    backend: Endpoint,
+    client: Endpoint,
+    seg: &Segment,
+) -> Result<Option<Restore>, Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
+    let (read_half, read_claim) = reply_reads(seg, conn);
     let half_key = HalfOpenKey::new(key, reply_isn(seg));
-    let half_ptr = if reply_reads_half_open(seg, conn) {
-        HALF_OPEN.get_ptr_mut(half_key)
+    let mut half_slot = MaybeUninit::uninit();
+    let half = if read_half {
+        copy_out(HALF_OPEN.get_ptr_mut(half_key), &mut half_slot)
     } else {
         None
     };
-    let mut half_slot = MaybeUninit::uninit();
-    let half = copy_out(half_ptr, &mut half_slot);
-    match conntrack::on_reply(seg, conn, half, now()) {
-        OnReply::Untracked => None,
-        OnReply::Established {
-            frontend,
-            slot,
-            update,
-        } => {
-            write_back(conn_ptr, conn, update);
-            Some(Restore::to(frontend, slot))
-        }
-        OnReply::Reset { frontend, slot } => {
-            if CONNS.remove(key).is_ok() {
-                count(Outcome::ConnReset);
-            }
-            Some(Restore::to(frontend, slot))
-        }
-        OnReply::IgnoredReset { frontend, slot } => {
-            count(Outcome::ResetIgnored);
-            Some(Restore::to(frontend, slot))
-        }
-        OnReply::Accept {
-            frontend,
-            slot,
-            learned,
-        } => {
-            if let Some(p) = half_ptr {
-                // SAFETY: as above.
-                unsafe { *p = learned };
-            }
-            Some(Restore {
+    let claim_key = ClaimKey::new(key, seg.seq);
+    let mut claim_slot = MaybeUninit::uninit();
+    let claim = if read_claim {
+        copy_out(CLAIMS.get_ptr_mut(claim_key), &mut claim_slot)
+    } else {
+        None
+    };
+    let found = Found { conn, half, claim };
+    Ok(
+        match conntrack::on_reply(seg, &found, now(), confirm_timeout_ns()) {
+            OnReply::Untracked => None,
+            OnReply::Established {
                 frontend,
                 slot,
-                mss_cap: mss::cap_of(learned.flags),
-            })
-        }
-        OnReply::Refuse { frontend, slot } => {
-            if HALF_OPEN.remove(half_key).is_ok() {
-                count(Outcome::HalfOpenRefused);
+                update,
+            } => {
+                write_back(&key, conn_ptr, conn, update);
+                Some(Restore::to(frontend, slot))
             }
-            Some(Restore::to(frontend, slot))
+            OnReply::Reset { frontend, slot } => {
+                remove_reset(&key, conn);
+                Some(Restore::to(frontend, slot))
+            }
+            OnReply::IgnoredReset { frontend, slot } => {
+                count(Outcome::ResetIgnored);
+                Some(Restore::to(frontend, slot))
+            }
+            OnReply::Accept {
+                frontend,
+                slot,
+                mss_cap,
+            } => Some(Restore {
+                frontend,
+                slot,
+                mss_cap,
+            }),
+            OnReply::Refuse { frontend, slot } => {
+                if HALF_OPEN.remove(half_key).is_ok() {
+                    count(Outcome::HalfOpenRefused);
+                }
+                Some(Restore::to(frontend, slot))
+            }
+            OnReply::ClaimReset { frontend, slot } => {
+                let _ = CLAIMS.remove(claim_key);
+                count(Outcome::ClaimReset);
+                Some(Restore::to(frontend, slot))
+            }
+            OnReply::Confirm {
+                conn: confirmed,
+                replacing,
+            } => {
+                let replaced = if replacing { conn } else { None };
+                confirm(&key, &claim_key, &confirmed, replaced)?;
+                Some(Restore::to(confirmed.frontend, confirmed.slot))
+            }
+        },
+    )
+}
+
+/// Stores a connection the server confirmed, and forgets its claim, in
+/// place of `replaced` (a closing or reopened entry of the 4-tuple), if
+/// any. `Err`: the table is full, or the client reached its quota since it
+/// claimed (claims race their confirmations); the claim stays for the
+/// server's retransmission.
+#[inline(always)]
+fn confirm(
+    key: &ConnKey,
+    claim_key: &ClaimKey,
+    conn: &Conn,
+    replaced: Option<&Conn>,
+) -> Result<(), Outcome> {
+    // A closed connection no longer counted for its client; a reopened one
+    // still does.
+    let held_more = replaced.is_none_or(closing);
+    if held_more {
+        // SAFETY: copied out immediately.
+        let held = unsafe { SOURCES.get(key.client_addr) }
+            .copied()
+            .unwrap_or(0);
+        if !within_quota(held, conns_per_source()) {
+            count_conns(conn.slot, ConnCounter::SourceLimited);
+            return Err(Outcome::SourceLimited);
         }
     }
+    let flags = if replaced.is_some() {
+        BPF_ANY
+    } else {
+        BPF_NOEXIST
+    };
+    match CONNS.insert(key, conn, flags as u64) {
+        Ok(()) => {
+            if legacy_until(key.backend()).is_some() {
+                count(Outcome::ConnAdopted);
+            } else {
+                count(Outcome::ConnEstablished);
+            }
+            count_conns(conn.slot, ConnCounter::Opened);
+            if replaced.is_some() {
+                count(Outcome::ConnReplaced);
+            }
+            if held_more {
+                sources_add(key.client_addr, 1);
+            }
+        }
+        // Another CPU confirmed it a moment ago.
+        Err(e) if e == -EEXIST => {}
+        Err(_) => return Err(Outcome::ConnTableFull),
+    }
+    let _ = CLAIMS.remove(claim_key);
+    Ok(())
+}
+
+/// Until when `backend`'s untracked replies may belong to a connection an
+/// older data path forwarded, if that time has not passed.
+#[inline(always)]
+fn legacy_until(backend: Endpoint) -> Option<u64> {
+    // SAFETY: copied out at once.
+    let until = unsafe { LEGACY.get(backend) }.copied()?;
+    (until > now()).then_some(until)
 }
 
 /// A reply [`reply`] found untracked, leaving the node through an external
 /// interface: the frontend to restore anyway, if any. A connection an older
-/// data path forwarded ([`legacy_reply`]; only from a reply the node got
-/// from the pod, `trusted`), or with `--cross-node plain` the backend's
-/// primary frontend (counted as a fallback).
+/// data path forwarded (restored as it did, to the frontend it recorded or
+/// the backend's primary, until the client's segment claims it and the
+/// server confirms; only for a reply the pod itself sent, `trusted`), or
+/// with `--cross-node plain` the backend's primary frontend (counted as a
+/// fallback).
 #[inline(always)]
 pub fn restore_untracked(
     backend: Endpoint,
@@ -347,53 +557,20 @@ pub fn restore_untracked(
     seg: &Segment,
     trusted: bool,
 ) -> Option<Restore> {
-    if trusted && let Some(restore) = legacy_reply(backend, client, primary, seg) {
-        return Some(restore);
+    if trusted && seg.flags & conntrack::TCP_SYN == 0 && legacy_until(backend).is_some() {
+        let key = ConnKey::new(client, backend);
+        // SAFETY: copied out at once.
+        let target = unsafe { LEGACY_CONNS.get(key) }
+            .copied()
+            .unwrap_or(*primary);
+        count(Outcome::LegacyReply);
+        return Some(Restore::to(target.endpoint, target.slot));
     }
     if !cross_node_plain() {
         return None;
     }
     count(Outcome::ReverseFallback);
     Some(Restore::to(primary.endpoint, primary.slot))
-}
-
-/// A reply [`reply`] found untracked, from `backend` (whose primary
-/// frontend is `primary`) to `client`: if an older data path was
-/// forwarding to that backend when this one replaced it, the frontend to
-/// restore, adopting the connection into [`CONNS`] on the server's ACK.
-#[inline(always)]
-fn legacy_reply(
-    backend: Endpoint,
-    client: Endpoint,
-    primary: &NatTarget,
-    seg: &Segment,
-) -> Option<Restore> {
-    // SAFETY: copied out at once.
-    let until = unsafe { LEGACY.get(backend) }.copied()?;
-    let now = now();
-    if until <= now {
-        return None;
-    }
-    let key = ConnKey::new(client, backend);
-    // SAFETY: as above.
-    let target = unsafe { LEGACY_CONNS.get(key) }
-        .copied()
-        .unwrap_or(*primary);
-    let restore = Restore::to(target.endpoint, target.slot);
-    match conntrack::on_legacy_reply(seg, restore.frontend, restore.slot, now) {
-        OnLegacyReply::Untracked => return None,
-        OnLegacyReply::Adopt(conn) => {
-            match CONNS.insert(key, conn, BPF_NOEXIST as u64) {
-                Ok(()) => count(Outcome::ConnAdopted),
-                // Another CPU adopted it a moment ago.
-                Err(e) if e == -EEXIST => {}
-                Err(_) => count(Outcome::ConnTableFull),
-            }
-            let _ = LEGACY_CONNS.remove(key);
-        }
-        OnLegacyReply::Restore => count(Outcome::LegacyReply),
-    }
-    Some(restore)
 }
 
 /// The established entry of `client`'s connection to `backend`: a
@@ -424,4 +601,11 @@ pub fn half_open(
 #[inline(always)]
 pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
     conntrack::translated_syn(seg, half_open(client, backend, seg.seq))
+}
+
+/// Whether `backend` lives on this node (see [`is_local`]): where its
+/// connections are tracked.
+#[inline(always)]
+pub fn backend_is_local(backend: Endpoint) -> bool {
+    is_local(backend)
 }

@@ -2,7 +2,7 @@
 
 use ssh_fwd_common::outcome::Outcome;
 
-use crate::maps::{GLOBAL_STATS, MAPPING_STATS};
+use crate::maps::{GLOBAL_STATS, MAPPING_CONNS, MAPPING_STATS};
 
 #[inline(always)]
 pub fn count(outcome: Outcome) {
@@ -35,5 +35,25 @@ pub fn count_mapping(slot: u32, direction: Direction, bytes: u64) {
             counters.packets_out += 1;
             counters.bytes_out += bytes;
         }
+    }
+}
+
+/// Which connection counter of a mapping to count.
+#[derive(Clone, Copy)]
+pub enum ConnCounter {
+    Opened,
+    SourceLimited,
+}
+
+#[inline(always)]
+pub fn count_conns(slot: u32, counter: ConnCounter) {
+    let Some(counters) = MAPPING_CONNS.get_ptr_mut(slot) else {
+        return;
+    };
+    // SAFETY: per-CPU slot, only this CPU writes it while we run.
+    let counters = unsafe { &mut *counters };
+    match counter {
+        ConnCounter::Opened => counters.opened += 1,
+        ConnCounter::SourceLimited => counters.source_limited += 1,
     }
 }

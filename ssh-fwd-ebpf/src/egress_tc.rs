@@ -2,7 +2,8 @@
 //! node: replies of tracked connections get the frontend back as their
 //! source (and a SYN-ACK of a connection from another node the MSS its
 //! link carries); a SYN this node translated, leaving for the backend's
-//! node, carries its frontend in an IP option; ICMP errors quoting a
+//! node, carries its frontend in an IP option (sealed with the cluster's
+//! key, if set); ICMP errors quoting a
 //! backend name the frontend instead (or are dropped).
 
 use aya_ebpf::{
@@ -11,19 +12,20 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ssh_fwd_common::{
-    conntrack::Segment,
+    conntrack::trust::{Ownership, ownership},
+    ipopt::{Carried, PLAIN_LEN, SEALED_LEN, tag},
     maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
     outcome::Outcome,
 };
 
 use crate::{
-    config::cross_node_plain,
+    config::{cross_node_key, cross_node_plain},
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::iface_flags,
     icmp::{self, Out},
-    ipopt,
-    maps::REVERSE,
+    ipopt::{self, NotAdded},
+    maps::{OWNERS, REVERSE},
     mss,
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
@@ -48,10 +50,14 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
             }
         },
         Transport::Tcp => {
-            let outcome = tcp(&ctx, &h, &h.seg);
+            let outcome = tcp(&ctx, &h);
             count(outcome);
             match outcome {
-                Outcome::RewriteError => TC_ACT_SHOT,
+                Outcome::RewriteError
+                | Outcome::SpoofedReply
+                | Outcome::ConnTableFull
+                | Outcome::SourceLimited
+                | Outcome::OptionNoRoom => TC_ACT_SHOT,
                 _ => TC_ACT_UNSPEC,
             }
         }
@@ -59,15 +65,31 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
-    let (source, destination) = (h.source, h.destination);
+fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
+    let (source, destination, seg) = (h.source, h.destination, &h.seg);
     // SAFETY: copied out immediately.
     if let Some(primary) = unsafe { REVERSE.get(source) }.copied() {
-        // Only a reply the node got from the pod may move state: one that
-        // came in from outside carries a pod's address it cannot own.
-        let trusted = !from_outside(ctx);
+        // Only a reply the pod itself sent may move state: it entered the
+        // node by the pod's own interface.
+        // SAFETY: the context pointer is the live skb of this program run.
+        let arrived = unsafe { (*ctx.skb.skb).ingress_ifindex };
+        // SAFETY: copied out immediately.
+        let owner = unsafe { OWNERS.get(source.addr) }.copied();
+        let trusted = match ownership(owner.as_ref(), arrived) {
+            Ownership::Owned => true,
+            Ownership::Spoofed => return Outcome::SpoofedReply,
+            Ownership::Unknown => {
+                if !from_outside(ctx) {
+                    count(Outcome::ReplyNoOwner);
+                }
+                false
+            }
+        };
         let tracked = if trusted {
-            conntrack::reply(source, destination, seg)
+            match conntrack::reply(source, destination, seg) {
+                Ok(tracked) => tracked,
+                Err(outcome) => return outcome,
+            }
         } else {
             None
         };
@@ -85,6 +107,9 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
         {
             return Outcome::RewriteError;
         }
+        if h.big {
+            count(Outcome::BigTcp);
+        }
         count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
         return Outcome::ReverseNat;
     }
@@ -98,9 +123,27 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Outcome {
         // SAFETY: only tested for presence.
         && unsafe { REVERSE.get(destination) }.is_some()
         && let Some(frontend) = conntrack::translated_syn(source, destination, seg)
-        && ipopt::add(ctx, h.ip_len, frontend)
     {
-        return Outcome::OptionAdded;
+        let option = match cross_node_key() {
+            Some(key) => Carried {
+                frontend,
+                len: SEALED_LEN,
+                tag: tag(key, source, destination, seg.seq, frontend),
+            },
+            None => Carried {
+                frontend,
+                len: PLAIN_LEN,
+                tag: 0,
+            },
+        };
+        return match ipopt::add(ctx, h.ip_len, &option) {
+            Ok(()) => Outcome::OptionAdded,
+            // Without the option the pod's node cannot track it: the
+            // client's next SYN tries again.
+            Err(NotAdded::NoRoom) => Outcome::OptionNoRoom,
+            Err(NotAdded::Broken) => Outcome::RewriteError,
+            Err(NotAdded::Refused) => Outcome::PassNoBackend,
+        };
     }
     Outcome::PassNoBackend
 }

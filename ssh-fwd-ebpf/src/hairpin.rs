@@ -11,8 +11,9 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::SockAddrContext,
 };
-use ssh_fwd_common::hairpin::{
-    HAIRPIN_SOCKS_CAPACITY, HairpinSock, endpoint_of, on_connect, on_getpeername, user_port_of,
+use ssh_fwd_common::{
+    hairpin::{endpoint_of, on_connect, on_getpeername, user_port_of},
+    maps::{HAIRPIN_SOCKS_CAPACITY, HairpinSock},
 };
 
 use crate::maps::FRONTENDS;

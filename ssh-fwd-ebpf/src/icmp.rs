@@ -10,8 +10,8 @@
 use ssh_fwd_common::{
     csum,
     icmp::{
-        ICMP_CHECK_OFF, ICMP_HLEN, QUOTED_CHECK_LEN, QUOTED_PORTS_LEN, inbound_allowed, is_error,
-        outbound_frontend,
+        ICMP_CHECK_OFF, ICMP_HLEN, Inbound, QUOTED_CHECK_LEN, QUOTED_PORTS_LEN, inbound_verdict,
+        is_error, outbound_frontend, to_backend_allowed,
     },
     maps::Endpoint,
     outcome::Outcome,
@@ -22,10 +22,10 @@ use ssh_fwd_common::{
 };
 
 use crate::{
-    conntrack::{established, half_open},
+    conntrack::{backend_is_local, established, half_open},
     counters::count,
     maps::{FRONTENDS, REVERSE},
-    packet::{Packet, bytes_at, put_addr, put_word, read, word},
+    packet::{Headers, Packet, bytes_at, put_addr, put_word, read, word},
 };
 
 /// The offsets of an ICMP error quoting a TCP packet.
@@ -73,36 +73,79 @@ fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
     })
 }
 
-/// An error about a reply `frontend -> client`, addressed to the frontend:
-/// rewritten to be about `backend -> client` and addressed to the backend.
-/// Returns the backend to route to, or `None` (not ours: left untouched).
-/// Only an established connection through another frontend refuses it; a
-/// node without one (the receiving node of a connection to a pod on
-/// another node has none) translates by the frontend map alone, and the
-/// pod's TCP checks the quoted sequence number, as for any ICMP error
-/// (`ssh_fwd_common::icmp::inbound_allowed`).
+/// What [`inbound`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum In {
+    /// Translated: route it to this backend.
+    Translated(Endpoint),
+    /// Not an error of a connection of ours, or one the backend's own node
+    /// may let through: untouched.
+    NotOurs,
+    /// Quotes a sequence number outside the connection's window, or a
+    /// connection the pod's node does not track: drop it (the caller
+    /// counts it).
+    Drop,
+}
+
+/// The sequence number in the quote, if the quote holds it.
 #[inline(always)]
-pub fn inbound<P: Packet>(p: &P, outer_ip_len: usize, outer_dst: u32) -> Option<Endpoint> {
-    let q = quote(p, outer_ip_len)?;
+fn quoted_seq<P: Packet>(p: &P, q: &Quote) -> Option<u32> {
+    read::<P, 4>(p, q.tcp + TCP_SEQ_OFF).map(u32::from_be_bytes)
+}
+
+/// An inbound ICMP error with outer headers `h`. One about a reply
+/// `frontend -> client`, addressed to the frontend, is rewritten to be
+/// about `backend -> client` and addressed to the backend, if the tracked
+/// connection holds the quoted sequence number (on a node whose backend
+/// lives elsewhere, by the frontend map alone: see
+/// `ssh_fwd_common::icmp::inbound_verdict`). One addressed to a backend of
+/// this node (another node translated it) reaches the pod only if the
+/// connection here holds the quoted sequence number.
+#[inline(always)]
+pub fn inbound<P: Packet>(p: &P, h: &Headers) -> In {
+    let Some(q) = quote(p, h.ip_len) else {
+        return In::NotOurs;
+    };
+    let outer_dst = h.destination.addr;
     if q.source.addr != outer_dst {
-        return None;
+        return In::NotOurs;
     }
     // SAFETY: copied out at once.
-    let target = unsafe { FRONTENDS.get(q.source) }.copied()?;
+    let Some(target) = (unsafe { FRONTENDS.get(q.source) }).copied() else {
+        // SAFETY: only tested for presence.
+        if unsafe { REVERSE.get(q.source) }.is_none() || !backend_is_local(q.source) {
+            return In::NotOurs;
+        }
+        let conn = established(q.destination, q.source);
+        return if to_backend_allowed(conn, quoted_seq(p, &q)) {
+            In::NotOurs
+        } else {
+            In::Drop
+        };
+    };
     let backend = target.endpoint;
-    if !inbound_allowed(established(q.destination, backend), q.source) {
-        return None;
+    let conn = established(q.destination, backend);
+    match inbound_verdict(conn, q.source, quoted_seq(p, &q), backend_is_local(backend)) {
+        Inbound::NotOurs => return In::NotOurs,
+        Inbound::Drop => return In::Drop,
+        Inbound::Deliver => {}
     }
-    rewrite(p, &q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF)?;
-    let check = word(p, ETH_HLEN + IPV4_CHECK_OFF)?;
-    put_word(
-        p,
-        ETH_HLEN + IPV4_CHECK_OFF,
-        csum::apply(check, csum::diff32(outer_dst, backend.addr)),
-    )?;
-    put_addr(p, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
+    if rewrite(p, &q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF).is_none() {
+        return In::Drop;
+    }
+    let translated = word(p, ETH_HLEN + IPV4_CHECK_OFF).and_then(|check| {
+        put_word(
+            p,
+            ETH_HLEN + IPV4_CHECK_OFF,
+            csum::apply(check, csum::diff32(outer_dst, backend.addr)),
+        )?;
+        put_addr(p, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)
+    });
+    if translated.is_none() {
+        return In::Drop;
+    }
     count(Outcome::IcmpTranslated);
-    Some(backend)
+    In::Translated(backend)
 }
 
 /// What [`outbound`] did.

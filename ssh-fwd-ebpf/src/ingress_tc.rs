@@ -1,8 +1,8 @@
 //! tc ingress on an external (or cluster) interface: the DNAT of requests to
 //! frontends, with the connection tracking of `crate::conntrack`; requests
-//! another node already translated, with the frontend their SYN carries;
-//! and ICMP errors addressed to frontends. A translated packet is routed
-//! here and redirected to the backend's interface when the route allows
+//! another node already translated (`crate::backend`); and ICMP errors
+//! addressed to frontends. A translated packet is routed here and
+//! redirected to the backend's interface when the route allows
 //! (`crate::forward`): into the pod's namespace directly when that
 //! interface is a pod's veth. With `--redirect off` it goes to the stack,
 //! which routes it through netfilter.
@@ -13,19 +13,19 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ssh_fwd_common::{
-    conntrack::Segment,
+    conntrack::trust::ttl_expires,
     maps::{Endpoint, IFACE_POD_PEER},
     outcome::Outcome,
 };
 
 use crate::{
+    backend,
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::{Sent, iface_flags, route, send},
-    icmp, ipopt,
+    icmp,
     maps::{FRONTENDS, REVERSE},
-    mss,
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
 };
@@ -79,24 +79,29 @@ fn ingress(ctx: &TcContext) -> Verdict {
         Err(outcome) => return Verdict::Pass(outcome),
     };
     match h.transport {
-        Transport::Icmp => match icmp::inbound(ctx, h.ip_len, h.destination.addr) {
-            Some(backend) => Verdict::Forward {
+        Transport::Icmp => match icmp::inbound(ctx, &h) {
+            icmp::In::Translated(backend) => Verdict::Forward {
                 client: h.source,
                 backend,
             },
-            None => Verdict::Pass(Outcome::PassNotTcp),
+            icmp::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
+            icmp::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
         },
-        Transport::Tcp => tcp(ctx, &h, &h.seg),
+        Transport::Tcp => tcp(ctx, &h),
     }
 }
 
 #[inline(always)]
-fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
+fn tcp(ctx: &TcContext, h: &Headers) -> Verdict {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
     if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
+        // A router would not forward it: the stack answers, untranslated.
+        if ttl_expires(h.ttl) {
+            return Verdict::Pass(Outcome::TtlExpired);
+        }
         let backend = target.endpoint;
-        if let Err(outcome) = conntrack::request(client, frontend, backend, target.slot, seg) {
+        if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
             return Verdict::Drop(outcome);
         }
         if rewrite(ctx, h.l4(), Field::Destination, frontend, backend).is_err() {
@@ -104,6 +109,9 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
             return Verdict::Drop(Outcome::RewriteError);
         }
         count(Outcome::Dnat);
+        if h.big {
+            count(Outcome::BigTcp);
+        }
         count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
         return Verdict::Forward { client, backend };
     }
@@ -111,25 +119,7 @@ fn tcp(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
     if unsafe { REVERSE.get(h.destination) }.is_none() {
         return Verdict::Pass(Outcome::PassNoFrontend);
     }
-    to_backend(ctx, h, seg)
-}
-
-/// A request to one of our backends that another node translated (or a
-/// peer in the cluster sent to the pod's address): its state here, or the
-/// frontend its SYN carries. The stack delivers it.
-#[inline(always)]
-fn to_backend(ctx: &TcContext, h: &Headers, seg: &Segment) -> Verdict {
-    let option = if seg.is_syn() {
-        ipopt::frontend(ctx, h.ip_len)
-    } else {
-        None
-    };
-    let keep = conntrack::to_backend(h.source, h.destination, seg, option, || mss::link_mtu(ctx));
-    if let Some(frontend) = option {
-        // The pod sees the SYN as the client sent it.
-        ipopt::strip_skb(ctx, frontend);
-    }
-    match keep {
+    match backend::request(ctx, h) {
         Ok(()) => Verdict::Pass(Outcome::PassNoFrontend),
         Err(outcome) => Verdict::Drop(outcome),
     }

@@ -8,21 +8,22 @@
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use ssh_fwd_common::{
-    conntrack::Segment,
+    conntrack::trust::ttl_expires,
     csum,
     maps::Endpoint,
     outcome::Outcome,
-    packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF},
+    packet::{
+        ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_URG_PTR_OFF,
+    },
 };
 
 use crate::{
-    conntrack,
+    backend, conntrack,
     counters::{Direction, count, count_mapping},
-    icmp, ipopt,
+    icmp,
     maps::{FRONTENDS, REVERSE},
-    mss,
     packet::{Headers, Transport, parse, put_addr, put_word, word},
-    partial,
+    partial::{self, Field},
 };
 
 #[xdp]
@@ -33,11 +34,15 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
     };
     count(outcome);
     match outcome {
-        // The 4-tuple is another frontend's, a handshake the full table
-        // holds back, or a rewrite went wrong.
-        Outcome::ConflictDropped | Outcome::ConnTableFull | Outcome::RewriteError => {
-            xdp_action::XDP_DROP
-        }
+        // The 4-tuple is another frontend's, a segment that fails the
+        // checks before it may write state, a handshake held back, an ICMP
+        // error outside its connection's window, or a rewrite went wrong.
+        Outcome::ConflictDropped
+        | Outcome::BadChecksum
+        | Outcome::MartianSource
+        | Outcome::SourceLimited
+        | Outcome::IcmpOutOfWindow
+        | Outcome::RewriteError => xdp_action::XDP_DROP,
         // Every other outcome passes: a packet we do not own is the stack's
         // business.
         _ => xdp_action::XDP_PASS,
@@ -53,26 +58,35 @@ fn ingress(ctx: &XdpContext) -> Option<Outcome> {
     };
     match h.transport {
         // Translated or not, the stack routes it.
-        Transport::Icmp => icmp::inbound(ctx, h.ip_len, h.destination.addr)
-            .is_none()
-            .then_some(Outcome::PassNotTcp),
-        Transport::Tcp => Some(tcp(ctx, &h, &h.seg)),
+        Transport::Icmp => match icmp::inbound(ctx, &h) {
+            icmp::In::Translated(_) => None,
+            icmp::In::Drop => Some(Outcome::IcmpOutOfWindow),
+            icmp::In::NotOurs => Some(Outcome::PassNotTcp),
+        },
+        Transport::Tcp => Some(tcp(ctx, &h)),
     }
 }
 
 #[inline(always)]
-fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
-    let (client, frontend) = (h.source, h.destination);
+fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
+    let frontend = h.destination;
     // SAFETY: copied out immediately.
     let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
         // SAFETY: only tested for presence.
-        if unsafe { REVERSE.get(h.destination) }.is_some() {
-            return to_backend(ctx, h, seg);
+        if unsafe { REVERSE.get(h.destination) }.is_none() {
+            return Outcome::PassNoFrontend;
         }
-        return Outcome::PassNoFrontend;
+        return match backend::request(ctx, h) {
+            Ok(()) => Outcome::PassNoFrontend,
+            Err(outcome) => outcome,
+        };
     };
+    // A router would not forward it: the stack answers, untranslated.
+    if ttl_expires(h.ttl) {
+        return Outcome::TtlExpired;
+    }
     let backend = target.endpoint;
-    if let Err(outcome) = conntrack::request(client, frontend, backend, target.slot, seg) {
+    if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
         return outcome;
     }
     if dnat(ctx, h, frontend, backend).is_none() {
@@ -86,7 +100,9 @@ fn tcp(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
 /// Rewrites the destination and both checksums in place. `None`: the
 /// headers were not where parsing found them (nothing written). A TCP
 /// checksum still to be completed holds the pseudo-header sum only: it
-/// takes the address change, and no complement (`partial.rs`).
+/// takes the address change, and no complement (`partial.rs`). A field
+/// that may be either is updated as a sum, and the urgent pointer, which
+/// TCP reads only with URG, makes it a valid checksum too.
 #[inline(always)]
 fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) -> Option<()> {
     let addr_diff = csum::diff32(frontend.addr, backend.addr);
@@ -94,10 +110,14 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
     let l4 = h.l4();
     let ip_check = word(ctx, ETH_HLEN + IPV4_CHECK_OFF)?;
     let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
-    let new_tcp_check = if partial::is_partial(ctx, h, tcp_check) {
-        csum::add(tcp_check, addr_diff)
-    } else {
-        csum::apply(tcp_check, addr_diff + port_diff)
+    let urgent = word(ctx, l4 + TCP_URG_PTR_OFF)?;
+    let (new_tcp_check, new_urgent) = match partial::field(ctx, h, tcp_check) {
+        Field::Sum => (csum::add(tcp_check, addr_diff), urgent),
+        Field::Both if !h.seg.is_urgent() => (
+            csum::add(tcp_check, addr_diff),
+            csum::add(urgent, csum::urgent_balance(addr_diff, port_diff)),
+        ),
+        Field::Checksum | Field::Both => (csum::apply(tcp_check, addr_diff + port_diff), urgent),
     };
     put_word(
         ctx,
@@ -105,25 +125,9 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
         csum::apply(ip_check, addr_diff),
     )?;
     put_word(ctx, l4 + TCP_CHECK_OFF, new_tcp_check)?;
+    if new_urgent != urgent {
+        put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
+    }
     put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
     put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
-}
-
-/// A request to one of our backends that another node translated: as in
-/// the tc program.
-#[inline(always)]
-fn to_backend(ctx: &XdpContext, h: &Headers, seg: &Segment) -> Outcome {
-    let option = if seg.is_syn() {
-        ipopt::frontend(ctx, h.ip_len)
-    } else {
-        None
-    };
-    let keep = conntrack::to_backend(h.source, h.destination, seg, option, || mss::link_mtu(ctx));
-    if let Some(frontend) = option {
-        ipopt::strip_xdp(ctx, frontend);
-    }
-    match keep {
-        Ok(()) => Outcome::PassNoFrontend,
-        Err(outcome) => outcome,
-    }
 }

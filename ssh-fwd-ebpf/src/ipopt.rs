@@ -11,21 +11,23 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
-    ipopt::{self, FRONTEND_OPTION_LEN, MAX_IP_LEN_BEFORE},
-    maps::Endpoint,
+    ipopt::{self, Carried, PLAIN_LEN, SEALED_LEN, max_ip_len_before},
     packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_MIN_LEN, IPV4_TOT_LEN_OFF},
 };
 
 use crate::packet::{Packet, bytes_at, put_word, read, word};
 
-/// The frontend in the first option of a packet with an IPv4 header of
-/// `ip_len` bytes, if it is ours.
+/// The option first in a packet with an IPv4 header of `ip_len` bytes, if
+/// it is ours. Its 16 bytes are read whatever its form: a SYN's TCP header
+/// follows a plain one.
 #[inline(always)]
-pub fn frontend<P: Packet>(p: &P, ip_len: usize) -> Option<Endpoint> {
-    if ip_len < IPV4_MIN_LEN + FRONTEND_OPTION_LEN {
+pub fn carried<P: Packet>(p: &P, ip_len: usize) -> Option<Carried> {
+    let at = ETH_HLEN + IPV4_MIN_LEN;
+    let len = ipopt::len_of(read::<P, 2>(p, at)?)?;
+    if ip_len < IPV4_MIN_LEN + len {
         return None;
     }
-    ipopt::read(read::<P, FRONTEND_OPTION_LEN>(p, ETH_HLEN + IPV4_MIN_LEN)?)
+    ipopt::read(read::<P, SEALED_LEN>(p, at)?)
 }
 
 /// The header words the option's insertion or removal changes, read before.
@@ -46,62 +48,103 @@ fn before<P: Packet>(p: &P) -> Option<Before> {
 
 /// Writes the new version/IHL, total length and checksum.
 #[inline(always)]
-fn fix_header<P: Packet>(p: &P, b: &Before, frontend: Endpoint, add: bool) -> Option<()> {
-    let (w0, len, check) =
-        ipopt::header_after(b.word0, b.tot_len, b.check, ipopt::words(frontend), add);
+fn fix_header<P: Packet>(p: &P, b: &Before, option: &Carried, add: bool) -> Option<()> {
+    let (w0, len, check) = ipopt::header_after(
+        b.word0,
+        b.tot_len,
+        b.check,
+        ipopt::words_of(option),
+        option.len,
+        add,
+    );
     put_word(p, ETH_HLEN, w0)?;
     put_word(p, ETH_HLEN + IPV4_TOT_LEN_OFF, len)?;
     put_word(p, ETH_HLEN + IPV4_CHECK_OFF, check)
 }
 
-/// Adds the option carrying `frontend` to an skb whose IPv4 header is
-/// `ip_len` bytes. `false`: nothing changed (no room left in the header,
-/// or the kernel refused), and the SYN goes on without it.
-#[inline(always)]
-pub fn add(ctx: &TcContext, ip_len: usize, frontend: Endpoint) -> bool {
-    if ip_len > MAX_IP_LEN_BEFORE {
-        return false;
-    }
-    let Some(b) = before(ctx) else {
-        return false;
-    };
-    // SAFETY: the skb of this program run; the helper checks the rest.
-    let grown = unsafe {
-        bpf_skb_adjust_room(
-            ctx.as_ptr().cast(),
-            FRONTEND_OPTION_LEN as i32,
-            BPF_ADJ_ROOM_NET,
-            0,
-        )
-    };
-    if grown != 0 {
-        return false;
-    }
-    let Some(at) = bytes_at::<TcContext, FRONTEND_OPTION_LEN>(ctx, ETH_HLEN + IPV4_MIN_LEN) else {
-        return false;
-    };
-    let words = ipopt::words(frontend);
-    // SAFETY: `bytes_at` checked the 8 bytes are inside the packet.
-    unsafe { at.cast::<[u16; 4]>().write_unaligned(words) };
-    fix_header(ctx, &b, frontend, true).is_some()
+/// Why the option could not be added.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum NotAdded {
+    /// The IPv4 header has no room left (the client's own options fill
+    /// it): nothing changed.
+    NoRoom,
+    /// The kernel refused to grow the packet: nothing changed.
+    Refused,
+    /// The packet grew but could not be written: it is half-made.
+    Broken,
 }
 
-/// Removes the option (which [`frontend`] found) from an skb.
+/// Adds `option` to an skb whose IPv4 header is `ip_len` bytes.
 #[inline(always)]
-pub fn strip_skb(ctx: &TcContext, frontend: Endpoint) -> bool {
+pub fn add(ctx: &TcContext, ip_len: usize, option: &Carried) -> Result<(), NotAdded> {
+    let sealed = option.is_sealed();
+    let len = if sealed { SEALED_LEN } else { PLAIN_LEN };
+    if ip_len > max_ip_len_before(len) {
+        return Err(NotAdded::NoRoom);
+    }
+    let Some(b) = before(ctx) else {
+        return Err(NotAdded::Refused);
+    };
+    // SAFETY: the skb of this program run; the helper checks the rest.
+    let grown =
+        unsafe { bpf_skb_adjust_room(ctx.as_ptr().cast(), len as i32, BPF_ADJ_ROOM_NET, 0) };
+    if grown != 0 {
+        return Err(NotAdded::Refused);
+    }
+    let at = ETH_HLEN + IPV4_MIN_LEN;
+    let words = ipopt::words_of(option);
+    if sealed {
+        let Some(to) = bytes_at::<TcContext, SEALED_LEN>(ctx, at) else {
+            return Err(NotAdded::Broken);
+        };
+        // SAFETY: `bytes_at` checked the 16 bytes are inside the packet.
+        unsafe { to.cast::<[u16; 8]>().write_unaligned(words) };
+    } else {
+        let Some(to) = bytes_at::<TcContext, PLAIN_LEN>(ctx, at) else {
+            return Err(NotAdded::Broken);
+        };
+        let plain = [words[0], words[1], words[2], words[3]];
+        // SAFETY: `bytes_at` checked the 8 bytes are inside the packet.
+        unsafe { to.cast::<[u16; 4]>().write_unaligned(plain) };
+    }
+    fix_header(ctx, &b, option, true).ok_or(NotAdded::Broken)
+}
+
+/// Removing the option, as each program type can.
+pub trait Strip {
+    /// Removes the option (which [`carried`] found) from the packet.
+    fn strip_option(&self, option: &Carried) -> bool;
+}
+
+impl Strip for TcContext {
+    #[inline(always)]
+    fn strip_option(&self, option: &Carried) -> bool {
+        strip_skb(self, option)
+    }
+}
+
+impl Strip for XdpContext {
+    #[inline(always)]
+    fn strip_option(&self, option: &Carried) -> bool {
+        strip_xdp(self, option)
+    }
+}
+
+/// Removes the option (which [`carried`] found) from an skb.
+#[inline(always)]
+fn strip_skb(ctx: &TcContext, option: &Carried) -> bool {
     let Some(b) = before(ctx) else {
         return false;
     };
-    // SAFETY: the skb of this program run; the helper checks the rest.
-    let shrunk = unsafe {
-        bpf_skb_adjust_room(
-            ctx.as_ptr().cast(),
-            -(FRONTEND_OPTION_LEN as i32),
-            BPF_ADJ_ROOM_NET,
-            0,
-        )
+    let len = if option.is_sealed() {
+        SEALED_LEN
+    } else {
+        PLAIN_LEN
     };
-    shrunk == 0 && fix_header(ctx, &b, frontend, false).is_some()
+    // SAFETY: the skb of this program run; the helper checks the rest.
+    let shrunk =
+        unsafe { bpf_skb_adjust_room(ctx.as_ptr().cast(), -(len as i32), BPF_ADJ_ROOM_NET, 0) };
+    shrunk == 0 && fix_header(ctx, &b, option, false).is_some()
 }
 
 /// The Ethernet header and the 20-byte IPv4 header, moved over the option.
@@ -110,25 +153,31 @@ const MOVED: usize = ETH_HLEN + IPV4_MIN_LEN;
 /// Removes the option from an XDP frame: the headers before it move up by
 /// its length, and the frame starts that much later.
 #[inline(always)]
-pub fn strip_xdp(ctx: &XdpContext, frontend: Endpoint) -> bool {
+fn strip_xdp(ctx: &XdpContext, option: &Carried) -> bool {
     let Some(b) = before(ctx) else {
         return false;
     };
-    let Some(from) = bytes_at::<XdpContext, { MOVED + FRONTEND_OPTION_LEN }>(ctx, 0) else {
+    // A plain option's frame has a TCP header past it: the longer range
+    // is there for both forms.
+    let Some(from) = bytes_at::<XdpContext, { MOVED + SEALED_LEN }>(ctx, 0) else {
         return false;
+    };
+    let len = if option.is_sealed() {
+        SEALED_LEN
+    } else {
+        PLAIN_LEN
     };
     // Through a copy on the stack: the ranges overlap, and BPF has no
     // memmove, only fixed-size copies.
     let mut headers = [0u8; MOVED];
-    // SAFETY: both copies stay inside the MOVED + option bytes checked
-    // above and the local array.
+    // SAFETY: both copies stay inside the MOVED + 16 bytes checked above
+    // (`len` is 8 or 16) and the local array.
     unsafe {
         core::ptr::copy_nonoverlapping(from, headers.as_mut_ptr(), MOVED);
-        core::ptr::copy_nonoverlapping(headers.as_ptr(), from.add(FRONTEND_OPTION_LEN), MOVED);
+        core::ptr::copy_nonoverlapping(headers.as_ptr(), from.add(len), MOVED);
     }
     // SAFETY: the frame of this program run; shrinking the head by bytes
     // that exist is what the helper is for.
-    let moved =
-        unsafe { bpf_xdp_adjust_head(ctx.as_ptr().cast::<xdp_md>(), FRONTEND_OPTION_LEN as i32) };
-    moved == 0 && fix_header(ctx, &b, frontend, false).is_some()
+    let moved = unsafe { bpf_xdp_adjust_head(ctx.as_ptr().cast::<xdp_md>(), len as i32) };
+    moved == 0 && fix_header(ctx, &b, option, false).is_some()
 }

@@ -20,6 +20,7 @@
 #![feature(asm_experimental_arch)]
 
 mod atomic;
+mod backend;
 mod config;
 mod conntrack;
 mod counters;
@@ -36,6 +37,8 @@ mod packet;
 mod partial;
 mod reply_tc;
 mod skb;
+mod sum;
+mod verify;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -2,15 +2,17 @@
 //! `ssh_fwd_common::maps`, and a userspace test checks the object agrees.
 //! All maps are pinned by name so they outlive the agent.
 
+use aya_ebpf::bindings::BPF_F_NO_COMMON_LRU;
 use aya_ebpf::{
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, CONN_CAPACITY, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY, HalfOpen,
-        HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS,
-        MappingCounters, MappingName, NatTarget,
+        AgentStatus, CONN_CAPACITY, Claim, ClaimKey, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY,
+        HalfOpen, HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS,
+        MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
+        SCRATCH_LEN,
     },
     outcome::Outcome,
 };
@@ -24,22 +26,50 @@ pub static FRONTENDS: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPING
 #[map(name = "REVERSE")]
 pub static REVERSE: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPINGS, 0);
 
-/// Established connections, created only by completed handshakes. A plain
-/// hash, not an LRU: nothing may evict a live connection; entries end with
-/// their connection or by the agent's idle sweep. The agent sets the
-/// capacity (`--conn-table-size`).
+/// Connections the server confirmed. A plain hash, not an LRU: nothing may
+/// evict a live connection; entries end with their connection or by the
+/// agent's idle sweep. The agent sets the capacity (`--conn-table-size`).
 #[map(name = "CONNS")]
 pub static CONNS: HashMap<ConnKey, Conn> = HashMap::pinned(CONN_CAPACITY, 0);
 
-/// Handshakes in progress, by 4-tuple and client ISN. An LRU: a SYN flood
-/// churns it, and that is all it can do. The agent sets the capacity
-/// (`--half-open-table-size`).
+/// SYNs through a frontend, by 4-tuple and client ISN, until the server's
+/// SYN-ACK. An LRU with a list per CPU (no lock shared by every insert): a
+/// SYN flood churns it, and that is all it can do. The agent sets the
+/// capacity (`--half-open-table-size`).
 #[map(name = "HALF_OPEN")]
-pub static HALF_OPEN: LruHashMap<HalfOpenKey, HalfOpen> = LruHashMap::pinned(HALF_OPEN_CAPACITY, 0);
+pub static HALF_OPEN: LruHashMap<HalfOpenKey, HalfOpen> =
+    LruHashMap::pinned(HALF_OPEN_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+/// Claims: a client's segment through a frontend, until the server's
+/// segment confirms it. An LRU with a list per CPU, as `HALF_OPEN`, and of
+/// its capacity; no SYN ever writes it.
+#[map(name = "CLAIMS")]
+pub static CLAIMS: LruHashMap<ClaimKey, Claim> =
+    LruHashMap::pinned(HALF_OPEN_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+/// Client address -> the confirmed connections it holds, for
+/// `--conns-per-source`. The agent sets the capacity (that of `CONNS`) and
+/// recounts it at every sweep.
+#[map(name = "SOURCES")]
+pub static SOURCES: HashMap<u32, u64> = HashMap::pinned(CONN_CAPACITY, 0);
+
+/// Pod address -> the interfaces its packets may come in by. Written by
+/// the agent.
+#[map(name = "OWNERS")]
+pub static OWNERS: HashMap<u32, Owner> = HashMap::pinned(OWNERS_CAPACITY, 0);
 
 /// Per-mapping packet/byte counters, indexed by slot.
 #[map(name = "MAPPING_STATS")]
 pub static MAPPING_STATS: PerCpuArray<MappingCounters> = PerCpuArray::pinned(MAX_MAPPINGS, 0);
+
+/// Per-mapping connection counters, indexed by slot.
+#[map(name = "MAPPING_CONNS")]
+pub static MAPPING_CONNS: PerCpuArray<MappingConnCounters> = PerCpuArray::pinned(MAX_MAPPINGS, 0);
+
+/// The buffer a segment is copied into to be summed (`crate::verify`).
+/// Not pinned: nothing in it outlives a program run.
+#[map(name = "SCRATCH")]
+pub static SCRATCH: PerCpuArray<[u32; SCRATCH_LEN / 4]> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per-outcome counters, indexed by `Outcome`.
 #[map(name = "GLOBAL_STATS")]
@@ -68,6 +98,10 @@ pub static LOADED_SETTINGS: Array<LoadedSettings> = Array::pinned(1, 0);
 /// `BPF_F_NO_PREALLOC`: the upgrade maps are empty on every node but one
 /// being upgraded, so they take memory only for their entries.
 const NO_PREALLOC: u32 = 1;
+
+/// The cluster's key (`ssh_fwd_common::maps::CROSS_NODE_KEY`).
+#[map(name = "CROSS_NODE_KEY")]
+pub static CROSS_NODE_KEY: Array<[u64; 2]> = Array::pinned(1, 0);
 
 /// Backend -> until when its untracked replies may belong to a connection
 /// an older data path forwarded. Written only by the agent (upgrades).

@@ -10,9 +10,9 @@ use ssh_fwd_common::{
     outcome::Outcome,
     packet::{
         ETH_HLEN, ETH_P_IP, ETH_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPV4_DADDR_OFF, IPV4_FRAG_OFF,
-        IPV4_MIN_LEN, IPV4_PROTO_OFF, IPV4_SADDR_OFF, IPV4_TOT_LEN_OFF, TCP_ACK_OFF, TCP_DOFF_OFF,
-        TCP_DPORT_OFF, TCP_FLAGS_OFF, TCP_MIN_LEN, TCP_SEQ_OFF, TCP_SPORT_OFF, ipv4_header_len,
-        is_fragment, tcp_payload_len,
+        IPV4_MIN_LEN, IPV4_PROTO_OFF, IPV4_SADDR_OFF, IPV4_TOT_LEN_OFF, IPV4_TTL_OFF, TCP_ACK_OFF,
+        TCP_DOFF_OFF, TCP_DPORT_OFF, TCP_FLAGS_OFF, TCP_MIN_LEN, TCP_SEQ_OFF, TCP_SPORT_OFF,
+        ipv4_header_len, ipv4_total_len, is_fragment, tcp_payload_of,
     },
 };
 
@@ -20,6 +20,11 @@ use ssh_fwd_common::{
 pub trait Packet {
     fn data(&self) -> usize;
     fn data_end(&self) -> usize;
+    /// The whole frame's length: past `data_end` for an skb whose bytes
+    /// are not all linear.
+    fn frame_len(&self) -> usize;
+    /// The interface the packet arrived on.
+    fn arrival_ifindex(&self) -> u32;
 }
 
 impl Packet for XdpContext {
@@ -32,6 +37,17 @@ impl Packet for XdpContext {
     fn data_end(&self) -> usize {
         XdpContext::data_end(self)
     }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.data_end() - self.data()
+    }
+
+    #[inline(always)]
+    fn arrival_ifindex(&self) -> u32 {
+        // SAFETY: the context pointer is the live xdp_md of this run.
+        unsafe { (*self.ctx).ingress_ifindex }
+    }
 }
 
 impl Packet for TcContext {
@@ -43,6 +59,17 @@ impl Packet for TcContext {
     #[inline(always)]
     fn data_end(&self) -> usize {
         TcContext::data_end(self)
+    }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.len() as usize
+    }
+
+    #[inline(always)]
+    fn arrival_ifindex(&self) -> u32 {
+        // SAFETY: the context pointer is the live skb of this program run.
+        unsafe { (*self.skb.skb).ifindex }
     }
 }
 
@@ -106,6 +133,12 @@ pub enum Transport {
 pub struct Headers {
     /// The IPv4 header length in bytes (IHL * 4).
     pub ip_len: usize,
+    /// The IPv4 packet's length in bytes (headers and payload): its total
+    /// length, or the frame's for a BIG TCP packet.
+    pub total_len: usize,
+    pub ttl: u8,
+    /// A BIG TCP packet (over 64 KiB; its total length field is 0).
+    pub big: bool,
     /// Source and destination; ports are 0 for ICMP.
     pub source: Endpoint,
     pub destination: Endpoint,
@@ -140,6 +173,8 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
             return Some(Err(Outcome::PassFragment));
         }
         let proto = *ip.add(IPV4_PROTO_OFF);
+        let ttl = *ip.add(IPV4_TTL_OFF);
+        let tot_len = ip.add(IPV4_TOT_LEN_OFF).cast::<u16>().read_unaligned();
         let saddr = ip.add(IPV4_SADDR_OFF).cast::<u32>().read_unaligned();
         let daddr = ip.add(IPV4_DADDR_OFF).cast::<u32>().read_unaligned();
         let l4 = ETH_HLEN + ip_len;
@@ -151,6 +186,9 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
         if proto == IPPROTO_ICMP {
             return Some(Ok(Headers {
                 ip_len,
+                total_len: u16::from_be(tot_len) as usize,
+                ttl,
+                big: false,
                 source: endpoint(saddr, 0),
                 destination: endpoint(daddr, 0),
                 transport: Transport::Icmp,
@@ -165,8 +203,10 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
         if proto != IPPROTO_TCP {
             return Some(Err(Outcome::PassNotTcp));
         }
-        let tot_len = ip.add(IPV4_TOT_LEN_OFF).cast::<u16>().read_unaligned();
-        if (u16::from_be(tot_len) as usize) < ip_len + TCP_MIN_LEN {
+        let Some(total_len) = ipv4_total_len(tot_len, p.frame_len()) else {
+            return Some(Err(Outcome::Malformed));
+        };
+        if total_len < ip_len + TCP_MIN_LEN {
             return Some(Err(Outcome::Malformed));
         }
         let tcp = bytes_at::<P, TCP_MIN_LEN>(p, l4)?;
@@ -174,10 +214,13 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
             flags: *tcp.add(TCP_FLAGS_OFF),
             seq: u32::from_be(tcp.add(TCP_SEQ_OFF).cast::<u32>().read_unaligned()),
             ack: u32::from_be(tcp.add(TCP_ACK_OFF).cast::<u32>().read_unaligned()),
-            payload: tcp_payload_len(tot_len, ip_len, *tcp.add(TCP_DOFF_OFF)),
+            payload: tcp_payload_of(total_len, ip_len, *tcp.add(TCP_DOFF_OFF)),
         };
         Some(Ok(Headers {
             ip_len,
+            total_len,
+            ttl,
+            big: tot_len == 0,
             source: endpoint(saddr, tcp.add(TCP_SPORT_OFF).cast::<u16>().read_unaligned()),
             destination: endpoint(daddr, tcp.add(TCP_DPORT_OFF).cast::<u16>().read_unaligned()),
             transport: Transport::Tcp,

@@ -15,16 +15,20 @@ use aya_ebpf::{
     macros::classifier,
     programs::TcContext,
 };
-use ssh_fwd_common::{maps::IFACE_EXTERNAL, outcome::Outcome};
+use ssh_fwd_common::{
+    conntrack::trust::{Ownership, ownership},
+    maps::IFACE_EXTERNAL,
+    outcome::Outcome,
+};
 
 use crate::{
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::{iface_flags, route, send},
-    maps::REVERSE,
+    maps::{OWNERS, REVERSE},
     mss,
-    packet::Transport,
+    packet::{Packet, Transport},
     skb::{Field, parse, rewrite},
 };
 
@@ -50,6 +54,16 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
         return (Outcome::PassNoBackend, TC_ACT_UNSPEC);
     };
+    // A packet with a pod's address from another pod's interface is a
+    // spoof: it never reaches anyone. One whose address the agent has not
+    // placed yet is left to the egress program, which moves no state.
+    // SAFETY: copied out immediately.
+    let owner = unsafe { OWNERS.get(backend.addr) }.copied();
+    match ownership(owner.as_ref(), ctx.arrival_ifindex()) {
+        Ownership::Owned => {}
+        Ownership::Spoofed => return (Outcome::SpoofedReply, TC_ACT_SHOT),
+        Ownership::Unknown => return (Outcome::ReplyToStack, TC_ACT_UNSPEC),
+    }
     // Route before touching any state: what this program cannot send on is
     // left whole to the egress program, which then tracks it once.
     if no_redirect() {
@@ -58,7 +72,11 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
-    let Some(restore) = conntrack::reply(backend, client, &seg).or_else(|| {
+    let tracked = match conntrack::reply(backend, client, &seg) {
+        Ok(tracked) => tracked,
+        Err(outcome) => return (outcome, TC_ACT_SHOT),
+    };
+    let Some(restore) = tracked.or_else(|| {
         if iface_flags(route.ifindex()) & IFACE_EXTERNAL != 0 {
             conntrack::restore_untracked(backend, client, &primary, &seg, true)
         } else {
@@ -73,6 +91,9 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
         return (Outcome::RewriteError, TC_ACT_SHOT);
     }
     count(Outcome::ReverseNat);
+    if h.big {
+        count(Outcome::BigTcp);
+    }
     count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
     match send(ctx, &route, false) {
         Some((action, _)) => (Outcome::ReplyRedirected, action),

@@ -93,8 +93,8 @@ impl Bpffs {
 
     /// Everything `ssh-fwd list` shows, as one object: `mappings`,
     /// `counters` (packets by outcome name), `conns`,
-    /// `tracked_connections`, `hooks` and `pod_interfaces` (the hooks on
-    /// pods' interfaces).
+    /// `tracked_connections` (the established and closing ones), `hooks`
+    /// and `pod_interfaces` (the hooks on pods' interfaces).
     pub fn list(&self) -> anyhow::Result<serde_json::Value> {
         let mappings = self.list_of("mappings")?;
         let counters: serde_json::Map<String, serde_json::Value> = self
@@ -116,7 +116,10 @@ impl Bpffs {
         Ok(serde_json::json!({
             "mappings": mappings,
             "counters": counters,
-            "tracked_connections": conns.as_array().map_or(0, Vec::len),
+            "tracked_connections": conns.as_array().map_or(0, |rows| rows
+                .iter()
+                .filter(|r| r["state"] == "established" || r["state"] == "closing")
+                .count()),
             "conns": conns,
             "hooks": hooks,
             "pod_interfaces": pods,

@@ -1,10 +1,12 @@
-//! An off-path attacker: TCP SYNs with forged source addresses and ports,
-//! sent from a raw socket inside one of the test's namespaces, as fast as
-//! the kernel takes them, bounded in count and time. What the attacker
-//! never gets is the replies: those go to the forged sources.
+//! An off-path attacker: TCP SYNs (or bare ACKs) with forged source
+//! addresses and ports, sent from a raw socket inside one of the test's
+//! namespaces, as fast as the kernel takes them, bounded in count and
+//! time. What the attacker never gets is the replies: those go to the
+//! forged sources.
 
 use std::{
     net::Ipv4Addr,
+    sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
 
@@ -23,26 +25,59 @@ pub struct Syn {
 }
 
 impl Syn {
+    /// The same segment with only ACK set, acknowledging `ack`: the last
+    /// segment of a handshake that never happened.
+    pub fn ack(self, ack: u32) -> Forged {
+        Forged {
+            syn: self,
+            flags: 0x10,
+            ack,
+        }
+    }
+}
+
+/// A forged segment: a SYN's fields with other flags.
+#[derive(Clone, Copy, Debug)]
+pub struct Forged {
+    syn: Syn,
+    flags: u8,
+    ack: u32,
+}
+
+impl From<Syn> for Forged {
+    fn from(syn: Syn) -> Self {
+        Self {
+            syn,
+            flags: 0x02,
+            ack: 0,
+        }
+    }
+}
+
+impl Forged {
     /// The IPv4 and TCP headers, checksums computed.
     fn bytes(&self) -> [u8; 40] {
+        let Self { syn: s, flags, ack } = *self;
+        let s = &s;
         let mut p = [0u8; 40];
         p[0] = 0x45;
         p[2..4].copy_from_slice(&40u16.to_be_bytes());
         p[6] = 0x40; // DF
         p[8] = 64;
         p[9] = 6;
-        p[12..16].copy_from_slice(&self.src.octets());
-        p[16..20].copy_from_slice(&self.dst.octets());
+        p[12..16].copy_from_slice(&s.src.octets());
+        p[16..20].copy_from_slice(&s.dst.octets());
         let ip_check = checksum(&p[..20], 0);
         p[10..12].copy_from_slice(&ip_check.to_be_bytes());
         let tcp = &mut p[20..];
-        tcp[0..2].copy_from_slice(&self.sport.to_be_bytes());
-        tcp[2..4].copy_from_slice(&self.dport.to_be_bytes());
-        tcp[4..8].copy_from_slice(&self.seq.to_be_bytes());
+        tcp[0..2].copy_from_slice(&s.sport.to_be_bytes());
+        tcp[2..4].copy_from_slice(&s.dport.to_be_bytes());
+        tcp[4..8].copy_from_slice(&s.seq.to_be_bytes());
+        tcp[8..12].copy_from_slice(&ack.to_be_bytes());
         tcp[12] = 5 << 4;
-        tcp[13] = 0x02; // SYN
+        tcp[13] = flags;
         tcp[14..16].copy_from_slice(&64_240u16.to_be_bytes());
-        let pseudo: u32 = [self.src.octets(), self.dst.octets()]
+        let pseudo: u32 = [s.src.octets(), s.dst.octets()]
             .iter()
             .flat_map(|a| {
                 [
@@ -74,6 +109,30 @@ fn checksum(data: &[u8], mut sum: u32) -> u16 {
 /// Sends every SYN of `syns` from `ns`, stopping early after `limit`.
 /// Returns how many were sent.
 pub fn send(ns: &NetNs, syns: Vec<Syn>, limit: Duration) -> anyhow::Result<usize> {
+    let never = AtomicBool::new(false);
+    send_at(ns, syns.into_iter().map(Forged::from), None, &never, limit)
+}
+
+/// Sends the SYNs of `syns` from `ns` at about `per_second` a second,
+/// until `stop` is set, `syns` ends or `limit` passes. Returns how many
+/// were sent.
+pub fn send_paced<T: Into<Forged>>(
+    ns: &NetNs,
+    syns: impl Iterator<Item = T> + Send,
+    per_second: u32,
+    stop: &AtomicBool,
+    limit: Duration,
+) -> anyhow::Result<usize> {
+    send_at(ns, syns.map(Into::into), Some(per_second), stop, limit)
+}
+
+fn send_at(
+    ns: &NetNs,
+    syns: impl Iterator<Item = Forged> + Send,
+    per_second: Option<u32>,
+    stop: &AtomicBool,
+    limit: Duration,
+) -> anyhow::Result<usize> {
     let path = ns.path();
     std::thread::scope(|s| {
         s.spawn(move || -> anyhow::Result<usize> {
@@ -83,18 +142,27 @@ pub fn send(ns: &NetNs, syns: Vec<Syn>, limit: Duration) -> anyhow::Result<usize
             if fd < 0 {
                 bail!("raw socket: {}", std::io::Error::last_os_error());
             }
-            let deadline = Instant::now() + limit;
+            let started = Instant::now();
+            let deadline = started + limit;
             let mut sent = 0;
-            for (i, syn) in syns.iter().enumerate() {
-                if i % 1024 == 0 && Instant::now() > deadline {
+            for (i, syn) in syns.enumerate() {
+                if i % 1024 == 0 && (Instant::now() > deadline || stop.load(Ordering::Relaxed)) {
                     break;
+                }
+                if let Some(rate) = per_second
+                    && i % 64 == 0
+                {
+                    let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate));
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
                 }
                 let bytes = syn.bytes();
                 let to = libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: 0,
                     sin_addr: libc::in_addr {
-                        s_addr: u32::from_ne_bytes(syn.dst.octets()),
+                        s_addr: u32::from_ne_bytes(syn.syn.dst.octets()),
                     },
                     sin_zero: [0; 8],
                 };
@@ -167,7 +235,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forged_syns_carry_valid_checksums() {
+    fn forged_syns_and_acks_carry_valid_checksums() {
         let syn = Syn {
             src: Ipv4Addr::new(192, 0, 2, 2),
             sport: 40_000,
@@ -175,11 +243,15 @@ mod tests {
             dport: 9022,
             seq: 7,
         };
-        let b = syn.bytes();
-        assert_eq!(checksum(&b[..20], 0), 0, "IPv4 header");
         let pseudo: u32 = [192u32 << 8, 2 << 8 | 2, 198 << 8 | 18, 10, 6, 20]
             .iter()
             .sum();
-        assert_eq!(checksum(&b[20..], pseudo), 0, "TCP");
+        for (forged, flags) in [(Forged::from(syn), 0x02), (syn.ack(99), 0x10)] {
+            let b = forged.bytes();
+            assert_eq!(checksum(&b[..20], 0), 0, "IPv4 header");
+            assert_eq!(checksum(&b[20..], pseudo), 0, "TCP");
+            assert_eq!(b[33], flags);
+        }
+        assert_eq!(syn.ack(99).bytes()[28..32], 99u32.to_be_bytes());
     }
 }

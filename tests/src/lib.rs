@@ -12,6 +12,8 @@ pub mod cmd;
 pub mod container;
 pub mod fake_api;
 pub mod flood;
+pub mod forge;
+pub mod handshakes;
 pub mod image;
 pub mod netns;
 pub mod privilege;

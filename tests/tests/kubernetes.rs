@@ -288,3 +288,71 @@ fn restarted_agent_changes_nothing_until_the_api_answers() {
         second.log()
     );
 }
+
+/// The key in force on the node whose pins are in `bpffs`.
+fn key_in_force(bpffs: &Bpffs) -> Option<[u64; 2]> {
+    let layout = ssh_fwd::datapath::pins::PinLayout::new(bpffs.path());
+    ssh_fwd::datapath::key::KeyMap::open_pinned(&layout)
+        .unwrap()
+        .read()
+        .unwrap()
+}
+
+/// The key the Secret holds, if it exists.
+fn key_in_secret(api: &FakeApi) -> Option<[u64; 2]> {
+    let secret = api.get(Kind::Secret, "default", "ssh-fwd-cross-node-key")?;
+    let encoded = secret["data"]["key"].as_str().unwrap();
+    let hex = String::from_utf8(
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded).unwrap(),
+    )
+    .unwrap();
+    let half = |s: &str| u64::from_str_radix(s, 16).unwrap();
+    Some([half(&hex[..16]), half(&hex[16..32])])
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn agents_share_one_cross_node_key_kept_in_a_secret_and_keep_it_without_the_api() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let KubeBed {
+        api,
+        bpffs,
+        args,
+        _dir,
+    } = kube_bed(node, &[]);
+    // The first agent makes the key and puts it in force.
+    let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    eventually("the first agent creates the Secret", || {
+        key_in_secret(&api).is_some()
+    });
+    let key = key_in_secret(&api).unwrap();
+    eventually("the key is in force", || key_in_force(&bpffs) == Some(key));
+    first.stop().unwrap();
+
+    // An agent on another node reads it and makes none of its own.
+    let other = Bpffs::new().unwrap();
+    let mut second = Agent::start_with(node, &[EXT_IFACE], &other, &args).unwrap();
+    eventually("the second agent puts the same key in force", || {
+        key_in_force(&other) == Some(key)
+    });
+    second.stop().unwrap();
+    assert_eq!(key_in_secret(&api), Some(key));
+    drop(second);
+    drop(other);
+
+    // A restart while the API server is away keeps the key in force.
+    api.cut();
+    let mut third = Agent::spawn(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    third
+        .wait_for_log(
+            "cannot read the cross-node key yet",
+            Duration::from_secs(15),
+        )
+        .unwrap();
+    assert_eq!(key_in_force(&bpffs), Some(key));
+    api.restore();
+    third.stop().unwrap();
+    assert_eq!(key_in_force(&bpffs), Some(key));
+}

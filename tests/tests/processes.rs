@@ -250,20 +250,49 @@ fn fill_connection_tables(layout: &PinLayout, frontend: Endpoint, backend: Endpo
             .insert(ConnKey::new(client(i), backend), conn, 0)
             .unwrap();
     }
-    let mut half = pinned::<HalfOpenKey, HalfOpen>(layout, HALF_OPEN);
-    for i in 0..half_capacity {
-        let entry = HalfOpen {
-            frontend,
-            slot: target.slot,
-            flags: 0,
-            client_isn: i,
-            server_isn: 0,
-            last_seen_ns: now,
-        };
-        let key = HalfOpenKey::new(ConnKey::new(client(conns_capacity + i), backend), i);
-        half.insert(key, entry, 0).unwrap();
-    }
+    // The half-open table is an LRU with a list per CPU: what one CPU
+    // inserts fills only its share, so each CPU inserts its own.
+    let cpus = aya::util::nr_cpus().unwrap() as u32;
+    let per_cpu = half_capacity / cpus;
+    std::thread::scope(|s| {
+        for cpu in 0..cpus {
+            s.spawn(move || {
+                on_cpu(cpu as usize);
+                let mut half = pinned::<HalfOpenKey, HalfOpen>(layout, HALF_OPEN);
+                for n in 0..per_cpu {
+                    let i = cpu * per_cpu + n;
+                    let entry = HalfOpen {
+                        frontend,
+                        slot: target.slot,
+                        flags: 0,
+                        client_isn: i,
+                        server_isn: 0,
+                        last_seen_ns: now,
+                    };
+                    let key =
+                        HalfOpenKey::new(ConnKey::new(client(conns_capacity + i), backend), i);
+                    half.insert(key, entry, 0).unwrap();
+                }
+            });
+        }
+    });
+    let half = pinned::<HalfOpenKey, HalfOpen>(layout, HALF_OPEN);
     (conns.keys().count() as u32, half.keys().count() as u32)
+}
+
+/// Moves the calling thread to CPU `cpu`.
+fn on_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity
+    // take the set we own.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "pinning to CPU {cpu}"
+        );
+    }
 }
 
 /// Every line of an OpenMetrics body is a comment or `name{labels} value`,

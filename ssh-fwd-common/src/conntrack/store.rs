@@ -1,28 +1,31 @@
 //! Writing an updated entry back into [`CONNS`](crate::maps::CONNS) while
 //! the other direction may be updating it on another CPU. Both directions
 //! read the entry, decide, and write back; a write of the whole entry
-//! would undo what the other wrote in between (a client's clock refresh
+//! would undo what the other wrote in between (a client's pending FIN
 //! racing the server's FIN would drop `CONN_FIN_SERVER`). So only what the
 //! decision changed is written: each changed field with one aligned store
 //! (the fields each direction moves are its own: both next sequence
-//! numbers the server's segments, the pending FIN and RST the client's;
-//! the clock is either's), and
+//! numbers and the clock the server's segments, the pending FIN and RST
+//! the client's), and
 //! the flags, which both directions move, with atomic OR and AND of the
 //! bits that changed. A field that a flag makes count is written before the
-//! flag (a pending FIN's end before [`CONN_FIN_PENDING`]).
+//! flag (a pending FIN's end before [`CONN_FIN_PENDING`]). The OR returns
+//! the flags it found, so exactly one of two racing writes learns that it
+//! closed the connection (its client then holds one connection less).
 //!
 //! [`CONN_FIN_PENDING`]: crate::maps::CONN_FIN_PENDING
 
-use crate::maps::Conn;
+use crate::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Conn};
 
 /// The two atomic operations on a stored entry's flags: the kernel
 /// programs' (BPF atomics) and the host's, for the tests.
 pub trait AtomicFlags {
-    /// Sets `bits` in the flags of the entry at `conn`, atomically.
+    /// Sets `bits` in the flags of the entry at `conn`, atomically, and
+    /// returns the flags it found.
     ///
     /// # Safety
     /// `conn` points at a [`Conn`] valid for writes.
-    unsafe fn or(conn: *mut Conn, bits: u32);
+    unsafe fn or(conn: *mut Conn, bits: u32) -> u32;
     /// Keeps only `bits` of the flags of the entry at `conn`, atomically.
     ///
     /// # Safety
@@ -31,13 +34,17 @@ pub trait AtomicFlags {
 }
 
 /// Writes into the entry at `stored` what `next` changed of `read` (the
-/// copy the decision was made on).
+/// copy the decision was made on). True if this write closed the
+/// connection: it set the second of the two FINs.
 ///
 /// # Safety
 /// `stored` points at a [`Conn`] valid for writes (a map value, for the
 /// rest of the program run).
 #[inline(always)]
-pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn) {
+#[must_use = "a connection this write closed no longer counts for its client"]
+pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn) -> bool {
+    const FINS: u32 = CONN_FIN_CLIENT | CONN_FIN_SERVER;
+    let mut closed = false;
     // SAFETY: the caller vouches for `stored`; each write is one field.
     unsafe {
         if next.client_next != read.client_next {
@@ -57,13 +64,15 @@ pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn)
         }
         let set = next.flags & !read.flags;
         if set != 0 {
-            A::or(stored, set);
+            let found = A::or(stored, set);
+            closed = found & FINS != FINS && (found | set) & FINS == FINS;
         }
         let cleared = read.flags & !next.flags;
         if cleared != 0 {
             A::and(stored, !cleared);
         }
     }
+    closed
 }
 
 #[cfg(test)]
@@ -73,7 +82,7 @@ mod tests {
     use super::*;
     use crate::{
         conntrack::{
-            OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request,
+            Found, OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request,
             tests::{F1, SECOND, seg},
         },
         maps::{CONN_FIN_SERVER, CONN_REOPENING},
@@ -82,10 +91,9 @@ mod tests {
     struct Host;
 
     impl AtomicFlags for Host {
-        unsafe fn or(conn: *mut Conn, bits: u32) {
+        unsafe fn or(conn: *mut Conn, bits: u32) -> u32 {
             // SAFETY: the caller's promise; the field is aligned.
-            unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }
-                .fetch_or(bits, Ordering::Relaxed);
+            unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }.fetch_or(bits, Ordering::Relaxed)
         }
 
         unsafe fn and(conn: *mut Conn, bits: u32) {
@@ -105,50 +113,102 @@ mod tests {
         }
     }
 
-    fn from_client(read: &Conn, s: &Segment, now: u64) -> Conn {
-        match on_request(s, F1, 3, Some(read), None, now) {
-            OnRequest::Established(u) | OnRequest::IgnoredReset(u) => u.unwrap_or(*read),
+    fn from_client(read: &Conn, s: &Segment) -> Conn {
+        match on_request(s, F1, Some(read), || true) {
+            OnRequest::Established { update: u, .. } | OnRequest::IgnoredReset(u) => {
+                u.unwrap_or(*read)
+            }
             other => panic!("{other:?}"),
         }
     }
 
     fn from_server(read: &Conn, s: &Segment, now: u64) -> Conn {
-        match on_reply(s, Some(read), None, now) {
+        let found = Found {
+            conn: Some(read),
+            ..Found::default()
+        };
+        match on_reply(s, &found, now, 0) {
             OnReply::Established { update, .. } => update.unwrap_or(*read),
             other => panic!("{other:?}"),
         }
     }
 
-    /// Both directions read `read`, decide, and write back, in both orders.
-    fn race(read: Conn, client: Conn, server: Conn) -> [Conn; 2] {
+    /// Both directions read `read`, decide, and write back, in both orders:
+    /// what is stored after each, and how many writes said they closed it.
+    fn race_closing(read: Conn, client: Conn, server: Conn) -> [(Conn, usize); 2] {
         [[&client, &server], [&server, &client]].map(|order| {
             let mut stored = read;
+            let mut closed = 0;
             for next in order {
                 // SAFETY: a local entry.
-                unsafe { store::<Host>(&mut stored, &read, next) };
+                closed += usize::from(unsafe { store::<Host>(&mut stored, &read, next) });
             }
-            stored
+            (stored, closed)
         })
     }
 
+    fn race(read: Conn, client: Conn, server: Conn) -> [Conn; 2] {
+        race_closing(read, client, server).map(|(stored, _)| stored)
+    }
+
     #[test]
-    fn a_clients_clock_refresh_racing_the_servers_fin_loses_neither() {
+    fn of_two_writes_that_close_a_connection_exactly_one_says_so() {
+        // The server acknowledges the client's pending FIN and sends its
+        // own; both of its segments were decided on the same copy.
+        let read = Conn {
+            flags: crate::maps::CONN_FIN_PENDING,
+            client_fin_end: 1_002,
+            ..conn()
+        };
+        let acked = from_server(&read, &seg(TCP_ACK, read.server_next, 1_002, 0), 8);
+        let fin = from_server(
+            &read,
+            &seg(TCP_FIN | TCP_ACK, read.server_next, 1_002, 0),
+            9,
+        );
+        assert_eq!(
+            fin.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER),
+            CONN_FIN_CLIENT | CONN_FIN_SERVER
+        );
+        for (stored, closed) in race_closing(read, acked, fin) {
+            assert!(crate::conntrack::closing(&stored), "{stored:?}");
+            assert_eq!(closed, 1, "{stored:?}");
+        }
+        // A write on a closed entry closes nothing.
+        let closed = Conn {
+            flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
+            ..conn()
+        };
+        let again = Conn {
+            flags: closed.flags | CONN_REOPENING,
+            ..closed
+        };
+        let mut stored = closed;
+        // SAFETY: a local entry.
+        assert!(!unsafe { store::<Host>(&mut stored, &closed, &again) });
+    }
+
+    #[test]
+    fn a_clients_pending_fin_racing_the_servers_fin_loses_neither() {
         let read = conn();
         let client = from_client(
             &read,
-            &seg(TCP_ACK, read.client_next, read.server_next, 0),
-            5 * SECOND,
+            &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 0),
         );
         let server = from_server(
             &read,
             &seg(TCP_FIN | TCP_ACK, read.server_next, read.client_next, 40),
-            5 * SECOND + 1,
+            5 * SECOND,
         );
-        assert_eq!(client.last_seen_ns, 5 * SECOND);
+        assert_eq!(server.last_seen_ns, 5 * SECOND);
         for stored in race(read, client, server) {
-            assert_eq!(stored.flags, CONN_FIN_SERVER, "{stored:?}");
+            assert_eq!(
+                stored.flags,
+                CONN_FIN_SERVER | crate::maps::CONN_FIN_PENDING,
+                "{stored:?}"
+            );
             assert_eq!(stored.server_next, read.server_next + 41);
-            assert!(stored.last_seen_ns >= 5 * SECOND);
+            assert_eq!(stored.last_seen_ns, 5 * SECOND);
         }
     }
 
@@ -158,7 +218,6 @@ mod tests {
         let client = from_client(
             &read,
             &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 10),
-            7,
         );
         let server = from_server(
             &read,
@@ -183,7 +242,6 @@ mod tests {
         let client = from_client(
             &read,
             &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 0),
-            7,
         );
         let server = from_server(
             &read,

@@ -162,16 +162,54 @@ fn half_via(frontend: Endpoint, client_isn: u32) -> HalfOpen {
 const OTHER: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
 
 #[test]
-fn only_an_established_connection_of_another_frontend_refuses_an_inbound_error() {
-    assert!(inbound_allowed(None, FRONTEND));
-    assert!(inbound_allowed(Some(&conn_via(FRONTEND)), FRONTEND));
-    assert!(!inbound_allowed(Some(&conn_via(OTHER)), FRONTEND));
-    let closed = Conn {
-        flags: crate::maps::CONN_FIN_CLIENT | crate::maps::CONN_FIN_SERVER,
+fn an_inbound_error_reaches_the_pod_only_about_what_its_server_sent() {
+    let conn = Conn {
+        server_next: 50_000,
+        ..conn_via(FRONTEND)
+    };
+    let verdict = |c: Option<&Conn>, seq, local| inbound_verdict(c, FRONTEND, seq, local);
+    assert_eq!(verdict(Some(&conn), Some(48_552), true), Inbound::Deliver);
+    assert_eq!(verdict(Some(&conn), Some(50_001), true), Inbound::Drop);
+    assert_eq!(verdict(Some(&conn), Some(7), true), Inbound::Deliver);
+    assert_eq!(
+        verdict(
+            Some(&conn),
+            Some(50_000u32.wrapping_sub((1 << 30) + 1)),
+            true
+        ),
+        Inbound::Drop
+    );
+    assert_eq!(
+        verdict(Some(&conn), None, true),
+        Inbound::Drop,
+        "no sequence"
+    );
+    // No connection on the pod's node: nothing to deliver to.
+    assert_eq!(verdict(None, Some(1), true), Inbound::Drop);
+    // A node whose backend is elsewhere translates; that node checks.
+    assert_eq!(verdict(None, Some(1), false), Inbound::Deliver);
+    assert!(to_backend_allowed(Some(&conn), Some(49_000)));
+    assert!(!to_backend_allowed(Some(&conn), Some(60_000)));
+    assert!(!to_backend_allowed(None, Some(49_000)));
+}
+
+#[test]
+fn only_an_established_connection_of_another_frontend_leaves_an_inbound_error_alone() {
+    let other = Conn {
+        server_next: 100,
         ..conn_via(OTHER)
     };
-    assert!(
-        inbound_allowed(Some(&closed), FRONTEND),
+    assert_eq!(
+        inbound_verdict(Some(&other), FRONTEND, Some(100), true),
+        Inbound::NotOurs
+    );
+    let closed = Conn {
+        flags: crate::maps::CONN_FIN_CLIENT | crate::maps::CONN_FIN_SERVER,
+        ..other
+    };
+    assert_eq!(
+        inbound_verdict(Some(&closed), FRONTEND, Some(100), true),
+        Inbound::Deliver,
         "its 4-tuple is free"
     );
 }

@@ -154,3 +154,13 @@ fn a_ttl_that_would_expire_is_left_to_the_stack() {
         Some(u16::from_ne_bytes([63, 6]))
     );
 }
+
+#[test]
+fn a_big_tcp_packet_takes_its_length_from_the_frame() {
+    let frame_len = ETH_HLEN + 100_000;
+    assert_eq!(ipv4_total_len(1500u16.to_be(), frame_len), Some(1500));
+    assert_eq!(ipv4_total_len(0, frame_len), Some(100_000));
+    // A total length of 0 in anything 64 KiB or smaller is malformed.
+    assert_eq!(ipv4_total_len(0, ETH_HLEN + 65_535), None);
+    assert_eq!(tcp_payload_of(100_000, 20, 8 << 4), 100_000 - 52);
+}

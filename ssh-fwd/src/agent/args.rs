@@ -2,7 +2,9 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use ssh_fwd_common::maps::{CONN_CAPACITY, HALF_OPEN_CAPACITY, MAPPINGS_LIMIT, MAX_MAPPINGS};
+use ssh_fwd_common::maps::{
+    CONN_CAPACITY, CONNS_PER_SOURCE, HALF_OPEN_CAPACITY, MAPPINGS_LIMIT, MAX_MAPPINGS,
+};
 
 pub use crate::args::ServiceStyleArg;
 use crate::{
@@ -133,13 +135,54 @@ pub struct AgentArgs {
     #[arg(long, value_enum, default_value_t = CrossNode::Option)]
     pub cross_node: CrossNode,
 
-    /// An established connection with no packet for this long is forgotten
-    /// (its replies are no longer rewritten). Far above any SSH keepalive:
-    /// a shell idle for a working day keeps its entry. One whose server or
+    /// A file holding the cluster's key (32 hex digits: `openssl rand -hex
+    /// 16`), the same on every agent. It seals the frontend option, so the
+    /// pod's node believes it wherever it arrives, also on an external
+    /// interface its peers reach it by (host-gw or BGP routing without a
+    /// separate node network). Without a key the option is plain and
+    /// believed only on an interface nothing but other nodes reach (a
+    /// --cluster-iface that is not an external one). With --kubernetes the
+    /// key is kept in a Secret instead (--cross-node-key-secret).
+    #[arg(long, value_name = "FILE", conflicts_with = "cross_node_key_secret")]
+    pub cross_node_key: Option<PathBuf>,
+
+    /// With --kubernetes: the Secret of the agent's namespace that holds the
+    /// cluster's key (see --cross-node-key); the first agent creates it with
+    /// a random key.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "kubernetes",
+        default_value_if("kubernetes", "true", Some(CROSS_NODE_KEY_SECRET))
+    )]
+    pub cross_node_key_secret: Option<String>,
+
+    /// A connection whose server sent nothing for this long is forgotten
+    /// (far above any SSH keepalive: a shell idle for a working day keeps
+    /// its entry). It is picked up again if its client speaks first
+    /// through the frontend and the server answers. One whose server or
     /// client alone has closed goes after two minutes without a segment
     /// from the server.
     #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
     pub conn_idle_timeout: Duration,
+
+    /// How long a client's ACK through a frontend waits for the server to
+    /// confirm the connection (sshd sends its banner at once) before it
+    /// counts for nothing. Only a confirmed connection takes room in the
+    /// connection table, so handshakes the pod never accepts (a wrong
+    /// checksum, a TTL that dies at the node) leave nothing behind.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = confirm_timeout)]
+    pub conn_confirm_timeout: Duration,
+
+    /// How many open connections one client address may hold on this node;
+    /// past it, its new handshakes are held back (counted as
+    /// `source_limited`, per mapping too, and logged). Keeps one client from
+    /// filling the connection table. A connection closed both ways no
+    /// longer counts, so a client that opens and closes sessions one after
+    /// another is never held back. 0: no limit. Raise it for clients behind
+    /// one NAT address that keep many sessions open at once.
+    #[arg(long, value_name = "CONNECTIONS", default_value_t = CONNS_PER_SOURCE)]
+    pub conns_per_source: u32,
 
     /// How many mappings (frontends) this node can hold: the capacity of the
     /// frontend, reverse, name and counter tables, allocated up front (about
@@ -150,14 +193,17 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ENTRIES", default_value_t = MAX_MAPPINGS, value_parser = mappings_size)]
     pub max_mappings: u32,
 
-    /// Capacity of the established-connections table (entries of 40 bytes
-    /// plus the kernel's overhead, allocated up front). Only completed
-    /// handshakes take an entry.
+    /// Capacity of the connection table (entries of 60 bytes plus the
+    /// kernel's overhead, allocated up front), and of the table counting
+    /// what each client holds. Only connections the server confirmed take
+    /// an entry.
     #[arg(long, value_name = "ENTRIES", default_value_t = CONN_CAPACITY, value_parser = table_size)]
     pub conn_table_size: u32,
 
-    /// Capacity of the half-open table (handshakes in progress; a SYN
-    /// flood churns it, by design).
+    /// Capacity of the half-open table (SYNs waiting for their SYN-ACK) and
+    /// of the claims table (ACKs waiting for their server's confirmation).
+    /// Floods churn them, by design: each entry is needed only for the
+    /// pod's own answer time.
     #[arg(long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
     pub half_open_table_size: u32,
 
@@ -212,6 +258,9 @@ pub enum PodIfacesMode {
     Off,
 }
 
+/// `--cross-node-key-secret`'s default.
+pub const CROSS_NODE_KEY_SECRET: &str = "ssh-fwd-cross-node-key";
+
 /// `--cross-node`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum CrossNode {
@@ -231,6 +280,18 @@ fn mappings_size(s: &str) -> Result<u32, String> {
         ));
     }
     Ok(n)
+}
+
+/// `--conn-confirm-timeout`: a second to ten minutes.
+fn confirm_timeout(s: &str) -> Result<Duration, String> {
+    let d = crate::args::duration(s)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&d) {
+        return Err(format!(
+            "`{s}`: use between 1s and 10m (a pod answers an ACK within milliseconds; a claim \
+             lives at most this long)"
+        ));
+    }
+    Ok(d)
 }
 
 fn table_size(s: &str) -> Result<u32, String> {
@@ -272,6 +333,22 @@ mod tests {
     }
 
     #[test]
+    fn a_confirm_timeout_outside_a_second_to_ten_minutes_is_refused_with_the_range() {
+        let base = ["--iface", "eth0", "--mappings", "m.yaml"];
+        let args = parse(base).unwrap();
+        assert_eq!(args.conn_confirm_timeout, Duration::from_secs(10));
+        assert_eq!(args.conns_per_source, CONNS_PER_SOURCE);
+        let ok = parse(base.into_iter().chain(["--conn-confirm-timeout", "2s"])).unwrap();
+        assert_eq!(ok.conn_confirm_timeout, Duration::from_secs(2));
+        for bad in ["100ms", "1h"] {
+            let e = parse(base.into_iter().chain(["--conn-confirm-timeout", bad])).unwrap_err();
+            assert!(e.to_string().contains("between 1s and 10m"), "{bad}: {e}");
+        }
+        let e = parse(base.into_iter().chain(["--conns-per-source", "lots"])).unwrap_err();
+        assert!(e.to_string().contains("lots"), "{e}");
+    }
+
+    #[test]
     fn both_service_styles_are_honoured_unless_narrowed() {
         let base = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
         assert_eq!(parse(base).unwrap().styles(), Styles::ALL);
@@ -290,5 +367,31 @@ mod tests {
         );
         let typo = parse(base.into_iter().chain(["--service-styles", "nodeport"]));
         assert!(typo.unwrap_err().to_string().contains("nodeport"));
+    }
+
+    #[test]
+    fn the_cross_node_key_comes_from_a_file_or_in_kubernetes_mode_from_a_secret() {
+        let file = ["--iface", "eth0", "--mappings", "m.yaml"];
+        let args = parse(file).unwrap();
+        assert_eq!(
+            (args.cross_node_key, args.cross_node_key_secret),
+            (None, None)
+        );
+        let with = parse(file.into_iter().chain(["--cross-node-key", "/k"])).unwrap();
+        assert_eq!(with.cross_node_key, Some(PathBuf::from("/k")));
+        let secret = parse(file.into_iter().chain(["--cross-node-key-secret", "s"]));
+        assert!(secret.is_err(), "a Secret needs --kubernetes");
+        let kube = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        let args = parse(kube).unwrap();
+        assert_eq!(
+            args.cross_node_key_secret.as_deref(),
+            Some(CROSS_NODE_KEY_SECRET)
+        );
+        let named = parse(kube.into_iter().chain(["--cross-node-key-secret", "s"])).unwrap();
+        assert_eq!(named.cross_node_key_secret.as_deref(), Some("s"));
+        let from_file = parse(kube.into_iter().chain(["--cross-node-key", "/k"])).unwrap();
+        assert_eq!(from_file.cross_node_key, Some(PathBuf::from("/k")));
+        let both = ["--cross-node-key", "/k", "--cross-node-key-secret", "s"];
+        assert!(parse(kube.into_iter().chain(both)).is_err());
     }
 }

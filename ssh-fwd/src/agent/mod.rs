@@ -10,6 +10,7 @@
 //! change. One task owns the data path, so nothing needs a lock.
 
 mod args;
+mod cross_node_key;
 mod metrics;
 mod reconcile;
 mod repair;
@@ -42,6 +43,7 @@ const SCAN_INTERVAL: Duration = Duration::from_secs(2);
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let metrics = AgentMetrics::new();
     let mut source = Source::open(&args, &metrics).await?;
+    let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,
@@ -53,6 +55,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             max_mappings: args.max_mappings,
             conn_table_size: args.conn_table_size,
             half_open_table_size: args.half_open_table_size,
+            confirm_timeout_ns: u64::try_from(args.conn_confirm_timeout.as_nanos())
+                .unwrap_or(u64::MAX),
+            conns_per_source: args.conns_per_source,
             cross_node_plain: args.cross_node == CrossNode::Plain,
             redirect: args.redirect,
         },
@@ -63,6 +68,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         },
     })
     .await?;
+    cross_node_key::apply(key_source, datapath::key::KeyMap::open_pinned(&layout)?)?;
     // Loading built the object's maps and programs in memory (freed now).
     telemetry::memory::release_freed();
     if datapath.adopted {
@@ -81,6 +87,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let sweeper = tokio::spawn(sweep::run(
         layout.clone(),
         Timeouts::with_idle(args.conn_idle_timeout),
+        args.conns_per_source,
         sweeps.clone(),
     ));
     let result = follow(
@@ -161,7 +168,11 @@ async fn follow(
                 reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
             Some(()) = links_changed.recv() => scans.run(datapath, &repair).await?,
-            Some(()) = addrs_changed.recv() => source.refresh_node_addrs().await,
+            Some(()) = addrs_changed.recv() => {
+                source.refresh_node_addrs().await;
+                // A pod's address: who owns it.
+                scans.run(datapath, &repair).await?;
+            }
         }
     }
 }

@@ -75,6 +75,14 @@ impl Source {
         }
     }
 
+    /// The Kubernetes client, in Kubernetes mode.
+    pub fn kube_client(&self) -> Option<kube::Client> {
+        match self {
+            Self::File(_) => None,
+            Self::Kubernetes(k) => Some(k.client.clone()),
+        }
+    }
+
     /// A line for logs and `ssh-fwd status`.
     pub fn describe(&self) -> String {
         match self {
@@ -309,6 +317,8 @@ fn named_addresses(
 /// The Kubernetes watches and the desired state they keep.
 pub struct KubeFollower {
     source: KubeSource,
+    /// For the agent's other calls (the cross-node key's Secret).
+    client: kube::Client,
     selector: String,
     /// A change was returned already (the first is the complete lists).
     started: bool,
@@ -329,6 +339,7 @@ impl KubeFollower {
         };
         // The node's addresses, where no endpoint may be (a hostNetwork
         // pod's): read again at each resync and when they change.
+        let client = api.client.clone();
         let source = KubeSource::start(
             api.client,
             &args.selector,
@@ -342,6 +353,7 @@ impl KubeFollower {
         );
         Ok(Self {
             source,
+            client,
             selector: args.selector.clone(),
             started: false,
             metrics: metrics.clone(),

@@ -1,19 +1,24 @@
 //! The connection sweep, in the background: removes connections that closed
-//! or went idle and handshakes that never completed, counts what it removed,
-//! and reports what the tables hold (the half-open table is an LRU, so only
-//! a walk can count it). A walk of a full table takes a fraction of a
-//! second of syscalls, so it runs on the blocking pool with its own handles
-//! to the pinned maps, never in the loop that applies mappings.
+//! or went idle, recounts what each client holds, counts what it removed,
+//! reports what the tables hold (the half-open and claim tables are LRUs,
+//! so only a walk can count them), and logs the clients the quota holds
+//! back and the frontend options it ignored. A walk of a full table takes a fraction of a second of syscalls,
+//! so it runs on the blocking pool with its own handles to the pinned
+//! maps, never in the loop that applies mappings.
+
+mod refusals;
+mod throttle;
 
 use std::{
+    net::Ipv4Addr,
     sync::{Arc, Mutex, PoisonError},
-    time::{Duration, SystemTime},
+    time::{Duration, Instant, SystemTime},
 };
 
 use ssh_fwd_common::outcome::Outcome;
 
 use crate::datapath::{
-    conntrack::{ConnTables, Swept, Timeouts, clock_ns},
+    conntrack::{ConnTables, Swept, Timeouts, clock_ns, half_open_churned},
     maps::Maps,
     pins::PinLayout,
     status::unix_ms,
@@ -24,7 +29,7 @@ use crate::datapath::{
 pub struct Report {
     pub at_ms: u64,
     pub swept: Swept,
-    /// Half-open entries evicted or replaced since the agent started.
+    /// SYNs no client completed since the agent started.
     pub half_open_churned: u64,
 }
 
@@ -37,11 +42,14 @@ pub fn interval(t: &Timeouts) -> Duration {
 }
 
 /// Sweeps forever; a failure is logged and the next sweep tries again.
-pub async fn run(layout: PinLayout, timeouts: Timeouts, report: Shared) {
+/// `conns_per_source` is the quota the clients it names are held to.
+pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, report: Shared) {
     let mut tick = tokio::time::interval(interval(&timeouts));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut handles: Option<(ConnTables, Maps)> = None;
     let mut baseline: Option<u64> = None;
+    let mut refusals = refusals::RefusalLog::default();
+    let mut options = IgnoredOptions::default();
     loop {
         tick.tick().await;
         let opened = match handles.take() {
@@ -68,7 +76,16 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, report: Shared) {
         let Ok((tables, maps, swept)) = done else {
             continue;
         };
-        let churn = churned(&maps, &swept);
+        let counts = maps.outcome_counters().unwrap_or_default();
+        let counter = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
+        log_refusals(
+            &mut refusals,
+            &tables,
+            counter(Outcome::SourceLimited),
+            conns_per_source,
+        );
+        options.log(&counter);
+        let churn = half_open_churned(counter);
         let base = *baseline.get_or_insert(churn);
         *report.lock().unwrap_or_else(PoisonError::into_inner) = Report {
             at_ms: unix_ms(SystemTime::now()),
@@ -85,31 +102,72 @@ pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swe
     for (outcome, n) in [
         (Outcome::ConnClosed, swept.closed),
         (Outcome::ConnExpired, swept.expired),
-        (Outcome::HalfOpenExpired, swept.half_open_expired),
     ] {
         if let Err(e) = maps.count(outcome, n) {
             tracing::debug!(error = format!("{e:#}"), "cannot count swept entries");
         }
     }
-    if swept.closed + swept.expired + swept.half_open_expired > 0 {
+    if swept.closed + swept.expired > 0 {
         tracing::debug!(?swept, "connection sweep");
     }
     swept
 }
 
-/// Half-open entries that left other than by completing, expiring or being
-/// refused: evicted by the LRU (a SYN flood; a SYN never replaces a
-/// handshake's entry). Derived from the counters and the walk's count, so
-/// since the counters began.
-fn churned(maps: &Maps, swept: &Swept) -> u64 {
-    let Ok(counts) = maps.outcome_counters() else {
-        return 0;
-    };
-    let get = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
-    get(Outcome::HalfOpened).saturating_sub(
-        get(Outcome::ConnEstablished)
-            + get(Outcome::HalfOpenRefused)
-            + get(Outcome::HalfOpenExpired)
-            + swept.half_open,
-    )
+/// Logs, at most once a minute, how many handshakes the quota held back
+/// (`limited`, the counter) and which clients it holds.
+fn log_refusals(log: &mut refusals::RefusalLog, tables: &ConnTables, limited: u64, limit: u32) {
+    let sources: Vec<(Ipv4Addr, u64)> = tables
+        .sources()
+        .into_iter()
+        .map(|(addr, n)| (Ipv4Addr::from(addr.to_ne_bytes()), n))
+        .collect();
+    if let Some(line) = log.due(Instant::now(), limited, &sources, limit) {
+        let clients: Vec<String> = line
+            .at_limit
+            .iter()
+            .map(|(addr, held)| format!("{addr} ({held})"))
+            .collect();
+        tracing::warn!(
+            held_back = line.held_back,
+            limit,
+            clients = clients.join(", "),
+            "handshakes held back: their clients hold --conns-per-source connections on this \
+             node (counted as source_limited, per mapping too); raise --conns-per-source for \
+             clients behind one NAT address, or block the addresses named"
+        );
+    }
+}
+
+/// The frontend options this node ignored, told at most once a minute
+/// each: connections another node translated to pods here, which get no
+/// frontend back from this node when their option is ignored.
+#[derive(Debug, Default)]
+struct IgnoredOptions {
+    untrusted: throttle::Throttle,
+    forged: throttle::Throttle,
+}
+
+impl IgnoredOptions {
+    fn log(&mut self, counter: &impl Fn(Outcome) -> u64) {
+        let now = Instant::now();
+        if let Some(n) = self.untrusted.rose(now, counter(Outcome::OptionUntrusted)) {
+            tracing::warn!(
+                syns = n,
+                "SYNs carried a plain frontend option where anyone can send one (an external \
+                 interface, or one that is not a --cluster-iface), or under --cross-node plain, \
+                 and it was ignored (frontend_option_untrusted): if other nodes sent them, their \
+                 clients get no answer through this node. Give every agent the same \
+                 --cross-node-key, carry node-to-node traffic on a --cluster-iface, or run every \
+                 agent with the same --cross-node"
+            );
+        }
+        if let Some(n) = self.forged.rose(now, counter(Outcome::OptionForged)) {
+            tracing::warn!(
+                syns = n,
+                "SYNs carried a sealed frontend option whose tag is wrong under this node's \
+                 --cross-node-key, and it was ignored (frontend_option_forged): the nodes do not \
+                 share one key, or someone forges them. Give every agent the same key"
+            );
+        }
+    }
 }

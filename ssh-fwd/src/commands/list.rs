@@ -4,7 +4,10 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use ssh_fwd_common::outcome::{Class, Outcome};
+use ssh_fwd_common::{
+    maps::ConnKey,
+    outcome::{Class, Outcome},
+};
 
 use super::output::{Output, print};
 use crate::{
@@ -53,7 +56,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
         What::Conns => {
             let tables = ConnTables::open_pinned(&layout)?;
             let rows = conns(&tables);
-            let summary = conns_summary(&rows, &tables, &Maps::open_pinned(&layout)?)?;
+            let summary = conns_summary(&tables, &Maps::open_pinned(&layout)?)?;
             print(args.output, &ConnsListing { rows, summary }, conns_table)
         }
         What::Hooks => print(args.output, &stats::hooks(&layout), hooks_table),
@@ -75,6 +78,10 @@ pub struct MappingRow {
     pub bytes_in: u64,
     pub packets_out: u64,
     pub bytes_out: u64,
+    /// Connections the server confirmed on this node.
+    pub conns_opened: u64,
+    /// Handshakes held back: their client held `--conns-per-source`.
+    pub source_limited: u64,
 }
 
 pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
@@ -91,6 +98,8 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
             bytes_in: m.counters.bytes_in,
             packets_out: m.counters.packets_out,
             bytes_out: m.counters.bytes_out,
+            conns_opened: m.conns.opened,
+            source_limited: m.conns.source_limited,
         })
         .collect())
 }
@@ -98,8 +107,16 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
 fn mappings_table(rows: &Vec<MappingRow>) -> String {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
     let mut out = format!(
-        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
-        "NAME", "FRONTEND", "BACKEND", "PKTS IN", "BYTES IN", "PKTS OUT", "BYTES OUT"
+        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}\n",
+        "NAME",
+        "FRONTEND",
+        "BACKEND",
+        "PKTS IN",
+        "BYTES IN",
+        "PKTS OUT",
+        "BYTES OUT",
+        "CONNS",
+        "LIMITED"
     );
     for r in rows {
         let name = printable(&r.name);
@@ -109,12 +126,26 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
             r.backend.clone()
         };
         out.push_str(&format!(
-            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}\n",
-            name, r.frontend, backend, r.packets_in, r.bytes_in, r.packets_out, r.bytes_out
+            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}\n",
+            name,
+            r.frontend,
+            backend,
+            r.packets_in,
+            r.bytes_in,
+            r.packets_out,
+            r.bytes_out,
+            r.conns_opened,
+            r.source_limited
         ));
     }
     if rows.iter().any(|r| r.shared_backend) {
         out.push_str("* backend behind several frontends: replies follow the tracked connection\n");
+    }
+    if rows.iter().any(|r| r.source_limited > 0) {
+        out.push_str(
+            "LIMITED: handshakes held back because their client held --conns-per-source \
+             connections\n",
+        );
     }
     if rows.is_empty() {
         out.push_str("(no mappings installed)\n");
@@ -124,7 +155,9 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
 
 #[derive(Debug, Serialize)]
 pub struct ConnRow {
-    /// `established`, `closing` (both sides sent FIN) or `half-open`.
+    /// `established`, `closing` (both sides sent FIN), `half-open` (a SYN
+    /// the server has not answered) or `claimed` (the client's ACK, not
+    /// confirmed by the server yet).
     pub state: &'static str,
     pub client: String,
     pub frontend: String,
@@ -133,15 +166,31 @@ pub struct ConnRow {
     pub idle_seconds: u64,
 }
 
+/// Every connection, and the SYNs and claims no connection has come of
+/// yet (those of a tracked connection wait in their tables to be evicted,
+/// and would only repeat its row).
 pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
     let now = clock_ns();
-    let mut rows: Vec<ConnRow> = tables
-        .entries()
+    let entries = tables.entries();
+    let tracked: std::collections::BTreeSet<ConnKey> = entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Established(k, _) => Some(*k),
+            _ => None,
+        })
+        .collect();
+    let mut rows: Vec<ConnRow> = entries
         .into_iter()
+        .filter(|entry| match entry {
+            Entry::Established(..) => true,
+            Entry::HalfOpen(k, _) => !tracked.contains(k),
+            Entry::Claimed(k, _) => !tracked.contains(&k.conn),
+        })
         .map(|entry| {
             let (key, frontend, last_seen) = match entry {
                 Entry::Established(k, c) => (k, c.frontend, c.last_seen_ns),
                 Entry::HalfOpen(k, h) => (k, h.frontend, h.last_seen_ns),
+                Entry::Claimed(k, c) => (k.conn, c.frontend, c.seen_ns),
             };
             ConnRow {
                 state: entry.state(),
@@ -171,26 +220,24 @@ pub struct ConnsListing {
 pub struct ConnsSummary {
     pub conns_capacity: u32,
     pub half_open_capacity: u32,
-    /// Completed handshakes the full established table refused.
+    /// Confirmations the full established table refused.
     pub conn_table_full: u64,
-    /// Half-open entries evicted (a SYN flood churns the LRU).
+    /// SYNs no client completed through this node (a SYN flood).
     pub half_open_churned: u64,
+    /// Handshakes held back: their client held `--conns-per-source`.
+    pub source_limited: u64,
 }
 
-pub fn conns_summary(
-    rows: &[ConnRow],
-    tables: &ConnTables,
-    maps: &Maps,
-) -> anyhow::Result<ConnsSummary> {
+pub fn conns_summary(tables: &ConnTables, maps: &Maps) -> anyhow::Result<ConnsSummary> {
     let counts = maps.outcome_counters()?;
     let count = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
-    let half_open = rows.iter().filter(|r| r.state == "half-open").count() as u64;
     let (conns_capacity, half_open_capacity) = tables.capacities()?;
     Ok(ConnsSummary {
         conns_capacity,
         half_open_capacity,
         conn_table_full: count(Outcome::ConnTableFull),
-        half_open_churned: half_open_churned(count, half_open),
+        half_open_churned: half_open_churned(count),
+        source_limited: count(Outcome::SourceLimited),
     })
 }
 
@@ -208,10 +255,11 @@ fn conns_table(listing: &ConnsListing) -> String {
     }
     let count = |state| rows.iter().filter(|r| r.state == state).count();
     out.push_str(&format!(
-        "{} established, {} closing, {} half-open\n",
+        "{} established, {} closing, {} half-open, {} claimed\n",
         count("established"),
         count("closing"),
-        count("half-open")
+        count("half-open"),
+        count("claimed")
     ));
     out.push_str(&format!(
         "established table: {} of {} entries; refused when full: {} (conn_table_full; raise \
@@ -221,11 +269,18 @@ fn conns_table(listing: &ConnsListing) -> String {
         summary.conn_table_full
     ));
     out.push_str(&format!(
-        "half-open table: {} of {} entries; evicted or replaced: {} (half_open_churned; a SYN \
-         flood churns it, raise --half-open-table-size if it climbs)\n",
+        "half-open table: {} of {} entries; SYNs no client completed: {} (half_open_churned; a \
+         SYN flood shows here)\n",
         count("half-open"),
         summary.half_open_capacity,
         summary.half_open_churned
+    ));
+    out.push_str(&format!(
+        "claims table: {} of {} entries; handshakes held back at a client's limit: {} \
+         (source_limited; see --conns-per-source)\n",
+        count("claimed"),
+        summary.half_open_capacity,
+        summary.source_limited
     ));
     out
 }
@@ -316,17 +371,23 @@ mod tests {
             idle_seconds: 3,
         };
         let listing = ConnsListing {
-            rows: vec![row("established"), row("closing"), row("half-open")],
+            rows: vec![
+                row("established"),
+                row("closing"),
+                row("half-open"),
+                row("claimed"),
+            ],
             summary: ConnsSummary {
                 conns_capacity: 1024,
                 half_open_capacity: 2048,
                 conn_table_full: 7,
                 half_open_churned: 12,
+                source_limited: 3,
             },
         };
         let table = conns_table(&listing);
         assert!(
-            table.contains("1 established, 1 closing, 1 half-open\n"),
+            table.contains("1 established, 1 closing, 1 half-open, 1 claimed\n"),
             "{table}"
         );
         assert!(
@@ -334,12 +395,18 @@ mod tests {
             "{table}"
         );
         assert!(
-            table.contains("half-open table: 1 of 2048 entries; evicted or replaced: 12"),
+            table.contains("half-open table: 1 of 2048 entries; SYNs no client completed: 12"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "claims table: 1 of 2048 entries; handshakes held back at a client's limit: 3"
+            ),
             "{table}"
         );
         // JSON and YAML stay the list of rows.
         let json = serde_json::to_value(&listing).unwrap();
-        assert_eq!(json.as_array().map(Vec::len), Some(3), "{json}");
+        assert_eq!(json.as_array().map(Vec::len), Some(4), "{json}");
     }
 
     #[test]
@@ -353,6 +420,8 @@ mod tests {
             bytes_in: 0,
             packets_out: 0,
             bytes_out: 0,
+            conns_opened: 0,
+            source_limited: 0,
         };
         let table = mappings_table(&vec![row]);
         assert!(

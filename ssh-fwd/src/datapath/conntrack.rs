@@ -1,25 +1,35 @@
 //! The connection tables as the agent and operators see them: the sweep
-//! that removes entries whose connection closed or went idle (the kernel
-//! programs never time anything out), the purge of connections through
-//! retired frontends, and the listing for `ssh-fwd list conns`. With them,
-//! the tables an upgrade leaves for the connections of an older data path
-//! ([`LEGACY`], [`LEGACY_CONNS`]): seeded once, swept when their time ends.
+//! that removes connections that closed or went idle (the kernel programs
+//! never time anything out) and recounts what each client holds
+//! ([`SOURCES`]), the purge of connections through retired frontends, and
+//! the listing for `ssh-fwd list conns`. With them, the tables an upgrade
+//! leaves for the connections of an older data path ([`LEGACY`],
+//! [`LEGACY_CONNS`]): seeded once, swept when their time ends.
+//!
+//! The half-open and claim tables are LRUs the kernel churns: nothing
+//! sweeps them (a half-open entry or a claim past its use only waits to be
+//! evicted), and every walk of any table is a batch walk ([`batch`]),
+//! which ends whatever the kernel removes meanwhile.
 
+mod batch;
 mod table;
 mod take;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
-    maps::{HashMap, IterableMap as _, Map, MapData, MapInfo},
+    maps::{HashMap, IterableMap as _, Map, MapData},
 };
 use ssh_fwd_common::{
     conntrack::closing,
     maps::{
-        CONNS, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, HalfOpenKey, LEGACY,
-        LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget,
+        CLAIMS, CONNS, Claim, ClaimKey, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, HalfOpenKey,
+        LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES,
     },
     outcome::Outcome,
 };
@@ -30,27 +40,21 @@ use table::Table;
 /// How long entries may stay.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    /// An established connection without a packet for this long is removed
-    /// (`--conn-idle-timeout`).
+    /// A connection without a segment from its server for this long is
+    /// removed (`--conn-idle-timeout`).
     pub idle: Duration,
     /// A connection both sides closed is removed this long after its last
     /// packet (retransmitted FINs and the last ACK still get rewritten).
     pub close: Duration,
-    /// A handshake that has not completed in this long never will.
-    pub half_open: Duration,
 }
 
 impl Timeouts {
     pub const CLOSE: Duration = Duration::from_secs(10);
-    /// Longer than Linux's SYN retries (about 2 minutes with the defaults),
-    /// so a client still retrying keeps its entry.
-    pub const HALF_OPEN: Duration = Duration::from_secs(180);
 
     pub fn with_idle(idle: Duration) -> Self {
         Self {
             idle,
             close: Self::CLOSE,
-            half_open: Self::HALF_OPEN,
         }
     }
 }
@@ -60,11 +64,14 @@ impl Timeouts {
 pub struct Swept {
     pub closed: u64,
     pub expired: u64,
-    pub half_open_expired: u64,
-    /// Entries left in each table.
+    /// Entries in each table after the sweep.
     pub conns: u64,
     pub half_open: u64,
-    /// Backends whose older connections may still be adopted.
+    pub claims: u64,
+    /// Client addresses holding connections, and the most one holds.
+    pub sources: u64,
+    pub most_per_source: u64,
+    /// Backends whose older connections may still be picked up.
     pub legacy_backends: u64,
 }
 
@@ -73,45 +80,54 @@ pub struct Swept {
 pub enum Entry {
     Established(ConnKey, Conn),
     HalfOpen(ConnKey, HalfOpen),
+    Claimed(ClaimKey, Claim),
 }
 
-/// Handles to [`CONNS`], [`HALF_OPEN`], [`LEGACY`] and [`LEGACY_CONNS`].
+/// Handles to [`CONNS`], [`HALF_OPEN`], [`CLAIMS`], [`SOURCES`],
+/// [`LEGACY`] and [`LEGACY_CONNS`].
 pub struct ConnTables {
     conns: HashMap<MapData, ConnKey, Conn>,
     half_open: HashMap<MapData, HalfOpenKey, HalfOpen>,
+    claims: HashMap<MapData, ClaimKey, Claim>,
+    sources: HashMap<MapData, u32, u64>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
 }
 
+/// The maps [`ConnTables`] holds, in the order it takes them.
+const TABLES: [&str; 6] = [CONNS, HALF_OPEN, CLAIMS, SOURCES, LEGACY, LEGACY_CONNS];
+
 impl ConnTables {
     /// Takes the tables out of a freshly loaded object.
     pub fn from_ebpf(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
-        };
-        Self::from_maps([
-            take(CONNS)?,
-            take(HALF_OPEN)?,
-            take(LEGACY)?,
-            take(LEGACY_CONNS)?,
-        ])
+        let mut maps = Vec::new();
+        for name in TABLES {
+            maps.push(
+                ebpf.take_map(name)
+                    .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))?,
+            );
+        }
+        Self::from_maps(maps)
     }
 
     /// Opens the tables an agent pinned.
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
-        Self::from_maps([
-            open_pin(layout, CONNS)?,
-            open_pin(layout, HALF_OPEN)?,
-            open_pin(layout, LEGACY)?,
-            open_pin(layout, LEGACY_CONNS)?,
-        ])
+        let maps = TABLES
+            .iter()
+            .map(|name| open_pin(layout, name))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Self::from_maps(maps)
     }
 
-    fn from_maps([conns, half_open, legacy, legacy_conns]: [Map; 4]) -> anyhow::Result<Self> {
+    fn from_maps(maps: Vec<Map>) -> anyhow::Result<Self> {
+        let [conns, half_open, claims, sources, legacy, legacy_conns]: [Map; 6] =
+            maps.try_into()
+                .map_err(|_| anyhow!("the connection tables are {} maps", TABLES.len()))?;
         Ok(Self {
             conns: HashMap::try_from(conns).context(CONNS)?,
             half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
+            claims: HashMap::try_from(claims).context(CLAIMS)?,
+            sources: HashMap::try_from(sources).context(SOURCES)?,
             legacy: HashMap::try_from(legacy).context(LEGACY)?,
             legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
         })
@@ -146,7 +162,7 @@ impl ConnTables {
     fn sweep_legacy(&mut self, now: u64) -> u64 {
         let mut live = BTreeSet::new();
         let mut ended = Vec::new();
-        for (backend, until) in self.legacy.iter().filter_map(Result::ok) {
+        for (backend, until) in Table::entries(&self.legacy) {
             if until <= now {
                 ended.push(backend);
             } else {
@@ -156,10 +172,9 @@ impl ConnTables {
         for backend in &ended {
             let _ = self.legacy.remove(backend);
         }
-        let stale: Vec<ConnKey> = self
-            .legacy_conns
-            .keys()
-            .filter_map(Result::ok)
+        let stale: Vec<ConnKey> = Table::entries(&self.legacy_conns)
+            .into_iter()
+            .map(|(k, _)| k)
             .filter(|k| !live.contains(&k.backend()))
             .collect();
         for key in stale {
@@ -169,23 +184,48 @@ impl ConnTables {
     }
 
     /// Removes what has ended by `now` (on the kernel programs' clock, see
-    /// [`clock_ns`]). Entries are read first and removed after, so the
-    /// walk is not disturbed; an entry the kernel removed, refreshed or
+    /// [`clock_ns`]), and sets what each client holds in [`SOURCES`] to
+    /// what the walk found. Entries are read first and removed after, so
+    /// the walk is not disturbed; an entry the kernel removed, refreshed or
     /// replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
         let limits = table::Limits {
             idle: nanos(t.idle),
             close: nanos(t.close),
-            half_open: nanos(t.half_open),
         };
-        let counts = table::sweep(&mut self.conns, &mut self.half_open, now, &limits);
+        let counts = table::sweep(&mut self.conns, now, &limits);
+        self.recount_sources(&counts.per_source);
         Swept {
             closed: counts.closed,
             expired: counts.expired,
-            half_open_expired: counts.half_open_expired,
             conns: counts.conns,
-            half_open: counts.half_open,
+            half_open: Table::entries(&self.half_open).len() as u64,
+            claims: Table::entries(&self.claims).len() as u64,
+            sources: counts.per_source.len() as u64,
+            most_per_source: counts.per_source.values().copied().max().unwrap_or(0),
             legacy_backends: self.sweep_legacy(now),
+        }
+    }
+
+    /// Makes [`SOURCES`] say what `held` counted. The kernel counts up and
+    /// down between sweeps; a count it moved while the walk ran is set
+    /// back to the walk's, and the next sweep puts it right again.
+    fn recount_sources(&mut self, held: &BTreeMap<u32, u64>) {
+        for (addr, stored) in Table::entries(&self.sources) {
+            match held.get(&addr) {
+                Some(n) if *n == stored => {}
+                Some(n) => {
+                    let _ = self.sources.insert(addr, n, 0);
+                }
+                None => {
+                    let _ = self.sources.remove(&addr);
+                }
+            }
+        }
+        for (addr, n) in held {
+            if HashMap::get(&self.sources, addr, 0).is_err() {
+                let _ = self.sources.insert(addr, n, 0);
+            }
         }
     }
 
@@ -195,7 +235,12 @@ impl ConnTables {
         if frontends.is_empty() {
             return 0;
         }
-        table::purge(&mut self.conns, &mut self.half_open, frontends)
+        table::purge(
+            &mut self.conns,
+            &mut self.half_open,
+            &mut self.claims,
+            frontends,
+        )
     }
 
     /// How many entries each table holds at most (`--conn-table-size`,
@@ -211,19 +256,23 @@ impl ConnTables {
         Ok((conns, half_open))
     }
 
-    /// Every entry of both tables.
+    /// Every entry of the three tables.
     pub fn entries(&self) -> Vec<Entry> {
-        let conns = self
-            .conns
-            .iter()
-            .filter_map(Result::ok)
+        let conns = Table::entries(&self.conns)
+            .into_iter()
             .map(|(k, c)| Entry::Established(k, c));
-        let halves = self
-            .half_open
-            .iter()
-            .filter_map(Result::ok)
+        let halves = Table::entries(&self.half_open)
+            .into_iter()
             .map(|(k, h)| Entry::HalfOpen(k.conn, h));
-        conns.chain(halves).collect()
+        let claims = Table::entries(&self.claims)
+            .into_iter()
+            .map(|(k, c)| Entry::Claimed(k, c));
+        conns.chain(halves).chain(claims).collect()
+    }
+
+    /// What each client address holds, as [`SOURCES`] says now.
+    pub fn sources(&self) -> Vec<(u32, u64)> {
+        Table::entries(&self.sources)
     }
 }
 
@@ -234,13 +283,24 @@ impl Entry {
             Entry::Established(_, c) if closing(c) => "closing",
             Entry::Established(..) => "established",
             Entry::HalfOpen(..) => "half-open",
+            Entry::Claimed(..) => "claimed",
         }
     }
 }
 
 impl<K: Pod, V: Pod> Table<K, V> for HashMap<MapData, K, V> {
     fn entries(&self) -> Vec<(K, V)> {
-        self.iter().filter_map(Result::ok).collect()
+        let limit = self
+            .map()
+            .info()
+            .map_or(usize::MAX, |i| i.max_entries() as usize);
+        match batch::entries(self.map(), limit) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot walk a connection table");
+                Vec::new()
+            }
+        }
     }
 
     fn get(&self, key: &K) -> Option<V> {
@@ -263,45 +323,13 @@ impl<K: Pod, V: Pod> Table<K, V> for HashMap<MapData, K, V> {
     }
 }
 
-/// Removes a pinned [`HALF_OPEN`] whose key is not [`HalfOpenKey`]: one an
-/// agent of this layout left before handshakes were keyed by the client's
-/// ISN (12-byte keys), so that loading makes a new one. aya adopts a pin by
-/// name without comparing layouts, and the programs would read 12 bytes of
-/// their 16-byte keys. The table holds only handshakes in flight: the old
-/// programs keep theirs until this agent's replace them in every link, and
-/// a handshake that straddles that moment is not tracked (that login may
-/// hang).
-pub fn replace_older_half_open(layout: &PinLayout) -> anyhow::Result<()> {
-    let pin = layout.map(HALF_OPEN);
-    if !pin.exists() {
-        return Ok(());
-    }
-    let info = MapInfo::from_pin(&pin).with_context(|| format!("reading {}", pin.display()))?;
-    let key_size = info.key_size() as usize;
-    if key_size == size_of::<HalfOpenKey>() {
-        return Ok(());
-    }
-    std::fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
-    tracing::info!(
-        pin = %pin.display(),
-        key_size,
-        "the pinned half-open table has an older key; replaced by a new, empty one (it holds \
-         only handshakes in progress)"
-    );
-    Ok(())
-}
-
-/// Half-open entries that left other than by completing, expiring or being
-/// refused: evicted by the LRU (a SYN flood; a SYN never replaces a
-/// handshake's entry), since the counters began, given the outcome
-/// counters and the entries the table holds now.
-pub fn half_open_churned(count: impl Fn(Outcome) -> u64, half_open_now: u64) -> u64 {
-    count(Outcome::HalfOpened).saturating_sub(
-        count(Outcome::ConnEstablished)
-            + count(Outcome::HalfOpenRefused)
-            + count(Outcome::HalfOpenExpired)
-            + half_open_now,
-    )
+/// SYNs whose handshake no client completed through this node: recorded,
+/// but neither claimed by the client's ACK nor refused by the server. A
+/// SYN flood shows here (and, on a node that only forwards to pods of
+/// other nodes, every SYN: the claims are made where the pod is).
+pub fn half_open_churned(count: impl Fn(Outcome) -> u64) -> u64 {
+    count(Outcome::HalfOpened)
+        .saturating_sub(count(Outcome::ConnClaimed) + count(Outcome::HalfOpenRefused))
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -132,7 +132,7 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()
     let cgroup = open_cgroup(root)?;
     for (program, pin_name) in PROGRAMS {
         let prog = program_mut(ebpf, program)?;
-        prog.load()
+        super::object::retrying(|| prog.load())
             .with_context(|| format!("loading cgroup program {program}"))?;
         let link = attach_link(prog, program, &cgroup, root)?;
         let pin = dir.join(pin_name);

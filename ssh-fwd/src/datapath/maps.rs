@@ -11,8 +11,8 @@ use aya::{
 };
 use ssh_fwd_common::{
     maps::{
-        Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_NAMES, MAPPING_STATS, MappingCounters,
-        MappingName, NatTarget, REVERSE,
+        Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS,
+        MappingConnCounters, MappingCounters, MappingName, NatTarget, REVERSE,
     },
     outcome::Outcome,
 };
@@ -28,6 +28,7 @@ pub struct Maps {
     frontends: HashMap<MapData, Endpoint, NatTarget>,
     reverse: HashMap<MapData, Endpoint, NatTarget>,
     mapping_stats: PerCpuArray<MapData, MappingCounters>,
+    mapping_conns: PerCpuArray<MapData, MappingConnCounters>,
     global_stats: PerCpuArray<MapData, u64>,
     names: Array<MapData, MappingName>,
 }
@@ -50,6 +51,7 @@ impl Maps {
             take(FRONTENDS)?,
             take(REVERSE)?,
             take(MAPPING_STATS)?,
+            take(MAPPING_CONNS)?,
             take(GLOBAL_STATS)?,
             take(MAPPING_NAMES)?,
         )
@@ -62,6 +64,7 @@ impl Maps {
             open(FRONTENDS)?,
             open(REVERSE)?,
             open(MAPPING_STATS)?,
+            open(MAPPING_CONNS)?,
             open(GLOBAL_STATS)?,
             open(MAPPING_NAMES)?,
         )
@@ -71,6 +74,7 @@ impl Maps {
         frontends: Map,
         reverse: Map,
         mapping_stats: Map,
+        mapping_conns: Map,
         global_stats: Map,
         names: Map,
     ) -> anyhow::Result<Self> {
@@ -78,6 +82,7 @@ impl Maps {
             frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
             reverse: HashMap::try_from(reverse).context(REVERSE)?,
             mapping_stats: PerCpuArray::try_from(mapping_stats).context(MAPPING_STATS)?,
+            mapping_conns: PerCpuArray::try_from(mapping_conns).context(MAPPING_CONNS)?,
             global_stats: PerCpuArray::try_from(global_stats).context(GLOBAL_STATS)?,
             names: Array::try_from(names).context(MAPPING_NAMES)?,
         })
@@ -127,6 +132,9 @@ impl Maps {
         let zeros = vec![MappingCounters::default(); slots.len() * cpus];
         batch::update_per_cpu(self.mapping_stats.map(), &slots, &zeros, cpus)
             .map_err(|e| batch_error(e, MAPPING_STATS, &slots, |s| format!("slot {s}")))?;
+        let zeros = vec![MappingConnCounters::default(); slots.len() * cpus];
+        batch::update_per_cpu(self.mapping_conns.map(), &slots, &zeros, cpus)
+            .map_err(|e| batch_error(e, MAPPING_CONNS, &slots, |s| format!("slot {s}")))?;
         let named = plan.new_slots.iter().chain(&plan.renamed);
         let (slots, names): (Vec<u32>, Vec<MappingName>) = named
             .map(|(slot, name)| (*slot, MappingName::new(name)))
@@ -168,6 +176,20 @@ impl Maps {
                 bytes_in: a.bytes_in + c.bytes_in,
                 packets_out: a.packets_out + c.packets_out,
                 bytes_out: a.bytes_out + c.bytes_out,
+            }))
+    }
+
+    /// A mapping's connection counters summed over CPUs.
+    pub fn mapping_conn_counters(&self, slot: u32) -> anyhow::Result<MappingConnCounters> {
+        let per_cpu = self
+            .mapping_conns
+            .get(&slot, 0)
+            .with_context(|| format!("reading connection counters of slot {slot}"))?;
+        Ok(per_cpu
+            .iter()
+            .fold(MappingConnCounters::default(), |a, c| MappingConnCounters {
+                opened: a.opened + c.opened,
+                source_limited: a.source_limited + c.source_limited,
             }))
     }
 

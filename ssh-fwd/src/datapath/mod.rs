@@ -17,10 +17,13 @@ pub mod conntrack;
 pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
+pub mod key;
 pub mod lock;
 pub mod maps;
 pub mod netdev;
 pub mod object;
+mod outdated;
+pub mod owners;
 pub mod pins;
 pub mod plan;
 pub mod pod_links;
@@ -151,6 +154,15 @@ impl Datapath {
         if let Some(takeover) = &takeover {
             begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
         }
+        let mut pod_links = PodLinks::new(
+            &mut ebpf,
+            netlink,
+            layout,
+            config.ifaces,
+            &cluster,
+            pod_ifaces(config),
+        )?;
+        pod_links.prime(&links).await?;
         let mut hooks = Vec::new();
         for (iface, kind, mode) in &attach {
             let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
@@ -163,14 +175,6 @@ impl Datapath {
         hairpin::apply(&mut ebpf, layout, hairpin_root.as_deref())?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
-        let pod_links = PodLinks::new(
-            &mut ebpf,
-            netlink,
-            layout,
-            config.ifaces,
-            &cluster,
-            pod_ifaces(config),
-        )?;
         loaded.write(config.settings.recorded())?;
         if let Some(takeover) = takeover {
             takeover.finish()?;

@@ -54,18 +54,19 @@ pub fn name_of(index: u32) -> Option<String> {
 
 /// The kinds of device whose peer can be a pod: `bpf_redirect_peer` works
 /// on exactly these (they implement `ndo_get_peer_dev`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Kind {
     Veth,
     Netkit,
     /// A dummy device, or the loopback: where an SSH IP is meant to sit.
     Dummy,
     Loopback,
+    #[default]
     Other,
 }
 
 /// One interface, as the kernel describes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Link {
     pub index: u32,
     pub name: String,
@@ -73,26 +74,45 @@ pub struct Link {
     /// The device is one end of a pair whose other end lives in another
     /// network namespace (`IFLA_LINK_NETNSID` is set).
     pub peer_elsewhere: bool,
+    /// That other end: the namespace's id as this namespace knows it, and
+    /// the device's index there (`IFLA_LINK`).
+    pub peer: Option<Peer>,
+    /// The bridge (or other master device) this one is a port of.
+    pub master: Option<u32>,
+    /// A software device (it has a kind: veth, bridge, tun...), not a NIC.
+    pub software: bool,
+}
+
+/// The other end of a pair, in another network namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Peer {
+    pub netns_id: i32,
+    pub index: u32,
 }
 
 impl Link {
     pub fn from_message(msg: &LinkMessage) -> Self {
         let mut link = Self {
             index: msg.header.index,
-            name: String::new(),
-            kind: Kind::Other,
-            peer_elsewhere: false,
+            ..Self::default()
         };
         if msg.header.flags.contains(LinkFlags::Loopback) {
             link.kind = Kind::Loopback;
         }
+        let (mut netns_id, mut peer_index) = (None, None);
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::IfName(name) => link.name.clone_from(name),
-                LinkAttribute::LinkNetNsId(_) => link.peer_elsewhere = true,
+                LinkAttribute::LinkNetNsId(id) => {
+                    link.peer_elsewhere = true;
+                    netns_id = Some(*id);
+                }
+                LinkAttribute::Link(index) => peer_index = Some(*index),
+                LinkAttribute::Controller(master) => link.master = Some(*master),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(kind) = info {
+                            link.software = true;
                             link.kind = match kind {
                                 InfoKind::Veth => Kind::Veth,
                                 InfoKind::Netkit => Kind::Netkit,
@@ -104,6 +124,9 @@ impl Link {
                 }
                 _ => {}
             }
+        }
+        if let (Some(netns_id), Some(index)) = (netns_id, peer_index) {
+            link.peer = Some(Peer { netns_id, index });
         }
         link
     }
@@ -172,20 +195,38 @@ impl Netlink {
 
     /// Every IPv4 address of the namespace, with its interface's index.
     pub async fn addresses(&self) -> anyhow::Result<Vec<(u32, Ipv4Addr)>> {
-        self.handle
-            .address()
-            .get()
-            .execute()
-            .try_filter_map(|msg| {
-                let ip = msg.attributes.iter().find_map(|a| match a {
-                    AddressAttribute::Local(IpAddr::V4(ip)) => Some(*ip),
-                    _ => None,
-                });
-                futures::future::ready(Ok(ip.map(|ip| (msg.header.index, ip))))
-            })
-            .try_collect()
+        collect_v4(self.handle.address().get())
             .await
             .context("rtnetlink address dump")
+    }
+
+    /// An rtnetlink connection whose dumps may name another namespace
+    /// (`IFA_TARGET_NETNSID`, which the kernel takes only with strict
+    /// checking on), for [`Netlink::addresses_in`].
+    pub fn open_strict() -> anyhow::Result<Self> {
+        let (mut connection, handle, _) =
+            rtnetlink::new_connection().context("opening an rtnetlink socket")?;
+        netlink_sys::AsyncSocket::socket_mut(connection.socket_mut())
+            .set_netlink_get_strict_chk(true)
+            .context("asking rtnetlink for strict checking")?;
+        tokio::spawn(connection);
+        Ok(Self { handle })
+    }
+
+    /// Every IPv4 address of the network namespace this one knows as
+    /// `netns_id` (a pod's, from a link's peer), with its interface's index
+    /// there. Needs a connection from [`Netlink::open_strict`], and
+    /// CAP_NET_ADMIN over that namespace.
+    pub async fn addresses_in(&self, netns_id: i32) -> anyhow::Result<Vec<(u32, Ipv4Addr)>> {
+        let mut request = self.handle.address().get();
+        let message = request.message_mut();
+        message.header.family = netlink_packet_route::AddressFamily::Inet;
+        message
+            .attributes
+            .push(AddressAttribute::TargetNetNsId(netns_id));
+        collect_v4(request)
+            .await
+            .with_context(|| format!("rtnetlink address dump of network namespace id {netns_id}"))
     }
 
     /// Indexes of the interfaces with a qdisc other than `noqueue`: a
@@ -206,6 +247,23 @@ impl Netlink {
             .await
             .context("rtnetlink qdisc dump")
     }
+}
+
+/// The IPv4 addresses an address dump answers, with their interfaces.
+async fn collect_v4(
+    request: rtnetlink::AddressGetRequest,
+) -> Result<Vec<(u32, Ipv4Addr)>, rtnetlink::Error> {
+    request
+        .execute()
+        .try_filter_map(|msg| {
+            let ip = msg.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Local(IpAddr::V4(ip)) => Some(*ip),
+                _ => None,
+            });
+            futures::future::ready(Ok(ip.map(|ip| (msg.header.index, ip))))
+        })
+        .try_collect()
+        .await
 }
 
 /// The interfaces IPv4 routes with a gateway leave through, by index: where
@@ -251,7 +309,7 @@ impl Netlink {
 /// goes, until the receiver is dropped. Events are hints to rescan: the
 /// rescan reads the whole state, so a lost or coalesced event costs nothing.
 pub fn watch_links(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
-    watch(MulticastGroup::Link, "link", changed, |m| {
+    watch(MulticastGroup::Link, "link", changed, false, |m| {
         matches!(
             m,
             RouteNetlinkMessage::NewLink(_) | RouteNetlinkMessage::DelLink(_)
@@ -260,10 +318,11 @@ pub fn watch_links(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
 }
 
 /// Sends a unit on `changed` whenever an IPv4 address is added to or
-/// removed from an interface, until the receiver is dropped; hints, as
-/// [`watch_links`]'s.
+/// removed from an interface, of this namespace or of one a pod's
+/// interface leads to (a CNI gives a pod its address after its interface
+/// appears), until the receiver is dropped; hints, as [`watch_links`]'s.
 pub fn watch_addresses(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
-    watch(MulticastGroup::Ipv4Ifaddr, "address", changed, |m| {
+    watch(MulticastGroup::Ipv4Ifaddr, "address", changed, true, |m| {
         matches!(
             m,
             RouteNetlinkMessage::NewAddress(_) | RouteNetlinkMessage::DelAddress(_)
@@ -271,16 +330,23 @@ pub fn watch_addresses(changed: mpsc::Sender<()>) -> anyhow::Result<()> {
     })
 }
 
-/// Subscribes to `group` and sends a unit on `changed` for each message
+/// Subscribes to `group` (with `all_namespaces`, in every namespace this
+/// one has an id for) and sends a unit on `changed` for each message
 /// `wanted` picks (`what` names them in the error).
 fn watch(
     group: MulticastGroup,
     what: &str,
     changed: mpsc::Sender<()>,
+    all_namespaces: bool,
     wanted: fn(&RouteNetlinkMessage) -> bool,
 ) -> anyhow::Result<()> {
-    let (connection, _, mut messages) = rtnetlink::new_multicast_connection(&[group])
+    let (mut connection, _, mut messages) = rtnetlink::new_multicast_connection(&[group])
         .with_context(|| format!("subscribing to rtnetlink {what} events"))?;
+    if all_namespaces {
+        netlink_sys::AsyncSocket::socket_mut(connection.socket_mut())
+            .set_listen_all_namespaces(true)
+            .with_context(|| format!("listening to {what} events of every namespace"))?;
+    }
     tokio::spawn(connection);
     tokio::spawn(async move {
         while let Some((message, _)) = messages.next().await {
@@ -307,6 +373,7 @@ mod tests {
             name: name.into(),
             kind,
             peer_elsewhere,
+            ..Link::default()
         }
     }
 
@@ -340,12 +407,26 @@ mod tests {
             LinkAttribute::IfName("lxc0".into()),
             LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth)]),
             LinkAttribute::LinkNetNsId(3),
+            LinkAttribute::Link(2),
+            LinkAttribute::Controller(7),
         ];
-        assert_eq!(Link::from_message(&msg), link(42, "lxc0", Kind::Veth, true));
+        assert_eq!(
+            Link::from_message(&msg),
+            Link {
+                peer: Some(Peer {
+                    netns_id: 3,
+                    index: 2
+                }),
+                master: Some(7),
+                software: true,
+                ..link(42, "lxc0", Kind::Veth, true)
+            }
+        );
         msg.attributes.truncate(1);
         assert_eq!(
             Link::from_message(&msg),
-            link(42, "lxc0", Kind::Other, false)
+            link(42, "lxc0", Kind::Other, false),
+            "a NIC: no kind, no peer"
         );
     }
 

@@ -5,11 +5,15 @@ use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader,
     maps::MapInfo,
-    programs::{SchedClassifier, Xdp},
+    programs::{ProgramError, SchedClassifier, Xdp},
 };
-use ssh_fwd_common::maps::{
-    CONN_CAPACITY, CONNS, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT,
-    LoadedSettings, MAPPING_NAMES, MAPPING_STATS, MAX_MAPPINGS, REVERSE,
+use ssh_fwd_common::{
+    conntrack::CONFIRM_TIMEOUT_NS,
+    maps::{
+        CLAIMS, CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY,
+        LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS,
+        MAX_MAPPINGS, REVERSE, SOURCES,
+    },
 };
 
 use super::{pins::PinLayout, preflight};
@@ -34,8 +38,13 @@ pub struct Settings {
     pub max_mappings: u32,
     /// Capacity of the established-connections table.
     pub conn_table_size: u32,
-    /// Capacity of the half-open table.
+    /// Capacity of the half-open table, and of the claims table.
     pub half_open_table_size: u32,
+    /// How long a claim waits for its server's confirmation, in
+    /// nanoseconds (`--conn-confirm-timeout`).
+    pub confirm_timeout_ns: u64,
+    /// The connections one client address may hold (0: no limit).
+    pub conns_per_source: u32,
     /// The network between nodes drops IPv4 options (`--cross-node plain`).
     pub cross_node_plain: bool,
     /// Whether the tc programs send translated packets on themselves.
@@ -90,6 +99,8 @@ impl Default for Settings {
             max_mappings: MAX_MAPPINGS,
             conn_table_size: CONN_CAPACITY,
             half_open_table_size: HALF_OPEN_CAPACITY,
+            confirm_timeout_ns: CONFIRM_TIMEOUT_NS,
+            conns_per_source: CONNS_PER_SOURCE,
             cross_node_plain: false,
             redirect: RedirectMode::Auto,
         }
@@ -103,7 +114,7 @@ impl Default for Settings {
 /// setting without effect.
 pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     raise_memlock_limit();
-    super::conntrack::replace_older_half_open(layout)?;
+    super::outdated::replace(layout)?;
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let ebpf = EbpfLoader::new()
@@ -117,10 +128,15 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .map_max_entries(REVERSE, settings.max_mappings)
         .map_max_entries(MAPPING_NAMES, settings.max_mappings)
         .map_max_entries(MAPPING_STATS, settings.max_mappings)
+        .map_max_entries(MAPPING_CONNS, settings.max_mappings)
         .map_max_entries(CONNS, settings.conn_table_size)
+        .map_max_entries(SOURCES, settings.conn_table_size)
         .map_max_entries(HALF_OPEN, settings.half_open_table_size)
+        .map_max_entries(CLAIMS, settings.half_open_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
         .override_global("NO_REDIRECT", &no_redirect, true)
+        .override_global("CONFIRM_TIMEOUT_NS", &settings.confirm_timeout_ns, true)
+        .override_global("CONNS_PER_SOURCE", &settings.conns_per_source, true)
         .load(OBJECT)
         .map_err(|e| {
             let hint = preflight::explain_bpf_error(&e);
@@ -167,11 +183,35 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
 /// waits for an interface that needs it ([`loaded_xdp`]).
 pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     for name in [PROG_INGRESS_TC, PROG_EGRESS_TC, PROG_REPLY_TC] {
-        classifier(ebpf, name)?
-            .load()
-            .with_context(|| format!("loading tc program {name}"))?;
+        let prog = classifier(ebpf, name)?;
+        retrying(|| prog.load()).with_context(|| format!("loading tc program {name}"))?;
     }
     Ok(())
+}
+
+/// How often a program load the kernel interrupted is tried again.
+const LOAD_ATTEMPTS: usize = 5;
+
+/// Runs a program load, again while the kernel answers EAGAIN: the
+/// verifier gives up with it when the loading thread has a signal pending
+/// (a busy process's child exiting), and the same load then succeeds, as
+/// libbpf retries it.
+pub fn retrying(mut load: impl FnMut() -> Result<(), ProgramError>) -> Result<(), ProgramError> {
+    let mut attempt = 1;
+    loop {
+        match load() {
+            Err(ProgramError::LoadError { io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempt < LOAD_ATTEMPTS =>
+            {
+                tracing::debug!(
+                    attempt,
+                    "the kernel interrupted a program load; trying again"
+                );
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The XDP ingress program, handed to the verifier the first time an
@@ -180,7 +220,7 @@ pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
 pub fn loaded_xdp(ebpf: &mut Ebpf) -> anyhow::Result<&mut Xdp> {
     let prog = xdp(ebpf)?;
     if prog.fd().is_err() {
-        prog.load()
+        retrying(|| prog.load())
             .map_err(anyhow::Error::from)
             .map_err(preflight::with_hint)
             .context("loading the XDP program")?;

@@ -21,17 +21,20 @@ use aya::{
     maps::{HashMap, MapData},
     programs::{SchedClassifier, TcAttachType},
 };
-use ssh_fwd_common::maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, IFACES};
+use ssh_fwd_common::maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, IFACE_VIRTUAL, IFACES};
 
 use super::{
     hooks,
     netdev::{self, Link, Netlink},
+    owners::Owners,
     pins::{self, PinLayout},
 };
 
-/// The reply program on pods' interfaces and the `IFACES` flags.
+/// The reply program on pods' interfaces, the `IFACES` flags, and who owns
+/// each pod address (`OWNERS`).
 pub struct PodLinks {
     flags: HashMap<MapData, u32, u32>,
+    owners: Owners,
     netlink: Netlink,
     layout: PinLayout,
     external: BTreeSet<String>,
@@ -64,6 +67,7 @@ impl PodLinks {
             .ok_or_else(|| anyhow!("the eBPF object has no map {IFACES}; rebuild ssh-fwd"))?;
         Ok(Self {
             flags: HashMap::try_from(map).context(IFACES)?,
+            owners: Owners::new(ebpf)?,
             netlink,
             attached: BTreeSet::new(),
             layout: layout.clone(),
@@ -72,6 +76,27 @@ impl PodLinks {
             enabled,
             refused: BTreeSet::new(),
         })
+    }
+
+    /// Before any program of this agent runs (the maps are new, or a
+    /// previous version's, when a node upgrades): the external and cluster
+    /// interfaces get their flags, added to what is there (the checks of a
+    /// client's segment depend on them), and `OWNERS` says whose each pod
+    /// address is (a reply program that runs before its pod's address is
+    /// known leaves the pod's replies unrestored, and the client resets
+    /// the connection). The first [`Self::sync`] then makes the flags
+    /// exact.
+    pub async fn prime(&mut self, links: &[Link]) -> anyhow::Result<()> {
+        for (index, flags) in desired_flags(links, &self.external, &self.cluster, &BTreeSet::new())
+        {
+            let had = self.flags.get(&index, 0).unwrap_or(0);
+            self.flags
+                .insert(index, had | flags, 0)
+                .with_context(|| format!("writing {IFACES}"))?;
+        }
+        let not_pods: BTreeSet<String> = self.external.union(&self.cluster).cloned().collect();
+        self.owners.sync(links, &not_pods).await?;
+        Ok(())
     }
 
     /// One scan: attach to new pod interfaces, drop pins of vanished ones,
@@ -99,6 +124,10 @@ impl PodLinks {
         }
         self.attached.retain(|index| pods.contains_key(index));
         self.refused.retain(|index| pods.contains_key(index));
+        // Owners first, whatever --pod-ifaces says: a reply program that
+        // runs before its pod's address is known leaves the pod's replies
+        // unrestored, and its client resets the connection.
+        self.owners.sync(&links, &not_pods).await?;
         let mut restored = Vec::new();
         for (&index, name) in &pods {
             let pin = self.pin(index);
@@ -197,26 +226,34 @@ impl PodLinks {
 }
 
 /// The flags the kernel programs should see: external and cluster
-/// interfaces by name, and the pods' interfaces that may take a peer
-/// redirect.
+/// interfaces by name (both, for one that is both), software devices among
+/// them, and the pods' interfaces that may take a peer redirect.
 pub fn desired_flags(
     links: &[Link],
     external: &BTreeSet<String>,
     cluster: &BTreeSet<String>,
     peer_ok: &BTreeSet<u32>,
 ) -> BTreeMap<u32, u32> {
-    let named = |names: &BTreeSet<String>, flag: u32| {
-        links
-            .iter()
-            .filter(|l| names.contains(&l.name))
-            .map(move |l| (l.index, flag))
-            .collect::<Vec<_>>()
-    };
-    named(external, IFACE_EXTERNAL)
-        .into_iter()
-        .chain(named(cluster, IFACE_CLUSTER))
-        .chain(peer_ok.iter().map(|&index| (index, IFACE_POD_PEER)))
-        .collect()
+    let mut flags: BTreeMap<u32, u32> = BTreeMap::new();
+    for link in links {
+        let mut f = 0;
+        if external.contains(&link.name) {
+            f |= IFACE_EXTERNAL;
+        }
+        if cluster.contains(&link.name) {
+            f |= IFACE_CLUSTER;
+        }
+        if f != 0 && link.software {
+            f |= IFACE_VIRTUAL;
+        }
+        if peer_ok.contains(&link.index) {
+            f |= IFACE_POD_PEER;
+        }
+        if f != 0 {
+            flags.insert(link.index, f);
+        }
+    }
+    flags
 }
 
 fn ignore_missing(e: std::io::Error) -> std::io::Result<()> {
@@ -238,20 +275,20 @@ mod tests {
             Link {
                 index: 1,
                 name: "lo".into(),
-                kind: Kind::Other,
-                peer_elsewhere: false,
+                ..Link::default()
             },
             Link {
                 index: 2,
                 name: "eth0".into(),
-                kind: Kind::Other,
-                peer_elsewhere: false,
+                ..Link::default()
             },
             Link {
                 index: 9,
                 name: "veth9".into(),
                 kind: Kind::Veth,
                 peer_elsewhere: true,
+                software: true,
+                ..Link::default()
             },
         ];
         let external = BTreeSet::from(["eth0".to_owned(), "eth1-absent".to_owned()]);
@@ -268,8 +305,15 @@ mod tests {
         let cluster = BTreeSet::from(["veth9".to_owned()]);
         assert_eq!(
             desired_flags(&links, &external, &cluster, &BTreeSet::new()),
-            BTreeMap::from([(2, IFACE_EXTERNAL), (9, IFACE_CLUSTER)]),
-            "a cluster interface is flagged as such"
+            BTreeMap::from([(2, IFACE_EXTERNAL), (9, IFACE_CLUSTER | IFACE_VIRTUAL)]),
+            "a cluster interface is flagged as such, and as a software device"
+        );
+        // One NIC that is both the external interface and the way to the
+        // other nodes keeps both flags.
+        let both = BTreeSet::from(["eth0".to_owned()]);
+        assert_eq!(
+            desired_flags(&links, &both, &both, &BTreeSet::new()),
+            BTreeMap::from([(2, IFACE_EXTERNAL | IFACE_CLUSTER)])
         );
     }
 }

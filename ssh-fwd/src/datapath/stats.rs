@@ -2,7 +2,7 @@
 //! counters, and every hook attached, from the pinned maps and links. What
 //! `ssh-fwd list`, `ssh-fwd status` and `/metrics` show.
 
-use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingCounters};
+use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingConnCounters, MappingCounters};
 
 use super::{hairpin, hooks, maps::Maps, netdev, pins::PinLayout};
 
@@ -15,6 +15,8 @@ pub struct MappingStats {
     /// The backend is also behind another frontend.
     pub shared_backend: bool,
     pub counters: MappingCounters,
+    /// Its connections, counted on the pod's node.
+    pub conns: MappingConnCounters,
 }
 
 /// Every installed mapping, by frontend.
@@ -34,6 +36,7 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingStats>> {
                 backend: target.endpoint,
                 shared_backend: target.flags & FLAG_SHARED_BACKEND != 0,
                 counters: maps.mapping_counters(target.slot)?,
+                conns: maps.mapping_conn_counters(target.slot)?,
             })
         })
         .collect()

@@ -68,7 +68,7 @@ fn take<T: Pod>(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<Array<MapData, T>
     Array::try_from(map).with_context(|| name.to_owned())
 }
 
-fn open<T: Pod>(layout: &PinLayout, name: &str) -> anyhow::Result<Array<MapData, T>> {
+pub(super) fn open<T: Pod>(layout: &PinLayout, name: &str) -> anyhow::Result<Array<MapData, T>> {
     let path = layout.map(name);
     let data = MapData::from_pin(&path).with_context(|| {
         format!(

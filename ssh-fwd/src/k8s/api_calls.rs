@@ -32,6 +32,14 @@ const fn call(
 pub const AGENT: &[ApiCall] = &[
     call("", "services", &["list", "watch"]),
     call("discovery.k8s.io", "endpointslices", &["list", "watch"]),
+    // The cluster's cross-node key, kept in a Secret of its own namespace
+    // that the first agent creates (`agent::cross_node_key`).
+    ApiCall {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "create"],
+        own_namespace: true,
+    },
 ];
 
 /// The controller (`controller::*`).

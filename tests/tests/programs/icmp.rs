@@ -15,8 +15,8 @@ use ssh_fwd_tests::privilege;
 
 use super::{
     JOB, TC_ACT_UNSPEC,
-    conntrack::{BACKEND, CLIENT, Ingress, frontend, handshake, request},
-    counters, delta, load, test_run_tc,
+    conntrack::{BACKEND, BANNER, CLIENT, Ingress, SERVER_ISN, frontend, handshake, request},
+    counters, delta, load, own, test_run_tc,
 };
 
 const ROUTER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
@@ -43,16 +43,22 @@ fn frag_needed(to: Ipv4Addr, about: Frame, quote_len: usize) -> Vec<u8> {
     frag_needed_error(to, about, quote_len).build()
 }
 
+/// A 1400-byte reply from `from` to the client, the first data the server
+/// sends after its banner.
 fn reply_about(from: Endpoint) -> Frame {
     Frame {
         src: from.ip(),
         sport: from.port(),
         dst: CLIENT,
         dport: 40_000,
+        seq: AFTER_BANNER,
         payload: vec![1; 1400],
         ..Frame::default()
     }
 }
+
+/// The server's next sequence number after the handshake's banner.
+const AFTER_BANNER: u32 = SERVER_ISN + 1 + BANNER as u32;
 
 fn request_about(to: Endpoint) -> Frame {
     Frame {
@@ -188,5 +194,83 @@ fn a_spoofed_syn_neither_blocks_an_error_for_the_pod_nor_renames_one_for_the_cli
         let l = load(&[JOB, SHARED]);
         handshake(&l, ingress, 9022);
         assert_eq!(ingress.run(&l, &frame).1, frame, "{ingress:?}");
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_error_into_a_pod_quoting_a_sequence_number_its_server_did_not_send_is_dropped() {
+    privilege::require();
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        let l = load(&[JOB]);
+        handshake(&l, ingress, 8022);
+        // The server has sent up to AFTER_BANNER; an error quoting a
+        // segment beyond it, or far behind it, is no error of its.
+        for seq in [
+            AFTER_BANNER + 1_400,
+            AFTER_BANNER.wrapping_sub((1 << 30) + 1),
+        ] {
+            let about = Frame {
+                seq,
+                ..reply_about(frontend(8022))
+            };
+            let frame = frag_needed(frontend(8022).ip(), about, 576);
+            let before = counters(&l);
+            let (verdict, _) = ingress.run(&l, &frame);
+            assert_eq!(verdict, ingress_drop(ingress), "{ingress:?} seq {seq}");
+            assert_eq!(
+                delta(&before, &counters(&l)),
+                vec![("icmp_out_of_window", 1)],
+                "{ingress:?}"
+            );
+        }
+        // The pod's node tracks no connection for this client port: dropped.
+        let stranger = Frame {
+            dport: 41_000,
+            ..reply_about(frontend(8022))
+        };
+        let frame = frag_needed(frontend(8022).ip(), stranger, 576);
+        let (verdict, _) = ingress.run(&l, &frame);
+        assert_eq!(verdict, ingress_drop(ingress), "{ingress:?}: untracked");
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn on_the_pods_node_an_error_another_node_translated_reaches_the_pod_only_within_the_window() {
+    privilege::require();
+    for ingress in [Ingress::Tc, Ingress::Xdp] {
+        let l = load(&[JOB]);
+        handshake(&l, ingress, 8022);
+        own(&l, BACKEND);
+        // Node A translated it already: addressed to the pod, quoting the
+        // pod's reply.
+        let within = frag_needed(BACKEND, reply_about(backend()), 576);
+        let before = counters(&l);
+        let (_, out) = ingress.run(&l, &within);
+        assert_eq!(out, within, "{ingress:?}: passed on untouched");
+        assert_eq!(delta(&before, &counters(&l)), vec![("not_tcp", 1)]);
+        let beyond = frag_needed(
+            BACKEND,
+            Frame {
+                seq: AFTER_BANNER + 5_000,
+                ..reply_about(backend())
+            },
+            576,
+        );
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &beyond);
+        assert_eq!(verdict, ingress_drop(ingress), "{ingress:?}");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("icmp_out_of_window", 1)]
+        );
+    }
+}
+
+fn ingress_drop(ingress: Ingress) -> u32 {
+    match ingress {
+        Ingress::Tc => 2,
+        Ingress::Xdp => 1,
     }
 }

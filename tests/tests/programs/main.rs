@@ -17,8 +17,7 @@ use aya::{
 };
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
-    hairpin,
-    maps::{self, Endpoint, MappingName, NatTarget},
+    maps::{self, Endpoint, MappingName, NatTarget, Owner},
     packet::{self, Side},
 };
 use ssh_fwd_tests::{Bpffs, NetNs, privilege};
@@ -210,6 +209,33 @@ fn try_test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> RunResult {
 fn test_run_tc(l: &Loaded, name: &str, frame: &[u8]) -> (u32, Vec<u8>) {
     try_test_run_tc(l, name, frame)
         .unwrap_or_else(|| panic!("tc test run of {} bytes refused", frame.len()))
+}
+
+/// The interface index test runs give a pod's packets: `lo`'s, which
+/// exists in every namespace (a reply program's run must name a device
+/// that exists).
+const POD_IFINDEX: u32 = 1;
+
+/// Records `addr` as a pod address of this node whose packets come in by
+/// [`POD_IFINDEX`], as the agent does for the pods it finds.
+fn own(l: &Loaded, addr: Ipv4Addr) {
+    use aya::maps::{HashMap, Map, MapData};
+    let data = MapData::from_pin(l.layout.map(maps::OWNERS)).expect("OWNERS pinned");
+    let mut owners: HashMap<MapData, u32, Owner> =
+        HashMap::try_from(Map::from_map_data(data).expect("map")).expect("OWNERS");
+    let owner = Owner {
+        ifindex: POD_IFINDEX,
+        master: 0,
+    };
+    owners
+        .insert(u32::from_ne_bytes(addr.octets()), owner, 0)
+        .expect("owner");
+}
+
+/// A reply the pod sent: the egress program's run on a packet that came
+/// in by the pod's interface.
+fn from_pod(l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
+    test_run_tc_on(l, PROG_EGRESS_TC, frame, POD_IFINDEX, 0)
 }
 
 fn counters(l: &Loaded) -> BTreeMap<&'static str, u64> {
@@ -420,7 +446,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
     conntrack::handshake(&l, conntrack::Ingress::Tc, 8022);
     let c0 = l.maps.mapping_counters(0).expect("slot 0");
     let reply = reply();
-    let (verdict, out) = test_run_tc(&l, PROG_EGRESS_TC, &reply);
+    let (verdict, out) = from_pod(&l, &reply);
     assert_eq!(verdict, TC_ACT_UNSPEC);
     assert_eq!(out, reverse_natted(&reply));
     assert!(checksums_verify(&out));
@@ -444,7 +470,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 13] = [
+    let expect: [(&str, u32, usize, usize); 18] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -470,10 +496,24 @@ fn object_maps_agree_with_the_shared_constants() {
             size_of::<maps::HalfOpen>(),
         ),
         (
+            maps::CLAIMS,
+            maps::HALF_OPEN_CAPACITY,
+            size_of::<maps::ClaimKey>(),
+            size_of::<maps::Claim>(),
+        ),
+        (maps::SOURCES, maps::CONN_CAPACITY, 4, 8),
+        (maps::OWNERS, maps::OWNERS_CAPACITY, 4, size_of::<Owner>()),
+        (
             maps::MAPPING_STATS,
             maps::MAX_MAPPINGS,
             4,
             size_of::<maps::MappingCounters>(),
+        ),
+        (
+            maps::MAPPING_CONNS,
+            maps::MAX_MAPPINGS,
+            4,
+            size_of::<maps::MappingConnCounters>(),
         ),
         (
             maps::GLOBAL_STATS,
@@ -495,6 +535,7 @@ fn object_maps_agree_with_the_shared_constants() {
             4,
             size_of::<maps::LoadedSettings>(),
         ),
+        (maps::CROSS_NODE_KEY, 1, 4, 16),
         (maps::LEGACY, maps::MAX_MAPPINGS, size_of::<Endpoint>(), 8),
         (
             maps::LEGACY_CONNS,
@@ -503,10 +544,10 @@ fn object_maps_agree_with_the_shared_constants() {
             size_of::<NatTarget>(),
         ),
         (
-            hairpin::HAIRPIN_SOCKS,
-            hairpin::HAIRPIN_SOCKS_CAPACITY,
+            maps::HAIRPIN_SOCKS,
+            maps::HAIRPIN_SOCKS_CAPACITY,
             8,
-            size_of::<hairpin::HairpinSock>(),
+            size_of::<maps::HairpinSock>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
@@ -521,6 +562,11 @@ fn object_maps_agree_with_the_shared_constants() {
     // in progress may be churned: an LRU.
     let conns = MapInfo::from_pin(l.layout.map(maps::CONNS)).expect("CONNS");
     assert_eq!(conns.map_type().expect("type"), aya::maps::MapType::Hash);
-    let half = MapInfo::from_pin(l.layout.map(maps::HALF_OPEN)).expect("HALF_OPEN");
-    assert_eq!(half.map_type().expect("type"), aya::maps::MapType::LruHash);
+    // SYNs and claims are needed for the pod's answer time only: LRUs,
+    // with a list per CPU (no lock shared by every insert).
+    for name in [maps::HALF_OPEN, maps::CLAIMS] {
+        let info = MapInfo::from_pin(l.layout.map(name)).expect(name);
+        assert_eq!(info.map_type().expect("type"), aya::maps::MapType::LruHash);
+        assert_eq!(info.map_flags(), 2, "{name}: BPF_F_NO_COMMON_LRU");
+    }
 }

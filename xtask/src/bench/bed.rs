@@ -23,6 +23,9 @@ pub const POD_IP: &str = "10.244.1.5";
 pub const POD_GATEWAY: &str = "10.244.1.1";
 /// The node's end of the pod's veth.
 pub const POD_IFACE: &str = "pod1";
+/// An interface towards other nodes (a veth whose other end stays in the
+/// node: nothing is sent on it).
+pub const CLUSTER_IFACE: &str = "peer0";
 pub const IPERF_PORT: u16 = 5201;
 pub const ECHO_PORT: u16 = 7007;
 /// Frontend ports on the external IP (ssh-fwd, kube-proxy rules, proxy).
@@ -85,6 +88,17 @@ impl Bed {
             "dev",
             POD_IFACE,
         ])?;
+        node.ip(&[
+            "link",
+            "add",
+            CLUSTER_IFACE,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "peer0-end",
+        ])?;
+        node.ip(&["link", "set", CLUSTER_IFACE, "up"])?;
         // Tens of thousands of short connections per run: let the client
         // reuse TIME_WAIT ports and use the whole ephemeral range.
         client.sysctl("net.ipv4.tcp_tw_reuse", "1")?;
@@ -110,6 +124,16 @@ impl Bed {
         wait_listening(&bed.pod, IPERF_PORT)?;
         wait_listening(&bed.pod, ECHO_PORT)?;
         Ok(bed)
+    }
+
+    /// The index of the node's interface `name` (`ip -o link` in its
+    /// namespace: sysfs shows the namespace it was mounted in).
+    pub fn node_ifindex(&self, name: &str) -> anyhow::Result<u32> {
+        let line = cmd::run(self.node.command("ip").args(["-o", "link", "show", name]))?;
+        line.split(':')
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .with_context(|| format!("the index of {name} in `{line}`"))
     }
 }
 

@@ -52,8 +52,44 @@ impl Collector for PerMapping {
             "Bytes per mapping and direction.",
             &self.rows,
             |c| (c.bytes_in, c.bytes_out),
+        )?;
+        connections(
+            &mut encoder,
+            "mapping_connections_opened",
+            "Connections per mapping that the server confirmed on this node (new SSH sessions \
+             of the job).",
+            &self.rows,
+            |r| r.conns.opened,
+        )?;
+        connections(
+            &mut encoder,
+            "mapping_source_limited",
+            "Handshakes per mapping held back because their client held --conns-per-source \
+             connections on this node.",
+            &self.rows,
+            |r| r.conns.source_limited,
         )
     }
+}
+
+/// One counter family with a sample per mapping.
+fn connections(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[MappingStats],
+    pick: impl Fn(&MappingStats) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for row in rows {
+        let labels = [
+            ("mapping", row.name.clone()),
+            ("frontend", show(&row.frontend)),
+            ("backend", show(&row.backend)),
+        ];
+        ConstCounter::new(pick(row)).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 /// One counter family with a sample per mapping and direction; `pick`

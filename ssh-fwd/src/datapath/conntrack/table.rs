@@ -1,15 +1,14 @@
 //! What the agent removes from the connection tables, as logic over a
 //! small [`Table`] trait: the kernel programs write the same tables at any
-//! moment (a SYN, a completed handshake replacing a closing entry), so
-//! every removal is decided on the entry it actually removes, never on one
-//! read a moment before. The trait lets the tests slip a kernel write in
-//! between.
+//! moment (a confirmation replacing a closing entry), so every removal is
+//! decided on the entry it actually removes, never on one read a moment
+//! before. The trait lets the tests slip a kernel write in between.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ssh_fwd_common::{
-    conntrack::{Expiry, expiry, half_open_expired},
-    maps::{Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey},
+    conntrack::{Expiry, closing, expiry},
+    maps::{Claim, ClaimKey, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey},
 };
 
 /// One connection table, as the removals use it.
@@ -27,14 +26,16 @@ pub trait Table<K, V> {
 }
 
 /// What [`sweep`] removed and found.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     pub closed: u64,
     pub expired: u64,
-    pub half_open_expired: u64,
-    /// Entries left in each table.
+    /// Entries left.
     pub conns: u64,
-    pub half_open: u64,
+    /// The entries left that their clients hold (closed ones wait out
+    /// their close timeout held by nobody), by client address (raw, as
+    /// `SOURCES` keys it).
+    pub per_source: BTreeMap<u32, u64>,
 }
 
 /// How long entries may stay, in nanoseconds of the kernel's clock.
@@ -42,22 +43,18 @@ pub struct Counts {
 pub struct Limits {
     pub idle: u64,
     pub close: u64,
-    pub half_open: u64,
 }
 
-/// Removes the established entries that closed or went idle by `now`, and
-/// the handshakes that never completed.
-pub fn sweep(
-    conns: &mut impl Table<ConnKey, Conn>,
-    halves: &mut impl Table<HalfOpenKey, HalfOpen>,
-    now: u64,
-    limits: &Limits,
-) -> Counts {
+/// Removes the connections that closed or went idle by `now`, and counts
+/// the rest by client.
+pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -> Counts {
     let mut counts = Counts::default();
-    let walked = conns.entries();
-    counts.conns = walked.len() as u64;
-    for (key, seen) in walked {
+    for (key, seen) in conns.entries() {
         let Some(why) = expiry(&seen, now, limits.idle, limits.close) else {
+            if !closing(&seen) {
+                *counts.per_source.entry(key.client_addr).or_default() += 1;
+            }
+            counts.conns += 1;
             continue;
         };
         let still = |c: &Conn| {
@@ -65,33 +62,25 @@ pub fn sweep(
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
         if remove_if(conns, &key, still).is_none() {
+            *counts.per_source.entry(key.client_addr).or_default() += 1;
+            counts.conns += 1;
             continue;
         }
-        counts.conns -= 1;
         match why {
             Expiry::Closed => counts.closed += 1,
             Expiry::Idle => counts.expired += 1,
         }
     }
-    let walked = halves.entries();
-    counts.half_open = walked.len() as u64;
-    for (key, seen) in walked {
-        if !half_open_expired(&seen, now, limits.half_open) {
-            continue;
-        }
-        if remove_if(halves, &key, |h: &HalfOpen| *h == seen).is_some() {
-            counts.half_open -= 1;
-            counts.half_open_expired += 1;
-        }
-    }
     counts
 }
 
-/// Removes every entry opened through one of `frontends`; returns how many
-/// established connections went.
+/// Removes every entry opened through one of `frontends` (connections,
+/// SYNs not yet answered, claims not yet confirmed); returns how many
+/// connections went.
 pub fn purge(
     conns: &mut impl Table<ConnKey, Conn>,
     halves: &mut impl Table<HalfOpenKey, HalfOpen>,
+    claims: &mut impl Table<ClaimKey, Claim>,
     frontends: &BTreeSet<Endpoint>,
 ) -> u64 {
     let retired = |frontend: &Endpoint| frontends.contains(frontend);
@@ -101,6 +90,13 @@ pub fn purge(
         .filter(|(_, h)| retired(&h.frontend))
     {
         let _ = remove_if(halves, key, |h: &HalfOpen| retired(&h.frontend));
+    }
+    for (key, _) in claims
+        .entries()
+        .iter()
+        .filter(|(_, c)| retired(&c.frontend))
+    {
+        let _ = remove_if(claims, key, |c: &Claim| retired(&c.frontend));
     }
     conns
         .entries()
@@ -145,7 +141,6 @@ mod tests {
     const LIMITS: Limits = Limits {
         idle: 24 * 3_600 * SECOND,
         close: 10 * SECOND,
-        half_open: 180 * SECOND,
     };
 
     /// A table the kernel writes into at the worst moment: `racing` lands
@@ -224,30 +219,56 @@ mod tests {
         }
     }
 
+    fn claim_key() -> ClaimKey {
+        ClaimKey::new(key(), 5_001)
+    }
+
+    fn claim(port: u16, at: u64) -> Claim {
+        Claim {
+            frontend: frontend(port),
+            slot: 0,
+            _pad: 0,
+            seen_ns: at,
+        }
+    }
+
+    fn no_claims() -> Fake<ClaimKey, Claim> {
+        Fake::new(&[])
+    }
+
     const CLOSED: u32 = CONN_FIN_CLIENT | CONN_FIN_SERVER;
 
     #[test]
-    fn the_sweep_removes_what_ended_and_keeps_what_lives() {
+    fn the_sweep_removes_what_ended_keeps_what_lives_and_counts_it_by_client() {
         let now = 100 * 3_600 * SECOND;
         let other = ConnKey {
             client_port: 1,
             ..key()
         };
+        let elsewhere = ConnKey {
+            client_addr: u32::from_ne_bytes([192, 0, 2, 9]),
+            ..key()
+        };
+        let closing = ConnKey {
+            client_port: 2,
+            ..key()
+        };
         let mut conns = Fake::new(&[
             (key(), conn(8022, CLOSED, now - 11 * SECOND)),
             (other, conn(8022, 0, now - 8 * 3_600 * SECOND)),
+            (elsewhere, conn(8022, 0, now - SECOND)),
+            (closing, conn(8022, CLOSED, now - 2 * SECOND)),
         ]);
-        let mut halves = Fake::new(&[(half_key(), half(8022, now - 181 * SECOND))]);
-        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!((counts.closed, counts.expired, counts.conns), (1, 0, 3));
+        // A closed connection waits out its close timeout, but its client
+        // no longer holds it.
         assert_eq!(
-            (counts.closed, counts.expired, counts.half_open_expired),
-            (1, 0, 1)
+            counts.per_source,
+            [(key().client_addr, 1), (elsewhere.client_addr, 1)].into()
         );
-        assert_eq!((counts.conns, counts.half_open), (1, 0));
-        assert_eq!(
-            conns.entries(),
-            [(other, conn(8022, 0, now - 8 * 3_600 * SECOND))]
-        );
+        assert!(!conns.entries.contains_key(&key()));
+        assert!(conns.entries.contains_key(&closing));
     }
 
     #[test]
@@ -263,8 +284,7 @@ mod tests {
             (key(), conn(8022, CONN_FIN_SERVER, now - 120 * SECOND)),
             (other, conn(8022, CONN_FIN_SERVER, now - 60 * SECOND)),
         ]);
-        let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
-        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        let counts = sweep(&mut conns, now, &LIMITS);
         assert_eq!((counts.expired, counts.conns), (1, 1));
         assert_eq!(
             conns.entries(),
@@ -277,19 +297,13 @@ mod tests {
         let now = 1_000 * SECOND;
         let fresh = conn(9022, 0, now);
         // The sweep judged the closing entry; before it removes it, the
-        // kernel promotes a new handshake over it.
+        // kernel confirms a new connection over it.
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
         conns.racing.push((key(), fresh));
-        let mut halves = Fake::new(&[(half_key(), half(8022, now - 200 * SECOND))]);
-        halves.racing.push((half_key(), half(9022, now)));
-        let counts = sweep(&mut conns, &mut halves, now, &LIMITS);
+        let counts = sweep(&mut conns, now, &LIMITS);
         assert_eq!(conns.entries(), [(key(), fresh)], "the new connection");
-        assert_eq!(
-            halves.entries(),
-            [(half_key(), half(9022, now))],
-            "the new SYN's"
-        );
-        assert_eq!((counts.closed, counts.half_open_expired), (0, 0));
+        assert_eq!((counts.closed, counts.conns), (0, 1));
+        assert_eq!(counts.per_source, [(key().client_addr, 1)].into());
     }
 
     #[test]
@@ -300,21 +314,29 @@ mod tests {
         conns.racing.push((key(), fresh));
         let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
         halves.racing.push((half_key(), half(9022, 50)));
-        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
+        claims.racing.push((claim_key(), claim(9022, 50)));
+        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), 0);
         assert_eq!(conns.entries(), [(key(), fresh)]);
         assert_eq!(halves.entries(), [(half_key(), half(9022, 50))]);
+        assert_eq!(claims.entries(), [(claim_key(), claim(9022, 50))]);
         // And if the kernel writes once more while the agent puts back what
         // it took, the kernel's entry wins.
         let newest = conn(9022, 0, 60);
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, 10))]);
         conns.racing.extend([(key(), fresh), (key(), newest)]);
         let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
-        assert_eq!(purge(&mut conns, &mut halves, &retired), 0);
+        assert_eq!(
+            purge(&mut conns, &mut halves, &mut no_claims(), &retired),
+            0
+        );
         assert_eq!(conns.entries(), [(key(), newest)]);
         // Without a race, the retired frontend's entries go.
         let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
         let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
-        assert_eq!(purge(&mut conns, &mut halves, &retired), 1);
+        let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
+        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), 1);
         assert!(conns.entries().is_empty() && halves.entries().is_empty());
+        assert!(claims.entries().is_empty());
     }
 }

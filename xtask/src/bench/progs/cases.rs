@@ -18,7 +18,7 @@ use std::net::Ipv4Addr;
 
 use ssh_fwd_common::{fixtures::Frame, ipopt, maps::Endpoint};
 
-use super::packets::{Conn, Effect, Expect, Program, Step, effect, step};
+use super::packets::{CLIENT, Conn, Effect, Expect, Program, Step, effect, step};
 use crate::bench::bed::{ECHO_PORT, IPERF_FRONTEND_PORT, IPERF_PORT};
 
 pub const POD: Ipv4Addr = Ipv4Addr::new(10, 244, 1, 5);
@@ -41,8 +41,13 @@ const PORT_ESTABLISHED: u16 = 40_000;
 const PORT_HALF_OPEN: u16 = 40_001;
 const PORT_NO_STATE: u16 = 40_002;
 const PORT_CROSS_NODE: u16 = 40_003;
-/// The handshake-completion case takes a fresh port per run.
+/// No request ever: the ACK of PORT_NO_STATE leaves a claim the server's
+/// reply would confirm.
+const PORT_UNTRACKED: u16 = 40_004;
+/// The handshake-completion and confirmation cases take a fresh port per
+/// run each.
 const PORT_FRESH_BASE: u16 = 41_000;
+const PORT_CONFIRM_BASE: u16 = 51_000;
 /// Client ISNs of the cases that need a half-open entry of their own each
 /// time: a SYN finds the entry of an earlier one with the same ISN (a
 /// retransmission) and writes nothing. Apart by more than any case's
@@ -52,6 +57,11 @@ const ISN_FRESH_SYN: u32 = 3_000_000;
 const ISN_CROSS_NODE: u32 = 4_000_000;
 const ISN_SYN_ACK: u32 = 5_000_000;
 const ISN_EGRESS_OPTION: u32 = 6_000_000;
+const ISN_SEALED: u32 = 7_000_000;
+
+/// The cluster's key in the bed (with claims, the build seals the option
+/// it adds and checks the sealed ones it reads).
+pub const CROSS_NODE_KEY: [u64; 2] = [0x5eed_0000_0000_0001, 0x5eed_0000_0000_0002];
 
 /// One packet case: the timed packet, and the untimed ones sent first (to
 /// give it fresh state), given the instance's number (unique in the bench).
@@ -82,37 +92,69 @@ pub fn established() -> Vec<(Conn, Vec<Step>)> {
         backend: (UNROUTED, UNROUTED_PORT),
     };
     let to_stack = Expect::both(effect(TC_ACT_UNSPEC, &["dnat"]));
-    let syn_to_stack = Expect {
-        v3: Some(effect(TC_ACT_UNSPEC, &["dnat"])),
-        v4: Some(effect(TC_ACT_UNSPEC, &["dnat", "half_opened"])),
+    let syn_to_stack = Expect::tracking(
+        Some(effect(TC_ACT_UNSPEC, &["dnat"])),
+        Some(effect(TC_ACT_UNSPEC, &["dnat", "half_opened"])),
+    );
+    // The server's first segment confirms each (and is a plain reply
+    // where the ACK established the connection).
+    let confirmed = |c: &Conn, mut steps: Vec<Step>| {
+        let confirms = Expect {
+            confirmed: Some(effect(
+                TC_ACT_REDIRECT,
+                &["reverse_nat", "conn_established", "reply_redirected"],
+            )),
+            ..Expect::both(REPLY_OUT)
+        };
+        steps.push(step(Program::Reply, c.reply_data(), confirms));
+        steps
+    };
+    let claimed_to_stack = Expect {
+        confirmed: Some(effect(TC_ACT_UNSPEC, &["dnat", "conn_claimed"])),
+        ..to_stack
     };
     vec![
         (
             to_pod,
-            to_pod.handshake(
-                syn_expect(),
-                Expect::both(REPLY_OUT),
-                Expect::both(INTO_POD),
+            confirmed(
+                &to_pod,
+                to_pod.handshake(syn_expect(), Expect::both(REPLY_OUT), completed_ack()),
             ),
         ),
         (
             unrouted,
-            unrouted.handshake(syn_to_stack, Expect::both(REPLY_OUT), to_stack),
+            confirmed(
+                &unrouted,
+                unrouted.handshake(syn_to_stack, Expect::both(REPLY_OUT), claimed_to_stack),
+            ),
         ),
     ]
 }
 
-/// A SYN into the pod: v3 only translates it, v4 also opens a half-open entry.
-fn syn_expect() -> Expect {
+/// The client's last ACK of a handshake into the pod: tracked at once, or
+/// claimed for the server to confirm.
+fn completed_ack() -> Expect {
     Expect {
         v3: Some(INTO_POD),
-        v4: Some(SYN_INTO_POD),
+        v4: Some(effect(
+            TC_ACT_REDIRECT,
+            &["dnat", "conn_established", "redirected_peer"],
+        )),
+        confirmed: Some(effect(
+            TC_ACT_REDIRECT,
+            &["dnat", "conn_claimed", "redirected_peer"],
+        )),
     }
+}
+
+/// A SYN into the pod: v3 only translates it, v4 also opens a half-open entry.
+fn syn_expect() -> Expect {
+    Expect::tracking(Some(INTO_POD), Some(SYN_INTO_POD))
 }
 
 /// The option a node adds to a translated SYN for the pod's node.
 fn frontend_option(frontend: (Ipv4Addr, u16)) -> Vec<u8> {
-    ipopt::words(Endpoint::new(frontend.0, frontend.1))
+    ipopt::plain_words(Endpoint::new(frontend.0, frontend.1))
         .iter()
         .flat_map(|w| w.to_ne_bytes())
         .collect()
@@ -171,20 +213,24 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "request, the client's ACK completing a handshake (a fresh port each time, its SYN and SYN-ACK sent untimed first): established entry inserted, half-open removed, DNAT, route, peer redirect; one iteration per test run",
+            what: "request, the client's ACK completing a handshake (a fresh port each time, its SYN and SYN-ACK sent untimed first): before: established entry inserted, half-open removed; now: checksums verified, quota read, claim written; DNAT, route, peer redirect; one iteration per test run",
             repeat: 1,
             packets: |run| {
                 let c = to_pod(PORT_FRESH_BASE + run);
-                let promoted = Expect {
+                let completed = Expect {
                     v3: Some(INTO_POD),
                     v4: Some(effect(
                         TC_ACT_REDIRECT,
                         &["dnat", "conn_established", "redirected_peer"],
                     )),
+                    confirmed: Some(effect(
+                        TC_ACT_REDIRECT,
+                        &["dnat", "conn_claimed", "redirected_peer"],
+                    )),
                 };
                 (
                     c.opening(syn_expect(), Expect::both(REPLY_OUT)),
-                    step(Program::Ingress, c.handshake_ack(), promoted),
+                    step(Program::Ingress, c.handshake_ack(), completed),
                 )
             },
         },
@@ -213,7 +259,36 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "request from another node, SYN carrying its frontend in an IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
+            what: "request from another node on a cluster interface, SYN carrying its frontend in a plain IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
+            repeat: 1,
+            packets: |instance| {
+                let c = Conn {
+                    client_port: PORT_CROSS_NODE,
+                    backend: (POD, IPERF_PORT),
+                };
+                let learned = Expect::tracking(
+                    None,
+                    Some(effect(
+                        TC_ACT_UNSPEC,
+                        &[
+                            "frontend_option_learned",
+                            "half_opened",
+                            "not_to_a_frontend",
+                        ],
+                    )),
+                );
+                let syn = Frame {
+                    ip_options: frontend_option(CROSS_NODE_FRONTEND),
+                    ..c.syn_isn(ISN_CROSS_NODE + u32::from(instance))
+                };
+                (
+                    vec![],
+                    step(Program::Ingress, syn, learned).arriving_from_another_node(),
+                )
+            },
+        },
+        Case {
+            what: "request from another node, SYN carrying its frontend in a sealed IP option (16 bytes: the tag checked, SipHash-2-4 under the cluster's key): option read and checked, half-open entry written, option removed; one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let c = Conn {
@@ -222,7 +297,8 @@ fn requests() -> Vec<Case> {
                 };
                 let learned = Expect {
                     v3: None,
-                    v4: Some(effect(
+                    v4: None,
+                    confirmed: Some(effect(
                         TC_ACT_UNSPEC,
                         &[
                             "frontend_option_learned",
@@ -231,9 +307,21 @@ fn requests() -> Vec<Case> {
                         ],
                     )),
                 };
+                let isn = ISN_SEALED + u32::from(instance);
+                let frontend = Endpoint::new(CROSS_NODE_FRONTEND.0, CROSS_NODE_FRONTEND.1);
+                let tag = ipopt::tag(
+                    CROSS_NODE_KEY,
+                    Endpoint::new(CLIENT, c.client_port),
+                    Endpoint::new(c.backend.0, c.backend.1),
+                    isn,
+                    frontend,
+                );
                 let syn = Frame {
-                    ip_options: frontend_option(CROSS_NODE_FRONTEND),
-                    ..c.syn_isn(ISN_CROSS_NODE + u32::from(instance))
+                    ip_options: ipopt::sealed_words(frontend, tag)
+                        .iter()
+                        .flat_map(|w| w.to_ne_bytes())
+                        .collect(),
+                    ..c.syn_isn(isn)
                 };
                 (vec![], step(Program::Ingress, syn, learned))
             },
@@ -255,6 +343,25 @@ fn replies() -> Vec<Case> {
             },
         },
         Case {
+            what: "reply, the server's first segment after a handshake (its SYN, SYN-ACK and ACK sent untimed first, a fresh port each time): now it confirms the client's claim, established entry written, claim removed; before: the established entry's first reply; reverse NAT, route, redirect out of ext0; one iteration per test run",
+            repeat: 1,
+            packets: |run| {
+                let c = to_pod(PORT_CONFIRM_BASE + run);
+                let confirmed = Expect {
+                    v3: Some(REPLY_OUT),
+                    v4: Some(REPLY_OUT),
+                    confirmed: Some(effect(
+                        TC_ACT_REDIRECT,
+                        &["reverse_nat", "conn_established", "reply_redirected"],
+                    )),
+                };
+                (
+                    c.handshake(syn_expect(), Expect::both(REPLY_OUT), completed_ack()),
+                    step(Program::Reply, c.reply_data(), confirmed),
+                )
+            },
+        },
+        Case {
             what: "reply, the server's SYN-ACK to a half-open connection (its SYN sent untimed first): its ISN written to the entry (every repeat), reverse NAT, route, redirect out of ext0",
             repeat: REPEAT,
             packets: |run| {
@@ -270,11 +377,9 @@ fn replies() -> Vec<Case> {
             what: "reply of a connection ssh-fwd did not forward (a rank's ssh to the pod's address): lookups, route, passed untouched (before: rewritten to the frontend)",
             repeat: REPEAT,
             packets: |_| {
-                let c = to_pod(PORT_NO_STATE);
-                let untouched = Expect {
-                    v3: None,
-                    v4: Some(effect(TC_ACT_UNSPEC, &["reply_untracked"])),
-                };
+                let c = to_pod(PORT_UNTRACKED);
+                let untouched =
+                    Expect::tracking(None, Some(effect(TC_ACT_UNSPEC, &["reply_untracked"])));
                 (vec![], step(Program::Reply, c.reply_data(), untouched))
             },
         },
@@ -308,15 +413,15 @@ fn replies() -> Vec<Case> {
             },
         },
         Case {
-            what: "egress, a translated SYN leaving for the pod's node (its half-open entry written untimed first): frontend option added, the skb grown by 8 bytes; one iteration per test run",
+            what: "egress, a translated SYN leaving for the pod's node (its half-open entry written untimed first): frontend option added, the skb grown by 8 bytes (now, with the bed's key: sealed, 16 bytes, its tag computed); one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let c = to_pod(PORT_HALF_OPEN);
                 let syn = c.syn_isn(ISN_EGRESS_OPTION + u32::from(instance));
-                let added = Expect {
-                    v3: None,
-                    v4: Some(effect(TC_ACT_UNSPEC, &["frontend_option_added"])),
-                };
+                let added = Expect::tracking(
+                    None,
+                    Some(effect(TC_ACT_UNSPEC, &["frontend_option_added"])),
+                );
                 (
                     vec![step(Program::Ingress, syn.clone(), syn_expect())],
                     // Only a SYN this node took in from outside gets the option.

@@ -44,12 +44,15 @@ impl Program {
     }
 }
 
-/// The pinned layout a build writes (`<bpffs>/v<N>`): v3 is ssh-fwd before
-/// connection tracking, v4 with it.
+/// The data path a build has: by the pinned layout it writes
+/// (`<bpffs>/v<N>`), v3 is ssh-fwd before connection tracking, v4 with
+/// it; a v4 with a `CLAIMS` table tracks a connection once its server
+/// confirms it, not at the client's last ACK.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     V3,
     V4,
+    V4Confirmed,
 }
 
 /// What a program must do with a packet.
@@ -66,6 +69,7 @@ pub struct Effect {
 pub struct Expect {
     pub v3: Option<Effect>,
     pub v4: Option<Effect>,
+    pub confirmed: Option<Effect>,
 }
 
 impl Expect {
@@ -73,6 +77,16 @@ impl Expect {
         Self {
             v3: Some(effect),
             v4: Some(effect),
+            confirmed: Some(effect),
+        }
+    }
+
+    /// `v3` before connection tracking, `v4` with it (whichever way).
+    pub const fn tracking(v3: Option<Effect>, v4: Option<Effect>) -> Self {
+        Self {
+            v3,
+            v4,
+            confirmed: v4,
         }
     }
 
@@ -80,6 +94,7 @@ impl Expect {
         match layout {
             Layout::V3 => self.v3,
             Layout::V4 => self.v4,
+            Layout::V4Confirmed => self.confirmed,
         }
     }
 }
@@ -93,6 +108,8 @@ pub struct Step {
     /// The skb arrived from outside, on the external interface (its
     /// `ingress_ifindex`); otherwise the test run leaves it 0.
     pub from_outside: bool,
+    /// The skb arrived from another node, on the bed's cluster interface.
+    pub from_another_node: bool,
 }
 
 impl Step {
@@ -100,6 +117,15 @@ impl Step {
     pub fn arriving_from_outside(self) -> Self {
         Self {
             from_outside: true,
+            ..self
+        }
+    }
+
+    /// The same packet, as one another node sent over the cluster
+    /// interface.
+    pub fn arriving_from_another_node(self) -> Self {
+        Self {
+            from_another_node: true,
             ..self
         }
     }
@@ -202,5 +228,6 @@ pub fn step(program: Program, frame: Frame, expect: Expect) -> Step {
         frame,
         expect,
         from_outside: false,
+        from_another_node: false,
     }
 }

@@ -25,6 +25,7 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
+use ssh_fwd_common::maps::IFACE_CLUSTER;
 use ssh_fwd_tests::{
     Bpffs, cmd,
     topology::{EXT_IFACE, EXTERNAL_IP},
@@ -33,10 +34,12 @@ use ssh_fwd_tests::{
 use super::{
     bpftool::{endpoint_bytes, map_lookup, map_update, pin_programs, version_dir},
     cases::{self, POD, UNROUTED, UNROUTED_PORT},
-    packets::{CLIENT, Layout, Step},
+    packets::{CLIENT, Layout, Program, Step},
     test_run,
 };
-use crate::bench::bed::{self, Bed, ECHO_FRONTEND_PORT, ECHO_PORT, IPERF_PORT};
+use crate::bench::bed::{
+    self, Bed, CLUSTER_IFACE, ECHO_FRONTEND_PORT, ECHO_PORT, IPERF_PORT, POD_IFACE,
+};
 
 pub struct Subject {
     pub label: &'static str,
@@ -48,6 +51,20 @@ pub struct Subject {
     // Dropped in this order: the pins (teardown), then the namespaces.
     bpffs: Bpffs,
     bed: Bed,
+}
+
+/// The interfaces a step's packet arrived on and is on: the external one
+/// for a packet from outside; the pod's for a reply (the data path
+/// believes a pod's segments only from the pod's own interface), which the
+/// reply program sees arrive there.
+fn interfaces(step: &Step) -> (Option<&'static str>, Option<&'static str>) {
+    match step.program {
+        _ if step.from_outside => (Some(EXT_IFACE), None),
+        _ if step.from_another_node => (Some(CLUSTER_IFACE), Some(CLUSTER_IFACE)),
+        Program::Ingress => (None, None),
+        Program::Reply => (Some(POD_IFACE), Some(POD_IFACE)),
+        Program::Egress => (Some(POD_IFACE), None),
+    }
 }
 
 impl Subject {
@@ -64,6 +81,7 @@ impl Subject {
         let version_dir = version_dir(bpffs.path())?;
         let layout = match version_dir.file_name().and_then(|n| n.to_str()) {
             Some("v3") => Layout::V3,
+            Some("v4") if version_dir.join("maps/CLAIMS").exists() => Layout::V4Confirmed,
             Some("v4") => Layout::V4,
             other => bail!(
                 "{label} ({}) pinned layout {other:?}: bench progs knows v3 (before connection \
@@ -95,7 +113,8 @@ impl Subject {
                 program: self.pins[step.program as usize].clone(),
                 frame: step.frame.build(),
                 repeat: *repeat,
-                arrived_on: step.from_outside.then(|| EXT_IFACE.to_owned()),
+                arrived_on: interfaces(step).0.map(str::to_owned),
+                runs_on: interfaces(step).1.map(str::to_owned),
             })
             .collect();
         let plan_path = self.work.path().join("plan.json");
@@ -185,6 +204,28 @@ impl Subject {
             );
             back[..8].copy_from_slice(&backend_key);
             map_update(&reverse, &backend_key, &back)?;
+        }
+        // The cluster interface (the agent finds none in the bed), and the
+        // cluster's key, for the cases of SYNs from other nodes.
+        let ifaces = maps.join("IFACES");
+        if maps.join("CLAIMS").exists() {
+            let index = self.bed.node_ifindex(CLUSTER_IFACE)?;
+            map_update(&ifaces, &index.to_ne_bytes(), &IFACE_CLUSTER.to_ne_bytes())?;
+            let key: Vec<u8> = cases::CROSS_NODE_KEY
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect();
+            map_update(&maps.join("CROSS_NODE_KEY"), &0u32.to_ne_bytes(), &key)?;
+        }
+        // The data path believes a backend's segments only from the pod
+        // interface that owns its address: the unrouted backend's replies
+        // come in on the pod's, as the pod's own do.
+        let owners = maps.join("OWNERS");
+        if owners.exists() {
+            let pod_index = self.bed.node_ifindex(POD_IFACE)?;
+            let mut owner = pod_index.to_ne_bytes().to_vec();
+            owner.extend_from_slice(&0u32.to_ne_bytes());
+            map_update(&owners, &UNROUTED.octets(), &owner)?;
         }
         Ok(())
     }

@@ -20,6 +20,9 @@ pub struct Run {
     /// The interface the skb arrived on (its `ingress_ifindex`), by name in
     /// the node's namespace; none: 0.
     pub arrived_on: Option<String>,
+    /// The interface the program runs on (the skb's `ifindex`: where a tc
+    /// ingress program sees the packet arrive); none: `lo`.
+    pub runs_on: Option<String>,
 }
 
 /// What the kernel reported: the verdict of the last iteration, and the
@@ -47,12 +50,9 @@ pub fn serve(plan: &std::path::Path) -> anyhow::Result<()> {
         }
     }
     let mut contexts = Vec::with_capacity(runs.len());
+    let index = |name: &Option<String>| name.as_deref().map_or(Ok(0), ifindex);
     for run in &runs {
-        let ingress_ifindex = match &run.arrived_on {
-            Some(name) => ifindex(name)?,
-            None => 0,
-        };
-        contexts.push(skb_ctx(ingress_ifindex));
+        contexts.push(skb_ctx(index(&run.arrived_on)?, index(&run.runs_on)?));
     }
     let mut out = vec![0u8; DATA_OUT];
     let mut outcomes = Vec::with_capacity(runs.len());
@@ -79,10 +79,12 @@ pub fn serve(plan: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// `struct __sk_buff` up to `ifindex`, the part a test run may set: the
-/// device the packet arrived on; `ifindex` 0 leaves the skb on `lo`.
-fn skb_ctx(ingress_ifindex: u32) -> [u8; 44] {
+/// device the packet arrived on and the one it is on; `ifindex` 0 leaves
+/// the skb on `lo`.
+fn skb_ctx(ingress_ifindex: u32, ifindex: u32) -> [u8; 44] {
     let mut ctx = [0u8; 44];
     ctx[36..40].copy_from_slice(&ingress_ifindex.to_ne_bytes());
+    ctx[40..44].copy_from_slice(&ifindex.to_ne_bytes());
     ctx
 }
 

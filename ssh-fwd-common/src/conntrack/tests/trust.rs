@@ -1,0 +1,120 @@
+//! The checks a packet passes before it may touch state.
+
+use crate::{
+    conntrack::trust::{
+        Ownership, Seal, martian_source, option_trusted, ownership, seal_of,
+        tcp_checksum_needs_sum, ttl_expires, within_quota,
+    },
+    maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, Owner},
+};
+
+fn raw(a: [u8; 4]) -> u32 {
+    u32::from_ne_bytes(a)
+}
+
+#[test]
+fn sources_no_router_forwards_are_martian() {
+    let frontend = raw([198, 18, 0, 10]);
+    for src in [
+        [0, 0, 0, 0],
+        [0, 1, 2, 3],
+        [127, 0, 0, 1],
+        [224, 0, 0, 5],
+        [239, 255, 255, 250],
+        [240, 0, 0, 1],
+        [255, 255, 255, 255],
+        [198, 18, 0, 10],
+    ] {
+        assert!(martian_source(raw(src), frontend), "{src:?}");
+    }
+    for src in [
+        [192, 0, 2, 2],
+        [10, 0, 0, 1],
+        [223, 255, 255, 254],
+        [1, 1, 1, 1],
+    ] {
+        assert!(!martian_source(raw(src), frontend), "{src:?}");
+    }
+}
+
+#[test]
+fn a_ttl_of_one_or_zero_is_not_forwarded() {
+    assert!(ttl_expires(0) && ttl_expires(1));
+    assert!(!ttl_expires(2) && !ttl_expires(64));
+}
+
+#[test]
+fn only_a_virtual_interface_takes_a_pseudo_header_sum_for_a_partial_checksum() {
+    let seed = 0x1234;
+    assert!(!tcp_checksum_needs_sum(seed, seed, true));
+    assert!(!tcp_checksum_needs_sum(!seed, !seed, true));
+    assert!(tcp_checksum_needs_sum(seed, seed, false), "a physical NIC");
+    assert!(
+        tcp_checksum_needs_sum(seed ^ 1, seed, true),
+        "any other field"
+    );
+}
+
+#[test]
+fn a_pods_address_counts_only_from_its_own_interface_or_bridge() {
+    let owner = Owner {
+        ifindex: 7,
+        master: 3,
+    };
+    assert_eq!(ownership(Some(&owner), 7), Ownership::Owned);
+    assert_eq!(ownership(Some(&owner), 3), Ownership::Owned, "its bridge");
+    assert_eq!(ownership(Some(&owner), 8), Ownership::Spoofed);
+    assert_eq!(ownership(None, 7), Ownership::Unknown);
+    let unbridged = Owner {
+        ifindex: 7,
+        master: 0,
+    };
+    assert_eq!(ownership(Some(&unbridged), 0), Ownership::Spoofed);
+}
+
+#[test]
+fn a_plain_frontend_option_is_believed_only_from_a_cluster_interface() {
+    let plain = |flags, mode| option_trusted(flags, mode, Seal::None);
+    assert!(plain(IFACE_CLUSTER, false));
+    assert!(!plain(IFACE_CLUSTER, true), "--cross-node plain");
+    assert!(!plain(IFACE_EXTERNAL, false));
+    assert!(
+        !plain(IFACE_EXTERNAL | IFACE_CLUSTER, false),
+        "an external interface that also reaches the nodes"
+    );
+    assert!(!plain(IFACE_POD_PEER, false), "a pod");
+    assert!(!plain(0, false), "an interface the agent does not know");
+}
+
+#[test]
+fn a_sealed_frontend_option_is_believed_wherever_it_arrives_if_its_tag_is_right() {
+    for flags in [
+        IFACE_CLUSTER,
+        IFACE_EXTERNAL,
+        IFACE_EXTERNAL | IFACE_CLUSTER,
+        0,
+    ] {
+        assert!(option_trusted(flags, false, Seal::Valid), "{flags:#x}");
+        assert!(!option_trusted(flags, false, Seal::Forged), "{flags:#x}");
+        assert!(
+            !option_trusted(flags, true, Seal::Valid),
+            "--cross-node plain"
+        );
+    }
+    assert_eq!(seal_of(false, 0, Some(7)), Seal::None);
+    assert_eq!(seal_of(true, 7, Some(7)), Seal::Valid);
+    assert_eq!(seal_of(true, 7, Some(8)), Seal::Forged);
+    assert_eq!(
+        seal_of(true, 7, None),
+        Seal::Forged,
+        "a node without the key"
+    );
+}
+
+#[test]
+fn a_client_may_hold_up_to_its_quota() {
+    assert!(within_quota(0, 512));
+    assert!(within_quota(511, 512));
+    assert!(!within_quota(512, 512));
+    assert!(within_quota(u64::MAX, 0), "0: no limit");
+}
