@@ -25,3 +25,4 @@ pub mod k8s;
 pub mod mapping;
 pub mod source;
 pub mod telemetry;
+pub mod vocabulary;

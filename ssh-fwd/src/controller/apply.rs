@@ -31,10 +31,11 @@ use super::{
     lease::Term,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, PodRef, Problem},
-    service::{self, ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
+    service::{self, is_managed},
     warn::Scope,
 };
 use crate::k8s::answer::Unread;
+use crate::vocabulary;
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
@@ -416,12 +417,20 @@ async fn publish(
             "SSH: Connected! Available at: ssh {}@{} -p {port}",
             ctx.user, ctx.host
         );
-        event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
+        event(
+            ctx,
+            pod,
+            EventType::Normal,
+            vocabulary::reason::SSH_READY,
+            vocabulary::action::PUBLISH,
+            note,
+        )
+        .await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
     patch(json!({
-        "labels": {SERVICE_LABEL: service},
-        "annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint},
+        "labels": {vocabulary::SERVICE: service},
+        "annotations": {vocabulary::ENDPOINT: &endpoint, vocabulary::ANNOUNCED: &endpoint},
     }))
     .await?;
     Ok(endpoint)
@@ -432,8 +441,8 @@ async fn publish(
 async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
     let patch = json!({"metadata": {
         "uid": pod.uid,
-        "labels": {SERVICE_LABEL: null},
-        "annotations": {ENDPOINT_ANNOTATION: null, ANNOUNCED_ANNOTATION: null},
+        "labels": {vocabulary::SERVICE: null},
+        "annotations": {vocabulary::ENDPOINT: null, vocabulary::ANNOUNCED: null},
     }});
     let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api

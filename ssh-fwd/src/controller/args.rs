@@ -2,6 +2,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use crate::vocabulary;
+
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
     /// The external SSH IP the Services expose (the agents' --ssh-ip).
@@ -46,7 +48,7 @@ pub struct ControllerArgs {
     #[arg(
         long,
         value_name = "SELECTOR",
-        default_value = super::service::DEFAULT_SELECTOR
+        default_value = vocabulary::DEFAULT_SELECTOR
     )]
     pub selector: String,
 

@@ -41,6 +41,7 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 
+use crate::vocabulary;
 use crate::{
     k8s,
     k8s::reflector::Changes,
@@ -116,7 +117,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let ctx = Arc::new(Context {
         reservations: Api::namespaced(client.clone(), &namespace),
         reporter: kube::runtime::events::Reporter {
-            controller: "ssh-fwd-controller".into(),
+            controller: vocabulary::CONTROLLER.into(),
             instance: Some(identity.clone()),
         },
         client: client.clone(),
@@ -318,8 +319,8 @@ async fn watch_term(
         Api::<PodWire>::all(client.clone()),
         watcher::Config::default().labels(&format!(
             "{}={}",
-            service::SSH_LABEL,
-            service::SSH_ENABLED
+            vocabulary::SSH,
+            vocabulary::SSH_ENABLED
         )),
         PodView::from,
         "Pod",
@@ -334,13 +335,17 @@ async fn watch_term(
     // a rival older than one of ours is always seen before ours is: two
     // watches have no order between them, and a pass could announce a port
     // whose older holder the other watch has not delivered yet.
-    let one_watch = args.selector.trim() == service::DEFAULT_SELECTOR;
-    let managed = format!("{}={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
+    let one_watch = args.selector.trim() == vocabulary::DEFAULT_SELECTOR;
+    let managed = format!(
+        "{}={}",
+        vocabulary::MANAGED_BY_LABEL,
+        vocabulary::CONTROLLER
+    );
     let noted = dirty.clone();
     let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
         Api::all(client.clone()),
         watcher::Config::default().labels(if one_watch {
-            service::DEFAULT_SELECTOR
+            vocabulary::DEFAULT_SELECTOR
         } else {
             &managed
         }),
@@ -391,7 +396,11 @@ fn forget_gone(warned: &mut Warned, world: &World) {
 /// The Services the agents honour that are not ours: `selector` (the
 /// agents' `--selector`) and not managed by this controller.
 fn others_selector(selector: &str) -> String {
-    let not_ours = format!("{}!={}", service::MANAGED_BY_LABEL, service::MANAGED_BY);
+    let not_ours = format!(
+        "{}!={}",
+        vocabulary::MANAGED_BY_LABEL,
+        vocabulary::CONTROLLER
+    );
     match selector.trim() {
         "" => not_ours,
         selector => format!("{selector},{not_ours}"),

@@ -12,6 +12,7 @@
 //! target-port annotation, its Service name taken by someone else's, no
 //! free port) gets a Warning instead.
 
+use crate::vocabulary;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::{
@@ -271,8 +272,8 @@ fn publish(
         return;
     }
     let told = service::told_endpoint(pod) == Some(endpoint.as_str());
-    let annotated = meta.annotation(service::ENDPOINT_ANNOTATION) == Some(endpoint.as_str());
-    let labelled = meta.label(service::SERVICE_LABEL) == Some(name.as_str());
+    let annotated = meta.annotation(vocabulary::ENDPOINT) == Some(endpoint.as_str());
+    let labelled = meta.label(vocabulary::SERVICE) == Some(name.as_str());
     if !(annotated && labelled && told) {
         actions.push(Action::Publish {
             pod: pod_ref,
@@ -305,7 +306,7 @@ fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
 
 /// Labelled, not terminating, not finished.
 pub fn asks_for_ssh(pod: &PodView) -> bool {
-    let labelled = pod.metadata.label(service::SSH_LABEL) == Some(service::SSH_ENABLED);
+    let labelled = pod.metadata.label(vocabulary::SSH) == Some(vocabulary::SSH_ENABLED);
     let finished = pod
         .status
         .as_ref()

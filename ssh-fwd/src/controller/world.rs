@@ -22,6 +22,7 @@ use super::{
     service::{self, Claim},
 };
 use crate::source::kubernetes::desired::Policy;
+use crate::vocabulary;
 
 pub mod dirty;
 
@@ -279,7 +280,7 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
     if !service::is_managed(svc) {
         return None;
     }
-    Some(service::label(svc, service::POD_UID_LABEL).unwrap_or(""))
+    Some(service::label(svc, vocabulary::POD_UID).unwrap_or(""))
 }
 
 /// The policy of a controller on `ip` whose range is every port and whose

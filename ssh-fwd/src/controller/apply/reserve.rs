@@ -5,9 +5,12 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{DeleteParams, Preconditions};
 
 use super::Context;
-use crate::controller::{
-    api_error::{self, Grant},
-    reservation,
+use crate::{
+    controller::{
+        api_error::{self, Grant},
+        reservation,
+    },
+    vocabulary,
 };
 
 /// Whether this call reserved the port (false: it was reserved already).
@@ -22,7 +25,7 @@ pub fn lease_port(lease: &Lease) -> u16 {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(reservation::PORT))
+        .and_then(|a| a.get(vocabulary::PORT))
         .and_then(|p| p.parse().ok())
         .unwrap_or(0)
 }

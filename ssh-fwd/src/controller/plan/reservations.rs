@@ -25,10 +25,10 @@ use super::{
 use crate::controller::{
     expect::Expectations,
     pod::PodView,
-    reservation::{self, FirstSeen, Holder, POD_ANNOTATION, Reservation},
-    service::ENDPOINT_ANNOTATION,
+    reservation::{self, FirstSeen, Holder, Reservation},
     world::World,
 };
+use crate::vocabulary;
 
 /// The reservations on the SSH IP, as the plan reads them, with what a
 /// pass looks them up by (thousands of pods each look up theirs). Kept
@@ -122,13 +122,13 @@ impl Book {
 /// The reservation token a pod carries (written at admission).
 pub fn pod_token(pod: &PodView) -> Option<&str> {
     pod.metadata
-        .annotation(POD_ANNOTATION)
+        .annotation(vocabulary::RESERVATION)
         .filter(|t| !t.is_empty())
 }
 
 /// The port a pod was told at admission, from its endpoint annotation.
 fn told_port(pod: &PodView) -> Option<u16> {
-    let endpoint = pod.metadata.annotation(ENDPOINT_ANNOTATION)?;
+    let endpoint = pod.metadata.annotation(vocabulary::ENDPOINT)?;
     endpoint.rsplit_once(':')?.1.parse().ok()
 }
 

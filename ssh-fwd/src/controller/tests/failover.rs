@@ -28,7 +28,11 @@ async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
         if port == 9000 { 9001 } else { 9000 }
     );
     assert_eq!(bed.port_of("job-1"), Some(port));
-    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    assert_eq!(
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .len(),
+        1
+    );
     assert_eq!(bed.our_services().len(), 2);
     // Kept because it was never touched, not deleted and re-created.
     let deletes: Vec<Request> = bed.api.requests()[before_restart..]
@@ -52,7 +56,11 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     eventually("b has read the Lease", || !bed.requests_of("b").is_empty()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(bed.our_services().len(), 1);
-    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    assert_eq!(
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .len(),
+        1
+    );
     // The standby only reads the Lease: it watches nothing and writes
     // nothing while another replica leads (besides having the API server
     // check its --selector once at start-up).
@@ -231,7 +239,7 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
     assert_eq!(status, 200, "{answer}");
     let admitted = patched(&answer, &pod);
     assert!(
-        admitted["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string(),
+        admitted["metadata"]["annotations"][vocabulary::ENDPOINT].is_string(),
         "a port, once the API answers again: {answer}"
     );
     assert!(!a.is_finished());

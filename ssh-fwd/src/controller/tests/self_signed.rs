@@ -10,6 +10,7 @@ use super::{
     *,
 };
 use crate::controller::webhook::{mutate::tests::job_pod, self_signed};
+use crate::vocabulary;
 
 const HOST: &str = "ssh-fwd-webhook.ssh-fwd.svc";
 
@@ -104,7 +105,7 @@ async fn replicas_share_one_self_made_ca_which_the_configuration_trusts_and_rene
         Kind::Secret,
         "ssh-fwd",
         "ssh-fwd-webhook-tls",
-        &json!({"metadata": {"annotations": {"ssh-fwd.io/not-after": "0"}}}),
+        &json!({"metadata": {"annotations": {vocabulary::NOT_AFTER: "0"}}}),
     );
     eventually("the serving certificate is renewed", || {
         secret_field(&bed, "tls.crt").is_some_and(|c| c != old_cert)

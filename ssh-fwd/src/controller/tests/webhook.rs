@@ -215,7 +215,7 @@ fn create_pod(bed: &Bed, pod: &Value, name: &str) {
 }
 
 pub(super) fn told_port(pod: &Value) -> Option<u16> {
-    pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+    pod["metadata"]["annotations"][vocabulary::ENDPOINT]
         .as_str()?
         .rsplit_once(':')?
         .1
@@ -225,7 +225,7 @@ pub(super) fn told_port(pod: &Value) -> Option<u16> {
 
 pub(super) fn reservation_count(bed: &Bed) -> usize {
     bed.api.count(Kind::Lease, |l| {
-        l["metadata"]["labels"]["ssh-fwd.io/port-reservation"] == "198.18.0.10"
+        l["metadata"]["labels"][vocabulary::PORT_RESERVATION] == "198.18.0.10"
     })
 }
 
@@ -388,7 +388,7 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
         .api
         .list(Kind::Event)
         .iter()
-        .filter(|e| e["reason"] == "SSHEnvMissing")
+        .filter(|e| e["reason"] == vocabulary::reason::SSH_ENV_MISSING)
         .count();
     assert_eq!(missing, 0, "every pod had its variable");
     // A pod deleted: its Service goes with it (garbage collection), then

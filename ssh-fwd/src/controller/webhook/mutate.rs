@@ -9,10 +9,7 @@ use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
 use serde_json::{Value, json};
 
 use super::keys;
-use crate::controller::{reservation::POD_ANNOTATION, service};
-
-/// Pod annotation: why the pod was admitted without a port.
-pub const ADMISSION_ANNOTATION: &str = "ssh-fwd.io/admission";
+use crate::vocabulary;
 
 /// What the webhook injects, from the controller's flags.
 #[derive(Clone, Debug)]
@@ -109,26 +106,20 @@ pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
 fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
     let current = pod["metadata"]["annotations"].as_object();
     let mut ours: Vec<(&str, String)> = Vec::new();
-    let mut remove: Vec<&str> = vec![service::ANNOUNCED_ANNOTATION];
+    let mut remove: Vec<&str> = vec![vocabulary::ANNOUNCED];
     match port {
         Port::Reserved { port, token } => {
-            ours.push((
-                service::ENDPOINT_ANNOTATION,
-                format!("{}:{port}", injection.host),
-            ));
-            ours.push((POD_ANNOTATION, token.clone()));
-            remove.push(ADMISSION_ANNOTATION);
+            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            ours.push((vocabulary::RESERVATION, token.clone()));
+            remove.push(vocabulary::ADMISSION);
         }
         Port::DryRun { port } => {
-            ours.push((
-                service::ENDPOINT_ANNOTATION,
-                format!("{}:{port}", injection.host),
-            ));
-            remove.extend([POD_ANNOTATION, ADMISSION_ANNOTATION]);
+            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            remove.extend([vocabulary::RESERVATION, vocabulary::ADMISSION]);
         }
         Port::None { why } => {
-            ours.push((ADMISSION_ANNOTATION, why.clone()));
-            remove.extend([POD_ANNOTATION, service::ENDPOINT_ANNOTATION]);
+            ours.push((vocabulary::ADMISSION, why.clone()));
+            remove.extend([vocabulary::RESERVATION, vocabulary::ENDPOINT]);
         }
     }
     let Some(current) = current else {

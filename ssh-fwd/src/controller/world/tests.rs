@@ -24,9 +24,10 @@ use crate::controller::{
         reservations::{Sightings, upkeep},
         scope::{Scope, Waiting},
     },
-    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
-    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL, Settings},
+    reservation::{self, Holder, LeaseView},
+    service::Settings,
 };
+use crate::vocabulary;
 
 const IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const HOST: &str = "ssh.example.org";
@@ -121,8 +122,7 @@ impl Sim {
         let name = format!("job-{uid}");
         let mut annotations = json!({});
         if let Some((token, port)) = &admitted {
-            annotations =
-                json!({POD_ANNOTATION: token, ENDPOINT_ANNOTATION: format!("{HOST}:{port}")});
+            annotations = json!({vocabulary::RESERVATION: token, vocabulary::ENDPOINT: format!("{HOST}:{port}")});
             let holder = Holder::Admitted {
                 namespace: namespace.into(),
                 name: name.clone(),
@@ -135,7 +135,7 @@ impl Sim {
             }
         }
         let pod = json!({"metadata": {"name": name, "namespace": namespace, "uid": uid,
-                                      "labels": {service::SSH_LABEL: service::SSH_ENABLED},
+                                      "labels": {vocabulary::SSH: vocabulary::SSH_ENABLED},
                                       "annotations": annotations},
                          "status": {"phase": "Running"}});
         let key = (namespace.to_owned(), name);
@@ -244,10 +244,9 @@ impl Sim {
                         == Some(pod.uid.as_str())
                     {
                         self.patch_pod(&key, |v| {
-                            v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
-                            v["metadata"]["annotations"][ENDPOINT_ANNOTATION] = Value::Null;
-                            v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] =
-                                Value::Null;
+                            v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
+                            v["metadata"]["annotations"][vocabulary::ENDPOINT] = Value::Null;
+                            v["metadata"]["annotations"][vocabulary::ANNOUNCED] = Value::Null;
                             strip_nulls(v);
                         });
                     }
@@ -272,9 +271,9 @@ impl Sim {
                 let key = (pod.namespace.clone(), pod.name.clone());
                 let endpoint = format!("{HOST}:{port}");
                 self.patch_pod(&key, |v| {
-                    v["metadata"]["labels"][SERVICE_LABEL] = json!(service);
-                    v["metadata"]["annotations"][ENDPOINT_ANNOTATION] = json!(endpoint);
-                    v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] = json!(endpoint);
+                    v["metadata"]["labels"][vocabulary::SERVICE] = json!(service);
+                    v["metadata"]["annotations"][vocabulary::ENDPOINT] = json!(endpoint);
+                    v["metadata"]["annotations"][vocabulary::ANNOUNCED] = json!(endpoint);
                 });
             }
             Action::Reserve { lease } => {
@@ -406,8 +405,8 @@ impl Sim {
             Change::DropEndpoint(n) => {
                 if let Some(key) = nth(&self.pods, *n) {
                     self.patch_pod(&key, |v| {
-                        v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
-                        v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] = Value::Null;
+                        v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
+                        v["metadata"]["annotations"][vocabulary::ANNOUNCED] = Value::Null;
                         strip_nulls(v);
                     });
                 }
@@ -517,7 +516,7 @@ fn a_change_to_one_pod_plans_for_it_and_not_for_the_others() {
     sim.settle(true).unwrap();
     let key = nth(&sim.pods, 7).unwrap();
     sim.patch_pod(&key, |v| {
-        v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
+        v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
         strip_nulls(v);
     });
     let touched = std::mem::take(&mut sim.touched);

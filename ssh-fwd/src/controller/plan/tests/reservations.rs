@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::controller::{
     plan::reservations::upkeep,
-    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
+    reservation::{self, Holder, LeaseView},
     warn::Admission,
 };
+use crate::vocabulary;
 
 const GRACE: Duration = Duration::from_secs(60);
 
@@ -36,8 +37,8 @@ fn admitted(namespace: &str, token: &str) -> Holder {
 fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<PodView> {
     pod(
         name,
-        json!({"metadata": {"annotations": {POD_ANNOTATION: token,
-            service::ENDPOINT_ANNOTATION: format!("{HOST}:{port}")}}}),
+        json!({"metadata": {"annotations": {vocabulary::RESERVATION: token,
+            vocabulary::ENDPOINT: format!("{HOST}:{port}")}}}),
     )
 }
 
@@ -166,7 +167,7 @@ fn a_pod_created_without_the_webhook_gets_a_fresh_reserved_port_and_is_told_it_l
             admission: Admission::Unseen { keys: None },
         }
     );
-    assert_eq!(problem.reason(), "SSHEnvMissing");
+    assert_eq!(problem.reason(), vocabulary::reason::SSH_ENV_MISSING);
     assert_eq!(
         reservation::read(&reservation::kept(lease), ip())
             .unwrap()
