@@ -90,7 +90,7 @@ mod tests {
     use std::{path::PathBuf, time::Duration};
 
     use super::*;
-    use crate::{controller::ServiceStyle, datapath::hooks::AttachMode};
+    use crate::{args::ServiceStyle, datapath::hooks::AttachMode};
 
     #[test]
     fn documented_agent_command_line_parses() {

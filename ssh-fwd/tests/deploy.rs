@@ -24,8 +24,8 @@ use k8s_openapi::{
 use serde_json::Value;
 
 use ssh_fwd::{
+    args::ServiceStyle,
     cli::{Cli, Command},
-    controller::ServiceStyle,
     k8s::api_calls::{self, ApiCall},
     vocabulary,
 };

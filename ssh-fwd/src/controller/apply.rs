@@ -46,7 +46,7 @@ pub struct Context {
     pub reporter: Reporter,
     pub ssh_ip: std::net::Ipv4Addr,
     /// The shape of the Services made.
-    pub style: super::ServiceStyle,
+    pub style: crate::args::ServiceStyle,
     /// Whose Services hold ports on the SSH IP: the agents' rules.
     pub policy: crate::source::kubernetes::desired::Policy,
     pub host: String,

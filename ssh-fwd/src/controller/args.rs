@@ -2,7 +2,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use crate::vocabulary;
+use crate::{args::ServiceStyle, vocabulary};
 
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
@@ -40,7 +40,7 @@ pub struct ControllerArgs {
         value_delimiter = ',',
         default_value = "loadbalancer,externalips"
     )]
-    pub service_styles: Vec<crate::args::ServiceStyleArg>,
+    pub service_styles: Vec<ServiceStyle>,
 
     /// The agents' --selector: the Services they honour. The controller
     /// reads only its own Services and these (they may hold ports on the
@@ -91,13 +91,6 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub admission: super::webhook::AdmissionArgs,
-}
-
-/// The Service shape the controller creates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServiceStyle {
-    Loadbalancer,
-    Externalips,
 }
 
 /// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and

@@ -49,7 +49,7 @@ use crate::{
     telemetry,
 };
 use apply::{Applied, Context, Warned};
-pub use args::{ControllerArgs, ServiceStyle};
+pub use args::ControllerArgs;
 use expect::Expectations;
 use lease::Elector;
 use metrics::ControllerMetrics;

@@ -11,7 +11,8 @@ use k8s_openapi::{
     },
 };
 
-use super::{args::ServiceStyle, pod::PodView};
+use super::pod::PodView;
+use crate::args::ServiceStyle;
 use crate::source::kubernetes::{
     desired::{self, Policy},
     objects::ServiceView,

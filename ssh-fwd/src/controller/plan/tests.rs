@@ -5,7 +5,7 @@ use rand::{SeedableRng as _, rngs::StdRng};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::controller::args::ServiceStyle;
+use crate::args::ServiceStyle;
 use crate::controller::expect::{Done, Expectations};
 use crate::vocabulary;
 

@@ -16,8 +16,8 @@ use rand::{SeedableRng as _, rngs::StdRng};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::args::ServiceStyle;
 use crate::controller::{
-    args::ServiceStyle,
     expect::Expectations,
     plan::{
         self, Action, Pass, Problem,

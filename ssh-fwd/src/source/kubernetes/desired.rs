@@ -35,7 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
-    args::ServiceStyleArg,
+    args::ServiceStyle,
     k8s::ownership::{self, Claimant},
     mapping::{Mapping, MappingSet},
     source::validate::{self, Checker, Rules},
@@ -73,10 +73,10 @@ impl Styles {
     };
 
     /// `--service-styles` as the rules take it.
-    pub fn of(list: &[ServiceStyleArg]) -> Self {
+    pub fn of(list: &[ServiceStyle]) -> Self {
         Self {
-            load_balancer: list.contains(&ServiceStyleArg::Loadbalancer),
-            external_ips: list.contains(&ServiceStyleArg::Externalips),
+            load_balancer: list.contains(&ServiceStyle::Loadbalancer),
+            external_ips: list.contains(&ServiceStyle::Externalips),
         }
     }
 }
