@@ -13,7 +13,22 @@ use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
 /// The nightly the eBPF crate is built with (by aya-build) and linted with.
 const EBPF_TOOLCHAIN: &str = "+nightly";
 
-pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Skip `cargo fmt --check` and clippy (for a quick rerun of tests).
+    #[arg(long)]
+    no_lints: bool,
+    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    crate::setup::run()?;
+    all(options)
+}
+
+fn all(options: &Options) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!(
             "cargo xtask test runs the kernel and network-namespace tests, which cannot run here: \
@@ -21,7 +36,7 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
              that need no privileges (the others are reported as ignored)"
         );
     }
-    if lints {
+    if !options.no_lints {
         lint()?;
     }
     let bin = build_ssh_fwd()?;
@@ -30,7 +45,7 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
     println!(
         "==> running all tests: host unit tests, eBPF programs on crafted packets, network-namespace end to end"
     );
-    let (cargo_args, test_args) = split_at_dashes(args);
+    let (cargo_args, test_args) = split_at_dashes(&options.args);
     // Default members only: the eBPF crate builds for the bpf target, via build.rs.
     run_cmd(
         cargo()
