@@ -30,6 +30,8 @@ enum Task {
     /// included), build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
+    /// With --unprivileged: formatting, clippy and the tests that need no
+    /// root, for a quick signal without root.
     Test(test::Options),
     /// Build the container image (deploy/Dockerfile) offline: a static
     /// ssh-fwd (musl) in an otherwise empty image, with podman; no registry.
