@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::mutate::{Ops, containers};
+use super::patch::{Ops, containers};
 use crate::vocabulary;
 
 /// The key in the Secret.

@@ -10,6 +10,7 @@ mod args;
 pub mod keys;
 mod metrics;
 pub mod mutate;
+mod patch;
 mod review;
 pub mod self_signed;
 mod tls;
