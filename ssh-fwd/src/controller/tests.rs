@@ -163,7 +163,7 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     assert!((8000..=16000).contains(&port));
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["ports"][0]["port"], port);
-    assert_eq!(svc["spec"]["loadBalancerClass"], vocabulary::SSH);
+    assert_eq!(svc["spec"]["loadBalancerClass"], vocabulary::LB_CLASS);
     assert_eq!(
         svc["status"]["loadBalancer"]["ingress"],
         json!([{"ip": "198.18.0.10"}])
