@@ -20,22 +20,20 @@ use kube::{
 };
 use serde_json::json;
 
-use reserve::{lease_port, release, reserve_port};
-
 mod event;
-mod reserve;
 
 use super::{
     api_error::{self, Grant},
     expect::Done,
     lease::Term,
     metrics::ControllerMetrics,
-    plan::{Action, DeleteReason, PodRef, Problem},
+    plan::{Action, DeleteReason, Problem},
+    pod::PodRef,
+    reservation::write::{lease_port, release, reserve_port},
     service::{self, is_managed},
     warn::Scope,
 };
-use crate::k8s::answer::Unread;
-use crate::vocabulary;
+use crate::{k8s::answer::Unread, vocabulary};
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
@@ -201,7 +199,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             reserve,
         } => {
             if let Some(lease) = reserve
-                && !reserve_port(ctx, &lease, port).await?
+                && !reserve_port(&ctx.reservations, &lease, port).await?
             {
                 tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
                 return Ok(Outcome::Raced);
@@ -251,7 +249,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
         Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
         Action::Reserve { lease } => {
             let port = lease_port(&lease);
-            if reserve_port(ctx, &lease, port).await? {
+            if reserve_port(&ctx.reservations, &lease, port).await? {
                 tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
             }
         }
@@ -260,7 +258,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             port,
             uid,
             resource_version,
-        } => release(ctx, &name, port, uid, resource_version).await?,
+        } => release(&ctx.reservations, &name, port, uid, resource_version).await?,
         Action::Publish {
             pod,
             service,

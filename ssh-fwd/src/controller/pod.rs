@@ -146,6 +146,25 @@ impl kube::Resource for PodWire {
 
 crate::k8s::kept::lookup_as!(PodView, PodWire, .metadata);
 
+/// A pod, by what the API needs to address it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Labelled, not terminating, not finished.
+pub fn asks_for_ssh(pod: &PodView) -> bool {
+    let labelled = pod.metadata.label(vocabulary::SSH) == Some(vocabulary::SSH_ENABLED);
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    labelled && !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

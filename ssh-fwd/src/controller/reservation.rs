@@ -6,11 +6,17 @@
 //! schema of our own, and `kubectl get leases` shows its holder.
 //!
 //! A reservation is made by the webhook at admission (it carries a random
-//! token that the pod gets as the annotation [`vocabulary::RESERVATION`]; the pod's
-//! name may not exist yet), by the leader for a pod that was not admitted
-//! with a port (it carries the pod's uid), or by the leader for a port some
-//! Service already holds (it carries the Service's name), so that the
-//! reservations alone tell the webhook every port in use.
+//! token that the pod gets as the annotation [`vocabulary::RESERVATION`];
+//! the pod's name may not exist yet), by the leader for a pod that was not
+//! admitted with a port (it carries the pod's uid), or by the leader for a
+//! port some Service already holds (it carries the Service's name), so that
+//! the reservations alone tell the webhook every port in use.
+//!
+//! Everything about them is here: the Lease's format (this file), what the
+//! caches keep of it ([`view`]), its watch ([`watch`]) and when this process
+//! first saw each ([`first_seen`]), the leader's rules for making and
+//! releasing them ([`upkeep`]) and its writes ([`write`]). The world's index
+//! of them is [`Book`](crate::controller::world::book::Book).
 
 use std::{collections::BTreeSet, ops::RangeInclusive};
 
@@ -26,7 +32,10 @@ use super::ports;
 use crate::vocabulary;
 
 pub(crate) mod first_seen;
+pub mod upkeep;
 mod view;
+pub mod watch;
+pub mod write;
 
 pub use first_seen::FirstSeen;
 pub use view::LeaseView;

@@ -5,7 +5,8 @@
 //! in proportion to what it touches and not to the size of the cluster;
 //! rebuilt whole from the watches' stores on a relist and on the periodic
 //! full pass. Each update names what it touched ([`Touched`]), from which
-//! the pass's [`Scope`](super::plan::scope::Scope) is drawn.
+//! the pass's [`Scope`](super::plan::scope::Scope) is drawn. The index of
+//! the reservations is [`book`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,7 +17,6 @@ use std::{
 use k8s_openapi::api::core::v1::Service;
 
 use super::{
-    plan::reservations::{Book, pod_token},
     pod::PodView,
     reservation::LeaseView,
     service::{self, Claim},
@@ -24,6 +24,9 @@ use super::{
 use crate::source::kubernetes::desired::Policy;
 use crate::vocabulary;
 
+use book::{Book, pod_token};
+
+pub mod book;
 pub mod dirty;
 
 /// What an update changed: the pods (by uid) whose plan may differ now,

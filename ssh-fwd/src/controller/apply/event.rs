@@ -12,7 +12,7 @@ use k8s_openapi::{
 };
 use kube::runtime::events::{EventType, Reporter};
 
-use crate::controller::plan::PodRef;
+use crate::controller::pod::PodRef;
 
 /// What one event says about a pod.
 pub struct Told<'a> {

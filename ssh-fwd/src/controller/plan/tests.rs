@@ -91,8 +91,6 @@ fn run_expecting(
         world: &world,
         scope: &Scope::All,
         expected,
-        sightings: &Sightings::default(),
-        grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     compute(

@@ -1,14 +1,14 @@
-//! The plan's part for port reservations (`controller::reservation`): which
-//! port a pod without a Service gets, which ports held by Services still
-//! need a reservation, and which reservations are no longer in use.
+//! The leader's side of port reservations: which port a pod without a
+//! Service gets, which ports held by Services still need a reservation,
+//! and which reservations are no longer in use.
 //!
 //! A reservation is in use while a Service holds its port, while a live
 //! labelled pod carries its token or uid, or while a Service create on its
-//! port is pending. One this leader has never seen in use is kept for
-//! [`Pass::grace`] after its grace started (time for an admitted pod to
-//! come into existence): when this process first saw it, by any of its
-//! terms, or earlier for an old one first seen in a list ([`FirstSeen`]).
-//! One that was in use is released as soon as it is not.
+//! port is pending. One this leader has never seen in use is kept for the
+//! grace after its grace started (time for an admitted pod to come into
+//! existence): when this process first saw it, by any of its terms, or
+//! earlier for an old one first seen in a list ([`FirstSeen`]). One that
+//! was in use is released as soon as it is not.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -18,113 +18,21 @@ use std::{
 
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::{
-    Action, Pass, asks_for_ssh,
-    scope::{PortSet, Scope},
+use super::{FirstSeen, Holder, Reservation};
+use crate::{
+    controller::{
+        expect::Expectations,
+        plan::{
+            Action,
+            scope::{PortSet, Scope},
+        },
+        pod::{PodRef, PodView, asks_for_ssh},
+        ports,
+        world::{World, book::pod_token},
+    },
+    k8s::ownership,
+    vocabulary,
 };
-use crate::controller::{
-    expect::Expectations,
-    pod::PodView,
-    reservation::{self, FirstSeen, Holder, Reservation},
-    world::World,
-};
-use crate::vocabulary;
-
-/// The reservations on the SSH IP, as the plan reads them, with what a
-/// pass looks them up by (thousands of pods each look up theirs). Kept
-/// one reservation at a time as Leases change.
-#[derive(Debug, Default)]
-pub struct Book {
-    /// By Lease name. A name is made of the IP and the port
-    /// ([`reservation::read`] refuses any other), so a port has at most
-    /// one reservation.
-    all: BTreeMap<String, Reservation>,
-    by_port: BTreeMap<u16, String>,
-    /// The reservations of each `(namespace, token)` and `(namespace, pod
-    /// uid)`, by name.
-    by_token: BTreeMap<(Option<String>, String), BTreeSet<String>>,
-    by_uid: BTreeMap<(Option<String>, String), BTreeSet<String>>,
-}
-
-impl Book {
-    pub fn insert(&mut self, r: Reservation) {
-        self.remove(&r.name.clone());
-        self.by_port.insert(r.port, r.name.clone());
-        if let Some(token) = &r.token {
-            let key = (r.namespace.clone(), token.clone());
-            self.by_token.entry(key).or_default().insert(r.name.clone());
-        }
-        if let Some(uid) = &r.pod_uid {
-            let key = (r.namespace.clone(), uid.clone());
-            self.by_uid.entry(key).or_default().insert(r.name.clone());
-        }
-        self.all.insert(r.name.clone(), r);
-    }
-
-    pub fn remove(&mut self, name: &str) -> Option<Reservation> {
-        let r = self.all.remove(name)?;
-        self.by_port.remove(&r.port);
-        let unindex = |index: &mut BTreeMap<(Option<String>, String), BTreeSet<String>>,
-                       id: &Option<String>| {
-            let Some(id) = id else { return };
-            let key = (r.namespace.clone(), id.clone());
-            if let Some(names) = index.get_mut(&key) {
-                names.remove(name);
-                if names.is_empty() {
-                    index.remove(&key);
-                }
-            }
-        };
-        unindex(&mut self.by_token, &r.token);
-        unindex(&mut self.by_uid, &r.pod_uid);
-        Some(r)
-    }
-
-    pub fn all(&self) -> impl Iterator<Item = &Reservation> {
-        self.all.values()
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Reservation> {
-        self.all.get(name)
-    }
-
-    pub fn has(&self, port: u16) -> bool {
-        self.by_port.contains_key(&port)
-    }
-
-    pub fn on_port(&self, port: u16) -> Option<&Reservation> {
-        self.all.get(self.by_port.get(&port)?)
-    }
-
-    /// The reservation made for `pod`: the one whose token it carries (in
-    /// its own namespace: a token copied into another namespace counts for
-    /// nothing), or the one made for its uid; the first by name when there
-    /// are several.
-    pub fn of_pod(&self, pod: &PodView) -> Option<&Reservation> {
-        self.all_of_pod(pod).min_by(|a, b| a.name.cmp(&b.name))
-    }
-
-    /// Every reservation made for `pod`, by token or by uid.
-    pub fn all_of_pod<'a>(&'a self, pod: &PodView) -> impl Iterator<Item = &'a Reservation> {
-        let namespace = &pod.metadata.namespace;
-        let find = |index: &'a BTreeMap<(Option<String>, String), BTreeSet<String>>,
-                    id: Option<&str>| {
-            id.and_then(|id| index.get(&(namespace.clone(), id.to_owned())))
-                .into_iter()
-                .flatten()
-        };
-        find(&self.by_token, pod_token(pod))
-            .chain(find(&self.by_uid, pod.metadata.uid.as_deref()))
-            .filter_map(|name| self.all.get(name))
-    }
-}
-
-/// The reservation token a pod carries (written at admission).
-pub fn pod_token(pod: &PodView) -> Option<&str> {
-    pod.metadata
-        .annotation(vocabulary::RESERVATION)
-        .filter(|t| !t.is_empty())
-}
 
 /// The port a pod was told at admission, from its endpoint annotation.
 fn told_port(pod: &PodView) -> Option<u16> {
@@ -132,14 +40,20 @@ fn told_port(pod: &PodView) -> Option<u16> {
     endpoint.rsplit_once(':')?.1.parse().ok()
 }
 
-/// When each reservation's grace started, and whether this leader has
-/// seen it in use since.
-#[derive(Debug, Default)]
-pub struct Sightings {
+/// What the leader keeps of the reservations from pass to pass: when each
+/// one's grace started, and whether it was seen in use since.
+#[derive(Debug)]
+pub struct Upkeep {
     by_name: BTreeMap<String, Sighting>,
     /// When the watch first saw each; without it (tests), a reservation's
     /// grace starts at the first pass that notes it.
     first_seen: Option<Arc<FirstSeen>>,
+    /// How long a reservation never seen in use is kept.
+    grace: Duration,
+    /// When the last pass over everything noted them: a grace that ends
+    /// after it, even during a later pass that did not look at that
+    /// reservation, is one to wake up for.
+    last_full: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -150,18 +64,20 @@ struct Sighting {
     used: bool,
 }
 
-impl Sightings {
-    pub fn with(first_seen: Arc<FirstSeen>) -> Self {
+impl Upkeep {
+    pub fn new(grace: Duration, first_seen: Option<Arc<FirstSeen>>) -> Self {
         Self {
             by_name: BTreeMap::new(),
-            first_seen: Some(first_seen),
+            first_seen,
+            grace,
+            last_full: None,
         }
     }
 
     /// Notes the reservations `scope` names (all of them for a full pass)
     /// as seen at `now` (or since the watch first saw them) and whether
     /// each is in use ([`in_use`]); forgets those gone.
-    pub fn update(&mut self, world: &World, scope: &Scope, expected: &Expectations, now: Instant) {
+    pub fn note(&mut self, world: &World, scope: &Scope, expected: &Expectations, now: Instant) {
         let book = world.book();
         let first_seen = self.first_seen.as_deref();
         let seen = &mut self.by_name;
@@ -193,28 +109,90 @@ impl Sightings {
                     note(&r.name);
                 }
                 self.by_name.retain(|name, _| book.get(name).is_some());
+                self.last_full = Some(now);
             }
             Some(names) => names.iter().for_each(|name| note(name)),
         }
     }
 
     /// The next moment a never-used reservation's grace ends, if one is
-    /// still to come.
-    pub fn next_due(&self, grace: Duration, now: Instant) -> Option<Instant> {
+    /// still to come after `now`.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
         self.by_name
             .values()
             .filter(|s| !s.used)
-            .map(|s| s.since + grace)
+            .map(|s| s.since + self.grace)
             .filter(|due| *due > now)
             .min()
     }
 
-    fn within_grace(&self, name: &str, grace: Duration, now: Instant) -> bool {
+    /// How long until a reservation's grace ends (a change to act on): at
+    /// once for one that ended since the last pass over everything looked
+    /// (a long pass may have ended past it).
+    pub fn until_due(&self, now: Instant) -> Option<Duration> {
+        self.next_due(self.last_full.unwrap_or(now))
+            .map(|due| due.saturating_duration_since(now))
+    }
+
+    fn within_grace(&self, name: &str, now: Instant) -> bool {
         match self.by_name.get(name) {
             Some(Sighting { used: true, .. }) => false,
-            Some(s) => now.saturating_duration_since(s.since) < grace,
+            Some(s) => now.saturating_duration_since(s.since) < self.grace,
             None => true,
         }
+    }
+
+    /// Reservations for ports Services hold without one (someone else's
+    /// Service, or ours from before reservations), and releases of
+    /// reservations no longer in use: of the ports and reservations
+    /// `scope` names.
+    pub fn actions(
+        &self,
+        world: &World,
+        scope: &Scope,
+        expected: &Expectations,
+        range: &std::ops::RangeInclusive<u16>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let book = world.book();
+        let ip = world.ip();
+        let mut actions = Vec::new();
+        for port in scope.ports(world) {
+            if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+                continue;
+            }
+            let Some(holder) = ownership::owner(world.claims_on(port)) else {
+                continue;
+            };
+            actions.push(Action::Reserve {
+                lease: Box::new(super::build(
+                    ip,
+                    port,
+                    &Holder::Service {
+                        key: holder.service.clone(),
+                    },
+                )),
+            });
+        }
+        let mut release = |r: &Reservation| {
+            if in_use(world, expected, r) || self.within_grace(&r.name, now) {
+                return;
+            }
+            actions.push(Action::Release {
+                name: r.name.clone(),
+                port: r.port,
+                uid: r.uid.clone(),
+                resource_version: r.resource_version.clone(),
+            });
+        };
+        match scope.reservations() {
+            None => book.all().for_each(&mut release),
+            Some(names) => names
+                .iter()
+                .filter_map(|name| book.get(name))
+                .for_each(&mut release),
+        }
+        actions
     }
 }
 
@@ -253,10 +231,10 @@ impl<R> Free<'_, R> {
 /// The port for `pod` (which has no Service): its own reservation if it
 /// has one whose port no Service holds; else the port it was told, if its
 /// reservation vanished and the port is still free (reserved again under
-/// its token); else a fresh one from [`crate::controller::ports::pick_free`].
+/// its token); else a fresh one from [`ports::pick_free`].
 pub fn choose(
     pod: &PodView,
-    pod_ref: &super::PodRef,
+    pod_ref: &PodRef,
     world: &World,
     free: &mut Free<'_, impl rand::Rng>,
 ) -> Choice {
@@ -282,7 +260,7 @@ pub fn choose(
         };
         return Choice::Fresh {
             port,
-            lease: Box::new(reservation::build(ip, port, &holder)),
+            lease: Box::new(super::build(ip, port, &holder)),
             told: None,
             admitted: true,
         };
@@ -290,7 +268,7 @@ pub fn choose(
     let picked = {
         let (taken, handed) = (free.taken, &*free.handed);
         let used = |port| taken.contains(port) || handed.contains(&port);
-        crate::controller::ports::pick_free(free.range, &used, free.rng)
+        ports::pick_free(free.range, &used, free.rng)
     };
     let Some(port) = picked else {
         return Choice::Full;
@@ -303,7 +281,7 @@ pub fn choose(
     };
     Choice::Fresh {
         port,
-        lease: Box::new(reservation::build(ip, port, &holder)),
+        lease: Box::new(super::build(ip, port, &holder)),
         told,
         admitted: false,
     }
@@ -324,52 +302,4 @@ pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
                 .is_some_and(|p| p.metadata.namespace.as_deref() == namespace && asks_for_ssh(p))
         });
     world.is_claimed(r.port) || expected.is_creating_on(r.port) || carried
-}
-
-/// Reservations for ports Services hold without one (someone else's
-/// Service, or ours from before reservations), and releases of
-/// reservations no longer in use: of the ports and reservations the pass's
-/// scope names.
-pub fn upkeep(pass: &Pass<'_>, range: &std::ops::RangeInclusive<u16>, now: Instant) -> Vec<Action> {
-    let world = pass.world;
-    let book = world.book();
-    let ip = world.ip();
-    let mut actions = Vec::new();
-    for port in pass.scope.ports(world) {
-        if !range.contains(&port) || book.has(port) || pass.expected.is_creating_on(port) {
-            continue;
-        }
-        let Some(holder) = crate::k8s::ownership::owner(world.claims_on(port)) else {
-            continue;
-        };
-        actions.push(Action::Reserve {
-            lease: Box::new(reservation::build(
-                ip,
-                port,
-                &Holder::Service {
-                    key: holder.service.clone(),
-                },
-            )),
-        });
-    }
-    let mut release = |r: &Reservation| {
-        if in_use(world, pass.expected, r) || pass.sightings.within_grace(&r.name, pass.grace, now)
-        {
-            return;
-        }
-        actions.push(Action::Release {
-            name: r.name.clone(),
-            port: r.port,
-            uid: r.uid.clone(),
-            resource_version: r.resource_version.clone(),
-        });
-    };
-    match pass.scope.reservations() {
-        None => book.all().for_each(&mut release),
-        Some(names) => names
-            .iter()
-            .filter_map(|name| book.get(name))
-            .for_each(&mut release),
-    }
-    actions
 }

@@ -232,7 +232,7 @@ fn a_pruned_service_reads_as_the_whole_one_to_the_agents_rule() {
     }))
     .unwrap();
     let mut pruned = whole.clone();
-    crate::controller::prune_service(&mut pruned);
+    crate::controller::leader::prune_service(&mut pruned);
     assert_eq!(ServiceView::of(&pruned), ServiceView::of(&whole));
     assert!(ServiceView::of(&pruned).node_ports_off);
 }

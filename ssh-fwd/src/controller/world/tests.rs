@@ -21,10 +21,9 @@ use crate::controller::{
     expect::Expectations,
     plan::{
         self, Action, Pass, Problem,
-        reservations::{Sightings, upkeep},
         scope::{Scope, Waiting},
     },
-    reservation::{self, Holder, LeaseView},
+    reservation::{self, Holder, LeaseView, upkeep::Upkeep},
     service::Settings,
 };
 use crate::vocabulary;
@@ -58,7 +57,7 @@ struct Sim {
     clock: i64,
     next_uid: u64,
     warned: BTreeSet<(String, Problem)>,
-    sightings: Sightings,
+    upkeep: Upkeep,
     waiting: Waiting,
     rng: StdRng,
     now: Instant,
@@ -75,7 +74,7 @@ impl Sim {
             clock: 0,
             next_uid: 0,
             warned: BTreeSet::new(),
-            sightings: Sightings::default(),
+            upkeep: Upkeep::new(Duration::ZERO, None),
             waiting: Waiting::default(),
             rng: StdRng::seed_from_u64(11),
             now: Instant::now(),
@@ -174,18 +173,15 @@ impl Sim {
             Scope::around(&self.world, touched, self.waiting.uids())
         };
         let expected = Expectations::default();
-        self.sightings
-            .update(&self.world, &scope, &expected, self.now);
+        self.upkeep.note(&self.world, &scope, &expected, self.now);
         let pass = Pass {
             world: &self.world,
             scope: &scope,
             expected: &expected,
-            sightings: &self.sightings,
-            grace: Duration::ZERO,
             variable: None,
         };
         let mut actions = plan::compute(&pass, &settings(), &RANGE, HOST, &mut self.rng);
-        actions.extend(upkeep(&pass, &RANGE, self.now));
+        actions.extend((self.upkeep).actions(&self.world, &scope, &expected, &RANGE, self.now));
         actions.retain(|a| match a {
             Action::Warn { pod, problem } => self.warned.insert((pod.uid.clone(), problem.clone())),
             _ => true,

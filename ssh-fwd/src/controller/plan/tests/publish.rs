@@ -92,8 +92,6 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
         world: &world,
         scope: &Scope::All,
         expected: &Expectations::default(),
-        sightings: &Sightings::default(),
-        grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     let actions = compute(
