@@ -3,6 +3,8 @@
 mod bench;
 mod demo;
 mod image;
+#[cfg(test)]
+mod module_graph;
 mod setup;
 mod test;
 
