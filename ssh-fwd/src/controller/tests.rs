@@ -145,6 +145,36 @@ impl Bed {
     }
 }
 
+/// The value of `sample` (its name and labels as `/metrics` writes them)
+/// on a controller started with `--metrics-addr 127.0.0.1:PORT`; `None`
+/// while it does not answer or has no such sample.
+async fn metric(port: u16, sample: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    // HTTP/1.0: the answer ends with the connection, never chunked.
+    tcp.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Waits until the controller's `sample` satisfies `check`.
+async fn metric_until(port: u16, sample: &str, what: &str, check: impl Fn(f64) -> bool) {
+    let start = tokio::time::Instant::now();
+    while !metric(port, sample).await.is_some_and(&check) {
+        assert!(start.elapsed() < LIMIT, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let start = tokio::time::Instant::now();
     while !check() {

@@ -235,7 +235,9 @@ async fn the_webhook_serves_https_and_picks_up_a_certificate_swapped_on_disk() {
     let certs = tempfile::tempdir().unwrap();
     let first_ca = write_pair(certs.path());
     let port = free_port();
-    let args = webhook_args(port, certs.path());
+    let metrics_port = free_port();
+    let mut args = webhook_args(port, certs.path());
+    args.extend(["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let controller = bed.controller("a", &argv);
     serving(port, &first_ca).await;
@@ -257,9 +259,17 @@ async fn the_webhook_serves_https_and_picks_up_a_certificate_swapped_on_disk() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(post(port, &first_ca, &review("u-3", &pod)).await.is_err());
-    // A half-written pair is not swapped in: the good one stays.
+    // A half-written pair is not swapped in: once the controller has read
+    // it and found it unusable, the good one is still served.
     std::fs::write(certs.path().join("tls.key"), "garbage").unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let unusable = r#"ssh_fwd_controller_webhook_certificate_reloads_total{outcome="Unusable"}"#;
+    metric_until(
+        metrics_port,
+        unusable,
+        "the half-written pair is read",
+        |n| n >= 1.0,
+    )
+    .await;
     assert!(post(port, &second_ca, &review("u-4", &pod)).await.is_ok());
     bed.assert_requests_listed();
     controller.abort();
