@@ -214,6 +214,8 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
     let ca = write_pair(certs.path());
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let dir = certs.path().display().to_string();
     let a = bed.controller(
         "a",
@@ -224,13 +226,19 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
             &dir,
             "--image",
             "ssh-fwd:test",
+            "--metrics-addr",
+            &metrics_addr,
         ],
     );
     bed.pod("job-1");
     bed.annotated("job-1").await;
-    // The API stalls past the Lease's term: the leader steps down.
+    let leader = "ssh_fwd_controller_leader";
+    metric_until(metrics_port, leader, "a leads", |v| v == 1.0).await;
+    // The API stalls past the Lease's term: the leader steps down (its
+    // renewals go unanswered), and the process stays up.
     bed.api.stall();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    metric_until(metrics_port, leader, "a stepped down", |v| v == 0.0).await;
+    assert!(!a.is_finished(), "the replica keeps running");
     bed.api.resume();
     let pod = crate::controller::webhook::mutate::tests::job_pod();
     let (status, answer) = post(port, &ca, &review("after-the-stall", &pod))
