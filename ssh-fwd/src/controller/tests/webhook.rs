@@ -435,7 +435,6 @@ async fn a_restarted_leader_keeps_live_reservations_and_releases_orphans_only_af
     // The leader dies with the pods admitted but not yet created.
     first.abort();
     let _ = first.await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(reservation_count(&bed), 3);
     let second = bed.controller("a", &argv);
     create_pod(&bed, &admitted[0], "job-a");
