@@ -195,8 +195,18 @@ async fn a_leader_whose_renewal_is_refused_once_retries_and_keeps_leading() {
         bed.api.failures_left(Kind::Lease, "update") == 0
     })
     .await;
-    // Longer than a term, past the refused renewal.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let refused = std::time::Instant::now();
+    // A renewal carried out after the term the refused one would have
+    // ended (two thirds of the 2 s Lease): a kept its term by retrying.
+    eventually("a renews past the end of its term", || {
+        bed.requests_of("a").iter().any(|r| {
+            r.resource == "leases"
+                && r.verb == "update"
+                && r.handled.is_some()
+                && r.at > refused + Duration::from_millis(1400)
+        })
+    })
+    .await;
     assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
     bed.pod("job-2");
     bed.annotated("job-2").await;
