@@ -2,6 +2,8 @@
 
 mod bench;
 mod demo;
+#[cfg(test)]
+mod docs;
 mod image;
 #[cfg(test)]
 mod module_graph;
