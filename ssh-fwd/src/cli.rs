@@ -1,5 +1,5 @@
 //! The command line: one subcommand per command, each with its flags in its
-//! own room (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
+//! own module (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
 //! comments here are the `--help` text.
 
 use std::ffi::OsString;

@@ -94,7 +94,7 @@ pub struct ControllerArgs {
 }
 
 /// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and
-/// subcommand names), for tests of the rooms that take them.
+/// subcommand names), for tests of the modules that take them.
 #[cfg(test)]
 pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<ControllerArgs, clap::Error> {
     use clap::Parser as _;
