@@ -202,37 +202,16 @@ impl Leadership<'_> {
             vocabulary::MANAGED_BY_LABEL,
             vocabulary::CONTROLLER
         );
-        let noted = dirty.clone();
-        let (ours, task): (Store<Service>, _) = k8s::reflector::reflector_task(
-            Api::all(client.clone()),
-            watcher::Config::default().labels(if one_watch {
+        let ours = self.watch_services(
+            if one_watch {
                 vocabulary::DEFAULT_SELECTOR
             } else {
                 &managed
-            }),
-            keep_service,
-            "Service",
-            changes,
-            &ctx.metrics.api_errors,
-            move |event| noted.service(event),
+            },
+            watches,
         );
-        watches.spawn(task);
-        let others = if one_watch {
-            None
-        } else {
-            let noted = dirty.clone();
-            let (others, task): (Store<Service>, _) = k8s::reflector::reflector_task(
-                Api::all(client.clone()),
-                watcher::Config::default().labels(&others_selector(&args.selector)),
-                keep_service,
-                "Service",
-                changes,
-                &ctx.metrics.api_errors,
-                move |event| noted.service(event),
-            );
-            watches.spawn(task);
-            Some(others)
-        };
+        let others =
+            (!one_watch).then(|| self.watch_services(&others_selector(&args.selector), watches));
         tracing::info!("waiting for complete lists of labelled pods and of Services");
         pods.wait_until_ready().await?;
         ours.wait_until_ready().await?;
@@ -247,6 +226,27 @@ impl Leadership<'_> {
             leases: reservations.clone(),
             lease_namespace: args.lease_namespace.clone(),
         })
+    }
+
+    /// A watch of the Services `selector` picks, in `watches` (so it ends
+    /// with the term), its events noted for the next pass.
+    fn watch_services(
+        &self,
+        selector: &str,
+        watches: &mut tokio::task::JoinSet<()>,
+    ) -> Store<Service> {
+        let noted = self.dirty.clone();
+        let (store, task) = k8s::reflector::reflector_task(
+            Api::all(self.client.clone()),
+            watcher::Config::default().labels(selector),
+            keep_service,
+            "Service",
+            &self.changes,
+            &self.ctx.metrics.api_errors,
+            move |event| noted.service(event),
+        );
+        watches.spawn(task);
+        store
     }
 }
 
