@@ -334,7 +334,10 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
         s.dedup();
         s
     };
-    assert_eq!(selectors("pods"), ["ssh-fwd.io/ssh=enabled"]);
+    assert_eq!(
+        selectors("pods"),
+        [format!("{}={}", vocabulary::SSH, vocabulary::SSH_ENABLED)]
+    );
     // Ours carry the agents' default selector: one watch (and the start-up
     // check that the API server accepts --selector) reads them and the
     // others the agents honour.

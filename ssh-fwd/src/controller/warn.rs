@@ -199,7 +199,10 @@ mod tests {
             value: "99999".into(),
         };
         let note = bad.note(&scope);
-        assert!(note.contains("ssh-fwd.io/target-port is `99999`"), "{note}");
+        assert!(
+            note.contains(&format!("{} is `99999`", vocabulary::TARGET_PORT)),
+            "{note}"
+        );
         assert!(note.contains("remove it for port 22"), "{note}");
         assert_eq!(bad.reason(), reason::INVALID_TARGET_PORT);
         let taken = Problem::NameTaken {

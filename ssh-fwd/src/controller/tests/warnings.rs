@@ -44,7 +44,7 @@ async fn an_invalid_target_port_warns_the_pod_once_and_a_fixed_one_is_served() {
     let notes = bed.notes("job-1", vocabulary::reason::INVALID_TARGET_PORT, "Warning");
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
-        notes[0].contains("ssh-fwd.io/target-port is `99999`"),
+        notes[0].contains(&format!("{} is `99999`", vocabulary::TARGET_PORT)),
         "{}",
         notes[0]
     );
