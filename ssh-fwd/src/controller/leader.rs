@@ -30,6 +30,7 @@ use super::{
 };
 use crate::{
     k8s::{self, reflector::Changes},
+    source::kubernetes::desired::Policy,
     telemetry, vocabulary,
 };
 
@@ -87,12 +88,7 @@ impl Leadership<'_> {
             let changed = dirty.take();
             let big = changed.len() >= BIG_PASS;
             let scope = if everything || changed.everything {
-                // The old world goes first: both at once would double the peak.
-                drop(std::mem::replace(
-                    &mut world,
-                    World::new(ctx.policy.clone()),
-                ));
-                world = stores.world(&ctx.policy);
+                rebuild(&mut world, &stores, &ctx.policy);
                 Scope::All
             } else {
                 let touched = stores.refresh(&mut world, &changed);
@@ -148,18 +144,7 @@ impl Leadership<'_> {
             .into_iter()
             .flatten()
             .min();
-            let retry_in = retry.due_in(now);
-            everything = tokio::select! {
-                () = tokio::time::sleep(until_due.unwrap_or_default()), if until_due.is_some() => true,
-                // No delay: events that arrive during a pass wake the next one,
-                // which takes them all.
-                () = changes.changed() => {
-                    changes.take_since();
-                    false
-                }
-                _ = resync.tick() => true,
-                () = tokio::time::sleep(retry_in.unwrap_or_default()), if retry_in.is_some() => true,
-            };
+            everything = next_wake(changes, &mut resync, until_due, retry.due_in(now)).await;
         }
     }
 
@@ -247,6 +232,35 @@ impl Leadership<'_> {
         );
         watches.spawn(task);
         store
+    }
+}
+
+/// The world built whole from the watches' stores. The old world goes
+/// first: both at once would double the peak of memory.
+fn rebuild(world: &mut World, stores: &Stores, policy: &Policy) {
+    drop(std::mem::replace(world, World::new(policy.clone())));
+    *world = stores.world(policy);
+}
+
+/// Waits for what wakes the next pass: `true` when it is to plan for
+/// everything (a reservation's grace or a remembered write running out
+/// after `due`, the periodic resync, a retry after `retry_in`), `false`
+/// for changes, which it plans around. Changes wake it at once: events
+/// that arrive during a pass wake the next one, which takes them all.
+async fn next_wake(
+    changes: &Changes,
+    resync: &mut tokio::time::Interval,
+    due: Option<std::time::Duration>,
+    retry_in: Option<std::time::Duration>,
+) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(due.unwrap_or_default()), if due.is_some() => true,
+        () = changes.changed() => {
+            changes.take_since();
+            false
+        }
+        _ = resync.tick() => true,
+        () = tokio::time::sleep(retry_in.unwrap_or_default()), if retry_in.is_some() => true,
     }
 }
 
