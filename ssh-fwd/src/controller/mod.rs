@@ -2,15 +2,15 @@
 //! Service, and tells the user how to connect.
 //!
 //! This file is one replica: every replica serves the admission webhook
-//! ([`webhook`]) and stands for election ([`lease`]); the one elected leads
-//! ([`leader`]) until its term ends, then stands again. The leader is
+//! ([`webhook`]) and stands for election (`lease`); the one elected leads
+//! (`leader`) until its term ends, then stands again. The leader is
 //! level-triggered: a pass computes the writes from the caches (`plan`, one
 //! function of the `world`), for the part of the world the watches' changes
 //! touched, and for all of it at start, on a relist, on the periodic resync
 //! and after a failed write, so a missed event or a restart costs nothing
 //! and a change costs work in proportion to what it touched. Port
 //! reservations, which the webhook and the leader both make, are
-//! [`reservation`].
+//! `reservation`.
 
 mod api_error;
 mod apply;

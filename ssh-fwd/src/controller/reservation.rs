@@ -15,7 +15,7 @@
 //! Everything about them is here: the Lease's format (this file), what the
 //! caches keep of it ([`view`]), its watch ([`watch`]) and when this process
 //! first saw each ([`first_seen`]), the leader's rules for making and
-//! releasing them ([`upkeep`]) and its writes ([`write`]). The world's index
+//! releasing them ([`upkeep`]) and its writes ([`write`](mod@write)). The world's index
 //! of them is [`Book`](crate::controller::world::book::Book).
 
 use std::{collections::BTreeSet, ops::RangeInclusive};

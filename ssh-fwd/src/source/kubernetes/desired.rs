@@ -23,7 +23,7 @@
 //! never handed to a younger claimant. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
 //! ([`cap`]), so a new Service never takes a running one's place.
 //!
-//! [`vocabulary::LB_CLASS`]: vocabulary::LB_CLASS
+//! [`vocabulary::LB_CLASS`]: crate::vocabulary::LB_CLASS
 
 use std::{
     collections::{BTreeMap, BTreeSet},
