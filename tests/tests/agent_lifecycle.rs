@@ -309,7 +309,9 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
     );
     // --force removes it under the running agent. The agent puts the data
     // path back at its next pod scan (every 2 s), so it is held stopped
-    // (still holding its lock) until the port is seen refused.
+    // (still holding its lock) until the port is seen refused; the kernel
+    // detaches an unpinned link a moment after teardown sees its id gone,
+    // and the agent still holds the programs teardown could wait on.
     let signal = |sig: &str| {
         ssh_fwd_tests::cmd::run(std::process::Command::new("kill").args([sig, &first.to_string()]))
             .unwrap();
@@ -320,7 +322,8 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
         std::process::Command::new(&bin).args(["teardown", "--force", "--bpffs", &bpffs]),
     )
     .unwrap();
-    let closed = refused(bed.client(), 8022);
+    let closed =
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || refused(bed.client(), 8022));
     signal("-CONT");
     assert!(closed, "the port still forwards after teardown --force");
     // Once the agent is gone, the lock is too: a new agent starts.
