@@ -29,12 +29,30 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// One of `--service-styles` (the agent's and the controller's): a shape of
-/// Service whose SSH IP counts.
+/// A shape of Service that exposes the SSH IP: the one the controller
+/// creates (`--service-style`), and those whose SSH IP the agents and the
+/// controller honour (`--service-styles`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServiceStyleArg {
+pub enum ServiceStyle {
+    /// `type: LoadBalancer` of class `ssh-fwd.io/ssh`, the address in its
+    /// status.
     Loadbalancer,
+    /// `spec.externalIPs`.
     Externalips,
+}
+
+/// The name the agent's flags still import; the same type.
+pub use ServiceStyle as ServiceStyleArg;
+
+impl std::fmt::Display for ServiceStyle {
+    /// As it is written on the command line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use clap::ValueEnum as _;
+        match self.to_possible_value() {
+            Some(value) => f.write_str(value.get_name()),
+            None => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The command line: one subcommand per command, each with its flags in its
-//! own room (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
+//! own module (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
 //! comments here are the `--help` text.
 
 use std::ffi::OsString;
@@ -90,7 +90,7 @@ mod tests {
     use std::{path::PathBuf, time::Duration};
 
     use super::*;
-    use crate::{controller::ServiceStyle, datapath::hooks::AttachMode};
+    use crate::{args::ServiceStyle, datapath::hooks::AttachMode};
 
     #[test]
     fn documented_agent_command_line_parses() {

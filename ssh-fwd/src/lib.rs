@@ -9,7 +9,7 @@
 //! source                   where mappings come from: file, Kubernetes
 //! datapath                 the kernel side: load, attach, pins, maps, plan
 //! k8s  telemetry           Kubernetes plumbing; logs, metrics, HTTP
-//! mapping  args            the shared vocabulary and flag values
+//! mapping  args  vocabulary  the shared vocabulary and flag values
 //! ssh-fwd-common           (crate) map layouts and packet math, shared with the kernel
 //! ```
 //!
@@ -25,3 +25,4 @@ pub mod k8s;
 pub mod mapping;
 pub mod source;
 pub mod telemetry;
+pub mod vocabulary;

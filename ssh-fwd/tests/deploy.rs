@@ -24,9 +24,10 @@ use k8s_openapi::{
 use serde_json::Value;
 
 use ssh_fwd::{
+    args::ServiceStyle,
     cli::{Cli, Command},
-    controller::ServiceStyle,
     k8s::api_calls::{self, ApiCall},
+    vocabulary,
 };
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
@@ -430,7 +431,11 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
     let objects = hook.object_selector.as_ref().unwrap();
     assert_eq!(
         objects.match_labels.as_ref().unwrap(),
-        &[("ssh-fwd.io/ssh".to_owned(), "enabled".to_owned())].into()
+        &[(
+            vocabulary::SSH.to_owned(),
+            vocabulary::SSH_ENABLED.to_owned()
+        )]
+        .into()
     );
     let namespaces = &hook
         .namespace_selector
@@ -605,7 +610,7 @@ fn the_batch_example_runs_sshd_as_the_keys_owner_reading_the_installed_file_itse
     );
     let job: Job = typed(find(&docs, "Job", "ssh-batch-demo")).unwrap();
     let template = job.spec.unwrap().template;
-    let target = &template.metadata.unwrap().annotations.unwrap()["ssh-fwd.io/target-port"];
+    let target = &template.metadata.unwrap().annotations.unwrap()[vocabulary::TARGET_PORT];
     let pod = template.spec.unwrap();
     let container = pod
         .containers

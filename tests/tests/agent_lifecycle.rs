@@ -307,13 +307,25 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
         "pod-1",
         "teardown removed nothing"
     );
-    // --force removes it under the running agent.
+    // --force removes it under the running agent. The agent puts the data
+    // path back at its next pod scan (every 2 s), so it is held stopped
+    // (still holding its lock) until the port is seen refused; the kernel
+    // detaches an unpinned link a moment after teardown sees its id gone,
+    // and the agent still holds the programs teardown could wait on.
+    let signal = |sig: &str| {
+        ssh_fwd_tests::cmd::run(std::process::Command::new("kill").args([sig, &first.to_string()]))
+            .unwrap();
+    };
+    signal("-STOP");
     let bin = ssh_fwd_tests::agent::binary().unwrap();
     ssh_fwd_tests::cmd::run(
         std::process::Command::new(&bin).args(["teardown", "--force", "--bpffs", &bpffs]),
     )
     .unwrap();
-    assert!(refused(bed.client(), 8022));
+    let closed =
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || refused(bed.client(), 8022));
+    signal("-CONT");
+    assert!(closed, "the port still forwards after teardown --force");
     // Once the agent is gone, the lock is too: a new agent starts.
     bed.agents[0].stop().unwrap();
     bed.agents[0] = Agent::start(node, &[EXT_IFACE], &bed.mappings, &bed.bpffs[0], &[]).unwrap();

@@ -21,6 +21,7 @@ use std::{
 
 use common::{EXTERNAL_IP, Session};
 use serde_json::{Value, json};
+use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
     Bpffs, NetNs, Topology, agent, cmd,
     container::{Container, Mount, Seccomp, Spec, memory_bytes},
@@ -75,7 +76,7 @@ fn publish_pod(api: &FakeApi, pod_ip: &str) {
             "metadata": {"name": "ssh-job-7", "namespace": "jobs",
                          "creationTimestamp": "2026-01-01T00:00:00Z",
                          "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
-            "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                      "allocateLoadBalancerNodePorts": false,
                      "ports": [{"name": "ssh", "port": PORT, "targetPort": 22, "protocol": "TCP"}]},
             "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use common::{EXTERNAL_IP, refused};
 use serde_json::{Value, json};
+use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
     Agent, Bpffs, Topology, cmd,
     fake_api::{FakeApi, Kind},
@@ -86,14 +87,14 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
         pod(
             "job-7-rank-0",
             &topo.pods[0].ip,
-            json!({"ssh-fwd.io/ssh": "enabled"}),
+            json!({vocabulary::SSH: "enabled"}),
         ),
     );
     api.apply(Kind::Pod, pod("job-7-rank-1", &topo.pods[1].ip, json!({})));
     let event: Value = eventually("the SSHReady event", || {
-        api.list(Kind::Event)
-            .into_iter()
-            .find(|e| e["regarding"]["name"] == "job-7-rank-0" && e["reason"] == "SSHReady")
+        api.list(Kind::Event).into_iter().find(|e| {
+            e["regarding"]["name"] == "job-7-rank-0" && e["reason"] == vocabulary::reason::SSH_READY
+        })
     });
     assert_eq!(event["type"], "Normal", "{event}");
     let printed = event["note"].as_str().unwrap().to_owned();
@@ -105,7 +106,7 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     assert_eq!(command, format!("ssh root@{EXTERNAL_IP} -p {port}"));
     let pod0 = api.get(Kind::Pod, "jobs", "job-7-rank-0").unwrap();
     assert_eq!(
-        pod0["metadata"]["annotations"]["ssh-fwd.io/endpoint"],
+        pod0["metadata"]["annotations"][vocabulary::ENDPOINT],
         format!("{EXTERNAL_IP}:{port}")
     );
 
@@ -128,7 +129,7 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
         Kind::Pod,
         "jobs",
         "job-7-rank-0",
-        &json!({"metadata": {"labels": {"ssh-fwd.io/ssh": null}}}),
+        &json!({"metadata": {"labels": {vocabulary::SSH: null}}}),
     );
     eventually("the port to be refused", || {
         refused(&topo.client, port).then_some(())

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::{EXTERNAL_IP, Session, refused};
 use serde_json::{Value, json};
+use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
     Agent, Bpffs, Topology, cmd,
     fake_api::{FakeApi, Kind},
@@ -24,7 +25,7 @@ fn lb_service(name: &str, port: u16) -> Value {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh", "allocateLoadBalancerNodePorts": false,
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": 22, "protocol": "TCP"}]},
         "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
     })

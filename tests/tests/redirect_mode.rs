@@ -2,7 +2,7 @@
 //! FORWARD hook of the node's namespace for the pod's SSH traffic, a drop
 //! rule there, and real ssh logins through the frontend.
 //!
-//! What each mode shows in FORWARD (the README says the same):
+//! What each mode shows in FORWARD (docs/packet-path.md says the same):
 //!
 //! | ingress | `auto` | `off` |
 //! | --- | --- | --- |

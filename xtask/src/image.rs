@@ -6,10 +6,20 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use ssh_fwd_tests::image;
 
+#[derive(clap::Args, Debug)]
 pub struct Options {
-    /// The lighter profile the tests use, instead of `--release`.
+    /// Build the binary with the dev profile the tests use (quicker to
+    /// build, unoptimised, no debug info) instead of `--release`.
+    #[arg(long)]
     pub test_profile: bool,
+    /// The image name; a short one is named as Docker and containerd name
+    /// it (`ssh-fwd:dev` is `docker.io/library/ssh-fwd:dev`), so that a kind
+    /// or minikube node finds the image the manifests name.
+    #[arg(long, default_value = image::DEV_TAG)]
     pub tag: String,
+    /// Also write the image to FILE as a docker-archive, for
+    /// `kind load image-archive FILE` or `minikube image load FILE`.
+    #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
 }
 

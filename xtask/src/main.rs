@@ -2,7 +2,11 @@
 
 mod bench;
 mod demo;
+#[cfg(test)]
+mod docs;
 mod image;
+#[cfg(test)]
+mod module_graph;
 mod setup;
 mod test;
 
@@ -30,31 +34,12 @@ enum Task {
     /// included), build, and run every test: host unit tests, the kernel
     /// programs on crafted packets, and the network-namespace end-to-end
     /// tests. Needs root; a test that cannot run fails instead of skipping.
-    Test {
-        /// Skip `cargo fmt --check` and clippy (for a quick rerun of tests).
-        #[arg(long)]
-        no_lints: bool,
-        /// Extra arguments for `cargo test` (e.g. a test name filter).
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
-    },
+    /// With --unprivileged: formatting, clippy and the tests that need no
+    /// root, for a quick signal without root.
+    Test(test::Options),
     /// Build the container image (deploy/Dockerfile) offline: a static
     /// ssh-fwd (musl) in an otherwise empty image, with podman; no registry.
-    Image {
-        /// Build the binary with the dev profile the tests use (quicker to
-        /// build, unoptimised, no debug info) instead of `--release`.
-        #[arg(long)]
-        test_profile: bool,
-        /// The image name; a short one is named as Docker and containerd
-        /// name it (`ssh-fwd:dev` is `docker.io/library/ssh-fwd:dev`), so
-        /// that a kind or minikube node finds the image the manifests name.
-        #[arg(long, default_value = ssh_fwd_tests::image::DEV_TAG)]
-        tag: String,
-        /// Also write the image to FILE as a docker-archive, for
-        /// `kind load image-archive FILE` or `minikube image load FILE`.
-        #[arg(long, value_name = "FILE")]
-        save: Option<std::path::PathBuf>,
-    },
+    Image(image::Options),
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
     /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
     /// webhook`.
@@ -79,37 +64,10 @@ enum Bench {
     /// ssh-fwd's) in the cluster; with --scale, the time and memory for each
     /// number of Services; with --before BIN, an earlier build measured
     /// beside this one, scenario by scenario, in the same run.
-    Convergence {
-        #[arg(long, default_value_t = 10_000)]
-        services: usize,
-        #[arg(long, default_value_t = 200)]
-        changes: usize,
-        #[arg(long, default_value_t = 0)]
-        foreign: usize,
-        #[arg(long, value_delimiter = ',')]
-        scale: Vec<usize>,
-        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
-        /// measure beside this one in the same run, e.g. one built from main.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        before: Option<std::path::PathBuf>,
-        /// Measure this build as "after" instead of building the worktree's.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        after: Option<std::path::PathBuf>,
-        /// One measurement of this binary, printed as JSON (used by the
-        /// benchmark itself).
-        #[arg(long, hide = true)]
-        only_bin: Option<std::path::PathBuf>,
-    },
+    Convergence(bench::convergence::Options),
     /// The controller's admission webhook over HTTPS: p50/p99 of one
     /// admission, N at once, and answers while the API server is slow.
-    Webhook {
-        #[arg(long, default_value_t = 300)]
-        sequential: usize,
-        #[arg(long, default_value_t = 500)]
-        concurrent: usize,
-        #[arg(long, default_value_t = 10)]
-        slow: usize,
-    },
+    Webhook(bench::webhook::Options),
     /// The controller with N labelled pods: time until all are published,
     /// p50/p99 delay from a new pod to its endpoint, restart cost, memory.
     ///
@@ -122,42 +80,13 @@ enum Bench {
     ///
     /// With --before BIN, an earlier build measured beside this one, case by
     /// case, the two alternating run by run.
-    Progs {
-        /// Test runs per case (each of 200 iterations; cases of one
-        /// iteration run 4 times as often); the median is shown.
-        #[arg(long, default_value_t = 50)]
-        runs: usize,
-        /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
-        /// measure beside this one in the same run, e.g. one built from main.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        before: Option<std::path::PathBuf>,
-        /// Measure this build as "after" instead of building the worktree's.
-        #[arg(long, value_name = "SSH_FWD_BINARY")]
-        after: Option<std::path::PathBuf>,
-    },
+    Progs(bench::ProgsOptions),
     /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
     /// nftables and IPVS with N Services, and a userspace proxy, side by
     /// side in namespaces: throughput (1 and 8 streams), ping-pong latency,
     /// connection setup rate and forwarding CPU, each also as a ratio to
     /// plain routing. Writes bench/results/datapath.{md,json,png}.
-    Datapath {
-        /// One round of 1 s per workload (under two minutes).
-        #[arg(long)]
-        quick: bool,
-        /// Rounds per path (default 3, or 1 with --quick).
-        #[arg(long)]
-        rounds: Option<usize>,
-        /// Seconds per workload (default 3, or 1 with --quick).
-        #[arg(long)]
-        secs: Option<u64>,
-        /// Numbers of kube-proxy Services to install, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
-        services: Vec<usize>,
-        /// Measure only paths whose label contains one of these
-        /// (comma-separated, e.g. `routing,tc`); plain routing always runs.
-        #[arg(long, value_delimiter = ',')]
-        only: Vec<String>,
-    },
+    Datapath(bench::datapath::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -165,26 +94,8 @@ fn main() -> std::process::ExitCode {
         Task::Setup => setup::run(),
         Task::Demo => setup::run().and_then(|()| demo::run()),
         Task::Bench {
-            which:
-                Bench::Convergence {
-                    services,
-                    changes,
-                    foreign,
-                    scale,
-                    before,
-                    after,
-                    only_bin,
-                },
+            which: Bench::Convergence(options),
         } => {
-            let options = bench::convergence::Options {
-                services,
-                changes,
-                foreign,
-                scale,
-                before,
-                after,
-                only_bin,
-            };
             // A single measurement runs inside an outer run, set up already.
             let setup = if options.only_bin.is_some() {
                 Ok(())
@@ -197,52 +108,18 @@ fn main() -> std::process::ExitCode {
             which: Bench::Controller(options),
         } => bench::controller::run(options),
         Task::Bench {
-            which:
-                Bench::Webhook {
-                    sequential,
-                    concurrent,
-                    slow,
-                },
-        } => bench::webhook::run(sequential, concurrent, slow),
+            which: Bench::Webhook(options),
+        } => bench::webhook::run(options),
         Task::Bench {
-            which:
-                Bench::Datapath {
-                    quick,
-                    rounds,
-                    secs,
-                    services,
-                    only,
-                },
-        } => setup::run().and_then(|()| {
-            bench::datapath::run(&bench::datapath::Options {
-                quick,
-                rounds,
-                secs,
-                services,
-                only,
-            })
-        }),
+            which: Bench::Datapath(options),
+        } => setup::run().and_then(|()| bench::datapath::run(&options)),
         Task::Bench {
-            which:
-                Bench::Progs {
-                    runs,
-                    before,
-                    after,
-                },
-        } => setup::run().and_then(|()| bench::progs::run(runs, before, after)),
+            which: Bench::Progs(options),
+        } => setup::run()
+            .and_then(|()| bench::progs::run(options.runs, options.before, options.after)),
         Task::BenchHelper { which } => bench::helpers::run(which),
-        Task::Image {
-            test_profile,
-            tag,
-            save,
-        } => setup::run().and_then(|()| {
-            image::run(&image::Options {
-                test_profile,
-                tag,
-                save,
-            })
-        }),
-        Task::Test { no_lints, args } => setup::run().and_then(|()| test::run(!no_lints, &args)),
+        Task::Image(options) => setup::run().and_then(|()| image::run(&options)),
+        Task::Test(options) => test::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -334,4 +211,40 @@ pub fn build_static(profile: &str) -> anyhow::Result<std::path::PathBuf> {
 /// The debug build, for tests and the demo.
 pub fn build_ssh_fwd() -> anyhow::Result<std::path::PathBuf> {
     build_ssh_fwd_profile(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn benchmark_options_keep_their_defaults() {
+        let cli = Cli::try_parse_from(["xtask", "bench", "webhook", "--slow", "3"]).unwrap();
+        let Task::Bench {
+            which: Bench::Webhook(options),
+        } = cli.task
+        else {
+            panic!("not bench webhook");
+        };
+        assert_eq!(
+            (options.sequential, options.concurrent, options.slow),
+            (300, 500, 3)
+        );
+        let cli = Cli::try_parse_from(["xtask", "bench", "datapath", "--only", "tc,xdp"]).unwrap();
+        let Task::Bench {
+            which: Bench::Datapath(options),
+        } = cli.task
+        else {
+            panic!("not bench datapath");
+        };
+        assert_eq!(options.services, [1, 1000, 10000]);
+        assert_eq!(options.only, ["tc", "xdp"]);
+    }
 }

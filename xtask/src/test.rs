@@ -2,7 +2,9 @@
 //!
 //! Tests that need root, namespaces or BPF are `#[ignore]`d so that a plain
 //! `cargo test` reports them as ignored instead of passing them; this runs
-//! them with `--include-ignored`.
+//! them with `--include-ignored`. `--unprivileged` is the lane for a
+//! contributor without root: the lints and the tests that need no
+//! privileges, the others reported as ignored.
 
 use std::process::Command;
 
@@ -13,15 +15,57 @@ use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
 /// The nightly the eBPF crate is built with (by aya-build) and linted with.
 const EBPF_TOOLCHAIN: &str = "+nightly";
 
-pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Skip `cargo fmt --check` and clippy (for a quick rerun of tests).
+    #[arg(long)]
+    no_lints: bool,
+    /// Only what needs no root: formatting, clippy and the unprivileged
+    /// tests (unit tests, mocked-API tests, deploy/ checks, the docs' links
+    /// and the module graph); the kernel and namespace tests are reported
+    /// as ignored. Installs nothing: it expects the toolchain `cargo xtask
+    /// setup` installs (the nightly's rust-src and bpf-linker).
+    #[arg(long)]
+    unprivileged: bool,
+    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    if options.unprivileged {
+        return unprivileged(options);
+    }
+    crate::setup::run()?;
+    all(options)
+}
+
+/// The lints and `cargo test` as it is: the privileged tests are ignored.
+fn unprivileged(options: &Options) -> anyhow::Result<()> {
+    if !options.no_lints {
+        lint()?;
+    }
+    println!("==> running the tests that need no privileges (the others are reported as ignored)");
+    let (cargo_args, test_args) = split_at_dashes(&options.args);
+    run_cmd(
+        cargo()
+            .arg("test")
+            .args(cargo_args)
+            .arg("--")
+            .args(test_args),
+    )
+}
+
+fn all(options: &Options) -> anyhow::Result<()> {
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!(
             "cargo xtask test runs the kernel and network-namespace tests, which cannot run here: \
-             {why}. Run it as root (sudo -E cargo xtask test), or run `cargo test` for the tests \
-             that need no privileges (the others are reported as ignored)"
+             {why}. Run it as root (sudo -E cargo xtask test), or run `cargo xtask test \
+             --unprivileged` for the lints and the tests that need no privileges (the others \
+             are reported as ignored)"
         );
     }
-    if lints {
+    if !options.no_lints {
         lint()?;
     }
     let bin = build_ssh_fwd()?;
@@ -30,7 +74,7 @@ pub fn run(lints: bool, args: &[String]) -> anyhow::Result<()> {
     println!(
         "==> running all tests: host unit tests, eBPF programs on crafted packets, network-namespace end to end"
     );
-    let (cargo_args, test_args) = split_at_dashes(args);
+    let (cargo_args, test_args) = split_at_dashes(&options.args);
     // Default members only: the eBPF crate builds for the bpf target, via build.rs.
     run_cmd(
         cargo()

@@ -27,6 +27,8 @@ use std::{
 
 use anyhow::Context as _;
 
+use crate::vocabulary;
+
 pub use authorized::{Parsed, parse};
 
 #[derive(Debug, clap::Args)]
@@ -203,7 +205,8 @@ fn report(parsed: &Parsed, source: &Path) {
 /// What to say when `source` is absent: the Secret, or its key, is
 /// missing, and how to make it.
 fn missing_source(source: &Path, secret: Option<&str>) -> String {
-    let secret = secret.unwrap_or("named by ssh-fwd.io/authorized-keys-secret");
+    let named = format!("named by {}", vocabulary::KEYS_SECRET);
+    let secret = secret.unwrap_or(&named);
     format!(
         "no SSH keys: {} is absent, so the Secret {secret} is not in this pod's namespace or has no key authorized_keys; an empty authorized_keys is installed and nobody can log in with a key. Create it (kubectl create secret generic {secret} --from-file=authorized_keys=KEYS.pub): the keys sidecar installs it once the kubelet mounts it (60-90 s later)",
         source.display()

@@ -68,10 +68,11 @@ pub fn run(args: TeardownArgs) -> anyhow::Result<()> {
 }
 
 /// Removes every link and map pinned under `layout`, and our versioned
-/// directories, and returns once the kernel has let go of the links (under
-/// a running agent, `forced`, they stay until it stops).
+/// directories, and returns once the kernel has let go of the links and
+/// detached their programs (under a running agent, `forced`, they stay
+/// until it stops).
 fn remove(layout: &PinLayout, forced: bool) -> anyhow::Result<()> {
-    let links = released::pinned_link_ids(layout.root());
+    let pinned = released::pinned(layout.root());
     // Links first: unpinning them detaches the programs, then the maps go.
     for (iface, link) in hooks::attached(&layout.links_dir()) {
         println!("detaching {link} from {iface}");
@@ -99,7 +100,7 @@ fn remove(layout: &PinLayout, forced: bool) -> anyhow::Result<()> {
             println!("removed {}", entry.path().display());
         }
     }
-    match released::wait_gone(&links, RELEASE_LIMIT) {
+    match released::wait_gone(&pinned, !forced, RELEASE_LIMIT) {
         Ok(()) => Ok(()),
         Err(left) if forced => {
             println!(

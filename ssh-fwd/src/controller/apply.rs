@@ -20,21 +20,20 @@ use kube::{
 };
 use serde_json::json;
 
-use reserve::{lease_port, release, reserve_port};
-
 mod event;
-mod reserve;
 
 use super::{
     api_error::{self, Grant},
     expect::Done,
     lease::Term,
     metrics::ControllerMetrics,
-    plan::{Action, DeleteReason, PodRef, Problem},
-    service::{self, ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, is_managed},
+    plan::{Action, DeleteReason, Problem},
+    pod::PodRef,
+    reservation::write::{lease_port, release, reserve_port},
+    service::{self, is_managed},
     warn::Scope,
 };
-use crate::k8s::answer::Unread;
+use crate::{k8s::answer::Unread, vocabulary};
 
 /// What the writes need to know beyond the plan.
 pub struct Context {
@@ -45,7 +44,7 @@ pub struct Context {
     pub reporter: Reporter,
     pub ssh_ip: std::net::Ipv4Addr,
     /// The shape of the Services made.
-    pub style: super::ServiceStyle,
+    pub style: crate::args::ServiceStyle,
     /// Whose Services hold ports on the SSH IP: the agents' rules.
     pub policy: crate::source::kubernetes::desired::Policy,
     pub host: String,
@@ -200,7 +199,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             reserve,
         } => {
             if let Some(lease) = reserve
-                && !reserve_port(ctx, &lease, port).await?
+                && !reserve_port(&ctx.reservations, &lease, port).await?
             {
                 tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
                 return Ok(Outcome::Raced);
@@ -250,7 +249,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
         Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
         Action::Reserve { lease } => {
             let port = lease_port(&lease);
-            if reserve_port(ctx, &lease, port).await? {
+            if reserve_port(&ctx.reservations, &lease, port).await? {
                 tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
             }
         }
@@ -259,7 +258,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             port,
             uid,
             resource_version,
-        } => release(ctx, &name, port, uid, resource_version).await?,
+        } => release(&ctx.reservations, &name, port, uid, resource_version).await?,
         Action::Publish {
             pod,
             service,
@@ -416,12 +415,20 @@ async fn publish(
             "SSH: Connected! Available at: ssh {}@{} -p {port}",
             ctx.user, ctx.host
         );
-        event(ctx, pod, EventType::Normal, "SSHReady", "Publish", note).await?;
+        event(
+            ctx,
+            pod,
+            EventType::Normal,
+            vocabulary::reason::SSH_READY,
+            vocabulary::action::PUBLISH,
+            note,
+        )
+        .await?;
         tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %endpoint, "published the SSH endpoint");
     }
     patch(json!({
-        "labels": {SERVICE_LABEL: service},
-        "annotations": {ENDPOINT_ANNOTATION: &endpoint, ANNOUNCED_ANNOTATION: &endpoint},
+        "labels": {vocabulary::SERVICE: service},
+        "annotations": {vocabulary::ENDPOINT: &endpoint, vocabulary::ANNOUNCED: &endpoint},
     }))
     .await?;
     Ok(endpoint)
@@ -432,8 +439,8 @@ async fn publish(
 async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
     let patch = json!({"metadata": {
         "uid": pod.uid,
-        "labels": {SERVICE_LABEL: null},
-        "annotations": {ENDPOINT_ANNOTATION: null, ANNOUNCED_ANNOTATION: null},
+        "labels": {vocabulary::SERVICE: null},
+        "annotations": {vocabulary::ENDPOINT: null, vocabulary::ANNOUNCED: null},
     }});
     let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     match api

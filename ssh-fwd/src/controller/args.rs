@@ -2,6 +2,8 @@
 
 use std::{path::PathBuf, time::Duration};
 
+use crate::{args::ServiceStyle, vocabulary};
+
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
     /// The external SSH IP the Services expose (the agents' --ssh-ip).
@@ -38,7 +40,7 @@ pub struct ControllerArgs {
         value_delimiter = ',',
         default_value = "loadbalancer,externalips"
     )]
-    pub service_styles: Vec<crate::args::ServiceStyleArg>,
+    pub service_styles: Vec<ServiceStyle>,
 
     /// The agents' --selector: the Services they honour. The controller
     /// reads only its own Services and these (they may hold ports on the
@@ -46,7 +48,7 @@ pub struct ControllerArgs {
     #[arg(
         long,
         value_name = "SELECTOR",
-        default_value = super::service::DEFAULT_SELECTOR
+        default_value = vocabulary::DEFAULT_SELECTOR
     )]
     pub selector: String,
 
@@ -91,15 +93,8 @@ pub struct ControllerArgs {
     pub admission: super::webhook::AdmissionArgs,
 }
 
-/// The Service shape the controller creates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ServiceStyle {
-    Loadbalancer,
-    Externalips,
-}
-
 /// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and
-/// subcommand names), for tests of the rooms that take them.
+/// subcommand names), for tests of the modules that take them.
 #[cfg(test)]
 pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<ControllerArgs, clap::Error> {
     use clap::Parser as _;

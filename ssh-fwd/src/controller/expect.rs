@@ -11,8 +11,6 @@ use std::{
 
 #[cfg(test)]
 use super::pod::PodView;
-#[cfg(test)]
-use super::service::ENDPOINT_ANNOTATION;
 use super::{service, world::World};
 
 pub const EXPECT_FOR: Duration = Duration::from_secs(60);
@@ -89,6 +87,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::vocabulary;
 
     const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
 
@@ -128,7 +127,7 @@ mod tests {
         assert_eq!(e.published("u"), Some("h:9000"));
         assert_eq!(e.next_due(), Some(t0 + EXPECT_FOR));
 
-        e.settle(&world(&[pod(json!({ENDPOINT_ANNOTATION: "h:9000"}))]), t0);
+        e.settle(&world(&[pod(json!({vocabulary::ENDPOINT: "h:9000"}))]), t0);
         assert_eq!(e.published("u"), None, "the cache shows the annotation");
         e.settle(&world(&[]), t0 + EXPECT_FOR);
         assert!(!e.creating("u"), "expired");

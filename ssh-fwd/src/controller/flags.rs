@@ -2,8 +2,8 @@
 //! command: users paste it into a shell, so it must be words a shell and ssh
 //! take as they are.
 
-use super::args::{ControllerArgs, ServiceStyle};
-use crate::args::ServiceStyleArg;
+use super::args::ControllerArgs;
+use crate::args::ServiceStyle;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FlagError {
@@ -19,20 +19,17 @@ pub enum FlagError {
         "--service-style {made} makes Services the agents would not honour (--service-styles {honoured}); add `{made}` to --service-styles here and on the agents, or choose another --service-style"
     )]
     StyleNotHonoured {
-        made: &'static str,
+        made: ServiceStyle,
         honoured: String,
     },
 }
 
 /// The host name shown in the command: --ssh-hostname, else --ssh-ip.
 pub fn check(args: &ControllerArgs) -> Result<String, FlagError> {
-    let (made, needed) = match args.service_style {
-        ServiceStyle::Loadbalancer => ("loadbalancer", ServiceStyleArg::Loadbalancer),
-        ServiceStyle::Externalips => ("externalips", ServiceStyleArg::Externalips),
-    };
-    if !args.service_styles.contains(&needed) {
+    let made = args.service_style;
+    if !args.service_styles.contains(&made) {
         let honoured: Vec<String> = (args.service_styles.iter())
-            .map(|s| format!("{s:?}").to_lowercase())
+            .map(ToString::to_string)
             .collect();
         return Err(FlagError::StyleNotHonoured {
             made,

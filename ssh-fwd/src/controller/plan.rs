@@ -12,95 +12,28 @@
 //! target-port annotation, its Service name taken by someone else's, no
 //! free port) gets a Warning instead.
 
+use crate::vocabulary;
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::{
-    api::{coordination::v1::Lease, core::v1::Service},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::apis::meta::v1::Time};
 use rand::Rng;
 
 pub use super::warn::Problem;
 use super::{
     expect::Expectations,
-    pod::PodView,
+    pod::{PodRef, PodView, asks_for_ssh},
+    reservation::upkeep::Free,
     service::{self, Settings},
     world::World,
 };
+pub use action::{Action, DeleteReason};
 use races::retire_port_losers;
-use reservations::Sightings;
 use scope::{PortSet, Scope};
 
+mod action;
 mod races;
-pub mod reservations;
 pub mod scope;
 mod serve;
-
-/// A pod, by what the API needs to address it.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct PodRef {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Action {
-    /// Create the pod's Service on `port`; first, when `reserve` is set,
-    /// reserve the port (a create that finds it taken is retried next
-    /// pass). A LoadBalancer's status is written right after it is made.
-    Create {
-        pod: PodRef,
-        port: u16,
-        service: Box<Service>,
-        reserve: Option<Box<Lease>>,
-    },
-    /// Reserve a port a Service already holds (an existing reservation of
-    /// it is as good).
-    Reserve { lease: Box<Lease> },
-    /// Delete a reservation no longer in use, if it is still this one.
-    Release {
-        name: String,
-        port: u16,
-        uid: Option<String>,
-        resource_version: Option<String>,
-    },
-    /// Delete one of our Services, only if it is still the one with this
-    /// uid. `unpublish`: first take the endpoint off this pod (if it still
-    /// exists); the Service stays until that worked, so a failure is retried
-    /// instead of leaving a stale endpoint on a pod no Service points to.
-    Delete {
-        namespace: String,
-        name: String,
-        uid: Option<String>,
-        why: DeleteReason,
-        unpublish: Option<PodRef>,
-    },
-    /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
-    SetIngress { namespace: String, name: String },
-    /// Send the "ssh ..." event (when announcing), then label the pod for
-    /// its Service's selector and annotate the endpoint, in one patch.
-    Publish {
-        pod: PodRef,
-        service: String,
-        port: u16,
-        /// The endpoint is new to the pod: tell the user.
-        announce: bool,
-    },
-    /// The pod cannot be served: tell it why (once) and what fixes it.
-    Warn { pod: PodRef, problem: Problem },
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeleteReason {
-    PodGone,
-    /// A second Service for a pod that has one.
-    Duplicate,
-    LostPort {
-        port: u16,
-        holder: String,
-    },
-}
 
 /// What one pass reads: the world, the part of it to plan for, and what
 /// the leader remembers.
@@ -109,10 +42,6 @@ pub struct Pass<'a> {
     pub scope: &'a Scope,
     /// Our writes the caches do not show yet.
     pub expected: &'a Expectations,
-    /// When this leader first saw each reservation.
-    pub sightings: &'a Sightings,
-    /// How long an unused reservation is kept after it is first seen.
-    pub grace: std::time::Duration,
     /// The endpoint variable the webhook sets, when it runs: a pod that
     /// gets its port only now is warned that it lacks it.
     pub variable: Option<&'a str>,
@@ -157,7 +86,7 @@ pub fn compute(
         // Retiring: a new port next pass, once the old Service (same name)
         // is gone. Creating: the cache will show it.
         if !retiring.contains(uid) && !pass.expected.creating(uid) {
-            let mut free = reservations::Free {
+            let mut free = Free {
                 range,
                 taken: &taken,
                 handed: &mut handed,
@@ -271,8 +200,8 @@ fn publish(
         return;
     }
     let told = service::told_endpoint(pod) == Some(endpoint.as_str());
-    let annotated = meta.annotation(service::ENDPOINT_ANNOTATION) == Some(endpoint.as_str());
-    let labelled = meta.label(service::SERVICE_LABEL) == Some(name.as_str());
+    let annotated = meta.annotation(vocabulary::ENDPOINT) == Some(endpoint.as_str());
+    let labelled = meta.label(vocabulary::SERVICE) == Some(name.as_str());
     if !(annotated && labelled && told) {
         actions.push(Action::Publish {
             pod: pod_ref,
@@ -301,17 +230,6 @@ fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
         }
         _ => false,
     }
-}
-
-/// Labelled, not terminating, not finished.
-pub fn asks_for_ssh(pod: &PodView) -> bool {
-    let labelled = pod.metadata.label(service::SSH_LABEL) == Some(service::SSH_ENABLED);
-    let finished = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Succeeded" || p == "Failed");
-    labelled && !finished && pod.metadata.deletion_timestamp.is_none()
 }
 
 fn full_name(s: &Service) -> String {

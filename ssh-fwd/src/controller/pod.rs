@@ -15,25 +15,18 @@ use k8s_openapi::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::{
-    reservation::POD_ANNOTATION,
-    service::{
-        ANNOUNCED_ANNOTATION, ENDPOINT_ANNOTATION, SERVICE_LABEL, SSH_LABEL, TARGET_PORT_ANNOTATION,
-    },
-    webhook::{keys::SECRET_ANNOTATION, mutate::ADMISSION_ANNOTATION},
-};
-use crate::k8s::kept::Kept;
+use crate::{k8s::kept::Kept, vocabulary};
 
 /// The pod labels anything in the controller reads.
-const LABELS: &[&str] = &[SSH_LABEL, SERVICE_LABEL];
+const LABELS: &[&str] = &[vocabulary::SSH, vocabulary::SERVICE];
 /// The pod annotations anything in the controller reads.
 const ANNOTATIONS: &[&str] = &[
-    ENDPOINT_ANNOTATION,
-    ANNOUNCED_ANNOTATION,
-    TARGET_PORT_ANNOTATION,
-    POD_ANNOTATION,
-    ADMISSION_ANNOTATION,
-    SECRET_ANNOTATION,
+    vocabulary::ENDPOINT,
+    vocabulary::ANNOUNCED,
+    vocabulary::TARGET_PORT,
+    vocabulary::RESERVATION,
+    vocabulary::ADMISSION,
+    vocabulary::KEYS_SECRET,
 ];
 
 /// What the controller keeps of a pod. It is read and written as a pod's
@@ -153,6 +146,25 @@ impl kube::Resource for PodWire {
 
 crate::k8s::kept::lookup_as!(PodView, PodWire, .metadata);
 
+/// A pod, by what the API needs to address it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Labelled, not terminating, not finished.
+pub fn asks_for_ssh(pod: &PodView) -> bool {
+    let labelled = pod.metadata.label(vocabulary::SSH) == Some(vocabulary::SSH_ENABLED);
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    labelled && !finished && pod.metadata.deletion_timestamp.is_none()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -164,21 +176,24 @@ mod tests {
         let pod: PodView = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
                          "deletionTimestamp": "2026-11-25T00:00:00Z",
-                         "labels": {SSH_LABEL: "enabled", "app": "job"},
-                         "annotations": {ENDPOINT_ANNOTATION: "h:8000",
+                         "labels": {vocabulary::SSH: "enabled", "app": "job"},
+                         "annotations": {vocabulary::ENDPOINT: "h:8000",
                                          "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
             "spec": {"containers": [{"name": "c", "image": "i"}]},
             "status": {"phase": "Running", "podIP": "10.0.0.1"}}))
         .unwrap();
-        assert_eq!(pod.metadata.label(SSH_LABEL), Some("enabled"));
-        assert_eq!(pod.metadata.annotation(ENDPOINT_ANNOTATION), Some("h:8000"));
+        assert_eq!(pod.metadata.label(vocabulary::SSH), Some("enabled"));
+        assert_eq!(
+            pod.metadata.annotation(vocabulary::ENDPOINT),
+            Some("h:8000")
+        );
         assert!(pod.metadata.deletion_timestamp.is_some());
         assert_eq!(
             serde_json::to_value(&pod).unwrap(),
             json!({"metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
                                 "deletionTimestamp": "2026-11-25T00:00:00Z",
-                                "labels": {SSH_LABEL: "enabled"},
-                                "annotations": {ENDPOINT_ANNOTATION: "h:8000"}},
+                                "labels": {vocabulary::SSH: "enabled"},
+                                "annotations": {vocabulary::ENDPOINT: "h:8000"}},
                    "status": {"phase": "Running"}})
         );
     }

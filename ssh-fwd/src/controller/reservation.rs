@@ -6,11 +6,17 @@
 //! schema of our own, and `kubectl get leases` shows its holder.
 //!
 //! A reservation is made by the webhook at admission (it carries a random
-//! token that the pod gets as the annotation [`POD_ANNOTATION`]; the pod's
-//! name may not exist yet), by the leader for a pod that was not admitted
-//! with a port (it carries the pod's uid), or by the leader for a port some
-//! Service already holds (it carries the Service's name), so that the
-//! reservations alone tell the webhook every port in use.
+//! token that the pod gets as the annotation [`vocabulary::RESERVATION`];
+//! the pod's name may not exist yet), by the leader for a pod that was not
+//! admitted with a port (it carries the pod's uid), or by the leader for a
+//! port some Service already holds (it carries the Service's name), so that
+//! the reservations alone tell the webhook every port in use.
+//!
+//! Everything about them is here: the Lease's format (this file), what the
+//! caches keep of it ([`view`]), its watch ([`watch`]) and when this process
+//! first saw each ([`first_seen`]), the leader's rules for making and
+//! releasing them ([`upkeep`]) and its writes ([`write`](mod@write)). The world's index
+//! of them is [`Book`](crate::controller::world::book::Book).
 
 use std::{collections::BTreeSet, ops::RangeInclusive};
 
@@ -22,28 +28,17 @@ use k8s_openapi::{
 use kube::Api;
 use rand::Rng;
 
-use super::{ports, service};
+use super::ports;
+use crate::vocabulary;
 
 pub(crate) mod first_seen;
+pub mod upkeep;
 mod view;
+pub mod watch;
+pub mod write;
 
 pub use first_seen::FirstSeen;
 pub use view::LeaseView;
-
-/// Lease label: the SSH IP the reserved port is on; the watches select on it.
-pub const LABEL: &str = "ssh-fwd.io/port-reservation";
-/// Lease annotation: the reserved port.
-pub const PORT: &str = "ssh-fwd.io/port";
-/// Lease annotation: the token the admitted pod carries.
-pub const TOKEN: &str = "ssh-fwd.io/token";
-/// Lease annotation: the namespace of the pod it is for.
-pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
-/// Lease annotation: the uid of the pod it is for (leader-made ones).
-pub const POD_UID: &str = "ssh-fwd.io/pod-uid";
-/// Lease annotation: the Service (`namespace/name`) that holds the port.
-pub const SERVICE: &str = "ssh-fwd.io/service";
-/// Pod annotation: the token of the pod's reservation, written at admission.
-pub const POD_ANNOTATION: &str = "ssh-fwd.io/reservation";
 
 /// Who a reservation is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,15 +72,16 @@ pub fn new_token() -> String {
 
 /// The reservation of `port` on `ip` for `holder`.
 pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
-    let mut annotations = std::collections::BTreeMap::from([(PORT.to_owned(), port.to_string())]);
+    let mut annotations =
+        std::collections::BTreeMap::from([(vocabulary::PORT.to_owned(), port.to_string())]);
     let shown = match holder {
         Holder::Admitted {
             namespace,
             name,
             token,
         } => {
-            annotations.insert(TOKEN.into(), token.clone());
-            annotations.insert(NAMESPACE.into(), namespace.clone());
+            annotations.insert(vocabulary::TOKEN.into(), token.clone());
+            annotations.insert(vocabulary::NAMESPACE.into(), namespace.clone());
             format!("pod {namespace}/{name}")
         }
         Holder::Pod {
@@ -93,12 +89,12 @@ pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
             name,
             uid,
         } => {
-            annotations.insert(POD_UID.into(), uid.clone());
-            annotations.insert(NAMESPACE.into(), namespace.clone());
+            annotations.insert(vocabulary::POD_UID.into(), uid.clone());
+            annotations.insert(vocabulary::NAMESPACE.into(), namespace.clone());
             format!("pod {namespace}/{name}")
         }
         Holder::Service { key } => {
-            annotations.insert(SERVICE.into(), key.clone());
+            annotations.insert(vocabulary::SERVICE.into(), key.clone());
             format!("service {key}")
         }
     };
@@ -106,10 +102,10 @@ pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
         metadata: ObjectMeta {
             name: Some(name(ip, port)),
             labels: Some(std::collections::BTreeMap::from([
-                (LABEL.to_owned(), ip.to_string()),
+                (vocabulary::PORT_RESERVATION.to_owned(), ip.to_string()),
                 (
-                    service::MANAGED_BY_LABEL.to_owned(),
-                    service::MANAGED_BY.to_owned(),
+                    vocabulary::MANAGED_BY_LABEL.to_owned(),
+                    vocabulary::CONTROLLER.to_owned(),
                 ),
             ])),
             annotations: Some(annotations),
@@ -125,7 +121,7 @@ pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
 
 /// The label selector of the reservations on `ip`.
 pub fn selector(ip: std::net::Ipv4Addr) -> String {
-    format!("{LABEL}={ip}")
+    format!("{}={ip}", vocabulary::PORT_RESERVATION)
 }
 
 /// A reservation as read back from its Lease.
@@ -145,7 +141,7 @@ pub struct Reservation {
 /// claim one port under another's name).
 pub fn read(lease: &LeaseView, ip: std::net::Ipv4Addr) -> Option<Reservation> {
     let annotation = |key: &str| lease.annotation(key).map(str::to_owned);
-    let port: u16 = annotation(PORT)?.parse().ok()?;
+    let port: u16 = annotation(vocabulary::PORT)?.parse().ok()?;
     let lease_name = lease.name.clone()?;
     if lease_name != name(ip, port) {
         return None;
@@ -153,9 +149,9 @@ pub fn read(lease: &LeaseView, ip: std::net::Ipv4Addr) -> Option<Reservation> {
     Some(Reservation {
         name: lease_name,
         port,
-        token: annotation(TOKEN),
-        namespace: annotation(NAMESPACE),
-        pod_uid: annotation(POD_UID),
+        token: annotation(vocabulary::TOKEN),
+        namespace: annotation(vocabulary::NAMESPACE),
+        pod_uid: annotation(vocabulary::POD_UID),
         uid: lease.uid.clone(),
         resource_version: lease.resource_version.clone(),
     })
@@ -255,7 +251,7 @@ mod tests {
             .annotations
             .as_mut()
             .unwrap()
-            .insert(PORT.into(), "8124".into());
+            .insert(vocabulary::PORT.into(), "8124".into());
         assert_eq!(read(&lease.into(), IP), None);
         let lease = build(IP, 8123, &Holder::Service { key: "a/b".into() });
         assert_eq!(read(&lease.into(), "198.18.0.11".parse().unwrap()), None);

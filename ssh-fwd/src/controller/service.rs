@@ -11,40 +11,14 @@ use k8s_openapi::{
     },
 };
 
-use super::{args::ServiceStyle, pod::PodView};
-use crate::{
-    k8s::LB_CLASS,
-    source::kubernetes::{
-        desired::{self, Policy},
-        objects::ServiceView,
-    },
+use super::pod::PodView;
+use crate::args::ServiceStyle;
+use crate::source::kubernetes::{
+    desired::{self, Policy},
+    objects::ServiceView,
 };
+use crate::vocabulary;
 
-/// A pod asks for SSH with this label set to [`SSH_ENABLED`].
-pub const SSH_LABEL: &str = "ssh-fwd.io/ssh";
-pub const SSH_ENABLED: &str = "enabled";
-/// Optional pod annotation: the pod port (number or container port name)
-/// SSH goes to; 22 when absent.
-pub const TARGET_PORT_ANNOTATION: &str = "ssh-fwd.io/target-port";
-/// Pod annotation the controller publishes: `HOST:PORT`.
-pub const ENDPOINT_ANNOTATION: &str = "ssh-fwd.io/endpoint";
-/// Pod annotation the controller writes with the endpoint once it has told
-/// the user (the event): a pod admitted with a port has its endpoint
-/// annotation from admission on, before the port is live.
-pub const ANNOUNCED_ANNOTATION: &str = "ssh-fwd.io/announced";
-/// Pod label the controller sets to its Service's name; the Service selects
-/// on it, so it selects that pod and no other.
-pub const SERVICE_LABEL: &str = "ssh-fwd.io/service";
-/// Service label: the uid of the pod it serves.
-pub const POD_UID_LABEL: &str = "ssh-fwd.io/pod-uid";
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "ssh-fwd-controller";
-/// Makes kube-proxy and Cilium leave the Service alone; the agents select it.
-pub const PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
-pub const PROXY_NAME: &str = "ssh-fwd";
-/// The agents' and the controller's default `--selector`: the label above,
-/// which every Service of ours carries.
-pub const DEFAULT_SELECTOR: &str = "service.kubernetes.io/service-proxy-name=ssh-fwd";
 const DEFAULT_TARGET_PORT: i32 = 22;
 
 /// What every Service shares.
@@ -72,7 +46,8 @@ pub fn service_name(pod_name: &str) -> String {
 /// A target-port annotation the API server would refuse in a Service.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the annotation {TARGET_PORT_ANNOTATION} is `{0}`, which is neither a port number (1-65535) nor a container port name (up to 15 lowercase letters, digits and '-', with a letter, no '-' at either end or twice in a row); set it to the port sshd listens on, e.g. \"2222\" or \"ssh\", or remove it for port 22"
+    "the annotation {key} is `{0}`, which is neither a port number (1-65535) nor a container port name (up to 15 lowercase letters, digits and '-', with a letter, no '-' at either end or twice in a row); set it to the port sshd listens on, e.g. \"2222\" or \"ssh\", or remove it for port 22",
+    key = vocabulary::TARGET_PORT
 )]
 pub struct InvalidTargetPort(pub String);
 
@@ -82,7 +57,7 @@ pub struct InvalidTargetPort(pub String);
 pub fn target_port(pod: &PodView) -> Result<IntOrString, InvalidTargetPort> {
     let asked = pod
         .metadata
-        .annotation(TARGET_PORT_ANNOTATION)
+        .annotation(vocabulary::TARGET_PORT)
         .map(str::trim);
     let v = match asked {
         None | Some("") => return Ok(IntOrString::Int(DEFAULT_TARGET_PORT)),
@@ -119,12 +94,21 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let name = service_name(&pod_name);
     let labels = BTreeMap::from([
-        (PROXY_NAME_LABEL.to_owned(), PROXY_NAME.to_owned()),
-        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
-        (POD_UID_LABEL.to_owned(), uid.clone()),
+        (
+            vocabulary::PROXY_NAME_LABEL.to_owned(),
+            vocabulary::PROXY_NAME.to_owned(),
+        ),
+        (
+            vocabulary::MANAGED_BY_LABEL.to_owned(),
+            vocabulary::CONTROLLER.to_owned(),
+        ),
+        (vocabulary::POD_UID.to_owned(), uid.clone()),
     ]);
     let mut spec = ServiceSpec {
-        selector: Some(BTreeMap::from([(SERVICE_LABEL.to_owned(), name.clone())])),
+        selector: Some(BTreeMap::from([(
+            vocabulary::SERVICE.to_owned(),
+            name.clone(),
+        )])),
         ports: Some(vec![ServicePort {
             name: Some("ssh".into()),
             protocol: Some("TCP".into()),
@@ -137,7 +121,7 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
     match settings.style {
         ServiceStyle::Loadbalancer => {
             spec.type_ = Some("LoadBalancer".into());
-            spec.load_balancer_class = Some(LB_CLASS.into());
+            spec.load_balancer_class = Some(vocabulary::LB_CLASS.into());
             spec.allocate_load_balancer_node_ports = Some(false);
         }
         ServiceStyle::Externalips => {
@@ -151,7 +135,7 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
             namespace: pod.metadata.namespace.clone(),
             labels: Some(labels),
             annotations: Some(BTreeMap::from([(
-                "ssh-fwd.io/pod".to_owned(),
+                vocabulary::POD.to_owned(),
                 pod_name.clone(),
             )])),
             owner_references: Some(vec![OwnerReference {
@@ -174,13 +158,11 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
 /// annotation, which the controller writes only after the event.
 pub fn told_endpoint(pod: &PodView) -> Option<&str> {
     let meta = &pod.metadata;
-    let admitted = meta
-        .annotation(super::reservation::POD_ANNOTATION)
-        .is_some();
+    let admitted = meta.annotation(vocabulary::RESERVATION).is_some();
     let key = if admitted {
-        ANNOUNCED_ANNOTATION
+        vocabulary::ANNOUNCED
     } else {
-        ENDPOINT_ANNOTATION
+        vocabulary::ENDPOINT
     };
     meta.annotation(key)
 }
@@ -191,7 +173,7 @@ pub fn is_load_balancer(service: &Service) -> bool {
 }
 
 pub fn is_managed(service: &Service) -> bool {
-    label(service, MANAGED_BY_LABEL) == Some(MANAGED_BY)
+    label(service, vocabulary::MANAGED_BY_LABEL) == Some(vocabulary::CONTROLLER)
 }
 
 pub fn label<'a>(service: &'a Service, key: &str) -> Option<&'a str> {

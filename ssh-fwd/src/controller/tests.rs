@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use ssh_fwd_tests::fake_api::{FakeApi, Kind, Request};
 
-use crate::k8s::api_calls;
+use crate::{k8s::api_calls, vocabulary};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -74,7 +74,7 @@ impl Bed {
             Kind::Pod,
             json!({"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "namespace": "jobs",
-                                "labels": {"ssh-fwd.io/ssh": "enabled"},
+                                "labels": {vocabulary::SSH: "enabled"},
                                 "annotations": annotations},
                    "spec": {"containers": [{"name": "main", "image": "sshd"}]},
                    "status": {"phase": "Running", "podIP": "10.244.0.5"}}),
@@ -83,7 +83,7 @@ impl Bed {
 
     fn endpoint(&self, pod: &str) -> Option<String> {
         let pod = self.api.get(Kind::Pod, "jobs", pod)?;
-        pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+        pod["metadata"]["annotations"][vocabulary::ENDPOINT]
             .as_str()
             .map(str::to_owned)
     }
@@ -145,6 +145,36 @@ impl Bed {
     }
 }
 
+/// The value of `sample` (its name and labels as `/metrics` writes them)
+/// on a controller started with `--metrics-addr 127.0.0.1:PORT`; `None`
+/// while it does not answer or has no such sample.
+async fn metric(port: u16, sample: &str) -> Option<f64> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    // HTTP/1.0: the answer ends with the connection, never chunked.
+    tcp.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.ok()?;
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).await.ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// Waits until the controller's `sample` satisfies `check`.
+async fn metric_until(port: u16, sample: &str, what: &str, check: impl Fn(f64) -> bool) {
+    let start = tokio::time::Instant::now();
+    while !metric(port, sample).await.is_some_and(&check) {
+        assert!(start.elapsed() < LIMIT, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let start = tokio::time::Instant::now();
     while !check() {
@@ -163,7 +193,7 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     assert!((8000..=16000).contains(&port));
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["ports"][0]["port"], port);
-    assert_eq!(svc["spec"]["loadBalancerClass"], "ssh-fwd.io/ssh");
+    assert_eq!(svc["spec"]["loadBalancerClass"], vocabulary::LB_CLASS);
     assert_eq!(
         svc["status"]["loadBalancer"]["ingress"],
         json!([{"ip": "198.18.0.10"}])
@@ -171,13 +201,14 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     assert_eq!(svc["metadata"]["ownerReferences"][0]["name"], "job-1");
     // The Service selects the pod, so the endpoint controller lists it.
     let pod = bed.api.get(Kind::Pod, "jobs", "job-1").unwrap();
-    assert_eq!(pod["metadata"]["labels"]["ssh-fwd.io/service"], "ssh-job-1");
+    assert_eq!(pod["metadata"]["labels"][vocabulary::SERVICE], "ssh-job-1");
     eventually("the event is sent", || {
-        !bed.notes("job-1", "SSHReady", "Normal").is_empty()
+        !bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .is_empty()
     })
     .await;
     assert_eq!(
-        bed.notes("job-1", "SSHReady", "Normal"),
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal"),
         [format!(
             "SSH: Connected! Available at: ssh ucloud@ssh.example.org -p {port}"
         )]
@@ -187,7 +218,7 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
         Kind::Pod,
         "jobs",
         "job-1",
-        &json!({"metadata": {"labels": {"ssh-fwd.io/ssh": null}}}),
+        &json!({"metadata": {"labels": {vocabulary::SSH: null}}}),
     );
     eventually("the Service is deleted", || {
         bed.api.get(Kind::Service, "jobs", "ssh-job-1").is_none()
@@ -214,10 +245,14 @@ async fn externalips_style_lists_the_ssh_ip() {
     assert_eq!(svc["spec"]["externalIPs"], json!(["198.18.0.10"]));
     assert!(svc["status"]["loadBalancer"]["ingress"].is_null());
     eventually("the event is sent", || {
-        !bed.notes("job-1", "SSHReady", "Normal").is_empty()
+        !bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .is_empty()
     })
     .await;
-    assert!(bed.notes("job-1", "SSHReady", "Normal")[0].contains("ssh alice@ssh.example.org -p "));
+    assert!(
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")[0]
+            .contains("ssh alice@ssh.example.org -p ")
+    );
     bed.assert_requests_listed();
     controller.abort();
 }
@@ -250,7 +285,8 @@ async fn a_create_that_loses_a_race_for_its_port_is_retried_with_another() {
     assert_ne!(bed.port_of("job-1"), Some(rival_port));
     assert_eq!(bed.our_services().len(), 1);
     assert_eq!(
-        bed.notes("job-1", "SSHReady", "Normal").len(),
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .len(),
         1,
         "only the final port is announced"
     );
@@ -298,7 +334,10 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
         s.dedup();
         s
     };
-    assert_eq!(selectors("pods"), ["ssh-fwd.io/ssh=enabled"]);
+    assert_eq!(
+        selectors("pods"),
+        [format!("{}={}", vocabulary::SSH, vocabulary::SSH_ENABLED)]
+    );
     // Ours carry the agents' default selector: one watch (and the start-up
     // check that the API server accepts --selector) reads them and the
     // others the agents honour.
@@ -323,7 +362,7 @@ async fn a_load_balancer_of_our_class_made_by_someone_else_keeps_its_port() {
                "metadata": {"name": "theirs", "namespace": "other",
                             "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"},
                             "creationTimestamp": "2025-01-01T00:00:00Z"},
-               "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+               "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                         "allocateLoadBalancerNodePorts": false,
                         "ports": [{"port": 8000, "targetPort": 22, "protocol": "TCP"}]},
                "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}}),
@@ -332,7 +371,8 @@ async fn a_load_balancer_of_our_class_made_by_someone_else_keeps_its_port() {
     let controller = bed.controller("a", &["--port-range", "8000-8000"]);
     bed.pod("job-1");
     eventually("the pod is warned that no port is free", || {
-        !bed.notes("job-1", "NoFreePort", "Warning").is_empty()
+        !bed.notes("job-1", vocabulary::reason::NO_FREE_PORT, "Warning")
+            .is_empty()
     })
     .await;
     assert!(bed.our_services().is_empty(), "8000 is the other tenant's");

@@ -3,14 +3,10 @@
 //! fix. Each is sent once per pod and problem, and again only after the pod
 //! was served in between.
 
-use super::{
-    pod::PodMeta,
-    reservation::POD_ANNOTATION,
-    service::InvalidTargetPort,
-    webhook::{
-        keys::{self, INSTALL_CONTAINER},
-        mutate::ADMISSION_ANNOTATION,
-    },
+use super::{pod::PodMeta, service::InvalidTargetPort, webhook::keys::INSTALL_CONTAINER};
+use crate::vocabulary::{
+    self, ENDPOINT, action,
+    reason::{self, SSH_READY},
 };
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -35,7 +31,7 @@ pub enum Problem {
 /// annotations show it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Admission {
-    /// It answered without a port, and wrote why ([`ADMISSION_ANNOTATION`]);
+    /// It answered without a port, and wrote why ([`vocabulary::ADMISSION`]);
     /// it added the keys all the same.
     WithoutPort { why: String },
     /// It answered with a port (the pod carries its reservation token),
@@ -50,14 +46,14 @@ pub enum Admission {
 impl Admission {
     pub fn of(pod: &PodMeta) -> Self {
         let annotation = |key: &str| pod.annotation(key).map(str::to_owned);
-        if let Some(why) = annotation(ADMISSION_ANNOTATION) {
+        if let Some(why) = annotation(vocabulary::ADMISSION) {
             return Self::WithoutPort { why };
         }
-        if annotation(POD_ANNOTATION).is_some() {
+        if annotation(vocabulary::RESERVATION).is_some() {
             return Self::WithPort;
         }
         Self::Unseen {
-            keys: annotation(keys::SECRET_ANNOTATION),
+            keys: annotation(vocabulary::KEYS_SECRET),
         }
     }
 }
@@ -108,19 +104,19 @@ impl Problem {
     /// The event's `reason`.
     pub fn reason(&self) -> &'static str {
         match self {
-            Problem::NoFreePort => "NoFreePort",
-            Problem::InvalidTargetPort { .. } => "InvalidTargetPort",
-            Problem::NameTaken { .. } => "ServiceNameTaken",
-            Problem::EnvMissing { .. } => "SSHEnvMissing",
+            Problem::NoFreePort => reason::NO_FREE_PORT,
+            Problem::InvalidTargetPort { .. } => reason::INVALID_TARGET_PORT,
+            Problem::NameTaken { .. } => reason::SERVICE_NAME_TAKEN,
+            Problem::EnvMissing { .. } => reason::SSH_ENV_MISSING,
         }
     }
 
     /// The event's `action`.
     pub fn action(&self) -> &'static str {
         match self {
-            Problem::NoFreePort => "Allocate",
-            Problem::InvalidTargetPort { .. } | Problem::NameTaken { .. } => "CreateService",
-            Problem::EnvMissing { .. } => "Allocate",
+            Problem::NoFreePort => action::ALLOCATE,
+            Problem::InvalidTargetPort { .. } | Problem::NameTaken { .. } => action::CREATE_SERVICE,
+            Problem::EnvMissing { .. } => action::ALLOCATE,
         }
     }
 
@@ -168,7 +164,7 @@ impl Problem {
                     }
                 };
                 format!(
-                    "This pod was created without {variable}: {why} Its port is assigned now and shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; recreate the pod to have {variable} set."
+                    "This pod was created without {variable}: {why} Its port is assigned now and shown in the annotation {ENDPOINT} and the {SSH_READY} event; recreate the pod to have {variable} set."
                 )
             }
             Problem::EnvMissing {
@@ -176,7 +172,7 @@ impl Problem {
                 told: Some(port),
                 ..
             } => format!(
-                "{variable} in this pod names port {port}, but another Service holds that port now, so the pod gets another one, shown in the annotation ssh-fwd.io/endpoint and the SSHReady event; {variable} is out of date: recreate the pod to have it right."
+                "{variable} in this pod names port {port}, but another Service holds that port now, so the pod gets another one, shown in the annotation {ENDPOINT} and the {SSH_READY} event; {variable} is out of date: recreate the pod to have it right."
             ),
         }
     }
@@ -203,9 +199,12 @@ mod tests {
             value: "99999".into(),
         };
         let note = bad.note(&scope);
-        assert!(note.contains("ssh-fwd.io/target-port is `99999`"), "{note}");
+        assert!(
+            note.contains(&format!("{} is `99999`", vocabulary::TARGET_PORT)),
+            "{note}"
+        );
         assert!(note.contains("remove it for port 22"), "{note}");
-        assert_eq!(bad.reason(), "InvalidTargetPort");
+        assert_eq!(bad.reason(), reason::INVALID_TARGET_PORT);
         let taken = Problem::NameTaken {
             service: "ssh-job".into(),
         };
@@ -246,8 +245,8 @@ mod tests {
         };
         let why = "no free SSH port at admission: all of 9000-9001 are taken";
         let answered = meta(&[
-            (ADMISSION_ANNOTATION, why),
-            (keys::SECRET_ANNOTATION, "alice-keys"),
+            (vocabulary::ADMISSION, why),
+            (vocabulary::KEYS_SECRET, "alice-keys"),
         ]);
         let text = note(&answered);
         assert!(
@@ -255,7 +254,7 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("keys"), "the webhook added them: {text}");
-        let unseen = meta(&[(keys::SECRET_ANNOTATION, "alice-keys")]);
+        let unseen = meta(&[(vocabulary::KEYS_SECRET, "alice-keys")]);
         let text = note(&unseen);
         assert!(text.contains("was not called or did not answer"), "{text}");
         assert!(
@@ -263,7 +262,7 @@ mod tests {
             "{text}"
         );
         assert!(!note(&meta(&[])).contains("keys"));
-        let lost = meta(&[(POD_ANNOTATION, "tok")]);
+        let lost = meta(&[(vocabulary::RESERVATION, "tok")]);
         assert_eq!(Admission::of(&lost), Admission::WithPort);
         assert!(note(&lost).contains("reservation from admission is gone"));
     }

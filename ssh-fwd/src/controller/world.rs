@@ -5,7 +5,8 @@
 //! in proportion to what it touches and not to the size of the cluster;
 //! rebuilt whole from the watches' stores on a relist and on the periodic
 //! full pass. Each update names what it touched ([`Touched`]), from which
-//! the pass's [`Scope`](super::plan::scope::Scope) is drawn.
+//! the pass's [`Scope`](super::plan::scope::Scope) is drawn. The index of
+//! the reservations is [`book`].
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,13 +17,16 @@ use std::{
 use k8s_openapi::api::core::v1::Service;
 
 use super::{
-    plan::reservations::{Book, pod_token},
     pod::PodView,
     reservation::LeaseView,
     service::{self, Claim},
 };
 use crate::source::kubernetes::desired::Policy;
+use crate::vocabulary;
 
+use book::{Book, pod_token};
+
+pub mod book;
 pub mod dirty;
 
 /// What an update changed: the pods (by uid) whose plan may differ now,
@@ -279,7 +283,7 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
     if !service::is_managed(svc) {
         return None;
     }
-    Some(service::label(svc, service::POD_UID_LABEL).unwrap_or(""))
+    Some(service::label(svc, vocabulary::POD_UID).unwrap_or(""))
 }
 
 /// The policy of a controller on `ip` whose range is every port and whose

@@ -9,7 +9,3 @@ pub mod kept;
 pub mod ownership;
 pub mod reflector;
 pub mod selector;
-
-/// The `spec.loadBalancerClass` ssh-fwd implements: the controller writes
-/// the status of such Services, the agents honour it.
-pub const LB_CLASS: &str = "ssh-fwd.io/ssh";

@@ -22,20 +22,30 @@ use ssh_fwd_tests::{
 const PORTS_PER_IP: usize = 8001;
 
 /// What to measure.
+#[derive(clap::Args, Debug)]
 pub struct Options {
+    #[arg(long, default_value_t = 10_000)]
     pub services: usize,
+    #[arg(long, default_value_t = 200)]
     pub changes: usize,
     /// Services and EndpointSlices of others (not selected) in the cluster,
     /// for the second row; 0 skips it.
+    #[arg(long, default_value_t = 0)]
     pub foreign: usize,
     /// Numbers of Services for the scale curve; empty skips it.
+    #[arg(long, value_delimiter = ',')]
     pub scale: Vec<usize>,
-    /// An earlier `ssh-fwd` build to measure beside this one, in the same
-    /// run, scenario by scenario.
+    /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+    /// measure beside this one in the same run, scenario by scenario, e.g.
+    /// one built from main.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
     pub before: Option<PathBuf>,
-    /// The build to measure as "after"; `None` builds the worktree's.
+    /// Measure this build as "after" instead of building the worktree's.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
     pub after: Option<PathBuf>,
-    /// Internal: measure one scenario with this binary and print it as JSON.
+    /// One measurement of this binary, printed as JSON (used by the
+    /// benchmark itself).
+    #[arg(long, hide = true)]
     pub only_bin: Option<PathBuf>,
 }
 

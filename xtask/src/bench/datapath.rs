@@ -17,12 +17,24 @@ use super::{
     workloads,
 };
 
+#[derive(clap::Args, Debug)]
 pub struct Options {
+    /// One round of 1 s per workload (under two minutes).
+    #[arg(long)]
     pub quick: bool,
+    /// Rounds per path (default 3, or 1 with --quick).
+    #[arg(long)]
     pub rounds: Option<usize>,
+    /// Seconds per workload (default 3, or 1 with --quick).
+    #[arg(long)]
     pub secs: Option<u64>,
+    /// Numbers of kube-proxy Services to install, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,1000,10000")]
     pub services: Vec<usize>,
-    /// Label filters; empty means every path.
+    /// Measure only paths whose label contains one of these
+    /// (comma-separated, e.g. `routing,tc`); plain routing always runs.
+    /// Empty: every path.
+    #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
 }
 

@@ -16,3 +16,19 @@ mod report;
 mod stats;
 pub mod webhook;
 mod workloads;
+
+/// `cargo xtask bench progs`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ProgsOptions {
+    /// Test runs per case (each of 200 iterations; cases of one iteration
+    /// run 4 times as often); the median is shown.
+    #[arg(long, default_value_t = 50)]
+    pub runs: usize,
+    /// An earlier build's `ssh-fwd` (its eBPF programs are inside) to
+    /// measure beside this one in the same run, e.g. one built from main.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
+    pub before: Option<std::path::PathBuf>,
+    /// Measure this build as "after" instead of building the worktree's.
+    #[arg(long, value_name = "SSH_FWD_BINARY")]
+    pub after: Option<std::path::PathBuf>,
+}

@@ -19,7 +19,26 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const HOST: &str = "ssh-fwd-webhook.ssh-fwd.svc";
 
-pub fn run(sequential: usize, concurrent: usize, slow: usize) -> anyhow::Result<()> {
+/// How many admissions of each kind.
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// Admissions one after another, each on a new TLS connection.
+    #[arg(long, default_value_t = 300)]
+    pub sequential: usize,
+    /// Admissions at once.
+    #[arg(long, default_value_t = 500)]
+    pub concurrent: usize,
+    /// Admissions while the API server answers reservations late.
+    #[arg(long, default_value_t = 10)]
+    pub slow: usize,
+}
+
+pub fn run(options: Options) -> anyhow::Result<()> {
+    let Options {
+        sequential,
+        concurrent,
+        slow,
+    } = options;
     let bin = crate::build_ssh_fwd_profile(true)?;
     let api = FakeApi::start_on_loopback()?;
     api.without_endpoint_slices();

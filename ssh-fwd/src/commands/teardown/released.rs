@@ -2,6 +2,11 @@
 //! drops the pin's reference only after an RCU grace period, and the last
 //! reference detaches the program from a work item after that: under load,
 //! a program could still be forwarding when `teardown` said it was gone.
+//! The kernel forgets the link's id before it detaches the program
+//! (`bpf_link_free` frees the id, then releases the link), so a link
+//! missing from the list may still be attached for a moment; its program is
+//! put only by that release, so once no agent holds the programs, their
+//! going is the detach itself.
 
 use std::{
     collections::BTreeSet,
@@ -11,53 +16,116 @@ use std::{
 
 use aya::programs::{
     links::{FdLink, PinnedLink},
-    loaded_links,
+    loaded_links, loaded_programs,
 };
 
-/// The kernel ids of the links pinned anywhere under `dir`. The fds
-/// opened to read them are closed again, so only the pins hold the links.
-pub fn pinned_link_ids(dir: &Path) -> BTreeSet<u32> {
-    let mut ids = BTreeSet::new();
+/// The kernel ids of the links pinned under a directory, and of their
+/// programs.
+#[derive(Debug, Default)]
+pub struct Pinned {
+    pub links: BTreeSet<u32>,
+    pub programs: BTreeSet<u32>,
+}
+
+/// The links pinned anywhere under `dir`. The fds opened to read them are
+/// closed again, so only the pins hold the links.
+pub fn pinned(dir: &Path) -> Pinned {
+    let mut found = Pinned::default();
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return ids;
+        return found;
     };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            ids.extend(pinned_link_ids(&path));
-        } else if let Some(id) = link_id(&path) {
-            ids.insert(id);
+            let below = pinned(&path);
+            found.links.extend(below.links);
+            found.programs.extend(below.programs);
+        } else if let Some((link, program)) = link_ids(&path) {
+            found.links.insert(link);
+            found.programs.insert(program);
         }
     }
-    ids
+    found
 }
 
-/// `None` for a pin that is not a link (a map's).
-fn link_id(pin: &Path) -> Option<u32> {
+/// The link's id and its program's; `None` for a pin that is not a link
+/// (a map's).
+fn link_ids(pin: &Path) -> Option<(u32, u32)> {
     let link = FdLink::from(PinnedLink::from_pin(pin).ok()?);
-    link.info().ok().map(|info| info.id())
+    link.info().ok().map(|info| (info.id(), info.program_id()))
 }
 
-/// Waits until the kernel has none of `ids` any more, up to `limit`;
-/// `Err` with the ones left then.
-pub fn wait_gone(ids: &BTreeSet<u32>, limit: Duration) -> Result<(), BTreeSet<u32>> {
+/// Waits until the kernel has none of the links any more and, with
+/// `programs_too` (no agent holds them), none of their programs, up to
+/// `limit`; `Err` with the links left then. Programs still loaded at the
+/// limit once their links are gone are held by another process: their
+/// links' release has long detached them.
+pub fn wait_gone(
+    pinned: &Pinned,
+    programs_too: bool,
+    limit: Duration,
+) -> Result<(), BTreeSet<u32>> {
     let deadline = Instant::now() + limit;
     loop {
-        let left = still_loaded(ids);
-        if left.is_empty() {
-            return Ok(());
+        let links = still_loaded(&pinned.links, loaded_link_ids());
+        let programs = if programs_too {
+            still_loaded(&pinned.programs, loaded_program_ids())
+        } else {
+            BTreeSet::new()
+        };
+        match settled(links, &programs, Instant::now() >= deadline) {
+            Some(result) => return result,
+            None => std::thread::sleep(Duration::from_millis(10)),
         }
-        if Instant::now() >= deadline {
-            return Err(left);
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
-fn still_loaded(ids: &BTreeSet<u32>) -> BTreeSet<u32> {
-    loaded_links()
+/// Whether waiting is over: done once neither links nor programs are
+/// left; at the deadline, an error only for links left.
+fn settled(
+    links: BTreeSet<u32>,
+    programs: &BTreeSet<u32>,
+    past_deadline: bool,
+) -> Option<Result<(), BTreeSet<u32>>> {
+    match (links.is_empty(), programs.is_empty(), past_deadline) {
+        (true, true, _) => Some(Ok(())),
+        (true, false, true) => Some(Ok(())),
+        (false, _, true) => Some(Err(links)),
+        (_, _, false) => None,
+    }
+}
+
+fn still_loaded(ids: &BTreeSet<u32>, loaded: impl Iterator<Item = u32>) -> BTreeSet<u32> {
+    loaded.filter(|id| ids.contains(id)).collect()
+}
+
+fn loaded_link_ids() -> impl Iterator<Item = u32> {
+    loaded_links().filter_map(Result::ok).map(|info| info.id())
+}
+
+fn loaded_program_ids() -> impl Iterator<Item = u32> {
+    loaded_programs()
         .filter_map(Result::ok)
         .map(|info| info.id())
-        .filter(|id| ids.contains(id))
-        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(list: &[u32]) -> BTreeSet<u32> {
+        list.iter().copied().collect()
+    }
+
+    /// A link gone from the kernel's list whose program is still loaded
+    /// may still be attached: teardown waits on, and only links left at
+    /// the deadline are an error.
+    #[test]
+    fn teardown_waits_for_the_programs_after_their_links_until_the_deadline() {
+        assert_eq!(settled(ids(&[]), &ids(&[]), false), Some(Ok(())));
+        assert_eq!(settled(ids(&[]), &ids(&[7]), false), None);
+        assert_eq!(settled(ids(&[]), &ids(&[7]), true), Some(Ok(())));
+        assert_eq!(settled(ids(&[3]), &ids(&[]), false), None);
+        assert_eq!(settled(ids(&[3]), &ids(&[7]), true), Some(Err(ids(&[3]))));
+    }
 }

@@ -12,7 +12,7 @@ use k8s_openapi::{
 };
 use kube::runtime::events::{EventType, Reporter};
 
-use crate::controller::plan::PodRef;
+use crate::controller::pod::PodRef;
 
 /// What one event says about a pod.
 pub struct Told<'a> {
@@ -65,6 +65,7 @@ pub fn object(reporter: &Reporter, pod: &PodRef, told: Told<'_>, now: Timestamp)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vocabulary;
 
     #[test]
     fn an_event_names_its_pod_reporter_and_time_as_the_recorder_does() {
@@ -80,7 +81,7 @@ mod tests {
         let now: Timestamp = "2026-11-26T02:00:00.000001Z".parse().unwrap();
         let told = Told {
             type_: EventType::Warning,
-            reason: "NoFreePort",
+            reason: vocabulary::reason::NO_FREE_PORT,
             action: "Allocate",
             note: "every port is taken".into(),
         };
@@ -91,7 +92,7 @@ mod tests {
             "metadata": {"name": format!("job-1.{:x}", now.as_nanosecond()), "namespace": "jobs"},
             "eventTime": "2026-11-26T02:00:00.000001Z",
             "type": "Warning",
-            "reason": "NoFreePort",
+            "reason": vocabulary::reason::NO_FREE_PORT,
             "action": "Allocate",
             "note": "every port is taken",
             "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "job-1",
@@ -107,7 +108,7 @@ mod tests {
         };
         let told = Told {
             type_: EventType::Normal,
-            reason: "SSHReady",
+            reason: vocabulary::reason::SSH_READY,
             action: "Publish",
             note: String::new(),
         };

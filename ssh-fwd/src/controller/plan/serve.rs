@@ -3,12 +3,10 @@
 
 use rand::Rng;
 
-use super::{
-    Action, PodRef, Problem,
-    reservations::{self, Choice},
-};
+use super::{Action, Problem};
 use crate::controller::{
-    pod::PodView,
+    pod::{PodRef, PodView},
+    reservation::upkeep::{self, Choice, Free},
     service::{self, Settings},
     warn::Admission,
     world::World,
@@ -28,7 +26,7 @@ pub fn serve_new(
     pod: &PodView,
     pod_ref: PodRef,
     new: &New<'_>,
-    free: &mut reservations::Free<'_, impl Rng>,
+    free: &mut Free<'_, impl Rng>,
 ) -> Vec<Action> {
     let warn = |pod, problem| vec![Action::Warn { pod, problem }];
     let target = match service::target_port(pod) {
@@ -43,7 +41,7 @@ pub fn serve_new(
         Some(false) => return warn(pod_ref, Problem::NameTaken { service: name }),
         None => {}
     }
-    let (port, reserve, missing) = match reservations::choose(pod, &pod_ref, new.world, free) {
+    let (port, reserve, missing) = match upkeep::choose(pod, &pod_ref, new.world, free) {
         Choice::Reserved(port) => (port, None, None),
         Choice::Fresh {
             port,

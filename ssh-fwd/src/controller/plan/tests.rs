@@ -5,8 +5,9 @@ use rand::{SeedableRng as _, rngs::StdRng};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::controller::args::ServiceStyle;
+use crate::args::ServiceStyle;
 use crate::controller::expect::{Done, Expectations};
+use crate::vocabulary;
 
 mod ownership;
 mod publish;
@@ -25,7 +26,7 @@ fn settings() -> Settings {
 fn pod(name: &str, extra: Value) -> Arc<PodView> {
     let mut value = json!({
         "metadata": {"name": name, "namespace": "jobs", "uid": format!("uid-{name}"),
-                     "labels": {service::SSH_LABEL: service::SSH_ENABLED}},
+                     "labels": {vocabulary::SSH: vocabulary::SSH_ENABLED}},
         "status": {"podIP": "10.244.0.5", "phase": "Running"},
     });
     merge(&mut value, &extra);
@@ -90,8 +91,6 @@ fn run_expecting(
         world: &world,
         scope: &Scope::All,
         expected,
-        sightings: &Sightings::default(),
-        grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     compute(
@@ -146,7 +145,7 @@ fn services_of_gone_finished_or_unlabelled_pods_are_deleted() {
     let finished = pod("done", json!({"status": {"phase": "Succeeded"}}));
     let unlabelled = pod(
         "plain",
-        json!({"metadata": {"labels": {service::SSH_LABEL: "disabled"}}}),
+        json!({"metadata": {"labels": {vocabulary::SSH: "disabled"}}}),
     );
     let terminating = pod(
         "bye",
@@ -269,8 +268,8 @@ fn a_service_that_lost_its_port_to_an_older_one_is_replaced() {
 fn an_older_service_of_ours_keeps_its_port_against_a_newer_rival() {
     let p = pod(
         "job",
-        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job"},
-                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:9000")}}}),
+        json!({"metadata": {"labels": {vocabulary::SERVICE: "ssh-job"},
+                            "annotations": {vocabulary::ENDPOINT: format!("{HOST}:9000")}}}),
     );
     let services = [
         ours(&p, 9000, "2026-11-01T00:00:01Z", true),
@@ -283,8 +282,8 @@ fn an_older_service_of_ours_keeps_its_port_against_a_newer_rival() {
 fn a_second_service_for_one_pod_is_deleted_and_the_older_kept() {
     let p = pod(
         "job",
-        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job"},
-                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:9000")}}}),
+        json!({"metadata": {"labels": {vocabulary::SERVICE: "ssh-job"},
+                            "annotations": {vocabulary::ENDPOINT: format!("{HOST}:9000")}}}),
     );
     let mut extra =
         serde_json::to_value(ours(&p, 9001, "2026-11-01T00:00:09Z", true).as_ref()).unwrap();

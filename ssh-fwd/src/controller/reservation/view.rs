@@ -6,8 +6,10 @@
 
 use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v1::Time};
 
-use super::{NAMESPACE, POD_UID, PORT, TOKEN};
-use crate::k8s::kept::Kept;
+use crate::{
+    k8s::kept::Kept,
+    vocabulary::{NAMESPACE, POD_UID, PORT, TOKEN},
+};
 
 /// The Lease annotations anything in the controller reads.
 const ANNOTATIONS: &[&str] = &[PORT, TOKEN, NAMESPACE, POD_UID];

@@ -1,13 +1,14 @@
 use serde_json::{Value, json};
 
 use crate::source::kubernetes::desired::Styles;
+use crate::vocabulary;
 
 use super::*;
 
 pub fn pod(name: &str, uid: &str, annotations: Value) -> PodView {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "jobs", "uid": uid,
-                     "labels": {SSH_LABEL: SSH_ENABLED}, "annotations": annotations},
+                     "labels": {vocabulary::SSH: vocabulary::SSH_ENABLED}, "annotations": annotations},
         "status": {"podIP": "10.244.0.5", "phase": "Running"},
     }))
     .unwrap()
@@ -50,15 +51,18 @@ fn load_balancer_service_selects_only_its_pod_and_is_owned_by_it() {
         value["spec"],
         json!({
             "type": "LoadBalancer",
-            "loadBalancerClass": "ssh-fwd.io/ssh",
+            "loadBalancerClass": vocabulary::LB_CLASS,
             "allocateLoadBalancerNodePorts": false,
-            "selector": {SERVICE_LABEL: "ssh-job-1"},
+            "selector": {vocabulary::SERVICE: "ssh-job-1"},
             "ports": [{"name": "ssh", "protocol": "TCP", "port": 8123, "targetPort": 22}],
         })
     );
     assert_eq!(value["metadata"]["namespace"], "jobs");
-    assert_eq!(value["metadata"]["labels"][PROXY_NAME_LABEL], "ssh-fwd");
-    assert_eq!(value["metadata"]["labels"][POD_UID_LABEL], "uid-1");
+    assert_eq!(
+        value["metadata"]["labels"][vocabulary::PROXY_NAME_LABEL],
+        "ssh-fwd"
+    );
+    assert_eq!(value["metadata"]["labels"][vocabulary::POD_UID], "uid-1");
     assert_eq!(
         value["metadata"]["ownerReferences"],
         json!([{"apiVersion": "v1", "kind": "Pod", "name": "job-1", "uid": "uid-1", "controller": true}])
@@ -83,9 +87,9 @@ fn external_ips_service_lists_the_ssh_ip() {
 
 #[test]
 fn target_port_annotation_takes_a_number_or_a_name() {
-    let numbered = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "2222"}));
+    let numbered = pod("p", "u", json!({vocabulary::TARGET_PORT: "2222"}));
     assert_eq!(target_port(&numbered), Ok(IntOrString::Int(2222)));
-    let named = pod("p", "u", json!({TARGET_PORT_ANNOTATION: "sshd"}));
+    let named = pod("p", "u", json!({vocabulary::TARGET_PORT: "sshd"}));
     assert_eq!(target_port(&named), Ok(IntOrString::String("sshd".into())));
     assert_eq!(
         target_port(&pod("p", "u", json!({}))),
@@ -107,16 +111,16 @@ fn target_ports_the_api_server_would_refuse_are_reported_with_the_fix() {
         "123-456",
         "99999999999",
     ] {
-        let p = pod("p", "u", json!({TARGET_PORT_ANNOTATION: bad}));
+        let p = pod("p", "u", json!({vocabulary::TARGET_PORT: bad}));
         let error = target_port(&p).expect_err(bad);
         assert_eq!(error, InvalidTargetPort(bad.into()));
         let message = error.to_string();
-        assert!(message.contains(TARGET_PORT_ANNOTATION), "{message}");
+        assert!(message.contains(vocabulary::TARGET_PORT), "{message}");
         assert!(message.contains(&format!("`{bad}`")), "{message}");
         assert!(message.contains("remove it for port 22"), "{message}");
     }
     for good in ["1", "65535", "ssh", "ssh-2", "s15-chars-xxxxx"] {
-        let p = pod("p", "u", json!({TARGET_PORT_ANNOTATION: good}));
+        let p = pod("p", "u", json!({vocabulary::TARGET_PORT: good}));
         assert!(target_port(&p).is_ok(), "{good}");
     }
 }
@@ -194,7 +198,7 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
         ports(&legacy, lb_only).is_empty(),
         "a shape the agents leave out"
     );
-    let our_class = json!({"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+    let our_class = json!({"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                            "allocateLoadBalancerNodePorts": false, "ports": [{"port": 8300}]});
     assert_eq!(ports(&service(our_class, on_ip.clone()), lb_only), [8300]);
     let another_class = json!({"type": "LoadBalancer", "loadBalancerClass": "metallb",
@@ -203,7 +207,7 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
         ports(&service(another_class, on_ip.clone()), Styles::ALL).is_empty(),
         "only our class's status counts"
     );
-    let node_ports = json!({"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+    let node_ports = json!({"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                             "ports": [{"port": 8300}]});
     assert!(
         ports(&service(node_ports, on_ip), Styles::ALL).is_empty(),
@@ -220,7 +224,7 @@ fn a_pruned_service_reads_as_the_whole_one_to_the_agents_rule() {
         "metadata": {"name": "theirs", "namespace": "other", "uid": "u1",
                      "creationTimestamp": "2025-01-01T00:00:00Z",
                      "annotations": {"a": "b"}, "labels": {"l": "v"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                  "allocateLoadBalancerNodePorts": false, "externalIPs": ["198.18.0.10"],
                  "clusterIP": "10.96.0.9", "sessionAffinity": "None",
                  "ports": [{"name": "ssh", "port": 8000, "targetPort": 22, "protocol": "TCP"}]},
@@ -228,7 +232,7 @@ fn a_pruned_service_reads_as_the_whole_one_to_the_agents_rule() {
     }))
     .unwrap();
     let mut pruned = whole.clone();
-    crate::controller::prune_service(&mut pruned);
+    crate::controller::leader::prune_service(&mut pruned);
     assert_eq!(ServiceView::of(&pruned), ServiceView::of(&whole));
     assert!(ServiceView::of(&pruned).node_ports_off);
 }

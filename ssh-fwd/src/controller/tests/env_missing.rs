@@ -6,14 +6,16 @@ use super::{
     webhook::{free_port, write_pair},
     *,
 };
+use crate::vocabulary;
 
 /// The one SSHEnvMissing note of `pod`, once sent.
 async fn env_missing(bed: &Bed, pod: &str) -> String {
     eventually(&format!("{pod} is told it lacks the variable"), || {
-        !bed.notes(pod, "SSHEnvMissing", "Warning").is_empty()
+        !bed.notes(pod, vocabulary::reason::SSH_ENV_MISSING, "Warning")
+            .is_empty()
     })
     .await;
-    let notes = bed.notes(pod, "SSHEnvMissing", "Warning");
+    let notes = bed.notes(pod, vocabulary::reason::SSH_ENV_MISSING, "Warning");
     assert_eq!(notes.len(), 1, "{notes:?}");
     notes[0].clone()
 }
@@ -45,7 +47,7 @@ fn start(
 async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_missing() {
     let bed = Bed::new();
     let (_certs, controller) = start(&bed);
-    let keys = "ssh-fwd.io/authorized-keys-secret";
+    let keys = vocabulary::KEYS_SECRET;
     // Created while no webhook replica answered (failurePolicy Ignore):
     // nothing of ours on it, neither the variable nor the keys.
     bed.pod_with("unseen", json!({keys: "alice-keys"}));
@@ -54,7 +56,7 @@ async fn a_pod_admitted_without_its_port_is_told_why_and_whether_its_keys_are_mi
     let why = "no port reserved at admission: the API server refused the reservation of port 9012 (403 Forbidden: leases is forbidden)";
     bed.pod_with(
         "refused",
-        json!({"ssh-fwd.io/admission": why, keys: "bob-keys"}),
+        json!({vocabulary::ADMISSION: why, keys: "bob-keys"}),
     );
 
     let unseen = env_missing(&bed, "unseen").await;
@@ -95,7 +97,7 @@ async fn a_reason_a_user_wrote_on_the_pod_is_quoted_and_the_note_fits_an_event()
     let bed = Bed::new();
     let (_certs, controller) = start(&bed);
     let why = format!("\"quoted\"\nnext line {}", "ü".repeat(3000));
-    bed.pod_with("long", json!({"ssh-fwd.io/admission": why}));
+    bed.pod_with("long", json!({vocabulary::ADMISSION: why}));
     let note = env_missing(&bed, "long").await;
     assert!(note.len() <= 1024, "{} bytes", note.len());
     assert!(

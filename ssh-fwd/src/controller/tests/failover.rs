@@ -28,7 +28,11 @@ async fn a_restarted_controller_keeps_ports_and_does_not_announce_twice() {
         if port == 9000 { 9001 } else { 9000 }
     );
     assert_eq!(bed.port_of("job-1"), Some(port));
-    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    assert_eq!(
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .len(),
+        1
+    );
     assert_eq!(bed.our_services().len(), 2);
     // Kept because it was never touched, not deleted and re-created.
     let deletes: Vec<Request> = bed.api.requests()[before_restart..]
@@ -52,7 +56,11 @@ async fn only_the_leader_acts_and_a_standby_takes_over_when_it_dies() {
     eventually("b has read the Lease", || !bed.requests_of("b").is_empty()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(bed.our_services().len(), 1);
-    assert_eq!(bed.notes("job-1", "SSHReady", "Normal").len(), 1);
+    assert_eq!(
+        bed.notes("job-1", vocabulary::reason::SSH_READY, "Normal")
+            .len(),
+        1
+    );
     // The standby only reads the Lease: it watches nothing and writes
     // nothing while another replica leads (besides having the API server
     // check its --selector once at start-up).
@@ -187,8 +195,18 @@ async fn a_leader_whose_renewal_is_refused_once_retries_and_keeps_leading() {
         bed.api.failures_left(Kind::Lease, "update") == 0
     })
     .await;
-    // Longer than a term, past the refused renewal.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let refused = std::time::Instant::now();
+    // A renewal carried out after the term the refused one would have
+    // ended (two thirds of the 2 s Lease): a kept its term by retrying.
+    eventually("a renews past the end of its term", || {
+        bed.requests_of("a").iter().any(|r| {
+            r.resource == "leases"
+                && r.verb == "update"
+                && r.handled.is_some()
+                && r.at > refused + Duration::from_millis(1400)
+        })
+    })
+    .await;
     assert_eq!(lists(&bed), before, "a relisted: it stopped leading");
     bed.pod("job-2");
     bed.annotated("job-2").await;
@@ -206,6 +224,8 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
     let ca = write_pair(certs.path());
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
+    let metrics_port = free_port();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
     let dir = certs.path().display().to_string();
     let a = bed.controller(
         "a",
@@ -216,13 +236,19 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
             &dir,
             "--image",
             "ssh-fwd:test",
+            "--metrics-addr",
+            &metrics_addr,
         ],
     );
     bed.pod("job-1");
     bed.annotated("job-1").await;
-    // The API stalls past the Lease's term: the leader steps down.
+    let leader = "ssh_fwd_controller_leader";
+    metric_until(metrics_port, leader, "a leads", |v| v == 1.0).await;
+    // The API stalls past the Lease's term: the leader steps down (its
+    // renewals go unanswered), and the process stays up.
     bed.api.stall();
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    metric_until(metrics_port, leader, "a stepped down", |v| v == 0.0).await;
+    assert!(!a.is_finished(), "the replica keeps running");
     bed.api.resume();
     let pod = crate::controller::webhook::mutate::tests::job_pod();
     let (status, answer) = post(port, &ca, &review("after-the-stall", &pod))
@@ -231,7 +257,7 @@ async fn a_replica_that_loses_its_lease_goes_on_admitting() {
     assert_eq!(status, 200, "{answer}");
     let admitted = patched(&answer, &pod);
     assert!(
-        admitted["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string(),
+        admitted["metadata"]["annotations"][vocabulary::ENDPOINT].is_string(),
         "a port, once the API answers again: {answer}"
     );
     assert!(!a.is_finished());

@@ -35,7 +35,7 @@ async fn a_failed_endpoint_withdrawal_keeps_the_service_until_it_is_retried() {
         Kind::Pod,
         "jobs",
         "job-1",
-        &json!({"metadata": {"labels": {"ssh-fwd.io/ssh": null}}}),
+        &json!({"metadata": {"labels": {vocabulary::SSH: null}}}),
     );
     eventually("the endpoint is withdrawn", || {
         bed.endpoint("job-1").is_none()
@@ -47,7 +47,7 @@ async fn a_failed_endpoint_withdrawal_keeps_the_service_until_it_is_retried() {
     .await;
     assert!(patches() >= before + 2, "the failed withdrawal was retried");
     let pod = bed.api.get(Kind::Pod, "jobs", "job-1").unwrap();
-    assert!(pod["metadata"]["labels"]["ssh-fwd.io/service"].is_null());
+    assert!(pod["metadata"]["labels"][vocabulary::SERVICE].is_null());
     bed.assert_requests_listed();
     controller.abort();
 }

@@ -10,6 +10,7 @@ use super::{
     *,
 };
 use crate::controller::webhook::{mutate::tests::job_pod, self_signed};
+use crate::vocabulary;
 
 const HOST: &str = "ssh-fwd-webhook.ssh-fwd.svc";
 
@@ -104,7 +105,7 @@ async fn replicas_share_one_self_made_ca_which_the_configuration_trusts_and_rene
         Kind::Secret,
         "ssh-fwd",
         "ssh-fwd-webhook-tls",
-        &json!({"metadata": {"annotations": {"ssh-fwd.io/not-after": "0"}}}),
+        &json!({"metadata": {"annotations": {vocabulary::NOT_AFTER: "0"}}}),
     );
     eventually("the serving certificate is renewed", || {
         secret_field(&bed, "tls.crt").is_some_and(|c| c != old_cert)
@@ -144,6 +145,25 @@ fn configuration_with(bed: &Bed, annotations: Value, bundle: &str) {
     );
 }
 
+/// How many times the configuration was read: once per reload interval.
+fn configuration_reads(bed: &Bed) -> usize {
+    bed.api
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "mutatingwebhookconfigurations" && r.verb == "get")
+        .count()
+}
+
+/// Waits until the controller has read the configuration `n` more times:
+/// `n` reload intervals in which it could have written it.
+async fn reads_later(bed: &Bed, n: usize) {
+    let before = configuration_reads(bed);
+    eventually(&format!("{n} more reads of the configuration"), || {
+        configuration_reads(bed) >= before + n
+    })
+    .await;
+}
+
 fn configuration_writes(bed: &Bed) -> usize {
     bed.api
         .requests()
@@ -176,8 +196,8 @@ async fn a_configuration_whose_ca_cert_manager_injects_is_left_alone() {
     .await;
     let ours = secret_field(&bed, "ca.crt").unwrap();
     answers(port, &ours).await;
-    // Many reload intervals (100 ms) later: untouched.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Many reload intervals later: untouched.
+    reads_later(&bed, 5).await;
     assert_eq!(ca_bundle(&bed).as_deref(), Some(theirs.as_str()));
     assert_eq!(configuration_writes(&bed), 0);
     bed.assert_requests_listed();
@@ -205,7 +225,7 @@ async fn our_ca_joins_the_cas_a_configuration_trusts_already_instead_of_replacin
     );
     answers(port, &secret_field(&bed, "ca.crt").unwrap()).await;
     // Written once: with ours in it, nothing is left to do.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    reads_later(&bed, 5).await;
     assert_eq!(configuration_writes(&bed), 1);
     assert_eq!(ca_bundle(&bed).unwrap(), bundle);
     bed.assert_requests_listed();

@@ -215,7 +215,7 @@ fn create_pod(bed: &Bed, pod: &Value, name: &str) {
 }
 
 pub(super) fn told_port(pod: &Value) -> Option<u16> {
-    pod["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+    pod["metadata"]["annotations"][vocabulary::ENDPOINT]
         .as_str()?
         .rsplit_once(':')?
         .1
@@ -225,7 +225,7 @@ pub(super) fn told_port(pod: &Value) -> Option<u16> {
 
 pub(super) fn reservation_count(bed: &Bed) -> usize {
     bed.api.count(Kind::Lease, |l| {
-        l["metadata"]["labels"]["ssh-fwd.io/port-reservation"] == "198.18.0.10"
+        l["metadata"]["labels"][vocabulary::PORT_RESERVATION] == "198.18.0.10"
     })
 }
 
@@ -235,7 +235,9 @@ async fn the_webhook_serves_https_and_picks_up_a_certificate_swapped_on_disk() {
     let certs = tempfile::tempdir().unwrap();
     let first_ca = write_pair(certs.path());
     let port = free_port();
-    let args = webhook_args(port, certs.path());
+    let metrics_port = free_port();
+    let mut args = webhook_args(port, certs.path());
+    args.extend(["--metrics-addr".into(), format!("127.0.0.1:{metrics_port}")]);
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
     let controller = bed.controller("a", &argv);
     serving(port, &first_ca).await;
@@ -257,9 +259,17 @@ async fn the_webhook_serves_https_and_picks_up_a_certificate_swapped_on_disk() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(post(port, &first_ca, &review("u-3", &pod)).await.is_err());
-    // A half-written pair is not swapped in: the good one stays.
+    // A half-written pair is not swapped in: once the controller has read
+    // it and found it unusable, the good one is still served.
     std::fs::write(certs.path().join("tls.key"), "garbage").unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let unusable = r#"ssh_fwd_controller_webhook_certificate_reloads_total{outcome="Unusable"}"#;
+    metric_until(
+        metrics_port,
+        unusable,
+        "the half-written pair is read",
+        |n| n >= 1.0,
+    )
+    .await;
     assert!(post(port, &second_ca, &review("u-4", &pod)).await.is_ok());
     bed.assert_requests_listed();
     controller.abort();
@@ -294,27 +304,25 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
         replicas.push(bed.controller(identity, &argv));
         serving(port, &ca).await;
     }
-    // 500 admissions at once, alternating between the replicas. Each has
-    // its connection open first (a few handshakes at a time, as the API
-    // server's client reuses its connections), then all 500 reviews are
-    // sent together. As the API server does, each pod is stored right
-    // after its admission, under a name made from its generateName; every
-    // tenth never is (rejected by a later admission step, quota...).
+    // 500 admissions at once, alternating between the replicas. All 500
+    // connections are opened at once, as an API server opens new ones when
+    // many pods are created together (the webhook's handshakes take turns,
+    // each timed from its turn), then all 500 reviews are sent together.
+    // As the API server does, each pod is stored right after its
+    // admission, under a name made from its generateName; every tenth
+    // never is (rejected by a later admission step, quota...).
     let pod = job_pod();
     let config = trusting(&ca).unwrap();
-    let opening = Arc::new(tokio::sync::Semaphore::new(8));
     let together = Arc::new(tokio::sync::Barrier::new(501));
     let tasks: Vec<_> = (0..500)
         .map(|i| {
             let (config, pod, bed) = (config.clone(), pod.clone(), Arc::clone(&bed));
-            let (opening, together) = (opening.clone(), together.clone());
+            let together = together.clone();
             tokio::spawn(async move {
-                let turn = opening.acquire().await.unwrap();
                 let mut connection = Connection::open(ports[i % 2], "localhost", config)
                     .await
                     .unwrap();
                 connection.timeout = "30s";
-                drop(turn);
                 together.wait().await;
                 let (status, answer) = connection
                     .review(&review(&format!("u-{i}"), &pod))
@@ -388,7 +396,7 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
         .api
         .list(Kind::Event)
         .iter()
-        .filter(|e| e["reason"] == "SSHEnvMissing")
+        .filter(|e| e["reason"] == vocabulary::reason::SSH_ENV_MISSING)
         .count();
     assert_eq!(missing, 0, "every pod had its variable");
     // A pod deleted: its Service goes with it (garbage collection), then
@@ -425,7 +433,6 @@ async fn a_restarted_leader_keeps_live_reservations_and_releases_orphans_only_af
     // The leader dies with the pods admitted but not yet created.
     first.abort();
     let _ = first.await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(reservation_count(&bed), 3);
     let second = bed.controller("a", &argv);
     create_pod(&bed, &admitted[0], "job-a");

@@ -22,11 +22,13 @@ use super::{
     mutate::{self, Injection, Port},
     review::{self, Request},
 };
-use crate::controller::{
-    api_error::{self, Grant},
-    ports,
-    reservation::{self, Holder, LeaseView, ReserveError},
-    service,
+use crate::{
+    controller::{
+        api_error::{self, Grant},
+        ports,
+        reservation::{self, Holder, LeaseView, ReserveError},
+    },
+    vocabulary,
 };
 
 /// What an admission needs.
@@ -112,7 +114,7 @@ impl Admitter {
                 Outcome::Malformed,
             );
         }
-        if pod["metadata"]["labels"][service::SSH_LABEL] != service::SSH_ENABLED {
+        if pod["metadata"]["labels"][vocabulary::SSH] != vocabulary::SSH_ENABLED {
             return (allow_unchanged(request), Outcome::Skipped);
         }
         let namespace = request

@@ -1,5 +1,5 @@
 //! The authorized keys part of the mutation: for a pod that names a keys
-//! Secret (annotation [`SECRET_ANNOTATION`], else `--default-keys-secret`),
+//! Secret (annotation [`vocabulary::KEYS_SECRET`], else `--default-keys-secret`),
 //! an emptyDir mounted read-only at `--keys-dir` in every container, the
 //! Secret as a volume, and `ssh-fwd install-keys` twice: as an init
 //! container (so the file exists before any container starts) and as a
@@ -23,11 +23,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::mutate::{Ops, containers};
-use crate::controller::service;
+use super::patch::{Ops, containers};
+use crate::vocabulary;
 
-/// Pod annotation naming the Secret (key `authorized_keys`) with the keys.
-pub const SECRET_ANNOTATION: &str = "ssh-fwd.io/authorized-keys-secret";
 /// The key in the Secret.
 pub const SECRET_KEY: &str = "authorized_keys";
 pub const KEYS_VOLUME: &str = "ssh-fwd-keys";
@@ -116,7 +114,7 @@ pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String
 /// The Secret named by the annotation, else the default; refused when it
 /// is not a name the API server would accept.
 fn secret_name(pod: &Value, keys: &Keys) -> Result<Option<String>, String> {
-    let named = pod["metadata"]["annotations"][SECRET_ANNOTATION].as_str();
+    let named = pod["metadata"]["annotations"][vocabulary::KEYS_SECRET].as_str();
     let Some(name) = named
         .map(str::to_owned)
         .or_else(|| keys.default_secret.clone())
@@ -134,7 +132,8 @@ fn secret_name(pod: &Value, keys: &Keys) -> Result<Option<String>, String> {
         Ok(Some(name))
     } else {
         Err(format!(
-            "{SECRET_ANNOTATION} is `{name}`, which is not a Secret name (lowercase letters, digits, '-' and '.')"
+            "{key} is `{name}`, which is not a Secret name (lowercase letters, digits, '-' and '.')",
+            key = vocabulary::KEYS_SECRET,
         ))
     }
 }
@@ -184,7 +183,7 @@ fn owner(pod: &Value, keys: &Keys) -> (i64, i64) {
 /// finds a named port), else the first container.
 fn sshd_container(pod: &Value) -> &Value {
     let first = &pod["spec"]["containers"][0];
-    let Some(target) = pod["metadata"]["annotations"][service::TARGET_PORT_ANNOTATION]
+    let Some(target) = pod["metadata"]["annotations"][vocabulary::TARGET_PORT]
         .as_str()
         .map(str::trim)
         .filter(|t| !t.is_empty())

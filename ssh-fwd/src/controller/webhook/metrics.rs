@@ -28,6 +28,23 @@ pub struct OutcomeLabel {
     pub outcome: Outcome,
 }
 
+/// How a re-read of `--webhook-cert-dir` that found other files ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Reload {
+    /// The new pair is served.
+    Reloaded,
+    /// Not a usable pair (half written, or a key that does not fit): the
+    /// last good one is served.
+    Unusable,
+    /// The files could not be read: the last good pair is served.
+    Unreadable,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabel {
+    pub outcome: Reload,
+}
+
 #[derive(Clone)]
 pub struct AdmissionMetrics {
     pub admissions: Family<OutcomeLabel, Counter>,
@@ -35,6 +52,8 @@ pub struct AdmissionMetrics {
     pub duration: Histogram,
     /// TLS handshakes given up (`tls::Handshakes`).
     pub handshake_timeouts: Counter,
+    /// Re-reads of the certificate files, by outcome (`tls::CertDir`).
+    pub certificate_reloads: Family<ReloadLabel, Counter>,
 }
 
 impl Default for AdmissionMetrics {
@@ -43,6 +62,7 @@ impl Default for AdmissionMetrics {
             admissions: Family::default(),
             duration: metrics::seconds_histogram(),
             handshake_timeouts: Counter::default(),
+            certificate_reloads: Family::default(),
         }
     }
 }
@@ -70,6 +90,11 @@ impl AdmissionMetrics {
             "webhook_handshake_timeouts",
             "TLS handshakes with the webhook given up: no turn within 30 s, or not done 10 s after getting one (more new connections at once than the CPU takes).",
             self.handshake_timeouts.clone(),
+        );
+        registry.register(
+            "webhook_certificate_reloads",
+            "Re-reads of --webhook-cert-dir that found the files changed or unreadable, by outcome: reloaded, unusable or unreadable (the last good pair is served).",
+            self.certificate_reloads.clone(),
         );
     }
 }

@@ -10,6 +10,7 @@ mod args;
 pub mod keys;
 mod metrics;
 pub mod mutate;
+mod patch;
 mod review;
 pub mod self_signed;
 mod tls;
@@ -148,7 +149,8 @@ async fn certificates(
             )
         })?;
         let certs = tls::Swappable::new(key);
-        let follow = tokio::spawn(files.follow(certs.clone(), interval));
+        let reloads = shared.metrics.certificate_reloads.clone();
+        let follow = tokio::spawn(files.follow(certs.clone(), interval, reloads));
         return Ok((certs, follow));
     }
     let service = &args.webhook_service;

@@ -4,15 +4,14 @@
 //! Secret is named) the `install-keys` init container and sidecar with
 //! their volumes (`keys.rs`).
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation};
+use json_patch::Patch;
 use serde_json::{Value, json};
 
-use super::keys;
-use crate::controller::{reservation::POD_ANNOTATION, service};
-
-/// Pod annotation: why the pod was admitted without a port.
-pub const ADMISSION_ANNOTATION: &str = "ssh-fwd.io/admission";
+use super::{
+    keys,
+    patch::{Ops, containers},
+};
+use crate::vocabulary;
 
 /// What the webhook injects, from the controller's flags.
 #[derive(Clone, Debug)]
@@ -43,44 +42,6 @@ pub struct Mutation {
     pub warnings: Vec<String>,
 }
 
-/// JSON Patch operations in the order they apply.
-#[derive(Default)]
-pub struct Ops(Vec<PatchOperation>);
-
-impl Ops {
-    pub fn add(&mut self, path: &[&str], value: Value) {
-        self.0.push(PatchOperation::Add(AddOperation {
-            path: PointerBuf::from_tokens(path.iter().copied()),
-            value,
-        }));
-    }
-
-    fn remove(&mut self, path: &[&str]) {
-        self.0.push(PatchOperation::Remove(RemoveOperation {
-            path: PointerBuf::from_tokens(path.iter().copied()),
-        }));
-    }
-
-    /// Appends `item` to the array at `path` (the field `path` ends with,
-    /// in `parent`), making the array if absent.
-    pub fn push(&mut self, parent: &Value, path: &[&str], item: Value) {
-        self.push_all(parent, path, vec![item]);
-    }
-
-    pub fn push_all(&mut self, parent: &Value, path: &[&str], items: Vec<Value>) {
-        let field = path.last().copied().unwrap_or_default();
-        if parent[field].is_array() {
-            let mut at = path.to_vec();
-            at.push("-");
-            for item in items {
-                self.add(&at, item);
-            }
-        } else {
-            self.add(path, Value::Array(items));
-        }
-    }
-}
-
 /// The changes for `pod` (a Pod's JSON) given `port`.
 pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
     let mut ops = Ops::default();
@@ -99,7 +60,7 @@ pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
     // indices the operations above use.
     keys::inject(pod, &injection.keys, &mut ops, &mut warnings);
     Mutation {
-        patch: Patch(ops.0),
+        patch: ops.into_patch(),
         warnings,
     }
 }
@@ -109,26 +70,20 @@ pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
 fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
     let current = pod["metadata"]["annotations"].as_object();
     let mut ours: Vec<(&str, String)> = Vec::new();
-    let mut remove: Vec<&str> = vec![service::ANNOUNCED_ANNOTATION];
+    let mut remove: Vec<&str> = vec![vocabulary::ANNOUNCED];
     match port {
         Port::Reserved { port, token } => {
-            ours.push((
-                service::ENDPOINT_ANNOTATION,
-                format!("{}:{port}", injection.host),
-            ));
-            ours.push((POD_ANNOTATION, token.clone()));
-            remove.push(ADMISSION_ANNOTATION);
+            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            ours.push((vocabulary::RESERVATION, token.clone()));
+            remove.push(vocabulary::ADMISSION);
         }
         Port::DryRun { port } => {
-            ours.push((
-                service::ENDPOINT_ANNOTATION,
-                format!("{}:{port}", injection.host),
-            ));
-            remove.extend([POD_ANNOTATION, ADMISSION_ANNOTATION]);
+            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            remove.extend([vocabulary::RESERVATION, vocabulary::ADMISSION]);
         }
         Port::None { why } => {
-            ours.push((ADMISSION_ANNOTATION, why.clone()));
-            remove.extend([POD_ANNOTATION, service::ENDPOINT_ANNOTATION]);
+            ours.push((vocabulary::ADMISSION, why.clone()));
+            remove.extend([vocabulary::RESERVATION, vocabulary::ENDPOINT]);
         }
     }
     let Some(current) = current else {
@@ -147,20 +102,6 @@ fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
     for (key, value) in ours {
         ops.add(&["metadata", "annotations", key], json!(value));
     }
-}
-
-/// The user's containers, as (list field, index, container).
-pub fn containers(pod: &Value) -> impl Iterator<Item = (&'static str, usize, &Value)> {
-    ["initContainers", "containers"]
-        .into_iter()
-        .flat_map(move |list| {
-            pod["spec"][list]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(move |(i, c)| (list, i, c))
-        })
 }
 
 /// `variable=endpoint` first in every container's env (first, so the

@@ -36,13 +36,12 @@ use time::OffsetDateTime;
 
 use super::tls::{Swappable, certified_key};
 use crate::controller::api_error::{self, Grant};
+use crate::vocabulary;
 
 const CA_NAME: &str = "ssh-fwd webhook CA";
 const CA_DAYS: i64 = 3650;
 const SERVING_DAYS: i64 = 365;
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 86_400);
-/// Secret annotation: when the serving certificate expires (Unix seconds).
-const NOT_AFTER: &str = "ssh-fwd.io/not-after";
 /// The annotations by which cert-manager's cainjector writes a
 /// configuration's `caBundle` itself.
 pub const CA_INJECTOR_ANNOTATIONS: [&str; 3] = [
@@ -169,7 +168,11 @@ fn secret_object(name: &str, pem: &Pem, ca_key: &str, not_after: OffsetDateTime)
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
             annotations: Some(
-                [(NOT_AFTER.to_owned(), not_after.unix_timestamp().to_string())].into(),
+                [(
+                    vocabulary::NOT_AFTER.to_owned(),
+                    not_after.unix_timestamp().to_string(),
+                )]
+                .into(),
             ),
             ..ObjectMeta::default()
         },
@@ -197,7 +200,7 @@ fn expires(secret: &Secret) -> Option<OffsetDateTime> {
         .metadata
         .annotations
         .as_ref()?
-        .get(NOT_AFTER)?
+        .get(vocabulary::NOT_AFTER)?
         .parse()
         .ok()?;
     OffsetDateTime::from_unix_timestamp(seconds).ok()

@@ -15,6 +15,7 @@ use std::{
 };
 
 use hyper_util::service::TowerToHyperService;
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use rustls::{
     ServerConfig,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
@@ -24,6 +25,7 @@ use rustls::{
 use tokio::net::TcpListener;
 
 pub use self::pacing::Handshakes;
+use super::metrics::{Reload, ReloadLabel};
 use crate::telemetry::accept::{Accepting, Server};
 
 mod pacing;
@@ -144,13 +146,21 @@ impl CertDir {
 
     /// Re-reads the files every `interval` and swaps in a pair that changed
     /// and is valid; a pair that is not (a half-done copy) is logged and the
-    /// served one kept, until the next read finds it whole.
-    pub async fn follow(self, certs: Arc<Swappable>, interval: Duration) {
+    /// served one kept, until the next read finds it whole. Each read that
+    /// finds the files changed or unreadable is counted in `reloads`.
+    pub async fn follow(
+        self,
+        certs: Arc<Swappable>,
+        interval: Duration,
+        reloads: Family<ReloadLabel, Counter>,
+    ) {
+        let count = |outcome| reloads.get_or_create(&ReloadLabel { outcome }).inc();
         let mut served = self.contents().ok();
         loop {
             tokio::time::sleep(interval).await;
             let Ok(now) = self.contents() else {
                 tracing::warn!(dir = %self.dir.display(), "cannot read the webhook certificate files; serving the last good ones");
+                count(Reload::Unreadable);
                 continue;
             };
             if served.as_ref() == Some(&now) {
@@ -161,9 +171,11 @@ impl CertDir {
                     certs.swap(key);
                     tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
                     served = Some(now);
+                    count(Reload::Reloaded);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "the new webhook certificate files are not usable (yet); serving the last good ones")
+                    tracing::warn!(error = %e, "the new webhook certificate files are not usable (yet); serving the last good ones");
+                    count(Reload::Unusable);
                 }
             }
         }

@@ -16,17 +16,17 @@ use rand::{SeedableRng as _, rngs::StdRng};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::args::ServiceStyle;
 use crate::controller::{
-    args::ServiceStyle,
     expect::Expectations,
     plan::{
         self, Action, Pass, Problem,
-        reservations::{Sightings, upkeep},
         scope::{Scope, Waiting},
     },
-    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
-    service::{ENDPOINT_ANNOTATION, SERVICE_LABEL, Settings},
+    reservation::{self, Holder, LeaseView, upkeep::Upkeep},
+    service::Settings,
 };
+use crate::vocabulary;
 
 const IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const HOST: &str = "ssh.example.org";
@@ -57,7 +57,7 @@ struct Sim {
     clock: i64,
     next_uid: u64,
     warned: BTreeSet<(String, Problem)>,
-    sightings: Sightings,
+    upkeep: Upkeep,
     waiting: Waiting,
     rng: StdRng,
     now: Instant,
@@ -74,7 +74,7 @@ impl Sim {
             clock: 0,
             next_uid: 0,
             warned: BTreeSet::new(),
-            sightings: Sightings::default(),
+            upkeep: Upkeep::new(Duration::ZERO, None),
             waiting: Waiting::default(),
             rng: StdRng::seed_from_u64(11),
             now: Instant::now(),
@@ -121,8 +121,7 @@ impl Sim {
         let name = format!("job-{uid}");
         let mut annotations = json!({});
         if let Some((token, port)) = &admitted {
-            annotations =
-                json!({POD_ANNOTATION: token, ENDPOINT_ANNOTATION: format!("{HOST}:{port}")});
+            annotations = json!({vocabulary::RESERVATION: token, vocabulary::ENDPOINT: format!("{HOST}:{port}")});
             let holder = Holder::Admitted {
                 namespace: namespace.into(),
                 name: name.clone(),
@@ -135,7 +134,7 @@ impl Sim {
             }
         }
         let pod = json!({"metadata": {"name": name, "namespace": namespace, "uid": uid,
-                                      "labels": {service::SSH_LABEL: service::SSH_ENABLED},
+                                      "labels": {vocabulary::SSH: vocabulary::SSH_ENABLED},
                                       "annotations": annotations},
                          "status": {"phase": "Running"}});
         let key = (namespace.to_owned(), name);
@@ -174,18 +173,15 @@ impl Sim {
             Scope::around(&self.world, touched, self.waiting.uids())
         };
         let expected = Expectations::default();
-        self.sightings
-            .update(&self.world, &scope, &expected, self.now);
+        self.upkeep.note(&self.world, &scope, &expected, self.now);
         let pass = Pass {
             world: &self.world,
             scope: &scope,
             expected: &expected,
-            sightings: &self.sightings,
-            grace: Duration::ZERO,
             variable: None,
         };
         let mut actions = plan::compute(&pass, &settings(), &RANGE, HOST, &mut self.rng);
-        actions.extend(upkeep(&pass, &RANGE, self.now));
+        actions.extend((self.upkeep).actions(&self.world, &scope, &expected, &RANGE, self.now));
         actions.retain(|a| match a {
             Action::Warn { pod, problem } => self.warned.insert((pod.uid.clone(), problem.clone())),
             _ => true,
@@ -244,10 +240,9 @@ impl Sim {
                         == Some(pod.uid.as_str())
                     {
                         self.patch_pod(&key, |v| {
-                            v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
-                            v["metadata"]["annotations"][ENDPOINT_ANNOTATION] = Value::Null;
-                            v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] =
-                                Value::Null;
+                            v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
+                            v["metadata"]["annotations"][vocabulary::ENDPOINT] = Value::Null;
+                            v["metadata"]["annotations"][vocabulary::ANNOUNCED] = Value::Null;
                             strip_nulls(v);
                         });
                     }
@@ -272,9 +267,9 @@ impl Sim {
                 let key = (pod.namespace.clone(), pod.name.clone());
                 let endpoint = format!("{HOST}:{port}");
                 self.patch_pod(&key, |v| {
-                    v["metadata"]["labels"][SERVICE_LABEL] = json!(service);
-                    v["metadata"]["annotations"][ENDPOINT_ANNOTATION] = json!(endpoint);
-                    v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] = json!(endpoint);
+                    v["metadata"]["labels"][vocabulary::SERVICE] = json!(service);
+                    v["metadata"]["annotations"][vocabulary::ENDPOINT] = json!(endpoint);
+                    v["metadata"]["annotations"][vocabulary::ANNOUNCED] = json!(endpoint);
                 });
             }
             Action::Reserve { lease } => {
@@ -406,8 +401,8 @@ impl Sim {
             Change::DropEndpoint(n) => {
                 if let Some(key) = nth(&self.pods, *n) {
                     self.patch_pod(&key, |v| {
-                        v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
-                        v["metadata"]["annotations"][service::ANNOUNCED_ANNOTATION] = Value::Null;
+                        v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
+                        v["metadata"]["annotations"][vocabulary::ANNOUNCED] = Value::Null;
                         strip_nulls(v);
                     });
                 }
@@ -517,7 +512,7 @@ fn a_change_to_one_pod_plans_for_it_and_not_for_the_others() {
     sim.settle(true).unwrap();
     let key = nth(&sim.pods, 7).unwrap();
     sim.patch_pod(&key, |v| {
-        v["metadata"]["labels"][SERVICE_LABEL] = Value::Null;
+        v["metadata"]["labels"][vocabulary::SERVICE] = Value::Null;
         strip_nulls(v);
     });
     let touched = std::mem::take(&mut sim.touched);

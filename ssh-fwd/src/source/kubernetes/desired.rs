@@ -5,7 +5,7 @@
 //! ([`claims_of`]), and who owns each claimed frontend ([`resolve`]).
 //!
 //! Rules: a Service counts if it exposes an address in `--ssh-ip`, either
-//! legacy (`spec.externalIPs`) or as a LoadBalancer of class [`LB_CLASS`]
+//! legacy (`spec.externalIPs`) or as a LoadBalancer of class [`vocabulary::LB_CLASS`]
 //! (`status.loadBalancer.ingress[].ip`), each shape only if
 //! `--service-styles` honours it. A LoadBalancer of our class that lets
 //! Kubernetes allocate NodePorts is refused whole. Which Services are seen at
@@ -23,7 +23,7 @@
 //! never handed to a younger claimant. Beyond [`MAX_MAPPINGS`] the newest Services' mappings are left out
 //! ([`cap`]), so a new Service never takes a running one's place.
 //!
-//! [`LB_CLASS`]: crate::k8s::LB_CLASS
+//! [`vocabulary::LB_CLASS`]: crate::vocabulary::LB_CLASS
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -35,7 +35,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
-    args::ServiceStyleArg,
+    args::ServiceStyle,
     k8s::ownership::{self, Claimant},
     mapping::{Mapping, MappingSet},
     source::validate::{self, Checker, Rules},
@@ -73,10 +73,10 @@ impl Styles {
     };
 
     /// `--service-styles` as the rules take it.
-    pub fn of(list: &[ServiceStyleArg]) -> Self {
+    pub fn of(list: &[ServiceStyle]) -> Self {
         Self {
-            load_balancer: list.contains(&ServiceStyleArg::Loadbalancer),
-            external_ips: list.contains(&ServiceStyleArg::Externalips),
+            load_balancer: list.contains(&ServiceStyle::Loadbalancer),
+            external_ips: list.contains(&ServiceStyle::Externalips),
         }
     }
 }

@@ -16,8 +16,7 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
-use crate::k8s::LB_CLASS;
-
+use crate::vocabulary;
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -45,7 +44,7 @@ pub struct ServiceView {
     pub created: Option<Time>,
     /// `spec.externalIPs` that are IPv4 addresses.
     pub external_ips: Vec<Ipv4Addr>,
-    /// `type: LoadBalancer` with `loadBalancerClass` [`LB_CLASS`].
+    /// `type: LoadBalancer` with `loadBalancerClass` [`vocabulary::LB_CLASS`].
     pub ours: bool,
     /// `spec.allocateLoadBalancerNodePorts` is `false` (the API server
     /// defaults it to true for a LoadBalancer).
@@ -350,7 +349,7 @@ impl Shape<'_> {
         ingress: impl Iterator<Item = &'b str>,
         ports: impl Iterator<Item = PortView>,
     ) -> ServiceView {
-        let ours = self.type_ == Some("LoadBalancer") && self.class == Some(LB_CLASS);
+        let ours = self.type_ == Some("LoadBalancer") && self.class == Some(vocabulary::LB_CLASS);
         ServiceView {
             id: id_of(meta),
             created: meta.creation_timestamp.clone(),
@@ -460,7 +459,7 @@ mod tests {
             }))
             .unwrap()
         };
-        let ours = service(LB_CLASS).view();
+        let ours = service(vocabulary::LB_CLASS).view();
         assert!(ours.ours && !ours.node_ports_off);
         assert_eq!(ours.ingress, ["198.18.0.10".parse::<Ipv4Addr>().unwrap()]);
         assert_eq!(ours.ports[0].numeric_target, None, "named: from the slice");

@@ -2,6 +2,7 @@
 //! for a LoadBalancer, once the cache shows exactly our ingress address.
 
 use super::*;
+use crate::vocabulary;
 
 fn job_1() -> PodRef {
     PodRef {
@@ -91,8 +92,6 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
         world: &world,
         scope: &Scope::All,
         expected: &Expectations::default(),
-        sightings: &Sightings::default(),
-        grace: std::time::Duration::from_secs(60),
         variable: None,
     };
     let actions = compute(
@@ -112,8 +111,8 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
 fn a_published_pod_needs_nothing_more() {
     let p = pod(
         "job-1",
-        json!({"metadata": {"labels": {service::SERVICE_LABEL: "ssh-job-1"},
-                            "annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
+        json!({"metadata": {"labels": {vocabulary::SERVICE: "ssh-job-1"},
+                            "annotations": {vocabulary::ENDPOINT: format!("{HOST}:8123")}}}),
     );
     let actions = run(
         std::slice::from_ref(&p),
@@ -127,7 +126,7 @@ fn a_published_pod_needs_nothing_more() {
 fn a_lost_selector_label_is_restored_without_a_second_event() {
     let p = pod(
         "job-1",
-        json!({"metadata": {"annotations": {service::ENDPOINT_ANNOTATION: format!("{HOST}:8123")}}}),
+        json!({"metadata": {"annotations": {vocabulary::ENDPOINT: format!("{HOST}:8123")}}}),
     );
     let actions = run(
         std::slice::from_ref(&p),

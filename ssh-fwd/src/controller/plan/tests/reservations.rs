@@ -5,10 +5,10 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::controller::{
-    plan::reservations::upkeep,
-    reservation::{self, Holder, LeaseView, POD_ANNOTATION},
+    reservation::{self, Holder, LeaseView, upkeep::Upkeep},
     warn::Admission,
 };
+use crate::vocabulary;
 
 const GRACE: Duration = Duration::from_secs(60);
 
@@ -36,8 +36,8 @@ fn admitted(namespace: &str, token: &str) -> Holder {
 fn admitted_pod(name: &str, port: u16, token: &str) -> Arc<PodView> {
     pod(
         name,
-        json!({"metadata": {"annotations": {POD_ANNOTATION: token,
-            service::ENDPOINT_ANNOTATION: format!("{HOST}:{port}")}}}),
+        json!({"metadata": {"annotations": {vocabulary::RESERVATION: token,
+            vocabulary::ENDPOINT: format!("{HOST}:{port}")}}}),
     )
 }
 
@@ -53,10 +53,10 @@ impl Pass<'_> {
     /// The plan and the upkeep at `now`, the leader having first seen the
     /// reservations at `seen` (and no pass since).
     fn at(&self, seen: Instant, now: Instant) -> Vec<Action> {
-        let mut sightings = Sightings::default();
+        let mut upkeep = Upkeep::new(GRACE, None);
         let expected = Expectations::default();
-        sightings.update(&self.world(), &Scope::All, &expected, seen);
-        self.with(&mut sightings, now)
+        upkeep.note(&self.world(), &Scope::All, &expected, seen);
+        self.with(&mut upkeep, now)
     }
 
     fn world(&self) -> World {
@@ -68,22 +68,20 @@ impl Pass<'_> {
         )
     }
 
-    /// A pass at `now` after the passes `sightings` noted.
-    fn with(&self, sightings: &mut Sightings, now: Instant) -> Vec<Action> {
+    /// A pass at `now` after the passes `upkeep` noted.
+    fn with(&self, upkeep: &mut Upkeep, now: Instant) -> Vec<Action> {
         let world = self.world();
         let expected = Expectations::default();
-        sightings.update(&world, &Scope::All, &expected, now);
+        upkeep.note(&world, &Scope::All, &expected, now);
         let pass = super::Pass {
             world: &world,
             scope: &Scope::All,
             expected: &expected,
-            sightings,
-            grace: GRACE,
             variable: self.variable,
         };
         let mut rng = StdRng::seed_from_u64(3);
         let mut actions = compute(&pass, &settings(), &self.range, HOST, &mut rng);
-        actions.extend(upkeep(&pass, &self.range, now));
+        actions.extend(upkeep.actions(&world, &Scope::All, &expected, &self.range, now));
         actions
     }
 }
@@ -166,7 +164,7 @@ fn a_pod_created_without_the_webhook_gets_a_fresh_reserved_port_and_is_told_it_l
             admission: Admission::Unseen { keys: None },
         }
     );
-    assert_eq!(problem.reason(), "SSHEnvMissing");
+    assert_eq!(problem.reason(), vocabulary::reason::SSH_ENV_MISSING);
     assert_eq!(
         reservation::read(&reservation::kept(lease), ip())
             .unwrap()
@@ -210,16 +208,16 @@ fn a_restarted_leader_counts_the_grace_from_when_it_first_sees_a_reservation() {
     assert!(
         releases(&pass(&[], &[], &leases).at(started, started + Duration::from_secs(1))).is_empty()
     );
-    let mut sightings = Sightings::default();
+    let mut upkeep = Upkeep::new(GRACE, None);
     let world = World::of(
         crate::controller::world::policy_for(ip()),
         &[],
         &[],
         &leases,
     );
-    sightings.update(&world, &Scope::All, &Expectations::default(), started);
-    assert_eq!(sightings.next_due(GRACE, started), Some(started + GRACE));
-    assert_eq!(sightings.next_due(GRACE, started + GRACE), None);
+    upkeep.note(&world, &Scope::All, &Expectations::default(), started);
+    assert_eq!(upkeep.next_due(started), Some(started + GRACE));
+    assert_eq!(upkeep.next_due(started + GRACE), None);
 }
 
 #[test]
@@ -263,18 +261,14 @@ fn a_reservation_seen_in_use_is_released_as_soon_as_it_is_not_without_waiting_fo
     let t0 = Instant::now();
     let p = admitted_pod("job-6", 9006, "tok6");
     let leases = [lease(9006, &admitted("jobs", "tok6"))];
-    let mut sightings = Sightings::default();
+    let mut upkeep = Upkeep::new(GRACE, None);
     // Seen with its pod (and no Service yet: the create is on its way).
-    let first = pass(std::slice::from_ref(&p), &[], &leases).with(&mut sightings, t0);
+    let first = pass(std::slice::from_ref(&p), &[], &leases).with(&mut upkeep, t0);
     assert!(releases(&first).is_empty());
     // The pod was deleted a second later, before it got a Service.
-    let gone = pass(&[], &[], &leases).with(&mut sightings, t0 + Duration::from_secs(1));
+    let gone = pass(&[], &[], &leases).with(&mut upkeep, t0 + Duration::from_secs(1));
     assert_eq!(releases(&gone), [9006]);
-    assert_eq!(
-        sightings.next_due(GRACE, t0),
-        None,
-        "nothing left to wait for"
-    );
+    assert_eq!(upkeep.next_due(t0), None, "nothing left to wait for");
 }
 
 #[test]

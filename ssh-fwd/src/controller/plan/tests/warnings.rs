@@ -2,6 +2,7 @@
 //! served as usual.
 
 use super::*;
+use crate::vocabulary;
 
 fn warned(actions: &[Action]) -> Vec<(&str, &Problem)> {
     actions
@@ -31,7 +32,7 @@ fn when_the_range_is_full_one_pod_is_told_and_the_others_are_served() {
 fn a_pod_with_an_invalid_target_port_is_warned_and_gets_no_service() {
     let bad = pod(
         "bad",
-        json!({"metadata": {"annotations": {service::TARGET_PORT_ANNOTATION: "99999"}}}),
+        json!({"metadata": {"annotations": {vocabulary::TARGET_PORT: "99999"}}}),
     );
     let good = pod("good", json!({}));
     let actions = run(&[bad, good], &[], 9000..=9100);

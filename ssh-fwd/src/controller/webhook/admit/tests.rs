@@ -8,10 +8,8 @@ use serde_json::{Value, json};
 use ssh_fwd_tests::fake_api::{FakeApi, Kind};
 
 use super::*;
-use crate::controller::webhook::{
-    keys::Keys,
-    mutate::{ADMISSION_ANNOTATION, tests::job_pod},
-};
+use crate::controller::webhook::{keys::Keys, mutate::tests::job_pod};
+use crate::vocabulary;
 
 pub async fn client(api: &FakeApi) -> kube::Client {
     crate::k8s::client::of_fake(api).await
@@ -90,7 +88,7 @@ async fn answer(admitter: &Admitter, body: &Value) -> (u16, Value) {
 fn reservations(api: &FakeApi) -> Vec<Value> {
     api.list(Kind::Lease)
         .into_iter()
-        .filter(|l| l["metadata"]["labels"]["ssh-fwd.io/port-reservation"] == "198.18.0.10")
+        .filter(|l| l["metadata"]["labels"][vocabulary::PORT_RESERVATION] == "198.18.0.10")
         .collect()
 }
 
@@ -104,7 +102,7 @@ async fn a_labelled_pod_made_from_generate_name_gets_a_port_reserved_in_the_api(
     let (response, patched) = outcome(&body, &pod);
     assert_eq!(response["uid"], "u-1");
     assert_eq!(response["allowed"], true);
-    let endpoint = patched["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+    let endpoint = patched["metadata"]["annotations"][vocabulary::ENDPOINT]
         .as_str()
         .unwrap();
     let port: u16 = endpoint
@@ -113,7 +111,7 @@ async fn a_labelled_pod_made_from_generate_name_gets_a_port_reserved_in_the_api(
         .parse()
         .unwrap();
     assert!((9000..=9099).contains(&port));
-    let token = patched["metadata"]["annotations"]["ssh-fwd.io/reservation"]
+    let token = patched["metadata"]["annotations"][vocabulary::RESERVATION]
         .as_str()
         .unwrap();
     assert_eq!(
@@ -130,7 +128,7 @@ async fn a_labelled_pod_made_from_generate_name_gets_a_port_reserved_in_the_api(
         format!("ssh-port-198.18.0.10-{port}")
     );
     assert_eq!(lease["metadata"]["namespace"], "ssh-fwd");
-    assert_eq!(lease["metadata"]["annotations"]["ssh-fwd.io/token"], token);
+    assert_eq!(lease["metadata"]["annotations"][vocabulary::TOKEN], token);
     assert_eq!(lease["spec"]["holderIdentity"], "pod jobs/job-4711-*");
 }
 
@@ -142,10 +140,10 @@ async fn a_dry_run_is_mutated_but_reserves_nothing() {
     let (code, body) = answer(&admitter, &review_of("u-2", &pod, true)).await;
     assert_eq!(code, 200);
     let (response, patched) = outcome(&body, &pod);
-    assert!(patched["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string());
+    assert!(patched["metadata"]["annotations"][vocabulary::ENDPOINT].is_string());
     assert!(
         patched["metadata"]["annotations"]
-            .get("ssh-fwd.io/reservation")
+            .get(vocabulary::RESERVATION)
             .is_none()
     );
     assert!(
@@ -211,7 +209,7 @@ async fn malformed_requests_get_a_clear_answer_and_never_a_crash() {
     // A readable request whose object is no Pod: refused, with the reason.
     for object in [
         json!("a string"),
-        json!({"metadata": {"labels": {"ssh-fwd.io/ssh": "enabled"}}}),
+        json!({"metadata": {"labels": {vocabulary::SSH: "enabled"}}}),
     ] {
         let (code, body) = answer(&admitter, &review_of("u-6", &object, false)).await;
         assert_eq!(code, 200);
@@ -250,7 +248,7 @@ async fn a_slow_api_server_gets_the_pod_admitted_without_a_port_before_the_deadl
     assert_eq!(code, 200);
     let (response, patched) = outcome(&body, &pod);
     assert_eq!(response["allowed"], true);
-    let why = patched["metadata"]["annotations"][ADMISSION_ANNOTATION]
+    let why = patched["metadata"]["annotations"][vocabulary::ADMISSION]
         .as_str()
         .unwrap();
     assert!(why.contains("did not answer within 400ms"), "{why}");
@@ -276,7 +274,7 @@ async fn concurrent_admissions_never_share_a_port_even_in_a_nearly_full_range() 
                 let pod = job_pod();
                 let (_, body) = answer(&admitter, &review_of(&format!("u-{i}"), &pod, false)).await;
                 let (_, patched) = outcome(&body, &pod);
-                patched["metadata"]["annotations"]["ssh-fwd.io/endpoint"]
+                patched["metadata"]["annotations"][vocabulary::ENDPOINT]
                     .as_str()
                     .map(str::to_owned)
             })
@@ -296,7 +294,7 @@ async fn concurrent_admissions_never_share_a_port_even_in_a_nearly_full_range() 
     for i in 0..5 {
         let (_, body) = answer(&admitter, &review_of(&format!("v-{i}"), &pod, false)).await;
         let (_, patched) = outcome(&body, &pod);
-        if patched["metadata"]["annotations"][ADMISSION_ANNOTATION].is_string() {
+        if patched["metadata"]["annotations"][vocabulary::ADMISSION].is_string() {
             return;
         }
     }
@@ -326,7 +324,7 @@ async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_trie
         assert_eq!(status, 200);
         let (response, patched) = outcome(&body, &pod);
         assert_eq!(response["allowed"], true);
-        let why = patched["metadata"]["annotations"][ADMISSION_ANNOTATION]
+        let why = patched["metadata"]["annotations"][vocabulary::ADMISSION]
             .as_str()
             .unwrap_or_else(|| panic!("{code}: admitted with a port: {patched}"));
         assert!(why.to_lowercase().contains(says), "{code}: {why}");
@@ -343,7 +341,7 @@ async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_trie
     let (_, body) = answer(&admitter, &review_of("u-s", &pod, false)).await;
     let (_, patched) = outcome(&body, &pod);
     assert!(
-        patched["metadata"]["annotations"]["ssh-fwd.io/endpoint"].is_string(),
+        patched["metadata"]["annotations"][vocabulary::ENDPOINT].is_string(),
         "{patched}"
     );
     assert_eq!(reservations(&api).len(), 1);

@@ -69,7 +69,7 @@ fn pod_with_sshd_apart() -> Value {
 }
 
 fn with_target_port(mut pod: Value, port: &str) -> Value {
-    pod["metadata"]["annotations"] = json!({"ssh-fwd.io/target-port": port});
+    pod["metadata"]["annotations"] = json!({vocabulary::TARGET_PORT: port});
     pod
 }
 

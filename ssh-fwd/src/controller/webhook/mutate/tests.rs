@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::controller::webhook::keys::{self, Keys};
+use crate::vocabulary;
 
 fn injection(default_secret: Option<&str>, uid: Option<i64>) -> Injection {
     Injection {
@@ -37,7 +38,7 @@ pub fn job_pod() -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"generateName": "job-4711-", "namespace": "jobs",
-                     "labels": {"ssh-fwd.io/ssh": "enabled", "job-name": "job-4711"}},
+                     "labels": {vocabulary::SSH: "enabled", "job-name": "job-4711"}},
         "spec": {
             "securityContext": {"runAsUser": 11042, "runAsGroup": 11042},
             "initContainers": [{"name": "stage-in", "image": "busybox"}],
@@ -72,8 +73,8 @@ fn every_container_gets_the_endpoint_variable_first_and_the_pod_its_annotations(
     let pod = job_pod();
     let out = applied(&pod, &mutate(&pod, &reserved(), &injection(None, None)));
     let annotations = &out["metadata"]["annotations"];
-    assert_eq!(annotations["ssh-fwd.io/endpoint"], "ssh.example.org:8123");
-    assert_eq!(annotations["ssh-fwd.io/reservation"], "tok");
+    assert_eq!(annotations[vocabulary::ENDPOINT], "ssh.example.org:8123");
+    assert_eq!(annotations[vocabulary::RESERVATION], "tok");
     for list in ["initContainers", "containers"] {
         for c in out["spec"][list].as_array().unwrap() {
             assert_eq!(
@@ -120,7 +121,7 @@ fn a_container_that_sets_the_variable_keeps_its_own_value_and_the_client_is_told
 #[test]
 fn keys_come_with_an_init_container_a_native_sidecar_and_a_read_only_mount_everywhere() {
     let mut pod = job_pod();
-    pod["metadata"]["annotations"] = json!({keys::SECRET_ANNOTATION: "alice-keys"});
+    pod["metadata"]["annotations"] = json!({vocabulary::KEYS_SECRET: "alice-keys"});
     let out = applied(&pod, &mutate(&pod, &reserved(), &injection(None, None)));
     let inits = out["spec"]["initContainers"].as_array().unwrap();
     let names: Vec<&str> = inits.iter().map(|c| c["name"].as_str().unwrap()).collect();
@@ -224,7 +225,7 @@ fn keys_owner_is_the_keys_uid_flag_else_the_pods_user_else_root() {
 #[test]
 fn keys_that_cannot_be_installed_are_left_out_with_a_warning() {
     let mut bad_name = job_pod();
-    bad_name["metadata"]["annotations"] = json!({keys::SECRET_ANNOTATION: "Bad_Name"});
+    bad_name["metadata"]["annotations"] = json!({vocabulary::KEYS_SECRET: "Bad_Name"});
     let mutation = mutate(&bad_name, &reserved(), &injection(None, None));
     assert!(
         mutation.warnings[0].contains("not a Secret name"),
@@ -275,15 +276,15 @@ fn keys_that_cannot_be_installed_are_left_out_with_a_warning() {
 fn without_a_port_the_pod_says_why_and_carries_no_endpoint_of_its_own_making() {
     let mut pod = job_pod();
     // A client trying to claim another pod's reservation and endpoint.
-    pod["metadata"]["annotations"] = json!({"ssh-fwd.io/reservation": "stolen",
-        "ssh-fwd.io/endpoint": "ssh.example.org:9999", "ssh-fwd.io/announced": "x", "keep": "me"});
+    pod["metadata"]["annotations"] = json!({vocabulary::RESERVATION: "stolen",
+        vocabulary::ENDPOINT: "ssh.example.org:9999", vocabulary::ANNOUNCED: "x", "keep": "me"});
     let none = Port::None {
         why: "no free SSH port".into(),
     };
     let out = applied(&pod, &mutate(&pod, &none, &injection(None, None)));
     assert_eq!(
         out["metadata"]["annotations"],
-        json!({ADMISSION_ANNOTATION: "no free SSH port", "keep": "me"})
+        json!({vocabulary::ADMISSION: "no free SSH port", "keep": "me"})
     );
     for c in out["spec"]["containers"].as_array().unwrap() {
         assert_eq!(env_of(c, "UCLOUD_PUBLIC_SSH"), None);
@@ -291,16 +292,16 @@ fn without_a_port_the_pod_says_why_and_carries_no_endpoint_of_its_own_making() {
     // With a port, client-set values of ours are replaced.
     let out = applied(&pod, &mutate(&pod, &reserved(), &injection(None, None)));
     assert_eq!(
-        out["metadata"]["annotations"]["ssh-fwd.io/reservation"],
+        out["metadata"]["annotations"][vocabulary::RESERVATION],
         "tok"
     );
     assert_eq!(
-        out["metadata"]["annotations"]["ssh-fwd.io/endpoint"],
+        out["metadata"]["annotations"][vocabulary::ENDPOINT],
         "ssh.example.org:8123"
     );
     assert!(
         out["metadata"]["annotations"]
-            .get("ssh-fwd.io/announced")
+            .get(vocabulary::ANNOUNCED)
             .is_none()
     );
 }
@@ -314,7 +315,7 @@ fn a_dry_run_shows_the_endpoint_but_carries_no_reservation() {
     );
     assert_eq!(
         out["metadata"]["annotations"],
-        json!({"ssh-fwd.io/endpoint": "ssh.example.org:8200"})
+        json!({vocabulary::ENDPOINT: "ssh.example.org:8200"})
     );
     assert_eq!(
         env_of(&out["spec"]["containers"][0], "UCLOUD_PUBLIC_SSH").as_deref(),

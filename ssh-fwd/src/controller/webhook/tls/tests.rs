@@ -89,9 +89,16 @@ async fn clients_stalled_in_their_handshake_hold_no_turn_and_their_timeouts_are_
         hello.write_tls(&mut bytes).expect("ClientHello");
         let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
         tcp.write_all(&bytes).await.expect("send");
+        // The server's first flight: it took a turn for this handshake,
+        // did its part, and now waits for the client.
+        let mut flight = [0u8; 1024];
+        let read = tokio::time::timeout(2 * timeout, tcp.read(&mut flight)).await;
+        assert!(
+            matches!(read, Ok(Ok(n)) if n > 0),
+            "the server answered no ClientHello: {read:?}"
+        );
         stalled.push(tcp);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let started = tokio::time::Instant::now();
     let response = get(addr, &pem.ca).await;
     assert!(response.ends_with("admitted"), "{response}");

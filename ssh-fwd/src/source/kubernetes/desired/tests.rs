@@ -4,12 +4,12 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::{
-    k8s::LB_CLASS,
     source::kubernetes::objects::{SERVICE_NAME_LABEL, WireService, WireSlice},
+    vocabulary,
 };
 
 const SSH_IP: &str = "198.18.0.10";
-const PROXY_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+const PROXY_LABEL: &str = vocabulary::PROXY_NAME_LABEL;
 
 fn policy() -> Policy {
     Policy {
@@ -30,7 +30,7 @@ fn legacy(name: &str, port: i32, created: &str) -> Value {
 fn lb(name: &str, port: i32, target: Value) -> Value {
     json!({
         "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {PROXY_LABEL: "ssh-fwd"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "allocateLoadBalancerNodePorts": false,
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": target}]},
         "status": {"loadBalancer": {"ingress": [{"ip": SSH_IP}]}}
     })

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tower_test::mock::SendResponse;
 
 use super::*;
-use crate::k8s::LB_CLASS;
+use crate::vocabulary;
 
 const SELECTOR: &str = "service.kubernetes.io/service-proxy-name=ssh-fwd";
 
@@ -142,7 +142,7 @@ fn service(name: &str, port: i32, rv: &str) -> Value {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "jobs", "resourceVersion": rv, "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS, "allocateLoadBalancerNodePorts": false, "ports": [{"name": "ssh", "port": port, "targetPort": 22}]},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false, "ports": [{"name": "ssh", "port": port, "targetPort": 22}]},
         "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}
     })
 }

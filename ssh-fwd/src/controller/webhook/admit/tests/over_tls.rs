@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::*;
 use crate::controller::webhook::{router, self_signed, tls};
+use crate::vocabulary;
 
 /// Connects to `addr` as the API server would (trusting `ca`) and POSTs
 /// `body` to `path`; the answer's JSON.
@@ -97,7 +98,7 @@ async fn the_deadline_counts_from_the_accept_and_a_shorter_api_server_timeout_is
     );
     let (response, patched) = outcome(&answer, &pod);
     assert_eq!(response["allowed"], true);
-    let why = patched["metadata"]["annotations"][ADMISSION_ANNOTATION]
+    let why = patched["metadata"]["annotations"][vocabulary::ADMISSION]
         .as_str()
         .unwrap();
     assert!(why.contains("did not answer within"), "{why}");

@@ -1,18 +1,20 @@
-//! The reservation writes of a plan: reserving a port (created only if
+//! The leader's reservation writes: reserving a port (created only if
 //! absent) and releasing one (only if it is still the one read).
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, Preconditions};
+use kube::{
+    Api,
+    api::{DeleteParams, Preconditions},
+};
 
-use super::Context;
-use crate::controller::{
-    api_error::{self, Grant},
-    reservation,
+use crate::{
+    controller::api_error::{self, Grant},
+    vocabulary,
 };
 
 /// Whether this call reserved the port (false: it was reserved already).
-pub async fn reserve_port(ctx: &Context, lease: &Lease, port: u16) -> anyhow::Result<bool> {
-    reservation::create(&ctx.reservations, lease)
+pub async fn reserve_port(api: &Api<Lease>, lease: &Lease, port: u16) -> anyhow::Result<bool> {
+    super::create(api, lease)
         .await
         .map_err(|e| api_error::context(e, format!("reserving port {port}"), Grant::Lease))
 }
@@ -22,14 +24,14 @@ pub fn lease_port(lease: &Lease) -> u16 {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(reservation::PORT))
+        .and_then(|a| a.get(vocabulary::PORT))
         .and_then(|p| p.parse().ok())
         .unwrap_or(0)
 }
 
 /// Deletes a reservation if it is still the one read (uid and version).
 pub async fn release(
-    ctx: &Context,
+    api: &Api<Lease>,
     name: &str,
     port: u16,
     uid: Option<String>,
@@ -42,7 +44,7 @@ pub async fn release(
         }),
         ..DeleteParams::default()
     };
-    match ctx.reservations.delete(name, &params).await {
+    match api.delete(name, &params).await {
         Ok(_) => {
             tracing::info!(
                 port,

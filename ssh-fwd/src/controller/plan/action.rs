@@ -1,0 +1,63 @@
+//! The API writes a pass plans, for `apply` to carry out.
+
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
+
+use crate::controller::{pod::PodRef, warn::Problem};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create the pod's Service on `port`; first, when `reserve` is set,
+    /// reserve the port (a create that finds it taken is retried next
+    /// pass). A LoadBalancer's status is written right after it is made.
+    Create {
+        pod: PodRef,
+        port: u16,
+        service: Box<Service>,
+        reserve: Option<Box<Lease>>,
+    },
+    /// Reserve a port a Service already holds (an existing reservation of
+    /// it is as good).
+    Reserve { lease: Box<Lease> },
+    /// Delete a reservation no longer in use, if it is still this one.
+    Release {
+        name: String,
+        port: u16,
+        uid: Option<String>,
+        resource_version: Option<String>,
+    },
+    /// Delete one of our Services, only if it is still the one with this
+    /// uid. `unpublish`: first take the endpoint off this pod (if it still
+    /// exists); the Service stays until that worked, so a failure is retried
+    /// instead of leaving a stale endpoint on a pod no Service points to.
+    Delete {
+        namespace: String,
+        name: String,
+        uid: Option<String>,
+        why: DeleteReason,
+        unpublish: Option<PodRef>,
+    },
+    /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
+    SetIngress { namespace: String, name: String },
+    /// Send the "ssh ..." event (when announcing), then label the pod for
+    /// its Service's selector and annotate the endpoint, in one patch.
+    Publish {
+        pod: PodRef,
+        service: String,
+        port: u16,
+        /// The endpoint is new to the pod: tell the user.
+        announce: bool,
+    },
+    /// The pod cannot be served: tell it why (once) and what fixes it.
+    Warn { pod: PodRef, problem: Problem },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteReason {
+    PodGone,
+    /// A second Service for a pod that has one.
+    Duplicate,
+    LostPort {
+        port: u16,
+        holder: String,
+    },
+}

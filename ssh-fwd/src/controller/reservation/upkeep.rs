@@ -1,0 +1,305 @@
+//! The leader's side of port reservations: which port a pod without a
+//! Service gets, which ports held by Services still need a reservation,
+//! and which reservations are no longer in use.
+//!
+//! A reservation is in use while a Service holds its port, while a live
+//! labelled pod carries its token or uid, or while a Service create on its
+//! port is pending. One this leader has never seen in use is kept for the
+//! grace after its grace started (time for an admitted pod to come into
+//! existence): when this process first saw it, by any of its terms, or
+//! earlier for an old one first seen in a list ([`FirstSeen`]). One that
+//! was in use is released as soon as it is not.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::coordination::v1::Lease;
+
+use super::{FirstSeen, Holder, Reservation};
+use crate::{
+    controller::{
+        expect::Expectations,
+        plan::{
+            Action,
+            scope::{PortSet, Scope},
+        },
+        pod::{PodRef, PodView, asks_for_ssh},
+        ports,
+        world::{World, book::pod_token},
+    },
+    k8s::ownership,
+    vocabulary,
+};
+
+/// The port a pod was told at admission, from its endpoint annotation.
+fn told_port(pod: &PodView) -> Option<u16> {
+    let endpoint = pod.metadata.annotation(vocabulary::ENDPOINT)?;
+    endpoint.rsplit_once(':')?.1.parse().ok()
+}
+
+/// What the leader keeps of the reservations from pass to pass: when each
+/// one's grace started, and whether it was seen in use since.
+#[derive(Debug)]
+pub struct Upkeep {
+    by_name: BTreeMap<String, Sighting>,
+    /// When the watch first saw each; without it (tests), a reservation's
+    /// grace starts at the first pass that notes it.
+    first_seen: Option<Arc<FirstSeen>>,
+    /// How long a reservation never seen in use is kept.
+    grace: Duration,
+    /// When the last pass over everything noted them: a grace that ends
+    /// after it, even during a later pass that did not look at that
+    /// reservation, is one to wake up for.
+    last_full: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Sighting {
+    /// The Lease's uid: one made anew under the same name starts anew.
+    uid: Option<String>,
+    since: Instant,
+    used: bool,
+}
+
+impl Upkeep {
+    pub fn new(grace: Duration, first_seen: Option<Arc<FirstSeen>>) -> Self {
+        Self {
+            by_name: BTreeMap::new(),
+            first_seen,
+            grace,
+            last_full: None,
+        }
+    }
+
+    /// Notes the reservations `scope` names (all of them for a full pass)
+    /// as seen at `now` (or since the watch first saw them) and whether
+    /// each is in use ([`in_use`]); forgets those gone.
+    pub fn note(&mut self, world: &World, scope: &Scope, expected: &Expectations, now: Instant) {
+        let book = world.book();
+        let first_seen = self.first_seen.as_deref();
+        let seen = &mut self.by_name;
+        let mut note = |name: &str| match book.get(name) {
+            None => drop(seen.remove(name)),
+            Some(r) => {
+                let in_use = in_use(world, expected, r);
+                let watched = (r.uid.as_deref()).and_then(|uid| first_seen?.since(uid));
+                let since = watched.map_or(now, |at| at.min(now));
+                match seen.get_mut(name) {
+                    Some(s) if s.uid == r.uid => {
+                        s.used |= in_use;
+                        s.since = s.since.min(since);
+                    }
+                    _ => drop(seen.insert(
+                        name.to_owned(),
+                        Sighting {
+                            uid: r.uid.clone(),
+                            since,
+                            used: in_use,
+                        },
+                    )),
+                }
+            }
+        };
+        match scope.reservations() {
+            None => {
+                for r in book.all() {
+                    note(&r.name);
+                }
+                self.by_name.retain(|name, _| book.get(name).is_some());
+                self.last_full = Some(now);
+            }
+            Some(names) => names.iter().for_each(|name| note(name)),
+        }
+    }
+
+    /// The next moment a never-used reservation's grace ends, if one is
+    /// still to come after `now`.
+    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+        self.by_name
+            .values()
+            .filter(|s| !s.used)
+            .map(|s| s.since + self.grace)
+            .filter(|due| *due > now)
+            .min()
+    }
+
+    /// How long until a reservation's grace ends (a change to act on): at
+    /// once for one that ended since the last pass over everything looked
+    /// (a long pass may have ended past it).
+    pub fn until_due(&self, now: Instant) -> Option<Duration> {
+        self.next_due(self.last_full.unwrap_or(now))
+            .map(|due| due.saturating_duration_since(now))
+    }
+
+    fn within_grace(&self, name: &str, now: Instant) -> bool {
+        match self.by_name.get(name) {
+            Some(Sighting { used: true, .. }) => false,
+            Some(s) => now.saturating_duration_since(s.since) < self.grace,
+            None => true,
+        }
+    }
+
+    /// Reservations for ports Services hold without one (someone else's
+    /// Service, or ours from before reservations), and releases of
+    /// reservations no longer in use: of the ports and reservations
+    /// `scope` names.
+    pub fn actions(
+        &self,
+        world: &World,
+        scope: &Scope,
+        expected: &Expectations,
+        range: &std::ops::RangeInclusive<u16>,
+        now: Instant,
+    ) -> Vec<Action> {
+        let book = world.book();
+        let ip = world.ip();
+        let mut actions = Vec::new();
+        for port in scope.ports(world) {
+            if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+                continue;
+            }
+            let Some(holder) = ownership::owner(world.claims_on(port)) else {
+                continue;
+            };
+            actions.push(Action::Reserve {
+                lease: Box::new(super::build(
+                    ip,
+                    port,
+                    &Holder::Service {
+                        key: holder.service.clone(),
+                    },
+                )),
+            });
+        }
+        let mut release = |r: &Reservation| {
+            if in_use(world, expected, r) || self.within_grace(&r.name, now) {
+                return;
+            }
+            actions.push(Action::Release {
+                name: r.name.clone(),
+                port: r.port,
+                uid: r.uid.clone(),
+                resource_version: r.resource_version.clone(),
+            });
+        };
+        match scope.reservations() {
+            None => book.all().for_each(&mut release),
+            Some(names) => names
+                .iter()
+                .filter_map(|name| book.get(name))
+                .for_each(&mut release),
+        }
+        actions
+    }
+}
+
+/// How a pod without a Service gets its port.
+#[derive(Debug, PartialEq)]
+pub enum Choice {
+    /// The port reserved for it, free for its Service.
+    Reserved(u16),
+    /// A port to reserve for it now, with the reservation to create first.
+    /// `told`: the port its variable names, when that one is lost.
+    Fresh {
+        port: u16,
+        lease: Box<Lease>,
+        told: Option<u16>,
+        admitted: bool,
+    },
+    Full,
+}
+
+/// The ports a create may take, and what the pass has handed out.
+pub struct Free<'a, R> {
+    pub range: &'a std::ops::RangeInclusive<u16>,
+    /// Ports held by Services, reserved, or being created.
+    pub taken: &'a PortSet<'a>,
+    /// Ports handed out in this pass.
+    pub handed: &'a mut BTreeSet<u16>,
+    pub rng: &'a mut R,
+}
+
+impl<R> Free<'_, R> {
+    fn used(&self, port: u16) -> bool {
+        self.taken.contains(port) || self.handed.contains(&port)
+    }
+}
+
+/// The port for `pod` (which has no Service): its own reservation if it
+/// has one whose port no Service holds; else the port it was told, if its
+/// reservation vanished and the port is still free (reserved again under
+/// its token); else a fresh one from [`ports::pick_free`].
+pub fn choose(
+    pod: &PodView,
+    pod_ref: &PodRef,
+    world: &World,
+    free: &mut Free<'_, impl rand::Rng>,
+) -> Choice {
+    let ip = world.ip();
+    let own = world.book().of_pod(pod);
+    if let Some(own) = own
+        && !world.is_claimed(own.port)
+        && free.handed.insert(own.port)
+    {
+        return Choice::Reserved(own.port);
+    }
+    let told = told_port(pod).filter(|_| pod_token(pod).is_some());
+    if let (Some(token), Some(port)) = (pod_token(pod), told)
+        && own.is_none()
+        && free.range.contains(&port)
+        && !free.used(port)
+    {
+        free.handed.insert(port);
+        let holder = Holder::Admitted {
+            namespace: pod_ref.namespace.clone(),
+            name: pod_ref.name.clone(),
+            token: token.to_owned(),
+        };
+        return Choice::Fresh {
+            port,
+            lease: Box::new(super::build(ip, port, &holder)),
+            told: None,
+            admitted: true,
+        };
+    }
+    let picked = {
+        let (taken, handed) = (free.taken, &*free.handed);
+        let used = |port| taken.contains(port) || handed.contains(&port);
+        ports::pick_free(free.range, &used, free.rng)
+    };
+    let Some(port) = picked else {
+        return Choice::Full;
+    };
+    free.handed.insert(port);
+    let holder = Holder::Pod {
+        namespace: pod_ref.namespace.clone(),
+        name: pod_ref.name.clone(),
+        uid: pod_ref.uid.clone(),
+    };
+    Choice::Fresh {
+        port,
+        lease: Box::new(super::build(ip, port, &holder)),
+        told,
+        admitted: false,
+    }
+}
+
+/// Whether a reservation is in use now (its grace aside): a Service holds
+/// its port, a create on its port is pending, or a live labelled pod
+/// carries its token or uid (in the reservation's namespace).
+pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
+    let namespace = r.namespace.as_deref();
+    let carried = r
+        .token
+        .as_deref()
+        .is_some_and(|token| world.pods_with_token(namespace, token).any(asks_for_ssh))
+        || r.pod_uid.as_deref().is_some_and(|uid| {
+            world
+                .pod(uid)
+                .is_some_and(|p| p.metadata.namespace.as_deref() == namespace && asks_for_ssh(p))
+        });
+    world.is_claimed(r.port) || expected.is_creating_on(r.port) || carried
+}

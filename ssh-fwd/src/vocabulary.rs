@@ -1,0 +1,111 @@
+//! The names ssh-fwd reads and writes on Kubernetes objects: labels,
+//! annotations, the load-balancer class, event reasons and actions, and the
+//! names it signs its own objects with. Each is defined here once, and the
+//! agent, the controller, the webhook and the tests import them, so a
+//! renamed key cannot leave a reader behind. Depends on nothing.
+//!
+//! A key may be read on more than one kind of object; its comment says
+//! which, and what it holds on each.
+
+/// Pod label: a pod asks for SSH with it set to [`SSH_ENABLED`]. Also the
+/// `spec.loadBalancerClass` ssh-fwd implements ([`LB_CLASS`]): one name for
+/// the one feature.
+pub const SSH: &str = "ssh-fwd.io/ssh";
+/// The value of [`SSH`] on a pod that asks for SSH.
+pub const SSH_ENABLED: &str = "enabled";
+/// The `spec.loadBalancerClass` ssh-fwd implements: the controller writes
+/// the status of such Services, the agents honour them.
+pub const LB_CLASS: &str = SSH;
+
+/// Pod annotation (optional): the pod port, a number or a container port
+/// name, that SSH goes to; 22 when absent.
+pub const TARGET_PORT: &str = "ssh-fwd.io/target-port";
+/// Pod annotation the controller (or the webhook, at admission) publishes:
+/// `HOST:PORT`.
+pub const ENDPOINT: &str = "ssh-fwd.io/endpoint";
+/// Pod annotation the controller writes with the endpoint once it has told
+/// the user (the event): a pod admitted with a port has [`ENDPOINT`] from
+/// admission on, before the port is live.
+pub const ANNOUNCED: &str = "ssh-fwd.io/announced";
+/// Pod label: the name of the pod's Service, which selects on it, so it
+/// selects that pod and no other. Lease annotation of a reservation: the
+/// Service (`namespace/name`) that holds the port.
+pub const SERVICE: &str = "ssh-fwd.io/service";
+/// Service label: the uid of the pod it serves. Lease annotation of a
+/// reservation the leader made for a pod: that pod's uid.
+pub const POD_UID: &str = "ssh-fwd.io/pod-uid";
+/// Service annotation: the name of the pod it serves.
+pub const POD: &str = "ssh-fwd.io/pod";
+/// Pod annotation: the token of the pod's reservation, written at
+/// admission.
+pub const RESERVATION: &str = "ssh-fwd.io/reservation";
+/// Pod annotation the webhook writes when it admits a pod without a port:
+/// why.
+pub const ADMISSION: &str = "ssh-fwd.io/admission";
+/// Pod annotation: the Secret whose `authorized_keys` the pod gets.
+pub const KEYS_SECRET: &str = "ssh-fwd.io/authorized-keys-secret";
+
+/// Lease label of a port reservation: the SSH IP the port is on; the
+/// watches select on it.
+pub const PORT_RESERVATION: &str = "ssh-fwd.io/port-reservation";
+/// Lease annotation of a reservation: the reserved port.
+pub const PORT: &str = "ssh-fwd.io/port";
+/// Lease annotation of a reservation: the token the admitted pod carries
+/// ([`RESERVATION`]).
+pub const TOKEN: &str = "ssh-fwd.io/token";
+/// Lease annotation of a reservation: the namespace of the pod it is for.
+pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
+
+/// Secret annotation of the self-signed webhook pair: when its serving
+/// certificate ends (Unix seconds).
+pub const NOT_AFTER: &str = "ssh-fwd.io/not-after";
+
+/// The controller's name: the `app.kubernetes.io/managed-by` value of what
+/// it creates, and the reporting controller of its events.
+pub const CONTROLLER: &str = "ssh-fwd-controller";
+/// The standard label naming who manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Service label that makes kube-proxy and Cilium leave the Service alone;
+/// the agents select on it.
+pub const PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
+/// The value of [`PROXY_NAME_LABEL`] on the Services the agents serve.
+pub const PROXY_NAME: &str = "ssh-fwd";
+/// The agents' and the controller's default `--selector`:
+/// `PROXY_NAME_LABEL=PROXY_NAME`, which every Service of ours carries.
+pub const DEFAULT_SELECTOR: &str = "service.kubernetes.io/service-proxy-name=ssh-fwd";
+
+/// The `reason` of each event the controller writes on a pod.
+pub mod reason {
+    /// Normal: the pod's SSH endpoint is live; the note holds the command.
+    pub const SSH_READY: &str = "SSHReady";
+    /// Warning: every port in the range is taken.
+    pub const NO_FREE_PORT: &str = "NoFreePort";
+    /// Warning: the target-port annotation names no port the pod can have.
+    pub const INVALID_TARGET_PORT: &str = "InvalidTargetPort";
+    /// Warning: a Service of the name the pod's would take is someone
+    /// else's.
+    pub const SERVICE_NAME_TAKEN: &str = "ServiceNameTaken";
+    /// Warning: the pod was created without its endpoint variable, or its
+    /// variable names a port it no longer has.
+    pub const SSH_ENV_MISSING: &str = "SSHEnvMissing";
+}
+
+/// The `action` of each event the controller writes on a pod.
+pub mod action {
+    /// The endpoint was published.
+    pub const PUBLISH: &str = "Publish";
+    /// A port was (or could not be) given.
+    pub const ALLOCATE: &str = "Allocate";
+    /// The pod's Service could not be created.
+    pub const CREATE_SERVICE: &str = "CreateService";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_selector_is_the_proxy_name_label() {
+        assert_eq!(DEFAULT_SELECTOR, format!("{PROXY_NAME_LABEL}={PROXY_NAME}"));
+    }
+}
