@@ -41,9 +41,6 @@ pub enum ServiceStyle {
     Externalips,
 }
 
-/// The name the agent's flags still import; the same type.
-pub use ServiceStyle as ServiceStyleArg;
-
 impl std::fmt::Display for ServiceStyle {
     /// As it is written on the command line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

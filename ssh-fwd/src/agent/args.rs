@@ -6,7 +6,7 @@ use ssh_fwd_common::maps::{
     CONN_CAPACITY, CONNS_PER_SOURCE, HALF_OPEN_CAPACITY, MAPPINGS_LIMIT, MAX_MAPPINGS,
 };
 
-pub use crate::args::ServiceStyleArg;
+pub use crate::args::ServiceStyle;
 use crate::{
     datapath::{hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode, pins::BpffsArg},
     source::kubernetes::desired::Styles,
@@ -56,11 +56,7 @@ pub struct AgentArgs {
 
     /// Label selector a Service must match. The default is the standard label
     /// that makes kube-proxy and Cilium leave a Service alone.
-    #[arg(
-        long,
-        value_name = "SELECTOR",
-        default_value = "service.kubernetes.io/service-proxy-name=ssh-fwd"
-    )]
+    #[arg(long, value_name = "SELECTOR", default_value = crate::vocabulary::DEFAULT_SELECTOR)]
     pub selector: String,
 
     /// The Service shapes honoured, comma-separated: `loadbalancer` (type
@@ -76,7 +72,7 @@ pub struct AgentArgs {
         default_value = "loadbalancer,externalips",
         requires = "kubernetes"
     )]
-    pub service_styles: Vec<ServiceStyleArg>,
+    pub service_styles: Vec<ServiceStyle>,
 
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
     #[arg(long, value_name = "ADDR:PORT")]
@@ -306,7 +302,7 @@ fn table_size(s: &str) -> Result<u32, String> {
 }
 
 /// Parses `ssh-fwd agent`'s flags alone (`argv` without the program and
-/// subcommand names), for tests of the rooms that take them.
+/// subcommand names), for tests of the modules that take them.
 #[cfg(test)]
 pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<AgentArgs, clap::Error> {
     use clap::Parser as _;

@@ -446,7 +446,8 @@ fn report(notes: &[Note]) {
             ),
             Note::NodePortsAllocated { service } => tracing::warn!(
                 service,
-                "LoadBalancer Service of class ssh-fwd.io/ssh ignored: it lets Kubernetes open NodePorts on every node; set spec.allocateLoadBalancerNodePorts: false"
+                class = crate::vocabulary::LB_CLASS,
+                "LoadBalancer Service of this class ignored: it lets Kubernetes open NodePorts on every node; set spec.allocateLoadBalancerNodePorts: false"
             ),
             Note::StyleNotHonoured { service, style } => tracing::warn!(
                 service,
