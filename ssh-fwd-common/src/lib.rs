@@ -25,3 +25,4 @@ pub mod maps;
 pub mod outcome;
 pub mod packet;
 pub mod siphash;
+pub mod tcp;

@@ -3,7 +3,7 @@
 //! host reference [`classify`] and [`rewrite`] are what packet tests compare the
 //! programs' output against.
 
-use crate::{conntrack::Segment, csum, maps::Endpoint, outcome::Outcome};
+use crate::{csum, maps::Endpoint, outcome::Outcome, tcp::Segment};
 
 pub const ETH_HLEN: usize = 14;
 /// Offset of the EtherType in an Ethernet header.
