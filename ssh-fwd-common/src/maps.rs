@@ -109,8 +109,8 @@ pub const CROSS_NODE_KEY: &str = "CROSS_NODE_KEY";
 pub const LEGACY: &str = "LEGACY";
 /// `(client, backend)` -> the frontend the older data path recorded for a
 /// connection to a backend behind several frontends: written only by the
-/// agent when it upgrades a node; an entry ends when the connection is
-/// adopted or its backend's [`LEGACY`] time passes.
+/// agent when it upgrades a node; swept once its backend's [`LEGACY`]
+/// time passes.
 pub const LEGACY_CONNS: &str = "LEGACY_CONNS";
 /// Capacity of [`LEGACY_CONNS`] (not preallocated: empty costs nothing).
 pub const LEGACY_CONN_CAPACITY: u32 = 65_536;

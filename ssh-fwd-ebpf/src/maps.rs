@@ -109,8 +109,8 @@ pub static CROSS_NODE_KEY: Array<[u64; 2]> = Array::pinned(1, 0);
 pub static LEGACY: HashMap<Endpoint, u64> = HashMap::pinned(MAX_MAPPINGS, NO_PREALLOC);
 
 /// `(client, backend)` -> the frontend an older data path recorded for a
-/// connection. Written by the agent (upgrades); an entry is removed here
-/// when its connection is adopted.
+/// connection. Written by the agent (upgrades), swept once its backend's
+/// `LEGACY` time passes.
 #[map(name = "LEGACY_CONNS")]
 pub static LEGACY_CONNS: HashMap<ConnKey, NatTarget> =
     HashMap::pinned(LEGACY_CONN_CAPACITY, NO_PREALLOC);

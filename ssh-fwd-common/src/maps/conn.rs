@@ -136,8 +136,8 @@ impl HalfOpenKey {
 }
 
 /// [`HalfOpen`] flag: the server's SYN-ACK was seen; `server_isn` holds.
-/// Written only by the data path before the claims; nothing reads it now
-/// but listings of an older data path's entries.
+/// Written only by an older data path (layout v4 without claims); read
+/// only to list the entries it left.
 pub const HALF_OPEN_ISN_KNOWN: u32 = 1;
 
 /// Value of [`HALF_OPEN`](super::HALF_OPEN): a SYN through a frontend.

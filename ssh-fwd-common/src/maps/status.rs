@@ -30,8 +30,8 @@ pub struct AgentStatus {
     pub conns_at_sweep: u64,
     /// Half-open entries the sweep counted (an LRU: only a walk counts it).
     pub half_open_at_sweep: u64,
-    /// Half-open entries evicted (SYN floods churn the LRU) since the agent
-    /// started, as of the last sweep.
+    /// SYNs no client completed through this node since the agent started,
+    /// as of the last sweep (`half_open_churned` in the agent).
     pub half_open_churned: u64,
     /// Where the mappings come from: `file PATH` or `kubernetes ...`.
     pub source: [u8; STATUS_SOURCE_LEN],

@@ -122,7 +122,8 @@ pub struct AgentArgs {
 
     /// How the frontend of a connection reaches the pod's node when the
     /// request entered another node. `option`: the translated SYN carries
-    /// it in an IPv4 option (8 bytes, SYN only); the pod's node tracks the
+    /// it in an IPv4 option (8 bytes, 16 sealed with --cross-node-key; SYN
+    /// only); the pod's node tracks the
     /// connection and restores the right frontend. Needs a network between
     /// nodes that passes IPv4 options. `plain`: no option; the pod's node
     /// has no state for such connections and restores the backend's primary

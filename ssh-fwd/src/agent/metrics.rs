@@ -243,7 +243,7 @@ impl Collector for DatapathCollector {
             let churned = ConstCounter::new(status.half_open_churned);
             churned.encode(encoder.encode_descriptor(
                 "half_open_churned",
-                "Half-open entries evicted (a SYN flood churns them) or replaced since the agent started.",
+                "SYNs through a frontend that no client completed since the agent started (a SYN flood shows here; so does every SYN of a node whose pods live on other nodes).",
                 None,
                 churned.metric_type(),
             )?)?;

@@ -63,8 +63,8 @@ pub struct Status {
     pub packets_problem: u64,
     /// Established connections now (exact, from the counters).
     pub connections: u64,
-    /// Half-open entries at the last sweep, and evicted or replaced since
-    /// the agent started.
+    /// Half-open entries at the last sweep, and SYNs no client completed
+    /// since the agent started.
     pub half_open: u64,
     pub half_open_churned: u64,
     pub last_sweep_age_seconds: Option<f64>,
@@ -200,7 +200,7 @@ fn table(s: &Status) -> String {
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\
          packets:         {} forwarded, {} passed through, {} problem(s)\n\
-         connections:     {} established; {} half-open, {} evicted or replaced (sweep {})\n",
+         connections:     {} established; {} half-open, {} SYNs not completed (sweep {})\n",
         if s.source.is_empty() { "-" } else { &s.source },
         if interfaces.is_empty() {
             "none".to_owned()

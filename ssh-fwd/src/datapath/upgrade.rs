@@ -10,8 +10,9 @@
 //! 2. after this layout's maps are loaded, and before any program of ours
 //!    runs, writes those mappings into them (when they are fresh) and marks
 //!    every v3 backend in [`LEGACY`] until the idle timeout: a reply of
-//!    theirs without state gets its frontend back, and the server's first
-//!    ACK makes the connection tracked ([`OnLegacyReply`]);
+//!    theirs without state gets its frontend back, until the client's
+//!    segment claims the connection and the server confirms it, as any
+//!    other;
 //! 3. moves v3's pinned links into this layout, so that attaching swaps our
 //!    programs into them (the kernel does it atomically: no packet goes
 //!    unhandled);
@@ -22,7 +23,6 @@
 //! at its next start (the v3 directory stays until step 4).
 //!
 //! [`LEGACY`]: ssh_fwd_common::maps::LEGACY
-//! [`OnLegacyReply`]: ssh_fwd_common::conntrack::OnLegacyReply
 
 use std::path::{Path, PathBuf};
 
