@@ -24,7 +24,7 @@ use prometheus_client::{
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
 use crate::{
-    datapath::{maps::Maps, pins::PinLayout, status::StatusMap},
+    datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
 };
 
@@ -46,6 +46,10 @@ pub struct AgentMetrics {
     pub mappings_left_out: Gauge,
     /// Pins deleted behind the agent's back and put back.
     pub pins_restored: Counter,
+    /// `--conn-table-size`: what `ssh_fwd_connections` is a share of.
+    pub connection_table_size: Gauge,
+    /// 1 unless `--hairpin off`.
+    pub hairpin_enabled: Gauge,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -62,6 +66,8 @@ impl AgentMetrics {
             invalid_services: Gauge::default(),
             mappings_left_out: Gauge::default(),
             pins_restored: Counter::default(),
+            connection_table_size: Gauge::default(),
+            hairpin_enabled: Gauge::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -131,6 +137,17 @@ impl AgentMetrics {
             "1 once the first complete reconcile is done.",
             self.ready_gauge.clone(),
         );
+        r.register(
+            "connection_table_size",
+            "Entries the connection table holds at most (--conn-table-size); \
+             ssh_fwd_connections over this is how full it is.",
+            self.connection_table_size.clone(),
+        );
+        r.register(
+            "hairpin_enabled",
+            "1 unless --hairpin off: the hairpin programs should be attached to a cgroup.",
+            self.hairpin_enabled.clone(),
+        );
         r.register_collector(Box::new(DatapathCollector { layout }));
         r
     }
@@ -184,6 +201,13 @@ impl Collector for DatapathCollector {
             "1 if the pinned maps could be read for this scrape.",
             None,
             up.metric_type(),
+        )?)?;
+        let attached = ConstGauge::new(i64::from(!hairpin::attached(&self.layout).is_empty()));
+        attached.encode(encoder.encode_descriptor(
+            "hairpin_attached",
+            "1 if hairpin links are pinned on a cgroup as of this scrape.",
+            None,
+            attached.metric_type(),
         )?)?;
         if let Ok(outcomes) = maps.outcome_counters() {
             let mut family = encoder.encode_descriptor(

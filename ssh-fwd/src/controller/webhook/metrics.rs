@@ -58,11 +58,27 @@ pub struct AdmissionMetrics {
 
 impl Default for AdmissionMetrics {
     fn default() -> Self {
+        let admissions = Family::<OutcomeLabel, Counter>::default();
+        // At zero from the start: a counter first seen at 1 shows
+        // Prometheus no increase, and its alert would miss it.
+        for outcome in [
+            Outcome::Reserved,
+            Outcome::NoPort,
+            Outcome::DryRun,
+            Outcome::Skipped,
+            Outcome::Malformed,
+        ] {
+            drop(admissions.get_or_create(&OutcomeLabel { outcome }));
+        }
+        let certificate_reloads = Family::<ReloadLabel, Counter>::default();
+        for outcome in [Reload::Reloaded, Reload::Unusable, Reload::Unreadable] {
+            drop(certificate_reloads.get_or_create(&ReloadLabel { outcome }));
+        }
         Self {
-            admissions: Family::default(),
+            admissions,
             duration: metrics::seconds_histogram(),
             handshake_timeouts: Counter::default(),
-            certificate_reloads: Family::default(),
+            certificate_reloads,
         }
     }
 }
