@@ -71,46 +71,46 @@ impl ControllerMetrics {
 
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("ssh_fwd_controller");
-        r.register("leader", "1 while this replica leads.", self.leader.clone());
+        r.register("leader", "1 while this replica leads", self.leader.clone());
         r.register(
             "services_created",
-            "SSH Services created.",
+            "SSH Services created",
             self.services_created.clone(),
         );
         r.register(
             "services_deleted",
-            "SSH Services deleted.",
+            "SSH Services deleted",
             self.services_deleted.clone(),
         );
         r.register(
             "api_errors",
-            "Failed API writes and watches (each retried).",
+            "Failed API writes and watches (each retried)",
             self.api_errors.clone(),
         );
         r.register(
             "pass_duration_seconds",
-            "Time one reconcile pass took: plan and API writes.",
+            "Time one reconcile pass took: plan and API writes",
             self.pass_duration.clone(),
         );
         r.register(
             "port_range_size",
-            "Ports in --port-range.",
+            "Ports in --port-range",
             self.port_range_size.clone(),
         );
         r.register(
             "ports_used",
             "Ports of --port-range held by a Service or a reservation, as of the leader's last \
-             pass (0 on a standby that never led).",
+             pass (0 on a standby that never led)",
             self.ports_used.clone(),
         );
         r.register(
             "lease_renewal_errors",
-            "Failed attempts to renew the leader's Lease (each retried until the term ends).",
+            "Failed attempts to renew the leader's Lease (each retried until the term ends)",
             self.lease_renewal_errors.clone(),
         );
         r.register(
             "warnings",
-            "Warning events sent to pods, by reason (NoFreePort, SSHEnvMissing...).",
+            "Warning events sent to pods, by reason (NoFreePort, SSHEnvMissing...)",
             self.warnings.clone(),
         );
         self.admission.register(&mut r);
@@ -146,7 +146,7 @@ mod tests {
             vocabulary::reason::SERVICE_NAME_TAKEN,
         ] {
             let sample = format!("ssh_fwd_controller_warnings_total{{reason=\"{reason}\"}} 0\n");
-            assert!(text.contains(&sample), "{sample} missing from:\n{text}.");
+            assert!(text.contains(&sample), "{sample} missing from:\n{text}");
         }
         for outcome in ["Reserved", "NoPort", "DryRun", "Skipped", "Malformed"] {
             let sample =
