@@ -17,6 +17,7 @@ pub mod handshakes;
 pub mod image;
 pub mod netns;
 pub mod privilege;
+pub mod prometheus;
 pub mod ssh;
 pub mod topology;
 

@@ -11,7 +11,16 @@ pub fn missing() -> Option<String> {
         return Some("needs root (network namespaces, CAP_BPF, CAP_NET_ADMIN)".into());
     }
     for tool in [
-        "ip", "nsenter", "sshd", "ssh", "timeout", "bpftool", "tcpdump", "ethtool",
+        "ip",
+        "nsenter",
+        "sshd",
+        "ssh",
+        "timeout",
+        "bpftool",
+        "tcpdump",
+        "ethtool",
+        "prometheus",
+        "promtool",
     ] {
         if which(tool).is_none() {
             return Some(format!("needs `{tool}` (cargo xtask setup installs it)"));

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 /// Debian packages the tests and the demo use, with the file each provides.
-const PACKAGES: [(&str, &str); 16] = [
+const PACKAGES: [(&str, &str); 17] = [
     ("iproute2", "/usr/sbin/ip"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
@@ -29,6 +29,9 @@ const PACKAGES: [(&str, &str); 16] = [
     ("iptables", "/usr/sbin/iptables-restore"),
     ("nftables", "/usr/sbin/nft"),
     ("ipvsadm", "/usr/sbin/ipvsadm-restore"),
+    // The monitoring tests: a real Prometheus scraping the binaries, and
+    // promtool for the alert rules' unit tests.
+    ("prometheus", "/usr/bin/promtool"),
     (
         "fonts-dejavu-core",
         "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -120,7 +123,17 @@ fn apt_packages(log: &Log) -> anyhow::Result<()> {
             .args(["install", "-y", "-q", "--no-install-recommends"])
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    )?;
+    // The package enables and starts a Prometheus service on systemd
+    // hosts; the tests run their own, in their namespaces, and the
+    // machine should not gain a server listening on :9090.
+    if missing.contains(&"prometheus") && Path::new("/run/systemd/system").exists() {
+        log.step(
+            "stopping and disabling the Debian prometheus service (the tests run their own)",
+            Command::new("systemctl").args(["disable", "--now", "prometheus.service"]),
+        )?;
+    }
+    Ok(())
 }
 
 fn nightly_sysroot() -> anyhow::Result<String> {

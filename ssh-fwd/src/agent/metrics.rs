@@ -24,7 +24,7 @@ use prometheus_client::{
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
 use crate::{
-    datapath::{maps::Maps, pins::PinLayout, status::StatusMap},
+    datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
 };
 
@@ -46,6 +46,10 @@ pub struct AgentMetrics {
     pub mappings_left_out: Gauge,
     /// Pins deleted behind the agent's back and put back.
     pub pins_restored: Counter,
+    /// `--conn-table-size`: what `ssh_fwd_connections` is a share of.
+    pub connection_table_size: Gauge,
+    /// 1 unless `--hairpin off`.
+    pub hairpin_enabled: Gauge,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -62,6 +66,8 @@ impl AgentMetrics {
             invalid_services: Gauge::default(),
             mappings_left_out: Gauge::default(),
             pins_restored: Counter::default(),
+            connection_table_size: Gauge::default(),
+            hairpin_enabled: Gauge::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -83,53 +89,64 @@ impl AgentMetrics {
         let mut r = Registry::with_prefix("ssh_fwd");
         r.register(
             "mappings",
-            "Mappings installed by the last reconcile.",
+            "Mappings installed by the last reconcile",
             self.mappings.clone(),
         );
         r.register(
             "reconciles",
-            "Completed reconciles.",
+            "Completed reconciles",
             self.reconciles.clone(),
         );
         r.register(
             "reconcile_errors",
-            "Reconciles that failed to apply (retried).",
+            "Reconciles that failed to apply (retried)",
             self.reconcile_errors.clone(),
         );
         r.register(
             "invalid_services",
-            "Services skipped because a mapping of theirs would break or hijack the node (Kubernetes mode).",
+            "Services skipped because a mapping of theirs would break or hijack the node (Kubernetes mode)",
             self.invalid_services.clone(),
         );
         r.register(
             "mappings_left_out",
-            "Desired mappings not installed because a node holds no more (the newest Services').",
+            "Desired mappings not installed because a node holds no more (the newest Services')",
             self.mappings_left_out.clone(),
         );
         r.register(
             "pins_restored",
-            "Pins of maps and links deleted behind the agent's back and put back (maps pinned again, links attached again).",
+            "Pins of maps and links deleted behind the agent's back and put back (maps pinned again, links attached again)",
             self.pins_restored.clone(),
         );
         r.register(
             "reconcile_duration_seconds",
-            "Time one reconcile took: plan and map writes.",
+            "Time one reconcile took: plan and map writes",
             self.reconcile_duration.clone(),
         );
         r.register(
             "change_to_map_seconds",
-            "Delay from a change of the source (a watch event, a changed file) to the maps holding it.",
+            "Delay from a change of the source (a watch event, a changed file) to the maps holding it",
             self.change_to_map.clone(),
         );
         r.register(
             "api_errors",
-            "Kubernetes list/watch failures (each retried with backoff).",
+            "Kubernetes list/watch failures (each retried with backoff)",
             self.api_errors.clone(),
         );
         r.register(
             "ready",
-            "1 once the first complete reconcile is done.",
+            "1 once the first complete reconcile is done",
             self.ready_gauge.clone(),
+        );
+        r.register(
+            "connection_table_size",
+            "Entries the connection table holds at most (--conn-table-size); \
+             ssh_fwd_connections over this is how full it is",
+            self.connection_table_size.clone(),
+        );
+        r.register(
+            "hairpin_enabled",
+            "1 unless --hairpin off: the hairpin programs should be attached to a cgroup",
+            self.hairpin_enabled.clone(),
         );
         r.register_collector(Box::new(DatapathCollector { layout }));
         r
@@ -184,6 +201,13 @@ impl Collector for DatapathCollector {
             "1 if the pinned maps could be read for this scrape.",
             None,
             up.metric_type(),
+        )?)?;
+        let attached = ConstGauge::new(i64::from(!hairpin::attached(&self.layout).is_empty()));
+        attached.encode(encoder.encode_descriptor(
+            "hairpin_attached",
+            "1 if hairpin links are pinned on a cgroup as of this scrape.",
+            None,
+            attached.metric_type(),
         )?)?;
         if let Ok(outcomes) = maps.outcome_counters() {
             let mut family = encoder.encode_descriptor(

@@ -42,6 +42,12 @@ const SCAN_INTERVAL: Duration = Duration::from_secs(2);
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let metrics = AgentMetrics::new();
+    metrics
+        .connection_table_size
+        .set(i64::from(args.conn_table_size));
+    metrics.hairpin_enabled.set(i64::from(
+        args.hairpin != datapath::hairpin::HairpinMode::Off,
+    ));
     let mut source = Source::open(&args, &metrics).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);

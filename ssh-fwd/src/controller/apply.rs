@@ -468,7 +468,12 @@ async fn warn(ctx: &Context, pod: &PodRef, problem: &Problem) -> anyhow::Result<
     let note = problem.note(&scope);
     tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "{note}");
     let (reason, action) = (problem.reason(), problem.action());
-    event(ctx, pod, EventType::Warning, reason, action, note).await
+    event(ctx, pod, EventType::Warning, reason, action, note).await?;
+    ctx.metrics
+        .warnings
+        .get_or_create(&super::metrics::ReasonLabel { reason })
+        .inc();
+    Ok(())
 }
 
 async fn event(

@@ -116,6 +116,9 @@ impl Leadership<'_> {
             ctx.metrics
                 .pass_duration
                 .observe(now.duration_since(started).as_secs_f64());
+            ctx.metrics
+                .ports_used
+                .set(i64::try_from(world.ports_used(&ctx.range)).unwrap_or(i64::MAX));
             tracing::debug!(
                 everything = scope == Scope::All,
                 writes,

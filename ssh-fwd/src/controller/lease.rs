@@ -133,6 +133,9 @@ pub struct Elector {
     pub observed: Mutex<Observed>,
     /// Shared with every writer of this replica.
     pub term: Arc<Term>,
+    /// Failed attempts to renew the Lease while leading (each retried
+    /// until the term ends).
+    pub renewal_errors: prometheus_client::metrics::counter::Counter,
 }
 
 impl Elector {
@@ -232,6 +235,7 @@ impl Elector {
                 Err(e) if e.is::<TermError>() => break,
                 Err(e) => {
                     failed += 1;
+                    self.renewal_errors.inc();
                     if failed == 1 {
                         tracing::warn!(lease = %self.name, error = %format!("{e:#}"), "cannot renew the Lease; retrying until this term ends");
                     } else {

@@ -66,6 +66,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
     k8s::selector::check(&client, &args.selector).await?;
     let metrics = ControllerMetrics::new();
+    metrics
+        .port_range_size
+        .set(i64::from(args.port_range.end() - args.port_range.start()) + 1);
     let term = Arc::new(lease::Term::default());
     let namespace = args.lease_namespace.clone();
     let changes = Changes::new();
@@ -137,6 +140,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         duration: args.lease_duration,
         observed: std::sync::Mutex::default(),
         term,
+        renewal_errors: metrics.lease_renewal_errors.clone(),
     });
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;

@@ -254,6 +254,17 @@ impl World {
         self.claims.keys().copied()
     }
 
+    /// How many ports of `range` a Service claims or a reservation holds.
+    pub fn ports_used(&self, range: &std::ops::RangeInclusive<u16>) -> usize {
+        let claimed = self.claims.range(range.clone()).count();
+        let reserved_only = self
+            .book
+            .ports_in(range)
+            .filter(|port| !self.claims.contains_key(port))
+            .count();
+        claimed + reserved_only
+    }
+
     pub fn is_claimed(&self, port: u16) -> bool {
         self.claims.contains_key(&port)
     }

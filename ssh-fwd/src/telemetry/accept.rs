@@ -71,7 +71,7 @@ pub fn process_registry() -> Registry {
     let mut r = Registry::with_prefix("ssh_fwd");
     r.register(
         "accept_errors",
-        "Connections a server could not accept (file descriptors or socket memory exhausted), by server.",
+        "Connections a server could not accept (file descriptors or socket memory exhausted), by server",
         ACCEPT_ERRORS.clone(),
     );
     r

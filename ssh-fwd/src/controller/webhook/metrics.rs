@@ -58,11 +58,27 @@ pub struct AdmissionMetrics {
 
 impl Default for AdmissionMetrics {
     fn default() -> Self {
+        let admissions = Family::<OutcomeLabel, Counter>::default();
+        // At zero from the start: a counter first seen at 1 shows
+        // Prometheus no increase, and its alert would miss it.
+        for outcome in [
+            Outcome::Reserved,
+            Outcome::NoPort,
+            Outcome::DryRun,
+            Outcome::Skipped,
+            Outcome::Malformed,
+        ] {
+            drop(admissions.get_or_create(&OutcomeLabel { outcome }));
+        }
+        let certificate_reloads = Family::<ReloadLabel, Counter>::default();
+        for outcome in [Reload::Reloaded, Reload::Unusable, Reload::Unreadable] {
+            drop(certificate_reloads.get_or_create(&ReloadLabel { outcome }));
+        }
         Self {
-            admissions: Family::default(),
+            admissions,
             duration: metrics::seconds_histogram(),
             handshake_timeouts: Counter::default(),
-            certificate_reloads: Family::default(),
+            certificate_reloads,
         }
     }
 }
@@ -78,22 +94,22 @@ impl AdmissionMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "admissions",
-            "Pod admissions answered by the webhook, by outcome.",
+            "Pod admissions answered by the webhook, by outcome",
             self.admissions.clone(),
         );
         registry.register(
             "admission_duration_seconds",
-            "Time to answer one admission, the port reservation included.",
+            "Time to answer one admission, the port reservation included",
             self.duration.clone(),
         );
         registry.register(
             "webhook_handshake_timeouts",
-            "TLS handshakes with the webhook given up: no turn within 30 s, or not done 10 s after getting one (more new connections at once than the CPU takes).",
+            "TLS handshakes with the webhook given up: no turn within 30 s, or not done 10 s after getting one (more new connections at once than the CPU takes)",
             self.handshake_timeouts.clone(),
         );
         registry.register(
             "webhook_certificate_reloads",
-            "Re-reads of --webhook-cert-dir that found the files changed or unreadable, by outcome: reloaded, unusable or unreadable (the last good pair is served).",
+            "Re-reads of --webhook-cert-dir that found the files changed or unreadable, by outcome: reloaded, unusable or unreadable (the last good pair is served)",
             self.certificate_reloads.clone(),
         );
     }

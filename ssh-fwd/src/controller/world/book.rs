@@ -67,6 +67,14 @@ impl Book {
         self.all.get(name)
     }
 
+    /// The reserved ports within `range`.
+    pub fn ports_in(
+        &self,
+        range: &std::ops::RangeInclusive<u16>,
+    ) -> impl Iterator<Item = u16> + '_ {
+        self.by_port.range(range.clone()).map(|(port, _)| *port)
+    }
+
     pub fn has(&self, port: u16) -> bool {
         self.by_port.contains_key(&port)
     }

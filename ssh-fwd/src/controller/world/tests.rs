@@ -523,3 +523,15 @@ fn a_change_to_one_pod_plans_for_it_and_not_for_the_others() {
     assert_eq!(around.pods, BTreeSet::from([uid]));
     assert_eq!(around.ports.len(), 1, "the reservation of its port");
 }
+
+#[test]
+fn a_port_both_claimed_and_reserved_is_used_once_and_ports_outside_the_range_not_at_all() {
+    let mut sim = Sim::new();
+    sim.add_pod("jobs", Some(("token-1".into(), 8001)));
+    sim.add_foreign(8001, -5);
+    sim.add_foreign(8002, -5);
+    sim.add_foreign(9000, -5);
+    assert_eq!(sim.world.ports_used(&(8000..=8010)), 2);
+    assert_eq!(sim.world.ports_used(&(8002..=8002)), 1);
+    assert_eq!(sim.world.ports_used(&(8003..=8999)), 0);
+}
