@@ -18,6 +18,7 @@ pub mod conntrack;
 pub mod csum;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+pub mod guard;
 pub mod hairpin;
 pub mod icmp;
 pub mod ipopt;

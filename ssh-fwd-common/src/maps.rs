@@ -6,11 +6,13 @@
 mod conn;
 mod counters;
 mod endpoint;
+mod guard;
 mod status;
 
 pub use conn::*;
 pub use counters::*;
 pub use endpoint::*;
+pub use guard::*;
 pub use status::*;
 
 /// Default number of mappings (frontends) one node can hold
@@ -127,8 +129,25 @@ pub const HAIRPIN_SOCKS: &str = "HAIRPIN_SOCKS";
 /// backend's shows instead); the connection itself is unaffected.
 pub const HAIRPIN_SOCKS_CAPACITY: u32 = 65_536;
 
+/// `(slot, client range)` -> nothing: the source allowlists, an LPM trie
+/// keyed by [`AllowData`]. Read on a SYN to a frontend carrying
+/// [`FLAG_ALLOWLIST`]; written by the agent before it sets the flag.
+pub const ALLOWLIST: &str = "ALLOWLIST";
+/// The most ranges one mapping's allowlist may hold.
+pub const MAX_ALLOW_PER_MAPPING: u32 = 64;
+/// Slot -> [`Guard`]: the mapping's per-source rate of new connections,
+/// read on a SYN to a frontend carrying [`FLAG_SYN_LIMIT`].
+pub const GUARDS: &str = "GUARDS";
+/// Client IPv4 address -> its [`Bucket`] for `--syn-rate`. An LRU with a
+/// list per CPU: a flood of spoofed sources churns it, which hands a fresh
+/// bucket only to sources quiet for as long as the churn takes (see
+/// `docs/guard.md`).
+pub const SYN_BUCKETS: &str = "SYN_BUCKETS";
+/// Default capacity of [`SYN_BUCKETS`] (`--syn-bucket-table-size`).
+pub const SYN_BUCKET_CAPACITY: u32 = 262_144;
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 18] = [
+pub const ALL_MAPS: [&str; 21] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -147,6 +166,9 @@ pub const ALL_MAPS: [&str; 18] = [
     LEGACY,
     LEGACY_CONNS,
     HAIRPIN_SOCKS,
+    ALLOWLIST,
+    GUARDS,
+    SYN_BUCKETS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the
@@ -189,3 +211,14 @@ pub const LAYOUT_VERSION: u32 = 4;
 /// The backend is reachable through more than one frontend: its replies
 /// follow the tracked connection, never the primary frontend alone.
 pub const FLAG_SHARED_BACKEND: u32 = 1;
+/// The frontend has a source allowlist: a SYN from a source outside its
+/// [`ALLOWLIST`] ranges is dropped (none at all: every source is).
+pub const FLAG_ALLOWLIST: u32 = 2;
+/// With [`FLAG_ALLOWLIST`] (`--enforce-established`): every client segment
+/// is checked, not only SYNs, so a source taken off the list loses its
+/// open connections too.
+pub const FLAG_ALLOWLIST_ALL: u32 = 4;
+/// The frontend limits new connections per source: see [`GUARDS`].
+pub const FLAG_SYN_LIMIT: u32 = 8;
+/// The flags that make a SYN pass the guard first.
+pub const FLAGS_GUARDED: u32 = FLAG_ALLOWLIST | FLAG_ALLOWLIST_ALL | FLAG_SYN_LIMIT;

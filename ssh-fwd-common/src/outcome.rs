@@ -145,6 +145,14 @@ pub enum Outcome {
     /// node's `--cross-node-key` (or this node has no key): removed and
     /// ignored. Nodes with different keys, or a forger.
     OptionForged = 46,
+    /// A SYN to a frontend with a source allowlist came from an address
+    /// outside it (or, with `--enforce-established`, any client segment of
+    /// such a source): dropped before any state was written.
+    Denied = 47,
+    /// A SYN to a frontend with a per-source rate (`--syn-rate`) came from
+    /// an address whose bucket was empty: dropped before any state was
+    /// written.
+    SynLimited = 48,
 }
 
 /// How an operator should read an outcome's counter.
@@ -191,7 +199,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 47;
+    pub const COUNT: u32 = 49;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -241,6 +249,8 @@ impl Outcome {
         Self::ClaimReset,
         Self::BigTcp,
         Self::OptionForged,
+        Self::Denied,
+        Self::SynLimited,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -301,7 +311,9 @@ impl Outcome {
             | Self::OptionUntrusted
             | Self::OptionNoRoom
             | Self::IcmpOutOfWindow
-            | Self::OptionForged => Class::Problem,
+            | Self::OptionForged
+            | Self::Denied
+            | Self::SynLimited => Class::Problem,
         }
     }
 
@@ -355,6 +367,8 @@ impl Outcome {
             Self::ClaimReset => "claim_reset",
             Self::BigTcp => "big_tcp",
             Self::OptionForged => "frontend_option_forged",
+            Self::Denied => "denied",
+            Self::SynLimited => "syn_limited",
         }
     }
 }

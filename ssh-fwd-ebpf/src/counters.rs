@@ -43,6 +43,8 @@ pub fn count_mapping(slot: u32, direction: Direction, bytes: u64) {
 pub enum ConnCounter {
     Opened,
     SourceLimited,
+    Denied,
+    SynLimited,
 }
 
 #[inline(always)]
@@ -55,5 +57,7 @@ pub fn count_conns(slot: u32, counter: ConnCounter) {
     match counter {
         ConnCounter::Opened => counters.opened += 1,
         ConnCounter::SourceLimited => counters.source_limited += 1,
+        ConnCounter::Denied => counters.denied += 1,
+        ConnCounter::SynLimited => counters.syn_limited += 1,
     }
 }

@@ -24,7 +24,7 @@ use crate::{
     conntrack,
     counters::{Direction, count, count_mapping},
     forward::{Sent, iface_flags, route, send},
-    icmp,
+    guard, icmp,
     maps::{FRONTENDS, REVERSE},
     packet::{Headers, Transport},
     skb::{Field, parse, rewrite},
@@ -96,6 +96,10 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Verdict {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
     if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
+        // Before anything answers or is written: a denied source gets nothing.
+        if let Err(outcome) = guard::check(h, &target) {
+            return Verdict::Drop(outcome);
+        }
         // A router would not forward it: the stack answers, untranslated.
         if ttl_expires(h.ttl) {
             return Verdict::Pass(Outcome::TtlExpired);

@@ -20,7 +20,7 @@ use ssh_fwd_common::{
 use crate::{
     backend, conntrack,
     counters::{Direction, count, count_mapping},
-    icmp,
+    guard, icmp,
     maps::{FRONTENDS, REVERSE},
     packet::{Headers, Transport, parse, put_addr, put_word, word},
     partial::{self, Field},
@@ -36,8 +36,11 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
     match outcome {
         // The 4-tuple is another frontend's, a segment that fails the
         // checks before it may write state, a handshake held back, an ICMP
-        // error outside its connection's window, or a rewrite went wrong.
+        // error outside its connection's window, a source the frontend's
+        // guard refuses, or a rewrite went wrong.
         Outcome::ConflictDropped
+        | Outcome::Denied
+        | Outcome::SynLimited
         | Outcome::BadChecksum
         | Outcome::MartianSource
         | Outcome::SourceLimited
@@ -81,6 +84,10 @@ fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
             Err(outcome) => outcome,
         };
     };
+    // Before anything answers or is written: a denied source gets nothing.
+    if let Err(outcome) = guard::check(h, &target) {
+        return outcome;
+    }
     // A router would not forward it: the stack answers, untranslated.
     if ttl_expires(h.ttl) {
         return Outcome::TtlExpired;

@@ -26,6 +26,7 @@ mod conntrack;
 mod counters;
 mod egress_tc;
 mod forward;
+mod guard;
 mod hairpin;
 mod icmp;
 mod ingress_tc;

@@ -5,14 +5,14 @@
 use aya_ebpf::bindings::BPF_F_NO_COMMON_LRU;
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, CONN_CAPACITY, Claim, ClaimKey, Conn, ConnKey, Endpoint, HALF_OPEN_CAPACITY,
-        HalfOpen, HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_IFACES, MAX_MAPPINGS,
-        MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
-        SCRATCH_LEN,
+        AgentStatus, AllowData, Bucket, CONN_CAPACITY, Claim, ClaimKey, Conn, ConnKey, Endpoint,
+        Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings,
+        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
+        MappingName, NatTarget, OWNERS_CAPACITY, Owner, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -114,3 +114,22 @@ pub static LEGACY: HashMap<Endpoint, u64> = HashMap::pinned(MAX_MAPPINGS, NO_PRE
 #[map(name = "LEGACY_CONNS")]
 pub static LEGACY_CONNS: HashMap<ConnKey, NatTarget> =
     HashMap::pinned(LEGACY_CONN_CAPACITY, NO_PREALLOC);
+
+/// `(slot, client range)` -> nothing: the mappings' source allowlists.
+/// Written by the agent before the frontend's flag that makes them read.
+/// Not preallocated (an LPM trie never is): empty costs nothing.
+#[map(name = "ALLOWLIST")]
+pub static ALLOWLIST: LpmTrie<AllowData, u8> =
+    LpmTrie::pinned(MAX_MAPPINGS * MAX_ALLOW_PER_MAPPING, 0);
+
+/// Slot -> the mapping's per-source rate of new connections. Written by
+/// the agent before the frontend's flag that makes it read.
+#[map(name = "GUARDS")]
+pub static GUARDS: Array<Guard> = Array::pinned(MAX_MAPPINGS, 0);
+
+/// Client address -> its bucket for the rate of new connections. An LRU
+/// with a list per CPU, as `HALF_OPEN`: a flood of sources churns it. The
+/// agent sets the capacity (`--syn-bucket-table-size`).
+#[map(name = "SYN_BUCKETS")]
+pub static SYN_BUCKETS: LruHashMap<u32, Bucket> =
+    LruHashMap::pinned(SYN_BUCKET_CAPACITY, BPF_F_NO_COMMON_LRU);

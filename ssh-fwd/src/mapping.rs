@@ -5,6 +5,10 @@
 
 use std::{collections::BTreeMap, net::SocketAddrV4};
 
+pub mod guard;
+
+pub use guard::Guard;
+
 /// One frontend -> backend mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
@@ -12,6 +16,8 @@ pub struct Mapping {
     pub name: String,
     pub frontend: SocketAddrV4,
     pub backend: SocketAddrV4,
+    /// Who may connect, and how fast.
+    pub guard: Guard,
 }
 
 /// The desired mappings, keyed by frontend (a frontend appears once).

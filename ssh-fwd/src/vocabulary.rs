@@ -45,6 +45,16 @@ pub const ADMISSION: &str = "ssh-fwd.io/admission";
 /// Pod annotation: the Secret whose `authorized_keys` the pod gets.
 pub const KEYS_SECRET: &str = "ssh-fwd.io/authorized-keys-secret";
 
+/// Service annotation: the client ranges that may connect through an
+/// externalIPs Service's ports, comma-separated CIDRs (a LoadBalancer
+/// Service uses `spec.loadBalancerSourceRanges`); absent or empty: every
+/// source, or the agent's `--allow`.
+pub const SOURCE_RANGES: &str = "ssh-fwd.io/source-ranges";
+/// Service annotation: the rate of new connections one client address may
+/// open through the Service's ports, `N/s` (burst: the agent's
+/// `--syn-burst`), or `off`; absent: the agent's `--syn-rate`.
+pub const SYN_RATE: &str = "ssh-fwd.io/syn-rate";
+
 /// Lease label of a port reservation: the SSH IP the port is on; the
 /// watches select on it.
 pub const PORT_RESERVATION: &str = "ssh-fwd.io/port-reservation";

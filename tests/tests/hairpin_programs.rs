@@ -73,6 +73,7 @@ impl Bed {
 
     fn map(&mut self, mappings: &[(&str, &str, &str)]) {
         let set = MappingSet::from_unique(mappings.iter().map(|(name, f, b)| Mapping {
+            guard: Default::default(),
             name: (*name).into(),
             frontend: f.parse().expect("frontend"),
             backend: b.parse().expect("backend"),

@@ -23,10 +23,17 @@ pub struct MappingConnCounters {
     /// Handshakes held back because their client holds
     /// `--conns-per-source` connections already.
     pub source_limited: u64,
+    /// SYNs from sources outside the mapping's allowlist, counted on the
+    /// node that received them (with `--enforce-established`, any client
+    /// segment of such a source).
+    pub denied: u64,
+    /// SYNs over their source's `--syn-rate`, counted on the node that
+    /// received them.
+    pub syn_limited: u64,
 }
 
 const _: () = assert!(size_of::<MappingCounters>() == 32);
-const _: () = assert!(size_of::<MappingConnCounters>() == 16);
+const _: () = assert!(size_of::<MappingConnCounters>() == 32);
 
 #[cfg(feature = "user")]
 mod pod {

@@ -224,6 +224,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub bpffs: BpffsArg,
 
+    #[command(flatten)]
+    pub guard: GuardArgs,
+
     /// How often the maps are re-read and repaired if anything changed them
     /// behind the agent's back, and deleted pins put back (a map pinned
     /// again, a link attached and pinned again).
@@ -247,6 +250,10 @@ impl AgentArgs {
         Styles::of(&self.service_styles)
     }
 }
+
+mod guard;
+
+pub use guard::GuardArgs;
 
 /// `--pod-ifaces`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

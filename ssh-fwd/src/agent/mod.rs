@@ -61,6 +61,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             max_mappings: args.max_mappings,
             conn_table_size: args.conn_table_size,
             half_open_table_size: args.half_open_table_size,
+            syn_bucket_table_size: args.guard.syn_bucket_table_size,
             confirm_timeout_ns: u64::try_from(args.conn_confirm_timeout.as_nanos())
                 .unwrap_or(u64::MAX),
             conns_per_source: args.conns_per_source,

@@ -346,6 +346,7 @@ mod tests {
     fn mappings_left_out_over_capacity_are_not_counted_as_installed() {
         let over = MAX_MAPPINGS as usize + 3;
         let desired = MappingSet::from_unique((0..over).map(|i| Mapping {
+            guard: Default::default(),
             name: format!("m{i}"),
             frontend: SocketAddrV4::new(
                 [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),

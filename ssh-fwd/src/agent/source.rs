@@ -16,7 +16,7 @@ use super::{args::AgentArgs, metrics::AgentMetrics};
 use crate::{
     datapath::netdev::{self, Netlink},
     k8s,
-    mapping::{MappingSet, printable},
+    mapping::{MappingSet, guard::Defaults, printable},
     source::{
         file,
         kubernetes::{
@@ -58,7 +58,7 @@ impl Change {
 }
 
 pub enum Source {
-    File(FileSource),
+    File(Box<FileSource>),
     Kubernetes(Box<KubeFollower>),
 }
 
@@ -68,7 +68,9 @@ impl Source {
     /// installed keeps forwarding.
     pub async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         match &args.mappings {
-            Some(path) => Ok(Self::File(FileSource::open(path.clone(), args).await?)),
+            Some(path) => Ok(Self::File(Box::new(
+                FileSource::open(path.clone(), args).await?,
+            ))),
             None => Ok(Self::Kubernetes(Box::new(
                 KubeFollower::open(args, metrics).await?,
             ))),
@@ -163,6 +165,8 @@ pub struct FileSource {
     ssh_ips: BTreeSet<Ipv4Addr>,
     /// `--max-mappings`: a file listing more is refused.
     capacity: usize,
+    /// `--allow`, `--syn-rate`...: what entries that say nothing get.
+    guard: Defaults,
     /// The last accepted content: even if applying it fails, the resync
     /// retries this, not an older file.
     applied: MappingSet,
@@ -208,6 +212,7 @@ impl FileSource {
             path,
             ssh_ips: args.ssh_ips.iter().copied().collect(),
             capacity: args.max_mappings as usize,
+            guard: args.guard.defaults(),
             applied: MappingSet::default(),
             last_text,
             pending: None,
@@ -225,7 +230,7 @@ impl FileSource {
     /// Checks `text`, as read from the file, against the rules of this
     /// moment.
     async fn load(&self, text: &Snapshot) -> anyhow::Result<MappingSet> {
-        let rules = node_rules(&self.ssh_ips).await?;
+        let rules = node_rules(&self.ssh_ips, &self.guard).await?;
         let read = text.0.as_deref().map_err(file::clone_io);
         Ok(file::parse_read(read, &self.path, &rules, self.capacity)?)
     }
@@ -282,12 +287,13 @@ impl FileSource {
 
 /// The rules mappings are checked against now: `--ssh-ip` and the node's
 /// addresses (read again each time: an address may come or go).
-async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>) -> anyhow::Result<Rules> {
+async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>, guard: &Defaults) -> anyhow::Result<Rules> {
     let (links, addrs) = links_and_addresses().await?;
     Ok(Rules {
         ssh_ips: ssh_ips.clone(),
         node_addrs: netdev::own_addresses(&links, &addrs),
         all_node_addrs: named_addresses(&links, &addrs),
+        guard: guard.clone(),
     })
 }
 
@@ -336,6 +342,7 @@ impl KubeFollower {
             ports: args.port_range.clone(),
             styles: args.styles(),
             capacity: args.max_mappings as usize,
+            guard: args.guard.defaults(),
         };
         // The node's addresses, where no endpoint may be (a hostNetwork
         // pod's): read again at each resync and when they change.

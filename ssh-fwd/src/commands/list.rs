@@ -82,6 +82,17 @@ pub struct MappingRow {
     pub conns_opened: u64,
     /// Handshakes held back: their client held `--conns-per-source`.
     pub source_limited: u64,
+    /// SYNs from sources outside the allowlist.
+    pub denied: u64,
+    /// SYNs over their source's rate.
+    pub syn_limited: u64,
+    /// The source ranges that may connect; absent: every source.
+    pub allow: Option<Vec<String>>,
+    /// Whether the list applies to open connections too.
+    pub enforce_established: bool,
+    /// The per-source rate of new connections, `N/s`; absent: no limit.
+    pub syn_rate: Option<String>,
+    pub syn_burst: Option<u32>,
 }
 
 pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
@@ -100,14 +111,48 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
             bytes_out: m.counters.bytes_out,
             conns_opened: m.conns.opened,
             source_limited: m.conns.source_limited,
+            denied: m.conns.denied,
+            syn_limited: m.conns.syn_limited,
+            allow: (m.guard.ranges()).map(|r| r.iter().map(ToString::to_string).collect()),
+            enforce_established: m.guard.enforce_established,
+            syn_rate: m.guard.rate().map(|r| format!("{}/s", r.rate())),
+            syn_burst: m.guard.rate().map(|r| r.burst()),
         })
         .collect())
+}
+
+/// A mapping's guard in one cell: `allow 192.0.2.0/24 (all segments),
+/// 20/s burst 40`, or `-` for none.
+fn guard_cell(r: &MappingRow) -> String {
+    let mut parts = Vec::new();
+    if let Some(ranges) = &r.allow {
+        let list = if ranges.is_empty() {
+            "nobody".to_owned()
+        } else {
+            ranges.join(",")
+        };
+        let all = if r.enforce_established {
+            " (all segments)"
+        } else {
+            ""
+        };
+        parts.push(format!("allow {list}{all}"));
+    }
+    if let (Some(rate), Some(burst)) = (&r.syn_rate, r.syn_burst) {
+        parts.push(format!("{rate} burst {burst}"));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
+    }
 }
 
 fn mappings_table(rows: &Vec<MappingRow>) -> String {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
     let mut out = format!(
-        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}\n",
+        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
+         GUARD\n",
         "NAME",
         "FRONTEND",
         "BACKEND",
@@ -116,7 +161,9 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         "PKTS OUT",
         "BYTES OUT",
         "CONNS",
-        "LIMITED"
+        "LIMITED",
+        "DENIED",
+        "SYN-LIM"
     );
     for r in rows {
         let name = printable(&r.name);
@@ -126,7 +173,8 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
             r.backend.clone()
         };
         out.push_str(&format!(
-            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}\n",
+            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
+             {}\n",
             name,
             r.frontend,
             backend,
@@ -135,11 +183,20 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
             r.packets_out,
             r.bytes_out,
             r.conns_opened,
-            r.source_limited
+            r.source_limited,
+            r.denied,
+            r.syn_limited,
+            guard_cell(r),
         ));
     }
     if rows.iter().any(|r| r.shared_backend) {
         out.push_str("* backend behind several frontends: replies follow the tracked connection\n");
+    }
+    if rows.iter().any(|r| r.denied > 0 || r.syn_limited > 0) {
+        out.push_str(
+            "DENIED: SYNs from sources outside the allowlist; SYN-LIM: SYNs over their source's \
+             rate (both dropped on this node)\n",
+        );
     }
     if rows.iter().any(|r| r.source_limited > 0) {
         out.push_str(
@@ -410,6 +467,41 @@ mod tests {
     }
 
     #[test]
+    fn a_mappings_guard_shows_in_one_cell() {
+        let row = |allow: Option<&[&str]>, all, rate: Option<(&str, u32)>| MappingRow {
+            name: String::new(),
+            frontend: String::new(),
+            backend: String::new(),
+            shared_backend: false,
+            packets_in: 0,
+            bytes_in: 0,
+            packets_out: 0,
+            bytes_out: 0,
+            conns_opened: 0,
+            source_limited: 0,
+            denied: 0,
+            syn_limited: 0,
+            allow: allow.map(|a| a.iter().map(ToString::to_string).collect()),
+            enforce_established: all,
+            syn_rate: rate.map(|(r, _)| r.to_owned()),
+            syn_burst: rate.map(|(_, b)| b),
+        };
+        assert_eq!(guard_cell(&row(None, false, None)), "-");
+        assert_eq!(
+            guard_cell(&row(
+                Some(&["10.0.0.0/8", "192.0.2.0/24"]),
+                false,
+                Some(("20/s", 40))
+            )),
+            "allow 10.0.0.0/8,192.0.2.0/24, 20/s burst 40"
+        );
+        assert_eq!(
+            guard_cell(&row(Some(&[]), true, None)),
+            "allow nobody (all segments)"
+        );
+    }
+
+    #[test]
     fn a_name_with_control_characters_is_printed_escaped_never_raw() {
         let row = MappingRow {
             name: "evil\u{1b}]0;owned\u{7}\u{1b}[2J".into(),
@@ -422,6 +514,12 @@ mod tests {
             bytes_out: 0,
             conns_opened: 0,
             source_limited: 0,
+            denied: 0,
+            syn_limited: 0,
+            allow: None,
+            enforce_established: false,
+            syn_rate: None,
+            syn_burst: None,
         };
         let table = mappings_table(&vec![row]);
         assert!(

@@ -123,6 +123,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             styles: Styles::of(&args.service_styles),
             // The controller leaves nothing out: capacity is the agents'.
             capacity: usize::MAX,
+            // The controller weighs claims, never guards.
+            guard: Default::default(),
         },
         host,
         user: args.ssh_user.clone(),

@@ -302,6 +302,7 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
 #[cfg(test)]
 pub fn policy_for(ip: Ipv4Addr) -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: [ip].into(),
         ports: 1..=u16::MAX,
         styles: crate::source::kubernetes::desired::Styles::ALL,

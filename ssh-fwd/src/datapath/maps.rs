@@ -6,16 +6,22 @@ use std::collections::{BTreeMap, BTreeSet};
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, IterableMap as _, Map, MapData, PerCpuArray, PerCpuValues},
+    maps::{
+        Array, HashMap, IterableMap as _, Map, MapData, PerCpuArray, PerCpuValues,
+        lpm_trie::{Key, LpmTrie},
+    },
     util::nr_cpus,
 };
 use ssh_fwd_common::{
     maps::{
-        Endpoint, FRONTENDS, GLOBAL_STATS, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS,
-        MappingConnCounters, MappingCounters, MappingName, NatTarget, REVERSE,
+        ALLOWLIST, AllowData, Endpoint, FLAG_SYN_LIMIT, FRONTENDS, GLOBAL_STATS, GUARDS,
+        Guard as Rate, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS, MappingConnCounters,
+        MappingCounters, MappingName, NatTarget, REVERSE,
     },
     outcome::Outcome,
 };
+
+use crate::mapping::guard::Cidr;
 
 use super::{
     batch,
@@ -31,6 +37,8 @@ pub struct Maps {
     mapping_conns: PerCpuArray<MapData, MappingConnCounters>,
     global_stats: PerCpuArray<MapData, u64>,
     names: Array<MapData, MappingName>,
+    allowlist: LpmTrie<MapData, AllowData, u8>,
+    guards: Array<MapData, Rate>,
 }
 
 /// What one [`Maps::apply`] changed, for logs and metrics.
@@ -47,37 +55,45 @@ impl Maps {
             ebpf.take_map(name)
                 .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
         };
-        Self::from_maps(
+        Self::from_maps([
             take(FRONTENDS)?,
             take(REVERSE)?,
             take(MAPPING_STATS)?,
             take(MAPPING_CONNS)?,
             take(GLOBAL_STATS)?,
             take(MAPPING_NAMES)?,
-        )
+            take(ALLOWLIST)?,
+            take(GUARDS)?,
+        ])
     }
 
     /// Opens the maps an agent pinned, without loading any program.
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
         let open = |name: &str| open_pin(layout, name);
-        Self::from_maps(
+        Self::from_maps([
             open(FRONTENDS)?,
             open(REVERSE)?,
             open(MAPPING_STATS)?,
             open(MAPPING_CONNS)?,
             open(GLOBAL_STATS)?,
             open(MAPPING_NAMES)?,
-        )
+            open(ALLOWLIST)?,
+            open(GUARDS)?,
+        ])
     }
 
-    fn from_maps(
-        frontends: Map,
-        reverse: Map,
-        mapping_stats: Map,
-        mapping_conns: Map,
-        global_stats: Map,
-        names: Map,
-    ) -> anyhow::Result<Self> {
+    /// The maps in the order [`Self::from_ebpf`] takes them.
+    fn from_maps(maps: [Map; 8]) -> anyhow::Result<Self> {
+        let [
+            frontends,
+            reverse,
+            mapping_stats,
+            mapping_conns,
+            global_stats,
+            names,
+            allowlist,
+            guards,
+        ] = maps;
         Ok(Self {
             frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
             reverse: HashMap::try_from(reverse).context(REVERSE)?,
@@ -85,6 +101,8 @@ impl Maps {
             mapping_conns: PerCpuArray::try_from(mapping_conns).context(MAPPING_CONNS)?,
             global_stats: PerCpuArray::try_from(global_stats).context(GLOBAL_STATS)?,
             names: Array::try_from(names).context(MAPPING_NAMES)?,
+            allowlist: LpmTrie::try_from(allowlist).context(ALLOWLIST)?,
+            guards: Array::try_from(guards).context(GUARDS)?,
         })
     }
 
@@ -109,6 +127,18 @@ impl Maps {
         for slot in slots {
             let name = self.names.get(&slot, 0).context("reading MAPPING_NAMES")?;
             installed.names.insert(slot, name.as_str().to_owned());
+        }
+        for key in self.allowlist.keys() {
+            let key = key.context("reading ALLOWLIST")?;
+            installed.allow.insert(range_of(&key));
+        }
+        let limited: BTreeSet<u32> = (installed.frontends.values())
+            .filter(|t| t.flags & FLAG_SYN_LIMIT != 0)
+            .map(|t| t.slot)
+            .collect();
+        for slot in limited {
+            let rate = self.guards.get(&slot, 0).context("reading GUARDS")?;
+            installed.rates.insert(slot, rate);
         }
         Ok(installed)
     }
@@ -147,6 +177,17 @@ impl Maps {
             plan.reverse_upserts.iter().copied().unzip();
         batch::update(self.reverse.map(), &keys, &values)
             .map_err(|e| batch_error(e, REVERSE, &keys, show))?;
+        // Ranges and rates before the frontends whose flags make them read.
+        for (slot, cidr) in &plan.allow_upserts {
+            self.allowlist
+                .insert(&allow_key(*slot, cidr), 0, 0)
+                .with_context(|| format!("writing ALLOWLIST entry {cidr} of slot {slot}"))?;
+        }
+        for (slot, rate) in &plan.rate_upserts {
+            self.guards
+                .set(*slot, rate, 0)
+                .with_context(|| format!("writing GUARDS entry of slot {slot}"))?;
+        }
         let (keys, values): (Vec<Endpoint>, Vec<NatTarget>) =
             plan.frontend_upserts.iter().copied().unzip();
         batch::update(self.frontends.map(), &keys, &values)
@@ -156,6 +197,19 @@ impl Maps {
         }
         for k in &plan.reverse_deletes {
             remove_if_present(&mut self.reverse, k, REVERSE)?;
+        }
+        // Ranges last: no frontend with a list reads them any more.
+        for (slot, cidr) in &plan.allow_deletes {
+            match self.allowlist.remove(&allow_key(*slot, cidr)) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(aya::maps::MapError::SyscallError(e))
+                    if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("removing ALLOWLIST entry {cidr} of slot {slot}")
+                    });
+                }
+            }
         }
         Ok(Applied {
             added_or_changed: plan.frontend_upserts.len(),
@@ -190,6 +244,8 @@ impl Maps {
             .fold(MappingConnCounters::default(), |a, c| MappingConnCounters {
                 opened: a.opened + c.opened,
                 source_limited: a.source_limited + c.source_limited,
+                denied: a.denied + c.denied,
+                syn_limited: a.syn_limited + c.syn_limited,
             }))
     }
 
@@ -241,6 +297,22 @@ impl Maps {
             .set(index, values, 0)
             .context("writing GLOBAL_STATS")
     }
+}
+
+/// The trie key of `cidr` in `slot`.
+fn allow_key(slot: u32, cidr: &Cidr) -> Key<AllowData> {
+    let (len, data) = AllowData::range(slot, cidr.ip(), cidr.prefix());
+    Key::new(len, data)
+}
+
+/// The slot and range a trie key holds.
+fn range_of(key: &Key<AllowData>) -> (u32, Cidr) {
+    let data = key.data();
+    let prefix = key
+        .prefix_len()
+        .saturating_sub(AllowData::SLOT_BITS)
+        .min(32) as u8;
+    (data.slot(), Cidr::masked(data.ip(), prefix))
 }
 
 /// Opens one pinned map, saying what to check when it is not there.

@@ -10,9 +10,10 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
-        CLAIMS, CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY,
-        LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS,
-        MAX_MAPPINGS, REVERSE, SOURCES,
+        ALLOWLIST, CLAIMS, CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, FRONTENDS, GUARDS, HALF_OPEN,
+        HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS, MAPPING_NAMES,
+        MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, SOURCES, SYN_BUCKET_CAPACITY,
+        SYN_BUCKETS,
     },
 };
 
@@ -40,6 +41,8 @@ pub struct Settings {
     pub conn_table_size: u32,
     /// Capacity of the half-open table, and of the claims table.
     pub half_open_table_size: u32,
+    /// Capacity of the per-source table of `--syn-rate`.
+    pub syn_bucket_table_size: u32,
     /// How long a claim waits for its server's confirmation, in
     /// nanoseconds (`--conn-confirm-timeout`).
     pub confirm_timeout_ns: u64,
@@ -99,6 +102,7 @@ impl Default for Settings {
             max_mappings: MAX_MAPPINGS,
             conn_table_size: CONN_CAPACITY,
             half_open_table_size: HALF_OPEN_CAPACITY,
+            syn_bucket_table_size: SYN_BUCKET_CAPACITY,
             confirm_timeout_ns: CONFIRM_TIMEOUT_NS,
             conns_per_source: CONNS_PER_SOURCE,
             cross_node_plain: false,
@@ -133,6 +137,12 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .map_max_entries(SOURCES, settings.conn_table_size)
         .map_max_entries(HALF_OPEN, settings.half_open_table_size)
         .map_max_entries(CLAIMS, settings.half_open_table_size)
+        .map_max_entries(GUARDS, settings.max_mappings)
+        .map_max_entries(
+            ALLOWLIST,
+            settings.max_mappings.saturating_mul(MAX_ALLOW_PER_MAPPING),
+        )
+        .map_max_entries(SYN_BUCKETS, settings.syn_bucket_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
         .override_global("NO_REDIRECT", &no_redirect, true)
         .override_global("CONFIRM_TIMEOUT_NS", &settings.confirm_timeout_ns, true)
@@ -159,6 +169,11 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
             HALF_OPEN,
             "--half-open-table-size",
             settings.half_open_table_size,
+        ),
+        (
+            SYN_BUCKETS,
+            "--syn-bucket-table-size",
+            settings.syn_bucket_table_size,
         ),
     ] {
         let pin = layout.map(map);

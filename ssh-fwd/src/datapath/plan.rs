@@ -15,9 +15,14 @@ use std::{
     net::SocketAddrV4,
 };
 
-use ssh_fwd_common::maps::{Endpoint, NatTarget};
+use ssh_fwd_common::maps::{
+    Endpoint, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT, Guard as Rate, NatTarget,
+};
 
-use crate::mapping::{Mapping, MappingSet};
+use crate::mapping::{
+    Guard, Mapping, MappingSet,
+    guard::{Allow, Cidr, Limit},
+};
 
 mod local;
 mod tables;
@@ -33,6 +38,10 @@ pub struct Installed {
     pub reverse: BTreeMap<Endpoint, NatTarget>,
     /// MAPPING_NAMES for the slots in use.
     pub names: BTreeMap<u32, String>,
+    /// ALLOWLIST: each slot's source ranges.
+    pub allow: BTreeSet<(u32, Cidr)>,
+    /// GUARDS for the slots whose frontend carries `FLAG_SYN_LIMIT`.
+    pub rates: BTreeMap<u32, Rate>,
 }
 
 /// Map writes, to be applied in field order (see [`super::maps::Maps::apply`]).
@@ -55,11 +64,20 @@ pub struct Plan {
     pub renamed: Vec<(u32, String)>,
     /// Written before frontends, so replies are handled once requests flow.
     pub reverse_upserts: Vec<(Endpoint, NatTarget)>,
+    /// Source ranges and rates written before the frontends whose flags
+    /// make the kernel read them: a mapping with a list is never open to
+    /// all for a moment. A list that changes holds the union of old and
+    /// new until `allow_deletes`.
+    pub allow_upserts: Vec<(u32, Cidr)>,
+    pub rate_upserts: Vec<(u32, Rate)>,
     /// Writing a frontend entry is what makes a mapping live.
     pub frontend_upserts: Vec<(Endpoint, NatTarget)>,
     pub frontend_deletes: Vec<Endpoint>,
     /// Deleted after the frontends that led to them.
     pub reverse_deletes: Vec<Endpoint>,
+    /// Ranges removed once no frontend with a list reads them: after the
+    /// frontend's flag is cleared, or after the new list is written.
+    pub allow_deletes: Vec<(u32, Cidr)>,
     /// Frontends removed or pointed at another backend: the connections
     /// tracked through them are stale (their backend address may be given
     /// to another pod next) and are purged once this step is applied.
@@ -73,9 +91,12 @@ impl Plan {
             && self.new_slots.is_empty()
             && self.renamed.is_empty()
             && self.reverse_upserts.is_empty()
+            && self.allow_upserts.is_empty()
+            && self.rate_upserts.is_empty()
             && self.frontend_upserts.is_empty()
             && self.frontend_deletes.is_empty()
             && self.reverse_deletes.is_empty()
+            && self.allow_deletes.is_empty()
             && self.retired.is_empty()
     }
 }
@@ -207,8 +228,34 @@ fn installed_subset(
                 name: installed.names.get(&t.slot).cloned().unwrap_or_default(),
                 frontend: socket(f),
                 backend: socket(&t.endpoint),
+                guard: installed_guard(installed, t),
             }),
     )
+}
+
+/// The guard the tables give the frontend whose entry is `t`.
+pub fn installed_guard(installed: &Installed, t: &NatTarget) -> Guard {
+    let allow = if t.flags & FLAG_ALLOWLIST != 0 {
+        Allow::Only(
+            installed
+                .allow
+                .range((t.slot, Cidr::ALL)..)
+                .take_while(|(slot, _)| *slot == t.slot)
+                .map(|(_, cidr)| *cidr)
+                .collect(),
+        )
+    } else {
+        Allow::Open
+    };
+    let limit = match installed.rates.get(&t.slot) {
+        Some(rate) if t.flags & FLAG_SYN_LIMIT != 0 => Limit::Exact(*rate),
+        _ => Limit::Off,
+    };
+    Guard {
+        allow,
+        limit,
+        enforce_established: t.flags & FLAG_ALLOWLIST_ALL != 0,
+    }
 }
 
 /// At most `max` of `desired`: installed frontends first (what runs keeps
@@ -252,6 +299,9 @@ fn step(
         }
     }
     plan.reverse_upserts = upserts(&installed.reverse, &want.reverse);
+    plan.allow_upserts = want.allow.difference(&installed.allow).copied().collect();
+    plan.allow_deletes = installed.allow.difference(&want.allow).copied().collect();
+    plan.rate_upserts = upserts(&installed.rates, &want.rates);
     plan.frontend_upserts = upserts(&installed.frontends, &want.frontends);
     plan.frontend_deletes = deletes(&installed.frontends, &want.frontends);
     let reverse_deletes = deletes(&installed.reverse, &want.reverse);
@@ -308,10 +358,10 @@ pub fn socket(e: &Endpoint) -> SocketAddrV4 {
     SocketAddrV4::new(e.ip(), e.port())
 }
 
-fn upserts(
-    have: &BTreeMap<Endpoint, NatTarget>,
-    want: &BTreeMap<Endpoint, NatTarget>,
-) -> Vec<(Endpoint, NatTarget)> {
+fn upserts<K: Ord + Copy, V: PartialEq + Copy>(
+    have: &BTreeMap<K, V>,
+    want: &BTreeMap<K, V>,
+) -> Vec<(K, V)> {
     want.iter()
         .filter(|(k, v)| have.get(k) != Some(v))
         .map(|(k, v)| (*k, *v))
@@ -342,9 +392,12 @@ pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
         all.new_slots.append(&mut p.new_slots);
         all.renamed.append(&mut p.renamed);
         all.reverse_upserts.append(&mut p.reverse_upserts);
+        all.allow_upserts.append(&mut p.allow_upserts);
+        all.rate_upserts.append(&mut p.rate_upserts);
         all.frontend_upserts.append(&mut p.frontend_upserts);
         all.frontend_deletes.append(&mut p.frontend_deletes);
         all.reverse_deletes.append(&mut p.reverse_deletes);
+        all.allow_deletes.append(&mut p.allow_deletes);
         all.retired.append(&mut p.retired);
     }
     all

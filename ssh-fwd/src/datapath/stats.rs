@@ -4,7 +4,8 @@
 
 use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingConnCounters, MappingCounters};
 
-use super::{hairpin, hooks, maps::Maps, netdev, pins::PinLayout};
+use super::{hairpin, hooks, maps::Maps, netdev, pins::PinLayout, plan::installed_guard};
+use crate::mapping::Guard;
 
 /// One installed mapping and what went through it.
 #[derive(Clone, Debug)]
@@ -15,8 +16,11 @@ pub struct MappingStats {
     /// The backend is also behind another frontend.
     pub shared_backend: bool,
     pub counters: MappingCounters,
-    /// Its connections, counted on the pod's node.
+    /// Its connections, counted on the pod's node (denied and limited
+    /// SYNs on the node that received them).
     pub conns: MappingConnCounters,
+    /// Who may connect, and how fast, as installed.
+    pub guard: Guard,
 }
 
 /// Every installed mapping, by frontend.
@@ -37,6 +41,7 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingStats>> {
                 shared_backend: target.flags & FLAG_SHARED_BACKEND != 0,
                 counters: maps.mapping_counters(target.slot)?,
                 conns: maps.mapping_conn_counters(target.slot)?,
+                guard: installed_guard(&installed, target),
             })
         })
         .collect()

@@ -5,6 +5,7 @@
 //!   - name: job-4711          # optional label, shown by `ssh-fwd list`
 //!     frontend: 198.18.0.10:8022
 //!     backend: 10.244.1.5:22
+//!     allow: [192.0.2.0/24]   # optional: only these clients (`[]`: all)
 //! ```
 //!
 //! Parsed with `serde-saphyr`: a pure-Rust YAML parser (no `unsafe-libyaml`)
@@ -21,7 +22,11 @@ use serde::Deserialize;
 use ssh_fwd_common::maps::MAX_NAME_LEN;
 
 use super::validate::{Checker, Danger, Rules};
-use crate::mapping::{Mapping, MappingSet, printable};
+use crate::mapping::{
+    Guard, Mapping, MappingSet,
+    guard::{Allow, RangesError, parse_ranges},
+    printable,
+};
 
 /// Why a mappings file was rejected. Every variant names the entry (1-based,
 /// as a person counts them in the file) and says what to change.
@@ -86,6 +91,8 @@ pub enum EntryProblem {
     NotUnicast { field: &'static str, value: String },
     #[error("name is {len} bytes long; keep it at most {MAX_NAME_LEN}")]
     NameTooLong { len: usize },
+    #[error("allow: {0}")]
+    Allow(RangesError),
     #[error(transparent)]
     Dangerous(#[from] Danger),
 }
@@ -103,6 +110,9 @@ struct FileEntry {
     name: Option<String>,
     frontend: String,
     backend: String,
+    /// Absent: the agent's `--allow`; `[]`: every source.
+    #[serde(default)]
+    allow: Option<Vec<String>>,
 }
 
 /// Validates a mappings file as read (its bytes, or why it could not be
@@ -165,6 +175,14 @@ pub fn parse(
         }
         let frontend = parse_endpoint("frontend", &entry.frontend).map_err(&fail)?;
         let backend = parse_endpoint("backend", &entry.backend).map_err(&fail)?;
+        let allow = match &entry.allow {
+            None => Allow::Default,
+            Some(list) if list.is_empty() => Allow::Open,
+            Some(list) => Allow::Only(
+                parse_ranges(list.iter().map(String::as_str), false)
+                    .map_err(|e| fail(EntryProblem::Allow(e)))?,
+            ),
+        };
         if let Some(first) = seen.insert(frontend, index) {
             return Err(FileError::DuplicateFrontend {
                 path: path.into(),
@@ -173,10 +191,15 @@ pub fn parse(
                 frontend,
             });
         }
+        let guard = Guard {
+            allow,
+            ..Guard::default()
+        };
         mappings.push(Mapping {
             name,
             frontend,
             backend,
+            guard: rules.guard.resolve(&guard),
         });
     }
     if mappings.len() > capacity {

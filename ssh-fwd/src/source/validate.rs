@@ -7,7 +7,7 @@ use std::{
     net::{Ipv4Addr, SocketAddrV4},
 };
 
-use crate::mapping::{Mapping, printable, unprintable};
+use crate::mapping::{Mapping, guard::Defaults, printable, unprintable};
 
 /// What a mapping is checked against.
 #[derive(Clone, Debug, Default)]
@@ -22,6 +22,9 @@ pub struct Rules {
     /// dummy devices included: a backend there is the node's own service
     /// (`EXT:8022 -> NODE_IP:22` is its sshd), never a pod.
     pub all_node_addrs: BTreeMap<Ipv4Addr, String>,
+    /// What the agent's flags add to each mapping's guard (`--allow`,
+    /// `--syn-rate`, ...).
+    pub guard: Defaults,
 }
 
 /// Why a mapping is refused; each says what to do instead.

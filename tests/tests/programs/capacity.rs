@@ -17,6 +17,7 @@ fn nth(i: usize, g: u8) -> Mapping {
     let ip = Ipv4Addr::new(198, 18, 0, 10 + u8::try_from(i / 20_000).expect("ip"));
     let backend = Ipv4Addr::new(10, 200 + g, (i / 250) as u8, (i % 250 + 1) as u8);
     Mapping {
+        guard: Default::default(),
         name: format!("m{i}"),
         frontend: SocketAddrV4::new(ip, port),
         backend: SocketAddrV4::new(backend, 22),

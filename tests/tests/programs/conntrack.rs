@@ -97,7 +97,7 @@ impl Ingress {
         }
     }
 
-    fn dropped(self) -> u32 {
+    pub fn dropped(self) -> u32 {
         match self {
             Ingress::Tc => TC_ACT_SHOT,
             Ingress::Xdp => XDP_DROP,
@@ -105,7 +105,7 @@ impl Ingress {
     }
 }
 
-fn each_ingress(test: impl Fn(Ingress)) {
+pub fn each_ingress(test: impl Fn(Ingress)) {
     for ingress in [Ingress::Tc, Ingress::Xdp] {
         test(ingress);
     }

@@ -73,6 +73,7 @@ fn load_over(
     object::loaded_xdp(&mut ebpf).expect("verifier accepts the XDP program");
     let mut maps = Maps::from_ebpf(&mut ebpf).expect("maps");
     let set = MappingSet::from_unique(mappings.iter().map(|(name, f, b)| Mapping {
+        guard: Default::default(),
         name: (*name).into(),
         frontend: f.parse().expect("frontend"),
         backend: b.parse().expect("backend"),
@@ -255,6 +256,7 @@ fn delta(
 
 mod capacity;
 mod conntrack;
+mod guard;
 mod icmp;
 mod option;
 mod partial;
@@ -470,7 +472,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 18] = [
+    let expect: [(&str, u32, usize, usize); 21] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -549,6 +551,24 @@ fn object_maps_agree_with_the_shared_constants() {
             8,
             size_of::<maps::HairpinSock>(),
         ),
+        (
+            maps::ALLOWLIST,
+            maps::MAX_MAPPINGS * maps::MAX_ALLOW_PER_MAPPING,
+            4 + size_of::<maps::AllowData>(),
+            1,
+        ),
+        (
+            maps::GUARDS,
+            maps::MAX_MAPPINGS,
+            4,
+            size_of::<maps::Guard>(),
+        ),
+        (
+            maps::SYN_BUCKETS,
+            maps::SYN_BUCKET_CAPACITY,
+            4,
+            size_of::<maps::Bucket>(),
+        ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
     for (name, entries, key, value) in expect {
@@ -564,7 +584,7 @@ fn object_maps_agree_with_the_shared_constants() {
     assert_eq!(conns.map_type().expect("type"), aya::maps::MapType::Hash);
     // SYNs and claims are needed for the pod's answer time only: LRUs,
     // with a list per CPU (no lock shared by every insert).
-    for name in [maps::HALF_OPEN, maps::CLAIMS] {
+    for name in [maps::HALF_OPEN, maps::CLAIMS, maps::SYN_BUCKETS] {
         let info = MapInfo::from_pin(l.layout.map(name)).expect(name);
         assert_eq!(info.map_type().expect("type"), aya::maps::MapType::LruHash);
         assert_eq!(info.map_flags(), 2, "{name}: BPF_F_NO_COMMON_LRU");

@@ -68,6 +68,23 @@ impl Collector for PerMapping {
              connections on this node.",
             &self.rows,
             |r| r.conns.source_limited,
+        )?;
+        connections(
+            &mut encoder,
+            "mapping_denied",
+            "SYNs per mapping dropped because their source is outside the mapping's allowlist \
+             (with --enforce-established, any segment of such a source), counted on the node \
+             that received them.",
+            &self.rows,
+            |r| r.conns.denied,
+        )?;
+        connections(
+            &mut encoder,
+            "mapping_syn_limited",
+            "SYNs per mapping dropped because their source was over its --syn-rate, counted \
+             on the node that received them.",
+            &self.rows,
+            |r| r.conns.syn_limited,
         )
     }
 }

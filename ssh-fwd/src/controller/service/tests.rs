@@ -127,6 +127,7 @@ fn target_ports_the_api_server_would_refuse_are_reported_with_the_fix() {
 
 fn policy(styles: Styles) -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: ["198.18.0.10".parse().unwrap()].into(),
         ports: 8000..=16000,
         styles,

@@ -28,6 +28,7 @@ fn nth(i: usize, g: u8) -> Mapping {
         22,
     );
     Mapping {
+        guard: Default::default(),
         name: format!("m{i}"),
         frontend,
         backend,

@@ -71,6 +71,15 @@ pub fn plan_local(
             part.names.insert(t.slot, name.clone());
         }
     }
+    let slots: BTreeSet<u32> = part.names.keys().copied().collect();
+    part.allow = (tables.allow.iter())
+        .filter(|(slot, _)| slots.contains(slot))
+        .copied()
+        .collect();
+    part.rates = (tables.rates.iter())
+        .filter(|(slot, _)| slots.contains(slot))
+        .map(|(slot, rate)| (*slot, *rate))
+        .collect();
     // Frontends the change leaves alone keep their mapping: those of the
     // part are its installed ones that are not touched.
     let wanted = touched
@@ -102,11 +111,15 @@ impl Local {
                 slots.insert(t.slot);
             }
         }
-        for slot in slots {
-            tables.names.remove(&slot);
+        for slot in &slots {
+            tables.names.remove(slot);
+            tables.rates.remove(slot);
         }
+        tables.allow.retain(|(slot, _)| !slots.contains(slot));
         tables.frontends.extend(self.part.frontends);
         tables.reverse.extend(self.part.reverse);
         tables.names.extend(self.part.names);
+        tables.allow.extend(self.part.allow);
+        tables.rates.extend(self.part.rates);
     }
 }

@@ -21,6 +21,7 @@ const CAP: usize = MAX_MAPPINGS as usize;
 /// Frontend `f` (two SSH IPs), backend `b`, name `n` of a small universe.
 fn mapping(f: u16, b: u8, n: u8) -> Mapping {
     Mapping {
+        guard: Default::default(),
         name: format!("jobs/s{n}"),
         frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (f % 2) as u8), 8000 + f / 2),
         backend: SocketAddrV4::new(Ipv4Addr::new(10, 244, 0, 1 + b), 22),
@@ -113,6 +114,7 @@ proptest! {
 fn nth(i: usize, g: u8) -> Mapping {
     let port = 8000 + u16::try_from(i % 20_000).expect("port");
     Mapping {
+        guard: Default::default(),
         name: format!("m{i}"),
         frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (i / 20_000) as u8), port),
         backend: SocketAddrV4::new(

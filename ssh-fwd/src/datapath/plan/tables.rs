@@ -2,10 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MappingName, NatTarget};
+use ssh_fwd_common::maps::{
+    FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SHARED_BACKEND, FLAG_SYN_LIMIT, MappingName, NatTarget,
+};
 
 use super::{Installed, SlotSet, endpoint};
-use crate::mapping::MappingSet;
+use crate::mapping::{Guard, MappingSet};
 
 /// The tables the maps should hold for `desired`, reusing slots and primary
 /// frontends from `installed` wherever they still apply, for a part of the
@@ -54,9 +56,15 @@ pub(super) fn tables_beside(
             NatTarget {
                 endpoint: backend,
                 slot,
-                flags: 0,
+                flags: guard_flags(&m.guard),
             },
         );
+        if let Some(ranges) = m.guard.ranges() {
+            out.allow.extend(ranges.iter().map(|r| (slot, *r)));
+        }
+        if let Some(rate) = m.guard.rate() {
+            out.rates.insert(slot, rate);
+        }
     }
     for (backend, frontends) in backends {
         let shared = frontends.len() > 1;
@@ -84,7 +92,7 @@ pub(super) fn tables_beside(
         );
         for (frontend, _) in frontends {
             if let Some(t) = out.frontends.get_mut(&frontend) {
-                t.flags = flags;
+                t.flags |= flags;
             }
         }
     }
@@ -97,4 +105,20 @@ pub(super) fn tables_beside(
 /// every reload.
 fn stored_name(name: &str) -> String {
     MappingName::new(name).as_str().to_owned()
+}
+
+/// The `FLAG_*` bits of a frontend entry that say which parts of its guard
+/// the kernel checks.
+fn guard_flags(guard: &Guard) -> u32 {
+    let mut flags = 0;
+    if guard.ranges().is_some() {
+        flags |= FLAG_ALLOWLIST;
+        if guard.enforce_established {
+            flags |= FLAG_ALLOWLIST_ALL;
+        }
+    }
+    if guard.rate().is_some() {
+        flags |= FLAG_SYN_LIMIT;
+    }
+    flags
 }

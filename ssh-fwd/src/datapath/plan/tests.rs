@@ -10,6 +10,7 @@ const CAP: usize = ssh_fwd_common::maps::MAX_MAPPINGS as usize;
 
 fn m(name: &str, frontend: &str, backend: &str) -> Mapping {
     Mapping {
+        guard: Default::default(),
         name: name.into(),
         frontend: frontend.parse().unwrap(),
         backend: backend.parse().unwrap(),
@@ -36,16 +37,41 @@ fn apply(installed: &Installed, plan: &Plan) -> Installed {
         out.names.insert(*slot, stored.as_str().to_owned());
     }
     out.reverse.extend(plan.reverse_upserts.iter().copied());
-    out.frontends.extend(plan.frontend_upserts.iter().copied());
+    out.allow.extend(plan.allow_upserts.iter().copied());
+    out.rates.extend(plan.rate_upserts.iter().copied());
+    for (f, t) in &plan.frontend_upserts {
+        // A frontend made live or changed reads its list as it is now.
+        if t.flags & FLAG_ALLOWLIST != 0 {
+            assert_eq!(
+                installed_guard(&out, t).ranges(),
+                installed_guard(&plan_target(plan, f), t).ranges(),
+                "{f:?} flagged before its ranges are written"
+            );
+        }
+        out.frontends.insert(*f, *t);
+    }
     for k in &plan.frontend_deletes {
         out.frontends.remove(k);
     }
     for k in &plan.reverse_deletes {
         out.reverse.remove(k);
     }
+    for k in &plan.allow_deletes {
+        out.allow.remove(k);
+    }
+    out.rates
+        .retain(|s, _| out.frontends.values().any(|t| t.slot == *s));
     let used: BTreeSet<u32> = out.frontends.values().map(|t| t.slot).collect();
     out.names.retain(|s, _| used.contains(s));
     out
+}
+
+/// The ranges `plan` writes, as tables (the upserts only).
+fn plan_target(plan: &Plan, _frontend: &Endpoint) -> Installed {
+    Installed {
+        allow: plan.allow_upserts.iter().copied().collect(),
+        ..Installed::default()
+    }
 }
 
 fn converge(installed: &Installed, desired: &MappingSet) -> Installed {
@@ -265,4 +291,105 @@ fn a_name_longer_than_the_map_holds_is_cut_once_and_not_rewritten_at_every_resyn
     assert_eq!(after.names.values().collect::<Vec<_>>(), [&"a".repeat(126)]);
     let again = plan(&after, &desired);
     assert!(again.is_empty(), "rewritten at every resync: {again:?}");
+}
+
+fn guarded(name: &str, frontend: &str, backend: &str, ranges: &[&str]) -> Mapping {
+    let mut m = m(name, frontend, backend);
+    m.guard.allow = Allow::Only(ranges.iter().map(|r| r.parse().unwrap()).collect());
+    m
+}
+
+#[test]
+fn a_new_mapping_with_a_list_is_flagged_and_its_ranges_written_in_the_same_step() {
+    let desired = MappingSet::from_unique([guarded(
+        "a",
+        "198.18.0.10:8022",
+        "10.0.0.5:22",
+        &["192.0.2.0/24", "10.0.0.0/8"],
+    )]);
+    let p = plan(&Installed::default(), &desired);
+    assert_eq!(p.allow_upserts.len(), 2);
+    let (_, t) = p.frontend_upserts[0];
+    assert_eq!(t.flags & FLAG_ALLOWLIST, FLAG_ALLOWLIST);
+    let after = converge(&Installed::default(), &desired);
+    assert_eq!(after.allow.len(), 2);
+}
+
+#[test]
+fn a_changed_list_adds_before_the_frontend_and_removes_after() {
+    let before = MappingSet::from_unique([guarded(
+        "a",
+        "198.18.0.10:8022",
+        "10.0.0.5:22",
+        &["192.0.2.0/24"],
+    )]);
+    let installed = converge(&Installed::default(), &before);
+    let after = MappingSet::from_unique([guarded(
+        "a",
+        "198.18.0.10:8022",
+        "10.0.0.5:22",
+        &["198.51.100.0/24"],
+    )]);
+    let p = plan(&installed, &after);
+    assert_eq!(p.allow_upserts.len(), 1);
+    assert_eq!(p.allow_deletes.len(), 1);
+    assert!(p.frontend_upserts.is_empty(), "the flag stays: never open");
+    let tables = converge(&installed, &after);
+    let slot = tables.frontends[&ep("198.18.0.10:8022")].slot;
+    assert_eq!(
+        tables.allow.iter().collect::<Vec<_>>(),
+        [&(slot, "198.51.100.0/24".parse().unwrap())]
+    );
+}
+
+#[test]
+fn a_list_removed_unflags_the_frontend_before_its_ranges_go() {
+    let before = MappingSet::from_unique([guarded(
+        "a",
+        "198.18.0.10:8022",
+        "10.0.0.5:22",
+        &["192.0.2.0/24"],
+    )]);
+    let installed = converge(&Installed::default(), &before);
+    let open = MappingSet::from_unique([m("a", "198.18.0.10:8022", "10.0.0.5:22")]);
+    let p = plan(&installed, &open);
+    let (_, t) = p.frontend_upserts[0];
+    assert_eq!(t.flags & FLAG_ALLOWLIST, 0);
+    assert_eq!(p.allow_deletes.len(), 1, "deleted after the frontend");
+    assert!(converge(&installed, &open).allow.is_empty());
+}
+
+#[test]
+fn a_removed_mappings_ranges_go_with_it_and_a_reused_slot_starts_clean() {
+    let one = MappingSet::from_unique([guarded(
+        "a",
+        "198.18.0.10:8022",
+        "10.0.0.5:22",
+        &["192.0.2.0/24"],
+    )]);
+    let installed = converge(&Installed::default(), &one);
+    let other = MappingSet::from_unique([guarded(
+        "b",
+        "198.18.0.10:8023",
+        "10.0.0.6:22",
+        &["198.51.100.0/24"],
+    )]);
+    let tables = converge(&installed, &other);
+    let slot = tables.frontends[&ep("198.18.0.10:8023")].slot;
+    assert!(tables.allow.iter().all(|(s, _)| *s == slot));
+    assert_eq!(tables.allow.len(), 1);
+}
+
+#[test]
+fn a_rate_is_written_with_its_flag_and_read_back_unchanged() {
+    let mut limited = m("a", "198.18.0.10:8022", "10.0.0.5:22");
+    limited.guard.limit = Limit::Exact(Rate::new(7, 3));
+    let desired = MappingSet::from_unique([limited]);
+    let p = plan(&Installed::default(), &desired);
+    assert_eq!(p.rate_upserts.len(), 1);
+    assert_eq!(
+        p.frontend_upserts[0].1.flags & FLAG_SYN_LIMIT,
+        FLAG_SYN_LIMIT
+    );
+    converge(&Installed::default(), &desired);
 }

@@ -249,3 +249,51 @@ fn field_values_quoted_in_errors_have_terminal_controls_escaped() {
         );
     }
 }
+
+#[test]
+fn an_entrys_allow_list_replaces_the_default_and_an_empty_one_opens_it() {
+    use crate::mapping::guard::{Allow, Defaults};
+    let rules = Rules {
+        guard: Defaults {
+            allow: ["10.0.0.0/8".parse().unwrap()].into(),
+            ..Defaults::default()
+        },
+        ..Rules::default()
+    };
+    let text = "mappings:\n\
+        - {frontend: 198.18.0.10:8022, backend: 10.244.1.5:22, allow: [192.0.2.0/24, 192.0.2.0/24]}\n\
+        - {frontend: 198.18.0.10:8023, backend: 10.244.1.6:22, allow: []}\n\
+        - {frontend: 198.18.0.10:8024, backend: 10.244.1.7:22}\n";
+    let set = parse(text, "m.yaml", &rules, CAP).unwrap();
+    let allows: Vec<_> = set.iter().map(|m| m.guard.allow.clone()).collect();
+    assert_eq!(
+        allows,
+        [
+            Allow::Only(["192.0.2.0/24".parse().unwrap()].into()),
+            Allow::Open,
+            Allow::Only(["10.0.0.0/8".parse().unwrap()].into()),
+        ]
+    );
+}
+
+#[test]
+fn a_bad_allow_range_refuses_the_file_naming_the_entry_and_the_fix() {
+    let text = "mappings:\n\
+        - {frontend: 198.18.0.10:8022, backend: 10.244.1.5:22}\n\
+        - {name: job, frontend: 198.18.0.10:8023, backend: 10.244.1.6:22, allow: [192.0.2.1/24]}\n";
+    assert_eq!(
+        err(text),
+        "mappings file m.yaml, entry #2 (job): allow: source range #1: `192.0.2.1/24` has bits \
+         set past its /24 prefix; write 192.0.2.0/24 for the range, or 192.0.2.1/32 for the one \
+         address"
+    );
+    let v6 = "mappings:\n- {frontend: 198.18.0.10:8022, backend: 10.244.1.5:22, allow: ['::/0']}\n";
+    assert!(err(v6).contains("IPv4 only"), "{}", err(v6));
+    let not_list =
+        "mappings:\n- {frontend: 198.18.0.10:8022, backend: 10.244.1.5:22, allow: 10.0.0.0/8}\n";
+    assert!(
+        err(not_list).contains("m.yaml is not valid"),
+        "{}",
+        err(not_list)
+    );
+}

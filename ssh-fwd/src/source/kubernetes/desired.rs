@@ -37,13 +37,15 @@ use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
     args::ServiceStyle,
     k8s::ownership::{self, Claimant},
-    mapping::{Mapping, MappingSet},
+    mapping::{Guard, Mapping, MappingSet, guard::Defaults},
     source::validate::{self, Checker, Rules},
 };
 
 mod capacity;
+mod guard;
 
 pub use capacity::{Owned, cap};
+pub use guard::guard_of;
 
 /// What the agent honours; everything else is ignored (CVE-2020-8554: never
 /// let an arbitrary Service capture traffic).
@@ -55,6 +57,8 @@ pub struct Policy {
     /// How many mappings the node holds (`--max-mappings`): past it, the
     /// newest Services' are left out.
     pub capacity: usize,
+    /// What the agent's flags add to each Service's guard.
+    pub guard: Defaults,
 }
 
 /// The Service shapes honoured (`--service-styles`).
@@ -146,6 +150,8 @@ pub struct Claim {
     /// The ready endpoint; `None` while there is none (the claim still
     /// holds the frontend, closed).
     pub backend: Option<SocketAddrV4>,
+    /// Who may connect, and how fast.
+    pub guard: Guard,
 }
 
 /// Everything one Service claims, and why it claims less than it asks.
@@ -162,6 +168,7 @@ pub fn rules(policy: &Policy, node_addrs: BTreeMap<Ipv4Addr, String>) -> Rules {
     Rules {
         ssh_ips: policy.ssh_ips.clone(),
         all_node_addrs: node_addrs,
+        guard: policy.guard.clone(),
         ..Rules::default()
     }
 }
@@ -178,6 +185,10 @@ pub fn claims_of(
     let id = svc.id.to_string();
     let Some(ips) = honoured_addresses(svc, policy, &mut out.notes) else {
         return out;
+    };
+    let (guard, guard_problem) = match guard_of(&svc.guard, &rules.guard) {
+        Ok(guard) => (guard, None),
+        Err(problem) => (Guard::default(), Some(problem)),
     };
     let multi = svc.ports.len() > 1;
     for port in &svc.ports {
@@ -205,10 +216,11 @@ pub fn claims_of(
                 frontend,
                 name: name.clone(),
                 backend,
+                guard: guard.clone(),
             });
         }
     }
-    if let Some(problem) = danger(&out.claims, rules) {
+    if let Some(problem) = guard_problem.or_else(|| danger(&out.claims, rules)) {
         // Skipped whole, but it keeps its claims, each without a backend:
         // ownership goes by age alone (as the controller judges it), so a
         // port it owns stays closed rather than going to a younger claimant.
@@ -283,6 +295,7 @@ fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
                 name: claim.name.clone(),
                 frontend: claim.frontend,
                 backend,
+                guard: Guard::default(),
             }),
             // No endpoint yet: only the name can be wrong.
             None => validate::check_name(&claim.name),
@@ -392,6 +405,7 @@ pub fn resolve<'a>(
             name: owner.claim.name.clone(),
             frontend,
             backend,
+            guard: owner.claim.guard.clone(),
         },
         id: owner.id,
         created: owner.created,

@@ -53,6 +53,35 @@ pub struct ServiceView {
     /// Service of our class (nobody else's status counts).
     pub ingress: Vec<Ipv4Addr>,
     pub ports: Vec<PortView>,
+    /// Who may connect, as the Service writes it: parsed by the rules,
+    /// which refuse the Service if it is wrong.
+    pub guard: GuardText,
+}
+
+/// A Service's source ranges and rate, unparsed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuardText {
+    /// `spec.loadBalancerSourceRanges`.
+    pub ranges: Vec<Box<str>>,
+    /// The annotation [`vocabulary::SOURCE_RANGES`].
+    pub ranges_annotation: Option<Box<str>>,
+    /// The annotation [`vocabulary::SYN_RATE`].
+    pub syn_rate: Option<Box<str>>,
+}
+
+impl GuardText {
+    fn of<'a>(meta: &ObjectMeta, ranges: impl IntoIterator<Item = &'a String>) -> Self {
+        let annotation = |key: &str| {
+            (meta.annotations.as_ref())
+                .and_then(|a| a.get(key))
+                .map(|v| Box::from(v.as_str()))
+        };
+        Self {
+            ranges: exact(ranges.into_iter().map(|r| Box::from(r.as_str()))),
+            ranges_annotation: annotation(vocabulary::SOURCE_RANGES),
+            syn_rate: annotation(vocabulary::SYN_RATE),
+        }
+    }
 }
 
 /// What the agent keeps of an EndpointSlice.
@@ -88,6 +117,7 @@ struct WireServiceSpec {
     allocate_load_balancer_node_ports: Option<bool>,
     #[serde(rename = "externalIPs")]
     external_ips: Option<Vec<String>>,
+    load_balancer_source_ranges: Option<Vec<String>>,
     ports: Option<Vec<WireServicePort>>,
 }
 
@@ -157,6 +187,52 @@ struct WireMeta {
     creation_timestamp: Option<Time>,
     #[serde(default)]
     labels: ServiceNameLabel,
+    #[serde(default)]
+    annotations: GuardAnnotations,
+}
+
+/// Of an annotation map, only the guard's ([`vocabulary::SOURCE_RANGES`],
+/// [`vocabulary::SYN_RATE`]).
+#[derive(Default)]
+struct GuardAnnotations(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for GuardAnnotations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = GuardAnnotations;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations or null")
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(GuardAnnotations::default())
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(GuardAnnotations::default())
+            }
+            fn visit_some<D: serde::Deserializer<'de>>(
+                self,
+                d: D,
+            ) -> Result<Self::Value, D::Error> {
+                d.deserialize_map(self)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut kept = Vec::new();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == vocabulary::SOURCE_RANGES || key == vocabulary::SYN_RATE {
+                        kept.push((key.into_owned(), map.next_value::<String>()?));
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(GuardAnnotations(kept))
+            }
+        }
+        d.deserialize_option(Visit)
+    }
 }
 
 /// Of a label map, only `kubernetes.io/service-name`.
@@ -213,6 +289,8 @@ fn meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> 
             .labels
             .0
             .map(|service| [(SERVICE_NAME_LABEL.to_owned(), service)].into()),
+        annotations: (!wire.annotations.0.is_empty())
+            .then(|| wire.annotations.0.into_iter().collect()),
         ..ObjectMeta::default()
     })
 }
@@ -296,7 +374,11 @@ impl WireService {
             node_ports: spec.allocate_load_balancer_node_ports,
         };
         let external_ips = spec.external_ips.iter().flatten().map(String::as_str);
-        shape.view(&self.metadata, external_ips, ingress, ports)
+        let guard = GuardText::of(
+            &self.metadata,
+            spec.load_balancer_source_ranges.iter().flatten(),
+        );
+        shape.view(&self.metadata, external_ips, ingress, ports, guard)
     }
 }
 
@@ -330,7 +412,11 @@ impl ServiceView {
             .into_iter()
             .flatten()
             .map(String::as_str);
-        shape.view(&svc.metadata, external_ips, ingress, ports)
+        let ranges = (spec.and_then(|s| s.load_balancer_source_ranges.as_ref()))
+            .into_iter()
+            .flatten();
+        let guard = GuardText::of(&svc.metadata, ranges);
+        shape.view(&svc.metadata, external_ips, ingress, ports, guard)
     }
 }
 
@@ -348,6 +434,7 @@ impl Shape<'_> {
         external_ips: impl Iterator<Item = &'b str>,
         ingress: impl Iterator<Item = &'b str>,
         ports: impl Iterator<Item = PortView>,
+        guard: GuardText,
     ) -> ServiceView {
         let ours = self.type_ == Some("LoadBalancer") && self.class == Some(vocabulary::LB_CLASS);
         ServiceView {
@@ -359,6 +446,7 @@ impl Shape<'_> {
             // Nobody else's load-balancer status counts.
             ingress: if ours { ipv4s(ingress) } else { Vec::new() },
             ports: exact(ports),
+            guard,
         }
     }
 }

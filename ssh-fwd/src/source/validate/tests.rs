@@ -2,6 +2,7 @@ use super::*;
 
 fn m(frontend: &str, backend: &str) -> Mapping {
     Mapping {
+        guard: Default::default(),
         name: "job".into(),
         frontend: frontend.parse().unwrap(),
         backend: backend.parse().unwrap(),

@@ -35,6 +35,7 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
     .map(|v| serde_json::from_value(v).unwrap())
     .collect();
     let policy = Policy {
+        guard: Default::default(),
         ssh_ips: [settings().ssh_ip].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,

@@ -13,6 +13,7 @@ const PROXY_LABEL: &str = vocabulary::PROXY_NAME_LABEL;
 
 fn policy() -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: [SSH_IP.parse().unwrap()].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,

@@ -10,6 +10,7 @@ const SSH_IP: &str = "198.18.0.10";
 
 fn policy() -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: [SSH_IP.parse().unwrap()].into(),
         ports: 1..=65535,
         styles: Styles::ALL,
@@ -171,5 +172,49 @@ fn an_invalid_owner_keeps_its_port_closed_and_a_younger_claimant_does_not_take_i
         d.notes
             .iter()
             .any(|n| matches!(n, Note::Invalid { service, .. } if service == "jobs/older"))
+    );
+}
+
+#[test]
+fn a_service_with_a_bad_guard_is_skipped_with_its_reason_and_a_good_one_carries_it() {
+    use crate::vocabulary::{SOURCE_RANGES, SYN_RATE};
+    let t = "2026-01-01T00:00:00Z";
+    let mut bad_range = service("bad-range", 8022, t);
+    bad_range["metadata"]["annotations"] = json!({SOURCE_RANGES: "10.0.0.0/8, 10.1.2.3/16"});
+    let mut bad_rate = service("bad-rate", 8023, t);
+    bad_rate["metadata"]["annotations"] = json!({SYN_RATE: "fast"});
+    let mut good = service("good", 8024, t);
+    good["metadata"]["annotations"] = json!({SOURCE_RANGES: "192.0.2.0/24", SYN_RATE: "5/s"});
+    let (services, slices) = views(
+        vec![bad_range, bad_rate, good],
+        vec![
+            slice("bad-range", "10.244.1.5"),
+            slice("bad-rate", "10.244.1.6"),
+            slice("good", "10.244.1.7"),
+        ],
+    );
+    let d = compute(&services, &slices, &policy());
+    assert_eq!(names(&d), ["jobs/good"]);
+    let m = d.mappings.iter().next().unwrap();
+    assert_eq!(
+        m.guard.ranges(),
+        Some(&["192.0.2.0/24".parse().unwrap()].into())
+    );
+    assert!(m.guard.rate().is_some());
+    let problems: Vec<&str> = (d.notes.iter())
+        .filter_map(|n| match n {
+            Note::Invalid { problem, .. } => Some(problem.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    // By namespace/name: bad-range, then bad-rate.
+    assert!(
+        problems[0].contains("source range #2: `10.1.2.3/16` has bits set"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("annotation ssh-fwd.io/syn-rate: `fast`"),
+        "{problems:?}"
     );
 }

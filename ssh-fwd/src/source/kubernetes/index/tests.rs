@@ -27,6 +27,7 @@ fn ip(text: &str) -> Ipv4Addr {
 
 fn policy(styles: Styles) -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: SSH_IPS.iter().map(|t| ip(t)).collect(),
         ports: 8000..=8001,
         styles,
@@ -74,6 +75,7 @@ fn service(n: usize) -> impl Strategy<Value = ServiceView> {
                     Time(text.parse().expect("time"))
                 });
                 ServiceView {
+                    guard: Default::default(),
                     id: service_id(n),
                     created,
                     external_ips,
@@ -177,6 +179,7 @@ proptest! {
 
 fn view(n: usize, created: &str, port: i32) -> ServiceView {
     ServiceView {
+        guard: Default::default(),
         id: service_id(n),
         created: Some(Time(created.parse().expect("time"))),
         external_ips: vec![ip(SSH_IPS[0])],
@@ -261,6 +264,7 @@ fn the_self_check_finds_and_repairs_drift() {
     ]);
     assert_eq!(index.check(), Ok(()));
     index.all.insert(Mapping {
+        guard: Default::default(),
         name: "stray".into(),
         frontend: "198.18.0.10:8001".parse().expect("addr"),
         backend: "10.9.9.9:22".parse().expect("addr"),

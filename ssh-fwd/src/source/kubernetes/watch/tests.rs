@@ -159,6 +159,7 @@ fn slice(service: &str, ip: &str, rv: &str) -> Value {
 
 fn policy() -> Policy {
     Policy {
+        guard: Default::default(),
         ssh_ips: ["198.18.0.10".parse().expect("ip")].into(),
         ports: 8000..=16000,
         styles: super::super::desired::Styles::ALL,

@@ -1,0 +1,75 @@
+//! Who may open a connection through a frontend, and how fast: the source
+//! allowlist (`ALLOWLIST`) and the per-source rate of new connections
+//! (`GUARDS`, `SYN_BUCKETS`), checked on a client's segment before it may
+//! write any state or be translated. A frontend without a guard flag pays
+//! one test of its flags.
+
+use aya_ebpf::{bindings::BPF_ANY, helpers::bpf_ktime_get_ns, maps::lpm_trie::Key};
+use ssh_fwd_common::{
+    guard::admit,
+    maps::{
+        AllowData, Bucket, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT, FLAGS_GUARDED,
+        NatTarget,
+    },
+    outcome::Outcome,
+};
+
+use crate::{
+    counters::{ConnCounter, count_conns},
+    maps::{ALLOWLIST, GUARDS, SYN_BUCKETS},
+    packet::Headers,
+};
+
+/// Whether `h`, a client's segment to a frontend whose entry is `target`,
+/// may go on. `Err`: drop it, counted against the mapping, nothing written.
+/// Only a SYN (without ACK) is checked, unless the frontend enforces its
+/// allowlist on every segment; only a SYN is ever rate-limited.
+#[inline(always)]
+pub fn check(h: &Headers, target: &NatTarget) -> Result<(), Outcome> {
+    let flags = target.flags;
+    if flags & FLAGS_GUARDED == 0 {
+        return Ok(());
+    }
+    let syn = h.seg.is_syn();
+    if flags & FLAG_ALLOWLIST != 0 && (syn || flags & FLAG_ALLOWLIST_ALL != 0) {
+        let key = Key::new(AllowData::FULL, AllowData::new(target.slot, h.source.addr));
+        if ALLOWLIST.get(&key).is_none() {
+            count_conns(target.slot, ConnCounter::Denied);
+            return Err(Outcome::Denied);
+        }
+    }
+    if syn && flags & FLAG_SYN_LIMIT != 0 && !within_rate(h.source.addr, target.slot) {
+        count_conns(target.slot, ConnCounter::SynLimited);
+        return Err(Outcome::SynLimited);
+    }
+    Ok(())
+}
+
+/// Takes a token from the bucket of `client` under the rate of `slot`.
+/// Two CPUs taking from one bucket at once may both be admitted on the same
+/// token: the limit is overshot by at most one SYN per CPU racing, which is
+/// cheaper than an atomic the baseline CPU lacks at this width.
+#[inline(always)]
+fn within_rate(client: u32, slot: u32) -> bool {
+    let Some(guard) = GUARDS.get(slot) else {
+        return true;
+    };
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let bucket = SYN_BUCKETS.get_ptr_mut(client);
+    // SAFETY: a pointer into the map's value, valid for this run.
+    let due = bucket.map(|b| unsafe { (*b).due_ns });
+    let Some(next) = admit(due, now, guard) else {
+        return false;
+    };
+    match bucket {
+        // SAFETY: as above; one aligned 8-byte store.
+        Some(b) => unsafe { (*b).due_ns = next },
+        None => {
+            // A full table evicts its least recently used bucket: a
+            // bucket's own SYNs keep it in use.
+            let _ = SYN_BUCKETS.insert(client, Bucket { due_ns: next }, BPF_ANY as u64);
+        }
+    }
+    true
+}
