@@ -6,7 +6,7 @@
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, ChildStdin, Stdio},
     sync::mpsc,
     time::Duration,
@@ -34,9 +34,19 @@ impl Bed {
         entries: &[(&str, &str, &str)],
         extra: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_with(topo, |path| write_mappings(path, entries), extra)
+    }
+
+    /// [`Bed::start`] with the mappings file written by `write`, for what
+    /// `write_mappings` has no words for (an entry's `allow:`).
+    pub fn start_with(
+        topo: Topology,
+        write: impl FnOnce(&Path) -> anyhow::Result<()>,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new().prefix("ssh-fwd-e2e").tempdir()?;
         let mappings = dir.path().join("mappings.yaml");
-        write_mappings(&mappings, entries)?;
+        write(&mappings)?;
         let mut bed = Self {
             agents: vec![],
             bpffs: vec![],
