@@ -357,3 +357,85 @@ fn agents_share_one_cross_node_key_kept_in_a_secret_and_keep_it_without_the_api(
     third.stop().unwrap();
     assert_eq!(key_in_force(&bpffs), Some(key));
 }
+
+/// The `allow` of the mapping on `port` in `ssh-fwd list`, or `None` when
+/// no mapping is there.
+fn allow_on(bpffs: &Bpffs, port: u16) -> Option<Value> {
+    let frontend = format!("{EXTERNAL_IP}:{port}");
+    let mappings = bpffs.list_of("mappings").unwrap();
+    (mappings.as_array().into_iter().flatten())
+        .find(|m| m["frontend"] == frontend.as_str())
+        .map(|m| m["allow"].clone())
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_service() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let KubeBed {
+        api,
+        bpffs,
+        args,
+        _dir,
+    } = kube_bed(node, &["--metrics-addr", "127.0.0.1:9102"]);
+    api.apply(Kind::Service, lb_service("job-c", 8125));
+    api.apply(Kind::EndpointSlice, slice("job-c", "ssh", "10.244.1.5"));
+    let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let ranges = |list: &[&str]| json!({"spec": {"loadBalancerSourceRanges": list}});
+    eventually("job-c mapped", || allow_on(&bpffs, 8125).is_some());
+    assert_eq!(allow_on(&bpffs, 8123), Some(Value::Null), "no list: open");
+
+    // The client's range: written to the maps, and the client logs in.
+    api.patch(Kind::Service, "jobs", "job-a", &ranges(&["192.0.2.0/24"]));
+    eventually("job-a's list in the maps", || {
+        allow_on(&bpffs, 8123) == Some(json!(["192.0.2.0/24"]))
+    });
+    let ssh = topo.ssh();
+    assert_eq!(
+        ssh.run(&topo.client, EXTERNAL_IP, 8123, "hostname")
+            .unwrap(),
+        "pod-1"
+    );
+    // Another range: the client's SYNs now go unanswered, counted.
+    api.patch(
+        Kind::Service,
+        "jobs",
+        "job-a",
+        &ranges(&["198.51.100.0/24"]),
+    );
+    eventually("job-a's new list in the maps", || {
+        allow_on(&bpffs, 8123) == Some(json!(["198.51.100.0/24"]))
+    });
+    let status = (topo.client.command("timeout"))
+        .args(["2", "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/8123"))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(124), "no answer: {status:?}");
+    let denied = bpffs.list().unwrap()["counters"]["denied"].as_u64();
+    assert!(denied.unwrap_or(0) > 0, "denied {denied:?}");
+
+    // A range with bits past its prefix: job-a is skipped and counted,
+    // job-c is as it was.
+    api.patch(Kind::Service, "jobs", "job-a", &ranges(&["192.0.2.1/24"]));
+    eventually("job-a skipped", || allow_on(&bpffs, 8123).is_none());
+    let metrics = metric(node, "/metrics");
+    assert!(
+        metrics.lines().any(|l| l == "ssh_fwd_invalid_services 1"),
+        "{metrics}"
+    );
+    assert!(
+        agent.log().contains("spec.loadBalancerSourceRanges"),
+        "the warning names the field: {}",
+        agent.log()
+    );
+    assert_eq!(allow_on(&bpffs, 8125), Some(Value::Null));
+    assert_eq!(
+        ssh.run(&topo.client, EXTERNAL_IP, 8125, "hostname")
+            .unwrap(),
+        "pod-1"
+    );
+    drop(agent);
+}
