@@ -94,7 +94,10 @@ fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row
     let program = first.steps[first.timed[0]].0.program;
     let present: Vec<bool> = subjects
         .iter()
-        .map(|s| first.steps[first.timed[0]].0.expect.on(s.layout).is_some())
+        .map(|s| {
+            let timed = &first.steps[first.timed[0]].0;
+            timed.expect.on(s.layout).is_some() && (s.guarded || !timed.guarded)
+        })
         .collect();
     let mut counters_before = Vec::new();
     for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {

@@ -44,6 +44,7 @@ const PORT_CROSS_NODE: u16 = 40_003;
 /// No request ever: the ACK of PORT_NO_STATE leaves a claim the server's
 /// reply would confirm.
 const PORT_UNTRACKED: u16 = 40_004;
+const PORT_GUARDED: u16 = 40_005;
 /// The handshake-completion and confirmation cases take a fresh port per
 /// run each.
 const PORT_FRESH_BASE: u16 = 41_000;
@@ -58,6 +59,13 @@ const ISN_CROSS_NODE: u32 = 4_000_000;
 const ISN_SYN_ACK: u32 = 5_000_000;
 const ISN_EGRESS_OPTION: u32 = 6_000_000;
 const ISN_SEALED: u32 = 7_000_000;
+const ISN_GUARDED: u32 = 8_000_000;
+
+/// The guarded mapping: its backend, a port of the pod nothing listens on
+/// (a test run needs no listener), self-mapped like the echo one; the bed
+/// gives it an allowlist of the client and a rate no bench run reaches.
+pub const GUARDED_PORT: u16 = 7022;
+pub const GUARDED_FRONTEND_PORT: u16 = 8022;
 
 /// The cluster's key in the bed (with claims, the build seals the option
 /// it adds and checks the sealed ones it reads).
@@ -188,6 +196,19 @@ fn requests() -> Vec<Case> {
                 let c = to_pod(PORT_HALF_OPEN);
                 let syn = c.syn_isn(ISN_FRESH_SYN + u32::from(instance));
                 (vec![], step(Program::Ingress, syn, syn_expect()))
+            },
+        },
+        Case {
+            what: "request, SYN through an allowlist and the SYN limiter: trie looked up, the source's bucket read and written, then as the SYN above; one iteration per test run",
+            repeat: 1,
+            packets: |instance| {
+                let c = Conn {
+                    client_port: PORT_GUARDED,
+                    backend: (POD, GUARDED_PORT),
+                };
+                let syn = c.syn_isn(ISN_GUARDED + u32::from(instance));
+                let timed = step(Program::Ingress, syn, syn_expect()).through_the_guard();
+                (vec![], timed)
             },
         },
         Case {

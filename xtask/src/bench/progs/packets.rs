@@ -110,6 +110,9 @@ pub struct Step {
     pub from_outside: bool,
     /// The skb arrived from another node, on the bed's cluster interface.
     pub from_another_node: bool,
+    /// The packet goes to the bed's guarded frontend, which only a build
+    /// with the guard has: on others the case is shown as "-".
+    pub guarded: bool,
 }
 
 impl Step {
@@ -126,6 +129,14 @@ impl Step {
     pub fn arriving_from_another_node(self) -> Self {
         Self {
             from_another_node: true,
+            ..self
+        }
+    }
+
+    /// The same packet, to a frontend with an allowlist and a SYN limit.
+    pub fn through_the_guard(self) -> Self {
+        Self {
+            guarded: true,
             ..self
         }
     }
@@ -229,5 +240,6 @@ pub fn step(program: Program, frame: Frame, expect: Expect) -> Step {
         expect,
         from_outside: false,
         from_another_node: false,
+        guarded: false,
     }
 }

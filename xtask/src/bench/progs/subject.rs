@@ -25,7 +25,7 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
-use ssh_fwd_common::maps::IFACE_CLUSTER;
+use ssh_fwd_common::maps::{FLAG_ALLOWLIST, FLAG_SYN_LIMIT, Guard, IFACE_CLUSTER, NatTarget};
 use ssh_fwd_tests::{
     Bpffs, cmd,
     topology::{EXT_IFACE, EXTERNAL_IP},
@@ -33,7 +33,7 @@ use ssh_fwd_tests::{
 
 use super::{
     bpftool::{endpoint_bytes, map_lookup, map_update, pin_programs, version_dir},
-    cases::{self, POD, UNROUTED, UNROUTED_PORT},
+    cases::{self, GUARDED_FRONTEND_PORT, GUARDED_PORT, POD, UNROUTED, UNROUTED_PORT},
     packets::{CLIENT, Layout, Program, Step},
     test_run,
 };
@@ -44,6 +44,9 @@ use crate::bench::bed::{
 pub struct Subject {
     pub label: &'static str,
     pub layout: Layout,
+    /// The build has the guard (allowlists and the SYN limit), and the bed
+    /// a guarded frontend.
+    pub guarded: bool,
     bin: PathBuf,
     /// The programs, pinned for the test runs, indexed by [`Program`].
     pins: [PathBuf; 3],
@@ -77,7 +80,7 @@ impl Subject {
         let bpffs = Bpffs::new()?;
         crate::bench::cleanup::remember_bpffs(bpffs.path());
         let work = tempfile::tempdir()?;
-        run_agent_once(&bed, &bpffs, bin, work.path())?;
+        let guarded = run_agent_once(&bed, &bpffs, bin, work.path())?;
         let version_dir = version_dir(bpffs.path())?;
         let layout = match version_dir.file_name().and_then(|n| n.to_str()) {
             Some("v3") => Layout::V3,
@@ -92,6 +95,7 @@ impl Subject {
         let subject = Self {
             label,
             layout,
+            guarded,
             bin: bin.to_owned(),
             pins: pin_programs(&version_dir, bpffs.path())?,
             work,
@@ -186,10 +190,14 @@ impl Subject {
     fn map_frontends_to_themselves(&self, maps: &Path) -> anyhow::Result<()> {
         let (frontends, reverse) = (maps.join("FRONTENDS"), maps.join("REVERSE"));
         let external: Ipv4Addr = EXTERNAL_IP.parse()?;
-        for (frontend, backend) in [
+        let mut pairs = vec![
             ((external, ECHO_FRONTEND_PORT), (POD, ECHO_PORT)),
             ((external, UNROUTED_PORT), (UNROUTED, UNROUTED_PORT)),
-        ] {
+        ];
+        if self.guarded {
+            pairs.push(((external, GUARDED_FRONTEND_PORT), (POD, GUARDED_PORT)));
+        }
+        for (frontend, backend) in pairs {
             let backend_key = endpoint_bytes(backend);
             let forward = map_lookup(&frontends, &endpoint_bytes(frontend))?;
             ensure!(
@@ -204,6 +212,9 @@ impl Subject {
             );
             back[..8].copy_from_slice(&backend_key);
             map_update(&reverse, &backend_key, &back)?;
+        }
+        if self.guarded {
+            limit_syns(maps, (POD, GUARDED_PORT))?;
         }
         // The cluster interface (the agent finds none in the bed), and the
         // cluster's key, for the cases of SYNs from other nodes.
@@ -280,11 +291,41 @@ impl Drop for AgentProcess {
     }
 }
 
+/// Adds the SYN limit to the self-mapped frontend `backend` (whose
+/// allowlist the agent wrote): its flag, and a rate no bench run reaches
+/// (a million a second, a second's burst), so every SYN is admitted and
+/// pays for the lookup and the write of its source's bucket. The agent's
+/// `--syn-rate` would limit every mapping, the plain SYN case's too.
+fn limit_syns(maps: &Path, backend: (Ipv4Addr, u16)) -> anyhow::Result<()> {
+    let frontends = maps.join("FRONTENDS");
+    let key = endpoint_bytes(backend);
+    let mut target = map_lookup(&frontends, &key)?;
+    let at = |offset: usize| offset..offset + 4;
+    let word = |bytes: &[u8], offset: usize| -> anyhow::Result<u32> {
+        let b = bytes.get(at(offset)).context("FRONTENDS value too short")?;
+        Ok(u32::from_ne_bytes(b.try_into()?))
+    };
+    let slot = word(&target, std::mem::offset_of!(NatTarget, slot))?;
+    let flags_at = std::mem::offset_of!(NatTarget, flags);
+    let flags = word(&target, flags_at)?;
+    ensure!(
+        flags & FLAG_ALLOWLIST != 0,
+        "FRONTENDS[{backend:?}] has flags {flags:#x}: the agent wrote no allowlist"
+    );
+    let rate = Guard::new(1_000_000, 1_000_000);
+    let mut guard = rate.interval_ns.to_ne_bytes().to_vec();
+    guard.extend_from_slice(&rate.burst_ns.to_ne_bytes());
+    map_update(&maps.join("GUARDS"), &slot.to_ne_bytes(), &guard)?;
+    target[at(flags_at)].copy_from_slice(&(flags | FLAG_SYN_LIMIT).to_ne_bytes());
+    map_update(&frontends, &key, &target)
+}
+
 /// Starts `bin`'s agent on the bed in tc mode, waits until it applied the
 /// mappings, sends one exchange through the path (which puts both
 /// neighbours in the node's tables, as on any node carrying traffic), and
-/// stops it with SIGTERM, which leaves the data path in place.
-fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::Result<()> {
+/// stops it with SIGTERM, which leaves the data path in place. Whether the
+/// build has the guard, and so the bed a guarded frontend.
+fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::Result<bool> {
     let echo_frontend = format!("{EXTERNAL_IP}:{ECHO_FRONTEND_PORT}");
     let mappings = work.join("mappings.yaml");
     ssh_fwd_tests::agent::write_mappings(
@@ -307,6 +348,18 @@ fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::
             ),
         ],
     )?;
+    // A build with the guard also gets a frontend whose allowlist is the
+    // client (`limit_syns` adds the rate).
+    let help = cmd::run(Command::new(bin).args(["agent", "--help"]))?;
+    let guarded = help.contains("--syn-rate");
+    if guarded {
+        let mut text = std::fs::read_to_string(&mappings)?;
+        text.push_str(&format!(
+            "  - name: guarded\n    frontend: {EXTERNAL_IP}:{GUARDED_FRONTEND_PORT}\n    \
+             backend: {POD}:{GUARDED_PORT}\n    allow: [{CLIENT}/32]\n"
+        ));
+        std::fs::write(&mappings, text)?;
+    }
     let log_path = work.join("agent.log");
     let log = std::fs::File::create(&log_path)?;
     let bin_str = bin.to_str().context("binary path is not UTF-8")?;
@@ -326,7 +379,6 @@ fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::
         .arg(&mappings);
     // A build with hairpin attaches it to the machine's cgroup by default:
     // never from a benchmark. Older builds do not know the flag.
-    let help = cmd::run(Command::new(bin).args(["agent", "--help"]))?;
     if help.contains("--hairpin") {
         agent.args(["--hairpin", "off"]);
     }
@@ -361,5 +413,5 @@ fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::
         "the agent of {} did not stop on SIGTERM",
         bin.display()
     );
-    Ok(())
+    Ok(guarded)
 }
