@@ -112,5 +112,9 @@ pub const fn seal_of(sealed: bool, tag: u64, expected: Option<u64>) -> Seal {
 /// `--conns-per-source` `limit` (0: no limit).
 #[inline(always)]
 pub const fn within_quota(held: u64, limit: u32) -> bool {
-    limit == 0 || held < limit as u64
+    // The kernel counts down with an atomic add, which cannot stop at
+    // zero: a close the agent's recount already left out takes the count
+    // below zero, and it reads as a huge number until the next sweep. A
+    // count below zero holds nothing.
+    limit == 0 || (held as i64) < limit as i64
 }
