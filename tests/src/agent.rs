@@ -51,7 +51,9 @@ pub struct Bpffs {
 
 impl Bpffs {
     pub fn new() -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("ssh-fwd-state").tempdir()?;
+        crate::leftovers::sweep_once();
+        let prefix = format!("{}{}-", crate::leftovers::STATE_PREFIX, std::process::id());
+        let dir = tempfile::Builder::new().prefix(&prefix).tempdir()?;
         let mount = dir.path().join("bpffs");
         Ok(Self { dir, mount })
     }

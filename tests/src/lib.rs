@@ -15,6 +15,7 @@ pub mod flood;
 pub mod forge;
 pub mod handshakes;
 pub mod image;
+pub mod leftovers;
 pub mod netns;
 pub mod privilege;
 pub mod prometheus;

@@ -20,6 +20,7 @@ pub struct NetNs {
 impl NetNs {
     /// Creates `sfw<pid>-<n>-<role>` with loopback up.
     pub fn new(role: &str) -> anyhow::Result<Self> {
+        crate::leftovers::sweep_once();
         let name = format!(
             "sfw{}-{}-{role}",
             std::process::id(),
