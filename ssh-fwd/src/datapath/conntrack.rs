@@ -11,7 +11,6 @@
 //! evicted), and every walk of any table is a batch walk ([`batch`]),
 //! which ends whatever the kernel removes meanwhile.
 
-mod batch;
 mod table;
 mod take;
 
@@ -34,7 +33,7 @@ use ssh_fwd_common::{
     outcome::Outcome,
 };
 
-use super::{maps::open_pin, pins::PinLayout};
+use super::{batch, maps::open_pin, pins::PinLayout};
 use table::Table;
 
 /// How long entries may stay.
