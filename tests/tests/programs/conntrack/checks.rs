@@ -13,7 +13,9 @@ use ssh_fwd_common::{
 use ssh_fwd_tests::privilege;
 
 use super::{
-    super::{JOB, POD_IFINDEX, counters, delta, from_pod, load, load_with, own, test_run_tc_on},
+    super::{
+        JOB, Loaded, POD_IFINDEX, counters, delta, from_pod, load, load_with, own, test_run_tc_on,
+    },
     BACKEND, BANNER, CLIENT, CLIENT_ISN, Ingress, PSH, SECOND, SERVER_ISN, TC_ACT_SHOT, claims,
     each_ingress, established, frontend, half_open, handshake, reply, request, source_of,
 };
@@ -110,6 +112,37 @@ fn a_segment_with_a_ttl_of_one_is_left_to_the_stack_untranslated_and_writes_noth
     });
 }
 
+/// A second connection of the client, from port 40,001 through 8022,
+/// confirmed by the server's banner: the frontend the banner leaves with.
+fn second_connection(l: &Loaded, ingress: Ingress) -> Endpoint {
+    let from_port = |flags, seq, ack| {
+        Frame {
+            sport: 40_001,
+            tcp_flags: flags,
+            seq,
+            ack,
+            ..Frame::default()
+        }
+        .build()
+    };
+    ingress.run(l, &from_port(TCP_SYN, 5, 0));
+    ingress.run(l, &from_port(TCP_ACK, 6, 900));
+    let banner = Frame {
+        src: BACKEND,
+        sport: 22,
+        dst: CLIENT,
+        dport: 40_001,
+        tcp_flags: TCP_ACK | PSH,
+        seq: 900,
+        ack: 6,
+        payload: vec![b's'; BANNER],
+        ..Frame::default()
+    }
+    .build();
+    let (_, out) = from_pod(l, &banner);
+    source_of(&out)
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_client_at_its_quota_is_held_back_and_counted_for_the_mapping() {
@@ -130,32 +163,7 @@ fn a_client_at_its_quota_is_held_back_and_counted_for_the_mapping() {
         let client = u32::from_ne_bytes(CLIENT.octets());
         assert_eq!(sources.get(&client, 0).expect("counted"), 1);
         // A second connection from another port: within the quota.
-        let other_port = |flags, seq, ack| {
-            Frame {
-                sport: 40_001,
-                tcp_flags: flags,
-                seq,
-                ack,
-                ..Frame::default()
-            }
-            .build()
-        };
-        ingress.run(&l, &other_port(TCP_SYN, 5, 0));
-        ingress.run(&l, &other_port(TCP_ACK, 6, 900));
-        let banner = Frame {
-            src: BACKEND,
-            sport: 22,
-            dst: CLIENT,
-            dport: 40_001,
-            tcp_flags: TCP_ACK | PSH,
-            seq: 900,
-            ack: 6,
-            payload: vec![b's'; BANNER],
-            ..Frame::default()
-        }
-        .build();
-        let (_, out) = from_pod(&l, &banner);
-        assert_eq!(source_of(&out), frontend(8022));
+        assert_eq!(second_connection(&l, ingress), frontend(8022));
         assert_eq!(sources.get(&client, 0).expect("counted"), 2);
         // A third: its last ACK is held back, counted globally and for the
         // mapping.
@@ -244,32 +252,7 @@ fn a_connection_closed_both_ways_gives_its_clients_quota_back() {
     // never held back, however many it opened within the close timeout.
     handshake(&l, Ingress::Tc, 9022);
     assert_eq!(held(), 1, "the 4-tuple reopened through the other frontend");
-    let other_port = |flags, seq, ack| {
-        Frame {
-            sport: 40_001,
-            tcp_flags: flags,
-            seq,
-            ack,
-            ..Frame::default()
-        }
-        .build()
-    };
-    Ingress::Tc.run(&l, &other_port(TCP_SYN, 5, 0));
-    Ingress::Tc.run(&l, &other_port(TCP_ACK, 6, 900));
-    let banner = Frame {
-        src: BACKEND,
-        sport: 22,
-        dst: CLIENT,
-        dport: 40_001,
-        tcp_flags: TCP_ACK | PSH,
-        seq: 900,
-        ack: 6,
-        payload: vec![b's'; BANNER],
-        ..Frame::default()
-    }
-    .build();
-    let (_, out) = from_pod(&l, &banner);
-    assert_eq!(source_of(&out), frontend(8022));
+    assert_eq!(second_connection(&l, Ingress::Tc), frontend(8022));
     assert_eq!(held(), 2);
     assert_eq!(counters(&l)["source_limited"], 0);
 }
