@@ -6,12 +6,14 @@
 mod conn;
 mod counters;
 mod endpoint;
+mod event;
 mod guard;
 mod status;
 
 pub use conn::*;
 pub use counters::*;
 pub use endpoint::*;
+pub use event::*;
 pub use guard::*;
 pub use status::*;
 
@@ -146,8 +148,22 @@ pub const SYN_BUCKETS: &str = "SYN_BUCKETS";
 /// Default capacity of [`SYN_BUCKETS`] (`--syn-bucket-table-size`).
 pub const SYN_BUCKET_CAPACITY: u32 = 262_144;
 
+/// The connection log: a ring buffer of [`ConnEvent`]s (accepted,
+/// refused and closed connections) the agent drains into its log. A full
+/// buffer loses the newest (counted as `events_lost`), never slows a
+/// packet.
+pub const CONN_EVENTS: &str = "CONN_EVENTS";
+/// The size of [`CONN_EVENTS`] in bytes (a power of two pages): about
+/// 3,000 records between two reads of the agent.
+pub const CONN_EVENTS_BYTES: u32 = 256 * 1024;
+/// `(client, backend)` -> the packets and bytes of a [`CONNS`] connection
+/// ([`ConnStats`]), for the record of its close. Counted only with
+/// `--conn-log all`; created with the connection, removed with it. Not
+/// preallocated: without `--conn-log all` it is empty and costs nothing.
+pub const CONN_STATS: &str = "CONN_STATS";
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 21] = [
+pub const ALL_MAPS: [&str; 23] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -169,6 +185,8 @@ pub const ALL_MAPS: [&str; 21] = [
     ALLOWLIST,
     GUARDS,
     SYN_BUCKETS,
+    CONN_EVENTS,
+    CONN_STATS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -153,6 +153,10 @@ pub enum Outcome {
     /// an address whose bucket was empty: dropped before any state was
     /// written.
     SynLimited = 48,
+    /// A record of the connection log found its ring buffer full (the
+    /// agent is not draining it, or a flood outpaces it): the record is
+    /// lost, the packet goes on.
+    EventsLost = 49,
 }
 
 /// How an operator should read an outcome's counter.
@@ -199,7 +203,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 49;
+    pub const COUNT: u32 = 50;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -251,6 +255,7 @@ impl Outcome {
         Self::OptionForged,
         Self::Denied,
         Self::SynLimited,
+        Self::EventsLost,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -313,7 +318,8 @@ impl Outcome {
             | Self::IcmpOutOfWindow
             | Self::OptionForged
             | Self::Denied
-            | Self::SynLimited => Class::Problem,
+            | Self::SynLimited
+            | Self::EventsLost => Class::Problem,
         }
     }
 
@@ -369,6 +375,7 @@ impl Outcome {
             Self::OptionForged => "frontend_option_forged",
             Self::Denied => "denied",
             Self::SynLimited => "syn_limited",
+            Self::EventsLost => "events_lost",
         }
     }
 }

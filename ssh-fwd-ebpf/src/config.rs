@@ -48,6 +48,26 @@ pub fn conns_per_source() -> u32 {
     unsafe { core::ptr::read_volatile(&CONNS_PER_SOURCE) }
 }
 
+/// `--conn-log`: 0 off, 1 accepted connections, 2 everything (refused
+/// SYNs too, and closed connections with their traffic).
+#[unsafe(no_mangle)]
+static CONN_LOG: u8 = 1;
+
+/// Whether accepted connections go to the log.
+#[inline(always)]
+pub fn log_accepted() -> bool {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&CONN_LOG) >= 1 }
+}
+
+/// Whether refused SYNs and closed connections go to the log, and each
+/// connection's traffic is counted for it.
+#[inline(always)]
+pub fn log_all() -> bool {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&CONN_LOG) >= 2 }
+}
+
 /// The cluster's key (`--cross-node-key`), if the agent set one.
 #[inline(always)]
 pub fn cross_node_key() -> Option<[u64; 2]> {

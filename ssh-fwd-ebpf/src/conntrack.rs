@@ -16,15 +16,18 @@ use ssh_fwd_common::{
         reply_reads, store::store, trust::within_quota,
     },
     maps::{
-        CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey, NatTarget,
+        CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Ended, Endpoint, HalfOpen, HalfOpenKey,
+        NatTarget,
     },
     outcome::Outcome,
+    packet::ETH_HLEN,
 };
 
 use crate::{
     atomic::{Bpf, add_u64},
+    audit,
     config::{confirm_timeout_ns, conns_per_source, cross_node_plain},
-    counters::{ConnCounter, count, count_conns},
+    counters::{ConnCounter, Direction, count, count_conns},
     maps::{CLAIMS, CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS, OWNERS, SOURCES},
     packet::Headers,
     verify::{self, Checked, Verdict},
@@ -85,6 +88,9 @@ fn write_back(key: &ConnKey, ptr: Option<*mut Conn>, read: Option<&Conn>, next: 
 fn remove_reset(key: &ConnKey, read: Option<&Conn>) {
     if CONNS.remove(key).is_ok() {
         count(Outcome::ConnReset);
+        if let Some(c) = read {
+            audit::closed(key, c, Ended::Reset);
+        }
         if !read.is_some_and(closing) {
             sources_add(key.client_addr, u64::MAX);
         }
@@ -130,7 +136,17 @@ pub fn request<P: Checked>(
         slot,
         mss_cap: 0,
     };
-    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)
+    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
+    if conn.is_some() {
+        audit::traffic(&key, Direction::ToBackend, frame_len(h));
+    }
+    Ok(())
+}
+
+/// A packet's length as the mapping's counters take it: its frame.
+#[inline(always)]
+fn frame_len(h: &Headers) -> u64 {
+    (h.total_len + ETH_HLEN) as u64
 }
 
 /// What a request's half-open entry or claim records besides the segment.
@@ -194,7 +210,11 @@ pub fn to_backend<P: Checked>(
         }
     };
     let decision = conntrack::on_request(seg, opened.frontend, conn, || true);
-    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)
+    apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
+    if conn.is_some() {
+        audit::traffic(&key, Direction::ToBackend, frame_len(h));
+    }
+    Ok(())
 }
 
 /// The frontend a segment after the SYN of a connection translated on
@@ -408,6 +428,7 @@ pub fn reply(
     backend: Endpoint,
     client: Endpoint,
     seg: &Segment,
+    frame_len: u64,
 ) -> Result<Option<Restore>, Outcome> {
     let key = ConnKey::new(client, backend);
     let conn_ptr = CONNS.get_ptr_mut(key);
@@ -438,6 +459,7 @@ pub fn reply(
                 update,
             } => {
                 write_back(&key, conn_ptr, conn, update);
+                audit::traffic(&key, Direction::ToClient, frame_len);
                 Some(Restore::to(frontend, slot))
             }
             OnReply::Reset { frontend, slot } => {
@@ -473,7 +495,7 @@ pub fn reply(
                 replacing,
             } => {
                 let replaced = if replacing { conn } else { None };
-                confirm(&key, &claim_key, &confirmed, replaced)?;
+                confirm(&key, &claim_key, &confirmed, replaced, frame_len)?;
                 Some(Restore::to(confirmed.frontend, confirmed.slot))
             }
         },
@@ -491,6 +513,7 @@ fn confirm(
     claim_key: &ClaimKey,
     conn: &Conn,
     replaced: Option<&Conn>,
+    frame_len: u64,
 ) -> Result<(), Outcome> {
     // A closed connection no longer counted for its client; a reopened one
     // still does.
@@ -524,6 +547,11 @@ fn confirm(
             if held_more {
                 sources_add(key.client_addr, 1);
             }
+            if let Some(old) = replaced {
+                audit::closed(key, old, Ended::Reused);
+            }
+            audit::accepted(key, conn);
+            audit::traffic(key, Direction::ToClient, frame_len);
         }
         // Another CPU confirmed it a moment ago.
         Err(e) if e == -EEXIST => {}

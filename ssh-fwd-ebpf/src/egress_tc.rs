@@ -86,7 +86,7 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
             }
         };
         let tracked = if trusted {
-            match conntrack::reply(source, destination, seg) {
+            match conntrack::reply(source, destination, seg, ctx.len() as u64) {
                 Ok(tracked) => tracked,
                 Err(outcome) => return outcome,
             }

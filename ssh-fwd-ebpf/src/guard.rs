@@ -8,13 +8,14 @@ use aya_ebpf::{bindings::BPF_ANY, helpers::bpf_ktime_get_ns, maps::lpm_trie::Key
 use ssh_fwd_common::{
     guard::admit,
     maps::{
-        AllowData, Bucket, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT, FLAGS_GUARDED,
-        NatTarget,
+        AllowData, Bucket, EventKind, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT,
+        FLAGS_GUARDED, NatTarget,
     },
     outcome::Outcome,
 };
 
 use crate::{
+    audit,
     counters::{ConnCounter, count_conns},
     maps::{ALLOWLIST, GUARDS, SYN_BUCKETS},
     packet::Headers,
@@ -35,11 +36,13 @@ pub fn check(h: &Headers, target: &NatTarget) -> Result<(), Outcome> {
         let key = Key::new(AllowData::FULL, AllowData::new(target.slot, h.source.addr));
         if ALLOWLIST.get(&key).is_none() {
             count_conns(target.slot, ConnCounter::Denied);
+            audit::refused(h, target, EventKind::Denied);
             return Err(Outcome::Denied);
         }
     }
     if syn && flags & FLAG_SYN_LIMIT != 0 && !within_rate(h.source.addr, target.slot) {
         count_conns(target.slot, ConnCounter::SynLimited);
+        audit::refused(h, target, EventKind::SynLimited);
         return Err(Outcome::SynLimited);
     }
     Ok(())

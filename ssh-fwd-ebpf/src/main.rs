@@ -20,6 +20,7 @@
 #![feature(asm_experimental_arch)]
 
 mod atomic;
+mod audit;
 mod backend;
 mod config;
 mod conntrack;

@@ -5,14 +5,15 @@
 use aya_ebpf::bindings::BPF_F_NO_COMMON_LRU;
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray, RingBuf},
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, AllowData, Bucket, CONN_CAPACITY, Claim, ClaimKey, Conn, ConnKey, Endpoint,
-        Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey, LEGACY_CONN_CAPACITY, LoadedSettings,
-        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
-        MappingName, NatTarget, OWNERS_CAPACITY, Owner, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        AgentStatus, AllowData, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, ClaimKey, Conn,
+        ConnKey, ConnStats, Endpoint, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey,
+        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
+        MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
+        SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -133,3 +134,14 @@ pub static GUARDS: Array<Guard> = Array::pinned(MAX_MAPPINGS, 0);
 #[map(name = "SYN_BUCKETS")]
 pub static SYN_BUCKETS: LruHashMap<u32, Bucket> =
     LruHashMap::pinned(SYN_BUCKET_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+/// The connection log (`ssh_fwd_common::maps::CONN_EVENTS`): accepted,
+/// refused and closed connections, for the agent to write out.
+#[map(name = "CONN_EVENTS")]
+pub static CONN_EVENTS: RingBuf = RingBuf::pinned(CONN_EVENTS_BYTES, 0);
+
+/// `(client, backend)` -> a connection's packets and bytes each way, kept
+/// only with `--conn-log all`, from its confirmation to its removal. Not
+/// preallocated: empty costs nothing.
+#[map(name = "CONN_STATS")]
+pub static CONN_STATS: HashMap<ConnKey, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);

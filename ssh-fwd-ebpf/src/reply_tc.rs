@@ -72,7 +72,7 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     let Some(route) = route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
-    let tracked = match conntrack::reply(backend, client, &seg) {
+    let tracked = match conntrack::reply(backend, client, &seg, ctx.len() as u64) {
         Ok(tracked) => tracked,
         Err(outcome) => return (outcome, TC_ACT_SHOT),
     };

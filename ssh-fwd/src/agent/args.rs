@@ -227,6 +227,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub guard: GuardArgs,
 
+    #[command(flatten)]
+    pub audit: AuditArgs,
+
     /// How often the maps are re-read and repaired if anything changed them
     /// behind the agent's back, and deleted pins put back (a map pinned
     /// again, a link attached and pinned again).
@@ -251,8 +254,10 @@ impl AgentArgs {
     }
 }
 
+mod audit;
 mod guard;
 
+pub use audit::AuditArgs;
 pub use guard::GuardArgs;
 
 /// `--pod-ifaces`.

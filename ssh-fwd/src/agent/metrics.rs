@@ -23,6 +23,7 @@ use prometheus_client::{
 
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
+use super::audit::AuditMetrics;
 use crate::{
     datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
@@ -50,6 +51,8 @@ pub struct AgentMetrics {
     pub connection_table_size: Gauge,
     /// 1 unless `--hairpin off`.
     pub hairpin_enabled: Gauge,
+    /// The connection log's records.
+    pub audit: AuditMetrics,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -68,6 +71,7 @@ impl AgentMetrics {
             pins_restored: Counter::default(),
             connection_table_size: Gauge::default(),
             hairpin_enabled: Gauge::default(),
+            audit: AuditMetrics::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -147,6 +151,17 @@ impl AgentMetrics {
             "hairpin_enabled",
             "1 unless --hairpin off: the hairpin programs should be attached to a cgroup",
             self.hairpin_enabled.clone(),
+        );
+        r.register(
+            "connection_records",
+            "Records of the connection log (--conn-log), by event: accepted, denied, \
+             syn_limited, closed; logged or held back by --conn-log-rate",
+            self.audit.records.clone(),
+        );
+        r.register(
+            "connection_records_unlogged",
+            "Records of the connection log not written out: over --conn-log-rate",
+            self.audit.unlogged.clone(),
         );
         r.register_collector(Box::new(DatapathCollector { layout }));
         r

@@ -10,6 +10,7 @@
 //! change. One task owns the data path, so nothing needs a lock.
 
 mod args;
+pub mod audit;
 mod cross_node_key;
 mod metrics;
 mod reconcile;
@@ -17,11 +18,15 @@ mod repair;
 mod source;
 pub mod sweep;
 
-use std::time::Duration;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use anyhow::Context as _;
 use tokio::{
     signal::unix::{SignalKind, signal},
-    sync::mpsc,
+    sync::{mpsc, watch},
     time::{MissedTickBehavior, interval},
 };
 
@@ -32,7 +37,13 @@ use repair::PinRepair;
 use source::{Change, Next, Source};
 
 use crate::{
-    datapath::{self, Datapath, conntrack::Timeouts, netdev, object, pins::PinLayout},
+    datapath::{
+        self, Datapath,
+        conntrack::Timeouts,
+        events::{ConnLog, EventReader},
+        netdev, object,
+        pins::PinLayout,
+    },
     telemetry,
 };
 
@@ -67,6 +78,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             conns_per_source: args.conns_per_source,
             cross_node_plain: args.cross_node == CrossNode::Plain,
             redirect: args.redirect,
+            conn_log: args.audit.conn_log,
         },
         legacy_grace: args.conn_idle_timeout,
         hairpin: datapath::hairpin::Settings {
@@ -88,6 +100,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.metrics_addr {
         telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
     }
+    let mut labels = Labels::new(args.audit.conn_log, &source);
+    let closed = match args.audit.conn_log {
+        ConnLog::Off => audit::ClosedSender::none(),
+        level => audit::start(
+            level,
+            args.audit.conn_log_rate,
+            EventReader::open_pinned(&layout)
+                .context("opening the connection log (`--conn-log off` runs without it)")?,
+            labels.subscribe(),
+            metrics.audit.clone(),
+        ),
+    };
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
@@ -96,6 +120,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Timeouts::with_idle(args.conn_idle_timeout),
         args.conns_per_source,
         sweeps.clone(),
+        closed,
     ));
     let result = follow(
         &args,
@@ -104,6 +129,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         &mut reconciler,
         repair,
         &sweeps,
+        &mut labels,
     )
     .await;
     sweeper.abort();
@@ -123,6 +149,7 @@ async fn follow(
     reconciler: &mut Reconciler,
     mut repair: PinRepair,
     sweeps: &sweep::Shared,
+    labels: &mut Labels,
 ) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -151,6 +178,7 @@ async fn follow(
     scans.run(datapath, &repair).await?;
     if let Some(change) = source.initial() {
         apply(reconciler, datapath, source, &change);
+        labels.changed(source);
     }
     loop {
         tokio::select! {
@@ -159,18 +187,23 @@ async fn follow(
             _ = hangup.recv() => {
                 if let Some(next) = source.reload().await {
                     handle(reconciler, datapath, source, next);
+                    labels.changed(source);
                 }
             }
-            next = source.next() => handle(reconciler, datapath, source, next?),
+            next = source.next() => {
+                handle(reconciler, datapath, source, next?);
+                labels.changed(source);
+            }
             _ = resync.tick() => {
                 repair.run(datapath)?;
                 source.refresh_node_addrs().await;
                 if let Some(desired) = source.current() {
-                    reconciler.reconcile(datapath, desired, &Change::whole(RESYNC, std::time::Instant::now()));
+                    reconciler.reconcile(datapath, desired, &Change::whole(RESYNC, Instant::now()));
                 }
             }
             _ = scan.tick() => {
                 scans.run(datapath, &repair).await?;
+                labels.catch_up(source);
                 let report = *sweeps.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 reconciler.heartbeat(&mut datapath.status, Some(&report));
             }
@@ -197,6 +230,55 @@ fn handle(reconciler: &mut Reconciler, datapath: &mut Datapath, source: &Source,
     match next {
         Next::Apply(change) => apply(reconciler, datapath, source, &change),
         Next::Rejected(error) => reconciler.rejected(&mut datapath.status, &error),
+    }
+}
+
+/// The names the connection log gives each frontend's connections, kept
+/// up with the source: rebuilt at most once a second (a whole set of
+/// Services changes in bursts), the last change caught up on the next scan
+/// tick. Nothing when `--conn-log off`.
+struct Labels {
+    tx: Option<watch::Sender<Arc<audit::Directory>>>,
+    /// When the names were last rebuilt after a change.
+    built: Option<Instant>,
+    stale: bool,
+}
+
+impl Labels {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new(level: ConnLog, source: &Source) -> Self {
+        let tx = (level != ConnLog::Off).then(|| watch::Sender::new(Arc::new(source.directory())));
+        Self {
+            tx,
+            built: None,
+            stale: false,
+        }
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Arc<audit::Directory>> {
+        match &self.tx {
+            Some(tx) => tx.subscribe(),
+            None => watch::channel(Arc::default()).1,
+        }
+    }
+
+    /// The source changed.
+    fn changed(&mut self, source: &Source) {
+        self.stale = true;
+        if self.built.is_none_or(|at| at.elapsed() >= Self::EVERY) {
+            self.catch_up(source);
+        }
+    }
+
+    /// Rebuilds the names if the source changed since they were built.
+    fn catch_up(&mut self, source: &Source) {
+        let Some(tx) = &self.tx else { return };
+        if self.stale {
+            tx.send_replace(Arc::new(source.directory()));
+            self.built = Some(Instant::now());
+            self.stale = false;
+        }
     }
 }
 

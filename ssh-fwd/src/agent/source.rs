@@ -6,17 +6,22 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::{Ipv4Addr, SocketAddrV4},
     path::PathBuf,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
-use super::{args::AgentArgs, metrics::AgentMetrics};
+use super::{
+    args::AgentArgs,
+    audit::{Directory, Label},
+    metrics::AgentMetrics,
+};
 use crate::{
     datapath::netdev::{self, Netlink},
     k8s,
-    mapping::{MappingSet, guard::Defaults, printable},
+    mapping::{Mapping, MappingSet, guard::Defaults, printable},
     source::{
         file,
         kubernetes::{
@@ -108,6 +113,26 @@ impl Source {
             Self::File(f) => &f.applied,
             Self::Kubernetes(k) => k.source.mappings(),
         }
+    }
+
+    /// What the connection log names each desired frontend's connections
+    /// by: the mapping, and in Kubernetes mode its Service and pod.
+    pub fn directory(&self) -> Directory {
+        let label = |m: &Mapping| -> Label {
+            let (service, pod) = match self {
+                Self::File(_) => (None, None),
+                Self::Kubernetes(k) => k.source.owner_of(m.frontend, *m.backend.ip()),
+            };
+            Label {
+                mapping: m.name.as_str().into(),
+                service: service.map(|s| Arc::from(&**s)),
+                pod: pod.map(Arc::from),
+            }
+        };
+        self.desired()
+            .iter()
+            .map(|m| (m.frontend, label(m)))
+            .collect()
     }
 
     /// Waits for the next change. Cancel-safe: a change noticed but not

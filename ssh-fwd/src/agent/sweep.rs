@@ -17,8 +17,9 @@ use std::{
 
 use ssh_fwd_common::outcome::Outcome;
 
+use super::audit::ClosedSender;
 use crate::datapath::{
-    conntrack::{ConnTables, Swept, Timeouts, clock_ns, half_open_churned},
+    conntrack::{ConnTables, Gone, Swept, Timeouts, clock_ns, half_open_churned},
     maps::Maps,
     pins::PinLayout,
     status::unix_ms,
@@ -43,7 +44,14 @@ pub fn interval(t: &Timeouts) -> Duration {
 
 /// Sweeps forever; a failure is logged and the next sweep tries again.
 /// `conns_per_source` is the quota the clients it names are held to.
-pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, report: Shared) {
+/// What it removes goes to `closed`, the connection log.
+pub async fn run(
+    layout: PinLayout,
+    timeouts: Timeouts,
+    conns_per_source: u32,
+    report: Shared,
+    closed: ClosedSender,
+) {
     let mut tick = tokio::time::interval(interval(&timeouts));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut handles: Option<(ConnTables, Maps)> = None;
@@ -69,13 +77,14 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, r
             }
         };
         let done = tokio::task::spawn_blocking(move || {
-            let swept = sweep_once(&mut tables, &mut maps, &timeouts);
-            (tables, maps, swept)
+            let (swept, gone) = sweep_logged(&mut tables, &mut maps, &timeouts);
+            (tables, maps, swept, gone)
         })
         .await;
-        let Ok((tables, maps, swept)) = done else {
+        let Ok((tables, maps, swept, gone)) = done else {
             continue;
         };
+        closed.send(gone);
         let counts = maps.outcome_counters().unwrap_or_default();
         let counter = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
         log_refusals(
@@ -98,7 +107,12 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, r
 
 /// One sweep at the current time, with what it removed counted.
 pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swept {
-    let swept = tables.sweep(clock_ns(), t);
+    sweep_logged(tables, maps, t).0
+}
+
+/// [`sweep_once`], returning too what it removed.
+fn sweep_logged(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> (Swept, Vec<Gone>) {
+    let (swept, gone) = tables.sweep_logged(clock_ns(), t);
     for (outcome, n) in [
         (Outcome::ConnClosed, swept.closed),
         (Outcome::ConnExpired, swept.expired),
@@ -110,7 +124,7 @@ pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swe
     if swept.closed + swept.expired > 0 {
         tracing::debug!(?swept, "connection sweep");
     }
-    swept
+    (swept, gone)
 }
 
 /// Logs, at most once a minute, how many handshakes the quota held back
@@ -138,13 +152,15 @@ fn log_refusals(log: &mut refusals::RefusalLog, tables: &ConnTables, limited: u6
     }
 }
 
-/// The frontend options this node ignored, told at most once a minute
-/// each: connections another node translated to pods here, which get no
-/// frontend back from this node when their option is ignored.
+/// The frontend options this node ignored, and the connection log's
+/// records the kernel lost, told at most once a minute each: connections
+/// another node translated to pods here, which get no frontend back from
+/// this node when their option is ignored.
 #[derive(Debug, Default)]
 struct IgnoredOptions {
     untrusted: throttle::Throttle,
     forged: throttle::Throttle,
+    records_lost: throttle::Throttle,
 }
 
 impl IgnoredOptions {
@@ -159,6 +175,15 @@ impl IgnoredOptions {
                  clients get no answer through this node. Give every agent the same \
                  --cross-node-key, carry node-to-node traffic on a --cluster-iface, or run every \
                  agent with the same --cross-node"
+            );
+        }
+        if let Some(n) = self.records_lost.rose(now, counter(Outcome::EventsLost)) {
+            tracing::warn!(
+                records = n,
+                "connection log records lost in the kernel: its ring buffer was full \
+                 (events_lost); the agent could not keep up, or a flood of refused SYNs filled \
+                 it. The connections themselves are unaffected; `--conn-log accepted` leaves \
+                 refused SYNs out"
             );
         }
         if let Some(n) = self.forged.rose(now, counter(Outcome::OptionForged)) {

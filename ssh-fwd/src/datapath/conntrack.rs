@@ -25,10 +25,10 @@ use aya::{
     maps::{HashMap, IterableMap as _, Map, MapData},
 };
 use ssh_fwd_common::{
-    conntrack::closing,
+    conntrack::{Expiry, closing},
     maps::{
-        CLAIMS, CONNS, Claim, ClaimKey, Conn, ConnKey, Endpoint, HALF_OPEN, HalfOpen, HalfOpenKey,
-        LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES,
+        CLAIMS, CONN_STATS, CONNS, Claim, ClaimKey, Conn, ConnKey, ConnStats, Endpoint, HALF_OPEN,
+        HalfOpen, HalfOpenKey, LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES,
     },
     outcome::Outcome,
 };
@@ -74,6 +74,17 @@ pub struct Swept {
     pub legacy_backends: u64,
 }
 
+/// A connection the sweep removed, for the connection log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gone {
+    pub key: ConnKey,
+    /// The entry as removed.
+    pub conn: Conn,
+    pub why: Expiry,
+    /// Its traffic, if `--conn-log all` counted it.
+    pub stats: Option<ConnStats>,
+}
+
 /// One entry, for listings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Entry {
@@ -83,7 +94,7 @@ pub enum Entry {
 }
 
 /// Handles to [`CONNS`], [`HALF_OPEN`], [`CLAIMS`], [`SOURCES`],
-/// [`LEGACY`] and [`LEGACY_CONNS`].
+/// [`LEGACY`], [`LEGACY_CONNS`] and [`CONN_STATS`].
 pub struct ConnTables {
     conns: HashMap<MapData, ConnKey, Conn>,
     half_open: HashMap<MapData, HalfOpenKey, HalfOpen>,
@@ -91,10 +102,19 @@ pub struct ConnTables {
     sources: HashMap<MapData, u32, u64>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
+    stats: HashMap<MapData, ConnKey, ConnStats>,
 }
 
 /// The maps [`ConnTables`] holds, in the order it takes them.
-const TABLES: [&str; 6] = [CONNS, HALF_OPEN, CLAIMS, SOURCES, LEGACY, LEGACY_CONNS];
+const TABLES: [&str; 7] = [
+    CONNS,
+    HALF_OPEN,
+    CLAIMS,
+    SOURCES,
+    LEGACY,
+    LEGACY_CONNS,
+    CONN_STATS,
+];
 
 impl ConnTables {
     /// Takes the tables out of a freshly loaded object.
@@ -119,9 +139,17 @@ impl ConnTables {
     }
 
     fn from_maps(maps: Vec<Map>) -> anyhow::Result<Self> {
-        let [conns, half_open, claims, sources, legacy, legacy_conns]: [Map; 6] =
-            maps.try_into()
-                .map_err(|_| anyhow!("the connection tables are {} maps", TABLES.len()))?;
+        let [
+            conns,
+            half_open,
+            claims,
+            sources,
+            legacy,
+            legacy_conns,
+            stats,
+        ]: [Map; 7] = maps
+            .try_into()
+            .map_err(|_| anyhow!("the connection tables are {} maps", TABLES.len()))?;
         Ok(Self {
             conns: HashMap::try_from(conns).context(CONNS)?,
             half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
@@ -129,6 +157,7 @@ impl ConnTables {
             sources: HashMap::try_from(sources).context(SOURCES)?,
             legacy: HashMap::try_from(legacy).context(LEGACY)?,
             legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
+            stats: HashMap::try_from(stats).context(CONN_STATS)?,
         })
     }
 
@@ -188,13 +217,30 @@ impl ConnTables {
     /// the walk is not disturbed; an entry the kernel removed, refreshed or
     /// replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
+        self.sweep_logged(now, t).0
+    }
+
+    /// [`ConnTables::sweep`], returning too what it removed, with each
+    /// connection's traffic (taken out of [`CONN_STATS`]).
+    pub fn sweep_logged(&mut self, now: u64, t: &Timeouts) -> (Swept, Vec<Gone>) {
         let limits = table::Limits {
             idle: nanos(t.idle),
             close: nanos(t.close),
         };
         let counts = table::sweep(&mut self.conns, now, &limits);
         self.recount_sources(&counts.per_source);
-        Swept {
+        let gone = (counts.ended.iter())
+            .map(|(key, conn, why)| Gone {
+                key: *key,
+                conn: *conn,
+                why: *why,
+                stats: take::lookup_and_delete(self.stats.map(), key)
+                    .ok()
+                    .flatten(),
+            })
+            .collect();
+        self.forget_orphan_stats();
+        let swept = Swept {
             closed: counts.closed,
             expired: counts.expired,
             conns: counts.conns,
@@ -203,6 +249,18 @@ impl ConnTables {
             sources: counts.per_source.len() as u64,
             most_per_source: counts.per_source.values().copied().max().unwrap_or(0),
             legacy_backends: self.sweep_legacy(now),
+        };
+        (swept, gone)
+    }
+
+    /// Removes the traffic counts of connections that are gone by another
+    /// way than the sweep (a purge, a teardown of the programs' removals
+    /// racing the sweep), so that [`CONN_STATS`] never fills.
+    fn forget_orphan_stats(&mut self) {
+        for (key, _) in Table::entries(&self.stats) {
+            if HashMap::get(&self.conns, &key, 0).is_err() {
+                let _ = self.stats.remove(&key);
+            }
         }
     }
 

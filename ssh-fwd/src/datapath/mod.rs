@@ -14,6 +14,7 @@
 mod batch;
 pub mod cgroup;
 pub mod conntrack;
+pub mod events;
 pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;

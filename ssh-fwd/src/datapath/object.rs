@@ -10,14 +10,14 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
-        ALLOWLIST, CLAIMS, CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, FRONTENDS, GUARDS, HALF_OPEN,
-        HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS, MAPPING_NAMES,
-        MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, SOURCES, SYN_BUCKET_CAPACITY,
-        SYN_BUCKETS,
+        ALLOWLIST, CLAIMS, CONN_CAPACITY, CONN_STATS, CONNS, CONNS_PER_SOURCE, FRONTENDS, GUARDS,
+        HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS,
+        MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, SOURCES,
+        SYN_BUCKET_CAPACITY, SYN_BUCKETS,
     },
 };
 
-use super::{pins::PinLayout, preflight};
+use super::{events::ConnLog, pins::PinLayout, preflight};
 
 /// The eBPF object built by build.rs from `ssh-fwd-ebpf`.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ssh-fwd"));
@@ -52,6 +52,8 @@ pub struct Settings {
     pub cross_node_plain: bool,
     /// Whether the tc programs send translated packets on themselves.
     pub redirect: RedirectMode,
+    /// Which connections the programs write records of.
+    pub conn_log: ConnLog,
 }
 
 impl Settings {
@@ -107,6 +109,7 @@ impl Default for Settings {
             conns_per_source: CONNS_PER_SOURCE,
             cross_node_plain: false,
             redirect: RedirectMode::Auto,
+            conn_log: ConnLog::Accepted,
         }
     }
 }
@@ -121,6 +124,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     super::outdated::replace(layout)?;
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
+    let conn_log = settings.conn_log.kernel_level();
     let ebpf = EbpfLoader::new()
         // The programs read only UAPI structures (packets, `__sk_buff`,
         // `bpf_sock_addr`) and have no CO-RE relocation, so the kernel's
@@ -135,6 +139,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .map_max_entries(MAPPING_CONNS, settings.max_mappings)
         .map_max_entries(CONNS, settings.conn_table_size)
         .map_max_entries(SOURCES, settings.conn_table_size)
+        .map_max_entries(CONN_STATS, settings.conn_table_size)
         .map_max_entries(HALF_OPEN, settings.half_open_table_size)
         .map_max_entries(CLAIMS, settings.half_open_table_size)
         .map_max_entries(GUARDS, settings.max_mappings)
@@ -147,6 +152,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .override_global("NO_REDIRECT", &no_redirect, true)
         .override_global("CONFIRM_TIMEOUT_NS", &settings.confirm_timeout_ns, true)
         .override_global("CONNS_PER_SOURCE", &settings.conns_per_source, true)
+        .override_global("CONN_LOG", &conn_log, true)
         .load(OBJECT)
         .map_err(|e| {
             let hint = preflight::explain_bpf_error(&e);

@@ -139,7 +139,7 @@ pub fn handshake(l: &Loaded, ingress: Ingress, port: u16) {
 }
 
 /// The server's next sequence number once the banner went.
-const AFTER_BANNER: u32 = SERVER_ISN + 1 + BANNER as u32;
+pub const AFTER_BANNER: u32 = SERVER_ISN + 1 + BANNER as u32;
 
 fn established(l: &Loaded) -> Vec<Conn> {
     entries(l)

@@ -254,6 +254,7 @@ fn delta(
         .collect()
 }
 
+mod audit;
 mod capacity;
 mod conntrack;
 mod guard;
@@ -472,7 +473,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 21] = [
+    let expect: [(&str, u32, usize, usize); 23] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -568,6 +569,14 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::SYN_BUCKET_CAPACITY,
             4,
             size_of::<maps::Bucket>(),
+        ),
+        // A ring buffer: its size in bytes, no key, no value.
+        (maps::CONN_EVENTS, maps::CONN_EVENTS_BYTES, 0, 0),
+        (
+            maps::CONN_STATS,
+            maps::CONN_CAPACITY,
+            size_of::<maps::ConnKey>(),
+            size_of::<maps::ConnStats>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);

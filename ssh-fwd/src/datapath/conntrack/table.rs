@@ -36,6 +36,8 @@ pub struct Counts {
     /// their close timeout held by nobody), by client address (raw, as
     /// `SOURCES` keys it).
     pub per_source: BTreeMap<u32, u64>,
+    /// What was removed, as removed, and why.
+    pub ended: Vec<(ConnKey, Conn, Expiry)>,
 }
 
 /// How long entries may stay, in nanoseconds of the kernel's clock.
@@ -61,11 +63,12 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
             c.created_ns == seen.created_ns
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
-        if remove_if(conns, &key, still).is_none() {
+        let Some(removed) = remove_if(conns, &key, still) else {
             *counts.per_source.entry(key.client_addr).or_default() += 1;
             counts.conns += 1;
             continue;
-        }
+        };
+        counts.ended.push((key, removed, why));
         match why {
             Expiry::Closed => counts.closed += 1,
             Expiry::Idle => counts.expired += 1,

@@ -118,6 +118,25 @@ impl Index {
         self.capped.as_ref().map_or(&self.all, |(fits, _)| fits)
     }
 
+    /// The Service owning `frontend`, and the pod at `backend` among its
+    /// EndpointSlices', if they name one: what the connection log names a
+    /// connection by.
+    pub fn owner_of(
+        &self,
+        frontend: SocketAddrV4,
+        backend: Ipv4Addr,
+    ) -> (Option<&Id>, Option<&str>) {
+        let Some(service) = self.owners.get(&frontend) else {
+            return (None, None);
+        };
+        let pod = (self.slices_of.get(service).into_iter().flatten())
+            .filter_map(|id| self.slices.get(id))
+            .flat_map(|s| &s.pods)
+            .find(|(ip, _)| *ip == backend)
+            .map(|(_, pod)| &**pod);
+        (Some(service), pod)
+    }
+
     /// How many Services are skipped as dangerous.
     pub fn invalid_services(&self) -> usize {
         self.invalid

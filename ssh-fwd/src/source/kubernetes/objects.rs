@@ -95,6 +95,9 @@ pub struct SliceView {
     pub ports: Vec<(Box<str>, Option<u16>)>,
     /// Ready endpoint addresses (an absent `ready` counts as ready).
     pub ready: Vec<Ipv4Addr>,
+    /// The pods behind ready addresses (`targetRef` of kind Pod), as
+    /// `namespace/name`: what the connection log names a backend by.
+    pub pods: Vec<(Ipv4Addr, Box<str>)>,
 }
 
 /// A Service off the wire: only what [`ServiceView`] needs is read.
@@ -165,10 +168,19 @@ struct WireSlicePort {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WireEndpoint {
     #[serde(default)]
     addresses: Vec<String>,
     conditions: Option<WireConditions>,
+    target_ref: Option<WireTargetRef>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct WireTargetRef {
+    kind: Option<String>,
+    name: Option<String>,
+    namespace: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -480,11 +492,24 @@ impl WireSlice {
                 let ns = self.metadata.namespace.as_deref().unwrap_or("");
                 Id::from(format!("{ns}/{name}"))
             });
-        let ready = exact(
+        let ready_endpoints = || {
             (self.endpoints.iter().flatten())
                 .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
-                .flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok())),
+        };
+        let ready = exact(
+            ready_endpoints().flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok())),
         );
+        let slice_ns = self.metadata.namespace.as_deref().unwrap_or("");
+        let pods = exact(ready_endpoints().flat_map(|e| {
+            let pod = (e.target_ref.as_ref())
+                .filter(|t| t.kind.as_deref() == Some("Pod"))
+                .and_then(|t| {
+                    let ns = t.namespace.as_deref().unwrap_or(slice_ns);
+                    Some(Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?)))
+                });
+            (e.addresses.iter().filter_map(|a| a.parse().ok()))
+                .filter_map(move |ip| Some((ip, pod.clone()?)))
+        }));
         SliceView {
             service,
             ipv4: self.address_type == "IPv4",
@@ -493,6 +518,7 @@ impl WireSlice {
                 (name, p.port.and_then(|n| u16::try_from(n).ok()))
             })),
             ready,
+            pods,
         }
     }
 
@@ -532,6 +558,32 @@ mod tests {
             [
                 "10.0.0.1".parse::<Ipv4Addr>().unwrap(),
                 "10.0.0.3".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_ready_endpoint_names_its_pod_and_other_targets_name_none() {
+        let slice: WireSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s-1", "namespace": "jobs"},
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "targetRef": {"kind": "Pod", "name": "job-1-0"}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false},
+                 "targetRef": {"kind": "Pod", "name": "job-1-1"}},
+                {"addresses": ["10.0.0.3"], "targetRef": {"kind": "Node", "name": "n"}},
+                {"addresses": ["10.0.0.4"],
+                 "targetRef": {"kind": "Pod", "namespace": "other", "name": "p"}},
+                {"addresses": ["10.0.0.5"]}
+            ]
+        }))
+        .unwrap();
+        let pods = slice.view().pods;
+        assert_eq!(
+            pods,
+            [
+                ("10.0.0.1".parse().unwrap(), "jobs/job-1-0".into()),
+                ("10.0.0.4".parse().unwrap(), "other/p".into()),
             ]
         );
     }

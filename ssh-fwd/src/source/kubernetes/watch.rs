@@ -192,6 +192,15 @@ impl KubeSource {
         self.index.mappings()
     }
 
+    /// See [`Index::owner_of`].
+    pub fn owner_of(
+        &self,
+        frontend: SocketAddrV4,
+        backend: Ipv4Addr,
+    ) -> (Option<&Id>, Option<&str>) {
+        self.index.owner_of(frontend, backend)
+    }
+
     /// How many Services are skipped as dangerous.
     pub fn invalid_services(&self) -> usize {
         self.index.invalid_services()

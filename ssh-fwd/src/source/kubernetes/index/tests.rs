@@ -106,6 +106,7 @@ fn slice() -> impl Strategy<Value = SliceView> {
             ipv4,
             ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
             ready: ready.into_iter().map(ip).collect(),
+            pods: Vec::new(),
         })
 }
 
@@ -201,6 +202,7 @@ fn ready(service: usize, pod: &str) -> SliceView {
         ipv4: true,
         ports: vec![("".into(), Some(22))],
         ready: vec![ip(pod)],
+        pods: Vec::new(),
     }
 }
 

@@ -1,0 +1,132 @@
+//! The connection log: a record in `CONN_EVENTS` for each connection the
+//! server confirms, and with `--conn-log all` for each refused SYN and each
+//! connection the programs remove, with its traffic from `CONN_STATS`.
+//! A full ring loses the record, counted, and never the packet.
+
+use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
+use ssh_fwd_common::{
+    maps::{Conn, ConnEvent, ConnKey, ConnStats, Ended, EventKind, NatTarget},
+    outcome::Outcome,
+};
+
+use crate::{
+    atomic::add_u64,
+    config::{log_accepted, log_all},
+    counters::{Direction, count},
+    maps::{CONN_EVENTS, CONN_STATS},
+    packet::Headers,
+};
+
+#[inline(always)]
+fn emit(event: ConnEvent) {
+    match CONN_EVENTS.reserve::<ConnEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            entry.submit(0);
+        }
+        None => count(Outcome::EventsLost),
+    }
+}
+
+#[inline(always)]
+fn now() -> u64 {
+    // SAFETY: a helper without arguments.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// A SYN to `h.destination` (mapped by `target`) refused for `kind`.
+#[inline(always)]
+pub fn refused(h: &Headers, target: &NatTarget, kind: EventKind) {
+    if !log_all() {
+        return;
+    }
+    emit(ConnEvent {
+        time_ns: now(),
+        client: h.source,
+        frontend: h.destination,
+        backend: target.endpoint,
+        slot: target.slot,
+        kind: kind as u8,
+        ended: 0,
+        _pad: 0,
+        created_ns: 0,
+        stats: ConnStats::default(),
+    });
+}
+
+/// The server confirmed `conn`: logged, and its traffic counted from now.
+#[inline(always)]
+pub fn accepted(key: &ConnKey, conn: &Conn) {
+    if log_all() {
+        // A 4-tuple reused after its close starts from zero: the closed
+        // connection's record took its counts.
+        let _ = CONN_STATS.insert(key, ConnStats::default(), BPF_NOEXIST as u64);
+    }
+    if !log_accepted() {
+        return;
+    }
+    emit(ConnEvent {
+        time_ns: now(),
+        client: key.client(),
+        frontend: conn.frontend,
+        backend: key.backend(),
+        slot: conn.slot,
+        kind: EventKind::Accepted as u8,
+        ended: 0,
+        _pad: 0,
+        created_ns: conn.created_ns,
+        stats: ConnStats::default(),
+    });
+}
+
+/// `conn` left the table for `ended`: logged with its traffic, which is
+/// forgotten.
+#[inline(always)]
+pub fn closed(key: &ConnKey, conn: &Conn, ended: Ended) {
+    if !log_all() {
+        return;
+    }
+    // SAFETY: copied out at once.
+    let stats = unsafe { CONN_STATS.get(key) }.copied().unwrap_or_default();
+    let _ = CONN_STATS.remove(key);
+    emit(ConnEvent {
+        time_ns: now(),
+        client: key.client(),
+        frontend: conn.frontend,
+        backend: key.backend(),
+        slot: conn.slot,
+        kind: EventKind::Closed as u8,
+        ended: ended as u8,
+        _pad: 0,
+        created_ns: conn.created_ns,
+        stats,
+    });
+}
+
+/// Counts a packet of `bytes` of the connection `key` going `direction`,
+/// with `--conn-log all`.
+#[inline(always)]
+pub fn traffic(key: &ConnKey, direction: Direction, bytes: u64) {
+    if !log_all() {
+        return;
+    }
+    let Some(stats) = CONN_STATS.get_ptr_mut(key) else {
+        return;
+    };
+    let (packets, total) = match direction {
+        // SAFETY: pointers into the map's value, valid for this run.
+        Direction::ToBackend => unsafe {
+            (&raw mut (*stats).packets_in, &raw mut (*stats).bytes_in)
+        },
+        // SAFETY: as above.
+        Direction::ToClient => unsafe {
+            (&raw mut (*stats).packets_out, &raw mut (*stats).bytes_out)
+        },
+    };
+    // SAFETY: aligned words of the entry; both directions of a connection
+    // may run on two CPUs at once.
+    unsafe {
+        add_u64(packets, 1);
+        add_u64(total, bytes);
+    }
+}

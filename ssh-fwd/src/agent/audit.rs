@@ -1,0 +1,383 @@
+//! The connection log (`--conn-log`): the kernel's records of accepted and
+//! refused connections, and the sweep's of ended ones, written as one line
+//! each (target `ssh_fwd::connections`) with the names an operator looks
+//! for (mapping, Service, pod), within `--conn-log-rate`, and counted in
+//! `/metrics`.
+
+mod budget;
+
+use std::{
+    collections::HashMap,
+    net::SocketAddrV4,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, EncodeLabelValue},
+    metrics::{counter::Counter, family::Family},
+};
+use ssh_fwd_common::{
+    conntrack::Expiry,
+    maps::{ConnEvent, ConnStats, Ended, Endpoint, EventKind},
+};
+use tokio::sync::{mpsc, watch};
+
+use crate::datapath::{
+    conntrack::{Gone, clock_ns},
+    events::{ConnLog, EventReader},
+};
+
+use budget::{Budget, REPORT_EVERY};
+
+/// What the log names a frontend's connections by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Label {
+    pub mapping: Arc<str>,
+    /// Kubernetes: the Service owning the frontend, `namespace/name`.
+    pub service: Option<Arc<str>>,
+    /// Kubernetes: the pod behind the backend address, `namespace/name`.
+    pub pod: Option<Arc<str>>,
+}
+
+/// Each installed frontend's [`Label`], as the source has it now.
+pub type Directory = HashMap<SocketAddrV4, Label>;
+
+/// What became of a connection, for a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[allow(
+    non_camel_case_types,
+    reason = "the variants are the label values, written as the log's `event` field writes them"
+)]
+pub enum What {
+    accepted,
+    denied,
+    syn_limited,
+    closed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecordLabel {
+    pub event: What,
+}
+
+/// What the log counts.
+#[derive(Clone, Default)]
+pub struct AuditMetrics {
+    /// Every record, logged or held back by `--conn-log-rate`.
+    pub records: Family<RecordLabel, Counter>,
+    /// Records not written out: over `--conn-log-rate`.
+    pub unlogged: Counter,
+}
+
+/// One connection's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub what: What,
+    /// On the kernel's clock (CLOCK_MONOTONIC_COARSE).
+    pub at_ns: u64,
+    pub client: SocketAddrV4,
+    pub frontend: SocketAddrV4,
+    pub backend: SocketAddrV4,
+    /// A closed connection's: how it ended, when it was confirmed (kernel
+    /// clock) and its traffic, if counted.
+    pub ended: Option<Ended>,
+    pub opened_ns: u64,
+    pub stats: Option<ConnStats>,
+}
+
+fn socket(e: Endpoint) -> SocketAddrV4 {
+    SocketAddrV4::new(e.ip(), e.port())
+}
+
+impl Record {
+    /// A kernel record; `None` for a kind this build does not know (a
+    /// newer program's).
+    pub fn from_event(e: &ConnEvent) -> Option<Self> {
+        let what = match e.kind()? {
+            EventKind::Accepted => What::accepted,
+            EventKind::Denied => What::denied,
+            EventKind::SynLimited => What::syn_limited,
+            EventKind::Closed => What::closed,
+        };
+        Some(Self {
+            what,
+            at_ns: e.time_ns,
+            client: socket(e.client),
+            frontend: socket(e.frontend),
+            backend: socket(e.backend),
+            ended: e.ended(),
+            opened_ns: e.created_ns,
+            stats: (what == What::closed).then_some(e.stats),
+        })
+    }
+
+    /// A connection the sweep removed at `now_ns` (kernel clock).
+    pub fn from_gone(g: &Gone, now_ns: u64) -> Self {
+        Self {
+            what: What::closed,
+            at_ns: now_ns,
+            client: socket(g.key.client()),
+            frontend: socket(g.conn.frontend),
+            backend: socket(g.key.backend()),
+            ended: Some(match g.why {
+                Expiry::Closed => Ended::Fin,
+                Expiry::Idle => Ended::Idle,
+            }),
+            opened_ns: g.conn.created_ns,
+            stats: g.stats,
+        }
+    }
+
+    /// How long it lived, for a closed one.
+    pub fn duration(&self) -> Option<Duration> {
+        (self.what == What::closed && self.opened_ns != 0)
+            .then(|| Duration::from_nanos(self.at_ns.saturating_sub(self.opened_ns)))
+    }
+}
+
+/// The sweep's side: connections it removed, sent to the log without
+/// waiting (a full channel drops them, counted as unlogged).
+#[derive(Clone)]
+pub struct ClosedSender {
+    tx: Option<mpsc::Sender<Vec<Gone>>>,
+    metrics: AuditMetrics,
+}
+
+impl ClosedSender {
+    /// A sender that logs nothing: `--conn-log` is not `all`.
+    pub fn none() -> Self {
+        Self {
+            tx: None,
+            metrics: AuditMetrics::default(),
+        }
+    }
+
+    pub fn send(&self, gone: Vec<Gone>) {
+        let Some(tx) = &self.tx else { return };
+        if gone.is_empty() {
+            return;
+        }
+        let n = gone.len() as u64;
+        if tx.try_send(gone).is_err() {
+            self.metrics.unlogged.inc_by(n);
+        }
+    }
+}
+
+/// Starts the log: reads the ring of `reader`, and what the returned sender
+/// is given. Labels come from `directory`.
+pub fn start(
+    level: ConnLog,
+    rate: u32,
+    reader: EventReader,
+    directory: watch::Receiver<Arc<Directory>>,
+    metrics: AuditMetrics,
+) -> ClosedSender {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(run(level, rate, reader, rx, directory, metrics.clone()));
+    ClosedSender {
+        tx: (level == ConnLog::All).then_some(tx),
+        metrics,
+    }
+}
+
+async fn run(
+    level: ConnLog,
+    rate: u32,
+    mut reader: EventReader,
+    mut closed: mpsc::Receiver<Vec<Gone>>,
+    directory: watch::Receiver<Arc<Directory>>,
+    metrics: AuditMetrics,
+) {
+    let mut log = Log {
+        level,
+        budget: Budget::new(rate, Instant::now()),
+        directory,
+        metrics,
+    };
+    let mut report = tokio::time::interval(REPORT_EVERY);
+    report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut events = Vec::new();
+    loop {
+        tokio::select! {
+            read = reader.read(&mut events, 1024) => {
+                if let Err(e) = read {
+                    tracing::warn!(error = format!("{e:#}"), "the connection log stops: cannot read its ring buffer");
+                    return;
+                }
+                for e in events.drain(..) {
+                    if let Some(r) = Record::from_event(&e) {
+                        log.write(&r);
+                    }
+                }
+            }
+            Some(gone) = closed.recv() => {
+                let now = clock_ns();
+                for g in &gone {
+                    log.write(&Record::from_gone(g, now));
+                }
+            }
+            _ = report.tick() => {
+                let held = log.budget.take_held_back();
+                if held > 0 {
+                    tracing::warn!(
+                        target: "ssh_fwd::connections",
+                        held_back = held,
+                        rate,
+                        "connection records not logged in the last 10s: more than --conn-log-rate \
+                         a second (counted in ssh_fwd_connection_records_total); a flood of \
+                         refused SYNs does this, `--conn-log accepted` leaves them out"
+                    );
+                }
+            }
+        }
+    }
+}
+
+struct Log {
+    level: ConnLog,
+    budget: Budget,
+    directory: watch::Receiver<Arc<Directory>>,
+    metrics: AuditMetrics,
+}
+
+impl Log {
+    fn write(&mut self, r: &Record) {
+        let wanted = match r.what {
+            What::accepted => self.level >= ConnLog::Accepted,
+            _ => self.level >= ConnLog::All,
+        };
+        if !wanted {
+            return;
+        }
+        self.metrics
+            .records
+            .get_or_create(&RecordLabel { event: r.what })
+            .inc();
+        if !self.budget.allow(Instant::now()) {
+            self.metrics.unlogged.inc();
+            return;
+        }
+        let label = self
+            .directory
+            .borrow()
+            .get(&r.frontend)
+            .cloned()
+            .unwrap_or_default();
+        line(r, &label, wall_time(r.at_ns));
+    }
+}
+
+/// The wall-clock time of `at_ns` on the kernel's clock.
+fn wall_time(at_ns: u64) -> SystemTime {
+    let ago = Duration::from_nanos(clock_ns().saturating_sub(at_ns));
+    SystemTime::now() - ago
+}
+
+/// Writes one record as a log line.
+fn line(r: &Record, label: &Label, at: SystemTime) {
+    let at = humantime::format_rfc3339_millis(at).to_string();
+    let mapping = (!label.mapping.is_empty()).then_some(&*label.mapping);
+    let (service, pod) = (label.service.as_deref(), label.pod.as_deref());
+    let (client, frontend, backend) = (r.client, r.frontend, r.backend);
+    match r.what {
+        What::accepted => tracing::info!(
+            target: "ssh_fwd::connections",
+            event = "accepted", at, %client, %frontend, %backend, mapping, service, pod,
+            "connection accepted"
+        ),
+        What::denied | What::syn_limited => tracing::info!(
+            target: "ssh_fwd::connections",
+            event = if r.what == What::denied { "denied" } else { "syn_limited" },
+            at, %client, %frontend, %backend, mapping, service, pod,
+            "connection refused"
+        ),
+        What::closed => {
+            let stats = r.stats.unwrap_or_default();
+            tracing::info!(
+                target: "ssh_fwd::connections",
+                event = "closed", at, %client, %frontend, %backend, mapping, service, pod,
+                ended = r.ended.map_or("unknown", Ended::name),
+                duration_s = r.duration().map(|d| d.as_secs_f64()),
+                packets_in = stats.packets_in, bytes_in = stats.bytes_in,
+                packets_out = stats.packets_out, bytes_out = stats.bytes_out,
+                "connection closed"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use ssh_fwd_common::maps::{Conn, ConnKey};
+
+    use super::*;
+
+    fn endpoint(ip: [u8; 4], port: u16) -> Endpoint {
+        Endpoint::new(Ipv4Addr::from(ip), port)
+    }
+
+    #[test]
+    fn a_kernel_record_reads_back_with_its_addresses_in_host_order() {
+        let e = ConnEvent {
+            time_ns: 5,
+            client: endpoint([203, 0, 113, 7], 51_234),
+            frontend: endpoint([192, 0, 2, 10], 8123),
+            backend: endpoint([10, 244, 1, 5], 22),
+            slot: 3,
+            kind: EventKind::Denied as u8,
+            ended: 0,
+            _pad: 0,
+            created_ns: 0,
+            stats: ConnStats::default(),
+        };
+        let r = Record::from_event(&e).unwrap();
+        assert_eq!(r.what, What::denied);
+        assert_eq!(r.client.to_string(), "203.0.113.7:51234");
+        assert_eq!(r.frontend.to_string(), "192.0.2.10:8123");
+        assert_eq!(r.backend.to_string(), "10.244.1.5:22");
+        assert_eq!((r.stats, r.duration()), (None, None));
+        let unknown = ConnEvent { kind: 99, ..e };
+        assert_eq!(Record::from_event(&unknown), None);
+    }
+
+    #[test]
+    fn a_swept_connection_says_how_it_ended_and_how_long_it_lived() {
+        let key = ConnKey::new(
+            endpoint([203, 0, 113, 7], 4000),
+            endpoint([10, 0, 0, 2], 22),
+        );
+        let conn = Conn {
+            frontend: endpoint([192, 0, 2, 10], 8123),
+            created_ns: 1_000_000_000,
+            ..Conn::ZERO
+        };
+        let stats = ConnStats {
+            packets_in: 3,
+            bytes_in: 300,
+            packets_out: 4,
+            bytes_out: 4000,
+        };
+        let g = Gone {
+            key,
+            conn,
+            why: Expiry::Idle,
+            stats: Some(stats),
+        };
+        let r = Record::from_gone(&g, 61_000_000_000);
+        assert_eq!((r.what, r.ended), (What::closed, Some(Ended::Idle)));
+        assert_eq!(r.duration(), Some(Duration::from_secs(60)));
+        assert_eq!(r.stats, Some(stats));
+        let fin = Record::from_gone(
+            &Gone {
+                why: Expiry::Closed,
+                ..g
+            },
+            61_000_000_000,
+        );
+        assert_eq!(fin.ended, Some(Ended::Fin));
+    }
+}

@@ -1,0 +1,174 @@
+//! The connection log on crafted packets: which segment writes which
+//! record to `CONN_EVENTS`, with what in it, and the traffic counted for a
+//! closed connection's record, at each `--conn-log` level.
+
+use std::net::Ipv4Addr;
+
+use aya::maps::{Map, MapData, RingBuf};
+use ssh_fwd::{
+    datapath::{events::ConnLog, object},
+    mapping::{
+        Guard, Mapping, MappingSet,
+        guard::{Allow, Limit},
+    },
+};
+use ssh_fwd_common::{
+    conntrack::{TCP_ACK, TCP_RST, TCP_SYN},
+    fixtures::Frame,
+    maps::{CONN_EVENTS, CONN_STATS, ConnEvent, ConnKey, ConnStats, Ended, EventKind},
+};
+use ssh_fwd_tests::privilege;
+
+use super::{
+    JOB, Loaded,
+    conntrack::{
+        AFTER_BANNER, BANNER, CLIENT, CLIENT_ISN, backend, client, each_ingress, frontend,
+        handshake, reply, request,
+    },
+    from_pod, install, load_with,
+};
+
+const STRANGER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
+
+fn loaded(level: ConnLog) -> Loaded {
+    let settings = object::Settings {
+        conn_log: level,
+        ..object::Settings::default()
+    };
+    let mut l = load_with(&[], settings);
+    let (name, front, back) = JOB;
+    let job = Mapping {
+        name: name.into(),
+        frontend: front.parse().expect("frontend"),
+        backend: back.parse().expect("backend"),
+        guard: Guard {
+            allow: Allow::Only([format!("{CLIENT}/32").parse().expect("range")].into()),
+            limit: Limit::Off,
+            enforce_established: false,
+        },
+    };
+    install(&mut l.maps, &MappingSet::from_unique([job]));
+    l
+}
+
+/// Every record written since the last call.
+fn drain(l: &Loaded) -> Vec<ConnEvent> {
+    let data = MapData::from_pin(l.layout.map(CONN_EVENTS)).expect("CONN_EVENTS pinned");
+    let mut ring = RingBuf::try_from(Map::from_map_data(data).expect("map")).expect("ring");
+    let mut out = Vec::new();
+    while let Some(item) = ring.next() {
+        assert_eq!(item.len(), size_of::<ConnEvent>());
+        // SAFETY: plain integers, any bit pattern valid; read unaligned.
+        out.push(unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ConnEvent>()) });
+    }
+    out
+}
+
+fn stats_entries(l: &Loaded) -> usize {
+    use aya::maps::HashMap;
+    let data = MapData::from_pin(l.layout.map(CONN_STATS)).expect("CONN_STATS pinned");
+    let map: HashMap<MapData, ConnKey, ConnStats> =
+        HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash");
+    map.iter().count()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_servers_confirmation_writes_one_accepted_record_and_a_reset_a_closed_one_with_traffic() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = loaded(ConnLog::All);
+        handshake(&l, ingress, 8022);
+        let records = drain(&l);
+        assert_eq!(records.len(), 1, "{ingress:?}: {records:?}");
+        let accepted = records[0];
+        assert_eq!(accepted.kind(), Some(EventKind::Accepted));
+        assert_eq!(
+            (accepted.client, accepted.frontend, accepted.backend),
+            (client(), frontend(8022), backend())
+        );
+        assert_ne!(accepted.time_ns, 0);
+        // Data from the client, the server's ACK of it, then the client's
+        // exact RST.
+        let data = request(8022, TCP_ACK, CLIENT_ISN + 1, AFTER_BANNER, 100);
+        ingress.run(&l, &data);
+        from_pod(&l, &reply(TCP_ACK, AFTER_BANNER, CLIENT_ISN + 101, 0));
+        ingress.run(
+            &l,
+            &request(8022, TCP_RST | TCP_ACK, CLIENT_ISN + 101, AFTER_BANNER, 0),
+        );
+        let records = drain(&l);
+        assert_eq!(records.len(), 1, "{ingress:?}: {records:?}");
+        let closed = records[0];
+        assert_eq!(closed.kind(), Some(EventKind::Closed));
+        assert_eq!(closed.ended(), Some(Ended::Reset));
+        assert_eq!(closed.slot, accepted.slot);
+        assert_eq!(closed.created_ns, accepted.created_ns);
+        // The banner (the confirming segment) and the ACK out, the data in
+        // (the RST ended it); frames with their Ethernet header.
+        assert_eq!(
+            closed.stats,
+            ConnStats {
+                packets_in: 1,
+                bytes_in: data.len() as u64,
+                packets_out: 2,
+                bytes_out: (2 * (14 + 20 + 20) + BANNER) as u64,
+            },
+            "{ingress:?}"
+        );
+        assert_eq!(stats_entries(&l), 0, "{ingress:?}: forgotten with it");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_denied_syn_writes_a_record_only_when_everything_is_logged() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let denied = syn_from(STRANGER);
+        let l = loaded(ConnLog::All);
+        ingress.run(&l, &denied);
+        let records = drain(&l);
+        assert_eq!(records.len(), 1, "{ingress:?}: {records:?}");
+        assert_eq!(records[0].kind(), Some(EventKind::Denied));
+        assert_eq!(records[0].client.ip(), STRANGER);
+        assert_eq!(records[0].frontend, frontend(8022));
+        assert_eq!(records[0].backend, backend());
+        let l = loaded(ConnLog::Accepted);
+        ingress.run(&l, &denied);
+        assert!(drain(&l).is_empty(), "{ingress:?}: accepted only");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn below_all_no_traffic_is_counted_and_off_writes_nothing() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = loaded(ConnLog::Accepted);
+        handshake(&l, ingress, 8022);
+        assert_eq!(drain(&l).len(), 1, "{ingress:?}: the accepted record");
+        assert_eq!(stats_entries(&l), 0, "{ingress:?}: no traffic counted");
+        ingress.run(
+            &l,
+            &request(8022, TCP_RST | TCP_ACK, CLIENT_ISN + 1, AFTER_BANNER, 0),
+        );
+        assert!(drain(&l).is_empty(), "{ingress:?}: no closed record");
+        let l = loaded(ConnLog::Off);
+        handshake(&l, ingress, 8022);
+        assert!(drain(&l).is_empty(), "{ingress:?}: off");
+    });
+}
+
+/// A SYN from `src` to the job's frontend.
+fn syn_from(src: Ipv4Addr) -> Vec<u8> {
+    Frame {
+        src,
+        sport: 40_000,
+        dport: 8022,
+        tcp_flags: TCP_SYN,
+        seq: CLIENT_ISN,
+        ..Frame::default()
+    }
+    .build()
+}
