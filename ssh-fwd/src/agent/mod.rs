@@ -67,6 +67,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             conns_per_source: args.conns_per_source,
             cross_node_plain: args.cross_node == CrossNode::Plain,
             redirect: args.redirect,
+            deny_action: args.guard.deny_action,
         },
         legacy_grace: args.conn_idle_timeout,
         hairpin: datapath::hairpin::Settings {
