@@ -25,5 +25,6 @@ pub mod ipopt;
 pub mod maps;
 pub mod outcome;
 pub mod packet;
+pub mod reset;
 pub mod siphash;
 pub mod tcp;

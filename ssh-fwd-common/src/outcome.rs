@@ -147,16 +147,26 @@ pub enum Outcome {
     OptionForged = 46,
     /// A SYN to a frontend with a source allowlist came from an address
     /// outside it (or, with `--enforce-established`, any client segment of
-    /// such a source): dropped before any state was written.
+    /// such a source): dropped before any state was written, or with
+    /// `--deny-action reset` answered ([`Outcome::DeniedReset`]).
     Denied = 47,
     /// A SYN to a frontend with a per-source rate (`--syn-rate`) came from
     /// an address whose bucket was empty: dropped before any state was
     /// written.
     SynLimited = 48,
+    /// `--deny-action reset`: of the [`Outcome::Denied`], those answered
+    /// with a TCP RST from the frontend (the segment itself never reaches
+    /// the pod).
+    DeniedReset = 49,
+    /// `--deny-action reset`: a denied segment that could not be turned
+    /// into a RST (a helper failed, or the frame's link layer is not one
+    /// the programs can answer on): dropped, as with `drop`. Also counted
+    /// as [`Outcome::Denied`].
+    ResetFailed = 50,
     /// A record of the connection log found its ring buffer full (the
     /// agent is not draining it, or a flood outpaces it): the record is
     /// lost, the packet goes on.
-    EventsLost = 49,
+    EventsLost = 51,
 }
 
 /// How an operator should read an outcome's counter.
@@ -203,7 +213,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 50;
+    pub const COUNT: u32 = 52;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -255,6 +265,8 @@ impl Outcome {
         Self::OptionForged,
         Self::Denied,
         Self::SynLimited,
+        Self::DeniedReset,
+        Self::ResetFailed,
         Self::EventsLost,
     ];
 
@@ -319,6 +331,8 @@ impl Outcome {
             | Self::OptionForged
             | Self::Denied
             | Self::SynLimited
+            | Self::DeniedReset
+            | Self::ResetFailed
             | Self::EventsLost => Class::Problem,
         }
     }
@@ -375,6 +389,8 @@ impl Outcome {
             Self::OptionForged => "frontend_option_forged",
             Self::Denied => "denied",
             Self::SynLimited => "syn_limited",
+            Self::DeniedReset => "denied_reset",
+            Self::ResetFailed => "reset_failed",
             Self::EventsLost => "events_lost",
         }
     }

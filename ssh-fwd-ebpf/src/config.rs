@@ -26,6 +26,17 @@ pub fn no_redirect() -> bool {
     unsafe { core::ptr::read_volatile(&NO_REDIRECT) != 0 }
 }
 
+/// `--deny-action reset`: a segment the allowlist denies is answered with a
+/// TCP RST (`crate::reset`) instead of dropped in silence.
+#[unsafe(no_mangle)]
+static DENY_RESET: u8 = 0;
+
+#[inline(always)]
+pub fn deny_reset() -> bool {
+    // SAFETY: as for `cross_node_plain`.
+    unsafe { core::ptr::read_volatile(&DENY_RESET) != 0 }
+}
+
 /// `--conn-confirm-timeout`, in nanoseconds: how long a claim waits for
 /// the server's confirmation.
 #[unsafe(no_mangle)]

@@ -27,6 +27,7 @@ use crate::{
     guard, icmp,
     maps::{FRONTENDS, REVERSE},
     packet::{Headers, Transport},
+    reset,
     skb::{Field, parse, rewrite},
 };
 
@@ -38,6 +39,8 @@ enum Verdict {
     Pass(Outcome),
     /// Dropped, and why.
     Drop(Outcome),
+    /// Answered by the guard (a RST on its way back out): the action.
+    Answer(i32),
 }
 
 #[classifier]
@@ -69,6 +72,7 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
             count(outcome);
             TC_ACT_SHOT
         }
+        Verdict::Answer(action) => action,
     }
 }
 
@@ -96,9 +100,10 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Verdict {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
     if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
-        // Before anything answers or is written: a denied source gets nothing.
+        // Before anything answers or is written: a denied source gets nothing
+        // but, with `--deny-action reset`, a RST.
         if let Err(outcome) = guard::check(h, &target) {
-            return Verdict::Drop(outcome);
+            return reset::tc(ctx, h, outcome).map_or_else(Verdict::Drop, Verdict::Answer);
         }
         // A router would not forward it: the stack answers, untranslated.
         if ttl_expires(h.ttl) {

@@ -24,6 +24,7 @@ use crate::{
     maps::{FRONTENDS, REVERSE},
     packet::{Headers, Transport, parse, put_addr, put_word, word},
     partial::{self, Field},
+    reset,
 };
 
 #[xdp]
@@ -45,7 +46,10 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
         | Outcome::MartianSource
         | Outcome::SourceLimited
         | Outcome::IcmpOutOfWindow
-        | Outcome::RewriteError => xdp_action::XDP_DROP,
+        | Outcome::RewriteError
+        | Outcome::ResetFailed => xdp_action::XDP_DROP,
+        // The frame now holds the RST that answers it.
+        Outcome::DeniedReset => xdp_action::XDP_TX,
         // Every other outcome passes: a packet we do not own is the stack's
         // business.
         _ => xdp_action::XDP_PASS,
@@ -84,9 +88,10 @@ fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
             Err(outcome) => outcome,
         };
     };
-    // Before anything answers or is written: a denied source gets nothing.
+    // Before anything answers or is written: a denied source gets nothing
+    // but, with `--deny-action reset`, a RST.
     if let Err(outcome) = guard::check(h, &target) {
-        return outcome;
+        return reset::xdp(ctx, h, outcome);
     }
     // A router would not forward it: the stack answers, untranslated.
     if ttl_expires(h.ttl) {

@@ -38,6 +38,7 @@ mod mss;
 mod packet;
 mod partial;
 mod reply_tc;
+mod reset;
 mod skb;
 mod sum;
 mod verify;

@@ -1,5 +1,6 @@
 //! The guard end to end with real OpenSSH: a source outside a mapping's
-//! allowlist gets no answer and leaves no state, a source over its SYN rate
+//! allowlist gets no answer and leaves no state (or with `--deny-action
+//! reset`, a refusal at once), a source over its SYN rate
 //! is held off while another logs in, and the rate a source gets is the
 //! configured one. Every connection stays inside the test's namespaces and
 //! every loop is bounded in count and time.
@@ -23,7 +24,10 @@ use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry},
     pins::PinLayout,
 };
-use ssh_fwd_tests::{NetNs, Topology, privilege, topology::CLIENT_IP};
+use ssh_fwd_tests::{
+    Agent, NetNs, Topology, privilege,
+    topology::{CLIENT_IP, EXT_IFACE},
+};
 
 /// A second client address on the client's link, outside the lists.
 const STRANGER_IP: &str = "192.0.2.66";
@@ -241,6 +245,103 @@ fn a_listed_client_logs_in_and_an_unlisted_one_gets_no_answer_and_leaves_no_stat
         denied,
         "nothing else denied"
     );
+}
+
+/// A blocking TCP connect from `from` in `ns` to the guarded frontend,
+/// given 3 s: its result, and how long it took.
+fn connect_from(ns: &NetNs, from: Ipv4Addr) -> (std::io::Result<()>, Duration) {
+    use socket2::{Domain, Socket, Type};
+    let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ns.enter_on_this_thread().unwrap();
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            socket.bind(&SocketAddrV4::new(from, 0).into()).unwrap();
+            let started = Instant::now();
+            let result = socket.connect_timeout(&to.into(), Duration::from_secs(3));
+            (result, started.elapsed())
+        })
+        .join()
+        .unwrap()
+    })
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_deny_action_reset_an_unlisted_client_is_refused_at_once_and_a_listed_one_logs_in() {
+    privilege::require();
+    let mut bed = bed(
+        Some(&format!("{CLIENT_IP}/32")),
+        &["--deny-action", "reset"],
+    );
+    let (result, took) = connect_from(bed.client(), stranger());
+    let err = result.expect_err("the stranger's connect is refused");
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ECONNREFUSED),
+        "refused, not timed out: {err}"
+    );
+    assert!(took < Duration::from_secs(2), "at once: {took:?}");
+
+    // Real OpenSSH from the stranger's address gives up at once, refused.
+    let client = bed.client();
+    let via = |src: &str| {
+        let default = [
+            "route",
+            "replace",
+            "default",
+            "via",
+            "192.0.2.1",
+            "src",
+            src,
+        ];
+        client.ip(&default).unwrap();
+    };
+    via(STRANGER_IP);
+    let started = Instant::now();
+    let out = bed
+        .ssh()
+        .command(
+            client,
+            EXTERNAL_IP,
+            8022,
+            "hostname",
+            Duration::from_secs(5),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(255), "ssh failed: {out:?}");
+    assert!(stderr.contains("Connection refused"), "{stderr}");
+    assert!(took < Duration::from_secs(2), "at once: {took:?}");
+    assert_eq!(state_of(&bed, stranger()), 0, "no half-open or claim entry");
+    via(CLIENT_IP);
+    assert_eq!(
+        bed.hostname_via(8022).unwrap(),
+        "pod-1",
+        "the listed client"
+    );
+
+    // One SYN each, each answered: nothing retransmitted.
+    assert_eq!(mapping_row(&bed, GUARDED)["denied"], 2);
+    assert_eq!(global_counter(&bed, "denied"), 2);
+    assert_eq!(global_counter(&bed, "denied_reset"), 2);
+    assert_eq!(global_counter(&bed, "reset_failed"), 0);
+
+    // An agent started with `drop` on the same pins replaces the programs:
+    // the stranger hears nothing again.
+    bed.agents[0].stop().unwrap();
+    let (ns, ifaces) = (&bed.topo.nodes[0].ns, [EXT_IFACE]);
+    bed.agents[0] = Agent::start(ns, &ifaces, &bed.mappings, &bed.bpffs[0], &[]).unwrap();
+    bed.agents[0]
+        .wait_for_log("--deny-action changed", Duration::from_secs(5))
+        .unwrap();
+    let (result, _) = connect_from(bed.client(), stranger());
+    let err = result.expect_err("the stranger's connect gets no answer");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert_eq!(global_counter(&bed, "denied_reset"), 2, "none answered");
 }
 
 #[test]

@@ -69,6 +69,8 @@ pub struct LoadedSettings {
 
 /// `--redirect off`: the programs send no translated packet on themselves.
 pub const LOADED_NO_REDIRECT: u32 = 1;
+/// `--deny-action reset`: a denied segment is answered with a TCP RST.
+pub const LOADED_DENY_RESET: u32 = 2;
 
 /// Copies `text` into a zero-padded field, cut at a character boundary.
 pub fn put_text(field: &mut [u8], text: &str) {

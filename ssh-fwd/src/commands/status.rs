@@ -16,7 +16,7 @@ use super::output::{Output, print};
 use crate::{
     datapath::{
         maps::Maps,
-        object::RedirectMode,
+        object::{DenyAction, RedirectMode},
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook, Target},
         status::{SettingsMap, StatusMap, unix_ms},
@@ -51,6 +51,9 @@ pub struct Status {
     /// `--redirect` the running programs were loaded with: `auto`, `off`,
     /// or `unknown` (not recorded).
     pub redirect: &'static str,
+    /// `--deny-action` the running programs were loaded with: `drop`,
+    /// `reset`, or `unknown` (not recorded).
+    pub deny_action: &'static str,
     pub mappings: usize,
     pub reconciles: u64,
     pub last_reconcile_age_seconds: Option<f64>,
@@ -82,6 +85,7 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
     let now_ms = unix_ms(now);
     let age = |ms: u64| (ms != 0).then(|| now_ms.saturating_sub(ms) as f64 / 1000.0);
     let heartbeat = age(agent.heartbeat_ms);
+    let loaded = SettingsMap::open_pinned(layout).and_then(|m| m.read()).ok();
     let counters = maps.outcome_counters()?;
     let mut by_class = [0u64; 3];
     for (outcome, n) in &counters {
@@ -106,9 +110,8 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         started_unix_ms: agent.started_ms,
         heartbeat_age_seconds: heartbeat,
         hooks: stats::hooks(layout),
-        redirect: SettingsMap::open_pinned(layout)
-            .and_then(|m| m.read())
-            .map_or("unknown", |loaded| RedirectMode::of(loaded).name()),
+        redirect: loaded.map_or("unknown", |loaded| RedirectMode::of(loaded).name()),
+        deny_action: loaded.map_or("unknown", |loaded| DenyAction::of(loaded).name()),
         mappings: maps.read_installed()?.frontends.len(),
         reconciles: agent.reconciles,
         last_reconcile_age_seconds: age(agent.last_reconcile_ms),
@@ -196,6 +199,7 @@ fn table(s: &Status) -> String {
          hooks:           {}; reply program on {pods} pod interface(s)\n\
          hairpin:         {hairpin}\n\
          redirect:        {}\n\
+         deny action:     {}\n\
          mappings:        {}\n\
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\
@@ -208,6 +212,7 @@ fn table(s: &Status) -> String {
             interfaces.join(", ")
         },
         redirect_meaning(s.redirect),
+        s.deny_action,
         s.mappings,
         ago(s.last_reconcile_age_seconds),
         s.last_reconcile_seconds * 1000.0,

@@ -44,7 +44,7 @@ use hooks::{AttachMode, Hook};
 use lock::AgentLock;
 use maps::Maps;
 use netdev::{Kind, Netlink};
-use object::RedirectMode;
+use object::{DenyAction, RedirectMode};
 use pins::PinLayout;
 use pod_links::PodLinks;
 use repair::MapPins;
@@ -228,6 +228,15 @@ fn announce_mode_change(previous: LoadedSettings, settings: &object::Settings) {
             to = settings.redirect.name(),
             "--redirect changed: the previous agent's programs are replaced by ones loaded with \
              the new mode in every pinned link"
+        );
+    }
+    let before = DenyAction::of(previous);
+    if before != settings.deny_action {
+        tracing::info!(
+            from = before.name(),
+            to = settings.deny_action.name(),
+            "--deny-action changed: the previous agent's programs are replaced by ones loaded \
+             with the new action in every pinned link"
         );
     }
 }

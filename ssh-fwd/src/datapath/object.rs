@@ -11,9 +11,9 @@ use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
         ALLOWLIST, CLAIMS, CONN_CAPACITY, CONN_STATS, CONNS, CONNS_PER_SOURCE, FRONTENDS, GUARDS,
-        HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS,
-        MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, SOURCES,
-        SYN_BUCKET_CAPACITY, SYN_BUCKETS,
+        HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_DENY_RESET, LOADED_NO_REDIRECT, LoadedSettings,
+        MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE,
+        SOURCES, SYN_BUCKET_CAPACITY, SYN_BUCKETS,
     },
 };
 
@@ -54,16 +54,53 @@ pub struct Settings {
     pub redirect: RedirectMode,
     /// Which connections the programs write records of.
     pub conn_log: ConnLog,
+    /// What a segment the allowlist denies gets.
+    pub deny_action: DenyAction,
 }
 
 impl Settings {
     /// What the pinned `LOADED_SETTINGS` map records of these.
     pub fn recorded(&self) -> LoadedSettings {
+        let redirect = match self.redirect {
+            RedirectMode::Auto => 0,
+            RedirectMode::Off => LOADED_NO_REDIRECT,
+        };
+        let deny = match self.deny_action {
+            DenyAction::Drop => 0,
+            DenyAction::Reset => LOADED_DENY_RESET,
+        };
         LoadedSettings {
-            flags: match self.redirect {
-                RedirectMode::Auto => 0,
-                RedirectMode::Off => LOADED_NO_REDIRECT,
-            },
+            flags: redirect | deny,
+        }
+    }
+}
+
+/// `--deny-action`: baked into the programs when they are loaded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DenyAction {
+    /// Drop the segment: the client hears nothing, and its connect times
+    /// out, as against a firewall that drops.
+    #[default]
+    Drop,
+    /// Answer it with a TCP RST from the frontend: the client's connect
+    /// fails at once with "connection refused".
+    Reset,
+}
+
+impl DenyAction {
+    /// The action recorded in `settings`.
+    pub fn of(settings: LoadedSettings) -> Self {
+        if settings.flags & LOADED_DENY_RESET != 0 {
+            Self::Reset
+        } else {
+            Self::Drop
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Drop => "drop",
+            Self::Reset => "reset",
         }
     }
 }
@@ -110,6 +147,7 @@ impl Default for Settings {
             cross_node_plain: false,
             redirect: RedirectMode::Auto,
             conn_log: ConnLog::Accepted,
+            deny_action: DenyAction::Drop,
         }
     }
 }
@@ -125,6 +163,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let conn_log = settings.conn_log.kernel_level();
+    let deny_reset = u8::from(settings.deny_action == DenyAction::Reset);
     let ebpf = EbpfLoader::new()
         // The programs read only UAPI structures (packets, `__sk_buff`,
         // `bpf_sock_addr`) and have no CO-RE relocation, so the kernel's
@@ -150,6 +189,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .map_max_entries(SYN_BUCKETS, settings.syn_bucket_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
         .override_global("NO_REDIRECT", &no_redirect, true)
+        .override_global("DENY_RESET", &deny_reset, true)
         .override_global("CONFIRM_TIMEOUT_NS", &settings.confirm_timeout_ns, true)
         .override_global("CONNS_PER_SOURCE", &settings.conns_per_source, true)
         .override_global("CONN_LOG", &conn_log, true)
@@ -274,5 +314,27 @@ fn raise_memlock_limit() {
     // SAFETY: setrlimit reads the struct we pass.
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
         tracing::debug!("could not raise RLIMIT_MEMLOCK; fine on Linux 5.11+");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorded_settings_read_back_and_the_defaults_record_nothing() {
+        assert_eq!(Settings::default().recorded(), LoadedSettings::default());
+        for redirect in [RedirectMode::Auto, RedirectMode::Off] {
+            for deny_action in [DenyAction::Drop, DenyAction::Reset] {
+                let settings = Settings {
+                    redirect,
+                    deny_action,
+                    ..Settings::default()
+                };
+                let recorded = settings.recorded();
+                assert_eq!(RedirectMode::of(recorded), redirect);
+                assert_eq!(DenyAction::of(recorded), deny_action);
+            }
+        }
     }
 }

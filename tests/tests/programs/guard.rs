@@ -1,14 +1,18 @@
 //! The guard on crafted packets: a SYN from a source outside a mapping's
 //! allowlist, or over its rate, is dropped before the DNAT and before any
 //! connection state is written; every other segment, and every mapping
-//! without a guard, is left as it was.
+//! without a guard, is left as it was. With `--deny-action reset` a denied
+//! segment is answered with a RST instead (`reset`).
 
 use std::net::Ipv4Addr;
 
 use aya::maps::{HashMap, Map, MapData};
-use ssh_fwd::mapping::{
-    Guard, Mapping, MappingSet,
-    guard::{Allow, Limit},
+use ssh_fwd::{
+    datapath::object,
+    mapping::{
+        Guard, Mapping, MappingSet,
+        guard::{Allow, Limit},
+    },
 };
 use ssh_fwd_common::{
     conntrack::{TCP_ACK, TCP_SYN},
@@ -20,7 +24,7 @@ use ssh_fwd_tests::privilege;
 use super::{
     JOB, Loaded,
     conntrack::{CLIENT, CLIENT_ISN, Ingress, SERVER_ISN, each_ingress, entries, handshake},
-    counters, delta, install, load,
+    counters, delta, install, load_with,
 };
 
 const STRANGER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
@@ -54,7 +58,12 @@ fn rate(per_second: u32, burst: u32) -> Guard {
 
 /// The job guarded by `guard`, and the open mapping beside it.
 fn guarded(guard: Guard) -> Loaded {
-    let mut l = load(&[]);
+    guarded_with(guard, object::Settings::default())
+}
+
+/// [`guarded`], the programs loaded with `settings`.
+fn guarded_with(guard: Guard, settings: object::Settings) -> Loaded {
+    let mut l = load_with(&[], settings);
     let set = MappingSet::from_unique([mapping(JOB, guard), mapping(OPEN, Guard::default())]);
     install(&mut l.maps, &set);
     l
@@ -84,6 +93,8 @@ fn job_counters(l: &Loaded) -> (u64, u64) {
 fn passed(ingress: Ingress, verdict: u32) -> bool {
     verdict != ingress.dropped()
 }
+
+mod reset;
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]

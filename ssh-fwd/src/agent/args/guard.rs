@@ -5,7 +5,10 @@ use std::collections::BTreeSet;
 
 use ssh_fwd_common::maps::SYN_BUCKET_CAPACITY;
 
-use crate::mapping::guard::{Cidr, Defaults, SynRate};
+use crate::{
+    datapath::object::DenyAction,
+    mapping::guard::{Cidr, Defaults, SynRate},
+};
 
 /// The most `--syn-burst` may be.
 pub const MAX_SYN_BURST: u32 = 1_000_000;
@@ -28,6 +31,16 @@ pub struct GuardArgs {
     /// lookup per packet of a mapping with a list.
     #[arg(long)]
     pub enforce_established: bool,
+
+    /// What a segment from outside an allowlist gets. `drop`: nothing; the
+    /// client's connect times out, and a scanner learns nothing, not even
+    /// that the address answers. `reset`: a TCP RST from the frontend; the
+    /// client's connect fails at once with "connection refused", which
+    /// tells a legitimate user on the wrong network what happened. The RST
+    /// is one packet per denied segment, never larger than it, so a forged
+    /// source cannot use it to amplify (docs/guard.md).
+    #[arg(long, value_enum, value_name = "ACTION", default_value_t = DenyAction::Drop)]
+    pub deny_action: DenyAction,
 
     /// The most new connections one client address may open a second
     /// through a mapping (`N/s`), beyond a burst of `--syn-burst`; further
@@ -73,6 +86,7 @@ fn syn_burst(s: &str) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::super::parse;
+    use crate::datapath::object::DenyAction;
 
     const BASE: [&str; 4] = ["--iface", "eth0", "--mappings", "/m.yaml"];
 
@@ -95,6 +109,21 @@ mod tests {
         assert_eq!(d.syn_rate.map(|r| r.0), Some(20));
         assert_eq!(d.syn_burst, Some(40));
         assert!(d.enforce_established);
+        assert_eq!(args.guard.deny_action, DenyAction::Drop, "the default");
+        let reset = parse(BASE.into_iter().chain(["--deny-action", "reset"])).unwrap();
+        assert_eq!(reset.guard.deny_action, DenyAction::Reset);
+    }
+
+    #[test]
+    fn an_unknown_deny_action_is_refused_with_the_ones_there_are() {
+        let err = parse(BASE.into_iter().chain(["--deny-action", "reject"]))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("invalid value 'reject' for '--deny-action <ACTION>'")
+                && err.contains("[possible values: drop, reset]"),
+            "{err}"
+        );
     }
 
     #[test]

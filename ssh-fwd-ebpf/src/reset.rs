@@ -1,0 +1,147 @@
+//! `--deny-action reset`: a segment the allowlist denies is answered with a
+//! TCP RST from the frontend, written over the segment's own buffer (the
+//! headers from `ssh_fwd_common::reset`, the MAC addresses swapped, the
+//! frame cut to 54 bytes) and sent back out where it came in: `XDP_TX`, or
+//! in tc a redirect to the arrival interface's egress. The segment never
+//! reaches the pod. Only [`Outcome::Denied`] is answered, never a RST; a
+//! segment that cannot be answered is dropped ([`Outcome::ResetFailed`]).
+
+use aya_ebpf::{
+    bindings::BPF_F_RECOMPUTE_CSUM,
+    helpers::{bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
+    programs::{TcContext, XdpContext},
+};
+use ssh_fwd_common::{
+    outcome::Outcome,
+    packet::{ETH_HLEN, IPV4_MIN_LEN, TCP_CHECK_OFF},
+    reset::{self, RESET_FRAME_LEN, Reset, reset_for},
+};
+
+use crate::{config::deny_reset, counters::count, packet::Headers, skb::bytes_at};
+
+/// XDP: [`Outcome::DeniedReset`] when the frame now holds the RST (send it
+/// with `XDP_TX`); any other outcome: drop it, counted as that.
+#[inline(always)]
+pub fn xdp(ctx: &XdpContext, h: &Headers, outcome: Outcome) -> Outcome {
+    let Some(rst) = wanted(h, outcome) else {
+        return outcome;
+    };
+    count(Outcome::Denied);
+    match rewrite_xdp(ctx, h, rst) {
+        Some(()) => Outcome::DeniedReset,
+        None => Outcome::ResetFailed,
+    }
+}
+
+/// tc: `Ok(action)` when the RST is on its way back out (counted);
+/// `Err(outcome)`: drop the packet, counted as that.
+#[inline(always)]
+pub fn tc(ctx: &TcContext, h: &Headers, outcome: Outcome) -> Result<i32, Outcome> {
+    let Some(rst) = wanted(h, outcome) else {
+        return Err(outcome);
+    };
+    count(Outcome::Denied);
+    // SAFETY: the context pointer is the live skb of this program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    rewrite_tc(ctx, h, rst).ok_or(Outcome::ResetFailed)?;
+    count(Outcome::DeniedReset);
+    // SAFETY: a helper call with plain integer arguments.
+    Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
+}
+
+/// The RST to send for a segment dropped as `outcome`, if one is sent.
+#[inline(always)]
+fn wanted(h: &Headers, outcome: Outcome) -> Option<Reset> {
+    if outcome != Outcome::Denied || !deny_reset() {
+        return None;
+    }
+    reset_for(&h.seg)
+}
+
+/// Cuts the frame to the RST's length and writes it. `None` once the frame
+/// may be cut: it must be dropped.
+#[inline(always)]
+fn rewrite_xdp(ctx: &XdpContext, h: &Headers, rst: Reset) -> Option<()> {
+    let headers = reset::headers(h.destination, h.source, rst);
+    let len = (ctx.data_end() - ctx.data()) as i32;
+    // SAFETY: a helper on the live context; the parser found at least the
+    // 54 bytes kept.
+    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, RESET_FRAME_LEN as i32 - len) } != 0 {
+        return None;
+    }
+    let frame = bytes_at::<XdpContext, RESET_FRAME_LEN>(ctx, 0)?;
+    // SAFETY: every access stays inside the range bytes_at checked.
+    unsafe {
+        swap_macs(frame);
+        core::ptr::copy_nonoverlapping(headers.as_ptr(), frame.add(ETH_HLEN), headers.len());
+    }
+    Some(())
+}
+
+/// The same through the skb helpers, which keep the kernel's checksum
+/// state true: the IPv4 and TCP headers are stored with
+/// `BPF_F_RECOMPUTE_CSUM` (a CHECKSUM_COMPLETE skb's sum follows them), and
+/// a segment whose checksum a device is still to complete
+/// (CHECKSUM_PARTIAL, from a local sender over a veth) gets the RST's
+/// pseudo-header sum in its checksum field instead of the checksum, as the
+/// device expects. A frame whose VLAN tag the device took off is not
+/// answered: where its tag would go back on is not this program's to know.
+#[inline(always)]
+fn rewrite_tc(ctx: &TcContext, h: &Headers, rst: Reset) -> Option<()> {
+    // SAFETY: the context pointer is the live skb of this program run.
+    if unsafe { (*ctx.skb.skb).vlan_present } != 0 {
+        return None;
+    }
+    let mut headers = reset::headers(h.destination, h.source, rst);
+    if checksum_partial(ctx, h.l4())? {
+        // The device completes the checksum where the segment's TCP header
+        // was: the RST's must start there too.
+        if h.ip_len != IPV4_MIN_LEN {
+            return None;
+        }
+        let seed = reset::pseudo_seed(h.destination, h.source).to_ne_bytes();
+        headers[IPV4_MIN_LEN + TCP_CHECK_OFF] = seed[0];
+        headers[IPV4_MIN_LEN + TCP_CHECK_OFF + 1] = seed[1];
+    }
+    // SAFETY: a helper on the live skb.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, RESET_FRAME_LEN as u32, 0) } != 0 {
+        return None;
+    }
+    ctx.store(ETH_HLEN, &headers, BPF_F_RECOMPUTE_CSUM as u64)
+        .ok()?;
+    // No skb checksum covers the Ethernet header.
+    let frame = bytes_at::<TcContext, ETH_HLEN>(ctx, 0)?;
+    // SAFETY: inside the range bytes_at checked; the helpers above made the
+    // skb writable.
+    unsafe { swap_macs(frame) };
+    Some(())
+}
+
+/// Whether the skb's TCP checksum is still to be completed
+/// (CHECKSUM_PARTIAL), which tc cannot read: the kernel's helper moves the
+/// field for a change of the segment's bytes unless it is. The field is
+/// zeroed, probed, and put back to zero, the skb's own sum kept true.
+#[inline(always)]
+fn checksum_partial(ctx: &TcContext, l4: usize) -> Option<bool> {
+    let at = l4 + TCP_CHECK_OFF;
+    ctx.store(at, &0u16, BPF_F_RECOMPUTE_CSUM as u64).ok()?;
+    ctx.l4_csum_replace(at, 0, 1, 2).ok()?;
+    let probed: u16 = ctx.load(at).ok()?;
+    ctx.l4_csum_replace(at, 1, 0, 2).ok()?;
+    Some(probed == 0)
+}
+
+/// Swaps the destination and source MAC addresses at `frame`.
+///
+/// # Safety
+/// `frame` points at 12 writable bytes.
+#[inline(always)]
+unsafe fn swap_macs(frame: *mut u8) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let dst = frame.cast::<[u8; 6]>().read_unaligned();
+        let src = frame.add(6).cast::<[u8; 6]>().read_unaligned();
+        frame.cast::<[u8; 6]>().write_unaligned(src);
+        frame.add(6).cast::<[u8; 6]>().write_unaligned(dst);
+    }
+}
