@@ -72,9 +72,9 @@ impl Collector for PerMapping {
         connections(
             &mut encoder,
             "mapping_denied",
-            "SYNs per mapping dropped because their source is outside the mapping's allowlist \
-             (with --enforce-established, any segment of such a source), counted on the node \
-             that received them.",
+            "SYNs per mapping dropped (or with --deny-action reset, answered with a RST) because \
+             their source is outside the mapping's allowlist (with --enforce-established, any \
+             segment of such a source), counted on the node that received them.",
             &self.rows,
             |r| r.conns.denied,
         )?;
