@@ -115,8 +115,7 @@ fn main() -> std::process::ExitCode {
         } => setup::run().and_then(|()| bench::datapath::run(&options)),
         Task::Bench {
             which: Bench::Progs(options),
-        } => setup::run()
-            .and_then(|()| bench::progs::run(options.runs, options.before, options.after)),
+        } => setup::run().and_then(|()| bench::progs::run(options)),
         Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Image(options) => setup::run().and_then(|()| image::run(&options)),
         Task::Test(options) => test::run(&options),

@@ -31,4 +31,9 @@ pub struct ProgsOptions {
     /// Measure this build as "after" instead of building the worktree's.
     #[arg(long, value_name = "SSH_FWD_BINARY")]
     pub after: Option<std::path::PathBuf>,
+    /// A flag for the "after" build's agent, which loads the programs
+    /// (repeat for several; `--after-arg=--conn-log=all`): the cost of a
+    /// setting baked into them, against "before" or against the defaults.
+    #[arg(long = "after-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub after_args: Vec<String>,
 }

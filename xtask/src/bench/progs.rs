@@ -32,7 +32,13 @@ const BATCH: usize = 20;
 /// Fresh client ports the one-iteration cases may take (41000-65535).
 const MAX_INSTANCES: usize = 24_000;
 
-pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn run(options: super::ProgsOptions) -> anyhow::Result<()> {
+    let super::ProgsOptions {
+        runs,
+        before,
+        after,
+        after_args,
+    } = options;
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
     }
@@ -45,11 +51,11 @@ pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyh
         Some(bin) => bin,
         None => crate::build_ssh_fwd_profile(true)?,
     };
-    let mut builds: Vec<(&'static str, PathBuf)> = Vec::new();
+    let mut builds: Vec<(&'static str, PathBuf, Vec<String>)> = Vec::new();
     if let Some(before) = before {
-        builds.push(("before", before));
+        builds.push(("before", before, Vec::new()));
     }
-    builds.push(("after", after));
+    builds.push(("after", after, after_args));
     ctrlc::set_handler(|| {
         super::cleanup::after_interrupt();
         std::process::exit(130);
@@ -57,9 +63,13 @@ pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyh
     let load_at_start = load_average();
     let subjects = builds
         .iter()
-        .map(|(label, bin)| {
-            println!("==> setting up {label}: {}", bin.display());
-            Subject::new(label, bin).with_context(|| format!("setting up {label}"))
+        .map(|(label, bin, args)| {
+            println!(
+                "==> setting up {label}: {} {}",
+                bin.display(),
+                args.join(" ")
+            );
+            Subject::new(label, bin, args).with_context(|| format!("setting up {label}"))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut rows = Vec::new();
@@ -67,9 +77,25 @@ pub fn run(runs: usize, before: Option<PathBuf>, after: Option<PathBuf>) -> anyh
         println!("==> {}", case.what);
         rows.push(measure(&subjects, &case, runs)?);
     }
+    // No agent drains the connection log's ring during the runs: a full
+    // ring would time the cheaper path of a lost record.
+    for s in &subjects {
+        let lost = s.counters()?.get("events_lost").copied().unwrap_or(0);
+        ensure!(
+            lost == 0,
+            "{}: {lost} connection-log records found the ring full: fewer --runs",
+            s.label
+        );
+    }
     println!();
-    for (s, (_, bin)) in subjects.iter().zip(&builds) {
-        println!("{}: {} (layout {:?})", s.label, bin.display(), s.layout);
+    for (s, (_, bin, args)) in subjects.iter().zip(&builds) {
+        println!(
+            "{}: {} {}(layout {:?})",
+            s.label,
+            bin.display(),
+            args.iter().map(|a| format!("{a} ")).collect::<String>(),
+            s.layout
+        );
     }
     println!(
         "load average (1, 5, 15 min) at start: {load_at_start}; at end: {}",

@@ -71,7 +71,7 @@ fn interfaces(step: &Step) -> (Option<&'static str>, Option<&'static str>) {
 }
 
 impl Subject {
-    pub fn new(label: &'static str, bin: &Path) -> anyhow::Result<Self> {
+    pub fn new(label: &'static str, bin: &Path, agent_args: &[String]) -> anyhow::Result<Self> {
         // The harness's `Bpffs` tears down with `SSH_FWD_BIN`: this build's
         // now, and again when it is dropped (see `Drop`).
         // SAFETY: the benchmark runs on one thread.
@@ -80,7 +80,7 @@ impl Subject {
         let bpffs = Bpffs::new()?;
         crate::bench::cleanup::remember_bpffs(bpffs.path());
         let work = tempfile::tempdir()?;
-        let guarded = run_agent_once(&bed, &bpffs, bin, work.path())?;
+        let guarded = run_agent_once(&bed, &bpffs, bin, agent_args, work.path())?;
         let version_dir = version_dir(bpffs.path())?;
         let layout = match version_dir.file_name().and_then(|n| n.to_str()) {
             Some("v3") => Layout::V3,
@@ -325,7 +325,13 @@ fn limit_syns(maps: &Path, backend: (Ipv4Addr, u16)) -> anyhow::Result<()> {
 /// neighbours in the node's tables, as on any node carrying traffic), and
 /// stops it with SIGTERM, which leaves the data path in place. Whether the
 /// build has the guard, and so the bed a guarded frontend.
-fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::Result<bool> {
+fn run_agent_once(
+    bed: &Bed,
+    bpffs: &Bpffs,
+    bin: &Path,
+    extra: &[String],
+    work: &Path,
+) -> anyhow::Result<bool> {
     let echo_frontend = format!("{EXTERNAL_IP}:{ECHO_FRONTEND_PORT}");
     let mappings = work.join("mappings.yaml");
     ssh_fwd_tests::agent::write_mappings(
@@ -382,6 +388,7 @@ fn run_agent_once(bed: &Bed, bpffs: &Bpffs, bin: &Path, work: &Path) -> anyhow::
     if help.contains("--hairpin") {
         agent.args(["--hairpin", "off"]);
     }
+    agent.args(extra);
     let mut agent = AgentProcess(
         agent
             .stdin(Stdio::null())
