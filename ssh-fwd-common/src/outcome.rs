@@ -167,6 +167,10 @@ pub enum Outcome {
     /// agent is not draining it, or a flood outpaces it): the record is
     /// lost, the packet goes on.
     EventsLost = 51,
+    /// A refused SYN's record was not written: its CPU wrote
+    /// `--conn-log-rate` of them this second already (a flood). The SYN
+    /// is counted per mapping all the same.
+    EventsThrottled = 52,
 }
 
 /// How an operator should read an outcome's counter.
@@ -213,7 +217,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 52;
+    pub const COUNT: u32 = 53;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -268,6 +272,7 @@ impl Outcome {
         Self::DeniedReset,
         Self::ResetFailed,
         Self::EventsLost,
+        Self::EventsThrottled,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -333,7 +338,8 @@ impl Outcome {
             | Self::SynLimited
             | Self::DeniedReset
             | Self::ResetFailed
-            | Self::EventsLost => Class::Problem,
+            | Self::EventsLost
+            | Self::EventsThrottled => Class::Problem,
         }
     }
 
@@ -392,6 +398,7 @@ impl Outcome {
             Self::DeniedReset => "denied_reset",
             Self::ResetFailed => "reset_failed",
             Self::EventsLost => "events_lost",
+            Self::EventsThrottled => "events_throttled",
         }
     }
 }

@@ -5,15 +5,16 @@
 
 use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
 use ssh_fwd_common::{
+    audit::take,
     maps::{Conn, ConnEvent, ConnKey, ConnStats, Ended, EventKind, NatTarget},
     outcome::Outcome,
 };
 
 use crate::{
     atomic::add_u64,
-    config::{log_accepted, log_all},
+    config::{log_accepted, log_all, refused_records},
     counters::{Direction, count},
-    maps::{CONN_EVENTS, CONN_STATS},
+    maps::{AUDIT_BUDGET, CONN_EVENTS, CONN_STATS},
     packet::Headers,
 };
 
@@ -34,10 +35,19 @@ fn now() -> u64 {
     unsafe { bpf_ktime_get_coarse_ns() }
 }
 
-/// A SYN to `h.destination` (mapped by `target`) refused for `kind`.
+/// A SYN to `h.destination` (mapped by `target`) refused for `kind`,
+/// within this CPU's budget of such records.
 #[inline(always)]
 pub fn refused(h: &Headers, target: &NatTarget, kind: EventKind) {
     if !log_all() {
+        return;
+    }
+    let Some(budget) = AUDIT_BUDGET.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: this CPU's slot, only this program run writes it meanwhile.
+    if !take(unsafe { &mut *budget }, now(), refused_records()) {
+        count(Outcome::EventsThrottled);
         return;
     }
     emit(ConnEvent {

@@ -79,6 +79,17 @@ pub fn log_all() -> bool {
     unsafe { core::ptr::read_volatile(&CONN_LOG) >= 2 }
 }
 
+/// `--conn-log-rate`: the records of refused SYNs each CPU writes a
+/// second at most.
+#[unsafe(no_mangle)]
+static REFUSED_RECORDS: u32 = 100;
+
+#[inline(always)]
+pub fn refused_records() -> u64 {
+    // SAFETY: as for `cross_node_plain`.
+    u64::from(unsafe { core::ptr::read_volatile(&REFUSED_RECORDS) })
+}
+
 /// The cluster's key (`--cross-node-key`), if the agent set one.
 #[inline(always)]
 pub fn cross_node_key() -> Option<[u64; 2]> {

@@ -13,7 +13,7 @@ use ssh_fwd_common::{
         ConnKey, ConnStats, Endpoint, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey,
         LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
         MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
-        SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        RecordBudget, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -145,3 +145,8 @@ pub static CONN_EVENTS: RingBuf = RingBuf::pinned(CONN_EVENTS_BYTES, 0);
 /// preallocated: empty costs nothing.
 #[map(name = "CONN_STATS")]
 pub static CONN_STATS: HashMap<ConnKey, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+/// Each CPU's records of refused SYNs this second (`ssh_fwd_common::audit`).
+/// Not pinned: a new program starts a new second.
+#[map(name = "AUDIT_BUDGET")]
+pub static AUDIT_BUDGET: PerCpuArray<RecordBudget> = PerCpuArray::with_max_entries(1, 0);

@@ -115,6 +115,15 @@ impl ConnEvent {
     }
 }
 
+/// One CPU's records of refused SYNs in the current window (see
+/// `crate::audit`): the value of the programs' unpinned `AUDIT_BUDGET`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordBudget {
+    pub window: u64,
+    pub used: u64,
+}
+
 const _: () = assert!(size_of::<ConnStats>() == 32);
 const _: () = assert!(size_of::<ConnEvent>() == 80);
 

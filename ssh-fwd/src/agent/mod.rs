@@ -79,6 +79,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             cross_node_plain: args.cross_node == CrossNode::Plain,
             redirect: args.redirect,
             conn_log: args.audit.conn_log,
+            refused_records: args.audit.conn_log_rate,
             deny_action: args.guard.deny_action,
         },
         legacy_grace: args.conn_idle_timeout,

@@ -54,6 +54,9 @@ pub struct Settings {
     pub redirect: RedirectMode,
     /// Which connections the programs write records of.
     pub conn_log: ConnLog,
+    /// The records of refused SYNs each CPU writes a second at most
+    /// (`--conn-log-rate`).
+    pub refused_records: u32,
     /// What a segment the allowlist denies gets.
     pub deny_action: DenyAction,
 }
@@ -147,6 +150,7 @@ impl Default for Settings {
             cross_node_plain: false,
             redirect: RedirectMode::Auto,
             conn_log: ConnLog::Accepted,
+            refused_records: 100,
             deny_action: DenyAction::Drop,
         }
     }
@@ -193,6 +197,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
         .override_global("CONFIRM_TIMEOUT_NS", &settings.confirm_timeout_ns, true)
         .override_global("CONNS_PER_SOURCE", &settings.conns_per_source, true)
         .override_global("CONN_LOG", &conn_log, true)
+        .override_global("REFUSED_RECORDS", &settings.refused_records, true)
         .load(OBJECT)
         .map_err(|e| {
             let hint = preflight::explain_bpf_error(&e);

@@ -25,16 +25,19 @@ use super::{
         AFTER_BANNER, BANNER, CLIENT, CLIENT_ISN, backend, client, each_ingress, frontend,
         handshake, reply, request,
     },
-    from_pod, install, load_with,
+    counters, delta, from_pod, install, load_with,
 };
 
 const STRANGER: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 9);
 
 fn loaded(level: ConnLog) -> Loaded {
-    let settings = object::Settings {
+    loaded_with(object::Settings {
         conn_log: level,
         ..object::Settings::default()
-    };
+    })
+}
+
+fn loaded_with(settings: object::Settings) -> Loaded {
     let mut l = load_with(&[], settings);
     let (name, front, back) = JOB;
     let job = Mapping {
@@ -157,6 +160,45 @@ fn below_all_no_traffic_is_counted_and_off_writes_nothing() {
         let l = loaded(ConnLog::Off);
         handshake(&l, ingress, 8022);
         assert!(drain(&l).is_empty(), "{ingress:?}: off");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_cpu_writes_at_most_its_budget_of_refused_records_a_second_and_counts_the_rest() {
+    privilege::require();
+    // One CPU, so that every run spends the same budget.
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and sched_setaffinity
+    // (this thread) get valid pointers to it.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(pinned, 0, "pinning the test's thread to CPU 0");
+    each_ingress(|ingress| {
+        let l = loaded_with(object::Settings {
+            conn_log: ConnLog::All,
+            refused_records: 2,
+            ..object::Settings::default()
+        });
+        let before = counters(&l);
+        for _ in 0..5 {
+            ingress.run(&l, &syn_from(STRANGER));
+        }
+        let records = drain(&l);
+        // Two, unless the second turned over meanwhile (then up to four).
+        assert!((2..=4).contains(&records.len()), "{ingress:?}: {records:?}");
+        let d = delta(&before, &counters(&l));
+        let throttled = d
+            .iter()
+            .find(|(k, _)| *k == "events_throttled")
+            .map_or(0, |(_, n)| *n);
+        assert_eq!(records.len() as u64 + throttled, 5, "{ingress:?}: {d:?}");
+        assert!(
+            d.contains(&("denied", 5)),
+            "{ingress:?}: every SYN counted: {d:?}"
+        );
     });
 }
 

@@ -21,7 +21,9 @@ pub struct AuditArgs {
     /// The most connection lines a second the log takes, beyond a burst of
     /// as many: a flood cannot fill the disk. Lines over it are counted
     /// (`ssh_fwd_connection_records_unlogged_total`) and their number is
-    /// logged every 10 seconds instead.
+    /// logged every 10 seconds instead. Each CPU also writes at most this
+    /// many records of refused SYNs a second (the rest are counted as
+    /// `events_throttled`).
     #[arg(long, value_name = "LINES", default_value_t = 100, value_parser = log_rate)]
     pub conn_log_rate: u32,
 }
