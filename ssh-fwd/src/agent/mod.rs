@@ -9,6 +9,7 @@
 //! interfaces when links change and reading the node's addresses when they
 //! change. One task owns the data path, so nothing needs a lock.
 
+mod activity;
 mod args;
 mod cross_node_key;
 mod metrics;
@@ -85,8 +86,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             "adopted the pinned maps of a previous agent; open sessions keep flowing"
         );
     }
+    let board = activity::Board::default();
     if let Some(addr) = args.metrics_addr {
-        telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
+        telemetry::http::serve(addr, metrics.endpoints(layout.clone(), board.clone())).await?;
     }
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
@@ -96,6 +98,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         Timeouts::with_idle(args.conn_idle_timeout),
         args.conns_per_source,
         sweeps.clone(),
+        board,
     ));
     let result = follow(
         &args,

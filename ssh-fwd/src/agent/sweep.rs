@@ -17,8 +17,13 @@ use std::{
 
 use ssh_fwd_common::outcome::Outcome;
 
+use super::activity::Board;
 use crate::datapath::{
-    conntrack::{ConnTables, Swept, Timeouts, clock_ns, half_open_churned},
+    conntrack::{
+        ConnTables, Swept, Timeouts,
+        activity::{Clock, Tallies},
+        clock_ns, half_open_churned,
+    },
     maps::Maps,
     pins::PinLayout,
     status::unix_ms,
@@ -42,8 +47,15 @@ pub fn interval(t: &Timeouts) -> Duration {
 }
 
 /// Sweeps forever; a failure is logged and the next sweep tries again.
-/// `conns_per_source` is the quota the clients it names are held to.
-pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, report: Shared) {
+/// `conns_per_source` is the quota the clients it names are held to; each
+/// sweep's walk also tells `board` what every frontend's connections do.
+pub async fn run(
+    layout: PinLayout,
+    timeouts: Timeouts,
+    conns_per_source: u32,
+    report: Shared,
+    board: Board,
+) {
     let mut tick = tokio::time::interval(interval(&timeouts));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut handles: Option<(ConnTables, Maps)> = None;
@@ -69,13 +81,16 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, r
             }
         };
         let done = tokio::task::spawn_blocking(move || {
-            let swept = sweep_once(&mut tables, &mut maps, &timeouts);
-            (tables, maps, swept)
+            let (swept, tallies) = sweep_once(&mut tables, &mut maps, &timeouts);
+            // After the walk: no entry it read is younger than this.
+            let clock = Clock::now();
+            (tables, maps, swept, tallies, clock)
         })
         .await;
-        let Ok((tables, maps, swept)) = done else {
+        let Ok((tables, maps, swept, tallies, clock)) = done else {
             continue;
         };
+        board.record(&clock, &tallies);
         let counts = maps.outcome_counters().unwrap_or_default();
         let counter = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
         log_refusals(
@@ -96,9 +111,10 @@ pub async fn run(layout: PinLayout, timeouts: Timeouts, conns_per_source: u32, r
     }
 }
 
-/// One sweep at the current time, with what it removed counted.
-pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swept {
-    let swept = tables.sweep(clock_ns(), t);
+/// One sweep at the current time, with what it removed counted, and each
+/// frontend's connections as it found them.
+pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> (Swept, Tallies) {
+    let (swept, tallies) = tables.sweep_tallied(clock_ns(), t);
     for (outcome, n) in [
         (Outcome::ConnClosed, swept.closed),
         (Outcome::ConnExpired, swept.expired),
@@ -110,7 +126,7 @@ pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swe
     if swept.closed + swept.expired > 0 {
         tracing::debug!(?swept, "connection sweep");
     }
-    swept
+    (swept, tallies)
 }
 
 /// Logs, at most once a minute, how many handshakes the quota held back

@@ -11,6 +11,7 @@
 //! evicted), and every walk of any table is a batch walk ([`batch`]),
 //! which ends whatever the kernel removes meanwhile.
 
+pub mod activity;
 mod table;
 mod take;
 
@@ -188,13 +189,19 @@ impl ConnTables {
     /// the walk is not disturbed; an entry the kernel removed, refreshed or
     /// replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
+        self.sweep_tallied(now, t).0
+    }
+
+    /// [`Self::sweep`], with each frontend's connections as the walk found
+    /// them ([`activity`]): one walk serves both.
+    pub fn sweep_tallied(&mut self, now: u64, t: &Timeouts) -> (Swept, activity::Tallies) {
         let limits = table::Limits {
             idle: nanos(t.idle),
             close: nanos(t.close),
         };
         let counts = table::sweep(&mut self.conns, now, &limits);
         self.recount_sources(&counts.per_source);
-        Swept {
+        let swept = Swept {
             closed: counts.closed,
             expired: counts.expired,
             conns: counts.conns,
@@ -203,7 +210,8 @@ impl ConnTables {
             sources: counts.per_source.len() as u64,
             most_per_source: counts.per_source.values().copied().max().unwrap_or(0),
             legacy_backends: self.sweep_legacy(now),
-        }
+        };
+        (swept, counts.activity)
     }
 
     /// Makes [`SOURCES`] say what `held` counted. The kernel counts up and
@@ -267,6 +275,13 @@ impl ConnTables {
             .into_iter()
             .map(|(k, c)| Entry::Claimed(k, c));
         conns.chain(halves).chain(claims).collect()
+    }
+
+    /// Each frontend's connections now, without removing anything (for
+    /// `ssh-fwd list`, which runs beside the agent's sweep).
+    pub fn tallies(&self) -> activity::Tallies {
+        let conns = Table::entries(&self.conns);
+        activity::aggregate(conns.iter().map(|(_, c)| c))
     }
 
     /// What each client address holds, as [`SOURCES`] says now.

@@ -11,6 +11,8 @@ use ssh_fwd_common::{
     maps::{Claim, ClaimKey, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey},
 };
 
+use super::activity::{Tallies, tally};
+
 /// One connection table, as the removals use it.
 pub trait Table<K, V> {
     /// Every entry, as the walk finds them.
@@ -36,6 +38,9 @@ pub struct Counts {
     /// their close timeout held by nobody), by client address (raw, as
     /// `SOURCES` keys it).
     pub per_source: BTreeMap<u32, u64>,
+    /// Each frontend's connections: open ones left, and the last packet
+    /// of every entry walked, removed ones too.
+    pub activity: Tallies,
 }
 
 /// How long entries may stay, in nanoseconds of the kernel's clock.
@@ -51,6 +56,7 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
     let mut counts = Counts::default();
     for (key, seen) in conns.entries() {
         let Some(why) = expiry(&seen, now, limits.idle, limits.close) else {
+            tally(&mut counts.activity, &seen, !closing(&seen));
             if !closing(&seen) {
                 *counts.per_source.entry(key.client_addr).or_default() += 1;
             }
@@ -61,7 +67,9 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
             c.created_ns == seen.created_ns
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
-        if remove_if(conns, &key, still).is_none() {
+        let removed = remove_if(conns, &key, still).is_some();
+        tally(&mut counts.activity, &seen, !removed && !closing(&seen));
+        if !removed {
             *counts.per_source.entry(key.client_addr).or_default() += 1;
             counts.conns += 1;
             continue;
