@@ -1,7 +1,10 @@
 //! Each frontend's activity as the agent remembers it: what the last sweep
 //! found open, and the latest packet any sweep saw. A connection's entry
 //! goes soon after it closes (or idles out), so only the agent's memory
-//! keeps its last packet; `/metrics` reads it.
+//! keeps its last packet; `/metrics` reads it, and in Kubernetes mode
+//! [`publish`] writes it to the node's ConfigMap for the controller.
+
+pub mod publish;
 
 use std::{
     collections::BTreeMap,

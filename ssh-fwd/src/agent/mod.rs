@@ -90,6 +90,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(addr) = args.metrics_addr {
         telemetry::http::serve(addr, metrics.endpoints(layout.clone(), board.clone())).await?;
     }
+    let publisher = activity::publish::spawn(&args, source.kube_client(), &board);
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
@@ -110,6 +111,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     )
     .await;
     sweeper.abort();
+    publisher.inspect(tokio::task::JoinHandle::abort);
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
