@@ -233,10 +233,16 @@ fn the_controller_mirrors_a_sessions_activity_onto_its_pod_at_most_once_per_inte
         let endpoint = pod["metadata"]["annotations"][vocabulary::ENDPOINT].as_str()?;
         endpoint.rsplit_once(':')?.1.parse().ok()
     });
-    let ssh = topo.ssh();
+    // Mapped (read from the maps: a probe connection would be activity).
+    let frontend = format!("{EXTERNAL_IP}:{port}");
     eventually("the port to be mapped", Duration::from_secs(20), || {
-        ssh.run(&topo.client, EXTERNAL_IP, port, "true").ok()
+        let rows = bpffs.list_of("mappings").ok()?;
+        rows.as_array()?
+            .iter()
+            .any(|r| r["frontend"] == frontend.as_str())
+            .then_some(())
     });
+    let ssh = topo.ssh();
     let opened = Instant::now();
     let mut session = Session::open(&ssh, &topo.client, port).unwrap();
 

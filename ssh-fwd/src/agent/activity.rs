@@ -15,19 +15,22 @@ use ssh_fwd_common::maps::Endpoint;
 
 use crate::datapath::conntrack::activity::{Activity, Clock, Tallies};
 
-/// What the sweeps found, shared with `/metrics` and the publisher.
+/// What the sweeps found, shared with `/metrics` and the publisher;
+/// `None` until the first sweep.
 #[derive(Clone, Debug, Default)]
-pub struct Board(Arc<Mutex<BTreeMap<Endpoint, Activity>>>);
+pub struct Board(Arc<Mutex<Option<BTreeMap<Endpoint, Activity>>>>);
 
 impl Board {
     /// Takes in one sweep's tallies, read with `clock`.
     pub fn record(&self, clock: &Clock, tallies: &Tallies) {
         let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        remember(&mut known, clock.activity(tallies));
+        remember(known.get_or_insert_default(), clock.activity(tallies));
     }
 
-    /// Every frontend's activity since the agent started.
-    pub fn snapshot(&self) -> BTreeMap<Endpoint, Activity> {
+    /// Every frontend's activity since the agent started; `None` before
+    /// the first sweep, when nothing is known yet (not even that nothing
+    /// is open).
+    pub fn snapshot(&self) -> Option<BTreeMap<Endpoint, Activity>> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

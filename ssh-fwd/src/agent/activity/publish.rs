@@ -95,8 +95,13 @@ pub async fn run(client: kube::Client, node: String, every: Duration, board: Boa
     let mut failing = false;
     loop {
         tick.tick().await;
-        let data = data(&board.snapshot());
-        if written.as_ref() == Some(&data) || (written.is_none() && data.is_empty()) {
+        // Before the first sweep nothing is known: writing would say that
+        // nothing is open.
+        let Some(activity) = board.snapshot() else {
+            continue;
+        };
+        let data = data(&activity);
+        if written.as_ref() == Some(&data) {
             continue;
         }
         match target.write(written.as_ref(), &data).await {
@@ -138,8 +143,11 @@ impl Target {
         let what = || format!("ConfigMap {}", self.name);
         let old: BTreeSet<String> = match written {
             Some(w) => w.keys().cloned().collect(),
+            // What an earlier agent left is replaced whole: its open
+            // connections may have closed since.
             None => match self.api.get_opt(&self.name).await.with_context(what)? {
                 Some(cm) => cm.data.unwrap_or_default().into_keys().collect(),
+                None if data.is_empty() => return Ok(()),
                 None => return self.create(data).await,
             },
         };

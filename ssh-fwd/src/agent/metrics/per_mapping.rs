@@ -33,7 +33,7 @@ use crate::{
 pub fn render(layout: &PinLayout, board: &Board) -> Option<String> {
     let maps = Maps::open_pinned(layout).ok()?;
     let rows = stats::mappings(&maps).ok()?;
-    let activity = board.snapshot();
+    let activity = board.snapshot().unwrap_or_default();
     let mut registry = Registry::with_prefix("ssh_fwd");
     registry.register_collector(Box::new(PerMapping { rows, activity }));
     Some(metrics::families(&registry))
