@@ -277,6 +277,20 @@ mod tests {
         );
         assert!(!conns.entries.contains_key(&key()));
         assert!(conns.entries.contains_key(&closing));
+        // Two open (the one quiet for 8 h too); the last packet the
+        // latest of all four, the removed and the closing ones included.
+        let t = counts.activity[&frontend(8022)];
+        assert_eq!((t.open, t.last_seen_ns), (2, now - SECOND));
+    }
+
+    #[test]
+    fn the_sweep_tallies_the_last_packet_of_an_entry_it_removes() {
+        let now = 100 * 3_600 * SECOND;
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!(counts.closed, 1);
+        let t = counts.activity[&frontend(8022)];
+        assert_eq!((t.open, t.last_seen_ns), (0, now - 11 * SECOND));
     }
 
     #[test]
