@@ -133,7 +133,8 @@ impl Mirror {
     }
 
     /// The annotations to write now for `merged`, each remembered as
-    /// written at `now` (a failed one is [`forgotten`](Self::failed)).
+    /// written at `now` (one whose write failed is told with
+    /// [`Self::failed`]).
     pub fn due(
         &mut self,
         world: &World,
