@@ -45,6 +45,21 @@ pub const ADMISSION: &str = "ssh-fwd.io/admission";
 /// Pod annotation: the Secret whose `authorized_keys` the pod gets.
 pub const KEYS_SECRET: &str = "ssh-fwd.io/authorized-keys-secret";
 
+/// Pod annotation the controller writes: when an SSH connection of the
+/// pod last carried a packet (RFC 3339, UTC, to the second), from the
+/// agents' activity ConfigMaps, at most once per `--activity-interval`.
+pub const LAST_ACTIVITY: &str = "ssh-fwd.io/last-activity";
+/// Pod annotation the controller writes with [`LAST_ACTIVITY`]: the SSH
+/// connections open then.
+pub const SSH_CONNECTIONS: &str = "ssh-fwd.io/ssh-connections";
+/// ConfigMap label of an agent's activity ConfigMap; the controller's
+/// watch selects on it ([`ACTIVITY_FROM`]).
+pub const ACTIVITY: &str = "ssh-fwd.io/activity";
+/// The value of [`ACTIVITY`]: what the agents publish.
+pub const ACTIVITY_FROM: &str = "agent";
+/// The name of an agent's activity ConfigMap, before its node's name.
+pub const ACTIVITY_PREFIX: &str = "ssh-fwd-activity-";
+
 /// Service annotation: the client ranges that may connect through an
 /// externalIPs Service's ports, comma-separated CIDRs (a LoadBalancer
 /// Service uses `spec.loadBalancerSourceRanges`); absent or empty: every

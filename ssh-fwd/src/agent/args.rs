@@ -154,6 +154,19 @@ pub struct AgentArgs {
     )]
     pub cross_node_key_secret: Option<String>,
 
+    /// With --kubernetes: this node's name (the downward API's
+    /// `spec.nodeName`). The agent then publishes its mappings' SSH
+    /// activity in the ConfigMap ssh-fwd-activity-NODE of its namespace,
+    /// which the controller mirrors onto the pods; without it, activity is
+    /// only in /metrics and `ssh-fwd list`.
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// The shortest time between two writes of the activity ConfigMap
+    /// (written only when what it holds changed).
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    pub activity_interval: Duration,
+
     /// A connection whose server sent nothing for this long is forgotten
     /// (far above any SSH keepalive: a shell idle for a working day keeps
     /// its entry). It is picked up again if its client speaks first

@@ -23,6 +23,7 @@ use prometheus_client::{
 
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
+use super::activity::Board;
 use super::audit::AuditMetrics;
 use crate::{
     datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
@@ -167,10 +168,11 @@ impl AgentMetrics {
         r
     }
 
-    /// `/metrics`, `/healthz` and `/readyz` for this agent.
-    pub fn endpoints(&self, layout: PinLayout) -> Endpoints {
+    /// `/metrics`, `/healthz` and `/readyz` for this agent; each mapping's
+    /// activity from `board`.
+    pub fn endpoints(&self, layout: PinLayout, board: Board) -> Endpoints {
         let registry = Arc::new(self.registry(layout.clone()));
-        let per_mapping = Snapshot::new(move || per_mapping::render(&layout));
+        let per_mapping = Snapshot::new(move || per_mapping::render(&layout, &board));
         let ready = self.ready.clone();
         Endpoints {
             metrics: Arc::new(move || metrics::render_with(&registry, &per_mapping.text())),

@@ -9,6 +9,7 @@
 //! interfaces when links change and reading the node's addresses when they
 //! change. One task owns the data path, so nothing needs a lock.
 
+mod activity;
 mod args;
 pub mod audit;
 mod cross_node_key;
@@ -99,8 +100,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             "adopted the pinned maps of a previous agent; open sessions keep flowing"
         );
     }
+    let board = activity::Board::default();
     if let Some(addr) = args.metrics_addr {
-        telemetry::http::serve(addr, metrics.endpoints(layout.clone())).await?;
+        telemetry::http::serve(addr, metrics.endpoints(layout.clone(), board.clone())).await?;
     }
     let mut labels = Labels::new(args.audit.conn_log, &source);
     let closed = match args.audit.conn_log {
@@ -114,6 +116,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             metrics.audit.clone(),
         ),
     };
+    let publisher = activity::publish::spawn(&args, source.kube_client(), &board);
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
@@ -123,6 +126,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.conns_per_source,
         sweeps.clone(),
         closed,
+        board,
     ));
     let result = follow(
         &args,
@@ -135,6 +139,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     )
     .await;
     sweeper.abort();
+    publisher.inspect(tokio::task::JoinHandle::abort);
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"

@@ -17,9 +17,9 @@ use std::{
 
 use ssh_fwd_common::outcome::Outcome;
 
-use super::audit::ClosedSender;
+use super::{activity::Board, audit::ClosedSender};
 use crate::datapath::{
-    conntrack::{ConnTables, Gone, Swept, Timeouts, clock_ns, half_open_churned},
+    conntrack::{ConnTables, Sweep, Swept, Timeouts, activity::Clock, clock_ns, half_open_churned},
     maps::Maps,
     pins::PinLayout,
     status::unix_ms,
@@ -44,13 +44,15 @@ pub fn interval(t: &Timeouts) -> Duration {
 
 /// Sweeps forever; a failure is logged and the next sweep tries again.
 /// `conns_per_source` is the quota the clients it names are held to.
-/// What it removes goes to `closed`, the connection log.
+/// What it removes goes to `closed`, the connection log; each sweep's walk
+/// also tells `board` what every frontend's connections do.
 pub async fn run(
     layout: PinLayout,
     timeouts: Timeouts,
     conns_per_source: u32,
     report: Shared,
     closed: ClosedSender,
+    board: Board,
 ) {
     let mut tick = tokio::time::interval(interval(&timeouts));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -77,13 +79,26 @@ pub async fn run(
             }
         };
         let done = tokio::task::spawn_blocking(move || {
-            let (swept, gone) = sweep_logged(&mut tables, &mut maps, &timeouts);
-            (tables, maps, swept, gone)
+            let sweep = sweep_once(&mut tables, &mut maps, &timeouts);
+            // After the walk: no entry it read is younger than this.
+            let clock = Clock::now();
+            (tables, maps, sweep, clock)
         })
         .await;
-        let Ok((tables, maps, swept, gone)) = done else {
+        let Ok((
+            tables,
+            maps,
+            Sweep {
+                swept,
+                gone,
+                activity,
+            },
+            clock,
+        )) = done
+        else {
             continue;
         };
+        board.record(&clock, &activity);
         closed.send(gone);
         let counts = maps.outcome_counters().unwrap_or_default();
         let counter = |o: Outcome| counts.iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| *n);
@@ -106,13 +121,9 @@ pub async fn run(
 }
 
 /// One sweep at the current time, with what it removed counted.
-pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Swept {
-    sweep_logged(tables, maps, t).0
-}
-
-/// [`sweep_once`], returning too what it removed.
-fn sweep_logged(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> (Swept, Vec<Gone>) {
-    let (swept, gone) = tables.sweep_logged(clock_ns(), t);
+pub fn sweep_once(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> Sweep {
+    let sweep = tables.sweep_all(clock_ns(), t);
+    let swept = &sweep.swept;
     for (outcome, n) in [
         (Outcome::ConnClosed, swept.closed),
         (Outcome::ConnExpired, swept.expired),
@@ -124,7 +135,7 @@ fn sweep_logged(tables: &mut ConnTables, maps: &mut Maps, t: &Timeouts) -> (Swep
     if swept.closed + swept.expired > 0 {
         tracing::debug!(?swept, "connection sweep");
     }
-    (swept, gone)
+    sweep
 }
 
 /// Logs, at most once a minute, how many handshakes the quota held back

@@ -5,14 +5,18 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use ssh_fwd_common::{
-    maps::ConnKey,
+    maps::{ConnKey, Endpoint},
     outcome::{Class, Outcome},
 };
 
 use super::output::{Output, print};
 use crate::{
     datapath::{
-        conntrack::{ConnTables, Entry, clock_ns, half_open_churned},
+        conntrack::{
+            ConnTables, Entry,
+            activity::{Activity, Clock},
+            clock_ns, half_open_churned,
+        },
         maps::{Maps, show},
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook},
@@ -50,7 +54,9 @@ pub fn run(args: ListArgs) -> anyhow::Result<()> {
     let layout = PinLayout::new(&args.bpffs.bpffs);
     match args.what {
         What::Mappings => {
-            let rows = mappings(&Maps::open_pinned(&layout)?)?;
+            let tallies = ConnTables::open_pinned(&layout)?.tallies();
+            let activity = Clock::now().activity(&tallies);
+            let rows = mappings(&Maps::open_pinned(&layout)?, &activity)?;
             print(args.output, &rows, mappings_table)
         }
         What::Conns => {
@@ -86,6 +92,12 @@ pub struct MappingRow {
     pub denied: u64,
     /// SYNs over their source's rate.
     pub syn_limited: u64,
+    /// Connections open now, counted on the pod's node.
+    pub open_connections: u64,
+    /// When a tracked connection last carried a packet (RFC 3339, UTC);
+    /// absent when none is tracked (closed ones leave the table seconds
+    /// after they close, idle ones after `--conn-idle-timeout`).
+    pub last_activity: Option<String>,
     /// The source ranges that may connect; absent: every source.
     pub allow: Option<Vec<String>>,
     /// Whether the list applies to open connections too.
@@ -95,10 +107,15 @@ pub struct MappingRow {
     pub syn_burst: Option<u32>,
 }
 
-pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
+pub fn mappings(
+    maps: &Maps,
+    activity: &BTreeMap<Endpoint, Activity>,
+) -> anyhow::Result<Vec<MappingRow>> {
     Ok(stats::mappings(maps)?
         .into_iter()
         .map(|m| MappingRow {
+            open_connections: activity.get(&m.frontend).map_or(0, |a| a.open),
+            last_activity: activity.get(&m.frontend).and_then(|a| a.last).map(rfc3339),
             // Names are written by whoever wrote the source: never raw to
             // a terminal.
             name: printable(&m.name),
@@ -119,6 +136,11 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingRow>> {
             syn_burst: m.guard.rate().map(|r| r.burst()),
         })
         .collect())
+}
+
+/// `t` as RFC 3339, UTC, to the second.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// A mapping's guard in one cell: `allow 192.0.2.0/24 (all segments),
@@ -152,7 +174,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
     let mut out = format!(
         "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
-         GUARD\n",
+         {:>4}  {:<20}  GUARD\n",
         "NAME",
         "FRONTEND",
         "BACKEND",
@@ -163,7 +185,9 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         "CONNS",
         "LIMITED",
         "DENIED",
-        "SYN-LIM"
+        "SYN-LIM",
+        "OPEN",
+        "LAST ACTIVITY"
     );
     for r in rows {
         let name = printable(&r.name);
@@ -174,7 +198,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
         };
         out.push_str(&format!(
             "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
-             {}\n",
+             {:>4}  {:<20}  {}\n",
             name,
             r.frontend,
             backend,
@@ -186,6 +210,8 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
             r.source_limited,
             r.denied,
             r.syn_limited,
+            r.open_connections,
+            r.last_activity.as_deref().unwrap_or("-"),
             guard_cell(r),
         ));
     }
@@ -481,6 +507,8 @@ mod tests {
             source_limited: 0,
             denied: 0,
             syn_limited: 0,
+            open_connections: 0,
+            last_activity: None,
             allow: allow.map(|a| a.iter().map(ToString::to_string).collect()),
             enforce_established: all,
             syn_rate: rate.map(|(r, _)| r.to_owned()),
@@ -516,6 +544,8 @@ mod tests {
             source_limited: 0,
             denied: 0,
             syn_limited: 0,
+            open_connections: 0,
+            last_activity: None,
             allow: None,
             enforce_established: false,
             syn_rate: None,

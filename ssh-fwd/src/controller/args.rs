@@ -85,6 +85,13 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// The shortest time between two writes of a pod's
+    /// ssh-fwd.io/last-activity and ssh-fwd.io/ssh-connections annotations,
+    /// mirrored from the agents' activity ConfigMaps in the
+    /// --lease-namespace; 0s turns the mirror off.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::args::duration)]
+    pub activity_interval: Duration,
+
     /// How often everything is reconciled even without changes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,

@@ -2,9 +2,15 @@
 //! and timer, until its term ends. Every replica, leading or not, serves
 //! the webhook beside this ([`super::webhook`]).
 
-use std::{sync::Arc, time::Instant};
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Instant,
+};
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{
     Api,
     runtime::{reflector::Store, watcher},
@@ -14,6 +20,7 @@ use tokio::time::{MissedTickBehavior, interval};
 
 use super::{
     ControllerArgs,
+    activity::{self, Mirror, Mirroring},
     apply::{self, Applied, Context, Warned},
     expect::Expectations,
     plan::{
@@ -70,6 +77,7 @@ impl Leadership<'_> {
         // when dropped).
         let mut watches = tokio::task::JoinSet::new();
         let stores = self.watch_term(&mut watches).await?;
+        let mut mirror = self.watch_activity(&mut watches);
         tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
         let mut resync = interval(args.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -112,6 +120,9 @@ impl Leadership<'_> {
                 failures,
                 blocked,
             } = apply::apply(ctx, actions, &mut warned).await;
+            if let Some(mirror) = &mut mirror {
+                mirror.pass(&world, &ctx.client, scope == Scope::All).await;
+            }
             let now = Instant::now();
             ctx.metrics
                 .pass_duration
@@ -143,6 +154,7 @@ impl Leadership<'_> {
                 expected
                     .next_due()
                     .map(|due| due.saturating_duration_since(now)),
+                mirror.as_ref().and_then(|m| m.until_due(now)),
             ]
             .into_iter()
             .flatten()
@@ -213,6 +225,37 @@ impl Leadership<'_> {
             others,
             leases: reservations.clone(),
             lease_namespace: args.lease_namespace.clone(),
+        })
+    }
+
+    /// With `--activity-interval` above 0, a watch of the agents' activity
+    /// ConfigMaps in the controller's namespace (in `watches`, so it ends
+    /// with the term), and the mirror that reads it. Nothing waits for its
+    /// list: activity only adds annotations.
+    fn watch_activity(&self, watches: &mut tokio::task::JoinSet<()>) -> Option<Mirroring> {
+        if self.args.activity_interval.is_zero() {
+            return None;
+        }
+        let changed = Arc::new(AtomicBool::new(true));
+        let noted = changed.clone();
+        let (store, task) = k8s::reflector::reflector_task(
+            Api::<ConfigMap>::namespaced(self.client.clone(), &self.args.lease_namespace),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                vocabulary::ACTIVITY,
+                vocabulary::ACTIVITY_FROM
+            )),
+            activity::keep_config_map,
+            "ConfigMap",
+            &self.changes,
+            &self.ctx.metrics.api_errors,
+            move |_| noted.store(true, Ordering::Relaxed),
+        );
+        watches.spawn(task);
+        Some(Mirroring {
+            store,
+            changed,
+            mirror: Mirror::new(self.args.activity_interval),
         })
     }
 

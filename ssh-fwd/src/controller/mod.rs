@@ -12,6 +12,7 @@
 //! reservations, which the webhook and the leader both make, are
 //! `reservation`.
 
+mod activity;
 mod api_error;
 mod apply;
 mod args;

@@ -27,6 +27,8 @@ const ANNOTATIONS: &[&str] = &[
     vocabulary::RESERVATION,
     vocabulary::ADMISSION,
     vocabulary::KEYS_SECRET,
+    vocabulary::LAST_ACTIVITY,
+    vocabulary::SSH_CONNECTIONS,
 ];
 
 /// What the controller keeps of a pod. It is read and written as a pod's

@@ -11,6 +11,7 @@
 //! evicted), and every walk of any table is a batch walk ([`batch`]),
 //! which ends whatever the kernel removes meanwhile.
 
+pub mod activity;
 mod table;
 mod take;
 
@@ -72,6 +73,16 @@ pub struct Swept {
     pub most_per_source: u64,
     /// Backends whose older connections may still be picked up.
     pub legacy_backends: u64,
+}
+
+/// What one sweep did and found.
+#[derive(Clone, Debug, Default)]
+pub struct Sweep {
+    pub swept: Swept,
+    /// What it removed, for the connection log.
+    pub gone: Vec<Gone>,
+    /// Each frontend's connections, for activity.
+    pub activity: activity::Tallies,
 }
 
 /// A connection the sweep removed, for the connection log.
@@ -217,12 +228,14 @@ impl ConnTables {
     /// the walk is not disturbed; an entry the kernel removed, refreshed or
     /// replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
-        self.sweep_logged(now, t).0
+        self.sweep_all(now, t).swept
     }
 
     /// [`ConnTables::sweep`], returning too what it removed, with each
-    /// connection's traffic (taken out of [`CONN_STATS`]).
-    pub fn sweep_logged(&mut self, now: u64, t: &Timeouts) -> (Swept, Vec<Gone>) {
+    /// connection's traffic (taken out of [`CONN_STATS`]), and each
+    /// frontend's connections as the walk found them ([`activity`]): one
+    /// walk serves all.
+    pub fn sweep_all(&mut self, now: u64, t: &Timeouts) -> Sweep {
         let limits = table::Limits {
             idle: nanos(t.idle),
             close: nanos(t.close),
@@ -250,7 +263,11 @@ impl ConnTables {
             most_per_source: counts.per_source.values().copied().max().unwrap_or(0),
             legacy_backends: self.sweep_legacy(now),
         };
-        (swept, gone)
+        Sweep {
+            swept,
+            gone,
+            activity: counts.activity,
+        }
     }
 
     /// Removes the traffic counts of connections that are gone by another
@@ -325,6 +342,13 @@ impl ConnTables {
             .into_iter()
             .map(|(k, c)| Entry::Claimed(k, c));
         conns.chain(halves).chain(claims).collect()
+    }
+
+    /// Each frontend's connections now, without removing anything (for
+    /// `ssh-fwd list`, which runs beside the agent's sweep).
+    pub fn tallies(&self) -> activity::Tallies {
+        let conns = Table::entries(&self.conns);
+        activity::aggregate(conns.iter().map(|(_, c)| c))
     }
 
     /// What each client address holds, as [`SOURCES`] says now.

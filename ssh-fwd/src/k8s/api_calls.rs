@@ -40,6 +40,16 @@ pub const AGENT: &[ApiCall] = &[
         verbs: &["get", "create"],
         own_namespace: true,
     },
+    // The node's SSH activity, one ConfigMap per node in its own namespace
+    // (`agent::activity::publish`), read when not known, created if absent.
+    ApiCall {
+        group: "",
+        resource: "configmaps",
+        verbs: &["get", "create", "patch"],
+        own_namespace: true,
+    },
+    // Its node's uid, to make that ConfigMap the node's.
+    call("", "nodes", &["get"]),
 ];
 
 /// The controller (`controller::*`).
@@ -89,6 +99,14 @@ pub const CONTROLLER: &[ApiCall] = &[
         "mutatingwebhookconfigurations",
         &["get", "update"],
     ),
+    // The agents' activity ConfigMaps, mirrored onto pods
+    // (`controller::activity`).
+    ApiCall {
+        group: "",
+        resource: "configmaps",
+        verbs: &["list", "watch"],
+        own_namespace: true,
+    },
     // Its own pod, for the image of the install-keys containers.
     ApiCall {
         group: "",

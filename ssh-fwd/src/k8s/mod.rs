@@ -2,6 +2,7 @@
 //! client, reflectors, the rule that decides which Service owns a port, and
 //! the list of every API call made (which the RBAC in deploy/ must grant).
 
+pub mod activity;
 pub mod answer;
 pub mod api_calls;
 pub mod client;

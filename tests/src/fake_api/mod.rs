@@ -47,25 +47,30 @@ pub enum Kind {
     Lease,
     Event,
     Secret,
+    ConfigMap,
     /// Cluster-scoped: stored under the namespace "".
     MutatingWebhookConfiguration,
+    /// Cluster-scoped.
+    Node,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 9] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Pod,
         Kind::Lease,
         Kind::Event,
         Kind::Secret,
+        Kind::ConfigMap,
         Kind::MutatingWebhookConfiguration,
+        Kind::Node,
     ];
 
     /// The API group ("" for the core group).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Pod | Kind::Secret => "",
+            Kind::Service | Kind::Pod | Kind::Secret | Kind::ConfigMap | Kind::Node => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Lease => "coordination.k8s.io",
             Kind::Event => "events.k8s.io",
@@ -81,7 +86,9 @@ impl Kind {
             Kind::Lease => "leases",
             Kind::Event => "events",
             Kind::Secret => "secrets",
+            Kind::ConfigMap => "configmaps",
             Kind::MutatingWebhookConfiguration => "mutatingwebhookconfigurations",
+            Kind::Node => "nodes",
         }
     }
 
@@ -106,7 +113,9 @@ impl Kind {
             Kind::Lease => "LeaseList",
             Kind::Event => "EventList",
             Kind::Secret => "SecretList",
+            Kind::ConfigMap => "ConfigMapList",
             Kind::MutatingWebhookConfiguration => "MutatingWebhookConfigurationList",
+            Kind::Node => "NodeList",
         }
     }
 

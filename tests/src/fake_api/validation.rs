@@ -20,6 +20,7 @@ pub fn on_create(kind: Kind, object: &Value) -> Result<(), ApiError> {
         Kind::Pod => [dns_subdomain(name), pod(object)].concat(),
         Kind::Lease => dns_subdomain(name),
         Kind::Service => dns_label_1035(name),
+        Kind::ConfigMap => [dns_subdomain(name), config_map(object)].concat(),
         _ => Vec::new(),
     };
     if causes.is_empty() {
@@ -45,7 +46,9 @@ fn shown(kind: Kind) -> String {
         Kind::Lease => "Lease",
         Kind::Event => "Event",
         Kind::Secret => "Secret",
+        Kind::ConfigMap => "ConfigMap",
         Kind::MutatingWebhookConfiguration => "MutatingWebhookConfiguration",
+        Kind::Node => "Node",
     };
     match kind.group() {
         "" => name.to_owned(),
@@ -85,6 +88,30 @@ fn dns_subdomain(name: &str) -> Vec<String> {
         ));
     }
     causes
+}
+
+/// A ConfigMap's `data` keys: each `[-._a-zA-Z0-9]+`, at most 253
+/// characters (`IsConfigMapKey`).
+fn config_map(object: &Value) -> Vec<String> {
+    let Some(data) = object["data"].as_object() else {
+        return Vec::new();
+    };
+    data.keys()
+        .filter(|key| {
+            key.is_empty()
+                || key.len() > 253
+                || !key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        })
+        .map(|key| {
+            format!(
+                "data[{key}]: Invalid value: {key:?}: a valid config key must consist of \
+                 alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or \
+                 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+            )
+        })
+        .collect()
 }
 
 /// `metadata.name` as a Service needs it: an RFC 1035 label (a letter

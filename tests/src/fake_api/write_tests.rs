@@ -238,3 +238,65 @@ fn an_event_whose_note_is_over_1024_bytes_is_invalid() {
         "Event.events.k8s.io \"job-1.2\" is invalid: note: Invalid value: \"\": can have at most 1024 characters"
     );
 }
+
+#[test]
+fn config_maps_refuse_keys_kubernetes_refuses_and_go_with_the_node_that_owns_them() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.apply(
+        Kind::Node,
+        json!({"metadata": {"name": "n1", "uid": "node-1"}}),
+    );
+    let path = "/api/v1/namespaces/ssh-fwd/configmaps";
+    let cm = |key: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "ssh-fwd-activity-n1",
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+                                                 "name": "n1", "uid": "node-1"}]},
+               "data": {key: "{}"}})
+    };
+    let (code, status) = send(
+        &api,
+        "POST",
+        path,
+        "application/json",
+        &cm("198.18.0.10:8022"),
+    );
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["reason"], "Invalid");
+    let (code, created) = send(
+        &api,
+        "POST",
+        path,
+        "application/json",
+        &cm("198.18.0.10_8022"),
+    );
+    assert_eq!(code, 201, "{created}");
+    // A merge patch's null removes a key (RFC 7386).
+    let patch = json!({"data": {"198.18.0.10_8022": null, "198.18.0.10_8023": "{}"}});
+    let (code, patched) = send(
+        &api,
+        "PATCH",
+        &format!("{path}/ssh-fwd-activity-n1"),
+        MERGE,
+        &patch,
+    );
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["data"], json!({"198.18.0.10_8023": "{}"}));
+    let (code, node) = send(
+        &api,
+        "GET",
+        "/api/v1/nodes/n1",
+        "application/json",
+        &Value::Null,
+    );
+    assert_eq!(
+        (code, &node["metadata"]["uid"]),
+        (200, &json!("node-1")),
+        "{node}"
+    );
+    api.delete(Kind::Node, "", "n1");
+    assert!(
+        api.get(Kind::ConfigMap, "ssh-fwd", "ssh-fwd-activity-n1")
+            .is_none()
+    );
+}

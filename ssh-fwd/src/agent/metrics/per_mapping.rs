@@ -2,18 +2,24 @@
 //! mapping and direction, from a read of every mapping's entries and
 //! counters. At 16,384 mappings that is 65,536 samples and some 50,000 map
 //! reads, far more than a scrape may take, so they are rendered off the
-//! scrape's path (`telemetry::snapshot`).
+//! scrape's path (`telemetry::snapshot`). With them, each mapping's open
+//! connections and last packet, as the agent's sweeps found them
+//! ([`Board`]).
+
+use std::{collections::BTreeMap, time::SystemTime};
 
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric as _},
-    metrics::{MetricType, counter::ConstCounter},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
     registry::Registry,
 };
-use ssh_fwd_common::maps::MappingCounters;
+use ssh_fwd_common::maps::{Endpoint, MappingCounters};
 
 use crate::{
+    agent::activity::Board,
     datapath::{
+        conntrack::activity::Activity,
         maps::{Maps, show},
         pins::PinLayout,
         stats::{self, MappingStats},
@@ -24,17 +30,19 @@ use crate::{
 /// The families as OpenMetrics text; `None` when the pinned maps cannot
 /// be read now (`ssh_fwd_datapath_readable` says so), and the last
 /// rendering stays.
-pub fn render(layout: &PinLayout) -> Option<String> {
+pub fn render(layout: &PinLayout, board: &Board) -> Option<String> {
     let maps = Maps::open_pinned(layout).ok()?;
     let rows = stats::mappings(&maps).ok()?;
+    let activity = board.snapshot().unwrap_or_default();
     let mut registry = Registry::with_prefix("ssh_fwd");
-    registry.register_collector(Box::new(PerMapping { rows }));
+    registry.register_collector(Box::new(PerMapping { rows, activity }));
     Some(metrics::families(&registry))
 }
 
 #[derive(Debug)]
 struct PerMapping {
     rows: Vec<MappingStats>,
+    activity: BTreeMap<Endpoint, Activity>,
 }
 
 impl Collector for PerMapping {
@@ -85,8 +93,57 @@ impl Collector for PerMapping {
              on the node that received them.",
             &self.rows,
             |r| r.conns.syn_limited,
-        )
+        )?;
+        self.activity(&mut encoder)
     }
+}
+
+impl PerMapping {
+    /// Open connections and the last packet, from the sweeps: a gauge each.
+    fn activity(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let of = |row: &MappingStats| self.activity.get(&row.frontend);
+        let mut family = encoder.encode_descriptor(
+            "mapping_open_connections",
+            "Connections per mapping open on this node (the pod's), as of the agent's last \
+             connection sweep; in-cluster clients the hairpin programs translate are not \
+             tracked, so not counted.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for row in &self.rows {
+            let open = of(row).map_or(0, |a| a.open);
+            ConstGauge::new(i64::try_from(open).unwrap_or(i64::MAX))
+                .encode(family.encode_family(&labels(row))?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "mapping_last_activity_timestamp_seconds",
+            "When a connection of the mapping last carried a packet on this node, to the \
+             second, as of the agent's last connection sweep (Unix seconds); absent until \
+             one has since the agent started.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for row in &self.rows {
+            let Some(last) = of(row).and_then(|a| a.last) else {
+                continue;
+            };
+            let seconds = last
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            ConstGauge::new(i64::try_from(seconds).unwrap_or(i64::MAX))
+                .encode(family.encode_family(&labels(row))?)?;
+        }
+        Ok(())
+    }
+}
+
+/// A mapping's labels.
+fn labels(row: &MappingStats) -> [(&'static str, String); 3] {
+    [
+        ("mapping", row.name.clone()),
+        ("frontend", show(&row.frontend)),
+        ("backend", show(&row.backend)),
+    ]
 }
 
 /// One counter family with a sample per mapping.
@@ -99,12 +156,7 @@ fn connections(
 ) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     for row in rows {
-        let labels = [
-            ("mapping", row.name.clone()),
-            ("frontend", show(&row.frontend)),
-            ("backend", show(&row.backend)),
-        ];
-        ConstCounter::new(pick(row)).encode(family.encode_family(&labels)?)?;
+        ConstCounter::new(pick(row)).encode(family.encode_family(&labels(row))?)?;
     }
     Ok(())
 }

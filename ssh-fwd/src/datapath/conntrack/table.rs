@@ -11,6 +11,8 @@ use ssh_fwd_common::{
     maps::{Claim, ClaimKey, Conn, ConnKey, Endpoint, HalfOpen, HalfOpenKey},
 };
 
+use super::activity::{Tallies, tally};
+
 /// One connection table, as the removals use it.
 pub trait Table<K, V> {
     /// Every entry, as the walk finds them.
@@ -38,6 +40,9 @@ pub struct Counts {
     pub per_source: BTreeMap<u32, u64>,
     /// What was removed, as removed, and why.
     pub ended: Vec<(ConnKey, Conn, Expiry)>,
+    /// Each frontend's connections: open ones left, and the last packet
+    /// of every entry walked, removed ones too.
+    pub activity: Tallies,
 }
 
 /// How long entries may stay, in nanoseconds of the kernel's clock.
@@ -53,6 +58,7 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
     let mut counts = Counts::default();
     for (key, seen) in conns.entries() {
         let Some(why) = expiry(&seen, now, limits.idle, limits.close) else {
+            tally(&mut counts.activity, &seen, !closing(&seen));
             if !closing(&seen) {
                 *counts.per_source.entry(key.client_addr).or_default() += 1;
             }
@@ -63,7 +69,13 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
             c.created_ns == seen.created_ns
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
-        let Some(removed) = remove_if(conns, &key, still) else {
+        let removed = remove_if(conns, &key, still);
+        tally(
+            &mut counts.activity,
+            &seen,
+            removed.is_none() && !closing(&seen),
+        );
+        let Some(removed) = removed else {
             *counts.per_source.entry(key.client_addr).or_default() += 1;
             counts.conns += 1;
             continue;
@@ -272,6 +284,20 @@ mod tests {
         );
         assert!(!conns.entries.contains_key(&key()));
         assert!(conns.entries.contains_key(&closing));
+        // Two open (the one quiet for 8 h too); the last packet the
+        // latest of all four, the removed and the closing ones included.
+        let t = counts.activity[&frontend(8022)];
+        assert_eq!((t.open, t.last_seen_ns), (2, now - SECOND));
+    }
+
+    #[test]
+    fn the_sweep_tallies_the_last_packet_of_an_entry_it_removes() {
+        let now = 100 * 3_600 * SECOND;
+        let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!(counts.closed, 1);
+        let t = counts.activity[&frontend(8022)];
+        assert_eq!((t.open, t.last_seen_ns), (0, now - 11 * SECOND));
     }
 
     #[test]
