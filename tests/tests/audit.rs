@@ -188,6 +188,29 @@ fn a_connection_the_client_resets_is_logged_as_reset() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_session_its_mapping_removal_ends_is_logged_under_the_mappings_name() {
+    privilege::require();
+    let bed = bed(&["--conn-log", "all"]);
+    let mut session = common::Session::open(&bed.ssh(), bed.client(), 8023).unwrap();
+    session.echo("before").unwrap();
+    // The file without `open`: its connections are purged.
+    let text = format!(
+        "mappings:\n- {{name: guarded, frontend: {GUARDED}, backend: {BACKEND}, allow: [{CLIENT_IP}/32]}}\n"
+    );
+    let staged = bed.mappings.with_extension("new");
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, &bed.mappings).unwrap();
+    let all = wait_for(&bed.agents[0], "closed", 1, Duration::from_secs(15));
+    let closed = of_event(&all, "closed");
+    assert_eq!(closed.len(), 1, "{all:#?}");
+    assert_eq!(closed[0]["ended"], "mapping_removed");
+    assert_eq!(closed[0]["mapping"], "open", "named as it was");
+    assert!(closed[0]["bytes_in"].as_u64().unwrap() > 0, "{}", closed[0]);
+    drop(session);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn by_default_only_accepted_connections_are_logged() {
     privilege::require();
     let bed = bed(&[]);

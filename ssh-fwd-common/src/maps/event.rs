@@ -44,6 +44,9 @@ pub enum Ended {
     /// The client opened a new connection from the same port once this one
     /// had closed (the kernel replaced it).
     Reused = 4,
+    /// Its mapping was removed or moved to another backend (the agent
+    /// removed it: the backend's address may go to another pod).
+    Retired = 5,
 }
 
 impl Ended {
@@ -53,6 +56,7 @@ impl Ended {
             2 => Some(Self::Reset),
             3 => Some(Self::Idle),
             4 => Some(Self::Reused),
+            5 => Some(Self::Retired),
             _ => None,
         }
     }
@@ -63,6 +67,7 @@ impl Ended {
             Self::Reset => "reset",
             Self::Idle => "idle",
             Self::Reused => "reused",
+            Self::Retired => "mapping_removed",
         }
     }
 }

@@ -17,10 +17,7 @@ use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
 };
-use ssh_fwd_common::{
-    conntrack::Expiry,
-    maps::{ConnEvent, ConnStats, Ended, Endpoint, EventKind},
-};
+use ssh_fwd_common::maps::{ConnEvent, ConnStats, Ended, Endpoint, EventKind};
 use tokio::sync::{mpsc, watch};
 
 use crate::datapath::{
@@ -112,7 +109,7 @@ impl Record {
         })
     }
 
-    /// A connection the sweep removed at `now_ns` (kernel clock).
+    /// A connection the agent removed at `now_ns` (kernel clock).
     pub fn from_gone(g: &Gone, now_ns: u64) -> Self {
         Self {
             what: What::closed,
@@ -120,10 +117,7 @@ impl Record {
             client: socket(g.key.client()),
             frontend: socket(g.conn.frontend),
             backend: socket(g.key.backend()),
-            ended: Some(match g.why {
-                Expiry::Closed => Ended::Fin,
-                Expiry::Idle => Ended::Idle,
-            }),
+            ended: Some(g.why),
             opened_ns: g.conn.created_ns,
             stats: g.stats,
         }
@@ -136,8 +130,9 @@ impl Record {
     }
 }
 
-/// The sweep's side: connections it removed, sent to the log without
-/// waiting (a full channel drops them, counted as unlogged).
+/// The agent's side: connections its sweep or its reconcile removed, sent
+/// to the log without waiting (a full channel drops them, counted as
+/// unlogged).
 #[derive(Clone)]
 pub struct ClosedSender {
     tx: Option<mpsc::Sender<Vec<Gone>>>,
@@ -193,9 +188,11 @@ async fn run(
     let mut log = Log {
         level,
         budget: Budget::new(rate, Instant::now()),
-        directory,
+        current: directory.borrow().clone(),
+        retired: Directory::new(),
         metrics,
     };
+    let mut directory = directory;
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut events = Vec::new();
@@ -218,6 +215,10 @@ async fn run(
                     log.write(&Record::from_gone(g, now));
                 }
             }
+            Ok(()) = directory.changed() => {
+                let next = directory.borrow_and_update().clone();
+                log.relabel(next);
+            }
             _ = report.tick() => {
                 let held = log.budget.take_held_back();
                 if held > 0 {
@@ -238,11 +239,39 @@ async fn run(
 struct Log {
     level: ConnLog,
     budget: Budget,
-    directory: watch::Receiver<Arc<Directory>>,
+    /// The names as the source has them now.
+    current: Arc<Directory>,
+    /// Names of frontends the source no longer has: the records of the
+    /// connections their removal ended come after it.
+    retired: Directory,
     metrics: AuditMetrics,
 }
 
+/// The most retired names kept; past it they are forgotten all at once.
+const MAX_RETIRED: usize = 65_536;
+
 impl Log {
+    fn relabel(&mut self, next: Arc<Directory>) {
+        for (frontend, label) in self.current.iter() {
+            if !next.contains_key(frontend) {
+                self.retired.insert(*frontend, label.clone());
+            }
+        }
+        self.retired
+            .retain(|frontend, _| !next.contains_key(frontend));
+        if self.retired.len() > MAX_RETIRED {
+            self.retired.clear();
+        }
+        self.current = next;
+    }
+
+    fn label(&self, frontend: &SocketAddrV4) -> Label {
+        (self.current.get(frontend))
+            .or_else(|| self.retired.get(frontend))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     fn write(&mut self, r: &Record) {
         let wanted = match r.what {
             What::accepted => self.level >= ConnLog::Accepted,
@@ -259,13 +288,7 @@ impl Log {
             self.metrics.unlogged.inc();
             return;
         }
-        let label = self
-            .directory
-            .borrow()
-            .get(&r.frontend)
-            .cloned()
-            .unwrap_or_default();
-        line(r, &label, wall_time(r.at_ns));
+        line(r, &self.label(&r.frontend), wall_time(r.at_ns));
     }
 }
 
@@ -344,6 +367,33 @@ mod tests {
         assert_eq!(Record::from_event(&unknown), None);
     }
 
+    fn label(name: &str) -> Label {
+        Label {
+            mapping: name.into(),
+            ..Label::default()
+        }
+    }
+
+    #[test]
+    fn a_removed_frontend_keeps_its_name_for_the_records_its_removal_ends() {
+        let front = |port| SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), port);
+        let mut log = Log {
+            level: ConnLog::All,
+            budget: Budget::new(1, Instant::now()),
+            current: Arc::new([(front(1), label("a")), (front(2), label("b"))].into()),
+            retired: Directory::new(),
+            metrics: AuditMetrics::default(),
+        };
+        log.relabel(Arc::new([(front(2), label("b"))].into()));
+        assert_eq!(&*log.label(&front(1)).mapping, "a", "retired");
+        assert_eq!(&*log.label(&front(2)).mapping, "b");
+        // The port comes back under another name: the new one.
+        log.relabel(Arc::new([(front(1), label("c"))].into()));
+        assert_eq!(&*log.label(&front(1)).mapping, "c");
+        assert_eq!(&*log.label(&front(2)).mapping, "b", "retired now");
+        assert_eq!(&*log.label(&front(3)).mapping, "", "never known");
+    }
+
     #[test]
     fn a_swept_connection_says_how_it_ended_and_how_long_it_lived() {
         let key = ConnKey::new(
@@ -364,7 +414,7 @@ mod tests {
         let g = Gone {
             key,
             conn,
-            why: Expiry::Idle,
+            why: Ended::Idle,
             stats: Some(stats),
         };
         let r = Record::from_gone(&g, 61_000_000_000);
@@ -373,7 +423,7 @@ mod tests {
         assert_eq!(r.stats, Some(stats));
         let fin = Record::from_gone(
             &Gone {
-                why: Expiry::Closed,
+                why: Ended::Fin,
                 ..g
             },
             61_000_000_000,

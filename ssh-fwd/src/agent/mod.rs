@@ -118,7 +118,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     };
     let publisher = activity::publish::spawn(&args, source.kube_client(), &board);
     let repair = PinRepair::new(metrics.pins_restored.clone());
-    let mut reconciler = Reconciler::new(metrics, &source.describe());
+    let mut reconciler = Reconciler::new(metrics, &source.describe(), closed.clone());
     let sweeps = sweep::Shared::default();
     let sweeper = tokio::spawn(sweep::run(
         layout.clone(),

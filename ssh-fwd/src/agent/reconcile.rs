@@ -12,7 +12,7 @@ use ssh_fwd_common::{
     outcome::Outcome,
 };
 
-use super::{metrics::AgentMetrics, source::Change, sweep};
+use super::{audit::ClosedSender, metrics::AgentMetrics, source::Change, sweep};
 use crate::{
     datapath::{
         Datapath,
@@ -40,10 +40,13 @@ pub struct Reconciler {
     /// What `ssh-fwd status` reads, rewritten after each reconcile and on
     /// every heartbeat.
     status: AgentStatus,
+    /// The connection log, told of the connections a retired mapping took
+    /// with it.
+    closed: ClosedSender,
 }
 
 impl Reconciler {
-    pub fn new(metrics: AgentMetrics, source: &str) -> Self {
+    pub fn new(metrics: AgentMetrics, source: &str, closed: ClosedSender) -> Self {
         let mut status = AgentStatus::EMPTY;
         status.started_ms = unix_ms(SystemTime::now());
         status.pid = u64::from(std::process::id());
@@ -53,6 +56,7 @@ impl Reconciler {
             cache: None,
             exact: false,
             status,
+            closed,
         }
     }
 
@@ -183,7 +187,7 @@ impl Reconciler {
             let done = match datapath.maps.apply(step) {
                 Ok(done) => done,
                 Err(e) => {
-                    remove_stale(datapath, desired);
+                    remove_stale(datapath, desired, &self.closed);
                     return Err(e);
                 }
             };
@@ -192,9 +196,11 @@ impl Reconciler {
             // Connections through retired frontends go: their backend
             // address may be given to another pod next, and their slot to
             // another mapping in the next step.
-            purged += datapath
+            let gone = datapath
                 .conns
                 .purge(&step.retired.iter().copied().collect());
+            purged += gone.len() as u64;
+            self.closed.send(gone);
         }
         self.keep(installed, after);
         datapath.maps.count(Outcome::ConnPurged, purged)?;
@@ -291,13 +297,15 @@ fn log_changes(installed: &Installed, desired: &MappingSet, steps: &[Plan]) {
 /// After a failed write: every installed mapping whose backend is not the
 /// desired one is removed, whatever else failed, so no frontend keeps
 /// pointing at an address Kubernetes may give to another pod.
-fn remove_stale(datapath: &mut Datapath, desired: &MappingSet) {
+fn remove_stale(datapath: &mut Datapath, desired: &MappingSet, closed: &ClosedSender) {
     let result = datapath.maps.read_installed().and_then(|installed| {
         let plan = plan::stale_removal(&installed, desired, datapath.maps.capacity());
         datapath.maps.apply(&plan)?;
-        datapath
-            .conns
-            .purge(&plan.retired.iter().copied().collect());
+        closed.send(
+            datapath
+                .conns
+                .purge(&plan.retired.iter().copied().collect()),
+        );
         Ok(plan.frontend_deletes.len())
     });
     match result {
@@ -356,7 +364,7 @@ mod tests {
         }));
         let planned = plan::plan_steps(&Installed::default(), &desired, MAX_MAPPINGS as usize);
         assert_eq!(planned.left_out.len(), 3);
-        let mut reconciler = Reconciler::new(AgentMetrics::new(), "test");
+        let mut reconciler = Reconciler::new(AgentMetrics::new(), "test", ClosedSender::none());
         reconciler.keep(
             Installed::default(),
             After::Whole(planned.tables, planned.left_out.len()),

@@ -28,8 +28,9 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::{Expiry, closing},
     maps::{
-        CLAIMS, CONN_STATS, CONNS, Claim, ClaimKey, Conn, ConnKey, ConnStats, Endpoint, HALF_OPEN,
-        HalfOpen, HalfOpenKey, LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES,
+        CLAIMS, CONN_STATS, CONNS, Claim, ClaimKey, Conn, ConnKey, ConnStats, Ended, Endpoint,
+        HALF_OPEN, HalfOpen, HalfOpenKey, LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget,
+        SOURCES,
     },
     outcome::Outcome,
 };
@@ -91,7 +92,7 @@ pub struct Gone {
     pub key: ConnKey,
     /// The entry as removed.
     pub conn: Conn,
-    pub why: Expiry,
+    pub why: Ended,
     /// Its traffic, if `--conn-log all` counted it.
     pub stats: Option<ConnStats>,
 }
@@ -246,10 +247,11 @@ impl ConnTables {
             .map(|(key, conn, why)| Gone {
                 key: *key,
                 conn: *conn,
-                why: *why,
-                stats: take::lookup_and_delete(self.stats.map(), key)
-                    .ok()
-                    .flatten(),
+                why: match why {
+                    Expiry::Closed => Ended::Fin,
+                    Expiry::Idle => Ended::Idle,
+                },
+                stats: self.take_stats(key),
             })
             .collect();
         self.forget_orphan_stats();
@@ -303,18 +305,33 @@ impl ConnTables {
         }
     }
 
-    /// Removes every entry opened through one of `frontends`; returns how
-    /// many established connections went.
-    pub fn purge(&mut self, frontends: &BTreeSet<Endpoint>) -> u64 {
+    /// Removes every entry opened through one of `frontends`; returns the
+    /// established connections that went, with their traffic.
+    pub fn purge(&mut self, frontends: &BTreeSet<Endpoint>) -> Vec<Gone> {
         if frontends.is_empty() {
-            return 0;
+            return Vec::new();
         }
-        table::purge(
+        let purged = table::purge(
             &mut self.conns,
             &mut self.half_open,
             &mut self.claims,
             frontends,
-        )
+        );
+        (purged.into_iter())
+            .map(|(key, conn)| Gone {
+                key,
+                conn,
+                why: Ended::Retired,
+                stats: self.take_stats(&key),
+            })
+            .collect()
+    }
+
+    /// The traffic counted for `key`, taken out of [`CONN_STATS`].
+    fn take_stats(&self, key: &ConnKey) -> Option<ConnStats> {
+        take::lookup_and_delete(self.stats.map(), key)
+            .ok()
+            .flatten()
     }
 
     /// How many entries each table holds at most (`--conn-table-size`,

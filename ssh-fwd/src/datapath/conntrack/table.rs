@@ -90,14 +90,14 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
 }
 
 /// Removes every entry opened through one of `frontends` (connections,
-/// SYNs not yet answered, claims not yet confirmed); returns how many
-/// connections went.
+/// SYNs not yet answered, claims not yet confirmed); returns the
+/// connections that went, as removed.
 pub fn purge(
     conns: &mut impl Table<ConnKey, Conn>,
     halves: &mut impl Table<HalfOpenKey, HalfOpen>,
     claims: &mut impl Table<ClaimKey, Claim>,
     frontends: &BTreeSet<Endpoint>,
-) -> u64 {
+) -> Vec<(ConnKey, Conn)> {
     let retired = |frontend: &Endpoint| frontends.contains(frontend);
     for (key, _) in halves
         .entries()
@@ -113,12 +113,12 @@ pub fn purge(
     {
         let _ = remove_if(claims, key, |c: &Claim| retired(&c.frontend));
     }
-    conns
-        .entries()
-        .iter()
+    (conns.entries().iter())
         .filter(|(_, c)| retired(&c.frontend))
-        .filter(|(key, _)| remove_if(conns, key, |c: &Conn| retired(&c.frontend)).is_some())
-        .count() as u64
+        .filter_map(|(key, _)| {
+            remove_if(conns, key, |c: &Conn| retired(&c.frontend)).map(|c| (*key, c))
+        })
+        .collect()
 }
 
 /// Removes the entry of `key` if it still `qualifies`, and returns it.
@@ -345,7 +345,7 @@ mod tests {
         halves.racing.push((half_key(), half(9022, 50)));
         let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
         claims.racing.push((claim_key(), claim(9022, 50)));
-        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), 0);
+        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), []);
         assert_eq!(conns.entries(), [(key(), fresh)]);
         assert_eq!(halves.entries(), [(half_key(), half(9022, 50))]);
         assert_eq!(claims.entries(), [(claim_key(), claim(9022, 50))]);
@@ -357,14 +357,17 @@ mod tests {
         let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
         assert_eq!(
             purge(&mut conns, &mut halves, &mut no_claims(), &retired),
-            0
+            []
         );
         assert_eq!(conns.entries(), [(key(), newest)]);
         // Without a race, the retired frontend's entries go.
         let mut conns = Fake::new(&[(key(), conn(8022, 0, 10))]);
         let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
         let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
-        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), 1);
+        assert_eq!(
+            purge(&mut conns, &mut halves, &mut claims, &retired),
+            [(key(), conn(8022, 0, 10))]
+        );
         assert!(conns.entries().is_empty() && halves.entries().is_empty());
         assert!(claims.entries().is_empty());
     }
