@@ -53,6 +53,8 @@ BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEAjNMUaDFSD61Y+qqVa5W8/f37BBNg\n\
 -----END CERTIFICATE-----\n\
 ";
 const PORT: u16 = 8123;
+/// The node the DaemonSet's pod runs on, as the kubelet would tell it.
+const NODE_NAME: &str = "node-1";
 
 fn manifest(file: &str) -> Value {
     let text = std::fs::read_to_string(Path::new(DEPLOY).join(file)).unwrap();
@@ -232,7 +234,14 @@ fn environment(c: &Value) -> BTreeMap<String, String> {
         }
     }
     for var in c["env"].as_array().into_iter().flatten() {
-        let value = var["value"].as_str().expect("env with a plain value");
+        let field = var["valueFrom"]["fieldRef"]["fieldPath"].as_str();
+        let value = match (var["value"].as_str(), field) {
+            (Some(value), _) => value,
+            // What the kubelet fills in from the pod it runs.
+            (None, Some("spec.nodeName")) => NODE_NAME,
+            (None, Some("metadata.namespace")) => "ssh-fwd",
+            _ => panic!("env {var}: a plain value or a pod field the test fills in"),
+        };
         env.insert(var["name"].as_str().unwrap().to_owned(), value.to_owned());
     }
     env.insert("IFACE".into(), EXT_IFACE.into());
