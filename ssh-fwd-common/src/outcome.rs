@@ -167,6 +167,17 @@ pub enum Outcome {
     /// agent is not draining it, or a flood outpaces it): the record is
     /// lost, the packet goes on.
     EventsLost = 51,
+    /// `--announce l2`: an ARP request for an SSH IP this node announces
+    /// on the interface it came in by was answered (the reply written over
+    /// it and sent back out there).
+    ArpAnswered = 52,
+    /// `--announce l2`: another MAC claimed an SSH IP this node announces
+    /// (its gratuitous ARP, or its answer to a request): another node
+    /// took it over, or two answer at once. Recorded in `ARP_HEARD`.
+    ArpHeard = 53,
+    /// `--announce l2`: an ARP request this node should answer could not
+    /// be (a VLAN tag the device took off, a helper failed): passed on.
+    ArpFailed = 54,
 }
 
 /// How an operator should read an outcome's counter.
@@ -213,7 +224,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 52;
+    pub const COUNT: u32 = 55;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -268,6 +279,9 @@ impl Outcome {
         Self::DeniedReset,
         Self::ResetFailed,
         Self::EventsLost,
+        Self::ArpAnswered,
+        Self::ArpHeard,
+        Self::ArpFailed,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -291,7 +305,8 @@ impl Outcome {
             | Self::IcmpTranslated
             | Self::OptionAdded
             | Self::LegacyReply
-            | Self::BigTcp => Class::Forwarded,
+            | Self::BigTcp
+            | Self::ArpAnswered => Class::Forwarded,
             Self::PassNotIpv4
             | Self::PassNotTcp
             | Self::PassFragment
@@ -333,7 +348,9 @@ impl Outcome {
             | Self::SynLimited
             | Self::DeniedReset
             | Self::ResetFailed
-            | Self::EventsLost => Class::Problem,
+            | Self::EventsLost
+            | Self::ArpHeard
+            | Self::ArpFailed => Class::Problem,
         }
     }
 
@@ -392,6 +409,9 @@ impl Outcome {
             Self::DeniedReset => "denied_reset",
             Self::ResetFailed => "reset_failed",
             Self::EventsLost => "events_lost",
+            Self::ArpAnswered => "arp_answered",
+            Self::ArpHeard => "arp_heard",
+            Self::ArpFailed => "arp_failed",
         }
     }
 }

@@ -9,11 +9,11 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, AllowData, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, ClaimKey, Conn,
-        ConnKey, ConnStats, Endpoint, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey,
-        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
-        MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
-        SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        ANNOUNCE_CAPACITY, AgentStatus, AllowData, Announce, AnnounceKey, Bucket, CONN_CAPACITY,
+        CONN_EVENTS_BYTES, Claim, ClaimKey, Conn, ConnKey, ConnStats, Endpoint, Guard,
+        HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey, Heard, LEGACY_CONN_CAPACITY, LoadedSettings,
+        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
+        MappingName, NatTarget, OWNERS_CAPACITY, Owner, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -145,3 +145,13 @@ pub static CONN_EVENTS: RingBuf = RingBuf::pinned(CONN_EVENTS_BYTES, 0);
 /// preallocated: empty costs nothing.
 #[map(name = "CONN_STATS")]
 pub static CONN_STATS: HashMap<ConnKey, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+/// `(interface, SSH IP)` -> the MAC ARP requests for it are answered with
+/// (`--announce l2`). Written by the agent.
+#[map(name = "ANNOUNCE")]
+pub static ANNOUNCE: HashMap<AnnounceKey, Announce> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// SSH IP -> the last other MAC heard claiming it, and when. Written here,
+/// read by the agent.
+#[map(name = "ARP_HEARD")]
+pub static ARP_HEARD: HashMap<u32, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);

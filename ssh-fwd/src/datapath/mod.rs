@@ -11,10 +11,12 @@
 //!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+pub mod announce;
 mod batch;
 pub mod cgroup;
 pub mod conntrack;
 pub mod events;
+pub mod garp;
 pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
