@@ -19,6 +19,7 @@ pub mod leftovers;
 pub mod netns;
 pub mod privilege;
 pub mod prometheus;
+pub mod segment;
 pub mod ssh;
 pub mod topology;
 

@@ -9,6 +9,7 @@
 //! interfaces when links change and reading the node's addresses when they
 //! change. One task owns the data path, so nothing needs a lock.
 
+pub mod announce;
 mod args;
 pub mod audit;
 mod cross_node_key;
@@ -60,6 +61,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.hairpin != datapath::hairpin::HairpinMode::Off,
     ));
     let mut source = Source::open(&args, &metrics).await?;
+    let garp_socket = announce::prepare(&args.announce, &args.ssh_ips).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
@@ -113,6 +115,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             metrics.audit.clone(),
         ),
     };
+    if let Some(socket) = garp_socket {
+        tokio::spawn(announce_l2(
+            &args,
+            &layout,
+            socket,
+            metrics.announce.clone(),
+        ));
+    }
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
@@ -139,6 +149,31 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
     );
     result
+}
+
+/// `--announce l2`'s task; an error stops announcing changes, not the agent.
+fn announce_l2(
+    args: &AgentArgs,
+    layout: &PinLayout,
+    socket: datapath::garp::GarpSocket,
+    metrics: announce::AnnounceMetrics,
+) -> impl Future<Output = ()> + use<> {
+    let task = announce::run(
+        layout.clone(),
+        args.ssh_ips.clone(),
+        args.ifaces.clone(),
+        args.announce.announce_garp_interval,
+        socket,
+        metrics,
+    );
+    async move {
+        if let Err(e) = task.await {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "announcing stopped; the data path keeps answering ARP as it last was told"
+            );
+        }
+    }
 }
 
 /// The loop: until SIGTERM or SIGINT, apply every change of the source,
