@@ -10,6 +10,8 @@
 //! forwarding.
 
 mod garps;
+pub mod leases;
+mod owner;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -25,13 +27,13 @@ use prometheus_client::{
 };
 use ssh_fwd_common::maps::AnnounceKey;
 use tokio::{
-    sync::mpsc,
+    sync::{mpsc, watch},
     time::{MissedTickBehavior, interval},
 };
 
 pub use garps::Garps;
 
-use super::args::{AnnounceArgs, AnnounceMode};
+use super::args::{AgentArgs, AnnounceArgs, AnnounceMode};
 use crate::datapath::{
     announce::{AnnounceMap, Desired, mac_text},
     garp::GarpSocket,
@@ -52,6 +54,10 @@ pub struct AnnounceMetrics {
     pub since: Family<SshIpLabel, Gauge>,
     pub garps_sent: Counter,
     pub garp_errors: Counter,
+    /// Kubernetes mode: SSH IPs this node took over.
+    pub takeovers: Counter,
+    /// Kubernetes mode: Lease writes and watches that failed.
+    pub lease_errors: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -80,6 +86,16 @@ impl AnnounceMetrics {
             "garp_errors",
             "Gratuitous ARP replies the kernel refused to send",
             self.garp_errors.clone(),
+        );
+        r.register(
+            "announce_takeovers",
+            "SSH IPs this node took over: their Lease taken, answering ARP from then on (--announce l2 with --kubernetes)",
+            self.takeovers.clone(),
+        );
+        r.register(
+            "announce_lease_errors",
+            "Failed writes and watches of the SSH IPs' Leases (each retried; a holder keeps answering meanwhile)",
+            self.lease_errors.clone(),
         );
     }
 }
@@ -148,6 +164,92 @@ pub fn desired(ssh_ips: &[Ipv4Addr], external: &BTreeSet<String>, links: &[Link]
                 .map(move |ip| (AnnounceKey::new(index, *ip), mac))
         })
         .collect()
+}
+
+/// The running task, and how to stop it.
+pub struct Handle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    within: Duration,
+}
+
+impl Handle {
+    /// Tells the task the agent is exiting and waits for it to hand over
+    /// (Kubernetes mode; in file mode the data path keeps answering).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(self.within, self.task).await;
+    }
+}
+
+/// Starts `--announce l2`'s task, if asked for: in Kubernetes mode (a
+/// `client`) ownership by Lease, else unconditional. `ready`: the agent
+/// has attached and synced. An error stops announcing changes, never the
+/// agent: the data path keeps answering as it was last told.
+pub fn spawn(
+    args: &AgentArgs,
+    layout: &PinLayout,
+    socket: Option<GarpSocket>,
+    client: Option<kube::Client>,
+    metrics: AnnounceMetrics,
+    ready: impl Fn() -> bool + Send + 'static,
+) -> Option<Handle> {
+    let socket = socket?;
+    let (stop, stopped) = watch::channel(false);
+    let a = &args.announce;
+    let layout = layout.clone();
+    let task: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> = match client {
+        Some(client) => Box::pin(leases::run(
+            layout,
+            leases::Settings {
+                ssh_ips: args.ssh_ips.clone(),
+                external: args.ifaces.iter().cloned().collect(),
+                duration: a.announce_lease_duration,
+                renew: a.announce_renew,
+                namespace: a.lease_namespace.clone(),
+                me: identity(a.node_name.as_deref()),
+                garp_interval: a.announce_garp_interval,
+            },
+            client,
+            socket,
+            metrics,
+            ready,
+            stopped,
+        )),
+        None => Box::pin(run(
+            layout,
+            args.ssh_ips.clone(),
+            args.ifaces.clone(),
+            a.announce_garp_interval,
+            socket,
+            metrics,
+        )),
+    };
+    let task = tokio::spawn(async move {
+        if let Err(e) = task.await {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "announcing stopped; the data path keeps answering ARP as it was last told"
+            );
+        }
+    });
+    Some(Handle {
+        stop,
+        task,
+        within: a.announce_lease_duration + a.announce_renew * 2,
+    })
+}
+
+/// This node's name in the Leases: `--node-name`, else the host name.
+fn identity(node_name: Option<&str>) -> String {
+    node_name.map_or_else(
+        || {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "unknown-node".into())
+        },
+        str::to_owned,
+    )
 }
 
 /// The task: keeps `ANNOUNCE` equal to [`desired`] as interfaces come and

@@ -115,14 +115,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             metrics.audit.clone(),
         ),
     };
-    if let Some(socket) = garp_socket {
-        tokio::spawn(announce_l2(
-            &args,
-            &layout,
-            socket,
-            metrics.announce.clone(),
-        ));
-    }
+    let ready = metrics.clone();
+    let announcer = announce::spawn(
+        &args,
+        &layout,
+        garp_socket,
+        source.kube_client(),
+        metrics.announce.clone(),
+        move || ready.is_ready(),
+    );
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe());
     let sweeps = sweep::Shared::default();
@@ -144,36 +145,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     )
     .await;
     sweeper.abort();
+    if let Some(announcer) = announcer {
+        announcer.stop().await;
+    }
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"
     );
     result
-}
-
-/// `--announce l2`'s task; an error stops announcing changes, not the agent.
-fn announce_l2(
-    args: &AgentArgs,
-    layout: &PinLayout,
-    socket: datapath::garp::GarpSocket,
-    metrics: announce::AnnounceMetrics,
-) -> impl Future<Output = ()> + use<> {
-    let task = announce::run(
-        layout.clone(),
-        args.ssh_ips.clone(),
-        args.ifaces.clone(),
-        args.announce.announce_garp_interval,
-        socket,
-        metrics,
-    );
-    async move {
-        if let Err(e) = task.await {
-            tracing::error!(
-                error = format!("{e:#}"),
-                "announcing stopped; the data path keeps answering ARP as it last was told"
-            );
-        }
-    }
 }
 
 /// The loop: until SIGTERM or SIGINT, apply every change of the source,

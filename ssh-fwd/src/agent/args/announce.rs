@@ -32,6 +32,34 @@ pub struct AnnounceArgs {
     /// default: a gratuitous ARP goes out only when announcing starts.
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
     pub announce_garp_interval: Option<Duration>,
+
+    /// With --kubernetes and `--announce l2`: one node answers for each SSH
+    /// IP, the holder of its Lease. A holder that does not renew for this
+    /// long loses it to another ready node. Whole seconds (a Lease counts
+    /// in seconds). Failover takes about this long.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
+    pub announce_lease_duration: Duration,
+
+    /// How often the holder renews an SSH IP's Lease; each renewal is
+    /// given up after this long. At most a third of
+    /// --announce-lease-duration, so a holder gets three tries.
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = crate::args::duration)]
+    pub announce_renew: Duration,
+
+    /// Namespace of the SSH IPs' Leases (default: this pod's namespace
+    /// from POD_NAMESPACE, else ssh-fwd).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "POD_NAMESPACE",
+        default_value = "ssh-fwd"
+    )]
+    pub lease_namespace: String,
+
+    /// This node's name in the SSH IPs' Leases (default: NODE_NAME, else
+    /// the host name).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
 }
 
 /// The checks that need more than one flag, each refusal naming the fix.
@@ -56,6 +84,28 @@ pub fn check(args: &AnnounceArgs, ssh_ips: &[std::net::Ipv4Addr]) -> Result<(), 
         return Err(format!(
             "--announce-garp-interval {}: use 1s or more (a switch's table ages out in minutes)",
             humantime::format_duration(every)
+        ));
+    }
+    lease_timing(args.announce_lease_duration, args.announce_renew)
+}
+
+/// `--announce-lease-duration` and `--announce-renew` against each other.
+fn lease_timing(duration: Duration, renew: Duration) -> Result<(), String> {
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    if duration < Duration::from_secs(1) || duration.subsec_nanos() != 0 {
+        return Err(format!(
+            "--announce-lease-duration {}: use whole seconds, 1s or more (a Lease counts in \
+             seconds)",
+            show(duration)
+        ));
+    }
+    if renew < Duration::from_millis(100) || renew * 3 > duration {
+        return Err(format!(
+            "--announce-renew {} with --announce-lease-duration {}: renew at least every \
+             third of the Lease ({} or less) and not under 100ms, or lengthen the Lease",
+            show(renew),
+            show(duration),
+            show(duration / 3)
         ));
     }
     Ok(())
@@ -88,6 +138,29 @@ mod tests {
         assert!(e.contains("add --ssh-ip"), "{e}");
         assert_eq!(
             checked(&["--announce", "l2", "--ssh-ip", "198.18.0.10"]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn lease_timings_that_cannot_work_are_refused_with_the_fix() {
+        let l2 = ["--announce", "l2", "--ssh-ip", "198.18.0.10"];
+        let args = parse(FILE.into_iter().chain(l2)).unwrap();
+        assert_eq!(
+            args.announce.announce_lease_duration,
+            Duration::from_secs(2)
+        );
+        assert_eq!(args.announce.announce_renew, Duration::from_millis(500));
+        let with = |extra: &[&str]| checked(&[&l2[..], extra].concat());
+        assert_eq!(with(&["--announce-renew", "600ms"]), Ok(()));
+        let slow = with(&["--announce-renew", "1s"]).unwrap_err();
+        assert!(slow.contains("every third of the Lease (666ms"), "{slow}");
+        let part = with(&["--announce-lease-duration", "1500ms"]).unwrap_err();
+        assert!(part.contains("use whole seconds"), "{part}");
+        let fast = with(&["--announce-renew", "10ms"]).unwrap_err();
+        assert!(fast.contains("not under 100ms"), "{fast}");
+        assert_eq!(
+            with(&["--announce-lease-duration", "15s", "--announce-renew", "5s"]),
             Ok(())
         );
     }
