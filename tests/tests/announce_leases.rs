@@ -88,7 +88,16 @@ impl Bed {
         let dir = tempfile::tempdir().unwrap();
         let args = (0..2)
             .map(|n| {
-                let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
+                // Each node its own token, so one can be cut off alone.
+                let kubeconfig = dir.path().join(format!("kubeconfig-{n}"));
+                std::fs::write(&kubeconfig, api.kubeconfig_as(&format!("node{n}"))).unwrap();
+                let mut args: Vec<String> = vec![
+                    "--kubernetes".into(),
+                    "--kubeconfig".into(),
+                    kubeconfig.display().to_string(),
+                    "--ssh-ip".into(),
+                    EXTERNAL_IP.into(),
+                ];
                 args.extend(
                     [
                         "--announce",
@@ -408,4 +417,100 @@ fn an_owner_whose_external_interface_goes_down_loses_the_ssh_ip() {
         .unwrap()
         .wait_for_log("gave the SSH IP up", Duration::from_secs(5))
         .unwrap();
+}
+
+/// The MACs answering `count` ARP requests, which must all be `mac`.
+fn only(bed: &Bed, mac: &str, count: u32) -> Result<(), Vec<String>> {
+    let answers = bed.seg.arping(EXTERNAL_IP, count).unwrap();
+    if !answers.is_empty() && answers.iter().all(|m| m == mac) {
+        Ok(())
+    } else {
+        Err(answers)
+    }
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_the_api_stalled_for_everyone_the_owner_keeps_answering_and_logins_land() {
+    privilege::require();
+    let mut bed = Bed::new();
+    bed.start(0)
+        .wait_for_log("took the SSH IP over", Duration::from_secs(10))
+        .unwrap();
+    bed.start(1);
+    let mac0 = bed.mac(0);
+    let ssh = bed.seg.ssh();
+    bed.api.stall();
+    let stalled = Instant::now();
+    let mut rounds = 0;
+    while stalled.elapsed() < Duration::from_secs(60) {
+        rounds += 1;
+        let host = ssh.run(&bed.seg.client, EXTERNAL_IP, ON_NODE1, "hostname");
+        assert_eq!(
+            host.unwrap(),
+            "pod-2",
+            "login {rounds}, {:?} into the outage",
+            stalled.elapsed()
+        );
+        only(&bed, &mac0, 2).unwrap_or_else(|answers| {
+            panic!(
+                "{:?} into the outage, not only node 0 ({mac0}): {answers:?}",
+                stalled.elapsed()
+            )
+        });
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    bed.api.resume();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        bed.holder().as_deref(),
+        Some("node0"),
+        "the SSH IP did not move for the outage"
+    );
+    only(&bed, &mac0, 3).unwrap();
+    eprintln!("API outage: {rounds} logins over 60 s, all through node 0");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_partitioned_owner_stops_answering_once_it_hears_the_new_owner() {
+    privilege::require();
+    let mut bed = Bed::new();
+    bed.start(0)
+        .wait_for_log("took the SSH IP over", Duration::from_secs(10))
+        .unwrap();
+    bed.start(1);
+    let (mac0, mac1) = (bed.mac(0), bed.mac(1));
+    bed.api.stall_user_at("node0", Kind::Lease, "update");
+    let stalled = Instant::now();
+    // Its Lease unrenewed but not yet expired: node 0 still answers.
+    std::thread::sleep(Duration::from_millis(700));
+    only(&bed, &mac0, 1).unwrap();
+    assert!(
+        cmd_wait(Duration::from_secs(6), || bed.holder().as_deref()
+            == Some("node1")),
+        "node 1 did not take the Lease"
+    );
+    let taken = stalled.elapsed();
+    // From node 1's gratuitous ARPs on, within one renew period, only it.
+    std::thread::sleep(Duration::from_millis(500));
+    only(&bed, &mac1, 5).unwrap_or_else(|answers| panic!("not only node 1 ({mac1}): {answers:?}"));
+    bed.agents[0]
+        .as_mut()
+        .unwrap()
+        .wait_for_log("another node announces the SSH IP", Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(
+        bed.seg
+            .ssh()
+            .run(&bed.seg.client, EXTERNAL_IP, ON_NODE1, "hostname")
+            .unwrap(),
+        "pod-2"
+    );
+    eprintln!("partition: node 1 took the Lease {taken:?} after node 0's API stalled");
+    bed.api.resume();
+}
+
+fn cmd_wait(limit: Duration, check: impl FnMut() -> bool) -> bool {
+    ssh_fwd_tests::cmd::wait_until(limit, check)
 }

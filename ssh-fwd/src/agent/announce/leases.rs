@@ -277,6 +277,9 @@ impl Announcer {
             }
             Err(e) => {
                 self.metrics.lease_errors.inc();
+                if matches!(action, Action::Create | Action::Take) {
+                    entry.owner.take_failed(sent, self.settings.duration);
+                }
                 if !std::mem::replace(&mut entry.failing, true)
                     && (entry.owner.held || action != Action::Renew)
                 {

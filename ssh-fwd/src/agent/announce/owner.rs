@@ -38,6 +38,10 @@ pub struct Owner {
     pub held: bool,
     /// When the last write that made or kept us holder was sent.
     pub renewed: Option<Instant>,
+    /// A take failed (the API away): no other try before this. When the
+    /// API comes back, the holder's renewal, retried all along, comes
+    /// first, and the SSH IP does not move for nothing.
+    hold_off: Option<Instant>,
 }
 
 impl Owner {
@@ -48,7 +52,13 @@ impl Owner {
             observed: Observed::default(),
             held: false,
             renewed: None,
+            hold_off: None,
         }
+    }
+
+    /// A Create or Take was refused or not answered, at `now`.
+    pub fn take_failed(&mut self, now: Instant, duration: Duration) {
+        self.hold_off = Some(now + duration);
     }
 
     /// The step for the Lease as last read (`synced`: the watch has listed
@@ -70,7 +80,9 @@ impl Owner {
                 Action::Nothing
             };
         }
+        let held_off = self.hold_off.is_some_and(|until| now < until);
         match step {
+            Step::Create | Step::Take if held_off => Action::Nothing,
             Step::Create if synced => Action::Create,
             Step::Create => Action::Nothing,
             Step::Take => Action::Take,
@@ -190,6 +202,22 @@ mod tests {
         let free = held_by("");
         assert_eq!(a.next(Some(&free), true, false, false, t0), Action::Nothing);
         assert_eq!(a.next(Some(&free), true, true, false, t0), Action::Take);
+    }
+
+    #[test]
+    fn a_standby_whose_take_failed_waits_a_duration_before_the_next() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let free = held_by("");
+        assert_eq!(b.next(Some(&free), true, true, false, t0), Action::Take);
+        b.take_failed(t0, Duration::from_secs(2));
+        let soon = t0 + Duration::from_secs(1);
+        assert_eq!(
+            b.next(Some(&free), true, true, false, soon),
+            Action::Nothing
+        );
+        let later = t0 + Duration::from_secs(2);
+        assert_eq!(b.next(Some(&free), true, true, false, later), Action::Take);
     }
 
     #[test]
