@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs, Sshd,
-    agent::{run_failing, write_mappings},
+    agent::{binary, run_failing, write_mappings},
     cmd, privilege,
     segment::{Segment, node_ip},
     topology::{EXT_IFACE, EXTERNAL_IP},
@@ -109,6 +109,16 @@ fn one_node_answers_arp_for_the_ssh_ip_and_logins_land_in_the_pod_not_on_the_nod
         series(&text, "ssh_fwd_announcing{ssh_ip=\"198.18.0.10\"}"),
         Some(1.0)
     );
+    let bin = binary().unwrap();
+    let mut status = node.command(bin.to_str().unwrap());
+    status
+        .args(["status", "-o", "json", "--bpffs"])
+        .arg(bpffs.path());
+    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
+    let announcing = &status["announcing"][0];
+    assert_eq!(announcing["ssh_ip"], EXTERNAL_IP, "{status}");
+    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
+    assert_eq!(announcing["mac"], mac.as_str(), "{status}");
     agent.stop().unwrap();
 }
 
