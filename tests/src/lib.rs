@@ -6,6 +6,7 @@
 //! `cargo xtask image` (the container image, `image.rs`).
 
 pub mod agent;
+pub mod bird;
 pub mod cgroup;
 pub mod cluster;
 pub mod cmd;

@@ -12,6 +12,7 @@
 mod garps;
 pub mod leases;
 mod owner;
+mod routes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -109,7 +110,7 @@ pub async fn prepare(
     ssh_ips: &[Ipv4Addr],
 ) -> anyhow::Result<Option<GarpSocket>> {
     super::args::check_announce(args, ssh_ips).map_err(anyhow::Error::msg)?;
-    if args.announce == AnnounceMode::Off {
+    if args.announce != AnnounceMode::L2 {
         return Ok(None);
     }
     let netlink = Netlink::open()?;
@@ -182,10 +183,11 @@ impl Handle {
     }
 }
 
-/// Starts `--announce l2`'s task, if asked for: in Kubernetes mode (a
-/// `client`) ownership by Lease, else unconditional. `ready`: the agent
-/// has attached and synced. An error stops announcing changes, never the
-/// agent: the data path keeps answering as it was last told.
+/// Starts `--announce`'s task, if asked for: `route`, the routes; `l2` in
+/// Kubernetes mode (a `client`) ownership by Lease, else unconditional.
+/// `ready`: the agent has attached and synced. An error stops announcing
+/// changes, never the agent: the data path keeps answering as it was last
+/// told.
 pub fn spawn(
     args: &AgentArgs,
     layout: &PinLayout,
@@ -194,37 +196,45 @@ pub fn spawn(
     metrics: AnnounceMetrics,
     ready: impl Fn() -> bool + Send + 'static,
 ) -> Option<Handle> {
-    let socket = socket?;
     let (stop, stopped) = watch::channel(false);
     let a = &args.announce;
     let layout = layout.clone();
-    let task: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> = match client {
-        Some(client) => Box::pin(leases::run(
-            layout,
-            leases::Settings {
-                ssh_ips: args.ssh_ips.clone(),
-                external: args.ifaces.iter().cloned().collect(),
-                duration: a.announce_lease_duration,
-                renew: a.announce_renew,
-                namespace: a.lease_namespace.clone(),
-                me: identity(a.node_name.as_deref()),
-                garp_interval: a.announce_garp_interval,
-            },
-            client,
-            socket,
-            metrics,
-            ready,
-            stopped,
-        )),
-        None => Box::pin(run(
-            layout,
-            args.ssh_ips.clone(),
-            args.ifaces.clone(),
-            a.announce_garp_interval,
-            socket,
-            metrics,
-        )),
-    };
+    let task: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> =
+        match (a.announce, client, socket) {
+            (AnnounceMode::Route, _, _) => Box::pin(routes::run(
+                a.announce_table.unwrap_or_default(),
+                args.ssh_ips.clone(),
+                args.ifaces.iter().cloned().collect(),
+                ready,
+                stopped,
+            )),
+            (AnnounceMode::Off, _, _) | (_, _, None) => return None,
+            (AnnounceMode::L2, Some(client), Some(socket)) => Box::pin(leases::run(
+                layout,
+                leases::Settings {
+                    ssh_ips: args.ssh_ips.clone(),
+                    external: args.ifaces.iter().cloned().collect(),
+                    duration: a.announce_lease_duration,
+                    renew: a.announce_renew,
+                    namespace: a.lease_namespace.clone(),
+                    me: identity(a.node_name.as_deref()),
+                    garp_interval: a.announce_garp_interval,
+                },
+                client,
+                socket,
+                metrics,
+                ready,
+                stopped,
+            )),
+            (AnnounceMode::L2, None, Some(socket)) => Box::pin(run(
+                layout,
+                args.ssh_ips.clone(),
+                args.ifaces.clone(),
+                a.announce_garp_interval,
+                socket,
+                metrics,
+            )),
+        };
     let task = tokio::spawn(async move {
         if let Err(e) = task.await {
             tracing::error!(

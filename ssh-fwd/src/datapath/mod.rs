@@ -32,6 +32,7 @@ pub mod plan;
 pub mod pod_links;
 pub mod preflight;
 pub mod repair;
+pub mod routes;
 pub mod stats;
 pub mod status;
 pub mod upgrade;

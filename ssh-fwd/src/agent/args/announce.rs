@@ -13,6 +13,9 @@ pub enum AnnounceMode {
     /// The data path answers ARP for each `--ssh-ip` on the external
     /// interfaces.
     L2,
+    /// A /32 route per `--ssh-ip` in `--announce-table`, for a BGP speaker
+    /// on the node to export.
+    Route,
 }
 
 #[derive(Clone, Debug, clap::Args)]
@@ -23,9 +26,18 @@ pub struct AnnounceArgs {
     /// sends gratuitous ARPs when it starts announcing; the address is
     /// never put on an interface, so the node's own services never become
     /// reachable on it. Without --kubernetes this node answers
-    /// unconditionally: for a single ingress node.
+    /// unconditionally: for a single ingress node. `route`: the agent
+    /// keeps a /32 route for each --ssh-ip in --announce-table while the
+    /// node is ready (attached, synced, an external interface up) and
+    /// removes it when not; a BGP speaker on the node (BIRD, FRR) exports
+    /// that table to your routers.
     #[arg(long, value_enum, default_value_t = AnnounceMode::Off)]
     pub announce: AnnounceMode,
+
+    /// With `--announce route`: the routing table the routes go in (not
+    /// main, local or default: one your BGP speaker exports).
+    #[arg(long, value_name = "TABLE")]
+    pub announce_table: Option<u32>,
 
     /// With `--announce l2`: send the gratuitous ARPs again this often,
     /// for switches whose tables age out before anyone asks. Off by
@@ -65,18 +77,38 @@ pub struct AnnounceArgs {
 /// The checks that need more than one flag, each refusal naming the fix.
 /// `ssh_ips` are the `--ssh-ip`s.
 pub fn check(args: &AnnounceArgs, ssh_ips: &[std::net::Ipv4Addr]) -> Result<(), String> {
+    if args.announce != AnnounceMode::L2 && args.announce_garp_interval.is_some() {
+        return Err("--announce-garp-interval needs --announce l2".into());
+    }
+    if args.announce != AnnounceMode::Route && args.announce_table.is_some() {
+        return Err("--announce-table needs --announce route".into());
+    }
     if args.announce == AnnounceMode::Off {
-        if args.announce_garp_interval.is_some() {
-            return Err("--announce-garp-interval needs --announce l2".into());
-        }
         return Ok(());
     }
     if ssh_ips.is_empty() {
-        return Err(
-            "--announce l2 answers ARP for each --ssh-ip, and none is given: add --ssh-ip IP \
-             for every address this node should attract"
-                .into(),
-        );
+        let what = match args.announce {
+            AnnounceMode::Route => "--announce route keeps a route for each --ssh-ip",
+            _ => "--announce l2 answers ARP for each --ssh-ip",
+        };
+        return Err(format!(
+            "{what}, and none is given: add --ssh-ip IP for every address this node should \
+             attract"
+        ));
+    }
+    if args.announce == AnnounceMode::Route {
+        return match args.announce_table {
+            None => Err(
+                "--announce route needs --announce-table N: the routing table your BGP \
+                         speaker exports (100, say)"
+                    .into(),
+            ),
+            Some(t @ (0 | 253..=255)) => Err(format!(
+                "--announce-table {t} is the kernel's own (unspec, default, main or local): \
+                 use a table of its own (100, say) and export that"
+            )),
+            Some(_) => Ok(()),
+        };
     }
     if let Some(every) = args.announce_garp_interval
         && every < Duration::from_secs(1)
@@ -140,6 +172,26 @@ mod tests {
             checked(&["--announce", "l2", "--ssh-ip", "198.18.0.10"]),
             Ok(())
         );
+    }
+
+    #[test]
+    fn routes_need_a_table_of_their_own() {
+        let route = ["--announce", "route", "--ssh-ip", "198.18.0.10"];
+        let e = checked(&route).unwrap_err();
+        assert!(e.contains("needs --announce-table N"), "{e}");
+        assert_eq!(
+            checked(&[&route[..], &["--announce-table", "100"]].concat()),
+            Ok(())
+        );
+        let main = checked(&[&route[..], &["--announce-table", "254"]].concat()).unwrap_err();
+        assert!(main.contains("use a table of its own"), "{main}");
+        let lonely = checked(&["--announce", "route", "--announce-table", "100"]).unwrap_err();
+        assert!(
+            lonely.contains("keeps a route for each --ssh-ip"),
+            "{lonely}"
+        );
+        let stray = checked(&["--announce-table", "100"]).unwrap_err();
+        assert!(stray.contains("needs --announce route"), "{stray}");
     }
 
     #[test]
