@@ -147,7 +147,10 @@ fn bird_learns_ecmp_routes_from_ready_nodes_and_a_stopped_node_is_withdrawn() {
         .collect();
     for agent in &mut agents {
         agent
-            .wait_for_log("the SSH IPs' routes are in the table", Duration::from_secs(5))
+            .wait_for_log(
+                "the SSH IPs' routes are in the table",
+                Duration::from_secs(5),
+            )
             .unwrap();
     }
     for (n, node) in cluster.nodes.iter().enumerate() {

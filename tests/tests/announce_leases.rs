@@ -74,6 +74,11 @@ struct Bed {
 impl Bed {
     /// Two nodes, a pod on each, the API on the bridge; no agent yet.
     fn new() -> Self {
+        Self::with(&[])
+    }
+
+    /// [`Bed::new`], every agent with `extra` arguments too.
+    fn with(extra: &[&str]) -> Self {
         let mut seg = Segment::new(2).unwrap();
         seg.add_pod(0, 1).unwrap();
         seg.add_pod(1, 2).unwrap();
@@ -111,6 +116,7 @@ impl Bed {
                     ]
                     .map(str::to_owned),
                 );
+                args.extend(extra.iter().map(|a| (*a).to_owned()));
                 args
             })
             .collect();
@@ -513,4 +519,61 @@ fn a_partitioned_owner_stops_answering_once_it_hears_the_new_owner() {
 
 fn cmd_wait(limit: Duration, check: impl FnMut() -> bool) -> bool {
     ssh_fwd_tests::cmd::wait_until(limit, check)
+}
+
+fn node(name: &str, ingress: bool) -> Value {
+    let labels = if ingress {
+        json!({"ssh-fwd.io/ingress": "true"})
+    } else {
+        json!({})
+    };
+    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}})
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn only_nodes_the_selector_picks_hold_the_ssh_ip_and_a_relabel_moves_it() {
+    privilege::require();
+    let mut bed = Bed::with(&["--announce-nodes", "ssh-fwd.io/ingress=true"]);
+    bed.api.apply(Kind::Node, node("node0", false));
+    bed.api.apply(Kind::Node, node("node1", true));
+    bed.start(0);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        bed.holder(),
+        None,
+        "node 0 is not selected: it takes nothing"
+    );
+    bed.start(1)
+        .wait_for_log("took the SSH IP over", Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(bed.holder().as_deref(), Some("node1"));
+    only(&bed, &bed.mac(1), 2).unwrap();
+
+    bed.api.apply(Kind::Node, node("node1", false));
+    bed.api.apply(Kind::Node, node("node0", true));
+    let relabelled = Instant::now();
+    bed.agents[0]
+        .as_mut()
+        .unwrap()
+        .wait_for_log("took the SSH IP over", Duration::from_secs(15))
+        .unwrap();
+    eprintln!(
+        "--announce-nodes: the SSH IP moved {:?} after the relabel",
+        relabelled.elapsed()
+    );
+    assert_eq!(bed.holder().as_deref(), Some("node0"));
+    bed.agents[1]
+        .as_mut()
+        .unwrap()
+        .wait_for_log("gave the SSH IP up", Duration::from_secs(5))
+        .unwrap();
+    only(&bed, &bed.mac(0), 2).unwrap();
+    assert_eq!(
+        bed.seg
+            .ssh()
+            .run(&bed.seg.client, EXTERNAL_IP, ON_NODE0, "hostname")
+            .unwrap(),
+        "pod-1"
+    );
 }

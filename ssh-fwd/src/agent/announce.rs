@@ -34,7 +34,7 @@ use tokio::{
 
 pub use garps::Garps;
 
-use super::args::{AgentArgs, AnnounceArgs, AnnounceMode};
+use super::args::{AgentArgs, AnnounceMode};
 use crate::datapath::{
     announce::{AnnounceMap, Desired, mac_text},
     garp::GarpSocket,
@@ -105,11 +105,9 @@ impl AnnounceMetrics {
 /// SSH IP is an address of this node (the kernel would answer ARP for it
 /// and the node's own services would be reachable on it). Opens the
 /// socket the gratuitous ARPs go out on, which needs `CAP_NET_RAW`.
-pub async fn prepare(
-    args: &AnnounceArgs,
-    ssh_ips: &[Ipv4Addr],
-) -> anyhow::Result<Option<GarpSocket>> {
-    super::args::check_announce(args, ssh_ips).map_err(anyhow::Error::msg)?;
+pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
+    super::args::check_announce(agent).map_err(anyhow::Error::msg)?;
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips[..]);
     if args.announce != AnnounceMode::L2 {
         return Ok(None);
     }
@@ -219,6 +217,7 @@ pub fn spawn(
                     namespace: a.lease_namespace.clone(),
                     me: identity(a.node_name.as_deref()),
                     garp_interval: a.announce_garp_interval,
+                    nodes: a.announce_nodes.clone(),
                 },
                 client,
                 socket,

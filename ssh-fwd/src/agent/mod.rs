@@ -61,7 +61,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.hairpin != datapath::hairpin::HairpinMode::Off,
     ));
     let mut source = Source::open(&args, &metrics).await?;
-    let garp_socket = announce::prepare(&args.announce, &args.ssh_ips).await?;
+    let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {

@@ -49,6 +49,8 @@ pub const AGENT: &[ApiCall] = &[
         verbs: &["list", "watch", "create", "update"],
         own_namespace: true,
     },
+    // --announce-nodes: this node's own Node, for its labels.
+    call("", "nodes", &["get"]),
     // --announce l2: each takeover told on the SSH IP's Lease.
     ApiCall {
         group: "events.k8s.io",

@@ -49,10 +49,12 @@ pub enum Kind {
     Secret,
     /// Cluster-scoped: stored under the namespace "".
     MutatingWebhookConfiguration,
+    /// Cluster-scoped, as above.
+    Node,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
         Kind::Service,
         Kind::EndpointSlice,
         Kind::Pod,
@@ -60,12 +62,13 @@ impl Kind {
         Kind::Event,
         Kind::Secret,
         Kind::MutatingWebhookConfiguration,
+        Kind::Node,
     ];
 
     /// The API group ("" for the core group).
     pub fn group(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Pod | Kind::Secret => "",
+            Kind::Service | Kind::Pod | Kind::Secret | Kind::Node => "",
             Kind::EndpointSlice => "discovery.k8s.io",
             Kind::Lease => "coordination.k8s.io",
             Kind::Event => "events.k8s.io",
@@ -82,6 +85,7 @@ impl Kind {
             Kind::Event => "events",
             Kind::Secret => "secrets",
             Kind::MutatingWebhookConfiguration => "mutatingwebhookconfigurations",
+            Kind::Node => "nodes",
         }
     }
 
@@ -107,6 +111,7 @@ impl Kind {
             Kind::Event => "EventList",
             Kind::Secret => "SecretList",
             Kind::MutatingWebhookConfiguration => "MutatingWebhookConfigurationList",
+            Kind::Node => "NodeList",
         }
     }
 

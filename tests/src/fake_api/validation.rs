@@ -46,6 +46,7 @@ fn shown(kind: Kind) -> String {
         Kind::Event => "Event",
         Kind::Secret => "Secret",
         Kind::MutatingWebhookConfiguration => "MutatingWebhookConfiguration",
+        Kind::Node => "Node",
     };
     match kind.group() {
         "" => name.to_owned(),

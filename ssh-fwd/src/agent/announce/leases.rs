@@ -22,7 +22,7 @@ use anyhow::Context as _;
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
-        core::v1::ObjectReference,
+        core::v1::{Node, ObjectReference},
         events::v1::Event,
     },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
@@ -44,7 +44,10 @@ use crate::{
         pins::PinLayout,
         status::unix_ms,
     },
-    k8s::reflector::{Changes, drop_managed_fields, reflector_task},
+    k8s::{
+        labels::LabelSelector,
+        reflector::{Changes, drop_managed_fields, reflector_task},
+    },
     vocabulary,
 };
 
@@ -58,7 +61,12 @@ pub struct Settings {
     /// This node's name in the Leases.
     pub me: String,
     pub garp_interval: Option<Duration>,
+    /// `--announce-nodes`: this node's Node must match it.
+    pub nodes: Option<LabelSelector>,
 }
+
+/// How often this node's Node is read for `--announce-nodes`.
+const NODE_EVERY: Duration = Duration::from_secs(5);
 
 /// The Lease of `ip`.
 pub fn lease_name(ip: Ipv4Addr) -> String {
@@ -126,6 +134,7 @@ pub async fn run(
         );
     }
     let me = settings.me.clone();
+    let nodes: Api<Node> = Api::all(client.clone());
     let mut a = Announcer {
         ips: settings
             .ssh_ips
@@ -148,6 +157,8 @@ pub async fn run(
         settings,
     };
     a.local = a.read_links(&netlink).await;
+    let mut eligible = a.settings.nodes.is_none();
+    let mut node_read: Option<Instant> = None;
     let mut tick = tokio::time::interval(a.settings.renew / 10);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut links_read = Instant::now();
@@ -166,11 +177,47 @@ pub async fn run(
             a.local = a.read_links(&netlink).await;
             links_read = Instant::now();
         }
-        a.pass(ready()).await?;
+        if let Some(selector) = &a.settings.nodes
+            && node_read.is_none_or(|at| at.elapsed() >= NODE_EVERY)
+        {
+            node_read = Some(Instant::now());
+            eligible = selected(&nodes, &a.settings.me, selector, eligible, a.settings.renew).await;
+        }
+        a.pass(ready() && eligible).await?;
     }
     a.hand_over().await;
     watch.abort();
     Ok(())
+}
+
+/// Whether this node's Node matches `--announce-nodes`; `was` when it
+/// cannot be read (an API outage changes nothing).
+async fn selected(
+    nodes: &Api<Node>,
+    me: &str,
+    selector: &LabelSelector,
+    was: bool,
+    within: Duration,
+) -> bool {
+    match tokio::time::timeout(within, nodes.get(me)).await {
+        Ok(Ok(node)) => {
+            let now =
+                selector.matches(node.metadata.labels.as_ref().unwrap_or(&Default::default()));
+            if now != was {
+                tracing::info!(
+                    node = me,
+                    selected = now,
+                    "--announce-nodes: this node's labels changed its eligibility"
+                );
+            }
+            now
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(node = me, error = %e, "cannot read this node's Node; eligibility unchanged");
+            was
+        }
+        Err(_) => was,
+    }
 }
 
 fn keep(mut lease: Lease) -> Lease {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::k8s::labels::LabelSelector;
+
 /// `--announce`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum AnnounceMode {
@@ -72,13 +74,32 @@ pub struct AnnounceArgs {
     /// the host name).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
+
+    /// With --kubernetes and `--announce l2`: only a node whose Node
+    /// object matches this label selector (as `kubectl -l` takes it) may
+    /// hold an SSH IP; one that stops matching gives it up. Read from this
+    /// node's Node (--node-name) every 5 s. Default: every node the
+    /// DaemonSet runs on.
+    #[arg(long, value_name = "SELECTOR", value_parser = node_selector)]
+    pub announce_nodes: Option<LabelSelector>,
+}
+
+fn node_selector(text: &str) -> Result<LabelSelector, String> {
+    LabelSelector::parse(text).map_err(|e| format!("--announce-nodes: {e}"))
 }
 
 /// The checks that need more than one flag, each refusal naming the fix.
 /// `ssh_ips` are the `--ssh-ip`s.
-pub fn check(args: &AnnounceArgs, ssh_ips: &[std::net::Ipv4Addr]) -> Result<(), String> {
+pub fn check(agent: &super::AgentArgs) -> Result<(), String> {
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips);
+    if args.announce_nodes.is_some() && !agent.kubernetes {
+        return Err("--announce-nodes selects Nodes: it needs --kubernetes".into());
+    }
     if args.announce != AnnounceMode::L2 && args.announce_garp_interval.is_some() {
         return Err("--announce-garp-interval needs --announce l2".into());
+    }
+    if args.announce != AnnounceMode::L2 && args.announce_nodes.is_some() {
+        return Err("--announce-nodes needs --announce l2".into());
     }
     if args.announce != AnnounceMode::Route && args.announce_table.is_some() {
         return Err("--announce-table needs --announce route".into());
@@ -153,7 +174,7 @@ mod tests {
     fn checked(extra: &[&str]) -> Result<(), String> {
         let args =
             parse(FILE.into_iter().chain(extra.iter().copied())).map_err(|e| e.to_string())?;
-        check(&args.announce, &args.ssh_ips)
+        check(&args)
     }
 
     #[test]
@@ -171,6 +192,41 @@ mod tests {
         assert_eq!(
             checked(&["--announce", "l2", "--ssh-ip", "198.18.0.10"]),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn the_nodes_that_may_announce_are_a_label_selector_in_kubernetes_mode() {
+        let kube = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        let with = |extra: &[&str]| {
+            let args =
+                parse(kube.into_iter().chain(extra.iter().copied())).map_err(|e| e.to_string())?;
+            check(&args)
+        };
+        assert_eq!(
+            with(&[
+                "--announce",
+                "l2",
+                "--announce-nodes",
+                "ssh-fwd.io/ingress=true"
+            ]),
+            Ok(())
+        );
+        let bad = with(&["--announce", "l2", "--announce-nodes", "zone in a"]).unwrap_err();
+        assert!(bad.contains("--announce-nodes: `zone in a`"), "{bad}");
+        let off = with(&["--announce-nodes", "x=y"]).unwrap_err();
+        assert!(off.contains("needs --announce l2"), "{off}");
+        assert!(
+            checked(&[
+                "--announce",
+                "l2",
+                "--ssh-ip",
+                "198.18.0.10",
+                "--announce-nodes",
+                "x"
+            ])
+            .is_err(),
+            "needs --kubernetes"
         );
     }
 
