@@ -24,7 +24,10 @@ use std::{
 };
 
 use serde_json::{Value, json};
-use ssh_fwd::vocabulary;
+use ssh_fwd::{
+    k8s::api_calls::{AGENT, allows},
+    vocabulary,
+};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     fake_api::{FakeApi, Kind},
@@ -342,6 +345,7 @@ fn a_killed_owner_fails_over_and_a_session_to_a_surviving_node_keeps_working() {
         e["reason"] == vocabulary::reason::SSH_IP_TAKEN_OVER && e["reportingInstance"] == "node1"
     });
     assert_eq!(taken, 1, "one takeover event by node 1");
+    every_call_is_listed(&bed.api);
 }
 
 #[test]
@@ -423,6 +427,22 @@ fn an_owner_whose_external_interface_goes_down_loses_the_ssh_ip() {
         .unwrap()
         .wait_for_log("gave the SSH IP up", Duration::from_secs(5))
         .unwrap();
+}
+
+/// Every request the agents made is one `api_calls::AGENT` lists (and
+/// deploy/ RBAC grants).
+fn every_call_is_listed(api: &FakeApi) {
+    let requests = api.requests();
+    assert!(!requests.is_empty());
+    for r in requests {
+        assert!(
+            allows(AGENT, &r.group, &r.resource, r.verb),
+            "{} {}/{} is not in api_calls::AGENT; add it there (and to deploy/ RBAC)",
+            r.verb,
+            r.group,
+            r.resource
+        );
+    }
 }
 
 /// The MACs answering `count` ARP requests, which must all be `mac`.
