@@ -161,3 +161,44 @@ fn announcing_without_an_ssh_ip_or_with_one_on_an_interface_is_refused_with_the_
         "refused before the data path was touched"
     );
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn generic_xdp_answers_arp_on_the_segment() {
+    privilege::require();
+    let mut seg = Segment::new(1).unwrap();
+    seg.add_pod(0, 1).unwrap();
+    let node = &seg.nodes[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let extra = [
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--announce",
+        "l2",
+        "--attach",
+        "xdp-generic",
+    ];
+    let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
+    let hooks = bpffs.list_of("hooks").unwrap();
+    assert!(hooks.to_string().contains("xdp"), "{hooks}");
+    let mac = Segment::mac(node, EXT_IFACE).unwrap();
+    let answers = seg.arping(EXTERNAL_IP, 2).unwrap();
+    assert!(
+        !answers.is_empty() && answers.iter().all(|m| *m == mac),
+        "{answers:?}"
+    );
+    let host = seg
+        .ssh()
+        .run(&seg.client, EXTERNAL_IP, 8022, "hostname")
+        .unwrap();
+    assert_eq!(host, "pod-1");
+    let counters = bpffs.list().unwrap()["counters"].clone();
+    assert!(
+        counters["arp_answered"].as_u64().unwrap_or(0) >= 1,
+        "{counters}"
+    );
+    agent.stop().unwrap();
+}
