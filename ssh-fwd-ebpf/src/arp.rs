@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     arp::{self, ARP_FRAME_LEN, ETH_P_ARP},
-    maps::{AnnounceKey, Heard},
+    maps::{ANNOUNCE_YIELD, AnnounceKey, Heard},
     outcome::Outcome,
     packet::ETH_TYPE_OFF,
 };
@@ -92,18 +92,21 @@ fn see<P: Packet>(p: &P) -> Option<Seen> {
     };
     let ifindex = p.arrival_ifindex();
     if seen.claims_sender() {
+        let key = AnnounceKey {
+            ifindex,
+            addr: seen.spa,
+        };
         // SAFETY: copied out immediately.
-        let ours = unsafe {
-            ANNOUNCE.get(AnnounceKey {
-                ifindex,
-                addr: seen.spa,
-            })
-        }
-        .copied();
+        let ours = unsafe { ANNOUNCE.get(key) }.copied();
         if let Some(ours) = ours
             && ours.mac != seen.sha
         {
             heard(seen.spa, seen.sha);
+            if ours.flags & ANNOUNCE_YIELD != 0 {
+                // Another node holds it now: stop at once, whether or not
+                // this node's agent is alive to notice.
+                let _ = ANNOUNCE.remove(key);
+            }
             return Some(Seen::Pass(Outcome::ArpHeard));
         }
     }

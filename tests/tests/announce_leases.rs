@@ -597,3 +597,35 @@ fn only_nodes_the_selector_picks_hold_the_ssh_ip_and_a_relabel_moves_it() {
         "pod-1"
     );
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_killed_owner_whose_data_path_stays_gives_way_to_the_new_owner() {
+    privilege::require();
+    let mut bed = Bed::new();
+    bed.start(0)
+        .wait_for_log("took the SSH IP over", Duration::from_secs(10))
+        .unwrap();
+    bed.start(1);
+    bed.agents[0].as_mut().unwrap().kill().unwrap();
+    assert!(
+        cmd_wait(Duration::from_secs(6), || bed.holder().as_deref()
+            == Some("node1")),
+        "node 1 did not take the Lease"
+    );
+    // Node 0's data path, pinned, still answered until it heard node 1.
+    std::thread::sleep(Duration::from_millis(500));
+    let mac1 = bed.mac(1);
+    only(&bed, &mac1, 3).unwrap_or_else(|answers| panic!("not only node 1 ({mac1}): {answers:?}"));
+    let heard = bed.bpffs[0].list().unwrap()["counters"]["arp_heard"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(heard >= 1, "node 0's data path heard node 1");
+    assert_eq!(
+        bed.seg
+            .ssh()
+            .run(&bed.seg.client, EXTERNAL_IP, ON_NODE1, "hostname")
+            .unwrap(),
+        "pod-2"
+    );
+}

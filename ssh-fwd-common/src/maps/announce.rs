@@ -32,15 +32,24 @@ impl AnnounceKey {
 }
 
 /// Value of [`ANNOUNCE`](super::ANNOUNCE): the MAC the answer gives (the
-/// interface's own), and when the agent began to announce (Unix
-/// milliseconds, for `ssh-fwd status`; the programs never read it).
+/// interface's own), `ANNOUNCE_*` flags, and when the agent began to
+/// announce (Unix milliseconds, for `ssh-fwd status`; the programs never
+/// read it).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Announce {
     pub mac: [u8; 6],
-    pub _pad: [u8; 2],
+    pub flags: u16,
     pub since_ms: u64,
 }
+
+/// [`Announce`] flag: the programs stop answering for the address (remove
+/// the entry) as soon as they hear another MAC claim it. The Kubernetes
+/// mode's rule, where a Lease decides the holder: an old holder that can
+/// no longer renew, or whose agent died, gives way to the new one's
+/// gratuitous ARP. Without it (file mode) the node answers whatever it
+/// hears.
+pub const ANNOUNCE_YIELD: u16 = 1;
 
 /// Value of [`ARP_HEARD`](super::ARP_HEARD), keyed by the SSH IP
 /// (network byte order): the last MAC other than ours heard claiming it

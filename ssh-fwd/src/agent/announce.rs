@@ -305,7 +305,7 @@ pub async fn run(
             }
         };
         let want = desired(&ssh_ips, &external, &links);
-        let plan = map.set(&want, unix_ms(SystemTime::now()))?;
+        let plan = map.set(&want, 0, unix_ms(SystemTime::now()))?;
         for (key, entry) in plan.started() {
             tracing::info!(
                 ssh_ip = %key.ip(),

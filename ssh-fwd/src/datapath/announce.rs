@@ -34,15 +34,25 @@ impl Plan {
     }
 }
 
-/// Pure: `installed` and `desired` to writes; `now_ms` stamps new entries.
-pub fn plan(installed: &BTreeMap<AnnounceKey, Announce>, desired: &Desired, now_ms: u64) -> Plan {
+/// Pure: `installed` and `desired` (every entry with `flags`) to writes;
+/// `now_ms` stamps new entries.
+pub fn plan(
+    installed: &BTreeMap<AnnounceKey, Announce>,
+    desired: &Desired,
+    flags: u16,
+    now_ms: u64,
+) -> Plan {
     let upserts = desired
         .iter()
-        .filter(|(key, mac)| installed.get(key).is_none_or(|have| have.mac != **mac))
+        .filter(|(key, mac)| {
+            installed
+                .get(key)
+                .is_none_or(|have| have.mac != **mac || have.flags != flags)
+        })
         .map(|(key, mac)| {
             let entry = Announce {
                 mac: *mac,
-                _pad: [0; 2],
+                flags,
                 since_ms: now_ms,
             };
             (*key, entry)
@@ -79,9 +89,10 @@ impl AnnounceMap {
             .context("reading ANNOUNCE")
     }
 
-    /// Makes the map hold `desired`; returns what was written.
-    pub fn set(&mut self, desired: &Desired, now_ms: u64) -> anyhow::Result<Plan> {
-        let plan = plan(&self.installed()?, desired, now_ms);
+    /// Makes the map hold `desired`, each entry with `flags`
+    /// (`ANNOUNCE_*`); returns what was written.
+    pub fn set(&mut self, desired: &Desired, flags: u16, now_ms: u64) -> anyhow::Result<Plan> {
+        let plan = plan(&self.installed()?, desired, flags, now_ms);
         for (key, entry) in &plan.upserts {
             self.announce
                 .insert(key, entry, 0)
@@ -133,6 +144,8 @@ pub fn mac_text(mac: [u8; 6]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use ssh_fwd_common::maps::ANNOUNCE_YIELD;
+
     use super::*;
 
     const SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
@@ -141,7 +154,7 @@ mod tests {
     fn entry(mac: [u8; 6], since_ms: u64) -> Announce {
         Announce {
             mac,
-            _pad: [0; 2],
+            flags: 0,
             since_ms,
         }
     }
@@ -150,11 +163,11 @@ mod tests {
     fn a_new_address_is_written_with_its_start_and_a_kept_one_is_left_alone() {
         let key = AnnounceKey::new(3, SSH_IP);
         let desired = Desired::from([(key, MAC)]);
-        let first = plan(&BTreeMap::new(), &desired, 1_000);
+        let first = plan(&BTreeMap::new(), &desired, 0, 1_000);
         assert_eq!(first.upserts, vec![(key, entry(MAC, 1_000))]);
         assert!(first.deletes.is_empty());
         let installed = BTreeMap::from([(key, entry(MAC, 1_000))]);
-        assert_eq!(plan(&installed, &desired, 2_000), Plan::default());
+        assert_eq!(plan(&installed, &desired, 0, 2_000), Plan::default());
     }
 
     #[test]
@@ -163,9 +176,20 @@ mod tests {
         let other = AnnounceKey::new(4, SSH_IP);
         let installed = BTreeMap::from([(key, entry(MAC, 1_000)), (other, entry(MAC, 1_000))]);
         let new_mac = [2, 0, 0, 0, 0, 9];
-        let next = plan(&installed, &Desired::from([(key, new_mac)]), 5_000);
+        let next = plan(&installed, &Desired::from([(key, new_mac)]), 0, 5_000);
         assert_eq!(next.upserts, vec![(key, entry(new_mac, 5_000))]);
         assert_eq!(next.deletes, vec![other]);
+    }
+
+    #[test]
+    fn an_entry_whose_flags_change_is_written_again() {
+        let key = AnnounceKey::new(3, SSH_IP);
+        let installed = BTreeMap::from([(key, entry(MAC, 1_000))]);
+        let desired = Desired::from([(key, MAC)]);
+        let next = plan(&installed, &desired, ANNOUNCE_YIELD, 2_000);
+        let mut yielding = entry(MAC, 2_000);
+        yielding.flags = ANNOUNCE_YIELD;
+        assert_eq!(next.upserts, vec![(key, yielding)]);
     }
 
     #[test]

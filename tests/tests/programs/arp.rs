@@ -4,7 +4,8 @@
 //! (`ssh_fwd_common::arp::answer`) with the frame's padding kept; a
 //! request for any other address, or for the SSH IP on another interface,
 //! passes untouched; another MAC claiming the SSH IP is recorded in
-//! `ARP_HEARD` and counted, ours is not.
+//! `ARP_HEARD` and counted, ours is not, and an entry flagged to yield is
+//! dropped when it hears one.
 
 use std::net::Ipv4Addr;
 
@@ -12,7 +13,7 @@ use ssh_fwd::datapath::{announce::AnnounceMap, object::PROG_INGRESS_TC};
 use ssh_fwd_common::{
     arp::{self, ARP_FRAME_LEN},
     fixtures::arp_request,
-    maps::AnnounceKey,
+    maps::{ANNOUNCE_YIELD, AnnounceKey},
 };
 use ssh_fwd_tests::privilege;
 
@@ -64,7 +65,7 @@ fn announcing() -> (Loaded, AnnounceMap) {
     let l = load(&[super::JOB]);
     let mut map = AnnounceMap::open_pinned(&l.layout).expect("ANNOUNCE pinned");
     let desired = [(AnnounceKey::new(IFINDEX, SSH_IP), NODE_MAC)].into();
-    map.set(&desired, 1).expect("announce");
+    map.set(&desired, 0, 1).expect("announce");
     (l, map)
 }
 
@@ -128,10 +129,10 @@ fn only_the_interface_the_ssh_ip_is_announced_on_answers_and_only_while_it_is() 
         let (l, mut map) = announcing();
         let request = arp_request(CLIENT_MAC, CLIENT, SSH_IP);
         let elsewhere = [(AnnounceKey::new(IFINDEX + 100, SSH_IP), NODE_MAC)].into();
-        map.set(&elsewhere, 2).expect("move");
+        map.set(&elsewhere, 0, 2).expect("move");
         let (verdict, out) = ingress.run(&l, &request);
         assert_eq!((verdict, &out), (ingress.passed(), &request), "{ingress:?}");
-        map.set(&Default::default(), 3).expect("withdraw");
+        map.set(&Default::default(), 0, 3).expect("withdraw");
         let (verdict, out) = ingress.run(&l, &request);
         assert_eq!((verdict, out), (ingress.passed(), request), "{ingress:?}");
     }
@@ -182,4 +183,39 @@ fn pad(frame: &[u8]) -> Vec<u8> {
     let mut out = frame.to_vec();
     out.resize(60, 0);
     out
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_yielding_entry_is_dropped_when_another_mac_claims_the_ssh_ip() {
+    privilege::require();
+    for ingress in [Ingress::Xdp, Ingress::Tc] {
+        let (l, mut map) = announcing();
+        let key = AnnounceKey::new(IFINDEX, SSH_IP);
+        map.set(&[(key, NODE_MAC)].into(), ANNOUNCE_YIELD, 1)
+            .expect("yield");
+        let request = arp_request(CLIENT_MAC, CLIENT, SSH_IP);
+        assert_eq!(
+            ingress.run(&l, &request).0,
+            ingress.answered(),
+            "{ingress:?}"
+        );
+        let theirs = arp::gratuitous(OTHER_NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
+        ingress.run(&l, &pad(&theirs));
+        assert!(
+            map.installed().expect("read").is_empty(),
+            "{ingress:?}: gave way"
+        );
+        let (verdict, out) = ingress.run(&l, &request);
+        assert_eq!(
+            (verdict, out),
+            (ingress.passed(), request),
+            "{ingress:?}: no longer answers"
+        );
+    }
+    // Without the flag (file mode) the node keeps answering.
+    let (l, map) = announcing();
+    let theirs = arp::gratuitous(OTHER_NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
+    Ingress::Tc.run(&l, &pad(&theirs));
+    assert_eq!(map.installed().expect("read").len(), 1);
 }

@@ -155,7 +155,7 @@ mod tests {
     fn started(key: AnnounceKey) -> (Desired, Plan) {
         let entry = Announce {
             mac: MAC,
-            _pad: [0; 2],
+            flags: 0,
             since_ms: 1,
         };
         let plan = Plan {

@@ -33,6 +33,7 @@ use kube::{
     api::PostParams,
     runtime::{reflector::ObjectRef, watcher},
 };
+use ssh_fwd_common::maps::ANNOUNCE_YIELD;
 use tokio::sync::{mpsc, watch};
 
 use super::{AnnounceMetrics, Garps, desired, owner::Action, owner::Owner, record, sleep_until};
@@ -283,7 +284,9 @@ impl Announcer {
             .filter(|(key, _)| held.contains(&key.ip()))
             .map(|(k, v)| (*k, *v))
             .collect();
-        let plan = self.map.set(&want, unix_ms(SystemTime::now()))?;
+        let plan = self
+            .map
+            .set(&want, ANNOUNCE_YIELD, unix_ms(SystemTime::now()))?;
         self.garps.track(&want, &plan, Instant::now());
         record(&self.metrics, &self.map)
     }
