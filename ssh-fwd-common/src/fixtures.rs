@@ -164,3 +164,17 @@ pub fn checksums_verify(frame: &[u8]) -> bool {
     let seed = csum::pseudo_header_sum(src, dst, packet::IPPROTO_TCP, l4.len() as u16);
     csum::checksum(ip, 0) == 0 && csum::checksum(l4, seed) == 0
 }
+
+/// An ARP request from `sha`/`spa` asking who holds `tpa`, broadcast and
+/// padded to the 60 bytes of a minimum Ethernet frame, as a NIC sends it.
+pub fn arp_request(sha: [u8; 6], spa: Ipv4Addr, tpa: Ipv4Addr) -> Vec<u8> {
+    let mut frame = vec![0u8; 60];
+    frame[..6].copy_from_slice(&[0xff; 6]);
+    frame[6..12].copy_from_slice(&sha);
+    frame[12..14].copy_from_slice(&crate::arp::ETH_P_ARP.to_be_bytes());
+    frame[14..22].copy_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+    frame[22..28].copy_from_slice(&sha);
+    frame[28..32].copy_from_slice(&spa.octets());
+    frame[38..42].copy_from_slice(&tpa.octets());
+    frame
+}

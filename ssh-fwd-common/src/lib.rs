@@ -14,6 +14,7 @@
 #[cfg(any(test, feature = "fixtures"))]
 extern crate alloc;
 
+pub mod arp;
 pub mod audit;
 pub mod conntrack;
 pub mod csum;

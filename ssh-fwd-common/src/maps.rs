@@ -3,6 +3,7 @@
 //! Userspace uses only these constants; a test loads the compiled eBPF object and
 //! checks it agrees with them.
 
+mod announce;
 mod conn;
 mod counters;
 mod endpoint;
@@ -10,6 +11,7 @@ mod event;
 mod guard;
 mod status;
 
+pub use announce::*;
 pub use conn::*;
 pub use counters::*;
 pub use endpoint::*;
@@ -162,8 +164,19 @@ pub const CONN_EVENTS_BYTES: u32 = 256 * 1024;
 /// preallocated: without `--conn-log all` it is empty and costs nothing.
 pub const CONN_STATS: &str = "CONN_STATS";
 
+/// `(interface, SSH IP)` -> the MAC to answer ARP requests for it with
+/// ([`Announce`]): `--announce l2`. Written by the agent, read by the
+/// ingress programs on every ARP frame.
+pub const ANNOUNCE: &str = "ANNOUNCE";
+/// Capacity of [`ANNOUNCE`]: SSH IPs times external interfaces.
+pub const ANNOUNCE_CAPACITY: u32 = 256;
+/// SSH IP -> the last other MAC heard claiming an address this node
+/// announces ([`Heard`]): how an owner that cannot renew its Lease learns
+/// that another node took over. Written by the ingress programs.
+pub const ARP_HEARD: &str = "ARP_HEARD";
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 23] = [
+pub const ALL_MAPS: [&str; 25] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -187,6 +200,8 @@ pub const ALL_MAPS: [&str; 23] = [
     SYN_BUCKETS,
     CONN_EVENTS,
     CONN_STATS,
+    ANNOUNCE,
+    ARP_HEARD,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

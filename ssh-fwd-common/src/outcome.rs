@@ -171,6 +171,17 @@ pub enum Outcome {
     /// `--conn-log-rate` of them this second already (a flood). The SYN
     /// is counted per mapping all the same.
     EventsThrottled = 52,
+    /// `--announce l2`: an ARP request for an SSH IP this node announces
+    /// on the interface it came in by was answered (the reply written over
+    /// it and sent back out there).
+    ArpAnswered = 53,
+    /// `--announce l2`: another MAC claimed an SSH IP this node announces
+    /// (its gratuitous ARP, or its answer to a request): another node
+    /// took it over, or two answer at once. Recorded in `ARP_HEARD`.
+    ArpHeard = 54,
+    /// `--announce l2`: an ARP request this node should answer could not
+    /// be (a VLAN tag the device took off, a helper failed): passed on.
+    ArpFailed = 55,
 }
 
 /// How an operator should read an outcome's counter.
@@ -217,7 +228,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 53;
+    pub const COUNT: u32 = 56;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -273,6 +284,9 @@ impl Outcome {
         Self::ResetFailed,
         Self::EventsLost,
         Self::EventsThrottled,
+        Self::ArpAnswered,
+        Self::ArpHeard,
+        Self::ArpFailed,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -296,7 +310,8 @@ impl Outcome {
             | Self::IcmpTranslated
             | Self::OptionAdded
             | Self::LegacyReply
-            | Self::BigTcp => Class::Forwarded,
+            | Self::BigTcp
+            | Self::ArpAnswered => Class::Forwarded,
             Self::PassNotIpv4
             | Self::PassNotTcp
             | Self::PassFragment
@@ -339,7 +354,9 @@ impl Outcome {
             | Self::DeniedReset
             | Self::ResetFailed
             | Self::EventsLost
-            | Self::EventsThrottled => Class::Problem,
+            | Self::EventsThrottled
+            | Self::ArpHeard
+            | Self::ArpFailed => Class::Problem,
         }
     }
 
@@ -399,6 +416,9 @@ impl Outcome {
             Self::ResetFailed => "reset_failed",
             Self::EventsLost => "events_lost",
             Self::EventsThrottled => "events_throttled",
+            Self::ArpAnswered => "arp_answered",
+            Self::ArpHeard => "arp_heard",
+            Self::ArpFailed => "arp_failed",
         }
     }
 }

@@ -19,7 +19,7 @@ use ssh_fwd_common::{
 };
 
 use crate::{
-    backend,
+    arp, backend,
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
@@ -45,6 +45,9 @@ enum Verdict {
 
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
+    if let Some(action) = arp::tc(&ctx) {
+        return action;
+    }
     match ingress(&ctx) {
         Verdict::Forward { client, backend } => {
             if no_redirect() {

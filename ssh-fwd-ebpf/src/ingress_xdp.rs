@@ -18,7 +18,7 @@ use ssh_fwd_common::{
 };
 
 use crate::{
-    backend, conntrack,
+    arp, backend, conntrack,
     counters::{Direction, count, count_mapping},
     guard, icmp,
     maps::{FRONTENDS, REVERSE},
@@ -29,6 +29,9 @@ use crate::{
 
 #[xdp]
 pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
+    if let Some(action) = arp::xdp(&ctx) {
+        return action;
+    }
     // A translated ICMP error was counted as such already.
     let Some(outcome) = ingress(&ctx) else {
         return xdp_action::XDP_PASS;

@@ -19,6 +19,7 @@
 // BPF inline assembly, for the atomic flag updates in `atomic`.
 #![feature(asm_experimental_arch)]
 
+mod arp;
 mod atomic;
 mod audit;
 mod backend;

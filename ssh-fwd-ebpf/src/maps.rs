@@ -9,11 +9,12 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        AgentStatus, AllowData, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, ClaimKey, Conn,
-        ConnKey, ConnStats, Endpoint, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey,
-        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
-        MappingConnCounters, MappingCounters, MappingName, NatTarget, OWNERS_CAPACITY, Owner,
-        RecordBudget, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        ANNOUNCE_CAPACITY, AgentStatus, AllowData, Announce, AnnounceKey, Bucket, CONN_CAPACITY,
+        CONN_EVENTS_BYTES, Claim, ClaimKey, Conn, ConnKey, ConnStats, Endpoint, Guard,
+        HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey, Heard, LEGACY_CONN_CAPACITY, LoadedSettings,
+        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
+        MappingName, NatTarget, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
+        SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -150,3 +151,13 @@ pub static CONN_STATS: HashMap<ConnKey, ConnStats> = HashMap::pinned(CONN_CAPACI
 /// Not pinned: a new program starts a new second.
 #[map(name = "AUDIT_BUDGET")]
 pub static AUDIT_BUDGET: PerCpuArray<RecordBudget> = PerCpuArray::with_max_entries(1, 0);
+
+/// `(interface, SSH IP)` -> the MAC ARP requests for it are answered with
+/// (`--announce l2`). Written by the agent.
+#[map(name = "ANNOUNCE")]
+pub static ANNOUNCE: HashMap<AnnounceKey, Announce> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// SSH IP -> the last other MAC heard claiming it, and when. Written here,
+/// read by the agent.
+#[map(name = "ARP_HEARD")]
+pub static ARP_HEARD: HashMap<u32, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);

@@ -81,6 +81,12 @@ pub const TOKEN: &str = "ssh-fwd.io/token";
 /// Lease annotation of a reservation: the namespace of the pod it is for.
 pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
 
+/// Lease label of an SSH IP's ownership (`--announce l2` in Kubernetes
+/// mode): the SSH IP. The agents watch the Leases carrying it.
+pub const ANNOUNCE: &str = "ssh-fwd.io/announce";
+/// The agents' name: the reporting controller of their events.
+pub const AGENT: &str = "ssh-fwd-agent";
+
 /// Secret annotation of the self-signed webhook pair: when its serving
 /// certificate ends (Unix seconds).
 pub const NOT_AFTER: &str = "ssh-fwd.io/not-after";
@@ -113,6 +119,9 @@ pub mod reason {
     /// Warning: the pod was created without its endpoint variable, or its
     /// variable names a port it no longer has.
     pub const SSH_ENV_MISSING: &str = "SSHEnvMissing";
+    /// Normal, on an SSH IP's Lease: a node took the SSH IP over and
+    /// answers ARP for it now (`--announce l2`).
+    pub const SSH_IP_TAKEN_OVER: &str = "SSHIPTakenOver";
 }
 
 /// The `action` of each event the controller writes on a pod.
@@ -123,6 +132,8 @@ pub mod action {
     pub const ALLOCATE: &str = "Allocate";
     /// The pod's Service could not be created.
     pub const CREATE_SERVICE: &str = "CreateService";
+    /// An agent took an SSH IP's Lease.
+    pub const TAKE_OVER: &str = "TakeOver";
 }
 
 #[cfg(test)]

@@ -83,6 +83,17 @@ impl Bpffs {
             .unwrap_or_default()
     }
 
+    /// `ssh-fwd teardown`: the data path detached, its pins removed.
+    pub fn teardown(&self) -> anyhow::Result<()> {
+        cmd::run(
+            Command::new(binary()?)
+                .arg("teardown")
+                .arg("--bpffs")
+                .arg(self.path()),
+        )
+        .map(drop)
+    }
+
     /// `ssh-fwd list WHAT -o json` against this directory.
     pub fn list_of(&self, what: &str) -> anyhow::Result<serde_json::Value> {
         let out = cmd::run(
@@ -391,6 +402,18 @@ impl Agent {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// SIGKILL, as a crash or the OOM killer ends it, and wait; its data
+    /// path stays.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait()?;
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! `cargo xtask image` (the container image, `image.rs`).
 
 pub mod agent;
+pub mod bird;
 pub mod cgroup;
 pub mod cluster;
 pub mod cmd;
@@ -19,6 +20,7 @@ pub mod leftovers;
 pub mod netns;
 pub mod privilege;
 pub mod prometheus;
+pub mod segment;
 pub mod ssh;
 pub mod topology;
 

@@ -10,7 +10,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 /// Debian packages the tests and the demo use, with the file each provides.
-const PACKAGES: [(&str, &str); 17] = [
+const PACKAGES: [(&str, &str); 19] = [
     ("iproute2", "/usr/sbin/ip"),
     ("bpftool", "/usr/sbin/bpftool"),
     ("openssh-server", "/usr/sbin/sshd"),
@@ -19,6 +19,9 @@ const PACKAGES: [(&str, &str); 17] = [
     ("tcpdump", "/usr/bin/tcpdump"),
     ("util-linux", "/usr/bin/nsenter"),
     ("procps", "/usr/sbin/sysctl"),
+    // `--announce`: the client's ARP requests, and BGP speakers.
+    ("arping", "/usr/sbin/arping"),
+    ("bird2", "/usr/sbin/bird"),
     // The container image: a static (musl) binary, which needs musl's C
     // compiler for ring's C code; podman and runc build and run the image.
     ("musl-tools", "/usr/bin/x86_64-linux-musl-gcc"),

@@ -243,6 +243,9 @@ pub struct AgentArgs {
     #[command(flatten)]
     pub audit: AuditArgs,
 
+    #[command(flatten)]
+    pub announce: AnnounceArgs,
+
     /// How often the maps are re-read and repaired if anything changed them
     /// behind the agent's back, and deleted pins put back (a map pinned
     /// again, a link attached and pinned again).
@@ -267,9 +270,11 @@ impl AgentArgs {
     }
 }
 
+mod announce;
 mod audit;
 mod guard;
 
+pub use announce::{AnnounceArgs, AnnounceMode, check as check_announce};
 pub use audit::AuditArgs;
 pub use guard::GuardArgs;
 

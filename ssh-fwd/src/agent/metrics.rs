@@ -23,8 +23,7 @@ use prometheus_client::{
 
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
-use super::activity::Board;
-use super::audit::AuditMetrics;
+use super::{activity::Board, announce::AnnounceMetrics, audit::AuditMetrics};
 use crate::{
     datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
@@ -54,6 +53,8 @@ pub struct AgentMetrics {
     pub hairpin_enabled: Gauge,
     /// The connection log's records.
     pub audit: AuditMetrics,
+    /// `--announce`.
+    pub announce: AnnounceMetrics,
     ready: Arc<AtomicBool>,
     ready_gauge: Gauge,
 }
@@ -73,6 +74,7 @@ impl AgentMetrics {
             connection_table_size: Gauge::default(),
             hairpin_enabled: Gauge::default(),
             audit: AuditMetrics::default(),
+            announce: AnnounceMetrics::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
         }
@@ -92,6 +94,7 @@ impl AgentMetrics {
     /// maps pinned under `layout`.
     pub fn registry(&self, layout: PinLayout) -> Registry {
         let mut r = Registry::with_prefix("ssh_fwd");
+        self.announce.register(&mut r);
         r.register(
             "mappings",
             "Mappings installed by the last reconcile",

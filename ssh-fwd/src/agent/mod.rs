@@ -10,6 +10,7 @@
 //! change. One task owns the data path, so nothing needs a lock.
 
 mod activity;
+pub mod announce;
 mod args;
 pub mod audit;
 mod cross_node_key;
@@ -61,6 +62,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.hairpin != datapath::hairpin::HairpinMode::Off,
     ));
     let mut source = Source::open(&args, &metrics).await?;
+    let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
@@ -117,6 +119,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         ),
     };
     let publisher = activity::publish::spawn(&args, source.kube_client(), &board);
+    let ready = metrics.clone();
+    let announcer = announce::spawn(
+        &args,
+        &layout,
+        garp_socket,
+        source.kube_client(),
+        metrics.announce.clone(),
+        move || ready.is_ready(),
+    );
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe(), closed.clone());
     let sweeps = sweep::Shared::default();
@@ -140,6 +151,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     .await;
     sweeper.abort();
     publisher.inspect(tokio::task::JoinHandle::abort);
+    if let Some(announcer) = announcer {
+        announcer.stop().await;
+    }
     tracing::info!(
         bpffs = %layout.version_dir().display(),
         "agent exiting; the data path stays attached and keeps forwarding (`ssh-fwd teardown` removes it)"

@@ -15,7 +15,9 @@ use ssh_fwd_common::{
 use super::output::{Output, print};
 use crate::{
     datapath::{
+        announce::{AnnounceMap, mac_text},
         maps::Maps,
+        netdev,
         object::{DenyAction, RedirectMode},
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook, Target},
@@ -71,6 +73,24 @@ pub struct Status {
     pub half_open: u64,
     pub half_open_churned: u64,
     pub last_sweep_age_seconds: Option<f64>,
+    /// `--announce l2`: the SSH IPs this node answers ARP for.
+    pub announcing: Vec<Announcing>,
+    /// The last other MAC heard claiming an SSH IP this node announced.
+    pub arp_heard: Vec<Heard>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Announcing {
+    pub ssh_ip: std::net::Ipv4Addr,
+    pub iface: String,
+    pub mac: String,
+    pub since_unix_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Heard {
+    pub ssh_ip: std::net::Ipv4Addr,
+    pub mac: String,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -126,7 +146,61 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         half_open: agent.half_open_at_sweep,
         half_open_churned: agent.half_open_churned,
         last_sweep_age_seconds: age(agent.last_sweep_ms),
+        announcing: announcing(layout),
+        arp_heard: heard(layout),
     })
+}
+
+/// `ANNOUNCE`, empty where the pins predate it.
+fn announcing(layout: &PinLayout) -> Vec<Announcing> {
+    let Ok(map) = AnnounceMap::open_pinned(layout) else {
+        return Vec::new();
+    };
+    map.installed()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, entry)| Announcing {
+            ssh_ip: key.ip(),
+            iface: netdev::name_of(key.ifindex).unwrap_or_else(|| format!("#{}", key.ifindex)),
+            mac: mac_text(entry.mac),
+            since_unix_ms: entry.since_ms,
+        })
+        .collect()
+}
+
+fn heard(layout: &PinLayout) -> Vec<Heard> {
+    let Ok(map) = AnnounceMap::open_pinned(layout) else {
+        return Vec::new();
+    };
+    map.heard()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(ssh_ip, heard)| Heard {
+            ssh_ip,
+            mac: mac_text(heard.mac),
+        })
+        .collect()
+}
+
+/// The `announcing:` line: each SSH IP with where and since when.
+fn announcing_line(announcing: &[Announcing], now_ms: u64) -> String {
+    if announcing.is_empty() {
+        return "none (this node answers ARP for no SSH IP)".to_owned();
+    }
+    announcing
+        .iter()
+        .map(|a| {
+            let age = now_ms.saturating_sub(a.since_unix_ms) as f64 / 1000.0;
+            format!(
+                "{} on {} ({}) since {}",
+                a.ssh_ip,
+                a.iface,
+                a.mac,
+                ago(Some(age))
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A text field of the pinned status, escaped for a terminal: an error
@@ -204,7 +278,8 @@ fn table(s: &Status) -> String {
          last reconcile:  {} (took {:.1} ms), {} in all\n\
          errors:          {} reconcile error(s); last: {error}\n\
          packets:         {} forwarded, {} passed through, {} problem(s)\n\
-         connections:     {} established; {} half-open, {} SYNs not completed (sweep {})\n",
+         connections:     {} established; {} half-open, {} SYNs not completed (sweep {})\n\
+         announcing:      {}{}\n",
         if s.source.is_empty() { "-" } else { &s.source },
         if interfaces.is_empty() {
             "none".to_owned()
@@ -225,7 +300,17 @@ fn table(s: &Status) -> String {
         s.half_open,
         s.half_open_churned,
         ago(s.last_sweep_age_seconds),
+        announcing_line(&s.announcing, unix_ms(SystemTime::now())),
+        heard_note(s),
     )
+}
+
+/// Other MACs heard claiming an SSH IP this node announced.
+fn heard_note(s: &Status) -> String {
+    s.arp_heard
+        .iter()
+        .map(|h| format!("; {} last heard from {}", h.ssh_ip, h.mac))
+        .collect()
 }
 
 /// `--redirect`'s mode, with what it means for the node's firewall.
@@ -275,5 +360,20 @@ mod tests {
         assert_eq!(ago(Some(4.2)), "4 s ago");
         assert_eq!(ago(Some(600.0)), "10 min ago");
         assert_eq!(ago(Some(9000.0)), "2.5 h ago");
+    }
+
+    #[test]
+    fn the_ssh_ips_this_node_answers_for_read_with_where_and_since_when() {
+        assert!(announcing_line(&[], 0).starts_with("none"));
+        let one = Announcing {
+            ssh_ip: std::net::Ipv4Addr::new(198, 18, 0, 10),
+            iface: "ext0".into(),
+            mac: "02:00:00:00:00:01".into(),
+            since_unix_ms: 1_000,
+        };
+        assert_eq!(
+            announcing_line(&[one], 11_000),
+            "198.18.0.10 on ext0 (02:00:00:00:00:01) since 10 s ago"
+        );
     }
 }

@@ -11,10 +11,12 @@
 //!   only removes it ([`conntrack`]: sweep and purge).
 //! - Nothing here knows where mappings come from (file or Kubernetes).
 
+pub mod announce;
 mod batch;
 pub mod cgroup;
 pub mod conntrack;
 pub mod events;
+pub mod garp;
 pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
@@ -30,6 +32,7 @@ pub mod plan;
 pub mod pod_links;
 pub mod preflight;
 pub mod repair;
+pub mod routes;
 pub mod stats;
 pub mod status;
 pub mod upgrade;

@@ -81,6 +81,11 @@ pub struct Link {
     pub master: Option<u32>,
     /// A software device (it has a kind: veth, bridge, tun...), not a NIC.
     pub software: bool,
+    /// Its Ethernet address, if it has one of six bytes.
+    pub mac: Option<[u8; 6]>,
+    /// Administratively up with its carrier on (`IFF_UP` and
+    /// `IFF_LOWER_UP`): it can send and receive.
+    pub up: bool,
 }
 
 /// The other end of a pair, in another network namespace.
@@ -99,6 +104,10 @@ impl Link {
         if msg.header.flags.contains(LinkFlags::Loopback) {
             link.kind = Kind::Loopback;
         }
+        link.up = msg
+            .header
+            .flags
+            .contains(LinkFlags::Up | LinkFlags::LowerUp);
         let (mut netns_id, mut peer_index) = (None, None);
         for attr in &msg.attributes {
             match attr {
@@ -109,6 +118,7 @@ impl Link {
                 }
                 LinkAttribute::Link(index) => peer_index = Some(*index),
                 LinkAttribute::Controller(master) => link.master = Some(*master),
+                LinkAttribute::Address(mac) => link.mac = <[u8; 6]>::try_from(&mac[..]).ok(),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(kind) = info {

@@ -48,8 +48,25 @@ pub const AGENT: &[ApiCall] = &[
         verbs: &["get", "create", "patch"],
         own_namespace: true,
     },
-    // Its node's uid, to make that ConfigMap the node's.
+    // Its own Node: its uid, to make that ConfigMap the node's; its labels
+    // for --announce-nodes.
     call("", "nodes", &["get"]),
+    // --announce l2: one Lease per SSH IP in --lease-namespace, watched by
+    // every agent, written by the one that takes it, renews it or hands it
+    // back (`agent::announce::leases`).
+    ApiCall {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["list", "watch", "create", "update"],
+        own_namespace: true,
+    },
+    // --announce l2: each takeover told on the SSH IP's Lease.
+    ApiCall {
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create"],
+        own_namespace: true,
+    },
 ];
 
 /// The controller (`controller::*`).

@@ -7,6 +7,8 @@ pub mod answer;
 pub mod api_calls;
 pub mod client;
 pub mod kept;
+pub mod labels;
+pub mod lease;
 pub mod ownership;
 pub mod reflector;
 pub mod selector;

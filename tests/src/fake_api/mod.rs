@@ -247,6 +247,13 @@ pub struct FakeApi {
 impl FakeApi {
     /// Listens on 127.0.0.1 inside `ns`.
     pub fn start(ns: &NetNs) -> anyhow::Result<Self> {
+        Self::start_at(ns, "127.0.0.1")
+    }
+
+    /// Listens on `ip` (an address of `ns`) inside `ns`, for clients in
+    /// other namespaces that reach it.
+    pub fn start_at(ns: &NetNs, ip: &str) -> anyhow::Result<Self> {
+        let bind = format!("{ip}:0");
         let path = ns.path();
         // A socket belongs to the network namespace of the thread that
         // created it; make it in a thread that joined `ns`.
@@ -256,7 +263,7 @@ impl FakeApi {
             if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 return Err(std::io::Error::last_os_error()).context("setns");
             }
-            Ok(std::net::TcpListener::bind("127.0.0.1:0")?)
+            Ok(std::net::TcpListener::bind(&bind)?)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("listener thread panicked"))??;

@@ -254,6 +254,7 @@ fn delta(
         .collect()
 }
 
+mod arp;
 mod audit;
 mod capacity;
 mod conntrack;
@@ -473,7 +474,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 23] = [
+    let expect: [(&str, u32, usize, usize); 25] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -577,6 +578,18 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::CONN_CAPACITY,
             size_of::<maps::ConnKey>(),
             size_of::<maps::ConnStats>(),
+        ),
+        (
+            maps::ANNOUNCE,
+            maps::ANNOUNCE_CAPACITY,
+            size_of::<maps::AnnounceKey>(),
+            size_of::<maps::Announce>(),
+        ),
+        (
+            maps::ARP_HEARD,
+            maps::ANNOUNCE_CAPACITY,
+            4,
+            size_of::<maps::Heard>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);

@@ -1,0 +1,353 @@
+//! `--announce l2`: the SSH IPs this node answers ARP for, kept in the data
+//! path's `ANNOUNCE` map, and the gratuitous ARPs that tell the segment
+//! when announcing starts. The kernel programs answer; this task only
+//! decides what they answer for ([`desired`], pure) and sends the
+//! gratuitous replies ([`Garps`]).
+//!
+//! Without Kubernetes this node announces unconditionally on every
+//! external interface that is up. The entries are pinned: an agent that
+//! exits leaves them, and the data path keeps answering, as it keeps
+//! forwarding.
+
+mod garps;
+pub mod leases;
+mod owner;
+mod routes;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::Ipv4Addr,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, bail};
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+use ssh_fwd_common::maps::AnnounceKey;
+use tokio::{
+    sync::{mpsc, watch},
+    time::{MissedTickBehavior, interval},
+};
+
+pub use garps::Garps;
+
+use super::args::{AgentArgs, AnnounceMode};
+use crate::datapath::{
+    announce::{AnnounceMap, Desired, mac_text},
+    garp::GarpSocket,
+    netdev::{self, Link, Netlink},
+    pins::PinLayout,
+    status::unix_ms,
+};
+
+/// How often the interfaces are read again besides on link events.
+const RESCAN: Duration = Duration::from_secs(5);
+
+/// What `/metrics` shows of the announcements.
+#[derive(Clone, Default)]
+pub struct AnnounceMetrics {
+    /// 1 for each SSH IP this node answers ARP for.
+    pub announcing: Family<SshIpLabel, Gauge>,
+    /// When this node began to answer for it (Unix seconds).
+    pub since: Family<SshIpLabel, Gauge>,
+    pub garps_sent: Counter,
+    pub garp_errors: Counter,
+    /// Kubernetes mode: SSH IPs this node took over.
+    pub takeovers: Counter,
+    /// Kubernetes mode: Lease writes and watches that failed.
+    pub lease_errors: Counter,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SshIpLabel {
+    pub ssh_ip: String,
+}
+
+impl AnnounceMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "announcing",
+            "1 for each SSH IP this node answers ARP for (--announce l2)",
+            self.announcing.clone(),
+        );
+        r.register(
+            "announcing_since_timestamp_seconds",
+            "When this node began to answer ARP for the SSH IP (Unix time)",
+            self.since.clone(),
+        );
+        r.register(
+            "garps_sent",
+            "Gratuitous ARP replies sent for the SSH IPs this node announces",
+            self.garps_sent.clone(),
+        );
+        r.register(
+            "garp_errors",
+            "Gratuitous ARP replies the kernel refused to send",
+            self.garp_errors.clone(),
+        );
+        r.register(
+            "announce_takeovers",
+            "SSH IPs this node took over: their Lease taken, answering ARP from then on (--announce l2 with --kubernetes)",
+            self.takeovers.clone(),
+        );
+        r.register(
+            "announce_lease_errors",
+            "Failed writes and watches of the SSH IPs' Leases (each retried; a holder keeps answering meanwhile)",
+            self.lease_errors.clone(),
+        );
+    }
+}
+
+/// The checks made before anything is touched: the flags agree, and no
+/// SSH IP is an address of this node (the kernel would answer ARP for it
+/// and the node's own services would be reachable on it). Opens the
+/// socket the gratuitous ARPs go out on, which needs `CAP_NET_RAW`.
+pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
+    super::args::check_announce(agent).map_err(anyhow::Error::msg)?;
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips[..]);
+    if args.announce != AnnounceMode::L2 {
+        return Ok(None);
+    }
+    let netlink = Netlink::open()?;
+    let links = netlink.links().await?;
+    let addrs = netlink.addresses().await?;
+    if let Some((ip, iface)) = on_interfaces(ssh_ips, &links, &addrs).into_iter().next() {
+        bail!(
+            "--announce l2: {ip} is an address of {iface} on this node; the data path answers \
+             ARP for an SSH IP that is on no interface (on one, the kernel answers for it too \
+             and the node's own services become reachable on it): remove it (`ip addr del \
+             {ip}/32 dev {iface}`), or run with --announce off"
+        );
+    }
+    let socket = GarpSocket::open().context(
+        "--announce l2 sends gratuitous ARPs on a packet socket, which needs CAP_NET_RAW: add \
+         NET_RAW to the agent's capabilities",
+    )?;
+    Ok(Some(socket))
+}
+
+/// The SSH IPs among the node's addresses, with the interface holding each.
+pub fn on_interfaces(
+    ssh_ips: &[Ipv4Addr],
+    links: &[Link],
+    addrs: &[(u32, Ipv4Addr)],
+) -> BTreeMap<Ipv4Addr, String> {
+    let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
+    addrs
+        .iter()
+        .filter(|(_, ip)| ssh_ips.contains(ip))
+        .map(|(index, ip)| {
+            (
+                *ip,
+                names
+                    .get(index)
+                    .map_or_else(|| index.to_string(), |n| (*n).to_owned()),
+            )
+        })
+        .collect()
+}
+
+/// Pure: every SSH IP on every external interface that is up and has a
+/// MAC, with that MAC.
+pub fn desired(ssh_ips: &[Ipv4Addr], external: &BTreeSet<String>, links: &[Link]) -> Desired {
+    links
+        .iter()
+        .filter(|l| l.up && external.contains(&l.name))
+        .filter_map(|l| Some((l.index, l.mac?)))
+        .flat_map(|(index, mac)| {
+            ssh_ips
+                .iter()
+                .map(move |ip| (AnnounceKey::new(index, *ip), mac))
+        })
+        .collect()
+}
+
+/// The running task, and how to stop it.
+pub struct Handle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    within: Duration,
+}
+
+impl Handle {
+    /// Tells the task the agent is exiting and waits for it to hand over
+    /// (Kubernetes mode; in file mode the data path keeps answering).
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(self.within, self.task).await;
+    }
+}
+
+/// Starts `--announce`'s task, if asked for: `route`, the routes; `l2` in
+/// Kubernetes mode (a `client`) ownership by Lease, else unconditional.
+/// `ready`: the agent has attached and synced. An error stops announcing
+/// changes, never the agent: the data path keeps answering as it was last
+/// told.
+pub fn spawn(
+    args: &AgentArgs,
+    layout: &PinLayout,
+    socket: Option<GarpSocket>,
+    client: Option<kube::Client>,
+    metrics: AnnounceMetrics,
+    ready: impl Fn() -> bool + Send + 'static,
+) -> Option<Handle> {
+    let (stop, stopped) = watch::channel(false);
+    let a = &args.announce;
+    let layout = layout.clone();
+    let task: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> =
+        match (a.announce, client, socket) {
+            (AnnounceMode::Route, _, _) => Box::pin(routes::run(
+                a.announce_table.unwrap_or_default(),
+                args.ssh_ips.clone(),
+                args.ifaces.iter().cloned().collect(),
+                ready,
+                stopped,
+            )),
+            (AnnounceMode::Off, _, _) | (_, _, None) => return None,
+            (AnnounceMode::L2, Some(client), Some(socket)) => Box::pin(leases::run(
+                layout,
+                leases::Settings {
+                    ssh_ips: args.ssh_ips.clone(),
+                    external: args.ifaces.iter().cloned().collect(),
+                    duration: a.announce_lease_duration,
+                    renew: a.announce_renew,
+                    namespace: a.lease_namespace.clone(),
+                    me: identity(a.node_name.as_deref()),
+                    garp_interval: a.announce_garp_interval,
+                    nodes: a.announce_nodes.clone(),
+                },
+                client,
+                socket,
+                metrics,
+                ready,
+                stopped,
+            )),
+            (AnnounceMode::L2, None, Some(socket)) => Box::pin(run(
+                layout,
+                args.ssh_ips.clone(),
+                args.ifaces.clone(),
+                a.announce_garp_interval,
+                socket,
+                metrics,
+            )),
+        };
+    let task = tokio::spawn(async move {
+        if let Err(e) = task.await {
+            tracing::error!(
+                error = format!("{e:#}"),
+                "announcing stopped; the data path keeps answering ARP as it was last told"
+            );
+        }
+    });
+    Some(Handle {
+        stop,
+        task,
+        within: a.announce_lease_duration + a.announce_renew * 2,
+    })
+}
+
+/// This node's name in the Leases: `--node-name`, else the host name.
+fn identity(node_name: Option<&str>) -> String {
+    node_name.map_or_else(
+        || {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "unknown-node".into())
+        },
+        str::to_owned,
+    )
+}
+
+/// The task: keeps `ANNOUNCE` equal to [`desired`] as interfaces come and
+/// go, and sends the gratuitous ARPs. Runs until the agent exits.
+pub async fn run(
+    layout: PinLayout,
+    ssh_ips: Vec<Ipv4Addr>,
+    ifaces: Vec<String>,
+    garp_interval: Option<Duration>,
+    socket: GarpSocket,
+    metrics: AnnounceMetrics,
+) -> anyhow::Result<()> {
+    let mut map = AnnounceMap::open_pinned(&layout)?;
+    let netlink = Netlink::open()?;
+    let external: BTreeSet<String> = ifaces.into_iter().collect();
+    let mut garps = Garps::new(socket, garp_interval, metrics.clone());
+    let (tx, mut links_changed) = mpsc::channel(1);
+    if let Err(e) = netdev::watch_links(tx) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "no link events; interfaces are read every 5 s"
+        );
+    }
+    let mut rescan = interval(RESCAN);
+    rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        let wake = garps.next_due();
+        tokio::select! {
+            _ = rescan.tick() => {}
+            Some(()) = links_changed.recv() => {}
+            () = sleep_until(wake) => {
+                garps.send_due(Instant::now());
+                continue;
+            }
+        }
+        let links = match netlink.links().await {
+            Ok(links) => links,
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot read interfaces; announcements unchanged"
+                );
+                continue;
+            }
+        };
+        let want = desired(&ssh_ips, &external, &links);
+        let plan = map.set(&want, 0, unix_ms(SystemTime::now()))?;
+        for (key, entry) in plan.started() {
+            tracing::info!(
+                ssh_ip = %key.ip(),
+                iface = netdev::name_of(key.ifindex).unwrap_or_default(),
+                mac = mac_text(entry.mac),
+                "answering ARP for the SSH IP"
+            );
+        }
+        for key in &plan.deletes {
+            tracing::info!(ssh_ip = %key.ip(), ifindex = key.ifindex, "no longer answering ARP for the SSH IP");
+        }
+        garps.track(&want, &plan, Instant::now());
+        record(&metrics, &map)?;
+    }
+}
+
+/// Waits until `at`, or for ever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The gauges from what the map holds.
+fn record(metrics: &AnnounceMetrics, map: &AnnounceMap) -> anyhow::Result<()> {
+    let installed = map.installed()?;
+    metrics.announcing.clear();
+    metrics.since.clear();
+    for (key, entry) in installed {
+        let label = SshIpLabel {
+            ssh_ip: key.ip().to_string(),
+        };
+        metrics.announcing.get_or_create(&label).set(1);
+        let since = i64::try_from(entry.since_ms / 1000).unwrap_or(i64::MAX);
+        let gauge = metrics.since.get_or_create(&label);
+        if gauge.get() == 0 || since < gauge.get() {
+            gauge.set(since);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,504 @@
+//! `--announce l2` with `--kubernetes`: one `coordination.k8s.io` Lease
+//! per SSH IP in `--lease-namespace`, labelled with [`vocabulary::ANNOUNCE`],
+//! and only its holder answers ARP for the SSH IP ([`super::owner`]
+//! decides). Every agent watches those Leases, so a standby sees each
+//! renewal as it happens and takes an expired Lease over within a tenth
+//! of `--announce-renew` of its expiry; each API call is given up after `--announce-renew`. On
+//! SIGTERM the holder hands its Leases back, and answers until it hears
+//! the new holder's gratuitous ARP (bounded by the Lease duration): a
+//! drain hands over without a gap.
+
+use std::{
+    collections::BTreeSet,
+    net::Ipv4Addr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::Context as _;
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{Node, ObjectReference},
+        events::v1::Event,
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api,
+    api::PostParams,
+    runtime::{reflector::ObjectRef, watcher},
+};
+use ssh_fwd_common::maps::ANNOUNCE_YIELD;
+use tokio::sync::{mpsc, watch};
+
+use super::{AnnounceMetrics, Garps, desired, owner::Action, owner::Owner, record, sleep_until};
+use crate::{
+    datapath::{
+        announce::{AnnounceMap, Desired},
+        garp::GarpSocket,
+        netdev::{self, Netlink},
+        pins::PinLayout,
+        status::unix_ms,
+    },
+    k8s::{
+        labels::LabelSelector,
+        reflector::{Changes, drop_managed_fields, reflector_task},
+    },
+    vocabulary,
+};
+
+/// What the task needs from the flags.
+pub struct Settings {
+    pub ssh_ips: Vec<Ipv4Addr>,
+    pub external: BTreeSet<String>,
+    pub duration: Duration,
+    pub renew: Duration,
+    pub namespace: String,
+    /// This node's name in the Leases.
+    pub me: String,
+    pub garp_interval: Option<Duration>,
+    /// `--announce-nodes`: this node's Node must match it.
+    pub nodes: Option<LabelSelector>,
+}
+
+/// How often this node's Node is read for `--announce-nodes`.
+const NODE_EVERY: Duration = Duration::from_secs(5);
+
+/// The Lease of `ip`.
+pub fn lease_name(ip: Ipv4Addr) -> String {
+    format!("ssh-fwd-announce-{}", ip.to_string().replace('.', "-"))
+}
+
+/// One SSH IP.
+struct Ip {
+    ip: Ipv4Addr,
+    name: String,
+    owner: Owner,
+    /// A failed write was logged; the next success says so.
+    failing: bool,
+}
+
+/// The task's state.
+struct Announcer {
+    settings: Settings,
+    api: Api<Lease>,
+    events: Api<Event>,
+    store: kube::runtime::reflector::Store<Lease>,
+    synced: Arc<AtomicBool>,
+    map: AnnounceMap,
+    garps: Garps,
+    metrics: AnnounceMetrics,
+    ips: Vec<Ip>,
+    /// What this node could announce: its external interfaces that are up.
+    local: Desired,
+}
+
+/// Runs until `stop` turns true, then hands the Leases back.
+pub async fn run(
+    layout: PinLayout,
+    settings: Settings,
+    client: kube::Client,
+    socket: GarpSocket,
+    metrics: AnnounceMetrics,
+    ready: impl Fn() -> bool,
+    mut stop: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
+    let changes = Changes::new();
+    let synced = Arc::new(AtomicBool::new(false));
+    let seen = synced.clone();
+    let (store, task) = reflector_task(
+        api.clone(),
+        watcher::Config::default().labels(vocabulary::ANNOUNCE),
+        keep,
+        "Lease",
+        &changes,
+        &metrics.lease_errors,
+        move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                seen.store(true, Ordering::Relaxed);
+            }
+        },
+    );
+    let watch = tokio::spawn(task);
+    let netlink = Netlink::open()?;
+    let (tx, mut links_changed) = mpsc::channel(1);
+    if let Err(e) = netdev::watch_links(tx) {
+        tracing::warn!(
+            error = format!("{e:#}"),
+            "no link events; interfaces are read every second"
+        );
+    }
+    let me = settings.me.clone();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut a = Announcer {
+        ips: settings
+            .ssh_ips
+            .iter()
+            .map(|ip| Ip {
+                ip: *ip,
+                name: lease_name(*ip),
+                owner: Owner::new(&me, settings.renew),
+                failing: false,
+            })
+            .collect(),
+        events: Api::namespaced(client, &settings.namespace),
+        garps: Garps::new(socket, settings.garp_interval, metrics.clone()),
+        map: AnnounceMap::open_pinned(&layout)?,
+        local: Desired::new(),
+        api,
+        store,
+        synced,
+        metrics,
+        settings,
+    };
+    a.local = a.read_links(&netlink).await;
+    let mut eligible = a.settings.nodes.is_none();
+    let mut node_read: Option<Instant> = None;
+    let mut tick = tokio::time::interval(a.settings.renew / 10);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut links_read = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = changes.changed() => {}
+            Some(()) = links_changed.recv() => a.local = a.read_links(&netlink).await,
+            () = sleep_until(a.garps.next_due()) => {
+                a.garps.send_due(Instant::now());
+                continue;
+            }
+            _ = stop.changed() => break,
+        }
+        if links_read.elapsed() >= Duration::from_secs(1) {
+            a.local = a.read_links(&netlink).await;
+            links_read = Instant::now();
+        }
+        if let Some(selector) = &a.settings.nodes
+            && node_read.is_none_or(|at| at.elapsed() >= NODE_EVERY)
+        {
+            node_read = Some(Instant::now());
+            eligible = selected(&nodes, &a.settings.me, selector, eligible, a.settings.renew).await;
+        }
+        a.pass(ready() && eligible).await?;
+    }
+    a.hand_over().await;
+    watch.abort();
+    Ok(())
+}
+
+/// Whether this node's Node matches `--announce-nodes`; `was` when it
+/// cannot be read (an API outage changes nothing).
+async fn selected(
+    nodes: &Api<Node>,
+    me: &str,
+    selector: &LabelSelector,
+    was: bool,
+    within: Duration,
+) -> bool {
+    match tokio::time::timeout(within, nodes.get(me)).await {
+        Ok(Ok(node)) => {
+            let now =
+                selector.matches(node.metadata.labels.as_ref().unwrap_or(&Default::default()));
+            if now != was {
+                tracing::info!(
+                    node = me,
+                    selected = now,
+                    "--announce-nodes: this node's labels changed its eligibility"
+                );
+            }
+            now
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(node = me, error = %e, "cannot read this node's Node; eligibility unchanged");
+            was
+        }
+        Err(_) => was,
+    }
+}
+
+fn keep(mut lease: Lease) -> Lease {
+    drop_managed_fields(&mut lease);
+    lease
+}
+
+impl Announcer {
+    /// This node's external interfaces that are up, with each SSH IP.
+    async fn read_links(&self, netlink: &Netlink) -> Desired {
+        match netlink.links().await {
+            Ok(links) => desired(&self.settings.ssh_ips, &self.settings.external, &links),
+            Err(e) => {
+                tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot read interfaces; taken as down"
+                );
+                Desired::new()
+            }
+        }
+    }
+
+    /// One look at every SSH IP, then the map made to agree.
+    async fn pass(&mut self, ready: bool) -> anyhow::Result<()> {
+        let ready = ready && !self.local.is_empty();
+        let synced = self.synced.load(Ordering::Relaxed);
+        let heard = self.map.heard()?;
+        let mono_now = monotonic_ns();
+        for i in 0..self.ips.len() {
+            let now = Instant::now();
+            let name = self.ips[i].name.clone();
+            let lease = self
+                .store
+                .get(&ObjectRef::new(&name).within(&self.settings.namespace));
+            let heard_other = heard.get(&self.ips[i].ip).is_some_and(|h| {
+                let age = Duration::from_nanos(mono_now.saturating_sub(h.at_ns));
+                let at = now.checked_sub(age).unwrap_or(now);
+                self.ips[i].owner.renewed.is_none_or(|renewed| at > renewed)
+            });
+            let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+            let action = self.ips[i]
+                .owner
+                .next(spec, synced, ready, heard_other, now);
+            self.act(i, action, lease.as_deref()).await;
+        }
+        if synced {
+            let held: BTreeSet<Ipv4Addr> = self
+                .ips
+                .iter()
+                .filter(|i| i.owner.held)
+                .map(|i| i.ip)
+                .collect();
+            self.apply(&held)?;
+        }
+        Ok(())
+    }
+
+    /// Makes `ANNOUNCE` hold the SSH IPs in `held` on every local interface.
+    fn apply(&mut self, held: &BTreeSet<Ipv4Addr>) -> anyhow::Result<()> {
+        let want: Desired = self
+            .local
+            .iter()
+            .filter(|(key, _)| held.contains(&key.ip()))
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        let plan = self
+            .map
+            .set(&want, ANNOUNCE_YIELD, unix_ms(SystemTime::now()))?;
+        self.garps.track(&want, &plan, Instant::now());
+        record(&self.metrics, &self.map)
+    }
+
+    async fn act(&mut self, i: usize, action: Action, lease: Option<&Lease>) {
+        let ip = self.ips[i].ip;
+        let sent = Instant::now();
+        let result = match action {
+            Action::Nothing => return,
+            Action::Withdraw => {
+                self.ips[i].owner.withdrew();
+                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering ARP for it");
+                return;
+            }
+            Action::Create => self.write(None, &self.ips[i].name, ip, Write::Take).await,
+            Action::Take => self.write(lease, &self.ips[i].name, ip, Write::Take).await,
+            Action::Renew => self.write(lease, &self.ips[i].name, ip, Write::Renew).await,
+            Action::Release => {
+                let released = self
+                    .write(lease, &self.ips[i].name, ip, Write::Release)
+                    .await;
+                self.ips[i].owner.withdrew();
+                tracing::info!(ssh_ip = %ip, handed_back = released.is_ok(), "not ready (an external interface down, or not synced): gave the SSH IP up");
+                return;
+            }
+        };
+        let entry = &mut self.ips[i];
+        match result {
+            Ok(()) => {
+                let was_held = entry.owner.held;
+                entry.owner.wrote(sent);
+                if std::mem::take(&mut entry.failing) {
+                    tracing::info!(ssh_ip = %ip, "the SSH IP's Lease is written again");
+                }
+                if action != Action::Renew && !was_held {
+                    self.took_over(ip);
+                }
+            }
+            Err(e) => {
+                self.metrics.lease_errors.inc();
+                if matches!(action, Action::Create | Action::Take) {
+                    entry.owner.take_failed(sent, self.settings.duration);
+                }
+                if !std::mem::replace(&mut entry.failing, true)
+                    && (entry.owner.held || action != Action::Renew)
+                {
+                    tracing::warn!(ssh_ip = %ip, ?action, error = format!("{e:#}"), "cannot write the SSH IP's Lease; retrying (a holder keeps answering until another node announces)");
+                }
+            }
+        }
+    }
+
+    /// One Lease write, given up after `--announce-renew`.
+    async fn write(
+        &self,
+        lease: Option<&Lease>,
+        name: &str,
+        ip: Ipv4Addr,
+        how: Write,
+    ) -> anyhow::Result<()> {
+        let now = MicroTime(Timestamp::now());
+        let seconds = i32::try_from(self.settings.duration.as_secs()).unwrap_or(i32::MAX);
+        let params = PostParams::default();
+        let call = async {
+            let Some(lease) = lease else {
+                let fresh = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_owned()),
+                        labels: Some([(vocabulary::ANNOUNCE.to_owned(), ip.to_string())].into()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(self.settings.me.clone()),
+                        lease_duration_seconds: Some(seconds),
+                        acquire_time: Some(now.clone()),
+                        renew_time: Some(now),
+                        lease_transitions: Some(0),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                return self.api.create(&params, &fresh).await.map(drop);
+            };
+            let mut lease = lease.clone();
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            match how {
+                Write::Take => {
+                    spec.holder_identity = Some(self.settings.me.clone());
+                    spec.acquire_time = Some(now.clone());
+                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+                }
+                Write::Renew => {}
+                Write::Release => spec.holder_identity = None,
+            }
+            spec.lease_duration_seconds = Some(seconds);
+            spec.renew_time = Some(now);
+            self.api.replace(name, &params, &lease).await.map(drop)
+        };
+        tokio::time::timeout(self.settings.renew, call)
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.renew))?
+            .with_context(|| format!("Lease {}/{name}", self.settings.namespace))
+    }
+
+    /// Counted, logged, and told in an Event on the Lease (in the
+    /// background: nothing waits for it).
+    fn took_over(&self, ip: Ipv4Addr) {
+        self.metrics.takeovers.inc();
+        tracing::info!(ssh_ip = %ip, node = %self.settings.me, "took the SSH IP over; answering ARP for it");
+        let event = takeover_event(&self.settings, &lease_name(ip), ip, Timestamp::now());
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let params = PostParams::default();
+            let sent = events.create(&params, &event);
+            match tokio::time::timeout(Duration::from_secs(5), sent).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => tracing::debug!(error = %e, "the takeover's event was not recorded"),
+                Err(_) => tracing::debug!("the takeover's event was not recorded in 5 s"),
+            }
+        });
+    }
+
+    /// SIGTERM: every Lease held is handed back at once, so a ready node
+    /// takes it over without waiting for it to expire; this node answers
+    /// until it hears that node's gratuitous ARP, at most a Lease duration.
+    async fn hand_over(&mut self) {
+        let held: Vec<usize> = (0..self.ips.len())
+            .filter(|i| self.ips[*i].owner.held)
+            .collect();
+        if held.is_empty() {
+            return;
+        }
+        let since = monotonic_ns();
+        for &i in &held {
+            let name = self.ips[i].name.clone();
+            let lease = self
+                .store
+                .get(&ObjectRef::new(&name).within(&self.settings.namespace));
+            let released = self
+                .write(lease.as_deref(), &name, self.ips[i].ip, Write::Release)
+                .await;
+            tracing::info!(ssh_ip = %self.ips[i].ip, handed_back = released.is_ok(), "SIGTERM: handing the SSH IP over");
+        }
+        let deadline = Instant::now() + self.settings.duration;
+        while Instant::now() < deadline {
+            let heard = self.map.heard().unwrap_or_default();
+            let all = held
+                .iter()
+                .all(|&i| heard.get(&self.ips[i].ip).is_some_and(|h| h.at_ns > since));
+            if all {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if let Err(e) = self.apply(&BTreeSet::new()) {
+            tracing::warn!(error = format!("{e:#}"), "could not stop answering ARP");
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Write {
+    Take,
+    Renew,
+    Release,
+}
+
+/// The takeover told on the SSH IP's Lease (`kubectl events`).
+fn takeover_event(settings: &Settings, lease: &str, ip: Ipv4Addr, now: Timestamp) -> Event {
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{lease}.{:x}", now.as_nanosecond())),
+            namespace: Some(settings.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some("Normal".into()),
+        reason: Some(vocabulary::reason::SSH_IP_TAKEN_OVER.into()),
+        action: Some(vocabulary::action::TAKE_OVER.into()),
+        note: Some(format!("{} answers ARP for {ip} now", settings.me)),
+        regarding: Some(ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            name: Some(lease.into()),
+            namespace: Some(settings.namespace.clone()),
+            ..ObjectReference::default()
+        }),
+        reporting_controller: Some(vocabulary::AGENT.into()),
+        reporting_instance: Some(settings.me.clone()),
+        ..Event::default()
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `ARP_HEARD`'s times.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid pointer to a timespec this function owns.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_ssh_ip_has_a_lease_of_its_own_named_after_it() {
+        assert_eq!(
+            lease_name(Ipv4Addr::new(198, 18, 0, 10)),
+            "ssh-fwd-announce-198-18-0-10"
+        );
+    }
+}

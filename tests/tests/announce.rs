@@ -1,0 +1,204 @@
+//! `--announce l2` end to end, on one layer-2 segment (`segment.rs`): the
+//! client has only an on-link route to the SSH IP and must ARP for it.
+//! The announcing node's data path answers with its MAC, and only it; the
+//! SSH IP is on no interface, so logins land in the pod and the node's own
+//! sshd is not reachable on it. Bad input is refused with the fix.
+
+use std::time::Duration;
+
+use ssh_fwd_tests::{
+    Agent, Bpffs, NetNs, Sshd,
+    agent::{binary, run_failing, write_mappings},
+    cmd, privilege,
+    segment::{Segment, node_ip},
+    topology::{EXT_IFACE, EXTERNAL_IP},
+};
+
+const FRONTEND: &str = "198.18.0.10:8022";
+const METRICS: &str = "127.0.0.1:9102";
+
+/// GET /metrics from the agent inside `node`.
+fn metrics(node: &NetNs) -> String {
+    let script = "exec 3<>/dev/tcp/127.0.0.1/9102; printf 'GET /metrics HTTP/1.1\\r\\nHost: agent\\r\\nConnection: close\\r\\n\\r\\n' >&3; cat <&3";
+    cmd::run(node.command("timeout").args(["10", "bash", "-c", script])).unwrap_or_default()
+}
+
+/// The value of the series `name` (a full series name, labels included).
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Whether a TCP connect from `ns` to `ip:port` succeeds within 3 s.
+fn connects(ns: &NetNs, ip: &str, port: u16) -> bool {
+    let script = format!("exec 3<>/dev/tcp/{ip}/{port}");
+    ns.command("timeout")
+        .args(["3", "bash", "-c", &script])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn one_node_answers_arp_for_the_ssh_ip_and_logins_land_in_the_pod_not_on_the_node() {
+    privilege::require();
+    let mut seg = Segment::new(2).unwrap();
+    seg.add_pod(0, 1).unwrap();
+    let node = &seg.nodes[0];
+    // The node's own sshd, on every address it has.
+    let _node_sshd = Sshd::start(node, "node-0", &seg.keys).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let extra = [
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--announce",
+        "l2",
+        "--metrics-addr",
+        METRICS,
+    ];
+    let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
+    agent
+        .wait_for_log("answering ARP for the SSH IP", Duration::from_secs(10))
+        .unwrap();
+
+    let mac = Segment::mac(node, EXT_IFACE).unwrap();
+    let other = Segment::mac(&seg.nodes[1], EXT_IFACE).unwrap();
+    let answers = seg.arping(EXTERNAL_IP, 3).unwrap();
+    assert!(!answers.is_empty(), "nobody answered ARP for {EXTERNAL_IP}");
+    assert!(
+        answers.iter().all(|m| *m == mac),
+        "only node 0 ({mac}) answers, not node 1 ({other}): {answers:?}"
+    );
+
+    let ssh = seg.ssh();
+    let host = ssh.run(&seg.client, EXTERNAL_IP, 8022, "hostname").unwrap();
+    assert_eq!(host, "pod-1");
+
+    // The SSH IP is on no interface: the node's sshd answers on the
+    // node's own address only.
+    let addrs = cmd::run(node.command("ip").args(["-4", "addr"])).unwrap();
+    assert!(!addrs.contains(EXTERNAL_IP), "{addrs}");
+    assert!(
+        connects(&seg.client, &node_ip(0), 22),
+        "control: the node's sshd runs"
+    );
+    assert!(
+        !connects(&seg.client, EXTERNAL_IP, 22),
+        "the node's own sshd must not be reachable on the SSH IP"
+    );
+
+    // Counted: the answers in the data path, the gratuitous ARPs here.
+    let counters = bpffs.list().unwrap()["counters"].clone();
+    assert!(
+        counters["arp_answered"].as_u64().unwrap_or(0) >= answers.len() as u64,
+        "{counters}"
+    );
+    let garps = "ssh_fwd_garps_sent_total";
+    assert!(
+        cmd::wait_until(Duration::from_secs(5), || {
+            series(&metrics(node), garps) == Some(3.0)
+        }),
+        "three gratuitous ARPs: {}",
+        metrics(node)
+    );
+    let text = metrics(node);
+    assert_eq!(
+        series(&text, "ssh_fwd_announcing{ssh_ip=\"198.18.0.10\"}"),
+        Some(1.0)
+    );
+    let bin = binary().unwrap();
+    let mut status = node.command(bin.to_str().unwrap());
+    status
+        .args(["status", "-o", "json", "--bpffs"])
+        .arg(bpffs.path());
+    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
+    let announcing = &status["announcing"][0];
+    assert_eq!(announcing["ssh_ip"], EXTERNAL_IP, "{status}");
+    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
+    assert_eq!(announcing["mac"], mac.as_str(), "{status}");
+    agent.stop().unwrap();
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn announcing_without_an_ssh_ip_or_with_one_on_an_interface_is_refused_with_the_fix() {
+    privilege::require();
+    let seg = Segment::new(1).unwrap();
+    let node = &seg.nodes[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let file = mappings.display().to_string();
+    let root = bpffs.path().display().to_string();
+    let base = [
+        "agent",
+        "--iface",
+        EXT_IFACE,
+        "--mappings",
+        &file,
+        "--bpffs",
+        &root,
+        "--hairpin",
+        "off",
+        "--announce",
+        "l2",
+    ];
+    let e = run_failing(node, &base).unwrap();
+    assert!(e.contains("add --ssh-ip"), "{e}");
+
+    node.ip(&["addr", "add", &format!("{EXTERNAL_IP}/32"), "dev", "lo"])
+        .unwrap();
+    let with_ip = [&base[..], &["--ssh-ip", EXTERNAL_IP]].concat();
+    let e = run_failing(node, &with_ip).unwrap();
+    assert!(e.contains("198.18.0.10 is an address of lo"), "{e}");
+    assert!(e.contains("ip addr del 198.18.0.10/32 dev lo"), "{e}");
+    assert!(
+        !bpffs.path().join("v4").exists(),
+        "refused before the data path was touched"
+    );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn generic_xdp_answers_arp_on_the_segment() {
+    privilege::require();
+    let mut seg = Segment::new(1).unwrap();
+    seg.add_pod(0, 1).unwrap();
+    let node = &seg.nodes[0];
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let extra = [
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--announce",
+        "l2",
+        "--attach",
+        "xdp-generic",
+    ];
+    let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
+    let hooks = bpffs.list_of("hooks").unwrap();
+    assert!(hooks.to_string().contains("xdp"), "{hooks}");
+    let mac = Segment::mac(node, EXT_IFACE).unwrap();
+    let answers = seg.arping(EXTERNAL_IP, 2).unwrap();
+    assert!(
+        !answers.is_empty() && answers.iter().all(|m| *m == mac),
+        "{answers:?}"
+    );
+    let host = seg
+        .ssh()
+        .run(&seg.client, EXTERNAL_IP, 8022, "hostname")
+        .unwrap();
+    assert_eq!(host, "pod-1");
+    let counters = bpffs.list().unwrap()["counters"].clone();
+    assert!(
+        counters["arp_answered"].as_u64().unwrap_or(0) >= 1,
+        "{counters}"
+    );
+    agent.stop().unwrap();
+}
