@@ -215,7 +215,7 @@ pub fn spawn(
                     duration: a.announce_lease_duration,
                     renew: a.announce_renew,
                     namespace: a.lease_namespace.clone(),
-                    me: identity(a.node_name.as_deref()),
+                    me: identity(args.node_name.as_deref()),
                     garp_interval: a.announce_garp_interval,
                     nodes: a.announce_nodes.clone(),
                 },

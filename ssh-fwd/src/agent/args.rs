@@ -158,7 +158,9 @@ pub struct AgentArgs {
     /// `spec.nodeName`). The agent then publishes its mappings' SSH
     /// activity in the ConfigMap ssh-fwd-activity-NODE of its namespace,
     /// which the controller mirrors onto the pods; without it, activity is
-    /// only in /metrics and `ssh-fwd list`.
+    /// only in /metrics and `ssh-fwd list`. With `--announce l2` it is also
+    /// the holder's name in the SSH IPs' Leases (default there: the host
+    /// name).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
 

@@ -70,11 +70,6 @@ pub struct AnnounceArgs {
     )]
     pub lease_namespace: String,
 
-    /// This node's name in the SSH IPs' Leases (default: NODE_NAME, else
-    /// the host name).
-    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
-    pub node_name: Option<String>,
-
     /// With --kubernetes and `--announce l2`: only a node whose Node
     /// object matches this label selector (as `kubectl -l` takes it) may
     /// hold an SSH IP; one that stops matching gives it up. Read from this
