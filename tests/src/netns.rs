@@ -109,21 +109,64 @@ pub fn remove_all_of_this_process() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|n| n.starts_with(&prefix))
     {
-        if let Ok(pids) = cmd::run(Command::new("ip").args(["netns", "pids", name])) {
-            for pid in pids
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
-            {
-                // SAFETY: signalling a process inside a namespace we created.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
+        kill_processes_in(name);
         let _ = cmd::ip(&["netns", "del", name]);
     }
 }
 
 impl Drop for NetNs {
     fn drop(&mut self) {
+        // A process that left its group (sshd's session for each
+        // connection calls setsid) outlives its parent's kill, and keeps
+        // the namespace alive after `netns del`: every one goes first.
+        kill_processes_in(&self.name);
         let _ = cmd::ip(&["netns", "del", &self.name]);
+    }
+}
+
+/// SIGKILLs every process in the namespace `name`.
+fn kill_processes_in(name: &str) {
+    let Ok(pids) = cmd::run(Command::new("ip").args(["netns", "pids", name])) else {
+        return;
+    };
+    for pid in pids
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        // SAFETY: signalling a process inside a namespace we created.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs root and network namespaces: `cargo xtask test` runs it"]
+    fn a_process_that_left_its_group_goes_with_its_namespace() {
+        crate::privilege::require();
+        let ns = NetNs::new("leak").unwrap();
+        let child = ns
+            .command("setsid")
+            .args(["--fork", "sleep", "300"])
+            .status()
+            .unwrap();
+        assert!(child.success());
+        let name = ns.name().to_owned();
+        let pids = || cmd::run(Command::new("ip").args(["netns", "pids", &name])).unwrap();
+        assert!(
+            !pids().trim().is_empty(),
+            "the sleeper runs in the namespace"
+        );
+        let orphan: i32 = pids().split_whitespace().next().unwrap().parse().unwrap();
+        drop(ns);
+        // Reaped by init soon after the kill.
+        let gone = cmd::wait_until(std::time::Duration::from_secs(5), || {
+            // SAFETY: signal 0 only tests that the pid exists.
+            let alive = unsafe { libc::kill(orphan, 0) } == 0;
+            !alive
+        });
+        assert!(gone, "process {orphan} outlived its namespace");
     }
 }
