@@ -3,10 +3,13 @@
 //! connection the programs remove, with its traffic from `CONN_STATS`.
 //! A full ring loses the record, counted, and never the packet.
 
-use aya_ebpf::{bindings::BPF_NOEXIST, helpers::bpf_ktime_get_coarse_ns};
+use aya_ebpf::{
+    bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::bpf_ktime_get_coarse_ns,
+};
 use ssh_fwd_common::{
     audit::take,
-    maps::{Conn, ConnEvent, ConnKey, ConnStats, Ended, EventKind, NatTarget},
+    maps::{CONN_EVENTS_BYTES, Conn, ConnEvent, ConnKey, ConnStats, Ended, EventKind, NatTarget},
     outcome::Outcome,
 };
 
@@ -18,12 +21,23 @@ use crate::{
     packet::Headers,
 };
 
+/// How full the ring may get before a record wakes the agent. Below it,
+/// records wait for the agent's next look (it reads every 100 ms): a
+/// wake-up per record would cost a context switch per connection at
+/// setup rates.
+const WAKE_AT: u64 = CONN_EVENTS_BYTES as u64 / 4;
+
 #[inline(always)]
 fn emit(event: ConnEvent) {
     match CONN_EVENTS.reserve::<ConnEvent>(0) {
         Some(mut entry) => {
             entry.write(event);
-            entry.submit(0);
+            let wake = if CONN_EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKE_AT {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(wake as u64);
         }
         None => count(Outcome::EventsLost),
     }

@@ -2,6 +2,8 @@
 //! programs, and the kernel's records out of the pinned `CONN_EVENTS` ring
 //! buffer.
 
+use std::time::Duration;
+
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
 use ssh_fwd_common::maps::{CONN_EVENTS, ConnEvent};
@@ -53,31 +55,45 @@ impl EventReader {
     }
 
     /// Waits until records are there, then appends up to `max` of them to
-    /// `out`.
+    /// `out`. The programs wake the agent only once the ring is a quarter
+    /// full; below that, records are found by a look every [`POLL`].
     pub async fn read(&mut self, out: &mut Vec<ConnEvent>, max: usize) -> anyhow::Result<()> {
         loop {
-            let mut guard = self
-                .ring
-                .readable_mut()
-                .await
-                .context("waiting on the connection log's ring buffer")?;
-            let ring = guard.get_inner_mut();
             let before = out.len();
-            while out.len() - before < max {
-                let Some(item) = ring.next() else { break };
-                if let Some(event) = decode(&item) {
-                    out.push(event);
+            match tokio::time::timeout(POLL, self.ring.readable_mut()).await {
+                Ok(ready) => {
+                    let mut guard = ready.context("waiting on the connection log's ring buffer")?;
+                    if take(guard.get_inner_mut(), out, max) < max {
+                        // Drained: wait for the next wake-up.
+                        guard.clear_ready();
+                    }
                 }
-            }
-            if out.len() - before < max {
-                // Drained: wait for the next wake-up.
-                guard.clear_ready();
+                Err(_) => {
+                    take(self.ring.get_mut(), out, max);
+                }
             }
             if out.len() > before {
                 return Ok(());
             }
         }
     }
+}
+
+/// How often the agent looks into the ring without a wake-up: how late a
+/// record may reach the log when few arrive.
+pub const POLL: Duration = Duration::from_millis(100);
+
+/// Appends up to `max` records of `ring` to `out`; returns how many.
+fn take(ring: &mut RingBuf<MapData>, out: &mut Vec<ConnEvent>, max: usize) -> usize {
+    let mut taken = 0;
+    while taken < max {
+        let Some(item) = ring.next() else { break };
+        taken += 1;
+        if let Some(event) = decode(&item) {
+            out.push(event);
+        }
+    }
+    taken
 }
 
 /// One record, if it has the layout's size.
