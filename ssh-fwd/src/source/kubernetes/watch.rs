@@ -144,11 +144,16 @@ impl KubeSource {
             }
         }
         self.early.extend(batch.into_iter().map(|(_, u)| u));
+        let mut noted = false;
         if self.is_ready() {
             let raised = self.index.apply(std::mem::take(&mut self.early));
+            noted = !raised.is_empty();
             self.took(raised);
         }
-        if self.index.generation() != before || !self.returned {
+        // A note (a Service skipped, a conflict) is returned as a change
+        // too, with nothing touched: the operator hears of it now, not at
+        // the next change of the mappings.
+        if self.index.generation() != before || !self.returned || noted {
             self.pending_since(oldest);
         }
         Ok(())
@@ -160,8 +165,9 @@ impl KubeSource {
     pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<Ipv4Addr, String>) {
         let before = self.index.generation();
         let raised = self.index.set_node_addrs(node_addrs);
+        let noted = !raised.is_empty();
         self.took(raised);
-        if self.index.generation() != before {
+        if self.index.generation() != before || noted {
             self.pending_since(Some(Instant::now()));
         }
     }

@@ -425,3 +425,43 @@ async fn a_change_names_the_frontends_it_touched() {
     let frontend: SocketAddrV4 = "198.18.0.10:8123".parse().expect("addr");
     assert_eq!(touched, Some([frontend].into()));
 }
+
+#[tokio::test]
+async fn a_note_raised_without_a_mapping_change_is_returned_at_once() {
+    let fake = fake_with_one_job();
+    let (mut source, _errors) = ready_source(&fake).await;
+    source.changed().await.expect("watchers running");
+    drop(source.take_notes());
+    eventually("both watches open", || {
+        let f = fake.lock().expect("lock");
+        !f.slices.parked.is_empty() && !f.services.parked.is_empty()
+    })
+    .await;
+    // A Service whose endpoint is the node's loopback: skipped, so the
+    // mappings stay as they are, but the operator must hear of it now.
+    let rv = bump(&fake);
+    deliver(
+        &fake,
+        Kind::Slices,
+        &[json!({"type": "ADDED", "object": slice("evil", "127.0.0.1", &rv)})],
+    );
+    let rv = bump(&fake);
+    deliver(
+        &fake,
+        Kind::Services,
+        &[json!({"type": "ADDED", "object": service("evil", 8125, &rv)})],
+    );
+    let mut notes = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !notes
+        .iter()
+        .any(|n| matches!(n, Note::Invalid { service, .. } if service == "jobs/evil"))
+    {
+        match tokio::time::timeout_at(deadline, source.changed()).await {
+            Ok(changed) => drop(changed.expect("watchers running")),
+            Err(_) => panic!("no change returned for the note; notes so far: {notes:?}"),
+        }
+        notes.extend(source.take_notes());
+    }
+    assert_eq!(backends(&source), ["198.18.0.10:8123->10.244.1.5:22"]);
+}
