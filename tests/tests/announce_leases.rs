@@ -14,6 +14,8 @@
     reason = "an integration test fails by panicking, with the error shown"
 )]
 
+mod common;
+
 use std::{
     process::Stdio,
     sync::{
@@ -23,6 +25,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use common::Session;
 use serde_json::{Value, json};
 use ssh_fwd::{
     k8s::api_calls::{AGENT, allows},
@@ -206,84 +209,6 @@ fn keep_talking(
         Ok(longest)
     })
 }
-
-mod session {
-    //! An interactive ssh session whose echoes can be timed.
-    use std::{
-        io::{BufRead as _, BufReader, Write as _},
-        process::{Child, ChildStdin, Stdio},
-        sync::mpsc,
-        time::Duration,
-    };
-
-    use ssh_fwd_tests::{NetNs, SshClient, topology::EXTERNAL_IP};
-
-    pub struct Session {
-        child: Child,
-        stdin: ChildStdin,
-        lines: mpsc::Receiver<String>,
-    }
-
-    impl Session {
-        pub fn open(ssh: &SshClient, ns: &NetNs, port: u16) -> anyhow::Result<Self> {
-            let mut child = ssh
-                .command(
-                    ns,
-                    EXTERNAL_IP,
-                    port,
-                    "while read l; do echo got-$l; done",
-                    Duration::from_secs(120),
-                )
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()?;
-            let stdin = child
-                .stdin
-                .take()
-                .ok_or_else(|| anyhow::anyhow!("no stdin"))?;
-            let stdout = child
-                .stdout
-                .take()
-                .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-            let (tx, lines) = mpsc::channel();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        break;
-                    }
-                }
-            });
-            let mut s = Self {
-                child,
-                stdin,
-                lines,
-            };
-            s.echo("hello")?;
-            Ok(s)
-        }
-
-        /// Sends `word` and expects `got-word` back within 10 s.
-        pub fn echo(&mut self, word: &str) -> anyhow::Result<()> {
-            writeln!(self.stdin, "{word}")?;
-            self.stdin.flush()?;
-            let got = self
-                .lines
-                .recv_timeout(Duration::from_secs(10))
-                .map_err(|_| anyhow::anyhow!("session did not echo {word:?} within 10 s"))?;
-            anyhow::ensure!(got == format!("got-{word}"), "unexpected echo {got:?}");
-            Ok(())
-        }
-    }
-
-    impl Drop for Session {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-use session::Session;
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]

@@ -9,7 +9,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::{HashMap, MapData};
 use ssh_fwd_common::maps::{ANNOUNCE, ARP_HEARD, Announce, AnnounceKey, Heard};
 
 use super::pins::PinLayout;
@@ -125,15 +125,7 @@ fn open<K: aya::Pod, V: aya::Pod>(
     layout: &PinLayout,
     name: &str,
 ) -> anyhow::Result<HashMap<MapData, K, V>> {
-    let path = layout.map(name);
-    let data = MapData::from_pin(&path).with_context(|| {
-        format!(
-            "cannot open pinned map {}; is an ssh-fwd agent running with --bpffs {}?",
-            path.display(),
-            layout.root().display()
-        )
-    })?;
-    let map = Map::from_map_data(data).with_context(|| format!("map {}", path.display()))?;
+    let map = super::maps::open_pin(layout, name)?;
     HashMap::try_from(map).with_context(|| name.to_owned())
 }
 

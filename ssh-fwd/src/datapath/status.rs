@@ -6,7 +6,7 @@
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
-    maps::{Array, Map, MapData},
+    maps::{Array, MapData},
 };
 use ssh_fwd_common::maps::{AGENT_STATUS, AgentStatus, LOADED_SETTINGS, LoadedSettings};
 
@@ -69,15 +69,7 @@ fn take<T: Pod>(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<Array<MapData, T>
 }
 
 pub(super) fn open<T: Pod>(layout: &PinLayout, name: &str) -> anyhow::Result<Array<MapData, T>> {
-    let path = layout.map(name);
-    let data = MapData::from_pin(&path).with_context(|| {
-        format!(
-            "cannot open pinned map {}; is an ssh-fwd agent running with --bpffs {}?",
-            path.display(),
-            layout.root().display()
-        )
-    })?;
-    let map = Map::from_map_data(data).with_context(|| format!("map {}", path.display()))?;
+    let map = super::maps::open_pin(layout, name)?;
     Array::try_from(map).with_context(|| name.to_owned())
 }
 
