@@ -56,7 +56,10 @@ pub use expiry::{
     CLAIM_REFRESH_NS, CLOCK_GRANULARITY_NS, Expiry, HALF_CLOSED_TIMEOUT_NS, claim_fresh,
     claim_needs_write, expiry, half_closed,
 };
-pub use reply::{Found, OnReply, icmp_in_window, on_reply, open_to_new, reply_isn, reply_reads};
+pub use reply::{
+    Found, OnReply, answers_handshake, icmp_in_window, on_reply, open_to_new, reply_isn,
+    reply_reads,
+};
 pub use request::{OnRequest, on_request, translated_syn};
 
 pub use crate::tcp::{Segment, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, TCP_URG};

@@ -182,6 +182,11 @@ pub enum Outcome {
     /// `--announce l2`: an ARP request this node should answer could not
     /// be (a VLAN tag the device took off, a helper failed): passed on.
     ArpFailed = 55,
+    /// The server's bare ACK of a handshake in progress (its request socket
+    /// answering a second SYN of the 4-tuple, a spoofed one or the
+    /// client's after a spoofed one) left with the frontend of the SYN it
+    /// acknowledges.
+    HandshakeAnswered = 56,
 }
 
 /// How an operator should read an outcome's counter.
@@ -228,7 +233,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 56;
+    pub const COUNT: u32 = 57;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -287,6 +292,7 @@ impl Outcome {
         Self::ArpAnswered,
         Self::ArpHeard,
         Self::ArpFailed,
+        Self::HandshakeAnswered,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -331,7 +337,8 @@ impl Outcome {
             | Self::ConnPurged
             | Self::ConnAdopted
             | Self::ConnClaimed
-            | Self::ClaimReset => Class::Tracking,
+            | Self::ClaimReset
+            | Self::HandshakeAnswered => Class::Tracking,
             Self::Malformed
             | Self::ReverseFallback
             | Self::RewriteError
@@ -419,6 +426,7 @@ impl Outcome {
             Self::ArpAnswered => "arp_answered",
             Self::ArpHeard => "arp_heard",
             Self::ArpFailed => "arp_failed",
+            Self::HandshakeAnswered => "handshake_answered",
         }
     }
 }

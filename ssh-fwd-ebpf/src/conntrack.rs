@@ -12,8 +12,8 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     conntrack::{
-        self, Found, OnReply, OnRequest, Segment, claim_needs_write, closing, mss, reply_isn,
-        reply_reads, store::store, trust::within_quota,
+        self, Found, OnReply, OnRequest, Segment, answers_handshake, claim_needs_write, closing,
+        mss, reply_isn, reply_reads, store::store, trust::within_quota,
     },
     maps::{
         CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Ended, Endpoint, HalfOpen, HalfOpenKey,
@@ -435,17 +435,17 @@ pub fn reply(
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let (read_half, read_claim) = reply_reads(seg, conn);
-    let half_key = HalfOpenKey::new(key, reply_isn(seg));
-    let mut half_slot = MaybeUninit::uninit();
-    let half = if read_half {
-        copy_out(HALF_OPEN.get_ptr_mut(half_key), &mut half_slot)
-    } else {
-        None
-    };
     let claim_key = ClaimKey::new(key, seg.seq);
     let mut claim_slot = MaybeUninit::uninit();
     let claim = if read_claim {
         copy_out(CLAIMS.get_ptr_mut(claim_key), &mut claim_slot)
+    } else {
+        None
+    };
+    let half_key = HalfOpenKey::new(key, reply_isn(seg));
+    let mut half_slot = MaybeUninit::uninit();
+    let half = if read_half || (claim.is_none() && answers_handshake(seg, conn)) {
+        copy_out(HALF_OPEN.get_ptr_mut(half_key), &mut half_slot)
     } else {
         None
     };
@@ -479,6 +479,10 @@ pub fn reply(
                 slot,
                 mss_cap,
             }),
+            OnReply::Answer { frontend, slot } => {
+                count(Outcome::HandshakeAnswered);
+                Some(Restore::to(frontend, slot))
+            }
             OnReply::Refuse { frontend, slot } => {
                 if HALF_OPEN.remove(half_key).is_ok() {
                     count(Outcome::HalfOpenRefused);

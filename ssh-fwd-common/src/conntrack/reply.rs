@@ -38,6 +38,11 @@ pub enum OnReply {
         slot: u32,
         mss_cap: u16,
     },
+    /// The server's bare ACK of a handshake in progress: its request
+    /// socket answering another SYN of the 4-tuple (a spoofed one, or the
+    /// client's after a spoofed one). Restore the frontend of the SYN it
+    /// acknowledges; nothing is stored.
+    Answer { frontend: Endpoint, slot: u32 },
     /// The server refused the handshake (RST): restore the frontend, so the
     /// client sees "connection refused", and drop the half-open entry.
     Refuse { frontend: Endpoint, slot: u32 },
@@ -76,6 +81,18 @@ pub const fn reply_reads(seg: &Segment, conn: Option<&Conn>) -> (bool, bool) {
     let half = seg.flags & (TCP_SYN | TCP_RST) != 0;
     let claim = seg.flags & TCP_SYN == 0;
     (half, claim)
+}
+
+/// Whether a reply may be the server's answer to a handshake, to be
+/// looked up in the half-open table when no claim was found: a bare ACK of
+/// a 4-tuple with no connection. Checked apart from [`reply_reads`] so
+/// that the server's first segment, which finds its claim, costs no
+/// half-open lookup.
+#[inline(always)]
+pub const fn answers_handshake(seg: &Segment, conn: Option<&Conn>) -> bool {
+    conn.is_none()
+        && seg.flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_ACK
+        && seg.payload == 0
 }
 
 /// An entry a new connection on its 4-tuple may replace: closed both ways,
@@ -155,7 +172,13 @@ pub fn on_reply(seg: &Segment, found: &Found<'_>, now: u64, confirm_timeout_ns: 
         };
     }
     let Some(c) = conn else {
-        return OnReply::Untracked;
+        return match half {
+            Some(h) if answers_handshake(seg, conn) => OnReply::Answer {
+                frontend: h.frontend,
+                slot: h.slot,
+            },
+            _ => OnReply::Untracked,
+        };
     };
     if ends_with_held_rst(c, seg) {
         return OnReply::Reset {

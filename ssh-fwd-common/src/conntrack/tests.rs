@@ -143,6 +143,34 @@ fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing() {
 }
 
 #[test]
+fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend() {
+    // A SYN through F2 (an off-path sender's, say) reached the server
+    // first; the client's own SYN of the same 4-tuple through F1 finds the
+    // server's request socket, which answers it with an ACK of the first
+    // ISN. That ACK goes to the client's address and must not leave with
+    // the pod's.
+    let first = half(F2, 0x5eed);
+    let answer = seg(TCP_ACK, SERVER_ISN + 1, 0x5eed + 1, 0);
+    assert!(answers_handshake(&answer, None));
+    let found = Found {
+        half: Some(&first),
+        ..Found::default()
+    };
+    assert_eq!(
+        on_reply(&answer, &found, 5, TIMEOUT),
+        OnReply::Answer {
+            frontend: F2,
+            slot: 3
+        }
+    );
+    // Only a bare ACK answers a handshake; a live connection's own
+    // segments never read the half-open table.
+    assert!(!answers_handshake(&seg(TCP_ACK | PSH, 1, 2, 10), None));
+    assert!(!answers_handshake(&seg(TCP_ACK | TCP_RST, 1, 2, 0), None));
+    assert!(!answers_handshake(&answer, Some(&handshake(F1))));
+}
+
+#[test]
 fn a_claim_counts_only_until_the_confirm_timeout() {
     let c = claim(F1, 100);
     let found = Found {
@@ -595,6 +623,7 @@ fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision() {
         seg(TCP_RST | TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 0),
         seg(TCP_ACK, live.server_next, live.client_next, 0),
         seg(TCP_FIN | TCP_ACK, live.server_next, live.client_next, 0),
+        seg(TCP_ACK, SERVER_ISN + 1, CLIENT_ISN + 1, 0),
     ];
     for conn in [None, Some(&live), Some(&reopening), Some(&closed)] {
         for s in &segments {
@@ -603,17 +632,26 @@ fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision() {
                 half: Some(&h),
                 claim: Some(&c),
             };
-            let (read_half, read_claim) = reply_reads(s, conn);
-            let some = Found {
-                conn,
-                half: read_half.then_some(&h),
-                claim: read_claim.then_some(&c),
-            };
-            assert_eq!(
-                on_reply(s, &all, 11, TIMEOUT),
-                on_reply(s, &some, 11, TIMEOUT),
-                "{s:?} over {conn:?}"
-            );
+            for claim_found in [false, true] {
+                let all = Found {
+                    claim: claim_found.then_some(&c),
+                    ..all
+                };
+                // The kernel programs read the half-open table for a bare
+                // ACK only once they found no claim.
+                let (read_half, read_claim) = reply_reads(s, conn);
+                let read_half = read_half || (!claim_found && answers_handshake(s, conn));
+                let some = Found {
+                    conn,
+                    half: read_half.then_some(&h),
+                    claim: (read_claim && claim_found).then_some(&c),
+                };
+                assert_eq!(
+                    on_reply(s, &all, 11, TIMEOUT),
+                    on_reply(s, &some, 11, TIMEOUT),
+                    "{s:?} over {conn:?}, claim found: {claim_found}"
+                );
+            }
         }
     }
 }

@@ -361,6 +361,38 @@ fn a_spoofed_syn_before_the_syn_ack_does_not_displace_the_handshake() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_servers_ack_to_a_second_syn_leaves_with_the_frontend_of_the_first() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load(&[JOB, SECOND]);
+        own(&l, BACKEND);
+        // An off-path sender's SYN through 9022 reaches the server first;
+        // the client's own SYN through 8022 then finds the server's
+        // request socket, which answers with a bare ACK of the first ISN.
+        ingress.run(&l, &request(9022, TCP_SYN, 0x5eed, 0, 0));
+        ingress.run(&l, &request(8022, TCP_SYN, CLIENT_ISN, 0, 0));
+        let tables = entries(&l);
+        let before = counters(&l);
+        let (_, out) = from_pod(&l, &reply(TCP_ACK, SERVER_ISN + 1, 0x5eed + 1, 0));
+        assert_eq!(
+            source_of(&out),
+            frontend(9022),
+            "{ingress:?}: the pod's address never leaves"
+        );
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("handshake_answered", 1), ("reverse_nat", 1)],
+            "{ingress:?}"
+        );
+        assert_eq!(entries(&l), tables, "{ingress:?}: nothing stored");
+        // A bare ACK that answers no handshake stays untouched.
+        let stray = reply(TCP_ACK, SERVER_ISN + 1, 0x1234, 0);
+        assert_eq!(from_pod(&l, &stray).1, stray, "{ingress:?}");
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_retransmitted_syn_keeps_its_entry() {
     privilege::require();
     each_ingress(|ingress| {
