@@ -112,6 +112,23 @@ pub fn gratuitous(mac: [u8; 6], addr: u32) -> [u8; ARP_FRAME_LEN] {
     frame
 }
 
+/// An ARP probe (RFC 5227) for `addr` from `mac`: a broadcast request
+/// with sender address 0.0.0.0, which the holder of `addr` answers and
+/// which teaches no neighbour anything about the asker.
+pub fn probe(mac: [u8; 6], addr: u32) -> [u8; ARP_FRAME_LEN] {
+    let mut frame = gratuitous(mac, addr);
+    frame[OP_OFF..OP_OFF + 2].copy_from_slice(&ARP_REQUEST.to_be_bytes());
+    frame[SPA_OFF..SPA_OFF + 4].fill(0);
+    frame[THA_OFF..THA_OFF + 6].fill(0);
+    frame
+}
+
+/// Whether `arp` is another machine's answer for `addr`: a reply whose
+/// sender holds `addr` and is none of the MACs in `ours`.
+pub fn answered_by_other(arp: &Arp, addr: u32, ours: &[[u8; 6]]) -> bool {
+    arp.op == ARP_REPLY && arp.spa == addr && !ours.contains(&arp.sha)
+}
+
 fn mac_at(frame: &[u8; ARP_FRAME_LEN], at: usize) -> [u8; 6] {
     [
         frame[at],

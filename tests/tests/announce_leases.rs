@@ -5,7 +5,7 @@
 //! route to the SSH IP.
 //!
 //! The failover is measured from the owner's SIGKILL (its data path then
-//! detached) to the first SSH banner through the SSH IP, probed every
+//! detached, so it answers none of the standby's ARP probes) to the first SSH banner through the SSH IP, probed every
 //! 50 ms with a fresh TCP connect of at most 150 ms (so no SYN
 //! retransmission hides the figure), then a real login.
 
@@ -41,6 +41,8 @@ use ssh_fwd_tests::{
 
 /// The bridge's own address, where the fake API server listens.
 const API_IP: &str = "192.0.2.250";
+/// What a standby logs when it takes over a holder that answers no probe.
+const EARLY_TAKEOVER: &str = "answers no ARP probe";
 /// The Service of the pod on node 0, and of the pod on node 1.
 const ON_NODE0: u16 = 8123;
 const ON_NODE1: u16 = 8124;
@@ -249,6 +251,11 @@ fn a_killed_owner_fails_over_and_a_session_to_a_surviving_node_keeps_working() {
     assert_eq!(login, "pod-2");
     eprintln!("failover: first banner {failover:?} after SIGKILL, first login done {landed:?}");
     assert_eq!(bed.holder().as_deref(), Some("node1"));
+    assert_eq!(
+        bed.agents[1].as_ref().unwrap().count_in_log(EARLY_TAKEOVER),
+        1,
+        "node 1 probed the silent owner and took over before its Lease expired"
+    );
     let answers = bed.seg.arping(EXTERNAL_IP, 3).unwrap();
     assert!(
         !answers.is_empty() && answers.iter().all(|m| *m == mac1),
@@ -263,8 +270,12 @@ fn a_killed_owner_fails_over_and_a_session_to_a_surviving_node_keeps_working() {
         .expect("the session kept echoing across the failover");
     eprintln!("failover: longest gap between echoes of the open session {gap:?}");
     assert!(
-        failover < Duration::from_secs(3),
+        failover < Duration::from_secs(2),
         "failover took {failover:?}"
+    );
+    assert!(
+        gap < Duration::from_secs(2),
+        "the session stalled for {gap:?}"
     );
     let taken = bed.api.count(Kind::Event, |e| {
         e["reason"] == vocabulary::reason::SSH_IP_TAKEN_OVER && e["reportingInstance"] == "node1"
@@ -443,6 +454,16 @@ fn a_partitioned_owner_stops_answering_once_it_hears_the_new_owner() {
         "node 1 did not take the Lease"
     );
     let taken = stalled.elapsed();
+    // Node 0's data path answered node 1's probes: alive, so its Lease
+    // ran out first (1.5 to 2 s after its last renewal).
+    assert!(
+        taken >= Duration::from_millis(1_400),
+        "taken {taken:?} after the stall"
+    );
+    assert_eq!(
+        bed.agents[1].as_ref().unwrap().count_in_log(EARLY_TAKEOVER),
+        0
+    );
     // From node 1's gratuitous ARPs on, within one renew period, only it.
     std::thread::sleep(Duration::from_millis(500));
     only(&bed, &mac1, 5).unwrap_or_else(|answers| panic!("not only node 1 ({mac1}): {answers:?}"));

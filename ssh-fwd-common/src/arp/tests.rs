@@ -104,3 +104,37 @@ fn frames_that_are_not_ethernet_ipv4_arp_are_not_read() {
         assert_eq!(parse(&bad), None, "byte {at} = {value:#x}");
     }
 }
+
+#[test]
+fn a_probe_asks_for_the_ssh_ip_without_naming_an_address_of_its_own() {
+    let frame = probe(NODE, raw(SSH_IP));
+    assert_eq!(frame[..6], BROADCAST);
+    assert_eq!(frame[6..12], NODE);
+    let arp = parse(&frame).unwrap();
+    assert_eq!(
+        arp,
+        Arp {
+            op: ARP_REQUEST,
+            sha: NODE,
+            spa: 0,
+            tpa: raw(SSH_IP)
+        }
+    );
+    assert!(arp.asks(), "the holder answers it");
+    assert!(!arp.claims_sender(), "nobody learns anything from it");
+    assert_eq!(frame[32..38], [0; 6]);
+    // The holder's answer, written over the probe as the data path does.
+    let mut answer_frame = frame;
+    answer(&mut answer_frame, &arp, ASKER);
+    let reply = parse(&answer_frame).unwrap();
+    assert!(answered_by_other(&reply, raw(SSH_IP), &[NODE]));
+    assert!(
+        !answered_by_other(&reply, raw(SSH_IP), &[NODE, ASKER]),
+        "our own MAC"
+    );
+    assert!(
+        !answered_by_other(&reply, raw(CLIENT), &[NODE]),
+        "another address"
+    );
+    assert!(!answered_by_other(&arp, raw(SSH_IP), &[]), "a request");
+}

@@ -55,6 +55,8 @@ pub struct AnnounceMetrics {
     pub since: Family<SshIpLabel, Gauge>,
     pub garps_sent: Counter,
     pub garp_errors: Counter,
+    /// Kubernetes mode: ARP probes sent to holders that stopped renewing.
+    pub probes_sent: Counter,
     /// Kubernetes mode: SSH IPs this node took over.
     pub takeovers: Counter,
     /// Kubernetes mode: Lease writes and watches that failed.
@@ -85,8 +87,13 @@ impl AnnounceMetrics {
         );
         r.register(
             "garp_errors",
-            "Gratuitous ARP replies the kernel refused to send",
+            "Gratuitous ARP replies and probes the kernel refused to send",
             self.garp_errors.clone(),
+        );
+        r.register(
+            "announce_probes_sent",
+            "ARP probes a standby sent to check on an SSH IP's holder that stopped renewing its Lease",
+            self.probes_sent.clone(),
         );
         r.register(
             "announce_takeovers",

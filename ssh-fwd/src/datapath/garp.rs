@@ -1,36 +1,43 @@
-//! Gratuitous ARP replies, sent from userspace on an `AF_PACKET` socket
-//! (`CAP_NET_RAW`): the kernel programs only answer what arrives, they
-//! cannot start a frame. The frame is `ssh_fwd_common::arp::gratuitous`.
+//! ARP frames a node starts, sent and heard from userspace on `AF_PACKET`
+//! sockets (`CAP_NET_RAW`): the kernel programs only answer what arrives,
+//! they cannot start a frame. A new holder's gratuitous replies
+//! (`ssh_fwd_common::arp::gratuitous`), and a standby's probes of a holder
+//! that stopped renewing (`ssh_fwd_common::arp::probe`) with the answers
+//! to them ([`ArpListener`]).
 
-use std::{io, net::Ipv4Addr, os::fd::AsRawFd as _};
+use std::{
+    io,
+    net::Ipv4Addr,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+};
 
-use ssh_fwd_common::arp::{self, BROADCAST, ETH_P_ARP};
+use ssh_fwd_common::arp::{self, ARP_FRAME_LEN, Arp, BROADCAST, ETH_P_ARP};
 
 /// The shortest Ethernet frame: a NIC pads to it anyway, a veth does not.
 const MIN_FRAME: usize = 60;
 
 /// An `AF_PACKET` socket that only sends (protocol 0: it receives
 /// nothing).
-pub struct GarpSocket(std::os::fd::OwnedFd);
+pub struct GarpSocket(OwnedFd);
 
 impl GarpSocket {
     pub fn open() -> io::Result<Self> {
-        // SAFETY: a plain syscall; the fd is owned below.
-        let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd nobody else owns.
-        Ok(Self(unsafe {
-            <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
-        }))
+        packet_socket(0, 0).map(Self)
     }
 
     /// Sends one gratuitous ARP reply out of `ifindex`: `mac` holds `ip`.
     pub fn send(&self, ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
+        self.send_frame(ifindex, &arp::gratuitous(mac, raw(ip)))
+    }
+
+    /// Asks the segment out of `ifindex`, from `mac`, who holds `ip`.
+    pub fn probe(&self, ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
+        self.send_frame(ifindex, &arp::probe(mac, raw(ip)))
+    }
+
+    fn send_frame(&self, ifindex: u32, arp_frame: &[u8; ARP_FRAME_LEN]) -> io::Result<()> {
         let mut frame = [0u8; MIN_FRAME];
-        frame[..arp::ARP_FRAME_LEN]
-            .copy_from_slice(&arp::gratuitous(mac, u32::from_ne_bytes(ip.octets())));
+        frame[..ARP_FRAME_LEN].copy_from_slice(arp_frame);
         // SAFETY: an all-zero sockaddr_ll is valid; the fields are set below.
         let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         to.sll_family = libc::AF_PACKET as u16;
@@ -54,4 +61,76 @@ impl GarpSocket {
         }
         Ok(())
     }
+}
+
+/// A non-blocking `AF_PACKET` socket that receives the ARP frames arriving
+/// on every interface, read when asked ([`ArpListener::drain`]). Its
+/// queue is bounded by the socket's receive buffer: frames beyond it are
+/// dropped by the kernel, never held.
+pub struct ArpListener(OwnedFd);
+
+impl ArpListener {
+    pub fn open() -> io::Result<Self> {
+        packet_socket(ETH_P_ARP.to_be(), libc::SOCK_NONBLOCK).map(Self)
+    }
+
+    /// Every ARP frame received since the last call (not those this host
+    /// sent), with the interface it came in by.
+    pub fn drain(&self) -> io::Result<Vec<(u32, Arp)>> {
+        let mut heard = Vec::new();
+        loop {
+            let mut frame = [0u8; ARP_FRAME_LEN];
+            // SAFETY: an all-zero sockaddr_ll is valid for the kernel to fill.
+            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+            let mut len = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            // SAFETY: the buffers outlive the call, lengths are theirs; a
+            // longer frame is truncated to the ARP part, which is all we read.
+            let got = unsafe {
+                libc::recvfrom(
+                    self.0.as_raw_fd(),
+                    frame.as_mut_ptr().cast(),
+                    frame.len(),
+                    0,
+                    (&raw mut from).cast(),
+                    &raw mut len,
+                )
+            };
+            if got < 0 {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => Ok(heard),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(e),
+                };
+            }
+            if usize::try_from(got).unwrap_or(0) < ARP_FRAME_LEN
+                || from.sll_pkttype == libc::PACKET_OUTGOING
+            {
+                continue;
+            }
+            if let Some(arp) = arp::parse(&frame) {
+                heard.push((u32::try_from(from.sll_ifindex).unwrap_or(0), arp));
+            }
+        }
+    }
+}
+
+fn packet_socket(protocol: u16, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: a plain syscall; the fd is owned below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC | flags,
+            libc::c_int::from(protocol),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn raw(ip: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(ip.octets())
 }

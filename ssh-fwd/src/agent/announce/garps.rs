@@ -114,6 +114,21 @@ impl Garps {
         due
     }
 
+    /// Sends an ARP probe for `key`'s SSH IP out of its interface, from
+    /// `mac` (a standby checking a silent holder).
+    pub fn probe(&self, key: AnnounceKey, mac: [u8; 6]) {
+        let Some(socket) = &self.socket else { return };
+        match socket.probe(key.ifindex, mac, key.ip()) {
+            Ok(()) => {
+                self.metrics.probes_sent.inc();
+            }
+            Err(e) => {
+                self.metrics.garp_errors.inc();
+                tracing::debug!(ssh_ip = %key.ip(), ifindex = key.ifindex, error = %e, "cannot send an ARP probe");
+            }
+        }
+    }
+
     /// Sends what is due at `now`.
     pub fn send_due(&mut self, now: Instant) {
         for (key, mac) in self.take_due(now) {

@@ -3,13 +3,15 @@
 //! and only its holder answers ARP for the SSH IP ([`super::owner`]
 //! decides). Every agent watches those Leases, so a standby sees each
 //! renewal as it happens and takes an expired Lease over within a tenth
-//! of `--announce-renew` of its expiry; each API call is given up after `--announce-renew`. On
+//! of `--announce-renew` of its expiry, or sooner a holder that stopped
+//! renewing and answers no ARP probe ([`super::owner`]); each API call is
+//! given up after `--announce-renew`. On
 //! SIGTERM the holder hands its Leases back, and answers until it hears
 //! the new holder's gratuitous ARP (bounded by the Lease duration): a
 //! drain hands over without a gap.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     net::Ipv4Addr,
     sync::{
         Arc,
@@ -33,14 +35,17 @@ use kube::{
     api::PostParams,
     runtime::{reflector::ObjectRef, watcher},
 };
-use ssh_fwd_common::maps::ANNOUNCE_YIELD;
+use ssh_fwd_common::{
+    arp,
+    maps::{ANNOUNCE_YIELD, AnnounceKey},
+};
 use tokio::sync::{mpsc, watch};
 
 use super::{AnnounceMetrics, Garps, desired, owner::Action, owner::Owner, record, sleep_until};
 use crate::{
     datapath::{
         announce::{AnnounceMap, Desired},
-        garp::GarpSocket,
+        garp::{ArpListener, GarpSocket},
         netdev::{self, Netlink},
         pins::PinLayout,
         status::unix_ms,
@@ -96,6 +101,11 @@ struct Announcer {
     ips: Vec<Ip>,
     /// What this node could announce: its external interfaces that are up.
     local: Desired,
+    /// Hears the answers to our probes; `None` if it could not be opened
+    /// (a silent holder is then taken over only once its Lease expires).
+    listener: Option<ArpListener>,
+    /// When another machine last answered for each SSH IP.
+    answered: BTreeMap<Ipv4Addr, Instant>,
 }
 
 /// Runs until `stop` turns true, then hands the Leases back.
@@ -151,6 +161,17 @@ pub async fn run(
         garps: Garps::new(socket, settings.garp_interval, metrics.clone()),
         map: AnnounceMap::open_pinned(&layout)?,
         local: Desired::new(),
+        listener: match ArpListener::open() {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot listen for ARP answers; a holder whose node dies is taken over only once its Lease expires"
+                );
+                None
+            }
+        },
+        answered: BTreeMap::new(),
         api,
         store,
         synced,
@@ -246,6 +267,7 @@ impl Announcer {
         let ready = ready && !self.local.is_empty();
         let synced = self.synced.load(Ordering::Relaxed);
         let heard = self.map.heard()?;
+        self.hear_answers();
         let mono_now = monotonic_ns();
         for i in 0..self.ips.len() {
             let now = Instant::now();
@@ -259,9 +281,10 @@ impl Announcer {
                 self.ips[i].owner.renewed.is_none_or(|renewed| at > renewed)
             });
             let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
+            let answered = self.answered.get(&self.ips[i].ip).copied();
             let action = self.ips[i]
                 .owner
-                .next(spec, synced, ready, heard_other, now);
+                .next(spec, synced, ready, heard_other, answered, now);
             self.act(i, action, lease.as_deref()).await;
         }
         if synced {
@@ -274,6 +297,31 @@ impl Announcer {
             self.apply(&held)?;
         }
         Ok(())
+    }
+
+    /// Notes the answers another machine gave for our SSH IPs on our
+    /// external interfaces since the last look.
+    fn hear_answers(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
+        let frames = match listener.drain() {
+            Ok(frames) => frames,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot read ARP answers");
+                return;
+            }
+        };
+        let ours: Vec<[u8; 6]> = self.local.values().copied().collect();
+        let now = Instant::now();
+        for (ifindex, arp) in frames {
+            let ip = Ipv4Addr::from(arp.spa.to_ne_bytes());
+            if self.local.contains_key(&AnnounceKey::new(ifindex, ip))
+                && arp::answered_by_other(&arp, arp.spa, &ours)
+            {
+                self.answered.insert(ip, now);
+            }
+        }
     }
 
     /// Makes `ANNOUNCE` hold the SSH IPs in `held` on every local interface.
@@ -301,8 +349,24 @@ impl Announcer {
                 tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering ARP for it");
                 return;
             }
+            Action::Probe => {
+                for (key, mac) in self.local.iter().filter(|(key, _)| key.ip() == ip) {
+                    self.garps.probe(*key, *mac);
+                }
+                return;
+            }
             Action::Create => self.write(None, &self.ips[i].name, ip, Write::Take).await,
             Action::Take => self.write(lease, &self.ips[i].name, ip, Write::Take).await,
+            Action::TakeFromSilent { ref holder, quiet } => {
+                tracing::info!(
+                    ssh_ip = %ip,
+                    holder = %holder,
+                    quiet_ms = quiet.as_millis(),
+                    probes = super::owner::PROBES,
+                    "the SSH IP's holder stopped renewing its Lease and answers no ARP probe: taking it over before the Lease expires"
+                );
+                self.write(lease, &self.ips[i].name, ip, Write::Take).await
+            }
             Action::Renew => self.write(lease, &self.ips[i].name, ip, Write::Renew).await,
             Action::Release => {
                 let released = self
@@ -327,7 +391,10 @@ impl Announcer {
             }
             Err(e) => {
                 self.metrics.lease_errors.inc();
-                if matches!(action, Action::Create | Action::Take) {
+                if matches!(
+                    action,
+                    Action::Create | Action::Take | Action::TakeFromSilent { .. }
+                ) {
                     entry.owner.take_failed(sent, self.settings.duration);
                 }
                 if !std::mem::replace(&mut entry.failing, true)

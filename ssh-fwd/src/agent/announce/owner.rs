@@ -8,6 +8,13 @@
 //!   keeps answering (an API outage must not take the SSH IP down) until
 //!   it hears another MAC claim the SSH IP on the segment, or the API
 //!   shows another holder.
+//! - A standby that sees no renewal for one and a half periods asks the
+//!   segment who holds the SSH IP ([`PROBES`] ARP probes, a tenth of a
+//!   period apart; an answer on a LAN takes well under a millisecond).
+//!   A holder whose node is gone answers none of them, and is taken over
+//!   then, without waiting for the Lease to expire; one that answers is
+//!   alive with its API away, and keeps the SSH IP until the Lease
+//!   expires.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +29,14 @@ pub enum Action {
     Create,
     /// Write the Lease with us as holder (a takeover).
     Take,
+    /// Take a Lease whose holder has not renewed for `quiet` and whose
+    /// node answered none of our probes: it is gone.
+    TakeFromSilent {
+        holder: String,
+        quiet: Duration,
+    },
+    /// Ask the segment who holds the SSH IP (an ARP probe).
+    Probe,
     Renew,
     /// Hand the Lease back (holder cleared) and stop answering.
     Release,
@@ -42,6 +57,27 @@ pub struct Owner {
     /// API comes back, the holder's renewal, retried all along, comes
     /// first, and the SSH IP does not move for nothing.
     hold_off: Option<Instant>,
+    /// The check of a holder that stopped renewing.
+    probe: Probe,
+}
+
+/// ARP probes sent to a silent holder before it counts as gone.
+pub const PROBES: u32 = 3;
+
+/// Where the check of a silent holder stands; each is about one reading
+/// of the Lease, known by when it `expires`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Probe {
+    #[default]
+    Idle,
+    Sent {
+        expires: Instant,
+        first: Instant,
+        last: Instant,
+        sent: u32,
+    },
+    /// It answered: alive, left alone until this reading expires.
+    Answered { expires: Instant },
 }
 
 impl Owner {
@@ -53,6 +89,7 @@ impl Owner {
             held: false,
             renewed: None,
             hold_off: None,
+            probe: Probe::Idle,
         }
     }
 
@@ -62,17 +99,22 @@ impl Owner {
     }
 
     /// The step for the Lease as last read (`synced`: the watch has listed
-    /// once, so a missing Lease is really missing), given readiness and
-    /// whether another MAC claimed the SSH IP since our last renewal.
+    /// once, so a missing Lease is really missing), given readiness,
+    /// whether another MAC claimed the SSH IP since our last renewal, and
+    /// when another machine last answered our probe for it.
     pub fn next(
         &mut self,
         lease: Option<&LeaseSpec>,
         synced: bool,
         ready: bool,
         heard_other: bool,
+        answered: Option<Instant>,
         now: Instant,
     ) -> Action {
         let step = decide(lease, &self.me, &mut self.observed, now);
+        if !matches!(step, Step::Wait { .. }) || !ready {
+            self.probe = Probe::Idle;
+        }
         if !ready {
             return if self.held {
                 Action::Release
@@ -95,7 +137,66 @@ impl Owner {
             Step::Renew if self.renewed.is_none_or(|at| now >= at + self.renew) => Action::Renew,
             Step::Renew => Action::Nothing,
             Step::Wait { .. } if self.held => Action::Withdraw,
-            Step::Wait { .. } => Action::Nothing,
+            Step::Wait { .. } if held_off => Action::Nothing,
+            Step::Wait { holder, for_ } => {
+                let seconds = lease.and_then(|l| l.lease_duration_seconds).unwrap_or(0);
+                let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+                let quiet = duration.saturating_sub(for_);
+                self.check_silent(holder, quiet, now + for_, answered, now)
+            }
+        }
+    }
+
+    /// A standby's look at a holder quiet for `quiet`, in the reading of
+    /// the Lease that `expires` then.
+    fn check_silent(
+        &mut self,
+        holder: String,
+        quiet: Duration,
+        expires: Instant,
+        answered: Option<Instant>,
+        now: Instant,
+    ) -> Action {
+        let every = self.renew / 10;
+        let stale = match self.probe {
+            Probe::Idle => true,
+            Probe::Sent { expires: e, .. } | Probe::Answered { expires: e } => e != expires,
+        };
+        if stale {
+            self.probe = Probe::Idle;
+        }
+        if quiet < self.renew * 3 / 2 {
+            return Action::Nothing;
+        }
+        match self.probe {
+            Probe::Idle => {
+                self.probe = Probe::Sent {
+                    expires,
+                    first: now,
+                    last: now,
+                    sent: 1,
+                };
+                Action::Probe
+            }
+            Probe::Answered { .. } => Action::Nothing,
+            Probe::Sent { first, .. } if answered.is_some_and(|at| at >= first) => {
+                self.probe = Probe::Answered { expires };
+                Action::Nothing
+            }
+            Probe::Sent { last, .. } if now < last + every => Action::Nothing,
+            Probe::Sent { first, sent, .. } if sent < PROBES => {
+                self.probe = Probe::Sent {
+                    expires,
+                    first,
+                    last: now,
+                    sent: sent + 1,
+                };
+                Action::Probe
+            }
+            Probe::Sent { .. } => {
+                self.probe = Probe::Idle;
+                Action::TakeFromSilent { holder, quiet }
+            }
         }
     }
 
@@ -135,10 +236,10 @@ mod tests {
     #[test]
     fn a_ready_node_creates_a_missing_lease_only_once_the_watch_has_listed() {
         let (mut a, now) = (Owner::new("a", RENEW), Instant::now());
-        assert_eq!(a.next(None, false, true, false, now), Action::Nothing);
-        assert_eq!(a.next(None, true, true, false, now), Action::Create);
+        assert_eq!(a.next(None, false, true, false, None, now), Action::Nothing);
+        assert_eq!(a.next(None, true, true, false, None, now), Action::Create);
         assert_eq!(
-            a.next(None, true, false, false, now),
+            a.next(None, true, false, false, None, now),
             Action::Nothing,
             "not ready"
         );
@@ -150,20 +251,26 @@ mod tests {
         let (mut a, mut b) = (Owner::new("a", RENEW), Owner::new("b", RENEW));
         a.wrote(t0);
         let lease = held_by("a");
-        assert_eq!(a.next(Some(&lease), true, true, false, t0), Action::Nothing);
         assert_eq!(
-            a.next(Some(&lease), true, true, false, t0 + RENEW),
+            a.next(Some(&lease), true, true, false, None, t0),
+            Action::Nothing
+        );
+        assert_eq!(
+            a.next(Some(&lease), true, true, false, None, t0 + RENEW),
             Action::Renew
         );
-        assert_eq!(b.next(Some(&lease), true, true, false, t0), Action::Nothing);
+        assert_eq!(
+            b.next(Some(&lease), true, true, false, None, t0),
+            Action::Nothing
+        );
         let expired = t0 + Duration::from_secs(2);
         assert_eq!(
-            b.next(Some(&lease), true, true, false, expired),
+            b.next(Some(&lease), true, true, false, None, expired),
             Action::Take
         );
         // The Lease shows b now: a stops answering.
         assert_eq!(
-            a.next(Some(&held_by("b")), true, true, false, expired),
+            a.next(Some(&held_by("b")), true, true, false, None, expired),
             Action::Withdraw
         );
     }
@@ -175,16 +282,19 @@ mod tests {
         a.wrote(t0);
         let lease = held_by("a");
         let late = t0 + RENEW * 4;
-        assert_eq!(a.next(Some(&lease), true, true, false, late), Action::Renew);
+        assert_eq!(
+            a.next(Some(&lease), true, true, false, None, late),
+            Action::Renew
+        );
         assert!(a.held, "no renewal, nobody heard: still answering");
         assert_eq!(
-            a.next(Some(&lease), true, true, true, late),
+            a.next(Some(&lease), true, true, true, None, late),
             Action::Withdraw
         );
         // Heard while renewing fine: a neighbour's mistake, not a takeover.
         a.wrote(late);
         assert_eq!(
-            a.next(Some(&lease), true, true, true, late),
+            a.next(Some(&lease), true, true, true, None, late),
             Action::Nothing
         );
     }
@@ -195,13 +305,19 @@ mod tests {
         let mut a = Owner::new("a", RENEW);
         a.wrote(t0);
         assert_eq!(
-            a.next(Some(&held_by("a")), true, false, false, t0),
+            a.next(Some(&held_by("a")), true, false, false, None, t0),
             Action::Release
         );
         a.withdrew();
         let free = held_by("");
-        assert_eq!(a.next(Some(&free), true, false, false, t0), Action::Nothing);
-        assert_eq!(a.next(Some(&free), true, true, false, t0), Action::Take);
+        assert_eq!(
+            a.next(Some(&free), true, false, false, None, t0),
+            Action::Nothing
+        );
+        assert_eq!(
+            a.next(Some(&free), true, true, false, None, t0),
+            Action::Take
+        );
     }
 
     #[test]
@@ -209,22 +325,119 @@ mod tests {
         let t0 = Instant::now();
         let mut b = Owner::new("b", RENEW);
         let free = held_by("");
-        assert_eq!(b.next(Some(&free), true, true, false, t0), Action::Take);
+        assert_eq!(
+            b.next(Some(&free), true, true, false, None, t0),
+            Action::Take
+        );
         b.take_failed(t0, Duration::from_secs(2));
         let soon = t0 + Duration::from_secs(1);
         assert_eq!(
-            b.next(Some(&free), true, true, false, soon),
+            b.next(Some(&free), true, true, false, None, soon),
             Action::Nothing
         );
         let later = t0 + Duration::from_secs(2);
-        assert_eq!(b.next(Some(&free), true, true, false, later), Action::Take);
+        assert_eq!(
+            b.next(Some(&free), true, true, false, None, later),
+            Action::Take
+        );
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_standby_takes_over_a_holder_silent_for_one_and_a_half_periods_that_answers_no_probe() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let lease = held_by("a");
+        let mut at = |t: u64, answered: Option<Instant>| {
+            b.next(Some(&lease), true, true, false, answered, t0 + ms(t))
+        };
+        assert_eq!(at(0, None), Action::Nothing);
+        assert_eq!(at(700, None), Action::Nothing, "renewals may be late");
+        assert_eq!(at(750, None), Action::Probe);
+        // An answer from before the probes went out says nothing now.
+        assert_eq!(at(775, Some(t0 + ms(600))), Action::Nothing);
+        assert_eq!(at(800, Some(t0 + ms(600))), Action::Probe);
+        assert_eq!(at(850, None), Action::Probe);
+        assert_eq!(at(875, None), Action::Nothing);
+        assert_eq!(
+            at(900, None),
+            Action::TakeFromSilent {
+                holder: "a".into(),
+                quiet: ms(900)
+            },
+            "three probes unanswered: 1.1 s before the Lease expires"
+        );
+    }
+
+    #[test]
+    fn a_silent_holder_that_answers_keeps_the_ssh_ip_until_its_lease_expires() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let lease = held_by("a");
+        let mut at = |t: u64, answered: Option<Instant>| {
+            b.next(Some(&lease), true, true, false, answered, t0 + ms(t))
+        };
+        assert_eq!(at(0, None), Action::Nothing);
+        assert_eq!(at(750, None), Action::Probe);
+        // Its data path answered: alive, its API away (a partition).
+        assert_eq!(at(800, Some(t0 + ms(751))), Action::Nothing);
+        for t in (850..2_000).step_by(25) {
+            assert_eq!(at(t, None), Action::Nothing, "no probe more at {t} ms");
+        }
+        assert_eq!(at(2_000, None), Action::Take, "expired");
+    }
+
+    #[test]
+    fn a_renewal_ends_the_check_and_a_later_silence_starts_another() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let first = held_by("a");
+        assert_eq!(
+            b.next(Some(&first), true, true, false, None, t0),
+            Action::Nothing
+        );
+        assert_eq!(
+            b.next(Some(&first), true, true, false, None, t0 + ms(750)),
+            Action::Probe
+        );
+        let renewed = LeaseSpec {
+            lease_transitions: Some(1),
+            ..held_by("a")
+        };
+        let t1 = t0 + ms(775);
+        assert_eq!(
+            b.next(Some(&renewed), true, true, false, None, t1),
+            Action::Nothing
+        );
+        assert_eq!(
+            b.next(Some(&renewed), true, true, false, None, t1 + ms(300)),
+            Action::Nothing,
+            "the old check does not go on"
+        );
+        assert_eq!(
+            b.next(Some(&renewed), true, true, false, None, t1 + ms(750)),
+            Action::Probe
+        );
+        // A standby that is not ready probes nobody.
+        let mut c = Owner::new("c", RENEW);
+        assert_eq!(
+            c.next(Some(&first), true, false, false, None, t0),
+            Action::Nothing
+        );
+        assert_eq!(
+            c.next(Some(&first), true, false, false, None, t0 + ms(750)),
+            Action::Nothing
+        );
     }
 
     #[test]
     fn a_lease_still_ours_after_a_restart_is_answered_for_again() {
         let mut a = Owner::new("a", RENEW);
         assert_eq!(
-            a.next(Some(&held_by("a")), true, true, false, Instant::now()),
+            a.next(Some(&held_by("a")), true, true, false, None, Instant::now()),
             Action::Renew
         );
         assert!(a.held);
