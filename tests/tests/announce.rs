@@ -4,6 +4,11 @@
 //! SSH IP is on no interface, so logins land in the pod and the node's own
 //! sshd is not reachable on it. Bad input is refused with the fix.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "an integration test fails by panicking, with the error shown"
+)]
+
 use std::time::Duration;
 
 use ssh_fwd_tests::{
@@ -166,21 +171,43 @@ fn announcing_without_an_ssh_ip_or_with_one_on_an_interface_is_refused_with_the_
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn generic_xdp_answers_arp_on_the_segment() {
     privilege::require();
+    xdp_answers_arp_on_the_segment("xdp-generic", false);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn native_xdp_answers_arp_on_the_segment() {
+    privilege::require();
+    xdp_answers_arp_on_the_segment("xdp", true);
+}
+
+/// `--attach how` answers ARP for the SSH IP, and a login lands.
+/// `peer_xdp`: the switch's end of the node's veth runs a native XDP
+/// program too (a second agent with no mappings): a veth hands what native
+/// XDP sends back with `XDP_TX` only to a peer that runs XDP itself, and
+/// drops it otherwise (a NIC sends it on its own transmit ring).
+fn xdp_answers_arp_on_the_segment(how: &str, peer_xdp: bool) {
     let mut seg = Segment::new(1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let switch_bpffs = Bpffs::new().unwrap();
+    let _switch_agent = peer_xdp.then(|| {
+        let none = dir.path().join("none.yaml");
+        write_mappings(&none, &[]).unwrap();
+        Agent::start(
+            &seg.switch,
+            &["n0"],
+            &none,
+            &switch_bpffs,
+            &["--attach", "xdp"],
+        )
+        .unwrap()
+    });
     seg.add_pod(0, 1).unwrap();
     let node = &seg.nodes[0];
-    let dir = tempfile::tempdir().unwrap();
     let mappings = dir.path().join("mappings.yaml");
     write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
     let bpffs = Bpffs::new().unwrap();
-    let extra = [
-        "--ssh-ip",
-        EXTERNAL_IP,
-        "--announce",
-        "l2",
-        "--attach",
-        "xdp-generic",
-    ];
+    let extra = ["--ssh-ip", EXTERNAL_IP, "--announce", "l2", "--attach", how];
     let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
     let hooks = bpffs.list_of("hooks").unwrap();
     assert!(hooks.to_string().contains("xdp"), "{hooks}");
