@@ -359,6 +359,73 @@ fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
     assert_eq!(seccomp, Some("Unconfined"));
 }
 
+/// The DaemonSet of deploy/base with the overlay's JSON patches applied,
+/// as kustomize applies them.
+fn agent_with_overlay(overlay: &str) -> (DaemonSet, ConfigMap) {
+    let kustomization = &documents(&Path::new(DEPLOY).join(overlay).join("kustomization.yaml"))[0];
+    assert_eq!(kustomization["resources"][0], "../../base");
+    let docs = base();
+    let config: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let mut ds = find(&docs, "DaemonSet", "ssh-fwd-agent").clone();
+    let patches = kustomization["patches"].as_array().unwrap();
+    assert!(!patches.is_empty());
+    for p in patches {
+        assert_eq!(p["target"]["kind"], "DaemonSet");
+        assert_eq!(p["target"]["name"], "ssh-fwd-agent");
+        let ops: Value = serde_saphyr::from_str(p["patch"].as_str().unwrap()).unwrap();
+        let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+        json_patch::patch(&mut ds, &ops).unwrap_or_else(|e| panic!("{overlay}: {e}"));
+    }
+    (typed(&ds).unwrap(), config)
+}
+
+#[test]
+fn the_announce_overlay_turns_announcing_on_with_the_capability_it_needs() {
+    let (ds, config) = agent_with_overlay("overlays/announce-l2");
+    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
+    let cli =
+        Cli::try_parse_from(expanded_args(container, &config)).unwrap_or_else(|e| panic!("{e}"));
+    let Command::Agent(agent) = cli.command else {
+        panic!("the DaemonSet must run `ssh-fwd agent`")
+    };
+    assert_eq!(agent.announce.announce, ssh_fwd::agent::AnnounceMode::L2);
+    ssh_fwd::agent::check_announce(&agent).unwrap_or_else(|e| panic!("{e}"));
+    let caps = container.security_context.as_ref().unwrap();
+    let added: BTreeSet<&str> = caps
+        .capabilities
+        .as_ref()
+        .unwrap()
+        .add
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let mut required: BTreeSet<&str> = ssh_fwd::datapath::preflight::required_capability_names()
+        .into_iter()
+        .collect();
+    required.insert("NET_RAW");
+    assert_eq!(
+        added, required,
+        "the packet socket needs NET_RAW, and only it more"
+    );
+    let pod_namespace = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "POD_NAMESPACE")
+        .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.as_str());
+    assert_eq!(pod_namespace, Some("metadata.namespace"));
+    // The Leases' Role is granted in that namespace.
+    let role: Role = typed(find(&base(), "Role", "ssh-fwd-agent-announce")).unwrap();
+    let lease_rule = role
+        .rules
+        .iter()
+        .flatten()
+        .find(|r| r.resources.iter().flatten().any(|x| x == "leases"));
+    assert!(lease_rule.is_some(), "{role:?}");
+}
+
 /// What kustomize's `images:` rules make of `image` (name and tag).
 fn set_image(rules: &Value, image: &str) -> String {
     let (name, tag) = match image.rsplit_once(':') {

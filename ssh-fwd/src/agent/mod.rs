@@ -32,7 +32,7 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 
-pub use args::{AgentArgs, CrossNode, PodIfacesMode};
+pub use args::{AgentArgs, AnnounceMode, CrossNode, PodIfacesMode, check_announce};
 use metrics::AgentMetrics;
 use reconcile::{RESYNC, Reconciler};
 use repair::PinRepair;
