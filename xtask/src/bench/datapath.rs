@@ -36,6 +36,11 @@ pub struct Options {
     /// Empty: every path.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
+    /// Run only these workloads (comma-separated), e.g. `setup` while a
+    /// profiler watches. The table is printed and not written to
+    /// bench/results: a partial run is not a dated figure. Empty: all.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub workloads: Vec<workloads::Workload>,
 }
 
 /// Tools the benchmark runs, besides the test harness's.
@@ -84,7 +89,10 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut samples = Vec::new();
     for round in 0..rounds {
-        for workload in workloads::Workload::ALL {
+        for workload in workloads::Workload::ALL
+            .into_iter()
+            .filter(|w| opts.workloads.is_empty() || opts.workloads.contains(w))
+        {
             // Every path takes its turn at one workload before the next
             // workload starts, so each sample is seconds, not minutes, from
             // plain routing's of the same round; the starting path rotates
@@ -141,6 +149,13 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         quick: opts.quick,
     };
     println!("\n{}", run.markdown());
+    if !opts.workloads.is_empty() {
+        println!(
+            "measured in {:.0} s (some workloads only: nothing written)",
+            started.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let dir = crate::workspace_root().join("bench/results");
     for file in run.write(&dir)? {
         println!("wrote {}", file.display());

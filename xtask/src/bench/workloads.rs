@@ -96,7 +96,7 @@ fn process_ticks(pid: u32) -> anyhow::Result<u64> {
 }
 
 /// One workload and the metrics it yields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workload {
     /// iperf3, one stream.
     Stream1,
