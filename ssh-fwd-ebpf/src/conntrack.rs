@@ -60,11 +60,21 @@ impl Restore {
 /// caller reads the entry only through what this returns. Nothing is
 /// written when there is none: zeroing the slot first would cost a call to
 /// the byte-by-byte `memset` the compiler emits for BPF (five instructions
-/// a byte), which was most of what connection tracking cost a packet.
+/// a byte), which was most of what connection tracking cost a packet. The
+/// copy is a `memcpy` the compiler expands into word moves; a plain
+/// assignment may overlap for all it knows, and becomes a call to the
+/// byte-by-byte `memmove`.
 #[inline(always)]
 fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&T> {
-    // SAFETY: a pointer the map gave us, valid for this program run.
-    ptr.map(|p| &*slot.write(unsafe { *p }))
+    ptr.map(|p| {
+        // SAFETY: a pointer the map gave us, valid for this program run, to
+        // a value of its own that cannot overlap the stack slot; the slot is
+        // fully written before it is read.
+        unsafe {
+            core::ptr::copy_nonoverlapping(p.cast_const(), slot.as_mut_ptr(), 1);
+            slot.assume_init_ref()
+        }
+    })
 }
 
 /// Writes into the entry of `key` at `ptr` what `next` changed of `read`,
