@@ -20,10 +20,13 @@ pub mod conntrack;
 pub mod csum;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures6;
 pub mod guard;
 pub mod hairpin;
 pub mod icmp;
 pub mod ipopt;
+pub mod ipv6;
 pub mod maps;
 pub mod outcome;
 pub mod packet;
