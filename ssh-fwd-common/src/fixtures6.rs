@@ -1,7 +1,7 @@
 //! Builders for well-formed Ethernet/IPv6/TCP frames, with extension
-//! headers, for packet tests on the host and through BPF_PROG_TEST_RUN.
-//! Checksums are summed from scratch over a pseudo-header laid out byte by
-//! byte as RFC 8200 8.1 draws it, not with
+//! headers, and ICMPv6 errors quoting them, for packet tests on the host
+//! and through BPF_PROG_TEST_RUN. Checksums are summed from scratch over a
+//! pseudo-header laid out byte by byte as RFC 8200 8.1 draws it, not with
 //! [`ipv6::pseudo_header_sum`](crate::ipv6::pseudo_header_sum), so the
 //! tests compare the data path's arithmetic against an independent one.
 
@@ -12,7 +12,7 @@ use crate::{
     csum,
     ipv6::{
         ETH_P_IPV6, IPV6_HLEN, NEXTHDR_AUTH, NEXTHDR_DEST, NEXTHDR_ESP, NEXTHDR_FRAGMENT,
-        NEXTHDR_HOP, NEXTHDR_ROUTING, NEXTHDR_TCP,
+        NEXTHDR_HOP, NEXTHDR_ICMPV6, NEXTHDR_ROUTING, NEXTHDR_TCP, icmp::ICMPV6_PKT_TOOBIG,
     },
     packet::{ETH_HLEN, TCP_CHECK_OFF},
 };
@@ -210,6 +210,58 @@ impl Frame6 {
     /// The frame's bytes.
     pub fn build(&self) -> Vec<u8> {
         ethernet(&self.packet())
+    }
+}
+
+/// An ICMPv6 error quoting the first `quote_len` bytes of `about`'s IPv6
+/// packet, as a router sends it.
+#[derive(Clone, Debug)]
+pub struct Icmp6Error {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub icmp_type: u8,
+    pub code: u8,
+    /// The MTU of a Packet Too Big, 0 for the other errors.
+    pub mtu: u32,
+    pub about: Frame6,
+    pub quote_len: usize,
+}
+
+impl Icmp6Error {
+    /// A Packet Too Big from `src` to `dst` about `about`, quoting as much
+    /// as fits the minimum MTU of 1280 (RFC 4443 3.2).
+    pub fn packet_too_big(src: Ipv6Addr, dst: Ipv6Addr, mtu: u32, about: Frame6) -> Self {
+        Self {
+            src,
+            dst,
+            icmp_type: ICMPV6_PKT_TOOBIG,
+            code: 0,
+            mtu,
+            about,
+            quote_len: 1280 - IPV6_HLEN - 8,
+        }
+    }
+
+    /// The ICMPv6 message: header, checksum summed from scratch, quote.
+    pub fn message(&self) -> Vec<u8> {
+        let about = self.about.packet();
+        let mut icmp = vec![self.icmp_type, self.code, 0, 0];
+        icmp.extend_from_slice(&self.mtu.to_be_bytes());
+        icmp.extend_from_slice(&about[..self.quote_len.min(about.len())]);
+        let check = checksum_with_pseudo_header(self.src, self.dst, NEXTHDR_ICMPV6, &icmp);
+        icmp[2..4].copy_from_slice(&check.to_ne_bytes());
+        icmp
+    }
+
+    /// The frame's bytes.
+    pub fn build(&self) -> Vec<u8> {
+        ethernet(&ipv6_packet(
+            self.src,
+            self.dst,
+            NEXTHDR_ICMPV6,
+            64,
+            &self.message(),
+        ))
     }
 }
 

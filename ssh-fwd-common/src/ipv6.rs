@@ -5,7 +5,8 @@
 //! [`packet::classify`](crate::packet::classify) and
 //! [`packet::rewrite`](crate::packet::rewrite). IPv6 has no header
 //! checksum: a rewrite patches only the transport checksum, whose
-//! pseudo-header holds both addresses (RFC 8200 8.1).
+//! pseudo-header holds both addresses (RFC 8200 8.1). ICMPv6 errors are in
+//! [`icmp`].
 //!
 //! Addresses are `[u8; 16]` and ports raw 16-bit words, both exactly as on
 //! the wire, as the crate's byte order contract says.
@@ -21,6 +22,7 @@ use crate::{
     tcp::Segment,
 };
 
+pub mod icmp;
 mod walk;
 
 pub use walk::{

@@ -7,6 +7,7 @@ use std::{vec, vec::Vec};
 use super::*;
 use crate::fixtures6::{Extension, Frame6, pseudo_header};
 
+mod icmp;
 mod walk;
 
 /// An independent Internet checksum: big-endian words, summed in 64 bits,
