@@ -346,6 +346,50 @@ fn with_deny_action_reset_an_unlisted_client_is_refused_at_once_and_a_listed_one
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_native_xdp_the_reset_is_sent_back_by_the_driver() {
+    privilege::require();
+    let bed = bed(
+        Some(&format!("{CLIENT_IP}/32")),
+        &["--deny-action", "reset", "--attach", "xdp"],
+    );
+    let hooks = bed.bpffs[0].list_of("hooks").unwrap().to_string();
+    assert!(hooks.contains("xdp"), "{hooks}");
+    // A veth hands what native XDP sends back with XDP_TX only to a peer
+    // that runs XDP itself: the client's end gets a program (an agent with
+    // no mappings), as a NIC's transmit ring would take it.
+    let dir = tempfile::tempdir().unwrap();
+    let none = dir.path().join("none.yaml");
+    std::fs::write(&none, "mappings: []\n").unwrap();
+    let client_bpffs = ssh_fwd_tests::Bpffs::new().unwrap();
+    let mut peer = Agent::start(
+        bed.client(),
+        &["eth0"],
+        &none,
+        &client_bpffs,
+        &["--attach", "xdp"],
+    )
+    .unwrap();
+    let (result, took) = connect_from(bed.client(), stranger());
+    let err = result.expect_err("the stranger's connect is refused");
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ECONNREFUSED),
+        "refused, not timed out: {err}"
+    );
+    assert!(took < Duration::from_secs(2), "at once: {took:?}");
+    assert_eq!(global_counter(&bed, "denied_reset"), 1);
+    assert_eq!(global_counter(&bed, "reset_failed"), 0);
+    assert_eq!(state_of(&bed, stranger()), 0, "no half-open or claim entry");
+    assert_eq!(
+        bed.hostname_via(8022).unwrap(),
+        "pod-1",
+        "the listed client"
+    );
+    peer.stop().unwrap();
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_source_over_its_syn_rate_is_held_off_while_another_logs_in() {
     privilege::require();
     let bed = bed(None, &["--syn-rate", "1/s", "--syn-burst", "3"]);
