@@ -273,9 +273,10 @@ fn a_killed_owner_fails_over_and_a_session_to_a_surviving_node_keeps_working() {
         failover < Duration::from_secs(2),
         "failover took {failover:?}"
     );
+    // No longer than the failover, give or take the echoes' own spacing.
     assert!(
-        gap < Duration::from_secs(2),
-        "the session stalled for {gap:?}"
+        gap <= landed + Duration::from_millis(200),
+        "the session stalled for {gap:?}, the failover took {landed:?}"
     );
     let taken = bed.api.count(Kind::Event, |e| {
         e["reason"] == vocabulary::reason::SSH_IP_TAKEN_OVER && e["reportingInstance"] == "node1"

@@ -55,7 +55,7 @@ pub struct AnnounceMetrics {
     pub since: Family<SshIpLabel, Gauge>,
     pub garps_sent: Counter,
     pub garp_errors: Counter,
-    /// Kubernetes mode: ARP probes sent to holders that stopped renewing.
+    /// Kubernetes mode: ARP probes sent to watch the holders.
     pub probes_sent: Counter,
     /// Kubernetes mode: SSH IPs this node took over.
     pub takeovers: Counter,
@@ -92,7 +92,7 @@ impl AnnounceMetrics {
         );
         r.register(
             "announce_probes_sent",
-            "ARP probes a standby sent to check on an SSH IP's holder that stopped renewing its Lease",
+            "ARP probes a standby sent to watch the data path of an SSH IP's holder",
             self.probes_sent.clone(),
         );
         r.register(

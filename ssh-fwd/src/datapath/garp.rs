@@ -27,15 +27,30 @@ impl GarpSocket {
 
     /// Sends one gratuitous ARP reply out of `ifindex`: `mac` holds `ip`.
     pub fn send(&self, ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
-        self.send_frame(ifindex, &arp::gratuitous(mac, raw(ip)))
+        self.send_frame(ifindex, &arp::gratuitous(mac, raw(ip)), BROADCAST)
     }
 
-    /// Asks the segment out of `ifindex`, from `mac`, who holds `ip`.
-    pub fn probe(&self, ifindex: u32, mac: [u8; 6], ip: Ipv4Addr) -> io::Result<()> {
-        self.send_frame(ifindex, &arp::probe(mac, raw(ip)))
+    /// Asks out of `ifindex`, from `mac`, who holds `ip`: the segment, or
+    /// only the machine with MAC `to`.
+    pub fn probe(
+        &self,
+        ifindex: u32,
+        mac: [u8; 6],
+        ip: Ipv4Addr,
+        to: Option<[u8; 6]>,
+    ) -> io::Result<()> {
+        let mut frame = arp::probe(mac, raw(ip));
+        let to = to.unwrap_or(BROADCAST);
+        frame[..6].copy_from_slice(&to);
+        self.send_frame(ifindex, &frame, to)
     }
 
-    fn send_frame(&self, ifindex: u32, arp_frame: &[u8; ARP_FRAME_LEN]) -> io::Result<()> {
+    fn send_frame(
+        &self,
+        ifindex: u32,
+        arp_frame: &[u8; ARP_FRAME_LEN],
+        dst: [u8; 6],
+    ) -> io::Result<()> {
         let mut frame = [0u8; MIN_FRAME];
         frame[..ARP_FRAME_LEN].copy_from_slice(arp_frame);
         // SAFETY: an all-zero sockaddr_ll is valid; the fields are set below.
@@ -44,7 +59,7 @@ impl GarpSocket {
         to.sll_protocol = ETH_P_ARP.to_be();
         to.sll_ifindex = i32::try_from(ifindex).unwrap_or(i32::MAX);
         to.sll_halen = 6;
-        to.sll_addr[..6].copy_from_slice(&BROADCAST);
+        to.sll_addr[..6].copy_from_slice(&dst);
         // SAFETY: the buffer and address outlive the call, lengths are theirs.
         let sent = unsafe {
             libc::sendto(

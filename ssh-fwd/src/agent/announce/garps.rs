@@ -115,10 +115,10 @@ impl Garps {
     }
 
     /// Sends an ARP probe for `key`'s SSH IP out of its interface, from
-    /// `mac` (a standby checking a silent holder).
-    pub fn probe(&self, key: AnnounceKey, mac: [u8; 6]) {
+    /// `mac`, to `to` or to everyone (a standby watching the holder).
+    pub fn probe(&self, key: AnnounceKey, mac: [u8; 6], to: Option<[u8; 6]>) {
         let Some(socket) = &self.socket else { return };
-        match socket.probe(key.ifindex, mac, key.ip()) {
+        match socket.probe(key.ifindex, mac, key.ip(), to) {
             Ok(()) => {
                 self.metrics.probes_sent.inc();
             }

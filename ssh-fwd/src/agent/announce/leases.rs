@@ -3,9 +3,10 @@
 //! and only its holder answers ARP for the SSH IP ([`super::owner`]
 //! decides). Every agent watches those Leases, so a standby sees each
 //! renewal as it happens and takes an expired Lease over within a tenth
-//! of `--announce-renew` of its expiry, or sooner a holder that stopped
-//! renewing and answers no ARP probe ([`super::owner`]); each API call is
-//! given up after `--announce-renew`. On
+//! of `--announce-renew` of its expiry, or sooner a holder that missed a
+//! renewal and whose data path stopped answering the standby's ARP probes
+//! ([`super::owner`]); each API call is given up after `--announce-renew`.
+//! On
 //! SIGTERM the holder hands its Leases back, and answers until it hears
 //! the new holder's gratuitous ARP (bounded by the Lease duration): a
 //! drain hands over without a gap.
@@ -104,8 +105,8 @@ struct Announcer {
     /// Hears the answers to our probes; `None` if it could not be opened
     /// (a silent holder is then taken over only once its Lease expires).
     listener: Option<ArpListener>,
-    /// When another machine last answered for each SSH IP.
-    answered: BTreeMap<Ipv4Addr, Instant>,
+    /// When another machine last answered for each SSH IP, and its MAC.
+    answered: BTreeMap<Ipv4Addr, (Instant, [u8; 6])>,
 }
 
 /// Runs until `stop` turns true, then hands the Leases back.
@@ -281,7 +282,7 @@ impl Announcer {
                 self.ips[i].owner.renewed.is_none_or(|renewed| at > renewed)
             });
             let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
-            let answered = self.answered.get(&self.ips[i].ip).copied();
+            let answered = self.answered.get(&self.ips[i].ip).map(|(at, _)| *at);
             let action = self.ips[i]
                 .owner
                 .next(spec, synced, ready, heard_other, answered, now);
@@ -319,7 +320,7 @@ impl Announcer {
             if self.local.contains_key(&AnnounceKey::new(ifindex, ip))
                 && arp::answered_by_other(&arp, arp.spa, &ours)
             {
-                self.answered.insert(ip, now);
+                self.answered.insert(ip, (now, arp.sha));
             }
         }
     }
@@ -349,9 +350,14 @@ impl Announcer {
                 tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering ARP for it");
                 return;
             }
-            Action::Probe => {
+            Action::Probe { unicast } => {
+                let to = self
+                    .answered
+                    .get(&ip)
+                    .map(|(_, mac)| *mac)
+                    .filter(|_| unicast);
                 for (key, mac) in self.local.iter().filter(|(key, _)| key.ip() == ip) {
-                    self.garps.probe(*key, *mac);
+                    self.garps.probe(*key, *mac, to);
                 }
                 return;
             }
@@ -363,7 +369,7 @@ impl Announcer {
                     holder = %holder,
                     quiet_ms = quiet.as_millis(),
                     probes = super::owner::PROBES,
-                    "the SSH IP's holder stopped renewing its Lease and answers no ARP probe: taking it over before the Lease expires"
+                    "the SSH IP's holder missed a renewal of its Lease and answers no ARP probe (its node is gone): taking it over before the Lease expires"
                 );
                 self.write(lease, &self.ips[i].name, ip, Write::Take).await
             }

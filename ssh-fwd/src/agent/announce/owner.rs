@@ -8,13 +8,12 @@
 //!   keeps answering (an API outage must not take the SSH IP down) until
 //!   it hears another MAC claim the SSH IP on the segment, or the API
 //!   shows another holder.
-//! - A standby that sees no renewal for one and a half periods asks the
-//!   segment who holds the SSH IP ([`PROBES`] ARP probes, a tenth of a
-//!   period apart; an answer on a LAN takes well under a millisecond).
-//!   A holder whose node is gone answers none of them, and is taken over
-//!   then, without waiting for the Lease to expire; one that answers is
-//!   alive with its API away, and keeps the SSH IP until the Lease
-//!   expires.
+//! - A standby watches the holder's data path: an ARP probe for the SSH IP
+//!   every fifth of a period, to the MAC that answered last. A holder that
+//!   leaves [`PROBES`] in a row unanswered and has missed a renewal is
+//!   gone (its node died), and is taken over then, without waiting for
+//!   the Lease to expire; one that answers is alive with its API away, and
+//!   keeps the SSH IP until the Lease expires.
 
 use std::time::{Duration, Instant};
 
@@ -35,8 +34,11 @@ pub enum Action {
         holder: String,
         quiet: Duration,
     },
-    /// Ask the segment who holds the SSH IP (an ARP probe).
-    Probe,
+    /// Ask who holds the SSH IP (an ARP probe): of the MAC that last
+    /// answered (`unicast`), or of the whole segment.
+    Probe {
+        unicast: bool,
+    },
     Renew,
     /// Hand the Lease back (holder cleared) and stop answering.
     Release,
@@ -57,29 +59,25 @@ pub struct Owner {
     /// API comes back, the holder's renewal, retried all along, comes
     /// first, and the SSH IP does not move for nothing.
     hold_off: Option<Instant>,
-    /// The check of a holder that stopped renewing.
-    probe: Probe,
+    /// The watch on another node's holding.
+    watch: Watch,
 }
 
-/// ARP probes sent to a silent holder before it counts as gone.
+/// Probes in a row the holder must leave unanswered to count as gone.
 pub const PROBES: u32 = 3;
 
-/// Where the check of a silent holder stands; each is about one reading
-/// of the Lease, known by when it `expires`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Probe {
-    #[default]
-    Idle,
-    Sent {
-        expires: Instant,
-        first: Instant,
-        last: Instant,
-        sent: u32,
-    },
-    /// It answered: alive, left alone until this reading expires.
-    Answered { expires: Instant },
+/// A standby's watch on the holder's data path: an ARP probe every
+/// [`Owner::probe_every`], and how many in a row went unanswered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Watch {
+    /// The holder watched; another holder starts the count again.
+    holder: String,
+    last_sent: Option<Instant>,
+    /// Probes sent since the last answer.
+    unanswered: u32,
+    /// When the last answer was heard.
+    answered: Option<Instant>,
 }
-
 impl Owner {
     pub fn new(me: &str, renew: Duration) -> Self {
         Self {
@@ -89,7 +87,7 @@ impl Owner {
             held: false,
             renewed: None,
             hold_off: None,
-            probe: Probe::Idle,
+            watch: Watch::default(),
         }
     }
 
@@ -113,7 +111,7 @@ impl Owner {
     ) -> Action {
         let step = decide(lease, &self.me, &mut self.observed, now);
         if !matches!(step, Step::Wait { .. }) || !ready {
-            self.probe = Probe::Idle;
+            self.watch = Watch::default();
         }
         if !ready {
             return if self.held {
@@ -142,62 +140,58 @@ impl Owner {
                 let seconds = lease.and_then(|l| l.lease_duration_seconds).unwrap_or(0);
                 let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
                 let quiet = duration.saturating_sub(for_);
-                self.check_silent(holder, quiet, now + for_, answered, now)
+                self.watch_holder(holder, quiet, answered, now)
             }
         }
     }
 
-    /// A standby's look at a holder quiet for `quiet`, in the reading of
-    /// the Lease that `expires` then.
-    fn check_silent(
+    /// How often a standby probes the holder: a fifth of the renewal
+    /// period (an answer on a LAN takes well under a millisecond).
+    pub fn probe_every(&self) -> Duration {
+        self.renew / 5
+    }
+
+    /// A standby's look at `holder`, whose Lease has not changed for
+    /// `quiet`, given when another machine last answered for the SSH IP.
+    /// The holder counts as gone once [`PROBES`] probes in a row went
+    /// unanswered and it missed a renewal: a holder that renews is alive
+    /// whatever its data path does, and one whose data path answers keeps
+    /// the SSH IP until its Lease expires.
+    fn watch_holder(
         &mut self,
         holder: String,
         quiet: Duration,
-        expires: Instant,
         answered: Option<Instant>,
         now: Instant,
     ) -> Action {
-        let every = self.renew / 10;
-        let stale = match self.probe {
-            Probe::Idle => true,
-            Probe::Sent { expires: e, .. } | Probe::Answered { expires: e } => e != expires,
-        };
-        if stale {
-            self.probe = Probe::Idle;
+        let every = self.probe_every();
+        if self.watch.holder != holder {
+            self.watch = Watch {
+                holder,
+                ..Watch::default()
+            };
         }
-        if quiet < self.renew * 3 / 2 {
+        if let Some(at) = answered
+            && self.watch.answered.is_none_or(|seen| at > seen)
+        {
+            self.watch.answered = Some(at);
+            self.watch.unanswered = 0;
+        }
+        let due = self.watch.last_sent.is_none_or(|at| now >= at + every);
+        if due && self.watch.unanswered >= PROBES && quiet >= self.renew {
+            let holder = std::mem::take(&mut self.watch).holder;
+            return Action::TakeFromSilent { holder, quiet };
+        }
+        if !due {
             return Action::Nothing;
         }
-        match self.probe {
-            Probe::Idle => {
-                self.probe = Probe::Sent {
-                    expires,
-                    first: now,
-                    last: now,
-                    sent: 1,
-                };
-                Action::Probe
-            }
-            Probe::Answered { .. } => Action::Nothing,
-            Probe::Sent { first, .. } if answered.is_some_and(|at| at >= first) => {
-                self.probe = Probe::Answered { expires };
-                Action::Nothing
-            }
-            Probe::Sent { last, .. } if now < last + every => Action::Nothing,
-            Probe::Sent { first, sent, .. } if sent < PROBES => {
-                self.probe = Probe::Sent {
-                    expires,
-                    first,
-                    last: now,
-                    sent: sent + 1,
-                };
-                Action::Probe
-            }
-            Probe::Sent { .. } => {
-                self.probe = Probe::Idle;
-                Action::TakeFromSilent { holder, quiet }
-            }
-        }
+        // Once the holder is known to answer, a probe goes to its MAC
+        // alone; after one unanswered, to everyone, in case another node
+        // holds it now.
+        let unicast = self.watch.unanswered == 0 && self.watch.answered.is_some();
+        self.watch.last_sent = Some(now);
+        self.watch.unanswered += 1;
+        Action::Probe { unicast }
     }
 
     /// A renewal is overdue: the last good one is older than two periods.
@@ -261,7 +255,8 @@ mod tests {
         );
         assert_eq!(
             b.next(Some(&lease), true, true, false, None, t0),
-            Action::Nothing
+            Action::Probe { unicast: false },
+            "a standby watches the holder"
         );
         let expired = t0 + Duration::from_secs(2);
         assert_eq!(
@@ -346,91 +341,112 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    const BROADCAST: Action = Action::Probe { unicast: false };
+    const UNICAST: Action = Action::Probe { unicast: true };
+
     #[test]
-    fn a_standby_takes_over_a_holder_silent_for_one_and_a_half_periods_that_answers_no_probe() {
+    fn a_standby_takes_over_a_holder_whose_data_path_went_silent_once_it_missed_a_renewal() {
         let t0 = Instant::now();
         let mut b = Owner::new("b", RENEW);
         let lease = held_by("a");
-        let mut at = |t: u64, answered: Option<Instant>| {
+        let mut at = |t: u64, answered: u64| {
+            let answered = (answered > 0).then(|| t0 + ms(answered));
             b.next(Some(&lease), true, true, false, answered, t0 + ms(t))
         };
-        assert_eq!(at(0, None), Action::Nothing);
-        assert_eq!(at(700, None), Action::Nothing, "renewals may be late");
-        assert_eq!(at(750, None), Action::Probe);
-        // An answer from before the probes went out says nothing now.
-        assert_eq!(at(775, Some(t0 + ms(600))), Action::Nothing);
-        assert_eq!(at(800, Some(t0 + ms(600))), Action::Probe);
-        assert_eq!(at(850, None), Action::Probe);
-        assert_eq!(at(875, None), Action::Nothing);
+        assert_eq!(at(0, 0), BROADCAST, "whoever holds it");
+        assert_eq!(at(50, 1), Action::Nothing, "a fifth of a period apart");
+        assert_eq!(at(100, 1), UNICAST, "to the MAC that answered");
+        assert_eq!(at(150, 101), Action::Nothing);
+        // The holder's node dies here.
+        assert_eq!(at(200, 101), UNICAST);
+        assert_eq!(at(300, 101), BROADCAST, "after a miss, to everyone");
+        assert_eq!(at(400, 101), BROADCAST);
         assert_eq!(
-            at(900, None),
+            at(500, 101),
             Action::TakeFromSilent {
                 holder: "a".into(),
-                quiet: ms(900)
+                quiet: ms(500)
             },
-            "three probes unanswered: 1.1 s before the Lease expires"
+            "three unanswered and a renewal missed: 1.5 s before the Lease expires"
         );
     }
 
     #[test]
-    fn a_silent_holder_that_answers_keeps_the_ssh_ip_until_its_lease_expires() {
-        let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
-        let lease = held_by("a");
-        let mut at = |t: u64, answered: Option<Instant>| {
-            b.next(Some(&lease), true, true, false, answered, t0 + ms(t))
-        };
-        assert_eq!(at(0, None), Action::Nothing);
-        assert_eq!(at(750, None), Action::Probe);
-        // Its data path answered: alive, its API away (a partition).
-        assert_eq!(at(800, Some(t0 + ms(751))), Action::Nothing);
-        for t in (850..2_000).step_by(25) {
-            assert_eq!(at(t, None), Action::Nothing, "no probe more at {t} ms");
-        }
-        assert_eq!(at(2_000, None), Action::Take, "expired");
-    }
-
-    #[test]
-    fn a_renewal_ends_the_check_and_a_later_silence_starts_another() {
+    fn a_silent_data_path_of_a_holder_that_renews_is_not_taken_over() {
         let t0 = Instant::now();
         let mut b = Owner::new("b", RENEW);
         let first = held_by("a");
-        assert_eq!(
-            b.next(Some(&first), true, true, false, None, t0),
-            Action::Nothing
-        );
-        assert_eq!(
-            b.next(Some(&first), true, true, false, None, t0 + ms(750)),
-            Action::Probe
-        );
         let renewed = LeaseSpec {
             lease_transitions: Some(1),
             ..held_by("a")
         };
-        let t1 = t0 + ms(775);
+        for t in [0, 100, 200] {
+            assert!(matches!(
+                b.next(Some(&first), true, true, false, None, t0 + ms(t)),
+                Action::Probe { .. }
+            ));
+        }
+        // Three unanswered, but it renewed 300 ms in: alive by the API.
+        let t1 = t0 + ms(300);
         assert_eq!(
             b.next(Some(&renewed), true, true, false, None, t1),
-            Action::Nothing
+            BROADCAST
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, None, t1 + ms(300)),
-            Action::Nothing,
-            "the old check does not go on"
+            b.next(Some(&renewed), true, true, false, None, t1 + ms(400)),
+            BROADCAST,
+            "quiet for 400 ms only"
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, None, t1 + ms(750)),
-            Action::Probe
+            b.next(Some(&renewed), true, true, false, None, t1 + ms(500)),
+            Action::TakeFromSilent {
+                holder: "a".into(),
+                quiet: ms(500)
+            }
         );
-        // A standby that is not ready probes nobody.
-        let mut c = Owner::new("c", RENEW);
+    }
+
+    #[test]
+    fn a_holder_that_answers_keeps_the_ssh_ip_until_its_lease_expires() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let lease = held_by("a");
+        // Its data path answers every probe; its API is away (a partition).
+        for t in (0_u64..2_000).step_by(50) {
+            let answered = t0 + ms(t.saturating_sub(49));
+            let action = b.next(Some(&lease), true, true, false, Some(answered), t0 + ms(t));
+            assert!(
+                matches!(action, Action::Nothing | Action::Probe { .. }),
+                "{action:?} at {t} ms"
+            );
+        }
         assert_eq!(
-            c.next(Some(&first), true, false, false, None, t0),
-            Action::Nothing
+            b.next(Some(&lease), true, true, false, None, t0 + ms(2_000)),
+            Action::Take,
+            "expired"
         );
+    }
+
+    #[test]
+    fn another_holder_starts_the_count_again_and_a_standby_not_ready_probes_nobody() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let (by_a, by_c) = (held_by("a"), held_by("c"));
+        for t in [0, 100, 200] {
+            b.next(Some(&by_a), true, true, false, None, t0 + ms(t));
+        }
         assert_eq!(
-            c.next(Some(&first), true, false, false, None, t0 + ms(750)),
-            Action::Nothing
+            b.next(Some(&by_c), true, true, false, None, t0 + ms(600)),
+            BROADCAST,
+            "c holds it now: its count starts at zero"
         );
+        let mut d = Owner::new("d", RENEW);
+        for t in (0..1_000).step_by(100) {
+            assert_eq!(
+                d.next(Some(&by_a), true, false, false, None, t0 + ms(t)),
+                Action::Nothing
+            );
+        }
     }
 
     #[test]
