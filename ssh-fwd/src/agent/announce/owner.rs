@@ -72,10 +72,13 @@ pub const PROBES: u32 = 3;
 struct Watch {
     /// The holder watched; another holder starts the count again.
     holder: String,
+    /// The first probe of this watch: answers from before it are about
+    /// whoever held the SSH IP then.
+    first_sent: Option<Instant>,
     last_sent: Option<Instant>,
     /// Probes sent since the last answer.
     unanswered: u32,
-    /// When the last answer was heard.
+    /// When the last answer to this watch's probes was heard.
     answered: Option<Instant>,
 }
 impl Owner {
@@ -153,10 +156,13 @@ impl Owner {
 
     /// A standby's look at `holder`, whose Lease has not changed for
     /// `quiet`, given when another machine last answered for the SSH IP.
-    /// The holder counts as gone once [`PROBES`] probes in a row went
-    /// unanswered and it missed a renewal: a holder that renews is alive
-    /// whatever its data path does, and one whose data path answers keeps
-    /// the SSH IP until its Lease expires.
+    /// The holder counts as gone once its data path, heard answering
+    /// before, left [`PROBES`] probes in a row unanswered and it missed a
+    /// renewal (a fifth of a period late: more than a renewal's usual
+    /// jitter). A holder that renews is alive whatever its data path does;
+    /// one whose data path answers, or was never heard (on another segment,
+    /// or behind a device that drops the answers), keeps the SSH IP until
+    /// its Lease expires.
     fn watch_holder(
         &mut self,
         holder: String,
@@ -172,13 +178,16 @@ impl Owner {
             };
         }
         if let Some(at) = answered
+            && self.watch.first_sent.is_some_and(|first| at >= first)
             && self.watch.answered.is_none_or(|seen| at > seen)
         {
             self.watch.answered = Some(at);
             self.watch.unanswered = 0;
         }
         let due = self.watch.last_sent.is_none_or(|at| now >= at + every);
-        if due && self.watch.unanswered >= PROBES && quiet >= self.renew {
+        let missed_renewal = quiet >= self.renew + self.renew / 5;
+        if due && self.watch.answered.is_some() && self.watch.unanswered >= PROBES && missed_renewal
+        {
             let holder = std::mem::take(&mut self.watch).holder;
             return Action::TakeFromSilent { holder, quiet };
         }
@@ -189,6 +198,7 @@ impl Owner {
         // alone; after one unanswered, to everyone, in case another node
         // holds it now.
         let unicast = self.watch.unanswered == 0 && self.watch.answered.is_some();
+        self.watch.first_sent.get_or_insert(now);
         self.watch.last_sent = Some(now);
         self.watch.unanswered += 1;
         Action::Probe { unicast }
@@ -361,13 +371,14 @@ mod tests {
         assert_eq!(at(200, 101), UNICAST);
         assert_eq!(at(300, 101), BROADCAST, "after a miss, to everyone");
         assert_eq!(at(400, 101), BROADCAST);
+        assert_eq!(at(500, 101), BROADCAST, "a renewal may still be on its way");
         assert_eq!(
-            at(500, 101),
+            at(600, 101),
             Action::TakeFromSilent {
                 holder: "a".into(),
-                quiet: ms(500)
+                quiet: ms(600)
             },
-            "three unanswered and a renewal missed: 1.5 s before the Lease expires"
+            "silent, and a renewal missed: 1.4 s before the Lease expires"
         );
     }
 
@@ -380,29 +391,53 @@ mod tests {
             lease_transitions: Some(1),
             ..held_by("a")
         };
-        for t in [0, 100, 200] {
+        assert_eq!(b.next(Some(&first), true, true, false, None, t0), BROADCAST);
+        let heard = Some(t0 + ms(1));
+        for t in [100, 200, 300, 400] {
             assert!(matches!(
-                b.next(Some(&first), true, true, false, None, t0 + ms(t)),
+                b.next(Some(&first), true, true, false, heard, t0 + ms(t)),
                 Action::Probe { .. }
             ));
         }
-        // Three unanswered, but it renewed 300 ms in: alive by the API.
-        let t1 = t0 + ms(300);
+        // Three unanswered, but the renewal seen 500 ms in: alive by the
+        // API.
+        let t1 = t0 + ms(500);
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, None, t1),
+            b.next(Some(&renewed), true, true, false, heard, t1),
             BROADCAST
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, None, t1 + ms(400)),
+            b.next(Some(&renewed), true, true, false, heard, t1 + ms(500)),
             BROADCAST,
-            "quiet for 400 ms only"
+            "quiet for 500 ms only"
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, None, t1 + ms(500)),
+            b.next(Some(&renewed), true, true, false, heard, t1 + ms(600)),
             Action::TakeFromSilent {
                 holder: "a".into(),
-                quiet: ms(500)
+                quiet: ms(600)
             }
+        );
+    }
+
+    #[test]
+    fn a_holder_never_heard_answering_is_taken_over_only_when_its_lease_expires() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        let lease = held_by("a");
+        // An answer from before the watch began is about an earlier holder.
+        let stale = Some(t0 - ms(10));
+        for t in (0_u64..2_000).step_by(50) {
+            let action = b.next(Some(&lease), true, true, false, stale, t0 + ms(t));
+            assert!(
+                matches!(action, Action::Nothing | Action::Probe { unicast: false }),
+                "{action:?} at {t} ms"
+            );
+        }
+        assert_eq!(
+            b.next(Some(&lease), true, true, false, stale, t0 + ms(2_000)),
+            Action::Take,
+            "expired"
         );
     }
 
