@@ -50,13 +50,17 @@ pub struct AnnounceArgs {
     /// With --kubernetes and `--announce l2`: one node answers for each SSH
     /// IP, the holder of its Lease. A holder that does not renew for this
     /// long loses it to another ready node. Whole seconds (a Lease counts
-    /// in seconds). Failover takes about this long.
+    /// in seconds). A holder whose node dies goes sooner: the standbys
+    /// probe its data path with ARP (see --announce-renew).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
     pub announce_lease_duration: Duration,
 
     /// How often the holder renews an SSH IP's Lease; each renewal is
     /// given up after this long. At most a third of
-    /// --announce-lease-duration, so a holder gets three tries.
+    /// --announce-lease-duration, so a holder gets three tries. Standbys
+    /// probe the holder's data path with ARP five times as often, and take
+    /// over one heard before that leaves three probes unanswered and is
+    /// late to renew (failover in well under a second).
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = crate::args::duration)]
     pub announce_renew: Duration,
 
