@@ -106,25 +106,13 @@ fn sum_words(h: &[u8; RESET_HEADERS_LEN], start: usize, len: usize) -> u32 {
 mod tests {
     extern crate std;
     use super::*;
+    use crate::fixtures::reference_checksum as verify;
     use crate::tcp::{TCP_FIN, TCP_SYN};
     use core::net::Ipv4Addr;
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     const FRONTEND: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
     const CLIENT: Endpoint = Endpoint::new(Ipv4Addr::new(203, 0, 113, 9), 40_000);
-
-    /// An independent Internet checksum: big-endian words, summed in 64
-    /// bits, folded at the end. 0 over data with its checksum in it.
-    fn verify(data: &[u8]) -> u16 {
-        let mut sum: u64 = data
-            .chunks(2)
-            .map(|c| u64::from(c[0]) << 8 | u64::from(*c.get(1).unwrap_or(&0)))
-            .sum();
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        !(sum as u16)
-    }
 
     fn segment(flags: u8, seq: u32, ack: u32, payload: u32) -> Segment {
         Segment {

@@ -5,23 +5,11 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::{vec, vec::Vec};
 
 use super::*;
+use crate::fixtures::reference_checksum as verify;
 use crate::fixtures6::{Extension, Frame6, pseudo_header};
 
 mod icmp;
 mod walk;
-
-/// An independent Internet checksum: big-endian words, summed in 64 bits,
-/// folded at the end. 0 over data with its checksum in it.
-fn verify(data: &[u8]) -> u16 {
-    let mut sum: u64 = data
-        .chunks(2)
-        .map(|c| u64::from(c[0]) << 8 | u64::from(*c.get(1).unwrap_or(&0)))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
 
 /// Whether the TCP checksum of an IPv6 `frame` whose TCP header is at
 /// `l4_off` verifies, summed from scratch over the frame's own addresses.
