@@ -209,8 +209,16 @@ fn xdp_answers_arp_on_the_segment(how: &str, peer_xdp: bool) {
     let bpffs = Bpffs::new().unwrap();
     let extra = ["--ssh-ip", EXTERNAL_IP, "--announce", "l2", "--attach", how];
     let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
+    // Attached as asked, not in another XDP mode.
     let hooks = bpffs.list_of("hooks").unwrap();
-    assert!(hooks.to_string().contains("xdp"), "{hooks}");
+    assert!(
+        hooks
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["iface"] == EXT_IFACE && h["hook"] == format!("ingress-{how}")),
+        "{hooks}"
+    );
     let mac = Segment::mac(node, EXT_IFACE).unwrap();
     let answers = seg.arping(EXTERNAL_IP, 2).unwrap();
     assert!(

@@ -11,20 +11,27 @@ use crate::fixtures6::{Extension, Frame6, pseudo_header};
 mod icmp;
 mod walk;
 
-/// Whether the TCP checksum of an IPv6 `frame` whose TCP header is at
-/// `l4_off` verifies, summed from scratch over the frame's own addresses.
-fn tcp_checksum_verifies(frame: &[u8], l4_off: usize) -> bool {
+/// The Internet checksum of the `next_header` message at `l4_off` of an
+/// IPv6 `frame` (to its end), summed from scratch with its pseudo-header
+/// over the frame's own addresses: 0 if the message's checksum verifies.
+fn upper_checksum(frame: &[u8], l4_off: usize, next_header: u8) -> u16 {
     let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&frame[at..at + 16]).unwrap());
     let l4 = &frame[l4_off..];
     let mut all = pseudo_header(
         addr(ETH_HLEN + IPV6_SADDR_OFF),
         addr(ETH_HLEN + IPV6_DADDR_OFF),
-        NEXTHDR_TCP,
+        next_header,
         l4.len() as u32,
     )
     .to_vec();
     all.extend_from_slice(l4);
-    verify(&all) == 0
+    verify(&all)
+}
+
+/// Whether the TCP checksum of an IPv6 `frame` whose TCP header is at
+/// `l4_off` verifies.
+fn tcp_checksum_verifies(frame: &[u8], l4_off: usize) -> bool {
+    upper_checksum(frame, l4_off, NEXTHDR_TCP) == 0
 }
 
 fn random_addr(rng: &mut StdRng) -> Ipv6Addr {

@@ -36,17 +36,7 @@ fn too_big(to: Ipv6Addr, about: Frame6) -> Icmp6Error {
 /// [`Icmp6Error::build`], summed from scratch with its pseudo-header over
 /// the frame's own outer addresses: 0 if the message's checksum verifies.
 fn icmp_checksum(frame: &[u8]) -> u16 {
-    let addr = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&frame[at..at + 16]).unwrap());
-    let message = &frame[ICMP_OFF..];
-    let mut all = pseudo_header(
-        addr(ETH_HLEN + IPV6_SADDR_OFF),
-        addr(ETH_HLEN + IPV6_DADDR_OFF),
-        NEXTHDR_ICMPV6,
-        message.len() as u32,
-    )
-    .to_vec();
-    all.extend_from_slice(message);
-    verify(&all)
+    upper_checksum(frame, ICMP_OFF, NEXTHDR_ICMPV6)
 }
 
 #[test]

@@ -150,7 +150,7 @@ impl Owner {
 
     /// How often a standby probes the holder: a fifth of the renewal
     /// period (an answer on a LAN takes well under a millisecond).
-    pub fn probe_every(&self) -> Duration {
+    fn probe_every(&self) -> Duration {
         self.renew / 5
     }
 

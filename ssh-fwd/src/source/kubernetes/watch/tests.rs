@@ -187,6 +187,16 @@ async fn until(source: &mut KubeSource, what: &str, check: impl Fn(&KubeSource) 
 }
 
 /// Polls until `check` holds, or fails the test after 10 s.
+/// Waits until the source has a watch parked on each kind, so an event
+/// delivered now reaches it.
+async fn both_watches_open(fake: &Shared) {
+    eventually("both watches open", || {
+        let f = fake.lock().expect("lock");
+        !f.slices.parked.is_empty() && !f.services.parked.is_empty()
+    })
+    .await;
+}
+
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !check() {
@@ -256,11 +266,7 @@ async fn services_and_their_slices_are_selected_on_the_server() {
 async fn watch_events_move_the_backend_and_delete_the_service() {
     let fake = fake_with_one_job();
     let (mut source, errors) = ready_source(&fake).await;
-    eventually("both watches open", || {
-        let f = fake.lock().expect("lock");
-        !f.slices.parked.is_empty() && !f.services.parked.is_empty()
-    })
-    .await;
+    both_watches_open(&fake).await;
 
     let rv = bump(&fake);
     deliver(
@@ -432,11 +438,7 @@ async fn a_note_raised_without_a_mapping_change_is_returned_at_once() {
     let (mut source, _errors) = ready_source(&fake).await;
     source.changed().await.expect("watchers running");
     drop(source.take_notes());
-    eventually("both watches open", || {
-        let f = fake.lock().expect("lock");
-        !f.slices.parked.is_empty() && !f.services.parked.is_empty()
-    })
-    .await;
+    both_watches_open(&fake).await;
     // A Service whose endpoint is the node's loopback: skipped, so the
     // mappings stay as they are, but the operator must hear of it now.
     let rv = bump(&fake);
