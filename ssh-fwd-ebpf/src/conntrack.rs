@@ -409,7 +409,14 @@ fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(
 /// `client_addr` holds.
 #[inline(always)]
 fn sources_add(client_addr: u32, n: u64) {
-    if let Some(p) = SOURCES.get_ptr_mut(client_addr) {
+    sources_add_at(client_addr, SOURCES.get_ptr_mut(client_addr), n);
+}
+
+/// [`sources_add`] with the count of `client_addr` already looked up
+/// (`found`).
+#[inline(always)]
+fn sources_add_at(client_addr: u32, found: Option<*mut u64>, n: u64) {
+    if let Some(p) = found {
         // SAFETY: a pointer into the map's value, valid for this run.
         unsafe { add_u64(p, n) };
         return;
@@ -532,11 +539,16 @@ fn confirm(
     // A closed connection no longer counted for its client; a reopened one
     // still does.
     let held_more = replaced.is_none_or(closing);
+    // Looked up once, for the quota and then the count.
+    let held_ptr = if held_more {
+        SOURCES.get_ptr_mut(key.client_addr)
+    } else {
+        None
+    };
     if held_more {
-        // SAFETY: copied out immediately.
-        let held = unsafe { SOURCES.get(key.client_addr) }
-            .copied()
-            .unwrap_or(0);
+        // SAFETY: a pointer into the map's value, valid for this run; read
+        // at once.
+        let held = held_ptr.map_or(0, |p| unsafe { *p });
         if !within_quota(held, conns_per_source()) {
             count_conns(conn.slot, ConnCounter::SourceLimited);
             return Err(Outcome::SourceLimited);
@@ -559,7 +571,7 @@ fn confirm(
                 count(Outcome::ConnReplaced);
             }
             if held_more {
-                sources_add(key.client_addr, 1);
+                sources_add_at(key.client_addr, held_ptr, 1);
             }
             if let Some(old) = replaced {
                 audit::closed(key, old, Ended::Reused);
