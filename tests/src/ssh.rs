@@ -91,7 +91,7 @@ impl Sshd {
         std::fs::write(
             &config,
             format!(
-                "Port 22\nListenAddress 0.0.0.0\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
+                "Port 22\nListenAddress 0.0.0.0\nListenAddress ::\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
                  PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nUsePAM no\nStrictModes {strict}\nPidFile none\n\
                  LogLevel ERROR\nClientAliveInterval 0\n",

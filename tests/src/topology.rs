@@ -20,9 +20,18 @@ use crate::{
 pub const EXTERNAL_IP: &str = "198.18.0.10";
 pub const CLIENT_IP: &str = "192.0.2.2";
 pub const EXT_IFACE: &str = "ext0";
+/// The client's IPv6 address after [`Topology::add_ipv6`].
+pub const CLIENT_IP6: &str = "fd00:2::2";
+
+/// Pod number `n`'s IPv6 address after [`Topology::add_ipv6`].
+pub fn pod_ip6(n: usize) -> String {
+    format!("fd00:244:{n}::5")
+}
 
 pub struct Pod {
     pub ns: NetNs,
+    /// N of pod N: its addresses and names follow from it.
+    pub number: usize,
     pub ip: String,
     pub hostname: String,
     /// Index of the node the pod is wired to, and that node's end of the veth.
@@ -54,6 +63,7 @@ impl Pod {
             Sshd::start(&ns, &hostname, keys).with_context(|| format!("sshd in {hostname}"))?;
         Ok(Self {
             ns,
+            number: n,
             ip,
             hostname,
             node,
@@ -162,6 +172,42 @@ impl Topology {
 
     pub fn ssh(&self) -> SshClient {
         self.keys.client()
+    }
+
+    /// Gives a single-node topology IPv6 addresses besides its IPv4 ones:
+    /// the client `fd00:2::2` and the node `fd00:2::1` on their link, pod N
+    /// `fd00:244:N::5` behind the node's `fd00:244:N::1`, with routes and
+    /// forwarding as for IPv4. Without duplicate address detection, so the
+    /// addresses work at once.
+    pub fn add_ipv6(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.nodes.len() == 1,
+            "add_ipv6 wires single-node topologies only ({} nodes here)",
+            self.nodes.len()
+        );
+        let node = &self.nodes[0].ns;
+        let add = |ns: &NetNs, addr: &str, dev: &str| {
+            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
+        };
+        add(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+        add(node, "fd00:2::1/64", EXT_IFACE)?;
+        self.client
+            .ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
+        node.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        for pod in &self.pods {
+            let n = pod.number;
+            add(&pod.ns, &format!("{}/64", pod_ip6(n)), "eth0")?;
+            add(node, &format!("fd00:244:{n}::1/64"), &pod.node_iface)?;
+            pod.ns.ip(&[
+                "-6",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("fd00:244:{n}::1"),
+            ])?;
+        }
+        Ok(())
     }
 
     /// Turns off transmit checksum offload on every veth, so each packet
