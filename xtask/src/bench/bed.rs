@@ -7,6 +7,9 @@
 //!                                   | pod1 10.244.1.1/24
 //!                                   +--eth0-- pod 10.244.1.5: iperf3 :5201, echo :7007
 //! ```
+//!
+//! The same links carry IPv6 (client fd00:2::2, node fd00:2::1, pod
+//! fd00:244:1::5 behind fd00:244:1::1), and the servers listen on both.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -21,6 +24,7 @@ use ssh_fwd_tests::{
 
 pub const POD_IP: &str = "10.244.1.5";
 pub const POD_GATEWAY: &str = "10.244.1.1";
+pub const POD_IP6: &str = "fd00:244:1::5";
 /// The node's end of the pod's veth.
 pub const POD_IFACE: &str = "pod1";
 /// An interface towards other nodes (a veth whose other end stays in the
@@ -47,6 +51,22 @@ impl Target {
             ip: POD_IP.into(),
             iperf_port: IPERF_PORT,
             echo_port: ECHO_PORT,
+        }
+    }
+
+    pub fn pod6() -> Self {
+        Self {
+            ip: POD_IP6.into(),
+            ..Self::pod()
+        }
+    }
+
+    /// `ip:port`, with the IPv6 address in brackets.
+    pub fn socket(&self, port: u16) -> String {
+        if self.ip.contains(':') {
+            format!("[{}]:{port}", self.ip)
+        } else {
+            format!("{}:{port}", self.ip)
         }
     }
 
@@ -88,6 +108,7 @@ impl Bed {
             "dev",
             POD_IFACE,
         ])?;
+        wire_ipv6(&client, &node, &pod)?;
         node.ip(&[
             "link",
             "add",
@@ -118,7 +139,7 @@ impl Bed {
         let echo = spawn(
             pinned(&bed.pod, SERVER_CPU, &helper_exe()?)
                 .arg("bench-helper")
-                .args(["echo", "--listen", &format!("0.0.0.0:{ECHO_PORT}")]),
+                .args(["echo", "--listen", &format!("[::]:{ECHO_PORT}")]),
         )?;
         bed.servers.push(echo);
         wait_listening(&bed.pod, IPERF_PORT)?;
@@ -135,6 +156,21 @@ impl Bed {
             .and_then(|n| n.trim().parse().ok())
             .with_context(|| format!("the index of {name} in `{line}`"))
     }
+}
+
+/// The IPv6 addresses and routes of the bed (see the module's picture),
+/// without duplicate address detection so they work at once.
+fn wire_ipv6(client: &NetNs, node: &NetNs, pod: &NetNs) -> anyhow::Result<()> {
+    let add = |ns: &NetNs, addr: &str, dev: &str| {
+        ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
+    };
+    add(client, "fd00:2::2/64", "eth0")?;
+    add(node, "fd00:2::1/64", EXT_IFACE)?;
+    add(pod, &format!("{POD_IP6}/64"), "eth0")?;
+    add(node, "fd00:244:1::1/64", POD_IFACE)?;
+    client.ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
+    pod.ip(&["-6", "route", "add", "default", "via", "fd00:244:1::1"])?;
+    node.sysctl("net.ipv6.conf.all.forwarding", "1")
 }
 
 impl Drop for Bed {

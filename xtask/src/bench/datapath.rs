@@ -172,6 +172,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
 fn path_list(services: &[usize], ipvs: bool) -> Vec<Path> {
     let mut all = vec![
         Path::Routing,
+        Path::Routing6,
         Path::SshFwd(Attach::Tc, PodIfaces::Auto),
         Path::SshFwd(Attach::Tc, PodIfaces::Off),
         Path::SshFwd(Attach::XdpGeneric, PodIfaces::Auto),

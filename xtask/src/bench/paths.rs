@@ -44,6 +44,8 @@ pub enum PodIfaces {
 pub enum Path {
     /// Straight to the pod IP, no NAT: the reference.
     Routing,
+    /// The same over IPv6, to the pod's IPv6 address.
+    Routing6,
     SshFwd(Attach, PodIfaces),
     /// kube-proxy iptables mode with N Services.
     Iptables(usize),
@@ -59,6 +61,7 @@ impl Path {
     pub fn label(self) -> String {
         match self {
             Path::Routing => "plain routing".into(),
+            Path::Routing6 => "plain routing, IPv6".into(),
             Path::SshFwd(a, PodIfaces::Auto) => format!("ssh-fwd {}", a.arg()),
             Path::SshFwd(a, PodIfaces::Off) => format!("ssh-fwd {}, pod-ifaces off", a.arg()),
             Path::Iptables(n) => format!("iptables, {n} Services"),
@@ -71,6 +74,7 @@ impl Path {
     pub fn target(self) -> Target {
         match self {
             Path::Routing => Target::pod(),
+            Path::Routing6 => Target::pod6(),
             _ => Target::frontend(),
         }
     }
@@ -124,7 +128,7 @@ impl Drop for Installed {
 pub fn install(path: Path, bed: &Bed) -> anyhow::Result<Installed> {
     let node = &bed.node;
     match path {
-        Path::Routing => Ok(Installed::Nothing),
+        Path::Routing | Path::Routing6 => Ok(Installed::Nothing),
         Path::SshFwd(attach, pod_ifaces) => ssh_fwd(node, attach, pod_ifaces),
         Path::Iptables(n) => {
             restore(node, "iptables-restore", &[], &kube_rules::iptables(n))?;

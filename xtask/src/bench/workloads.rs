@@ -213,7 +213,7 @@ fn ping_pong(bed: &Bed, target: &Target, secs: u64) -> anyhow::Result<(f64, f64)
         &[
             "ping-pong".into(),
             "--to".into(),
-            format!("{}:{}", target.ip, target.echo_port),
+            target.socket(target.echo_port),
             "--secs".into(),
             secs.to_string(),
         ],
@@ -231,7 +231,7 @@ fn setup_rate(bed: &Bed, target: &Target, secs: u64) -> anyhow::Result<(f64, f64
         &[
             "connect-rate".into(),
             "--to".into(),
-            format!("{}:{}", target.ip, target.echo_port),
+            target.socket(target.echo_port),
             "--secs".into(),
             secs.to_string(),
         ],
