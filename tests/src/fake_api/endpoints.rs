@@ -1,6 +1,7 @@
 //! What kube-controller-manager's EndpointSlice controller would write: for
 //! each Service with a selector, one slice listing the selected Pods that
-//! have an IP, ready when the Pod's Ready condition is True, labelled as the
+//! have an IP, with their conditions (ready, serving, terminating; see
+//! [`conditions`]), labelled as the
 //! controller labels them: the Service's own labels (all but the reserved
 //! ones), `kubernetes.io/service-name`, `endpointslice.kubernetes.io/
 //! managed-by`, and `service.kubernetes.io/headless` for a headless Service.
@@ -70,7 +71,7 @@ pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> 
         .map(|p| {
             json!({
                 "addresses": [p["status"]["podIP"]],
-                "conditions": {"ready": is_ready(p)},
+                "conditions": conditions(service, p),
                 "targetRef": {"kind": "Pod", "namespace": namespace,
                               "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]},
             })
@@ -101,6 +102,18 @@ pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> 
     }))
 }
 
+/// An endpoint's conditions as the EndpointSlice controller sets them
+/// (`podToEndpoint` in k8s.io/endpointslice): serving while the Pod is
+/// Ready, terminating once it has a deletionTimestamp, ready when serving
+/// and not terminating, or always under `publishNotReadyAddresses`.
+fn conditions(service: &Value, pod: &Value) -> Value {
+    let serving = is_ready(pod);
+    let terminating = !pod["metadata"]["deletionTimestamp"].is_null();
+    let ready =
+        service["spec"]["publishNotReadyAddresses"] == json!(true) || (serving && !terminating);
+    json!({"ready": ready, "serving": serving, "terminating": terminating})
+}
+
 fn is_ready(pod: &Value) -> bool {
     pod["status"]["conditions"].as_array().is_some_and(|c| {
         c.iter()
@@ -127,6 +140,44 @@ fn target_port(port: &Value, pod: Option<&Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_being_deleted_is_serving_and_terminating_but_not_ready() {
+        let service = json!({
+            "metadata": {"name": "ssh-a", "namespace": "jobs"},
+            "spec": {"selector": {"app": "a"}, "ports": [{"port": 8022, "targetPort": 22}]}
+        });
+        let pod = |deleting: bool, ready: &str| {
+            let mut pod = json!({
+                "metadata": {"name": "a", "namespace": "jobs", "uid": "u1", "labels": {"app": "a"}},
+                "status": {"podIP": "10.244.1.5",
+                           "conditions": [{"type": "Ready", "status": ready}]}
+            });
+            if deleting {
+                pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            pod
+        };
+        let conditions = |pod: Value| {
+            slice_for(&service, [pod].iter()).expect("slice")["endpoints"][0]["conditions"].clone()
+        };
+        assert_eq!(
+            conditions(pod(false, "True")),
+            json!({"ready": true, "serving": true, "terminating": false})
+        );
+        assert_eq!(
+            conditions(pod(true, "True")),
+            json!({"ready": false, "serving": true, "terminating": true})
+        );
+        assert_eq!(
+            conditions(pod(true, "False")),
+            json!({"ready": false, "serving": false, "terminating": true})
+        );
+        let mut published = service.clone();
+        published["spec"]["publishNotReadyAddresses"] = json!(true);
+        let slice = slice_for(&published, [pod(true, "False")].iter()).expect("slice");
+        assert_eq!(slice["endpoints"][0]["conditions"]["ready"], json!(true));
+    }
 
     #[test]
     fn slices_carry_the_service_labels_but_not_reserved_ones() {

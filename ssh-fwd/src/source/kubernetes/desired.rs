@@ -331,7 +331,9 @@ fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTree
 /// The ready endpoint and resolved target port for one Service port. The
 /// EndpointSlice carries the port by the Service port's name, already
 /// resolved for named targetPorts, as kube-proxy reads it. Several ready
-/// endpoints: the lowest address, with a note.
+/// endpoints: the lowest address, with a note. None ready: one that is
+/// terminating but still serving, as kube-proxy falls back to (a pod in
+/// its grace period keeps its sessions and logins until its server stops).
 fn ready_backend(
     slices: &[&SliceView],
     port: &PortView,
@@ -339,6 +341,7 @@ fn ready_backend(
     notes: &mut Vec<Note>,
 ) -> Option<SocketAddrV4> {
     let mut ready: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
+    let mut terminating: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
     for slice in slices.iter().filter(|s| s.ipv4) {
         let target = slice
             .ports
@@ -348,6 +351,10 @@ fn ready_backend(
             .or(port.numeric_target);
         let Some(target) = target else { continue };
         ready.extend(slice.ready.iter().map(|ip| (*ip, target)));
+        terminating.extend(slice.terminating.iter().map(|ip| (*ip, target)));
+    }
+    if ready.is_empty() {
+        ready = terminating;
     }
     let (ip, target) = *ready.first()?;
     if ready.len() > 1 {

@@ -95,7 +95,11 @@ pub struct SliceView {
     pub ports: Vec<(Box<str>, Option<u16>)>,
     /// Ready endpoint addresses (an absent `ready` counts as ready).
     pub ready: Vec<Ipv4Addr>,
-    /// The pods behind ready addresses (`targetRef` of kind Pod), as
+    /// Addresses of endpoints that are terminating but still serving (a
+    /// pod in its grace period whose server still runs): what kube-proxy
+    /// falls back to when a Service has no ready endpoint.
+    pub terminating: Vec<Ipv4Addr>,
+    /// The pods behind those addresses (`targetRef` of kind Pod), as
     /// `namespace/name`: what the connection log names a backend by.
     pub pods: Vec<(Ipv4Addr, Box<str>)>,
 }
@@ -186,6 +190,24 @@ struct WireTargetRef {
 #[derive(Clone, Debug, Deserialize)]
 struct WireConditions {
     ready: Option<bool>,
+    serving: Option<bool>,
+    terminating: Option<bool>,
+}
+
+impl WireEndpoint {
+    /// Ready: an absent `ready` counts as ready (the API's rule).
+    fn ready(&self) -> bool {
+        self.conditions.as_ref().and_then(|c| c.ready) != Some(false)
+    }
+
+    /// Not ready, but terminating and still serving.
+    fn serving_terminating(&self) -> bool {
+        !self.ready()
+            && self
+                .conditions
+                .as_ref()
+                .is_some_and(|c| c.serving == Some(true) && c.terminating == Some(true))
+    }
 }
 
 /// The metadata fields read: identity, version, age, and of the labels
@@ -492,15 +514,19 @@ impl WireSlice {
                 let ns = self.metadata.namespace.as_deref().unwrap_or("");
                 Id::from(format!("{ns}/{name}"))
             });
-        let ready_endpoints = || {
-            (self.endpoints.iter().flatten())
-                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        let endpoints = || self.endpoints.iter().flatten();
+        let addresses = |e: &WireEndpoint| -> Vec<Ipv4Addr> {
+            e.addresses.iter().filter_map(|a| a.parse().ok()).collect()
         };
-        let ready = exact(
-            ready_endpoints().flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok())),
+        let ready = exact(endpoints().filter(|e| e.ready()).flat_map(addresses));
+        let terminating = exact(
+            endpoints()
+                .filter(|e| e.serving_terminating())
+                .flat_map(addresses),
         );
         let slice_ns = self.metadata.namespace.as_deref().unwrap_or("");
-        let pods = exact(ready_endpoints().flat_map(|e| {
+        let usable = endpoints().filter(|e| e.ready() || e.serving_terminating());
+        let pods = exact(usable.flat_map(|e| {
             let pod = (e.target_ref.as_ref())
                 .filter(|t| t.kind.as_deref() == Some("Pod"))
                 .and_then(|t| {
@@ -518,6 +544,7 @@ impl WireSlice {
                 (name, p.port.and_then(|n| u16::try_from(n).ok()))
             })),
             ready,
+            terminating,
             pods,
         }
     }

@@ -194,6 +194,60 @@ fn service_without_ready_endpoints_is_absent_from_maps() {
     }));
 }
 
+/// A pod being deleted: its endpoint is no longer ready but, until its
+/// server stops, still serving (the EndpointSlice controller's
+/// `serving`/`terminating`, as kube-proxy reads them).
+fn terminating(ip: &str, serving: bool) -> Value {
+    json!({"addresses": [ip], "conditions": {"ready": false, "serving": serving, "terminating": true}})
+}
+
+#[test]
+fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_until_it_stops() {
+    let service = || vec![legacy("job-1", 8123, "2026-01-01T00:00:00Z")];
+    let d = run(
+        service(),
+        vec![slice(
+            "job-1",
+            "",
+            22,
+            json!([terminating("10.244.1.5", true)]),
+        )],
+    );
+    assert_eq!(
+        pairs(&d),
+        [(
+            "jobs/job-1".into(),
+            "198.18.0.10:8123".into(),
+            "10.244.1.5:22".into()
+        )],
+        "a pod in its grace period keeps its sessions and logins"
+    );
+    let d = run(
+        service(),
+        vec![slice(
+            "job-1",
+            "",
+            22,
+            json!([terminating("10.244.1.5", true), ready("10.244.1.9")]),
+        )],
+    );
+    assert_eq!(
+        pairs(&d)[0].2,
+        "10.244.1.9:22",
+        "a ready endpoint comes first"
+    );
+    let d = run(
+        service(),
+        vec![slice(
+            "job-1",
+            "",
+            22,
+            json!([terminating("10.244.1.5", false)]),
+        )],
+    );
+    assert!(d.mappings.is_empty(), "no longer serving: {:?}", pairs(&d));
+}
+
 #[test]
 fn endpoint_with_unset_ready_condition_counts_as_ready() {
     let d = run(

@@ -100,12 +100,14 @@ fn slice() -> impl Strategy<Value = SliceView> {
             0..=2,
         ),
         proptest::sample::subsequence([&POD_IPS[..], &[LOOPBACK]].concat(), 0..=2),
+        proptest::sample::subsequence(&POD_IPS[..], 0..=1),
     )
-        .prop_map(|(service, ipv4, ports, ready)| SliceView {
+        .prop_map(|(service, ipv4, ports, ready, terminating)| SliceView {
             service: service.map(service_id),
             ipv4,
             ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
             ready: ready.into_iter().map(ip).collect(),
+            terminating: terminating.into_iter().map(ip).collect(),
             pods: Vec::new(),
         })
 }
@@ -202,6 +204,7 @@ fn ready(service: usize, pod: &str) -> SliceView {
         ipv4: true,
         ports: vec![("".into(), Some(22))],
         ready: vec![ip(pod)],
+        terminating: Vec::new(),
         pods: Vec::new(),
     }
 }
