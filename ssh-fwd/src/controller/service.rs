@@ -116,6 +116,10 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
             target_port: Some(target),
             ..ServicePort::default()
         }]),
+        // The SSH IP is IPv4: left to the default, an IPv6-primary cluster
+        // would give the Service IPv6 endpoints only, and no backend.
+        ip_families: Some(vec!["IPv4".into()]),
+        ip_family_policy: Some("SingleStack".into()),
         ..ServiceSpec::default()
     };
     match settings.style {

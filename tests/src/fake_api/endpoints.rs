@@ -37,9 +37,75 @@ fn labels(service: &Value, name: &str) -> Value {
     Value::Object(labels)
 }
 
-/// The `namespace/name` of the slice emulated for a Service.
-pub fn slice_key(service_key: &str) -> String {
-    format!("{service_key}-emulated")
+/// An address family, as `spec.ipFamilies` and a slice's `addressType`
+/// name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "IPv4",
+            Family::Ipv6 => "IPv6",
+        }
+    }
+
+    fn holds(self, address: &str) -> bool {
+        address.contains(':') == (self == Family::Ipv6)
+    }
+
+    /// The suffix of the slice emulated for this family.
+    fn suffix(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "emulated",
+            Family::Ipv6 => "emulated-ipv6",
+        }
+    }
+}
+
+/// The `namespace/name` of the slice of `family` emulated for a Service.
+pub fn slice_key(service_key: &str, family: Family) -> String {
+    format!("{service_key}-{}", family.suffix())
+}
+
+/// Fills in what the API server defaults on a new Service: its IP
+/// families (the cluster's primary one) and their policy.
+pub fn default_ip_families(service: &mut Value, primary: Family) {
+    let spec = &mut service["spec"];
+    if spec["type"] == "ExternalName" {
+        return;
+    }
+    if spec["ipFamilies"].is_null() {
+        spec["ipFamilies"] = json!([primary.name()]);
+    }
+    if spec["ipFamilyPolicy"].is_null() {
+        spec["ipFamilyPolicy"] = json!("SingleStack");
+    }
+}
+
+/// Whether `service` has slices of `family`: one for each of its
+/// `ipFamilies` (IPv4 when it has none).
+fn has_family(service: &Value, family: Family) -> bool {
+    match service["spec"]["ipFamilies"].as_array() {
+        Some(families) => families.iter().any(|f| f == family.name()),
+        None => family == Family::Ipv4,
+    }
+}
+
+/// The pod's address of `family`: from `status.podIPs`, or `status.podIP`.
+fn pod_address(pod: &Value, family: Family) -> Option<Value> {
+    let listed = pod["status"]["podIPs"].as_array().into_iter().flatten();
+    listed
+        .map(|ip| &ip["ip"])
+        .chain([&pod["status"]["podIP"]])
+        .filter_map(Value::as_str)
+        .find(|ip| family.holds(ip))
+        .map(|ip| json!(ip))
 }
 
 /// Whether a Service with a selector selects `pod`.
@@ -56,21 +122,30 @@ pub fn selects(service: &Value, pod: &Value) -> bool {
             .all(|(k, v)| &pod["metadata"]["labels"][k] == v)
 }
 
-/// The slice for `service` given the pods of its namespace; `None` for a
-/// Service without a selector (its slices are someone else's business).
-pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> Option<Value> {
+/// The slice of `family` for `service` given the pods of its namespace;
+/// `None` for a Service without a selector (its slices are someone else's
+/// business) or without that family.
+pub fn slice_for<'a>(
+    service: &Value,
+    pods: impl Iterator<Item = &'a Value>,
+    family: Family,
+) -> Option<Value> {
     service["spec"]["selector"]
         .as_object()
         .filter(|s| !s.is_empty())?;
+    if !has_family(service, family) {
+        return None;
+    }
     let namespace = &service["metadata"]["namespace"];
-    let selected: Vec<&Value> = pods
-        .filter(|p| selects(service, p) && p["status"]["podIP"].is_string())
+    let selected: Vec<(&Value, Value)> = pods
+        .filter(|p| selects(service, p))
+        .filter_map(|p| Some((p, pod_address(p, family)?)))
         .collect();
     let endpoints: Vec<Value> = selected
         .iter()
-        .map(|p| {
+        .map(|(p, address)| {
             json!({
-                "addresses": [p["status"]["podIP"]],
+                "addresses": [address],
                 "conditions": conditions(service, p),
                 "targetRef": {"kind": "Pod", "namespace": namespace,
                               "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]},
@@ -84,7 +159,7 @@ pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> 
         .map(|port| {
             json!({"name": port["name"].as_str().unwrap_or(""),
                    "protocol": port["protocol"].as_str().unwrap_or("TCP"),
-                   "port": target_port(port, selected.first().copied())})
+                   "port": target_port(port, selected.first().map(|(p, _)| *p))})
         })
         .collect();
     let name = service["metadata"]["name"].as_str().unwrap_or("");
@@ -93,10 +168,10 @@ pub fn slice_for<'a>(service: &Value, pods: impl Iterator<Item = &'a Value>) -> 
         "kind": "EndpointSlice",
         "metadata": {
             "namespace": namespace,
-            "name": format!("{name}-emulated"),
+            "name": format!("{name}-{}", family.suffix()),
             "labels": labels(service, name),
         },
-        "addressType": "IPv4",
+        "addressType": family.name(),
         "endpoints": endpoints,
         "ports": ports,
     }))
@@ -159,7 +234,9 @@ mod tests {
             pod
         };
         let conditions = |pod: Value| {
-            slice_for(&service, [pod].iter()).expect("slice")["endpoints"][0]["conditions"].clone()
+            slice_for(&service, [pod].iter(), Family::Ipv4).expect("slice")["endpoints"][0]
+                ["conditions"]
+                .clone()
         };
         assert_eq!(
             conditions(pod(false, "True")),
@@ -175,7 +252,8 @@ mod tests {
         );
         let mut published = service.clone();
         published["spec"]["publishNotReadyAddresses"] = json!(true);
-        let slice = slice_for(&published, [pod(true, "False")].iter()).expect("slice");
+        let slice =
+            slice_for(&published, [pod(true, "False")].iter(), Family::Ipv4).expect("slice");
         assert_eq!(slice["endpoints"][0]["conditions"]["ready"], json!(true));
     }
 
@@ -187,7 +265,7 @@ mod tests {
                                     SERVICE_NAME: "spoofed", MANAGED_BY: "someone"}},
             "spec": {"selector": {"app": "a"}, "ports": [{"port": 8022}], "clusterIP": "None"}
         });
-        let slice = slice_for(&service, std::iter::empty()).expect("slice");
+        let slice = slice_for(&service, std::iter::empty(), Family::Ipv4).expect("slice");
         assert_eq!(
             slice["metadata"]["labels"],
             json!({"service.kubernetes.io/service-proxy-name": "ssh-fwd",

@@ -487,6 +487,12 @@ impl FakeApi {
         self.shared.store().without_endpoint_slices = true;
     }
 
+    /// Plays a cluster whose primary IP family is IPv6 (a Service created
+    /// without `ipFamilies` gets IPv6, and IPv6 endpoints only).
+    pub fn ipv6_primary(&self) {
+        self.shared.store().ipv6_primary = true;
+    }
+
     /// Answers the next creates of `kind` with these status codes.
     pub fn fail_creates(&self, kind: Kind, codes: &[u16]) {
         self.fail_next(kind, "create", codes);

@@ -45,6 +45,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
+    /// A cluster whose primary IP family is IPv6: a Service created without
+    /// `ipFamilies` gets IPv6 only.
+    pub ipv6_primary: bool,
     /// How long to wait before answering requests of a kind and verb (a
     /// slow API server).
     pub delays: BTreeMap<(Kind, &'static str), std::time::Duration>,
@@ -162,6 +165,14 @@ impl Store {
         }
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
         validation::on_create(kind, &object)?;
+        if kind == Kind::Service {
+            let primary = if self.ipv6_primary {
+                endpoints::Family::Ipv6
+            } else {
+                endpoints::Family::Ipv4
+            };
+            endpoints::default_ip_families(&mut object, primary);
+        }
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError {
@@ -388,10 +399,13 @@ impl Store {
             _ => return Vec::new(),
         };
         let mut changes = Vec::new();
-        for key in services {
-            let slice_key = endpoints::slice_key(&key);
-            let wanted = self.get(Kind::Service, &key).and_then(|service| {
-                endpoints::slice_for(service, self.in_namespace(Kind::Pod, &namespace))
+        for (key, family) in services
+            .iter()
+            .flat_map(|key| endpoints::Family::ALL.map(|family| (key, family)))
+        {
+            let slice_key = endpoints::slice_key(key, family);
+            let wanted = self.get(Kind::Service, key).and_then(|service| {
+                endpoints::slice_for(service, self.in_namespace(Kind::Pod, &namespace), family)
             });
             let current = self.get(Kind::EndpointSlice, &slice_key);
             let write = match (current, &wanted) {

@@ -319,3 +319,47 @@ fn a_delayed_request_is_carried_out_after_its_delay_even_once_given_up() {
     assert!(given_up < late.at + Duration::from_millis(400), "{late:?}");
     assert!(handled >= late.at + Duration::from_millis(500), "{late:?}");
 }
+
+#[test]
+fn a_services_ip_families_are_defaulted_and_choose_its_slices() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.ipv6_primary();
+    let pod = json!({"metadata": {"name": "p", "namespace": "jobs", "labels": {"app": "a"}},
+                     "spec": {"containers": [{"name": "c", "image": "i"}]},
+                     "status": {"podIP": "fd00::5", "podIPs": [{"ip": "fd00::5"}, {"ip": "10.244.1.5"}],
+                                "conditions": [{"type": "Ready", "status": "True"}]}});
+    api.create(Kind::Pod, pod).unwrap();
+    let selecting = |name: &str, families: Option<Value>| {
+        let mut s = json!({"metadata": {"name": name, "namespace": "jobs"},
+                           "spec": {"selector": {"app": "a"}, "ports": [{"port": 22}]}});
+        if let Some(f) = families {
+            s["spec"]["ipFamilies"] = f;
+        }
+        api.create(Kind::Service, s).unwrap()
+    };
+    let defaulted = selecting("defaulted", None);
+    assert_eq!(defaulted["spec"]["ipFamilies"], json!(["IPv6"]));
+    assert_eq!(defaulted["spec"]["ipFamilyPolicy"], "SingleStack");
+    selecting("v4", Some(json!(["IPv4"])));
+    let slices: Vec<(String, String, Value)> = api
+        .list(Kind::EndpointSlice)
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["labels"]["kubernetes.io/service-name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                s["addressType"].as_str().unwrap().to_owned(),
+                s["endpoints"][0]["addresses"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        slices,
+        [
+            ("defaulted".into(), "IPv6".into(), json!(["fd00::5"])),
+            ("v4".into(), "IPv4".into(), json!(["10.244.1.5"])),
+        ]
+    );
+}

@@ -51,6 +51,8 @@ fn load_balancer_service_selects_only_its_pod_and_is_owned_by_it() {
         value["spec"],
         json!({
             "type": "LoadBalancer",
+            "ipFamilyPolicy": "SingleStack",
+            "ipFamilies": ["IPv4"],
             "loadBalancerClass": vocabulary::LB_CLASS,
             "allocateLoadBalancerNodePorts": false,
             "selector": {vocabulary::SERVICE: "ssh-job-1"},
@@ -83,6 +85,11 @@ fn external_ips_service_lists_the_ssh_ip() {
     assert_eq!(value["spec"]["type"], "ClusterIP");
     assert_eq!(value["spec"]["externalIPs"], json!(["198.18.0.10"]));
     assert!(value["spec"]["loadBalancerClass"].is_null());
+    // IPv4 whatever the cluster's primary family: the SSH IP is IPv4, and
+    // a Service left to the default would get only IPv6 endpoints on an
+    // IPv6-primary cluster.
+    assert_eq!(value["spec"]["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(value["spec"]["ipFamilyPolicy"], "SingleStack");
 }
 
 #[test]
