@@ -235,7 +235,7 @@ impl Store {
             .get(kind, key)
             .ok_or_else(|| ApiError::not_found(kind, key))?
             .clone();
-        check_preconditions(kind, key, &next, &patch["metadata"]["uid"], &Value::Null)?;
+        validation::uid_unchanged(kind, &next, &patch["metadata"]["uid"])?;
         if status_only {
             merge(&mut next["status"], &patch["status"]);
         } else {
@@ -588,9 +588,20 @@ mod tests {
             Kind::Pod,
             json!({"metadata": {"name": "p", "namespace": "ns", "uid": "new"}}),
         );
+        // A patch has no preconditions: the uid it names is validated as
+        // an update of an immutable field (ValidateObjectMetaUpdate), 422.
         let stale = json!({"metadata": {"uid": "old", "labels": {"a": "b"}}});
-        let refused = store.merge_patch(Kind::Pod, "ns/p", &stale, false);
-        assert_eq!(refused.map(drop).unwrap_err().code, 409);
+        let refused = store
+            .merge_patch(Kind::Pod, "ns/p", &stale, false)
+            .map(drop)
+            .unwrap_err();
+        assert_eq!((refused.code, refused.reason), (422, "Invalid"));
+        assert!(
+            refused.message.contains("metadata.uid")
+                && refused.message.contains("field is immutable"),
+            "{}",
+            refused.message
+        );
         let refused = store.remove(Kind::Pod, "ns/p", &json!({"uid": "old"}));
         assert_eq!(refused.map(drop).unwrap_err().code, 409);
         let current = json!({"metadata": {"uid": "new", "labels": {"a": "b"}}});

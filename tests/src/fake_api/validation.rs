@@ -37,6 +37,27 @@ pub fn on_create(kind: Kind, object: &Value) -> Result<(), ApiError> {
     })
 }
 
+/// An update (a patch too) that changes `metadata.uid`: refused by the
+/// validation of object metadata as a change of an immutable field, 422.
+/// Unlike a delete's or a PUT's preconditions, this is no conflict.
+pub fn uid_unchanged(kind: Kind, current: &Value, patched_uid: &Value) -> Result<(), ApiError> {
+    let Some(uid) = patched_uid.as_str() else {
+        return Ok(());
+    };
+    if Some(uid) == current["metadata"]["uid"].as_str() {
+        return Ok(());
+    }
+    let name = current["metadata"]["name"].as_str().unwrap_or("");
+    Err(ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!(
+            "{} \"{name}\" is invalid: metadata.uid: Invalid value: \"{uid}\": field is immutable",
+            shown(kind)
+        ),
+    })
+}
+
 /// The kind as the API server names it in a message.
 fn shown(kind: Kind) -> String {
     let name = match kind {
