@@ -439,3 +439,63 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
     );
     drop(agent);
 }
+
+/// `kubectl delete pod` on the pod behind an externalIPs Service the agent
+/// honours (not one the controller made, which it deletes itself): the
+/// EndpointSlice controller marks the endpoint not ready but serving and
+/// terminating at once. Sessions and new logins go on through the grace
+/// period, as kube-proxy keeps them; the mapping goes with the pod.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_pod_in_its_grace_period_keeps_its_sessions_and_logins() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    let mut service = legacy_service("job-g", 8125);
+    service["spec"]["selector"] = json!({"job": "g"});
+    api.apply(Kind::Service, service);
+    api.apply(
+        Kind::Pod,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "g-0", "namespace": "jobs", "labels": {"job": "g"}},
+            "spec": {"nodeName": "node-1", "containers": [{"name": "sshd", "image": "sshd"}]},
+            "status": {"phase": "Running", "podIP": "10.244.1.5",
+                       "conditions": [{"type": "Ready", "status": "True"}]}
+        }),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let args = api.agent_args(dir.path(), EXTERNAL_IP);
+    let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let ssh = topo.ssh();
+    let hostname = || {
+        ssh.run(&topo.client, EXTERNAL_IP, 8125, "hostname")
+            .unwrap_or_default()
+    };
+    eventually("job-g mapped", || hostname() == "pod-1");
+    let mut session = Session::open(&ssh, &topo.client, 8125).unwrap();
+
+    api.delete_pod("jobs", "g-0", Some(6));
+    let slice = api
+        .get(Kind::EndpointSlice, "jobs", "job-g-emulated")
+        .unwrap();
+    assert_eq!(
+        slice["endpoints"][0]["conditions"],
+        json!({"ready": false, "serving": true, "terminating": true}),
+        "the delete is accepted and the endpoint marked"
+    );
+    // Well inside the grace period, after the agent has seen the change.
+    std::thread::sleep(Duration::from_secs(2));
+    session.echo("terminating").unwrap();
+    assert_eq!(hostname(), "pod-1", "a new login during the grace period");
+    assert!(!agent.log().contains("mapping removed"), "{}", agent.log());
+
+    // The grace ends, the pod goes, and its mapping with it.
+    eventually("job-g's port refused once the pod is gone", || {
+        refused(&topo.client, 8125)
+    });
+    drop(session);
+    drop(agent);
+}
