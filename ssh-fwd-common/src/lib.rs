@@ -8,7 +8,8 @@
 //! order**, exactly as the bytes appear on the wire, so the kernel side can
 //! compare and copy packet fields without swapping. Build keys with
 //! [`maps::Endpoint::new`] and read them back with [`maps::Endpoint::ip`] and
-//! [`maps::Endpoint::port`]; never fill the raw fields by hand.
+//! [`maps::Endpoint::port`] (IPv6: [`maps::Endpoint6::new6`] and
+//! [`maps::Endpoint6::ip6`]); never fill the raw fields by hand.
 #![no_std]
 
 #[cfg(any(test, feature = "fixtures"))]

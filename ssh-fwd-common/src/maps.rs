@@ -3,6 +3,7 @@
 //! Userspace uses only these constants; a test loads the compiled eBPF object and
 //! checks it agrees with them.
 
+mod addr;
 mod announce;
 mod conn;
 mod counters;
@@ -11,6 +12,7 @@ mod event;
 mod guard;
 mod status;
 
+pub use addr::*;
 pub use announce::*;
 pub use conn::*;
 pub use counters::*;

@@ -3,22 +3,23 @@
 //! entry means, and who may create or change it, is in
 //! [`crate::conntrack`].
 
-use super::Endpoint;
+use super::{Addr, Addr6, Endpoint, Endpoint6};
 
 /// Key of [`CONNS`](super::CONNS): one TCP connection between a client and
 /// a backend, as the backend sees it (a client reaching one backend
 /// through two frontends from one port is one connection at the backend).
+/// IPv4 by default; [`ConnKey6`] for IPv6.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnKey {
-    pub client_addr: u32,
-    pub backend_addr: u32,
+pub struct ConnKey<A = u32> {
+    pub client_addr: A,
+    pub backend_addr: A,
     pub client_port: u16,
     pub backend_port: u16,
 }
 
-impl ConnKey {
-    pub const fn new(client: Endpoint, backend: Endpoint) -> Self {
+impl<A: Addr> ConnKey<A> {
+    pub const fn new(client: Endpoint<A>, backend: Endpoint<A>) -> Self {
         Self {
             client_addr: client.addr,
             backend_addr: backend.addr,
@@ -27,19 +28,19 @@ impl ConnKey {
         }
     }
 
-    pub const fn client(&self) -> Endpoint {
+    pub const fn client(&self) -> Endpoint<A> {
         Endpoint {
             addr: self.client_addr,
             port: self.client_port,
-            _pad: 0,
+            _pad: A::PAD,
         }
     }
 
-    pub const fn backend(&self) -> Endpoint {
+    pub const fn backend(&self) -> Endpoint<A> {
         Endpoint {
             addr: self.backend_addr,
             port: self.backend_port,
-            _pad: 0,
+            _pad: A::PAD,
         }
     }
 }
@@ -65,12 +66,12 @@ pub const CONN_FIN_PENDING: u32 = 16;
 
 /// Value of [`CONNS`](super::CONNS): a connection the server confirmed.
 /// Sequence numbers are host order; times are `bpf_ktime_get_coarse_ns`
-/// (CLOCK_MONOTONIC_COARSE).
+/// (CLOCK_MONOTONIC_COARSE). IPv4 by default; [`Conn6`] for IPv6.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conn {
+pub struct Conn<E = Endpoint> {
     /// The frontend the client opened it through: the source of replies.
-    pub frontend: Endpoint,
+    pub frontend: E,
     /// The mapping's slot, for its counters.
     pub slot: u32,
     /// `CONN_*` bits.
@@ -94,16 +95,12 @@ pub struct Conn {
     pub created_ns: u64,
 }
 
-impl Conn {
+impl<A: Addr> Conn<Endpoint<A>> {
     /// All zero: what the kernel programs start from before copying an
     /// entry out of the map (an uninitialised value is refused by the
     /// verifier).
     pub const ZERO: Self = Self {
-        frontend: Endpoint {
-            addr: 0,
-            port: 0,
-            _pad: 0,
-        },
+        frontend: Endpoint::ZERO,
         slot: 0,
         flags: 0,
         client_next: 0,
@@ -123,14 +120,14 @@ impl Conn {
 /// acknowledgement less one.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HalfOpenKey {
-    pub conn: ConnKey,
+pub struct HalfOpenKey<A = u32> {
+    pub conn: ConnKey<A>,
     /// Host order.
     pub client_isn: u32,
 }
 
-impl HalfOpenKey {
-    pub const fn new(conn: ConnKey, client_isn: u32) -> Self {
+impl<A: Addr> HalfOpenKey<A> {
+    pub const fn new(conn: ConnKey<A>, client_isn: u32) -> Self {
         Self { conn, client_isn }
     }
 }
@@ -143,8 +140,8 @@ pub const HALF_OPEN_ISN_KNOWN: u32 = 1;
 /// Value of [`HALF_OPEN`](super::HALF_OPEN): a SYN through a frontend.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HalfOpen {
-    pub frontend: Endpoint,
+pub struct HalfOpen<E = Endpoint> {
+    pub frontend: E,
     pub slot: u32,
     /// `HALF_OPEN_*` bits, and the MSS cap (see `conntrack::mss`).
     pub flags: u32,
@@ -155,14 +152,10 @@ pub struct HalfOpen {
     pub last_seen_ns: u64,
 }
 
-impl HalfOpen {
+impl<A: Addr> HalfOpen<Endpoint<A>> {
     /// All zero, as [`Conn::ZERO`].
     pub const ZERO: Self = Self {
-        frontend: Endpoint {
-            addr: 0,
-            port: 0,
-            _pad: 0,
-        },
+        frontend: Endpoint::ZERO,
         slot: 0,
         flags: 0,
         client_isn: 0,
@@ -179,14 +172,14 @@ impl HalfOpen {
 /// cannot know.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClaimKey {
-    pub conn: ConnKey,
+pub struct ClaimKey<A = u32> {
+    pub conn: ConnKey<A>,
     /// The client's acknowledgement number, host order.
     pub ack: u32,
 }
 
-impl ClaimKey {
-    pub const fn new(conn: ConnKey, ack: u32) -> Self {
+impl<A: Addr> ClaimKey<A> {
+    pub const fn new(conn: ConnKey<A>, ack: u32) -> Self {
         Self { conn, ack }
     }
 }
@@ -195,8 +188,8 @@ impl ClaimKey {
 /// through, unconfirmed until the server's segment finds it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Claim {
-    pub frontend: Endpoint,
+pub struct Claim<E = Endpoint> {
+    pub frontend: E,
     pub slot: u32,
     pub _pad: u32,
     /// When the client's segment was seen; past `--conn-confirm-timeout`
@@ -210,6 +203,25 @@ const _: () = assert!(size_of::<HalfOpenKey>() == 16);
 const _: () = assert!(size_of::<HalfOpen>() == 32);
 const _: () = assert!(size_of::<ClaimKey>() == 16);
 const _: () = assert!(size_of::<Claim>() == 24);
+
+/// The IPv6 instances of the tables' layouts.
+pub type ConnKey6 = ConnKey<Addr6>;
+pub type Conn6 = Conn<Endpoint6>;
+pub type HalfOpenKey6 = HalfOpenKey<Addr6>;
+pub type HalfOpen6 = HalfOpen<Endpoint6>;
+pub type ClaimKey6 = ClaimKey<Addr6>;
+pub type Claim6 = Claim<Endpoint6>;
+
+const _: () = assert!(size_of::<ConnKey6>() == 36);
+const _: () = assert!(size_of::<Conn6>() == 64);
+const _: () = assert!(size_of::<HalfOpenKey6>() == 40);
+const _: () = assert!(size_of::<HalfOpen6>() == 48);
+const _: () = assert!(size_of::<ClaimKey6>() == 40);
+const _: () = assert!(size_of::<Claim6>() == 40);
+// The kernel programs move `slot` and `flags` together, with one atomic
+// operation on an aligned 8-byte word.
+const _: () = assert!(core::mem::offset_of!(Conn, slot) % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(Conn6, slot) % 8 == 0);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -228,4 +240,16 @@ mod pod {
     unsafe impl aya::Pod for ClaimKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Claim {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ConnKey6 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Conn6 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HalfOpenKey6 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HalfOpen6 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ClaimKey6 {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Claim6 {}
 }

@@ -2,15 +2,34 @@
 //! [`FRONTENDS`](super::FRONTENDS), [`REVERSE`](super::REVERSE) and
 //! [`MAPPING_NAMES`](super::MAPPING_NAMES).
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
-/// An IPv4 address and TCP port, both in network byte order.
+use super::{Addr, Addr6};
+
+/// An address and TCP port, both in network byte order: IPv4 by default,
+/// [`Endpoint6`] for IPv6.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Endpoint {
-    pub addr: u32,
+pub struct Endpoint<A: Addr = u32> {
+    pub addr: A,
     pub port: u16,
-    pub _pad: u16,
+    pub _pad: A::Pad,
+}
+
+/// An IPv6 address and TCP port.
+pub type Endpoint6 = Endpoint<Addr6>;
+
+impl<A: Addr> Endpoint<A> {
+    /// All zero, as a zeroed entry holds it.
+    pub const ZERO: Self = Self {
+        addr: A::UNSPECIFIED,
+        port: 0,
+        _pad: A::PAD,
+    };
+
+    pub const fn port(&self) -> u16 {
+        u16::from_be(self.port)
+    }
 }
 
 impl Endpoint {
@@ -26,9 +45,22 @@ impl Endpoint {
         let [a, b, c, d] = self.addr.to_ne_bytes();
         Ipv4Addr::new(a, b, c, d)
     }
+}
 
-    pub const fn port(&self) -> u16 {
-        u16::from_be(self.port)
+// Named apart from IPv4's `new` and `ip`: a path such as `Endpoint::new`
+// leaves the family to inference, which two functions of one name would
+// make ambiguous.
+impl Endpoint6 {
+    pub const fn new6(ip: Ipv6Addr, port: u16) -> Self {
+        Self {
+            addr: Addr6::new(ip),
+            port: port.to_be(),
+            _pad: [0; 3],
+        }
+    }
+
+    pub const fn ip6(&self) -> Ipv6Addr {
+        self.addr.ip()
     }
 }
 
@@ -105,6 +137,7 @@ pub struct Owner {
 }
 
 const _: () = assert!(size_of::<Endpoint>() == 8);
+const _: () = assert!(size_of::<Endpoint6>() == 24 && align_of::<Endpoint6>() == 4);
 const _: () = assert!(size_of::<NatTarget>() == 16);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
 const _: () = assert!(size_of::<HairpinSock>() == 16);
@@ -117,6 +150,8 @@ mod pod {
     // integers, with explicit padding fields, so every bit pattern is valid and
     // there are no implicit padding bytes (checked by the size assertions).
     unsafe impl aya::Pod for Endpoint {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Endpoint6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for NatTarget {}
     // SAFETY: as above.
@@ -138,6 +173,15 @@ mod tests {
         assert_eq!(e.port.to_ne_bytes(), [0x1f, 0x56]);
         assert_eq!(e.ip(), Ipv4Addr::new(198, 18, 0, 10));
         assert_eq!(e.port(), 8022);
+    }
+
+    #[test]
+    fn an_ipv6_endpoint_stores_wire_bytes() {
+        let ip = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+        let e = Endpoint6::new6(ip, 8022);
+        assert_eq!(e.addr.octets(), ip.octets());
+        assert_eq!(e.port.to_ne_bytes(), [0x1f, 0x56]);
+        assert_eq!((e.ip6(), e.port()), (ip, 8022));
     }
 
     #[test]
