@@ -84,7 +84,7 @@ pub const CONFIRM_TIMEOUT_NS: u64 = 10 * 1_000_000_000;
 /// Both sides sent their FIN: the connection is closing, and a new
 /// handshake for its 4-tuple, through any frontend, may replace it.
 #[inline(always)]
-pub const fn closing(c: &Conn) -> bool {
+pub const fn closing<E>(c: &Conn<E>) -> bool {
     c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER) == CONN_FIN_CLIENT | CONN_FIN_SERVER
 }
 

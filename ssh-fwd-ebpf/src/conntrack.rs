@@ -86,7 +86,7 @@ fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&
 fn write_back(key: &ConnKey, ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
     if let (Some(p), Some(read), Some(next)) = (ptr, read, next) {
         // SAFETY: a pointer into the map's value, valid for this run.
-        if unsafe { store::<Bpf>(p, read, &next) } {
+        if unsafe { store::<Bpf, _>(p, read, &next) } {
             sources_add(key.client_addr, u64::MAX);
         }
     }

@@ -2,13 +2,13 @@
 //! sweep removes an entry, and when a claim stops counting.
 
 use super::closing;
-use crate::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Claim, Conn, Endpoint};
+use crate::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Claim, Conn};
 
 /// How stale `last_seen_ns` may get before a packet rewrites it: the idle
 /// sweep works in minutes, so a write per second per connection is plenty.
 pub const CLOCK_GRANULARITY_NS: u64 = 1_000_000_000;
 
-impl Conn {
+impl<E: Copy> Conn<E> {
     /// The entry with its clock moved to `now`, if it is that stale.
     #[inline(always)]
     pub(super) fn clone_with_clock(&self, now: u64) -> Self {
@@ -25,7 +25,7 @@ impl Conn {
 /// counts for nothing). Such an entry lives only
 /// [`HALF_CLOSED_TIMEOUT_NS`] without a segment from the server.
 #[inline(always)]
-pub const fn half_closed(c: &Conn) -> bool {
+pub const fn half_closed<E>(c: &Conn<E>) -> bool {
     let fins = c.flags & (CONN_FIN_CLIENT | CONN_FIN_SERVER);
     fins != 0 && fins != CONN_FIN_CLIENT | CONN_FIN_SERVER
 }
@@ -55,7 +55,12 @@ pub const HALF_CLOSED_TIMEOUT_NS: u64 = 120 * 1_000_000_000;
 /// The sweep's verdict on an entry at time `now` (same clock as the
 /// kernel's `last_seen_ns`). A [`half_closed`] entry counts as idle after
 /// [`HALF_CLOSED_TIMEOUT_NS`] (or the idle timeout, if shorter).
-pub fn expiry(c: &Conn, now: u64, idle_timeout_ns: u64, close_timeout_ns: u64) -> Option<Expiry> {
+pub fn expiry<E>(
+    c: &Conn<E>,
+    now: u64,
+    idle_timeout_ns: u64,
+    close_timeout_ns: u64,
+) -> Option<Expiry> {
     let quiet = now.saturating_sub(c.last_seen_ns);
     let idle_timeout_ns = if half_closed(c) {
         idle_timeout_ns.min(HALF_CLOSED_TIMEOUT_NS)
@@ -75,7 +80,7 @@ pub fn expiry(c: &Conn, now: u64, idle_timeout_ns: u64, close_timeout_ns: u64) -
 /// `confirm_timeout_ns` to confirm it. No sweep removes claims; the table
 /// is an LRU, and a stale claim only waits there to be evicted.
 #[inline(always)]
-pub const fn claim_fresh(c: &Claim, now: u64, confirm_timeout_ns: u64) -> bool {
+pub const fn claim_fresh<E>(c: &Claim<E>, now: u64, confirm_timeout_ns: u64) -> bool {
     now.wrapping_sub(c.seen_ns) <= confirm_timeout_ns
 }
 
@@ -88,7 +93,7 @@ pub const CLAIM_REFRESH_NS: u64 = 1_000_000_000;
 /// must write the claim: none is there, the one there names another
 /// frontend, or it is due for a refresh.
 #[inline(always)]
-pub fn claim_needs_write(existing: Option<&Claim>, frontend: Endpoint, now: u64) -> bool {
+pub fn claim_needs_write<E: PartialEq>(existing: Option<&Claim<E>>, frontend: E, now: u64) -> bool {
     match existing {
         Some(c) => c.frontend != frontend || now.wrapping_sub(c.seen_ns) >= CLAIM_REFRESH_NS,
         None => true,

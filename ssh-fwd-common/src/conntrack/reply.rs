@@ -12,29 +12,30 @@ use crate::maps::{
     Conn, Endpoint, HalfOpen,
 };
 
-/// What to do with a reply (backend -> client) packet.
+/// What to do with a reply (backend -> client) packet; `E` is the
+/// family's [`Endpoint`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnReply {
+pub enum OnReply<E = Endpoint> {
     /// Not a connection we track: leave it untouched.
     Untracked,
     /// Of the tracked connection: restore `frontend`, store the updated
     /// entry (`Some`).
     Established {
-        frontend: Endpoint,
+        frontend: E,
         slot: u32,
-        update: Option<Conn>,
+        update: Option<Conn<E>>,
     },
     /// The server's valid RST, or its acknowledgement of a client RST held
     /// for it: restore `frontend`, then delete the entry.
-    Reset { frontend: Endpoint, slot: u32 },
+    Reset { frontend: E, slot: u32 },
     /// A RST from the server that is not exactly in sequence: restore
     /// `frontend`, keep the entry.
-    IgnoredReset { frontend: Endpoint, slot: u32 },
+    IgnoredReset { frontend: E, slot: u32 },
     /// The server's SYN-ACK to a SYN through a frontend: restore its
     /// frontend (and lower the MSS to `mss_cap`, if not 0). Nothing is
     /// stored: the client's ACK will claim the connection.
     Accept {
-        frontend: Endpoint,
+        frontend: E,
         slot: u32,
         mss_cap: u16,
     },
@@ -42,35 +43,46 @@ pub enum OnReply {
     /// socket answering another SYN of the 4-tuple (a spoofed one, or the
     /// client's after a spoofed one). Restore the frontend of the SYN it
     /// acknowledges; nothing is stored.
-    Answer { frontend: Endpoint, slot: u32 },
+    Answer { frontend: E, slot: u32 },
     /// The server refused the handshake (RST): restore the frontend, so the
     /// client sees "connection refused", and drop the half-open entry.
-    Refuse { frontend: Endpoint, slot: u32 },
+    Refuse { frontend: E, slot: u32 },
     /// The server's segment starts where a claim's client acknowledged:
     /// store `conn` (replacing the closing or reopened entry there, if
     /// any), drop the claim, restore its frontend.
-    Confirm { conn: Conn, replacing: bool },
+    Confirm { conn: Conn<E>, replacing: bool },
     /// The server reset a claimed connection at once: restore the claim's
     /// frontend, drop the claim.
-    ClaimReset { frontend: Endpoint, slot: u32 },
+    ClaimReset { frontend: E, slot: u32 },
 }
 
 /// The entries a reply's 4-tuple has: the connection, the half-open entry
 /// of the handshake it answers (by [`reply_isn`]) and the claim its
 /// sequence number confirms. The kernel programs look up only those
 /// [`reply_reads`] says the decision can depend on.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Found<'a> {
-    pub conn: Option<&'a Conn>,
-    pub half: Option<&'a HalfOpen>,
-    pub claim: Option<&'a Claim>,
+#[derive(Clone, Copy, Debug)]
+pub struct Found<'a, E = Endpoint> {
+    pub conn: Option<&'a Conn<E>>,
+    pub half: Option<&'a HalfOpen<E>>,
+    pub claim: Option<&'a Claim<E>>,
+}
+
+// Not derived: that would ask `E: Default`, which no endpoint is.
+impl<E> Default for Found<'_, E> {
+    fn default() -> Self {
+        Self {
+            conn: None,
+            half: None,
+            claim: None,
+        }
+    }
 }
 
 /// Which tables, besides [`CONNS`](crate::maps::CONNS), a reply's decision
 /// can depend on: `(half-open, claims)`. Most segments of a tracked
 /// connection read neither.
 #[inline(always)]
-pub const fn reply_reads(seg: &Segment, conn: Option<&Conn>) -> (bool, bool) {
+pub const fn reply_reads<E>(seg: &Segment, conn: Option<&Conn<E>>) -> (bool, bool) {
     let open = match conn {
         None => true,
         Some(c) => open_to_new(c),
@@ -89,7 +101,7 @@ pub const fn reply_reads(seg: &Segment, conn: Option<&Conn>) -> (bool, bool) {
 /// that the server's first segment, which finds its claim, costs no
 /// half-open lookup.
 #[inline(always)]
-pub const fn answers_handshake(seg: &Segment, conn: Option<&Conn>) -> bool {
+pub const fn answers_handshake<E>(seg: &Segment, conn: Option<&Conn<E>>) -> bool {
     conn.is_none()
         && seg.flags & (TCP_SYN | TCP_ACK | TCP_RST | TCP_FIN) == TCP_ACK
         && seg.payload == 0
@@ -98,7 +110,7 @@ pub const fn answers_handshake(seg: &Segment, conn: Option<&Conn>) -> bool {
 /// An entry a new connection on its 4-tuple may replace: closed both ways,
 /// or being reopened (a SYN of the same frontend came).
 #[inline(always)]
-pub const fn open_to_new(c: &Conn) -> bool {
+pub const fn open_to_new<E>(c: &Conn<E>) -> bool {
     closing(c) || c.flags & CONN_REOPENING != 0
 }
 
@@ -112,7 +124,12 @@ pub const fn reply_isn(seg: &Segment) -> u32 {
 /// The decision for a reply, given the entries found for its 4-tuple, at
 /// time `now`; claims older than `confirm_timeout_ns` count for nothing.
 #[inline(always)]
-pub fn on_reply(seg: &Segment, found: &Found<'_>, now: u64, confirm_timeout_ns: u64) -> OnReply {
+pub fn on_reply<E: Copy + PartialEq>(
+    seg: &Segment,
+    found: &Found<'_, E>,
+    now: u64,
+    confirm_timeout_ns: u64,
+) -> OnReply<E> {
     let conn = found.conn;
     let open = conn.is_none_or(open_to_new);
     let half = found.half.filter(|_| open);
@@ -196,7 +213,7 @@ pub fn on_reply(seg: &Segment, found: &Found<'_>, now: u64, confirm_timeout_ns: 
 /// The connection a claim becomes, from the server's segment that
 /// confirmed it: its sequence state starts from that segment.
 #[inline(always)]
-fn confirmed(cl: &Claim, seg: &Segment, now: u64) -> Conn {
+fn confirmed<E: Copy>(cl: &Claim<E>, seg: &Segment, now: u64) -> Conn<E> {
     Conn {
         frontend: cl.frontend,
         slot: cl.slot,
@@ -215,7 +232,7 @@ fn confirmed(cl: &Claim, seg: &Segment, now: u64) -> Conn {
 /// is at most that), and the server retransmits nothing older than what
 /// the client has yet to acknowledge.
 #[inline(always)]
-const fn in_server_window(c: &Conn, seq: u32) -> bool {
+const fn in_server_window<E>(c: &Conn<E>, seq: u32) -> bool {
     seq.wrapping_sub(c.server_next).wrapping_add(MAX_WINDOW) <= 2 * MAX_WINDOW
 }
 
@@ -224,7 +241,7 @@ const fn in_server_window(c: &Conn, seq: u32) -> bool {
 /// within the window behind what it sent last (the pod's TCP checks it
 /// exactly against what is unacknowledged).
 #[inline(always)]
-pub const fn icmp_in_window(c: &Conn, quoted_seq: u32) -> bool {
+pub const fn icmp_in_window<E>(c: &Conn<E>, quoted_seq: u32) -> bool {
     c.server_next.wrapping_sub(quoted_seq) <= MAX_WINDOW
 }
 
@@ -234,7 +251,7 @@ pub const fn icmp_in_window(c: &Conn, quoted_seq: u32) -> bool {
 /// first new acknowledgement decides, whatever it is, so that a spoofed
 /// RST has one chance, as against the kernel's own exact check.
 #[inline(always)]
-const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
+const fn ends_with_held_rst<E>(c: &Conn<E>, seg: &Segment) -> bool {
     c.flags & CONN_RST_PENDING != 0
         && seg.has(TCP_ACK)
         && after(seg.ack, c.client_next)
@@ -250,7 +267,7 @@ const fn ends_with_held_rst(c: &Conn, seg: &Segment) -> bool {
 /// answered the SYN that flagged it from the old connection (a challenge
 /// ACK), so that SYN will never be completed.
 #[inline(always)]
-fn from_server(c: &Conn, seg: &Segment, now: u64) -> Option<Conn> {
+fn from_server<E: Copy + PartialEq>(c: &Conn<E>, seg: &Segment, now: u64) -> Option<Conn<E>> {
     let mut next = c.clone_with_clock(now);
     if !seg.has(TCP_SYN) {
         next.flags &= !CONN_REOPENING;

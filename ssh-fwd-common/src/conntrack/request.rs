@@ -10,9 +10,10 @@ use crate::maps::{
     CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_REOPENING, CONN_RST_PENDING, Conn, Endpoint, HalfOpen,
 };
 
-/// What to do with a request (client -> frontend) packet.
+/// What to do with a request (client -> frontend) packet; `E` is the
+/// family's [`Endpoint`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnRequest {
+pub enum OnRequest<E = Endpoint> {
     /// A SYN: record a half-open entry for this frontend and forward (the
     /// entry of a retransmitted SYN, same ISN, stays as it is). With
     /// `reopening`, also flag the live entry of the same frontend: its
@@ -25,21 +26,24 @@ pub enum OnRequest {
     /// A segment of the tracked connection: store `update` (`Some`: a FIN
     /// noted) and forward; with `claim`, also record a claim (the entry is
     /// being reopened).
-    Established { update: Option<Conn>, claim: bool },
+    Established {
+        update: Option<Conn<E>>,
+        claim: bool,
+    },
     /// A RST exactly in sequence: delete the entry and forward.
     Reset,
     /// A RST that is not exactly in sequence: the entry stays; forward
     /// (the backend checks it the same way). `Some`: one ahead of
     /// `client_next`, held for the server's next new acknowledgement to
     /// decide ([`CONN_RST_PENDING`]).
-    IgnoredReset(Option<Conn>),
+    IgnoredReset(Option<Conn<E>>),
     /// The 4-tuple is live through another frontend: drop.
     Conflict,
     /// Nothing to record: forward untouched by state.
     Forward,
 }
 
-impl OnRequest {
+impl<E> OnRequest<E> {
     /// Whether applying the decision writes connection state. The kernel
     /// programs check such a segment first (see [`super::trust`]), and one
     /// that fails the checks writes nothing.
@@ -59,12 +63,12 @@ impl OnRequest {
 /// worth recording (a node that forwards to another node never sees the
 /// replies); asked only when the decision may be a claim.
 #[inline(always)]
-pub fn on_request(
+pub fn on_request<E: Copy + PartialEq>(
     seg: &Segment,
-    frontend: Endpoint,
-    conn: Option<&Conn>,
+    frontend: E,
+    conn: Option<&Conn<E>>,
     local: impl FnOnce() -> bool,
-) -> OnRequest {
+) -> OnRequest<E> {
     let live = conn.filter(|c| !closing(c));
     if let Some(c) = live
         && c.frontend != frontend
@@ -130,7 +134,7 @@ const fn claims(seg: &Segment) -> bool {
 /// whatever SYNs spoofing that pod's address did to the half-open table (an
 /// off-path sender does not know the pod's ISN).
 #[inline(always)]
-pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint> {
+pub fn translated_syn<E: Copy>(seg: &Segment, half: Option<&HalfOpen<E>>) -> Option<E> {
     match half {
         Some(h) if seg.is_syn() && h.client_isn == seg.seq => Some(h.frontend),
         _ => None,
@@ -142,7 +146,7 @@ pub fn translated_syn(seg: &Segment, half: Option<&HalfOpen>) -> Option<Endpoint
 /// server's ACK of the client's last segment may be on its way back while
 /// the RST goes out: only that ACK tells whether the server accepts it.
 #[inline(always)]
-fn rst_ahead(c: &Conn, seg: &Segment) -> Option<Conn> {
+fn rst_ahead<E: Copy + PartialEq>(c: &Conn<E>, seg: &Segment) -> Option<Conn<E>> {
     if !after(seg.seq, c.client_next) {
         return None;
     }
@@ -157,7 +161,7 @@ fn rst_ahead(c: &Conn, seg: &Segment) -> Option<Conn> {
 /// clock: a FIN is only noted as pending (see [`fin_noted`]) until the
 /// server acknowledges exactly it.
 #[inline(always)]
-fn from_client(c: &Conn, seg: &Segment) -> Option<Conn> {
+fn from_client<E: Copy + PartialEq>(c: &Conn<E>, seg: &Segment) -> Option<Conn<E>> {
     if !seg.has(TCP_FIN) || c.flags & CONN_FIN_CLIENT != 0 || !fin_noted(c, seg.end()) {
         return None;
     }
@@ -171,7 +175,7 @@ fn from_client(c: &Conn, seg: &Segment) -> Option<Conn> {
 /// if inside [`MAX_WINDOW`] (at or after it: the server's TCP accepts a FIN
 /// only there).
 #[inline(always)]
-const fn in_client_window(c: &Conn, seq: u32) -> Option<u32> {
+const fn in_client_window<E>(c: &Conn<E>, seq: u32) -> Option<u32> {
     let ahead = seq.wrapping_sub(c.client_next);
     if ahead < MAX_WINDOW {
         Some(ahead)
@@ -190,7 +194,7 @@ const fn in_client_window(c: &Conn, seq: u32) -> Option<u32> {
 /// neither displace the real one (it lands after it, but for a guess inside
 /// the bytes in flight) nor be acknowledged exactly.
 #[inline(always)]
-const fn fin_noted(c: &Conn, end: u32) -> bool {
+const fn fin_noted<E>(c: &Conn<E>, end: u32) -> bool {
     let Some(ahead) = in_client_window(c, end.wrapping_sub(1)) else {
         return false;
     };

@@ -15,22 +15,23 @@
 //!
 //! [`CONN_FIN_PENDING`]: crate::maps::CONN_FIN_PENDING
 
-use crate::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Conn};
+use crate::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER, Conn, Endpoint};
 
 /// The two atomic operations on a stored entry's flags: the kernel
-/// programs' (BPF atomics) and the host's, for the tests.
-pub trait AtomicFlags {
+/// programs' (BPF atomics) and the host's, for the tests. `E` is the
+/// family's [`Endpoint`].
+pub trait AtomicFlags<E = Endpoint> {
     /// Sets `bits` in the flags of the entry at `conn`, atomically, and
     /// returns the flags it found.
     ///
     /// # Safety
     /// `conn` points at a [`Conn`] valid for writes.
-    unsafe fn or(conn: *mut Conn, bits: u32) -> u32;
+    unsafe fn or(conn: *mut Conn<E>, bits: u32) -> u32;
     /// Keeps only `bits` of the flags of the entry at `conn`, atomically.
     ///
     /// # Safety
     /// As for [`AtomicFlags::or`].
-    unsafe fn and(conn: *mut Conn, bits: u32);
+    unsafe fn and(conn: *mut Conn<E>, bits: u32);
 }
 
 /// Writes into the entry at `stored` what `next` changed of `read` (the
@@ -42,7 +43,11 @@ pub trait AtomicFlags {
 /// rest of the program run).
 #[inline(always)]
 #[must_use = "a connection this write closed no longer counts for its client"]
-pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn) -> bool {
+pub unsafe fn store<F: AtomicFlags<E>, E>(
+    stored: *mut Conn<E>,
+    read: &Conn<E>,
+    next: &Conn<E>,
+) -> bool {
     const FINS: u32 = CONN_FIN_CLIENT | CONN_FIN_SERVER;
     let mut closed = false;
     // SAFETY: the caller vouches for `stored`; each write is one field.
@@ -64,12 +69,12 @@ pub unsafe fn store<A: AtomicFlags>(stored: *mut Conn, read: &Conn, next: &Conn)
         }
         let set = next.flags & !read.flags;
         if set != 0 {
-            let found = A::or(stored, set);
+            let found = F::or(stored, set);
             closed = found & FINS != FINS && (found | set) & FINS == FINS;
         }
         let cleared = read.flags & !next.flags;
         if cleared != 0 {
-            A::and(stored, !cleared);
+            F::and(stored, !cleared);
         }
     }
     closed
@@ -83,29 +88,29 @@ mod tests {
     use crate::{
         conntrack::{
             Found, OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request,
-            tests::{F1, SECOND, seg},
+            tests::{ConnOf, Family, SECOND, both_families, seg},
         },
         maps::{CONN_FIN_SERVER, CONN_REOPENING},
     };
 
     struct Host;
 
-    impl AtomicFlags for Host {
-        unsafe fn or(conn: *mut Conn, bits: u32) -> u32 {
+    impl<E> AtomicFlags<E> for Host {
+        unsafe fn or(conn: *mut Conn<E>, bits: u32) -> u32 {
             // SAFETY: the caller's promise; the field is aligned.
             unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }.fetch_or(bits, Ordering::Relaxed)
         }
 
-        unsafe fn and(conn: *mut Conn, bits: u32) {
+        unsafe fn and(conn: *mut Conn<E>, bits: u32) {
             // SAFETY: as above.
             unsafe { AtomicU32::from_ptr(&raw mut (*conn).flags) }
                 .fetch_and(bits, Ordering::Relaxed);
         }
     }
 
-    fn conn() -> Conn {
+    fn conn<A: Family>() -> ConnOf<A> {
         Conn {
-            frontend: F1,
+            frontend: A::F1,
             slot: 3,
             client_next: 1_001,
             server_next: 5_001,
@@ -113,8 +118,8 @@ mod tests {
         }
     }
 
-    fn from_client(read: &Conn, s: &Segment) -> Conn {
-        match on_request(s, F1, Some(read), || true) {
+    fn from_client<A: Family>(read: &ConnOf<A>, s: &Segment) -> ConnOf<A> {
+        match on_request(s, A::F1, Some(read), || true) {
             OnRequest::Established { update: u, .. } | OnRequest::IgnoredReset(u) => {
                 u.unwrap_or(*read)
             }
@@ -122,7 +127,7 @@ mod tests {
         }
     }
 
-    fn from_server(read: &Conn, s: &Segment, now: u64) -> Conn {
+    fn from_server<A: Family>(read: &ConnOf<A>, s: &Segment, now: u64) -> ConnOf<A> {
         let found = Found {
             conn: Some(read),
             ..Found::default()
@@ -135,30 +140,34 @@ mod tests {
 
     /// Both directions read `read`, decide, and write back, in both orders:
     /// what is stored after each, and how many writes said they closed it.
-    fn race_closing(read: Conn, client: Conn, server: Conn) -> [(Conn, usize); 2] {
+    fn race_closing<A: Family>(
+        read: ConnOf<A>,
+        client: ConnOf<A>,
+        server: ConnOf<A>,
+    ) -> [(ConnOf<A>, usize); 2] {
         [[&client, &server], [&server, &client]].map(|order| {
             let mut stored = read;
             let mut closed = 0;
             for next in order {
                 // SAFETY: a local entry.
-                closed += usize::from(unsafe { store::<Host>(&mut stored, &read, next) });
+                closed += usize::from(unsafe { store::<Host, _>(&mut stored, &read, next) });
             }
             (stored, closed)
         })
     }
 
-    fn race(read: Conn, client: Conn, server: Conn) -> [Conn; 2] {
+    fn race<A: Family>(read: ConnOf<A>, client: ConnOf<A>, server: ConnOf<A>) -> [ConnOf<A>; 2] {
         race_closing(read, client, server).map(|(stored, _)| stored)
     }
 
-    #[test]
-    fn of_two_writes_that_close_a_connection_exactly_one_says_so() {
+    both_families!(of_two_writes_that_close_a_connection_exactly_one_says_so);
+    fn of_two_writes_that_close_a_connection_exactly_one_says_so<A: Family>() {
         // The server acknowledges the client's pending FIN and sends its
         // own; both of its segments were decided on the same copy.
         let read = Conn {
             flags: crate::maps::CONN_FIN_PENDING,
             client_fin_end: 1_002,
-            ..conn()
+            ..conn::<A>()
         };
         let acked = from_server(&read, &seg(TCP_ACK, read.server_next, 1_002, 0), 8);
         let fin = from_server(
@@ -177,7 +186,7 @@ mod tests {
         // A write on a closed entry closes nothing.
         let closed = Conn {
             flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
-            ..conn()
+            ..conn::<A>()
         };
         let again = Conn {
             flags: closed.flags | CONN_REOPENING,
@@ -185,12 +194,12 @@ mod tests {
         };
         let mut stored = closed;
         // SAFETY: a local entry.
-        assert!(!unsafe { store::<Host>(&mut stored, &closed, &again) });
+        assert!(!unsafe { store::<Host, _>(&mut stored, &closed, &again) });
     }
 
-    #[test]
-    fn a_clients_pending_fin_racing_the_servers_fin_loses_neither() {
-        let read = conn();
+    both_families!(a_clients_pending_fin_racing_the_servers_fin_loses_neither);
+    fn a_clients_pending_fin_racing_the_servers_fin_loses_neither<A: Family>() {
+        let read = conn::<A>();
         let client = from_client(
             &read,
             &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 0),
@@ -212,9 +221,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_pending_fin_racing_the_servers_data_loses_neither() {
-        let read = conn();
+    both_families!(a_pending_fin_racing_the_servers_data_loses_neither);
+    fn a_pending_fin_racing_the_servers_data_loses_neither<A: Family>() {
+        let read = conn::<A>();
         let client = from_client(
             &read,
             &seg(TCP_FIN | TCP_ACK, read.client_next, read.server_next, 10),
@@ -231,13 +240,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_servers_answer_clears_only_the_reopening_it_saw() {
+    both_families!(the_servers_answer_clears_only_the_reopening_it_saw);
+    fn the_servers_answer_clears_only_the_reopening_it_saw<A: Family>() {
         // The server's segment clears REOPENING; a client FIN noted at
         // the same time stays pending.
         let read = Conn {
             flags: CONN_REOPENING,
-            ..conn()
+            ..conn::<A>()
         };
         let client = from_client(
             &read,

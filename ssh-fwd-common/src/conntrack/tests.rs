@@ -1,16 +1,60 @@
-use core::net::Ipv4Addr;
+use core::{
+    fmt::Debug,
+    net::{Ipv4Addr, Ipv6Addr},
+};
 
 use super::*;
 use crate::maps::{
-    CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_FIN_SERVER, CONN_REOPENING, CONN_RST_PENDING, Claim,
-    Endpoint, HalfOpen,
+    Addr, Addr6, CONN_FIN_CLIENT, CONN_FIN_PENDING, CONN_FIN_SERVER, CONN_REOPENING,
+    CONN_RST_PENDING, Claim, Endpoint, Endpoint6, HalfOpen,
 };
+
+/// The frontends the scenarios go through, in one address family. Every
+/// scenario is written once, over a family, and runs in both (see
+/// [`both_families!`]).
+pub(super) trait Family: Addr {
+    const F1: Endpoint<Self>;
+    const F2: Endpoint<Self>;
+}
+
+const SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+const SSH_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+
+impl Family for u32 {
+    const F1: Endpoint = Endpoint::new(SSH_IP, 8022);
+    const F2: Endpoint = Endpoint::new(SSH_IP, 9022);
+}
+
+impl Family for Addr6 {
+    const F1: Endpoint6 = Endpoint6::new6(SSH_IP6, 8022);
+    const F2: Endpoint6 = Endpoint6::new6(SSH_IP6, 9022);
+}
+
+/// A connection entry of a scenario in family `A`.
+pub(super) type ConnOf<A> = Conn<Endpoint<A>>;
+
+/// The tests of a scenario `name<A: Family>`: `name::ipv4` and
+/// `name::ipv6` (a module and a function may share a name).
+macro_rules! both_families {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn ipv4() {
+                super::$name::<u32>();
+            }
+
+            #[test]
+            fn ipv6() {
+                super::$name::<crate::maps::Addr6>();
+            }
+        }
+    };
+}
+pub(super) use both_families;
 
 mod closing;
 mod trust;
 
-pub(super) const F1: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 8022);
-const F2: Endpoint = Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), 9022);
 const HOUR: u64 = 3_600_000_000_000;
 pub(super) const SECOND: u64 = 1_000_000_000;
 const CLIENT_ISN: u32 = 1_000;
@@ -44,7 +88,7 @@ fn banner() -> Segment {
     seg(TCP_ACK | PSH, SERVER_ISN + 1, CLIENT_ISN + 1, 21)
 }
 
-fn half(frontend: Endpoint, client_isn: u32) -> HalfOpen {
+fn half<E>(frontend: E, client_isn: u32) -> HalfOpen<E> {
     HalfOpen {
         frontend,
         slot: 3,
@@ -55,7 +99,7 @@ fn half(frontend: Endpoint, client_isn: u32) -> HalfOpen {
     }
 }
 
-fn claim(frontend: Endpoint, seen_ns: u64) -> Claim {
+fn claim<E>(frontend: E, seen_ns: u64) -> Claim<E> {
     Claim {
         frontend,
         slot: 3,
@@ -64,7 +108,7 @@ fn claim(frontend: Endpoint, seen_ns: u64) -> Claim {
     }
 }
 
-fn only_conn(c: Option<&Conn>) -> Found<'_> {
+fn only_conn<E>(c: Option<&Conn<E>>) -> Found<'_, E> {
     Found {
         conn: c,
         ..Found::default()
@@ -73,7 +117,7 @@ fn only_conn(c: Option<&Conn>) -> Found<'_> {
 
 /// Runs the handshake through `frontend` and the server's banner, and
 /// returns the entry the banner confirmed.
-fn handshake(frontend: Endpoint) -> Conn {
+fn handshake<E: Copy + PartialEq + Debug>(frontend: E) -> Conn<E> {
     assert_eq!(
         on_request(&syn(), frontend, None, || true),
         OnRequest::OpenHalf { reopening: false }
@@ -110,10 +154,10 @@ fn handshake(frontend: Endpoint) -> Conn {
     conn
 }
 
-#[test]
-fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers() {
-    let conn = handshake(F1);
-    assert_eq!(conn.frontend, F1);
+both_families!(the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers);
+fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers<A: Family>() {
+    let conn = handshake(A::F1);
+    assert_eq!(conn.frontend, A::F1);
     assert_eq!(conn.client_next, CLIENT_ISN + 1);
     assert_eq!(conn.server_next, SERVER_ISN + 1 + 21);
     assert_eq!(
@@ -122,11 +166,11 @@ fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers(
     );
 }
 
-#[test]
-fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing() {
+both_families!(the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing);
+fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing<A: Family>() {
     let h = HalfOpen {
         flags: mss::with_cap(0, 1400),
-        ..half(F2, CLIENT_ISN)
+        ..half(A::F2, CLIENT_ISN)
     };
     let found = Found {
         half: Some(&h),
@@ -135,23 +179,28 @@ fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing() {
     assert_eq!(
         on_reply(&syn_ack(), &found, 5, TIMEOUT),
         OnReply::Accept {
-            frontend: F2,
+            frontend: A::F2,
             slot: 3,
             mss_cap: 1400
         }
     );
 }
 
-#[test]
-fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend() {
+both_families!(
+    the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend
+);
+fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend<
+    A: Family,
+>() {
     // A SYN through F2 (an off-path sender's, say) reached the server
     // first; the client's own SYN of the same 4-tuple through F1 finds the
     // server's request socket, which answers it with an ACK of the first
     // ISN. That ACK goes to the client's address and must not leave with
     // the pod's.
-    let first = half(F2, 0x5eed);
+    let first = half(A::F2, 0x5eed);
     let answer = seg(TCP_ACK, SERVER_ISN + 1, 0x5eed + 1, 0);
-    assert!(answers_handshake(&answer, None));
+    let untracked = None::<&ConnOf<A>>;
+    assert!(answers_handshake(&answer, untracked));
     let found = Found {
         half: Some(&first),
         ..Found::default()
@@ -159,20 +208,23 @@ fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_s
     assert_eq!(
         on_reply(&answer, &found, 5, TIMEOUT),
         OnReply::Answer {
-            frontend: F2,
+            frontend: A::F2,
             slot: 3
         }
     );
     // Only a bare ACK answers a handshake; a live connection's own
     // segments never read the half-open table.
-    assert!(!answers_handshake(&seg(TCP_ACK | PSH, 1, 2, 10), None));
-    assert!(!answers_handshake(&seg(TCP_ACK | TCP_RST, 1, 2, 0), None));
-    assert!(!answers_handshake(&answer, Some(&handshake(F1))));
+    assert!(!answers_handshake(&seg(TCP_ACK | PSH, 1, 2, 10), untracked));
+    assert!(!answers_handshake(
+        &seg(TCP_ACK | TCP_RST, 1, 2, 0),
+        untracked
+    ));
+    assert!(!answers_handshake(&answer, Some(&handshake(A::F1))));
 }
 
-#[test]
-fn a_claim_counts_only_until_the_confirm_timeout() {
-    let c = claim(F1, 100);
+both_families!(a_claim_counts_only_until_the_confirm_timeout);
+fn a_claim_counts_only_until_the_confirm_timeout<A: Family>() {
+    let c = claim(A::F1, 100);
     let found = Found {
         claim: Some(&c),
         ..Found::default()
@@ -188,10 +240,10 @@ fn a_claim_counts_only_until_the_confirm_timeout() {
     );
 }
 
-#[test]
-fn a_claim_never_replaces_a_live_connection() {
-    let live = handshake(F1);
-    let c = claim(F2, 40);
+both_families!(a_claim_never_replaces_a_live_connection);
+fn a_claim_never_replaces_a_live_connection<A: Family>() {
+    let live = handshake(A::F1);
+    let c = claim(A::F2, 40);
     let found = Found {
         conn: Some(&live),
         claim: Some(&c),
@@ -200,35 +252,35 @@ fn a_claim_never_replaces_a_live_connection() {
     let reply = seg(TCP_ACK, live.server_next, live.client_next, 0);
     assert!(matches!(
         on_reply(&reply, &found, 41, TIMEOUT),
-        OnReply::Established { frontend: F1, .. }
+        OnReply::Established { frontend, .. } if frontend == A::F1
     ));
     // Nor do the client's segments through another frontend claim it.
     let ack = seg(TCP_ACK, live.client_next, live.server_next, 0);
     assert_eq!(
-        on_request(&ack, F2, Some(&live), || true),
+        on_request(&ack, A::F2, Some(&live), || true),
         OnRequest::Conflict
     );
     assert_eq!(
-        on_request(&syn(), F2, Some(&live), || true),
+        on_request(&syn(), A::F2, Some(&live), || true),
         OnRequest::Conflict
     );
 }
 
-#[test]
-fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend() {
+both_families!(a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend);
+fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend<A: Family>() {
     let closed = Conn {
         flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     assert_eq!(
-        on_request(&syn(), F2, Some(&closed), || true),
+        on_request(&syn(), A::F2, Some(&closed), || true),
         OnRequest::OpenHalf { reopening: false }
     );
     assert_eq!(
-        on_request(&final_ack(), F2, Some(&closed), || true),
+        on_request(&final_ack(), A::F2, Some(&closed), || true),
         OnRequest::Claim
     );
-    let c = claim(F2, 50);
+    let c = claim(A::F2, 50);
     let found = Found {
         conn: Some(&closed),
         claim: Some(&c),
@@ -241,14 +293,14 @@ fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend(
     else {
         panic!("confirmed over the closed entry")
     };
-    assert_eq!((conn.frontend, conn.flags), (F2, 0));
+    assert_eq!((conn.frontend, conn.flags), (A::F2, 0));
 }
 
-#[test]
-fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh() {
-    let old = handshake(F1);
+both_families!(a_client_reusing_its_port_through_the_same_frontend_starts_fresh);
+fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh<A: Family>() {
+    let old = handshake(A::F1);
     assert_eq!(
-        on_request(&syn(), F1, Some(&old), || true),
+        on_request(&syn(), A::F1, Some(&old), || true),
         OnRequest::OpenHalf { reopening: true }
     );
     let reopening = Conn {
@@ -259,13 +311,13 @@ fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh() {
     // replacing the old entry with the new sequence numbers.
     let ack = seg(TCP_ACK, CLIENT_ISN + 501, SERVER_ISN + 9_001, 0);
     assert_eq!(
-        on_request(&ack, F1, Some(&reopening), || true),
+        on_request(&ack, A::F1, Some(&reopening), || true),
         OnRequest::Established {
             update: None,
             claim: true
         }
     );
-    let c = claim(F1, 60);
+    let c = claim(A::F1, 60);
     let found = Found {
         conn: Some(&reopening),
         claim: Some(&c),
@@ -284,11 +336,11 @@ fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh() {
     assert_eq!(conn.flags & CONN_REOPENING, 0);
 }
 
-#[test]
-fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends() {
+both_families!(a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends);
+fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends<A: Family>() {
     let conn = Conn {
         flags: CONN_REOPENING,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     // The server answers the SYN with a challenge ACK of the old
     // connection: no claim starts there, so the flag goes.
@@ -304,22 +356,22 @@ fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends() {
     assert!(!half && !claim, "a live entry reads nothing more");
 }
 
-#[test]
-fn claims_are_recorded_only_for_backends_of_this_node() {
+both_families!(claims_are_recorded_only_for_backends_of_this_node);
+fn claims_are_recorded_only_for_backends_of_this_node<A: Family>() {
     assert_eq!(
-        on_request(&final_ack(), F1, None, || false),
+        on_request(&final_ack(), A::F1, None, || false),
         OnRequest::Forward
     );
     // A SYN is recorded anywhere: its node adds the option from it.
     assert_eq!(
-        on_request(&syn(), F1, None, || false),
+        on_request(&syn(), A::F1, None, || false),
         OnRequest::OpenHalf { reopening: false }
     );
     // The locality is asked only when a claim is possible.
-    let live = handshake(F1);
+    let live = handshake(A::F1);
     let data = seg(TCP_ACK | PSH, live.client_next, live.server_next, 100);
     assert_eq!(
-        on_request(&data, F1, Some(&live), || panic!("not asked")),
+        on_request(&data, A::F1, Some(&live), || panic!("not asked")),
         OnRequest::Established {
             update: None,
             claim: false
@@ -327,10 +379,11 @@ fn claims_are_recorded_only_for_backends_of_this_node() {
     );
 }
 
-#[test]
-fn what_writes_state_is_what_the_kernel_checks_first() {
-    let live = handshake(F1);
-    let writes = |s: &Segment, c: Option<&Conn>| on_request(s, F1, c, || true).writes_state();
+both_families!(what_writes_state_is_what_the_kernel_checks_first);
+fn what_writes_state_is_what_the_kernel_checks_first<A: Family>() {
+    let live = handshake(A::F1);
+    let writes =
+        |s: &Segment, c: Option<&ConnOf<A>>| on_request(s, A::F1, c, || true).writes_state();
     assert!(writes(&syn(), None));
     assert!(writes(&final_ack(), None));
     let fin = seg(TCP_FIN | TCP_ACK, live.client_next, live.server_next, 0);
@@ -349,16 +402,16 @@ fn what_writes_state_is_what_the_kernel_checks_first() {
     ));
 }
 
-#[test]
-fn only_the_server_moves_the_sequence_state_or_the_clock() {
-    let conn = handshake(F1);
+both_families!(only_the_server_moves_the_sequence_state_or_the_clock);
+fn only_the_server_moves_the_sequence_state_or_the_clock<A: Family>() {
+    let conn = handshake(A::F1);
     // Client data, and a spoofed segment far ahead: nothing at all.
     for s in [
         seg(TCP_ACK | PSH, conn.client_next, conn.server_next, 1448),
         seg(TCP_ACK, conn.client_next.wrapping_add(1 << 31), 0, 10),
     ] {
         assert_eq!(
-            on_request(&s, F1, Some(&conn), || true),
+            on_request(&s, A::F1, Some(&conn), || true),
             OnRequest::Established {
                 update: None,
                 claim: false
@@ -382,16 +435,16 @@ fn only_the_server_moves_the_sequence_state_or_the_clock() {
     assert_eq!(
         on_reply(&stale, &only_conn(Some(&c)), 41 * SECOND, TIMEOUT),
         OnReply::Established {
-            frontend: F1,
+            frontend: A::F1,
             slot: 3,
             update: None
         }
     );
 }
 
-#[test]
-fn a_server_segment_outside_the_window_moves_only_the_clock() {
-    let conn = handshake(F1);
+both_families!(a_server_segment_outside_the_window_moves_only_the_clock);
+fn a_server_segment_outside_the_window_moves_only_the_clock<A: Family>() {
+    let conn = handshake(A::F1);
     for jump in [MAX_WINDOW + 1, 1 << 31, 0u32.wrapping_sub(MAX_WINDOW + 1)] {
         let far = seg(
             TCP_FIN | TCP_ACK,
@@ -426,9 +479,9 @@ fn a_server_segment_outside_the_window_moves_only_the_clock() {
     }
 }
 
-#[test]
-fn icmp_errors_count_only_for_sequence_numbers_the_server_sent() {
-    let conn = handshake(F1);
+both_families!(icmp_errors_count_only_for_sequence_numbers_the_server_sent);
+fn icmp_errors_count_only_for_sequence_numbers_the_server_sent<A: Family>() {
+    let conn = handshake(A::F1);
     assert!(icmp_in_window(&conn, conn.server_next));
     assert!(icmp_in_window(&conn, conn.server_next - 1_400));
     assert!(icmp_in_window(
@@ -442,13 +495,13 @@ fn icmp_errors_count_only_for_sequence_numbers_the_server_sent() {
     ));
 }
 
-#[test]
-fn sequence_numbers_wrap() {
+both_families!(sequence_numbers_wrap);
+fn sequence_numbers_wrap<A: Family>() {
     assert!(after(5, u32::MAX - 5));
     assert!(!after(u32::MAX - 5, 5));
     let conn = Conn {
         client_next: u32::MAX - 10,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     let ack = seg(TCP_ACK, conn.server_next, 89, 0);
     let OnReply::Established {
@@ -460,18 +513,18 @@ fn sequence_numbers_wrap() {
     assert_eq!(c.client_next, 89);
 }
 
-#[test]
-fn only_an_exactly_in_sequence_rst_ends_the_connection() {
-    let conn = handshake(F1);
+both_families!(only_an_exactly_in_sequence_rst_ends_the_connection);
+fn only_an_exactly_in_sequence_rst_ends_the_connection<A: Family>() {
+    let conn = handshake(A::F1);
     let rst = |seq| seg(TCP_RST | TCP_ACK, seq, 0, 0);
     assert_eq!(
-        on_request(&rst(conn.client_next), F1, Some(&conn), || true),
+        on_request(&rst(conn.client_next), A::F1, Some(&conn), || true),
         OnRequest::Reset
     );
     for off in [1u32, 100, 65_535, 1 << 31] {
         let decision = on_request(
             &rst(conn.client_next.wrapping_add(off)),
-            F1,
+            A::F1,
             Some(&conn),
             || true,
         );
@@ -483,7 +536,7 @@ fn only_an_exactly_in_sequence_rst_ends_the_connection() {
     assert_eq!(
         on_reply(&rst(conn.server_next), &only_conn(Some(&conn)), 40, TIMEOUT),
         OnReply::Reset {
-            frontend: F1,
+            frontend: A::F1,
             slot: 3
         }
     );
@@ -495,33 +548,29 @@ fn only_an_exactly_in_sequence_rst_ends_the_connection() {
             TIMEOUT
         ),
         OnReply::IgnoredReset {
-            frontend: F1,
+            frontend: A::F1,
             slot: 3
         }
     );
 }
 
-#[test]
-fn replies_of_connections_nobody_tracked_are_left_alone() {
+both_families!(replies_of_connections_nobody_tracked_are_left_alone);
+fn replies_of_connections_nobody_tracked_are_left_alone<A: Family>() {
+    let nothing = Found::<'_, Endpoint<A>>::default();
     // A backend answering an in-cluster peer: no entry, no rewrite.
     assert_eq!(
-        on_reply(&seg(TCP_ACK, 1, 2, 100), &Found::default(), 1, TIMEOUT),
+        on_reply(&seg(TCP_ACK, 1, 2, 100), &nothing, 1, TIMEOUT),
         OnReply::Untracked
     );
     assert_eq!(
-        on_reply(
-            &seg(TCP_SYN | TCP_ACK, 9, 12_345, 0),
-            &Found::default(),
-            1,
-            TIMEOUT
-        ),
+        on_reply(&seg(TCP_SYN | TCP_ACK, 9, 12_345, 0), &nothing, 1, TIMEOUT),
         OnReply::Untracked
     );
 }
 
-#[test]
-fn a_refused_handshake_is_restored_and_forgotten() {
-    let h = half(F2, CLIENT_ISN);
+both_families!(a_refused_handshake_is_restored_and_forgotten);
+fn a_refused_handshake_is_restored_and_forgotten<A: Family>() {
+    let h = half(A::F2, CLIENT_ISN);
     let found = Found {
         half: Some(&h),
         ..Found::default()
@@ -534,15 +583,15 @@ fn a_refused_handshake_is_restored_and_forgotten() {
             TIMEOUT
         ),
         OnReply::Refuse {
-            frontend: F2,
+            frontend: A::F2,
             slot: 3
         }
     );
 }
 
-#[test]
-fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten() {
-    let c = claim(F2, 10);
+both_families!(a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten);
+fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten<A: Family>() {
+    let c = claim(A::F2, 10);
     let found = Found {
         claim: Some(&c),
         ..Found::default()
@@ -555,15 +604,15 @@ fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten() {
             TIMEOUT
         ),
         OnReply::ClaimReset {
-            frontend: F2,
+            frontend: A::F2,
             slot: 3
         }
     );
 }
 
-#[test]
-fn a_server_that_closes_at_once_confirms_a_half_closed_connection() {
-    let c = claim(F1, 10);
+both_families!(a_server_that_closes_at_once_confirms_a_half_closed_connection);
+fn a_server_that_closes_at_once_confirms_a_half_closed_connection<A: Family>() {
+    let c = claim(A::F1, 10);
     let found = Found {
         claim: Some(&c),
         ..Found::default()
@@ -577,26 +626,30 @@ fn a_server_that_closes_at_once_confirms_a_half_closed_connection() {
     assert_eq!(conn.server_next, SERVER_ISN + 2);
 }
 
-#[test]
-fn a_claim_is_written_once_and_renewed_at_most_once_a_second() {
-    let c = claim(F1, 10 * SECOND);
-    assert!(claim_needs_write(None, F1, 0));
-    assert!(!claim_needs_write(Some(&c), F1, 10 * SECOND + 999_999_999));
-    assert!(claim_needs_write(Some(&c), F1, 11 * SECOND));
-    assert!(claim_needs_write(Some(&c), F2, 10 * SECOND));
+both_families!(a_claim_is_written_once_and_renewed_at_most_once_a_second);
+fn a_claim_is_written_once_and_renewed_at_most_once_a_second<A: Family>() {
+    let c = claim(A::F1, 10 * SECOND);
+    assert!(claim_needs_write(None, A::F1, 0));
+    assert!(!claim_needs_write(
+        Some(&c),
+        A::F1,
+        10 * SECOND + 999_999_999
+    ));
+    assert!(claim_needs_write(Some(&c), A::F1, 11 * SECOND));
+    assert!(claim_needs_write(Some(&c), A::F2, 10 * SECOND));
     assert!(claim_fresh(&c, 10 * SECOND, 0));
     assert!(!claim_fresh(&c, 10 * SECOND + 1, 0));
 }
 
-#[test]
-fn which_tables_a_reply_reads() {
-    let live = handshake(F1);
+both_families!(which_tables_a_reply_reads);
+fn which_tables_a_reply_reads<A: Family>() {
+    let live = handshake(A::F1);
     let data = seg(TCP_ACK, live.server_next, live.client_next, 100);
     assert_eq!(reply_reads(&data, Some(&live)), (false, false));
-    assert_eq!(reply_reads(&data, None), (false, true));
-    assert_eq!(reply_reads(&syn_ack(), None), (true, false));
+    assert_eq!(reply_reads(&data, None::<&ConnOf<A>>), (false, true));
+    assert_eq!(reply_reads(&syn_ack(), None::<&ConnOf<A>>), (true, false));
     let rst = seg(TCP_RST | TCP_ACK, 0, CLIENT_ISN + 1, 0);
-    assert_eq!(reply_reads(&rst, None), (true, true));
+    assert_eq!(reply_reads(&rst, None::<&ConnOf<A>>), (true, true));
     let closed = Conn {
         flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
         ..live
@@ -604,9 +657,9 @@ fn which_tables_a_reply_reads() {
     assert_eq!(reply_reads(&rst, Some(&closed)), (true, true));
 }
 
-#[test]
-fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision() {
-    let live = handshake(F1);
+both_families!(skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision);
+fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision<A: Family>() {
+    let live = handshake(A::F1);
     let reopening = Conn {
         flags: CONN_REOPENING,
         ..live
@@ -615,8 +668,8 @@ fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision() {
         flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
         ..live
     };
-    let h = half(F2, CLIENT_ISN);
-    let c = claim(F2, 10);
+    let h = half(A::F2, CLIENT_ISN);
+    let c = claim(A::F2, 10);
     let segments = [
         syn_ack(),
         banner(),
@@ -656,15 +709,15 @@ fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision() {
     }
 }
 
-#[test]
-fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend() {
-    let h = half(F2, CLIENT_ISN);
-    assert_eq!(translated_syn(&syn(), Some(&h)), Some(F2));
+both_families!(only_the_syn_that_made_the_half_open_entry_carries_its_frontend);
+fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend<A: Family>() {
+    let h = half(A::F2, CLIENT_ISN);
+    assert_eq!(translated_syn(&syn(), Some(&h)), Some(A::F2));
     // A SYN of the same 4-tuple with another ISN: a pod's own, while
     // spoofed SYNs wrote the entry.
     let other = seg(TCP_SYN, CLIENT_ISN + 77, 0, 0);
     assert_eq!(translated_syn(&other, Some(&h)), None);
-    assert_eq!(translated_syn(&syn(), None), None);
+    assert_eq!(translated_syn(&syn(), None::<&HalfOpen<Endpoint<A>>>), None);
     let syn_ack = seg(TCP_SYN | TCP_ACK, CLIENT_ISN, 0, 0);
     assert_eq!(translated_syn(&syn_ack, Some(&h)), None);
 }
@@ -679,11 +732,11 @@ fn the_syn_ack_names_the_clients_isn() {
     }
 }
 
-#[test]
-fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout() {
+both_families!(the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout);
+fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout<A: Family>() {
     let conn = Conn {
         last_seen_ns: HOUR,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     let (idle, close) = (24 * HOUR, 10 * SECOND);
     assert_eq!(expiry(&conn, 9 * HOUR, idle, close), None);
@@ -698,14 +751,14 @@ fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout()
     );
 }
 
-#[test]
-fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not() {
+both_families!(a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not);
+fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not<A: Family>() {
     let (idle, close) = (24 * HOUR, 10 * SECOND);
     for flags in [CONN_FIN_SERVER, CONN_FIN_CLIENT] {
         let c = Conn {
             flags,
             last_seen_ns: HOUR,
-            ..handshake(F1)
+            ..handshake(A::F1)
         };
         assert_eq!(expiry(&c, HOUR + 119 * SECOND, idle, close), None, "{c:?}");
         assert_eq!(
@@ -717,7 +770,7 @@ fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_no
     let c = Conn {
         flags: CONN_FIN_SERVER,
         last_seen_ns: HOUR,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     assert_eq!(
         expiry(&c, HOUR + 30 * SECOND, 30 * SECOND, close),
@@ -726,14 +779,14 @@ fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_no
     );
 }
 
-#[test]
-fn a_client_rst_ahead_is_held_without_touching_the_clock() {
+both_families!(a_client_rst_ahead_is_held_without_touching_the_clock);
+fn a_client_rst_ahead_is_held_without_touching_the_clock<A: Family>() {
     let c = Conn {
         flags: CONN_FIN_SERVER,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     let rst = seg(TCP_RST, c.client_next + 5, 0, 0);
-    let OnRequest::IgnoredReset(Some(held)) = on_request(&rst, F1, Some(&c), || true) else {
+    let OnRequest::IgnoredReset(Some(held)) = on_request(&rst, A::F1, Some(&c), || true) else {
         panic!("a RST ahead is held")
     };
     assert_ne!(held.flags & CONN_RST_PENDING, 0);

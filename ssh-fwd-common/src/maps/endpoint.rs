@@ -9,11 +9,25 @@ use super::{Addr, Addr6};
 /// An address and TCP port, both in network byte order: IPv4 by default,
 /// [`Endpoint6`] for IPv6.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Eq, Hash, PartialOrd, Ord)]
+#[expect(
+    clippy::derived_hash_with_manual_eq,
+    reason = "PartialEq compares exactly the fields Hash hashes"
+)]
 pub struct Endpoint<A: Addr = u32> {
     pub addr: A,
     pub port: u16,
     pub _pad: A::Pad,
+}
+
+// Written out to be inlined always: the decisions that compare frontends
+// are generic, and with a derived comparison (inlined at rustc's
+// discretion) the ingress programs compiled to more instructions.
+impl<A: Addr> PartialEq for Endpoint<A> {
+    #[inline(always)]
+    fn eq(&self, other: &Self) -> bool {
+        self.addr == other.addr && self.port == other.port && self._pad == other._pad
+    }
 }
 
 /// An IPv6 address and TCP port.

@@ -3,8 +3,8 @@
 
 use super::*;
 
-fn apply_request(table: &mut Option<Conn>, s: &Segment) {
-    match on_request(s, F1, table.as_ref(), || true) {
+fn apply_request<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment) {
+    match on_request(s, A::F1, table.as_ref(), || true) {
         OnRequest::Established {
             update: Some(c), ..
         }
@@ -16,7 +16,7 @@ fn apply_request(table: &mut Option<Conn>, s: &Segment) {
     }
 }
 
-fn apply_reply(table: &mut Option<Conn>, s: &Segment, now: u64) {
+fn apply_reply<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment, now: u64) {
     match on_reply(s, &only_conn(table.as_ref()), now, TIMEOUT) {
         OnReply::Established {
             update: Some(c), ..
@@ -27,13 +27,13 @@ fn apply_reply(table: &mut Option<Conn>, s: &Segment, now: u64) {
 }
 
 /// The server acknowledges everything up to `ack` (and sends nothing).
-fn server_ack(table: &mut Option<Conn>, ack: u32, now: u64) {
+fn server_ack<A: Family>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
     let server_next = table.map_or(0, |c| c.server_next);
     apply_reply(table, &seg(TCP_ACK, server_next, ack, 0), now);
 }
 
 /// The server closes its side, acknowledging up to `ack`.
-fn server_fin(table: &mut Option<Conn>, ack: u32, now: u64) {
+fn server_fin<A: Family>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
     let server_next = table.map_or(0, |c| c.server_next);
     apply_reply(table, &seg(TCP_FIN | TCP_ACK, server_next, ack, 0), now);
 }
@@ -42,9 +42,9 @@ fn fin(seq: u32, payload: u32) -> Segment {
     seg(TCP_FIN | TCP_ACK, seq, SERVER_ISN + 22, payload)
 }
 
-#[test]
-fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
-    let conn = handshake(F1);
+both_families!(the_client_has_closed_once_the_server_acknowledged_its_fin);
+fn the_client_has_closed_once_the_server_acknowledged_its_fin<A: Family>() {
+    let conn = handshake(A::F1);
     // A spoofed FIN out of sequence: pending, never acknowledged.
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next + 5_000, 0));
@@ -53,7 +53,7 @@ fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
     // The real FIN, with 10 bytes of data, acknowledged by the server.
     let OnRequest::Established {
         update: Some(c), ..
-    } = on_request(&fin(conn.client_next, 10), F1, Some(&conn), || true)
+    } = on_request(&fin(conn.client_next, 10), A::F1, Some(&conn), || true)
     else {
         panic!("noted")
     };
@@ -67,26 +67,30 @@ fn the_client_has_closed_once_the_server_acknowledged_its_fin() {
     // claims nothing: it is the closed connection's, exactly in sequence.
     let last = seg(TCP_ACK, closed.client_next, closed.server_next, 0);
     assert_eq!(
-        on_request(&last, F1, Some(&closed), || true),
+        on_request(&last, A::F1, Some(&closed), || true),
         OnRequest::Forward
     );
     // A new connection's ACK on the same 4-tuple (another ISN) claims.
     let new = seg(TCP_ACK, closed.client_next + 5_000_000, 77, 0);
     assert_eq!(
-        on_request(&new, F1, Some(&closed), || true),
+        on_request(&new, A::F1, Some(&closed), || true),
         OnRequest::Claim
     );
 }
 
-#[test]
-fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack() {
+both_families!(
+    a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack
+);
+fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack<
+    A: Family,
+>() {
     // The client closes while the server's data is in flight (an ssh
     // client that hangs up after the banner): FIN, then, as the server's
     // data arrives at a closed socket, a RST one past the FIN. The server's
     // ACK of the FIN crosses the RST, so the RST is one ahead of the last
     // acknowledgement seen; the pod accepts it (its next expected is the
     // RST's sequence number), and so must the table once that ACK shows it.
-    let conn = handshake(F1);
+    let conn = handshake(A::F1);
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next, 0));
     let data = seg(TCP_ACK, conn.server_next, conn.client_next, 500);
@@ -102,9 +106,9 @@ fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_
     );
 }
 
-#[test]
-fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone() {
-    let conn = handshake(F1);
+both_families!(a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone);
+fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone<A: Family>() {
+    let conn = handshake(A::F1);
     // A spoofed RST ahead of the connection: the server's next new
     // acknowledgement is elsewhere, so it is forgotten; the same number
     // acknowledged later ends nothing (one chance per RST, as the
@@ -128,9 +132,9 @@ fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone() {
     assert!(table.is_some());
 }
 
-#[test]
-fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close() {
-    let conn = handshake(F1);
+both_families!(a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close);
+fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close<A: Family>() {
+    let conn = handshake(A::F1);
     let mut table = Some(conn);
     // The server has 1000 bytes of the client's; a spoofed FIN behind
     // them (as a random number is, half the time).
@@ -147,9 +151,9 @@ fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close() {
     assert!(!closing(&c), "only the server has closed");
 }
 
-#[test]
-fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side() {
-    let conn = handshake(F1);
+both_families!(a_fin_at_a_random_sequence_number_never_closes_the_clients_side);
+fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side<A: Family>() {
+    let conn = handshake(A::F1);
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     for _ in 0..2_000 {
         state ^= state << 13;
@@ -173,9 +177,9 @@ fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side() {
     }
 }
 
-#[test]
-fn a_spoofed_fin_does_not_replace_the_real_pending_one() {
-    let conn = handshake(F1);
+both_families!(a_spoofed_fin_does_not_replace_the_real_pending_one);
+fn a_spoofed_fin_does_not_replace_the_real_pending_one<A: Family>() {
+    let conn = handshake(A::F1);
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next, 10));
     let real_end = conn.client_next + 11;
@@ -192,9 +196,9 @@ fn a_spoofed_fin_does_not_replace_the_real_pending_one() {
     );
 }
 
-#[test]
-fn a_spoofed_fin_noted_first_gives_way_to_the_real_one() {
-    let conn = handshake(F1);
+both_families!(a_spoofed_fin_noted_first_gives_way_to_the_real_one);
+fn a_spoofed_fin_noted_first_gives_way_to_the_real_one<A: Family>() {
+    let conn = handshake(A::F1);
     // Ahead of the real FIN: the real one, earlier, replaces it.
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next + 5_000, 0));
@@ -212,9 +216,9 @@ fn a_spoofed_fin_noted_first_gives_way_to_the_real_one() {
     assert!(closing(&table.expect("entry")));
 }
 
-#[test]
-fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side() {
-    let conn = handshake(F1);
+both_families!(only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side);
+fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side<A: Family>() {
+    let conn = handshake(A::F1);
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next, 0));
     // An acknowledgement past the FIN: the FIN was not the client's last
@@ -223,11 +227,11 @@ fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side() {
     assert_eq!(table.map(|c| c.flags & CONN_FIN_CLIENT), Some(0));
 }
 
-#[test]
-fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side() {
+both_families!(a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side);
+fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side<A: Family>() {
     let conn = Conn {
         client_next: 0xFFFF_FFF0,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
     let mut table = Some(conn);
     // 15 bytes of data and the FIN: the FIN's sequence number is
@@ -246,16 +250,16 @@ fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side() {
     assert!(closing(&table.expect("entry")));
 }
 
-#[test]
-fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend() {
+both_families!(a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend);
+fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend<A: Family>() {
     // The client's old connection through F1 closed (its entry waits out
     // the close timeout); it reuses its port through F2, and the pod
     // refuses (nothing listens any more).
     let closed = Conn {
         flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
-        ..handshake(F1)
+        ..handshake(A::F1)
     };
-    let h = half(F2, CLIENT_ISN + 77);
+    let h = half(A::F2, CLIENT_ISN + 77);
     let refusal = seg(TCP_RST | TCP_ACK, 0, CLIENT_ISN + 78, 0);
     let found = Found {
         conn: Some(&closed),
@@ -265,12 +269,12 @@ fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend(
     assert_eq!(
         on_reply(&refusal, &found, 61, TIMEOUT),
         OnReply::Refuse {
-            frontend: F2,
+            frontend: A::F2,
             slot: 3
         }
     );
     // A live connection's own RST is still judged by its sequence number.
-    let live = handshake(F1);
+    let live = handshake(A::F1);
     let found = Found {
         conn: Some(&live),
         half: Some(&h),
@@ -278,6 +282,6 @@ fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend(
     };
     assert!(matches!(
         on_reply(&refusal, &found, 61, TIMEOUT),
-        OnReply::IgnoredReset { frontend: F1, .. }
+        OnReply::IgnoredReset { frontend, .. } if frontend == A::F1
     ));
 }
