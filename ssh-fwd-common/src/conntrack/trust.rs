@@ -4,7 +4,10 @@
 //! comes from the pod that owns its address, that a frontend option comes
 //! from another node, and that its client is within its quota.
 
-use crate::{csum, maps::Owner};
+use crate::{
+    csum,
+    maps::{Addr6, Owner},
+};
 
 /// Whether `src` (raw, as loaded) is a source no router forwards (RFC 1812
 /// 5.3.7, as Linux's martian-source check): 0.0.0.0/8, loopback, multicast,
@@ -15,6 +18,37 @@ use crate::{csum, maps::Owner};
 pub const fn martian_source(src: u32, dst: u32) -> bool {
     let first = src.to_ne_bytes()[0];
     first == 0 || first == 127 || first >= 224 || src == dst
+}
+
+/// Whether `src` is an IPv6 source the node would not forward: what
+/// Linux's `ip6_rcv_core` drops on input, what `ip6_forward` refuses to
+/// forward, and the destination `dst` itself (a LAND packet):
+/// - `::`, the unspecified address: only a node without an address yet
+///   sends from it, to its own link (RFC 4291 2.5.2); `ip6_forward`.
+/// - `::1`, loopback: never leaves a node (RFC 4291 2.5.3);
+///   `ip6_rcv_core` drops it off a loopback device.
+/// - `ff00::/8`, multicast: never a source (RFC 4291 2.7);
+///   `ip6_rcv_core`.
+/// - `fe80::/10`, link-local: routers do not forward it (RFC 4291
+///   2.5.6); `ip6_forward` answers "not a neighbour" and drops.
+/// - `::ffff:0:0/96`, IPv4-mapped: an IPv4 host inside a dual-stack
+///   node's API, never on the wire (RFC 4291 2.5.5.2); `ip6_rcv_core`
+///   drops it, as `::ffff:127.0.0.1` would otherwise pass for loopback.
+///
+/// Other blocks RFC 6890 marks as never a source (documentation
+/// `2001:db8::/32`, ORCHID) are left to routers, as the kernel leaves them:
+/// a pod answers them as the node would.
+#[inline(always)]
+pub const fn martian_source6(src: Addr6, dst: Addr6) -> bool {
+    let [a, b, c, d] = src.0;
+    let land = a == dst.0[0] && b == dst.0[1] && c == dst.0[2] && d == dst.0[3];
+    // Compared as numbers, most significant byte first: the words are raw.
+    let (first, third, last) = (u32::from_be(a), u32::from_be(c), u32::from_be(d));
+    let unspecified_or_loopback = a == 0 && b == 0 && third == 0 && last <= 1;
+    let v4_mapped = a == 0 && b == 0 && third == 0xffff;
+    let multicast = first >> 24 == 0xff;
+    let link_local = first & 0xffc0_0000 == 0xfe80_0000;
+    land || unspecified_or_loopback || v4_mapped || multicast || link_local
 }
 
 /// Whether a packet with this TTL would die at the node, which does not
@@ -106,6 +140,20 @@ pub const fn seal_of(sealed: bool, tag: u64, expected: Option<u64>) -> Seal {
         Some(e) if e == tag => Seal::Valid,
         _ => Seal::Forged,
     }
+}
+
+/// What an IPv6 client's quota is counted by: the /64 its address is in,
+/// as its first 8 bytes raw (what an 8-byte load of the packet's source
+/// gives). A host picks its addresses freely inside its /64 (SLAAC, the
+/// temporary addresses of RFC 8981), so a quota per address would bound
+/// nothing; a /64 is the smallest block a subscriber is given (RFC 6177),
+/// so counting by it holds one host to its quota without counting its
+/// neighbours' connections against it.
+#[inline(always)]
+pub const fn source_key6(src: Addr6) -> u64 {
+    let [a, b, c, d] = src.0[0].to_ne_bytes();
+    let [e, f, g, h] = src.0[1].to_ne_bytes();
+    u64::from_ne_bytes([a, b, c, d, e, f, g, h])
 }
 
 /// Whether a client holding `held` connections may open one more under

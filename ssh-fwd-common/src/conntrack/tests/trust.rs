@@ -2,10 +2,10 @@
 
 use crate::{
     conntrack::trust::{
-        Ownership, Seal, martian_source, option_trusted, ownership, seal_of,
-        tcp_checksum_needs_sum, ttl_expires, within_quota,
+        Ownership, Seal, martian_source, martian_source6, option_trusted, ownership, seal_of,
+        source_key6, tcp_checksum_needs_sum, ttl_expires, within_quota,
     },
-    maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, Owner},
+    maps::{Addr6, IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, Owner},
 };
 
 fn raw(a: [u8; 4]) -> u32 {
@@ -128,4 +128,55 @@ fn a_count_a_race_drove_below_zero_holds_nothing() {
     assert!(within_quota(u64::MAX, 512));
     assert!(within_quota(u64::MAX - 15, 512));
     assert!(within_quota(0u64.wrapping_sub(600), 512));
+}
+
+fn raw6(ip: &str) -> Addr6 {
+    Addr6::new(ip.parse().unwrap())
+}
+
+#[test]
+fn ipv6_sources_the_node_would_not_forward_are_martian() {
+    let frontend = raw6("2001:db8::10");
+    for src in [
+        "::",
+        "::1",
+        "ff02::1",
+        "ff0e::1",
+        "fe80::1",
+        "febf:ffff::1",
+        "::ffff:192.0.2.1",
+        "::ffff:127.0.0.1",
+        "2001:db8::10",
+    ] {
+        assert!(martian_source6(raw6(src), frontend), "{src}");
+    }
+    for src in [
+        "2001:db8::1",
+        "2a00:1450::1",
+        "fc00::1",
+        "fec0::1",
+        "64:ff9b::c000:201",
+        "::2",
+        "::fffe:c000:201",
+        "fe7f:ffff::1",
+        "fec0::",
+    ] {
+        assert!(!martian_source6(raw6(src), frontend), "{src}");
+    }
+}
+
+#[test]
+fn an_ipv6_clients_quota_counts_its_whole_64() {
+    let key = |ip| source_key6(raw6(ip));
+    assert_eq!(
+        key("2001:db8:1:2::1"),
+        key("2001:db8:1:2:ffff:ffff:ffff:ffff")
+    );
+    assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+    assert_ne!(key("2001:db8:1:2::1"), key("2001:db9:1:2::1"));
+    // The key is the prefix's 8 bytes as a load from the packet reads them.
+    let octets = raw6("2001:db8:1:2::1").octets();
+    let mut prefix = [0; 8];
+    prefix.copy_from_slice(&octets[..8]);
+    assert_eq!(key("2001:db8:1:2::1"), u64::from_ne_bytes(prefix));
 }
