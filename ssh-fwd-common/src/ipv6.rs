@@ -8,13 +8,13 @@
 //! pseudo-header holds both addresses (RFC 8200 8.1). ICMPv6 errors are in
 //! [`icmp`].
 //!
-//! Addresses are `[u8; 16]` and ports raw 16-bit words, both exactly as on
-//! the wire, as the crate's byte order contract says.
-
-use core::net::Ipv6Addr;
+//! Endpoints are the maps' [`Endpoint6`]: the address as four words of wire
+//! bytes and the port a raw 16-bit word, both exactly as on the wire, as
+//! the crate's byte order contract says.
 
 use crate::{
     csum,
+    maps::{Addr6, Endpoint6},
     packet::{
         ETH_HLEN, ETH_TYPE_OFF, Side, TCP_ACK_OFF, TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_DPORT_OFF,
         TCP_FLAGS_OFF, TCP_MIN_LEN, TCP_SEQ_OFF, TCP_SPORT_OFF,
@@ -57,30 +57,6 @@ pub const NEXTHDR_DEST: u8 = 60;
 
 /// The version nibble's value.
 const IPV6_VERSION: u8 = 6;
-
-/// An IPv6 address and TCP port, both in network byte order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ipv6Endpoint {
-    pub addr: [u8; IPV6_ADDR_LEN],
-    pub port: u16,
-}
-
-impl Ipv6Endpoint {
-    pub const fn new(ip: Ipv6Addr, port: u16) -> Self {
-        Self {
-            addr: ip.octets(),
-            port: port.to_be(),
-        }
-    }
-
-    pub const fn ip(&self) -> Ipv6Addr {
-        Ipv6Addr::from_octets(self.addr)
-    }
-
-    pub const fn port(&self) -> u16 {
-        u16::from_be(self.port)
-    }
-}
 
 /// The IPv6 payload's length (every byte after the fixed header) from the
 /// raw payload length field and the length of the frame it is in
@@ -237,27 +213,31 @@ fn offsets(tcp: Ipv6TcpFrame, side: Side) -> (usize, usize) {
 }
 
 /// Reads the (address, port) of one side of a classified frame.
-pub fn endpoint(frame: &[u8], tcp: Ipv6TcpFrame, side: Side) -> Ipv6Endpoint {
+pub fn endpoint(frame: &[u8], tcp: Ipv6TcpFrame, side: Side) -> Endpoint6 {
     let (addr_off, port_off) = offsets(tcp, side);
-    Ipv6Endpoint {
-        addr: frame[addr_off..addr_off + IPV6_ADDR_LEN]
-            .try_into()
-            .unwrap_or([0; IPV6_ADDR_LEN]),
+    Endpoint6 {
+        addr: Addr6::from_octets(
+            frame[addr_off..addr_off + IPV6_ADDR_LEN]
+                .try_into()
+                .unwrap_or([0; IPV6_ADDR_LEN]),
+        ),
         port: u16::from_ne_bytes([frame[port_off], frame[port_off + 1]]),
+        _pad: [0; 3],
     }
 }
 
 /// Host reference of the rewrite step for IPv6: replaces one side's
 /// address and port and updates the TCP checksum incrementally, the only
 /// checksum there is.
-pub fn rewrite(frame: &mut [u8], tcp: Ipv6TcpFrame, side: Side, to: Ipv6Endpoint) {
+pub fn rewrite(frame: &mut [u8], tcp: Ipv6TcpFrame, side: Side, to: Endpoint6) {
     let from = endpoint(frame, tcp, side);
     let (addr_off, port_off) = offsets(tcp, side);
-    let diff = address_diff(from.addr, to.addr) + csum::diff16(from.port, to.port);
+    let diff =
+        address_diff(from.addr.octets(), to.addr.octets()) + csum::diff16(from.port, to.port);
     let check_off = tcp.l4_off + TCP_CHECK_OFF;
     let check = u16::from_ne_bytes([frame[check_off], frame[check_off + 1]]);
     frame[check_off..check_off + 2].copy_from_slice(&csum::apply(check, diff).to_ne_bytes());
-    frame[addr_off..addr_off + IPV6_ADDR_LEN].copy_from_slice(&to.addr);
+    frame[addr_off..addr_off + IPV6_ADDR_LEN].copy_from_slice(&to.addr.octets());
     frame[port_off..port_off + 2].copy_from_slice(&to.port.to_ne_bytes());
 }
 

@@ -9,12 +9,13 @@
 //! ICMPv6 checksum moves with it too.
 
 use super::{
-    IPV6_ADDR_LEN, IPV6_DADDR_OFF, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, IPV6_SADDR_OFF, Ipv6Endpoint,
-    Upper, address_diff, head_at, walk,
+    IPV6_ADDR_LEN, IPV6_DADDR_OFF, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, IPV6_SADDR_OFF, Upper,
+    address_diff, head_at, walk,
 };
 use crate::{
     csum,
     icmp::Quoted,
+    maps::{Addr6, Endpoint6},
     packet::{ETH_HLEN, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SEQ_OFF, TCP_SPORT_OFF},
 };
 
@@ -51,8 +52,8 @@ pub struct Quote {
     pub ip: usize,
     /// Offset of the quoted TCP header.
     pub tcp: usize,
-    pub source: Ipv6Endpoint,
-    pub destination: Ipv6Endpoint,
+    pub source: Endpoint6,
+    pub destination: Endpoint6,
     /// The quoted sequence number, host order, if the quote reaches it.
     pub seq: Option<u32>,
     /// The quote reaches the TCP checksum. A quote cut after its first
@@ -93,13 +94,15 @@ pub fn parse(frame: &[u8], icmp: usize) -> Option<Quote> {
         icmp,
         ip,
         tcp,
-        source: Ipv6Endpoint {
-            addr: addr(ip + IPV6_SADDR_OFF),
+        source: Endpoint6 {
+            addr: Addr6::from_octets(addr(ip + IPV6_SADDR_OFF)),
             port: port(tcp + TCP_SPORT_OFF),
+            _pad: [0; 3],
         },
-        destination: Ipv6Endpoint {
-            addr: addr(ip + IPV6_DADDR_OFF),
+        destination: Endpoint6 {
+            addr: Addr6::from_octets(addr(ip + IPV6_DADDR_OFF)),
             port: port(tcp + TCP_DPORT_OFF),
+            _pad: [0; 3],
         },
         seq,
         has_tcp_check: frame.len() >= tcp + QUOTED_CHECK_LEN,
@@ -148,7 +151,7 @@ pub const fn quote_checks(
 /// Host reference of the translation: the quoted `which` end becomes `to`;
 /// for [`Quoted::Source`] (inbound) the outer destination becomes `to`'s
 /// address too.
-pub fn translate(frame: &mut [u8], q: &Quote, which: Quoted, to: Ipv6Endpoint) {
+pub fn translate(frame: &mut [u8], q: &Quote, which: Quoted, to: Endpoint6) {
     let word = |f: &[u8], at: usize| u16::from_ne_bytes([f[at], f[at + 1]]);
     let put = |f: &mut [u8], at: usize, w: u16| f[at..at + 2].copy_from_slice(&w.to_ne_bytes());
     let (from, addr_off, port_off) = match which {
@@ -161,24 +164,24 @@ pub fn translate(frame: &mut [u8], q: &Quote, which: Quoted, to: Ipv6Endpoint) {
             let old: [u8; IPV6_ADDR_LEN] = frame[outer_dst.clone()]
                 .try_into()
                 .unwrap_or([0; IPV6_ADDR_LEN]);
-            address_diff(old, to.addr)
+            address_diff(old, to.addr.octets())
         }
         Quoted::Destination => 0,
     };
     let checks = quote_checks(
         word(frame, q.icmp + ICMPV6_CHECK_OFF),
         q.has_tcp_check.then(|| word(frame, q.tcp + TCP_CHECK_OFF)),
-        address_diff(from.addr, to.addr),
+        address_diff(from.addr.octets(), to.addr.octets()),
         csum::diff16(from.port, to.port),
         outer_diff,
     );
-    frame[q.ip + addr_off..q.ip + addr_off + IPV6_ADDR_LEN].copy_from_slice(&to.addr);
+    frame[q.ip + addr_off..q.ip + addr_off + IPV6_ADDR_LEN].copy_from_slice(&to.addr.octets());
     put(frame, q.tcp + port_off, to.port);
     if let Some(check) = checks.tcp {
         put(frame, q.tcp + TCP_CHECK_OFF, check);
     }
     put(frame, q.icmp + ICMPV6_CHECK_OFF, checks.icmp);
     if which == Quoted::Source {
-        frame[outer_dst].copy_from_slice(&to.addr);
+        frame[outer_dst].copy_from_slice(&to.addr.octets());
     }
 }

@@ -132,9 +132,9 @@ fn a_plain_segment_has_tcp_right_after_the_fixed_header() {
     );
     assert!(tcp_checksum_verifies(&frame, tcp.l4_off));
     let dst = endpoint(&frame, tcp, Side::Destination);
-    assert_eq!((dst.ip(), dst.port()), (Frame6::default().dst, 8022));
+    assert_eq!((dst.ip6(), dst.port()), (Frame6::default().dst, 8022));
     let src = endpoint(&frame, tcp, Side::Source);
-    assert_eq!((src.ip(), src.port()), (Frame6::default().src, 40_000));
+    assert_eq!((src.ip6(), src.port()), (Frame6::default().src, 40_000));
 }
 
 #[test]
@@ -340,19 +340,19 @@ fn rewrite_gives_the_checksum_a_from_scratch_build_has_for_10_000_random_segment
         } else {
             Side::Source
         };
-        let to = Ipv6Endpoint::new(random_addr(&mut rng), rng.random());
+        let to = Endpoint6::new6(random_addr(&mut rng), rng.random());
         rewrite(&mut bytes, tcp, side, to);
         assert_eq!(endpoint(&bytes, tcp, side), to);
         assert!(tcp_checksum_verifies(&bytes, tcp.l4_off), "round {round}");
 
         let mut expected = match side {
             Side::Destination => Frame6 {
-                dst: to.ip(),
+                dst: to.ip6(),
                 dport: to.port(),
                 ..frame
             },
             Side::Source => Frame6 {
-                src: to.ip(),
+                src: to.ip6(),
                 sport: to.port(),
                 ..frame
             },

@@ -5,6 +5,7 @@ use crate::{
     ipv6::icmp::{
         ICMPV6_CHECK_OFF, ICMPV6_PKT_TOOBIG, ICMPV6_TIME_EXCEED, Quote, is_error, parse, translate,
     },
+    maps::Endpoint6,
 };
 
 const ROUTER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
@@ -16,9 +17,9 @@ const ICMP_OFF: usize = ETH_HLEN + IPV6_HLEN;
 /// Where its quote is.
 const QUOTE_OFF: usize = ICMP_OFF + 8;
 
-fn reply(from: Ipv6Endpoint) -> Frame6 {
+fn reply(from: Endpoint6) -> Frame6 {
     Frame6 {
-        src: from.ip(),
+        src: from.ip6(),
         sport: from.port(),
         dst: CLIENT,
         dport: 40_000,
@@ -41,7 +42,7 @@ fn icmp_checksum(frame: &[u8]) -> u16 {
 
 #[test]
 fn a_packet_too_big_quote_gives_the_quoted_ends_and_as_much_as_it_reaches() {
-    let frontend = Ipv6Endpoint::new(FRONTEND, 8022);
+    let frontend = Endpoint6::new6(FRONTEND, 8022);
     let about = reply(frontend);
     for (quote_len, seq, check) in [
         (IPV6_HLEN + 4, None, false),
@@ -69,7 +70,7 @@ fn a_packet_too_big_quote_gives_the_quoted_ends_and_as_much_as_it_reaches() {
                 ip: QUOTE_OFF,
                 tcp: QUOTE_OFF + IPV6_HLEN,
                 source: frontend,
-                destination: Ipv6Endpoint::new(CLIENT, 40_000),
+                destination: Endpoint6::new6(CLIENT, 40_000),
                 seq,
                 has_tcp_check: check,
             },
@@ -80,7 +81,7 @@ fn a_packet_too_big_quote_gives_the_quoted_ends_and_as_much_as_it_reaches() {
 
 #[test]
 fn only_errors_quoting_tcp_far_enough_for_the_ports_are_parsed() {
-    let about = reply(Ipv6Endpoint::new(FRONTEND, 8022));
+    let about = reply(Endpoint6::new6(FRONTEND, 8022));
     let with = |f: fn(&mut Icmp6Error)| {
         let mut error = too_big(FRONTEND, about.clone());
         f(&mut error);
@@ -110,8 +111,8 @@ fn only_errors_quoting_tcp_far_enough_for_the_ports_are_parsed() {
 #[test]
 fn an_inbound_error_about_a_reply_becomes_one_about_the_backend_byte_for_byte() {
     let (frontend, backend) = (
-        Ipv6Endpoint::new(FRONTEND, 8022),
-        Ipv6Endpoint::new(BACKEND, 22),
+        Endpoint6::new6(FRONTEND, 8022),
+        Endpoint6::new6(BACKEND, 22),
     );
     for quote_len in [IPV6_HLEN + 8, IPV6_HLEN + 18, 1232] {
         let error = |to, about| Icmp6Error {
@@ -166,7 +167,7 @@ fn translation_keeps_the_icmpv6_checksum_equal_to_one_from_scratch_on_random_err
         let mut about = random_frame(&mut rng);
         // A Packet Too Big quotes what fits 1280 bytes; the rest is cut.
         about.payload.resize(rng.random_range(0..1500), 0x77);
-        let to = Ipv6Endpoint::new(random_addr(&mut rng), rng.random());
+        let to = Endpoint6::new6(random_addr(&mut rng), rng.random());
         let which = if rng.random() {
             Quoted::Source
         } else {
@@ -186,9 +187,9 @@ fn translation_keeps_the_icmpv6_checksum_equal_to_one_from_scratch_on_random_err
         assert_eq!(icmp_checksum(&frame), 0, "round {round}");
         let mut expected = match which {
             Quoted::Source => Icmp6Error {
-                dst: to.ip(),
+                dst: to.ip6(),
                 about: Frame6 {
-                    src: to.ip(),
+                    src: to.ip6(),
                     sport: to.port(),
                     ..about
                 },
@@ -196,7 +197,7 @@ fn translation_keeps_the_icmpv6_checksum_equal_to_one_from_scratch_on_random_err
             },
             Quoted::Destination => Icmp6Error {
                 about: Frame6 {
-                    dst: to.ip(),
+                    dst: to.ip6(),
                     dport: to.port(),
                     ..about
                 },
