@@ -4,7 +4,10 @@
 
 use core::arch::asm;
 
-use ssh_fwd_common::{conntrack::store::AtomicFlags, maps::Conn};
+use ssh_fwd_common::{
+    conntrack::store::AtomicFlags,
+    maps::{Addr, Conn, Endpoint},
+};
 
 /// BPF atomics on an entry's flags. The programs are built for the
 /// baseline BPF CPU, which has 64-bit atomic OR (also returning what it
@@ -16,15 +19,22 @@ use ssh_fwd_common::{conntrack::store::AtomicFlags, maps::Conn};
 /// the instruction itself.
 pub struct Bpf;
 
-/// The offset of the word holding `slot` and `flags` in a [`Conn`].
-const SLOT_FLAGS: usize = core::mem::offset_of!(Conn, slot);
-const _: () =
-    assert!(SLOT_FLAGS.is_multiple_of(8) && core::mem::offset_of!(Conn, flags) == SLOT_FLAGS + 4);
+/// The offset of the word holding `slot` and `flags` in a [`Conn`] of
+/// either family (`ssh_fwd_common::maps` asserts both are aligned there).
+#[inline(always)]
+const fn slot_flags<A: Addr>() -> usize {
+    core::mem::offset_of!(Conn<Endpoint<A>>, slot)
+}
 
-impl AtomicFlags for Bpf {
+const _: () = assert!(
+    slot_flags::<u32>().is_multiple_of(8)
+        && core::mem::offset_of!(Conn, flags) == slot_flags::<u32>() + 4
+);
+
+impl<A: Addr> AtomicFlags<Endpoint<A>> for Bpf {
     #[inline(always)]
-    unsafe fn or(conn: *mut Conn, bits: u32) -> u32 {
-        let word = conn.cast::<u8>().wrapping_add(SLOT_FLAGS);
+    unsafe fn or(conn: *mut Conn<Endpoint<A>>, bits: u32) -> u32 {
+        let word = conn.cast::<u8>().wrapping_add(slot_flags::<A>());
         let mut found = u64::from(bits) << 32;
         // SAFETY: an aligned word inside the entry the caller vouches for.
         unsafe {
@@ -39,8 +49,8 @@ impl AtomicFlags for Bpf {
     }
 
     #[inline(always)]
-    unsafe fn and(conn: *mut Conn, bits: u32) {
-        let word = conn.cast::<u8>().wrapping_add(SLOT_FLAGS);
+    unsafe fn and(conn: *mut Conn<Endpoint<A>>, bits: u32) {
+        let word = conn.cast::<u8>().wrapping_add(slot_flags::<A>());
         let mask = (u64::from(bits) << 32) | u64::from(u32::MAX);
         // SAFETY: as above.
         unsafe {

@@ -1,8 +1,9 @@
 //! Applies the connection-tracking decisions of
-//! `ssh_fwd_common::conntrack` to the [`CONNS`], [`HALF_OPEN`] and
-//! [`CLAIMS`] maps. The decisions are pure and tested on the host; this only
-//! looks entries up, checks the segments that would write (see
-//! [`crate::verify`]), writes what was decided, and counts.
+//! `ssh_fwd_common::conntrack` to a family's connection, half-open and claim
+//! tables (`CONNS`, `HALF_OPEN`, `CLAIMS` for IPv4; see [`Family`]). The
+//! decisions are pure and tested on the host; this only looks entries up,
+//! checks the segments that would write (see [`crate::verify`]), writes
+//! what was decided, and counts.
 
 use core::mem::MaybeUninit;
 
@@ -16,8 +17,8 @@ use ssh_fwd_common::{
         mss, reply_isn, reply_reads, store::store, trust::within_quota,
     },
     maps::{
-        CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Ended, Endpoint, HalfOpen, HalfOpenKey,
-        NatTarget,
+        Addr, CONN_REOPENING, Claim, ClaimKey, Conn, ConnKey, Ended, Endpoint, HalfOpen,
+        HalfOpenKey, NatTarget,
     },
     outcome::Outcome,
     packet::ETH_HLEN,
@@ -25,29 +26,31 @@ use ssh_fwd_common::{
 
 use crate::{
     atomic::{Bpf, add_u64},
-    audit,
     config::{confirm_timeout_ns, conns_per_source, cross_node_plain},
     counters::{ConnCounter, Direction, count, count_conns},
-    maps::{CLAIMS, CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS, OWNERS, SOURCES},
+    family::Family,
     packet::Headers,
-    verify::{self, Checked, Verdict},
+    verify::{Checked, Verdict},
 };
+
+/// A family's connection entry.
+type ConnOf<A> = Conn<Endpoint<A>>;
 
 const EEXIST: i32 = 17;
 
 /// The frontend a packet is rewritten to and the mapping it counts against.
 #[derive(Clone, Copy)]
-pub struct Restore {
-    pub frontend: Endpoint,
+pub struct Restore<A: Addr = u32> {
+    pub frontend: Endpoint<A>,
     pub slot: u32,
     /// For a SYN-ACK of a connection that came from another node: the MSS
     /// it may announce at most (0: leave it).
     pub mss_cap: u16,
 }
 
-impl Restore {
+impl<A: Addr> Restore<A> {
     #[inline(always)]
-    const fn to(frontend: Endpoint, slot: u32) -> Self {
+    const fn to(frontend: Endpoint<A>, slot: u32) -> Self {
         Self {
             frontend,
             slot,
@@ -83,7 +86,12 @@ fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&
 /// gives its client's quota back: a closed connection waits out its close
 /// timeout in the table, but its client no longer holds it.
 #[inline(always)]
-fn write_back(key: &ConnKey, ptr: Option<*mut Conn>, read: Option<&Conn>, next: Option<Conn>) {
+fn write_back<A: Family>(
+    key: &ConnKey<A>,
+    ptr: Option<*mut ConnOf<A>>,
+    read: Option<&ConnOf<A>>,
+    next: Option<ConnOf<A>>,
+) {
     if let (Some(p), Some(read), Some(next)) = (ptr, read, next) {
         // SAFETY: a pointer into the map's value, valid for this run.
         if unsafe { store::<Bpf, _>(p, read, &next) } {
@@ -95,11 +103,11 @@ fn write_back(key: &ConnKey, ptr: Option<*mut Conn>, read: Option<&Conn>, next: 
 /// Removes the entry of `key` (`read`, as copied) on a reset; its client
 /// holds one connection less unless it had closed already.
 #[inline(always)]
-fn remove_reset(key: &ConnKey, read: Option<&Conn>) {
-    if CONNS.remove(key).is_ok() {
+fn remove_reset<A: Family>(key: &ConnKey<A>, read: Option<&ConnOf<A>>) {
+    if A::conns().remove(key).is_ok() {
         count(Outcome::ConnReset);
         if let Some(c) = read {
-            audit::closed(key, c, Ended::Reset);
+            A::log_closed(key, c, Ended::Reset);
         }
         if !read.is_some_and(closing) {
             sources_add(key.client_addr, u64::MAX);
@@ -116,9 +124,9 @@ fn now() -> u64 {
 /// Whether `backend` lives on this node: the agent has seen its address
 /// on one of the node's pod interfaces.
 #[inline(always)]
-fn is_local(backend: Endpoint) -> bool {
+fn is_local<A: Family>(backend: Endpoint<A>) -> bool {
     // SAFETY: only tested for presence.
-    unsafe { OWNERS.get(backend.addr) }.is_some()
+    unsafe { A::owners().get(backend.addr) }.is_some()
 }
 
 /// The request `h` (from `h.source`) through `frontend` to `backend`
@@ -129,15 +137,15 @@ fn is_local(backend: Endpoint) -> bool {
 /// ([`Outcome::SourceLimited`]: held back, so that the pod stays in
 /// SYN-RECV and nothing is sent unrestored).
 #[inline(always)]
-pub fn request<P: Checked>(
+pub fn request<P: Checked, A: Family>(
     p: &P,
-    h: &Headers,
-    frontend: Endpoint,
-    backend: Endpoint,
+    h: &Headers<A>,
+    frontend: Endpoint<A>,
+    backend: Endpoint<A>,
     slot: u32,
 ) -> Result<(), Outcome> {
     let key = ConnKey::new(h.source, backend);
-    let conn_ptr = CONNS.get_ptr_mut(key);
+    let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let decision = conntrack::on_request(&h.seg, frontend, conn, || is_local(backend));
@@ -148,20 +156,20 @@ pub fn request<P: Checked>(
     };
     apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
     if conn.is_some() {
-        audit::traffic(&key, Direction::ToBackend, frame_len(h));
+        A::log_traffic(&key, Direction::ToBackend, frame_len(h));
     }
     Ok(())
 }
 
 /// A packet's length as the mapping's counters take it: its frame.
 #[inline(always)]
-fn frame_len(h: &Headers) -> u64 {
+fn frame_len<A: Addr>(h: &Headers<A>) -> u64 {
     (h.total_len + ETH_HLEN) as u64
 }
 
 /// What a request's half-open entry or claim records besides the segment.
-struct Opened {
-    frontend: Endpoint,
+struct Opened<A: Addr> {
+    frontend: Endpoint<A>,
     slot: u32,
     mss_cap: u16,
 }
@@ -175,15 +183,15 @@ struct Opened {
 /// its handshake left here, and may claim its connection for the frontend
 /// its SYN named. `Err`: drop it (see [`request`]).
 #[inline(always)]
-pub fn to_backend<P: Checked>(
+pub fn to_backend<P: Checked, A: Family>(
     p: &P,
-    h: &Headers,
-    option: Option<Endpoint>,
+    h: &Headers<A>,
+    option: Option<Endpoint<A>>,
     link_mtu: impl FnOnce() -> u32,
 ) -> Result<(), Outcome> {
     let (client, backend, seg) = (h.source, h.destination, &h.seg);
     let key = ConnKey::new(client, backend);
-    let conn_ptr = CONNS.get_ptr_mut(key);
+    let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let opened = if seg.is_syn() {
@@ -192,7 +200,7 @@ pub fn to_backend<P: Checked>(
             return Ok(());
         };
         // SAFETY: copied out immediately.
-        match unsafe { FRONTENDS.get(frontend) }
+        match unsafe { A::frontends().get(frontend) }
             .copied()
             .filter(|t| t.endpoint == backend)
         {
@@ -222,7 +230,7 @@ pub fn to_backend<P: Checked>(
     let decision = conntrack::on_request(seg, opened.frontend, conn, || true);
     apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
     if conn.is_some() {
-        audit::traffic(&key, Direction::ToBackend, frame_len(h));
+        A::log_traffic(&key, Direction::ToBackend, frame_len(h));
     }
     Ok(())
 }
@@ -236,7 +244,11 @@ pub fn to_backend<P: Checked>(
 /// ranks) sends the same segments, with no option on its SYN, and must
 /// stay untracked.
 #[inline(always)]
-fn frontend_of(key: &ConnKey, seg: &Segment, conn: Option<&Conn>) -> Option<(Endpoint, u32)> {
+fn frontend_of<A: Family>(
+    key: &ConnKey<A>,
+    seg: &Segment,
+    conn: Option<&ConnOf<A>>,
+) -> Option<(Endpoint<A>, u32)> {
     if let Some(c) = conn
         && !conntrack::open_to_new(c)
     {
@@ -244,7 +256,7 @@ fn frontend_of(key: &ConnKey, seg: &Segment, conn: Option<&Conn>) -> Option<(End
     }
     let isn = seg.seq.wrapping_sub(1);
     // SAFETY: copied out immediately.
-    if let Some(h) = unsafe { HALF_OPEN.get(HalfOpenKey::new(*key, isn)) } {
+    if let Some(h) = unsafe { A::half_open().get(HalfOpenKey::new(*key, isn)) } {
         return Some((h.frontend, h.slot));
     }
     conn.map(|c| (c.frontend, c.slot))
@@ -266,17 +278,17 @@ enum Step {
     Forward,
 }
 
-struct Plan {
+struct Plan<A: Addr> {
     step: Step,
     /// `OpenHalf`: reopening; `Established`: claim too.
     flag: bool,
     /// The entry to store, when `has_update`.
-    update: Conn,
+    update: ConnOf<A>,
     has_update: bool,
 }
 
 #[inline(always)]
-fn plan(decision: OnRequest) -> Plan {
+fn plan<A: Addr>(decision: OnRequest<Endpoint<A>>) -> Plan<A> {
     let (step, flag, update) = match decision {
         OnRequest::OpenHalf { reopening } => (Step::OpenHalf, reopening, None),
         OnRequest::Claim => (Step::Claim, false, None),
@@ -295,19 +307,19 @@ fn plan(decision: OnRequest) -> Plan {
 }
 
 #[inline(always)]
-fn apply_request<P: Checked>(
+fn apply_request<P: Checked, A: Family>(
     p: &P,
-    h: &Headers,
-    key: &ConnKey,
-    decision: OnRequest,
-    opened: &Opened,
-    conn_ptr: Option<*mut Conn>,
-    conn: Option<&Conn>,
+    h: &Headers<A>,
+    key: &ConnKey<A>,
+    decision: OnRequest<Endpoint<A>>,
+    opened: &Opened<A>,
+    conn_ptr: Option<*mut ConnOf<A>>,
+    conn: Option<&ConnOf<A>>,
 ) -> Result<(), Outcome> {
     let writes = decision.writes_state();
     let plan = plan(decision);
     if writes {
-        match verify::client_segment(p, h) {
+        match A::verify(p, h) {
             Verdict::Trusted => {}
             Verdict::Refused(outcome) => return Err(outcome),
             Verdict::Unverified => return Ok(()),
@@ -323,7 +335,9 @@ fn apply_request<P: Checked>(
             {
                 // SAFETY: a pointer into the map's value, which stays valid
                 // for this program run.
-                unsafe { <Bpf as conntrack::store::AtomicFlags>::or(p, CONN_REOPENING) };
+                unsafe {
+                    <Bpf as conntrack::store::AtomicFlags<Endpoint<A>>>::or(p, CONN_REOPENING)
+                };
             }
         }
         Step::Claim => claim(key, seg, opened, true)?,
@@ -352,10 +366,10 @@ fn apply_request<P: Checked>(
 /// the 4-tuple with the same ISN (only the client knows it), and replaces
 /// it.
 #[inline(always)]
-fn open_half(key: &ConnKey, seg: &Segment, opened: &Opened) {
+fn open_half<A: Family>(key: &ConnKey<A>, seg: &Segment, opened: &Opened<A>) {
     let half_key = HalfOpenKey::new(*key, seg.seq);
     // SAFETY: read at once.
-    if unsafe { HALF_OPEN.get(half_key) }.is_some_and(|h| h.frontend == opened.frontend) {
+    if unsafe { A::half_open().get(half_key) }.is_some_and(|h| h.frontend == opened.frontend) {
         return;
     }
     let half = HalfOpen {
@@ -366,7 +380,10 @@ fn open_half(key: &ConnKey, seg: &Segment, opened: &Opened) {
         server_isn: 0,
         last_seen_ns: now(),
     };
-    if HALF_OPEN.insert(half_key, half, BPF_ANY as u64).is_ok() {
+    if A::half_open()
+        .insert(half_key, half, BPF_ANY as u64)
+        .is_ok()
+    {
         count(Outcome::HalfOpened);
     }
 }
@@ -375,10 +392,15 @@ fn open_half(key: &ConnKey, seg: &Segment, opened: &Opened) {
 /// frontend, unless a fresh one says so already. With `quota`, refused for
 /// a client that holds `--conns-per-source` connections.
 #[inline(always)]
-fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(), Outcome> {
+fn claim<A: Family>(
+    key: &ConnKey<A>,
+    seg: &Segment,
+    opened: &Opened<A>,
+    quota: bool,
+) -> Result<(), Outcome> {
     if quota {
         // SAFETY: copied out immediately.
-        let held = unsafe { SOURCES.get(key.client_addr) }
+        let held = unsafe { A::sources().get(A::source_of(key.client_addr)) }
             .copied()
             .unwrap_or(0);
         if !within_quota(held, conns_per_source()) {
@@ -389,7 +411,7 @@ fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(
     let claim_key = ClaimKey::new(*key, seg.ack);
     let now = now();
     // SAFETY: read at once.
-    let existing = unsafe { CLAIMS.get(claim_key) };
+    let existing = unsafe { A::claims().get(claim_key) };
     if !claim_needs_write(existing, opened.frontend, now) {
         return Ok(());
     }
@@ -399,7 +421,7 @@ fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(
         _pad: 0,
         seen_ns: now,
     };
-    if CLAIMS.insert(claim_key, claim, BPF_ANY as u64).is_ok() {
+    if A::claims().insert(claim_key, claim, BPF_ANY as u64).is_ok() {
         count(Outcome::ConnClaimed);
     }
     Ok(())
@@ -408,14 +430,15 @@ fn claim(key: &ConnKey, seg: &Segment, opened: &Opened, quota: bool) -> Result<(
 /// Adds `n` (wrapping: `u64::MAX` is minus one) to the connections
 /// `client_addr` holds.
 #[inline(always)]
-fn sources_add(client_addr: u32, n: u64) {
-    sources_add_at(client_addr, SOURCES.get_ptr_mut(client_addr), n);
+fn sources_add<A: Family>(client_addr: A, n: u64) {
+    let source = A::source_of(client_addr);
+    sources_add_at::<A>(source, A::sources().get_ptr_mut(source), n);
 }
 
-/// [`sources_add`] with the count of `client_addr` already looked up
+/// [`sources_add`] with the count of `source` already looked up
 /// (`found`).
 #[inline(always)]
-fn sources_add_at(client_addr: u32, found: Option<*mut u64>, n: u64) {
+fn sources_add_at<A: Family>(source: A::Source, found: Option<*mut u64>, n: u64) {
     if let Some(p) = found {
         // SAFETY: a pointer into the map's value, valid for this run.
         unsafe { add_u64(p, n) };
@@ -425,9 +448,9 @@ fn sources_add_at(client_addr: u32, found: Option<*mut u64>, n: u64) {
         // Nothing counted (the agent recounts at its sweep).
         return;
     }
-    if let Err(e) = SOURCES.insert(client_addr, n, BPF_NOEXIST as u64)
+    if let Err(e) = A::sources().insert(source, n, BPF_NOEXIST as u64)
         && e == -EEXIST
-        && let Some(p) = SOURCES.get_ptr_mut(client_addr)
+        && let Some(p) = A::sources().get_ptr_mut(source)
     {
         // Another CPU counted the first one a moment ago.
         // SAFETY: as above.
@@ -441,28 +464,28 @@ fn sources_add_at(client_addr: u32, found: Option<*mut u64>, n: u64) {
 /// drop it (a confirmation the full table cannot hold:
 /// [`Outcome::ConnTableFull`], and the server retransmits).
 #[inline(always)]
-pub fn reply(
-    backend: Endpoint,
-    client: Endpoint,
+pub fn reply<A: Family>(
+    backend: Endpoint<A>,
+    client: Endpoint<A>,
     seg: &Segment,
     frame_len: u64,
-) -> Result<Option<Restore>, Outcome> {
+) -> Result<Option<Restore<A>>, Outcome> {
     let key = ConnKey::new(client, backend);
-    let conn_ptr = CONNS.get_ptr_mut(key);
+    let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
     let conn = copy_out(conn_ptr, &mut conn_slot);
     let (read_half, read_claim) = reply_reads(seg, conn);
     let claim_key = ClaimKey::new(key, seg.seq);
     let mut claim_slot = MaybeUninit::uninit();
     let claim = if read_claim {
-        copy_out(CLAIMS.get_ptr_mut(claim_key), &mut claim_slot)
+        copy_out(A::claims().get_ptr_mut(claim_key), &mut claim_slot)
     } else {
         None
     };
     let half_key = HalfOpenKey::new(key, reply_isn(seg));
     let mut half_slot = MaybeUninit::uninit();
     let half = if read_half || (claim.is_none() && answers_handshake(seg, conn)) {
-        copy_out(HALF_OPEN.get_ptr_mut(half_key), &mut half_slot)
+        copy_out(A::half_open().get_ptr_mut(half_key), &mut half_slot)
     } else {
         None
     };
@@ -476,7 +499,7 @@ pub fn reply(
                 update,
             } => {
                 write_back(&key, conn_ptr, conn, update);
-                audit::traffic(&key, Direction::ToClient, frame_len);
+                A::log_traffic(&key, Direction::ToClient, frame_len);
                 Some(Restore::to(frontend, slot))
             }
             OnReply::Reset { frontend, slot } => {
@@ -501,13 +524,13 @@ pub fn reply(
                 Some(Restore::to(frontend, slot))
             }
             OnReply::Refuse { frontend, slot } => {
-                if HALF_OPEN.remove(half_key).is_ok() {
+                if A::half_open().remove(half_key).is_ok() {
                     count(Outcome::HalfOpenRefused);
                 }
                 Some(Restore::to(frontend, slot))
             }
             OnReply::ClaimReset { frontend, slot } => {
-                let _ = CLAIMS.remove(claim_key);
+                let _ = A::claims().remove(claim_key);
                 count(Outcome::ClaimReset);
                 Some(Restore::to(frontend, slot))
             }
@@ -529,19 +552,20 @@ pub fn reply(
 /// claimed (claims race their confirmations); the claim stays for the
 /// server's retransmission.
 #[inline(always)]
-fn confirm(
-    key: &ConnKey,
-    claim_key: &ClaimKey,
-    conn: &Conn,
-    replaced: Option<&Conn>,
+fn confirm<A: Family>(
+    key: &ConnKey<A>,
+    claim_key: &ClaimKey<A>,
+    conn: &ConnOf<A>,
+    replaced: Option<&ConnOf<A>>,
     frame_len: u64,
 ) -> Result<(), Outcome> {
     // A closed connection no longer counted for its client; a reopened one
     // still does.
     let held_more = replaced.is_none_or(closing);
     // Looked up once, for the quota and then the count.
+    let source = A::source_of(key.client_addr);
     let held_ptr = if held_more {
-        SOURCES.get_ptr_mut(key.client_addr)
+        A::sources().get_ptr_mut(source)
     } else {
         None
     };
@@ -559,7 +583,7 @@ fn confirm(
     } else {
         BPF_NOEXIST
     };
-    match CONNS.insert(key, conn, flags as u64) {
+    match A::conns().insert(key, conn, flags as u64) {
         Ok(()) => {
             if legacy_until(key.backend()).is_some() {
                 count(Outcome::ConnAdopted);
@@ -571,28 +595,27 @@ fn confirm(
                 count(Outcome::ConnReplaced);
             }
             if held_more {
-                sources_add_at(key.client_addr, held_ptr, 1);
+                sources_add_at::<A>(source, held_ptr, 1);
             }
             if let Some(old) = replaced {
-                audit::closed(key, old, Ended::Reused);
+                A::log_closed(key, old, Ended::Reused);
             }
-            audit::accepted(key, conn);
-            audit::traffic(key, Direction::ToClient, frame_len);
+            A::log_accepted(key, conn);
+            A::log_traffic(key, Direction::ToClient, frame_len);
         }
         // Another CPU confirmed it a moment ago.
         Err(e) if e == -EEXIST => {}
         Err(_) => return Err(Outcome::ConnTableFull),
     }
-    let _ = CLAIMS.remove(claim_key);
+    let _ = A::claims().remove(claim_key);
     Ok(())
 }
 
 /// Until when `backend`'s untracked replies may belong to a connection an
 /// older data path forwarded, if that time has not passed.
 #[inline(always)]
-fn legacy_until(backend: Endpoint) -> Option<u64> {
-    // SAFETY: copied out at once.
-    let until = unsafe { LEGACY.get(backend) }.copied()?;
+fn legacy_until<A: Family>(backend: Endpoint<A>) -> Option<u64> {
+    let until = A::legacy_until(backend)?;
     (until > now()).then_some(until)
 }
 
@@ -604,19 +627,16 @@ fn legacy_until(backend: Endpoint) -> Option<u64> {
 /// with `--cross-node plain` the backend's primary frontend (counted as a
 /// fallback).
 #[inline(always)]
-pub fn restore_untracked(
-    backend: Endpoint,
-    client: Endpoint,
-    primary: &NatTarget,
+pub fn restore_untracked<A: Family>(
+    backend: Endpoint<A>,
+    client: Endpoint<A>,
+    primary: &NatTarget<A>,
     seg: &Segment,
     trusted: bool,
-) -> Option<Restore> {
+) -> Option<Restore<A>> {
     if trusted && seg.flags & conntrack::TCP_SYN == 0 && legacy_until(backend).is_some() {
         let key = ConnKey::new(client, backend);
-        // SAFETY: copied out at once.
-        let target = unsafe { LEGACY_CONNS.get(key) }
-            .copied()
-            .unwrap_or(*primary);
+        let target = A::legacy_target(&key).unwrap_or(*primary);
         count(Outcome::LegacyReply);
         return Some(Restore::to(target.endpoint, target.slot));
     }
@@ -631,35 +651,42 @@ pub fn restore_untracked(
 /// reference into the map, read at once (a copy of an absent entry would
 /// hand the verifier registers the compiler never wrote).
 #[inline(always)]
-pub fn established(client: Endpoint, backend: Endpoint) -> Option<&'static Conn> {
+pub fn established<A: Family>(
+    client: Endpoint<A>,
+    backend: Endpoint<A>,
+) -> Option<&'static ConnOf<A>> {
     // SAFETY: the map's value stays valid for this program run; the callers
     // only read it, right away.
-    unsafe { CONNS.get(ConnKey::new(client, backend)) }
+    unsafe { A::conns().get(ConnKey::new(client, backend)) }
 }
 
 /// The half-open entry of `client`'s handshake with `backend` that began
 /// with the initial sequence number `client_isn` (as [`established`]).
 #[inline(always)]
-pub fn half_open(
-    client: Endpoint,
-    backend: Endpoint,
+pub fn half_open<A: Family>(
+    client: Endpoint<A>,
+    backend: Endpoint<A>,
     client_isn: u32,
-) -> Option<&'static HalfOpen> {
+) -> Option<&'static HalfOpen<Endpoint<A>>> {
     let key = HalfOpenKey::new(ConnKey::new(client, backend), client_isn);
     // SAFETY: as above.
-    unsafe { HALF_OPEN.get(key) }
+    unsafe { A::half_open().get(key) }
 }
 
 /// The frontend a SYN `client -> backend` leaving the node carries to the
 /// backend's node: see `ssh_fwd_common::conntrack::translated_syn`.
 #[inline(always)]
-pub fn translated_syn(client: Endpoint, backend: Endpoint, seg: &Segment) -> Option<Endpoint> {
+pub fn translated_syn<A: Family>(
+    client: Endpoint<A>,
+    backend: Endpoint<A>,
+    seg: &Segment,
+) -> Option<Endpoint<A>> {
     conntrack::translated_syn(seg, half_open(client, backend, seg.seq))
 }
 
 /// Whether `backend` lives on this node (see [`is_local`]): where its
 /// connections are tracked.
 #[inline(always)]
-pub fn backend_is_local(backend: Endpoint) -> bool {
+pub fn backend_is_local<A: Family>(backend: Endpoint<A>) -> bool {
     is_local(backend)
 }

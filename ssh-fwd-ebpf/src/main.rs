@@ -27,6 +27,7 @@ mod config;
 mod conntrack;
 mod counters;
 mod egress_tc;
+mod family;
 mod forward;
 mod guard;
 mod hairpin;

@@ -6,7 +6,7 @@
 use aya_ebpf::programs::{TcContext, XdpContext};
 use ssh_fwd_common::{
     conntrack::Segment,
-    maps::Endpoint,
+    maps::{Addr, Endpoint},
     outcome::Outcome,
     packet::{
         ETH_HLEN, ETH_P_IP, ETH_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPV4_DADDR_OFF, IPV4_FRAG_OFF,
@@ -126,11 +126,12 @@ pub enum Transport {
     Icmp,
 }
 
-/// The headers of an IPv4 packet that is TCP or ICMP. A plain struct, every
-/// field always written: an enum with a payload would leave bytes the
-/// compiler may fill with any register, which the verifier refuses.
+/// The headers of an IP packet that is TCP or ICMP, IPv4 unless said. A
+/// plain struct, every field always written: an enum with a payload would
+/// leave bytes the compiler may fill with any register, which the verifier
+/// refuses.
 #[derive(Clone, Copy)]
-pub struct Headers {
+pub struct Headers<A: Addr = u32> {
     /// The IPv4 header length in bytes (IHL * 4).
     pub ip_len: usize,
     /// The IPv4 packet's length in bytes (headers and payload): its total
@@ -140,14 +141,14 @@ pub struct Headers {
     /// A BIG TCP packet (over 64 KiB; its total length field is 0).
     pub big: bool,
     /// Source and destination; ports are 0 for ICMP.
-    pub source: Endpoint,
-    pub destination: Endpoint,
+    pub source: Endpoint<A>,
+    pub destination: Endpoint<A>,
     pub transport: Transport,
     /// The TCP segment; all zero for ICMP.
     pub seg: Segment,
 }
 
-impl Headers {
+impl<A: Addr> Headers<A> {
     /// Offset of the transport header.
     #[inline(always)]
     pub fn l4(&self) -> usize {

@@ -83,8 +83,8 @@ impl Endpoint6 {
 /// [`REVERSE`](super::REVERSE) (endpoint = the backend's primary frontend).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NatTarget {
-    pub endpoint: Endpoint,
+pub struct NatTarget<A: Addr = u32> {
+    pub endpoint: Endpoint<A>,
     /// Index into [`MAPPING_STATS`](super::MAPPING_STATS) and
     /// [`MAPPING_NAMES`](super::MAPPING_NAMES).
     pub slot: u32,
