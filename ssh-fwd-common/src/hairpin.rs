@@ -10,7 +10,7 @@
 //! The decisions live here, as pure functions tested on the host; the kernel
 //! programs only read the context, look up and write.
 
-use crate::maps::{Endpoint, HairpinSock, NatTarget};
+use crate::maps::{Endpoint, FLAG_DRAINING, HairpinSock, NatTarget};
 
 /// `SOCK_STREAM`, as `bpf_sock_addr.type` holds it.
 pub const SOCK_STREAM: u32 = 1;
@@ -37,7 +37,9 @@ pub const fn user_port_of(endpoint: Endpoint) -> u32 {
 /// What `connect()` should do with a destination: `Some` when a TCP socket
 /// dials a mapped frontend (connect to the backend and remember the pair),
 /// `None` for everything else, which is left exactly as it is: UDP and raw
-/// sockets, unmapped ports on the SSH IP, any other address.
+/// sockets, unmapped ports on the SSH IP, any other address, and a frontend
+/// whose backend is draining (new connections must not reach an address
+/// that may be another pod's by now).
 pub fn on_connect(
     sock_type: u32,
     protocol: u32,
@@ -47,7 +49,7 @@ pub fn on_connect(
     if sock_type != SOCK_STREAM || protocol != IPPROTO_TCP {
         return None;
     }
-    let target = mapping?;
+    let target = mapping.filter(|t| t.flags & FLAG_DRAINING == 0)?;
     if target.endpoint == dialled {
         // A frontend mapped to itself: nothing to translate.
         return None;
@@ -100,6 +102,19 @@ mod tests {
                 frontend: frontend(),
                 backend: backend()
             })
+        );
+    }
+
+    #[test]
+    fn a_connect_to_a_draining_frontend_is_not_sent_to_its_backend() {
+        let draining = NatTarget {
+            flags: FLAG_DRAINING,
+            ..mapping()
+        };
+        assert_eq!(
+            on_connect(SOCK_STREAM, IPPROTO_TCP, frontend(), Some(&draining)),
+            None,
+            "a new connection never reaches a draining backend, whose address may be another pod's"
         );
     }
 

@@ -255,5 +255,10 @@ pub const FLAG_ALLOWLIST: u32 = 2;
 pub const FLAG_ALLOWLIST_ALL: u32 = 4;
 /// The frontend limits new connections per source: see [`GUARDS`].
 pub const FLAG_SYN_LIMIT: u32 = 8;
+/// The frontend's backend is draining (a pod being deleted that still
+/// serves): its open connections go on, new ones are refused. Its address
+/// may go to another pod before the cluster says it stopped serving, and
+/// no new login may reach that pod.
+pub const FLAG_DRAINING: u32 = 16;
 /// The flags that make a SYN pass the guard first.
-pub const FLAGS_GUARDED: u32 = FLAG_ALLOWLIST | FLAG_ALLOWLIST_ALL | FLAG_SYN_LIMIT;
+pub const FLAGS_GUARDED: u32 = FLAG_ALLOWLIST | FLAG_ALLOWLIST_ALL | FLAG_SYN_LIMIT | FLAG_DRAINING;

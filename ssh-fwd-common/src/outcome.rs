@@ -187,6 +187,10 @@ pub enum Outcome {
     /// client's after a spoofed one) left with the frontend of the SYN it
     /// acknowledges.
     HandshakeAnswered = 56,
+    /// A SYN to a frontend whose backend is draining (a pod being deleted
+    /// that still serves its open connections): dropped before anything
+    /// was written.
+    Draining = 57,
 }
 
 /// How an operator should read an outcome's counter.
@@ -233,7 +237,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 57;
+    pub const COUNT: u32 = 58;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -293,6 +297,7 @@ impl Outcome {
         Self::ArpHeard,
         Self::ArpFailed,
         Self::HandshakeAnswered,
+        Self::Draining,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -338,7 +343,8 @@ impl Outcome {
             | Self::ConnAdopted
             | Self::ConnClaimed
             | Self::ClaimReset
-            | Self::HandshakeAnswered => Class::Tracking,
+            | Self::HandshakeAnswered
+            | Self::Draining => Class::Tracking,
             Self::Malformed
             | Self::ReverseFallback
             | Self::RewriteError
@@ -419,6 +425,7 @@ impl Outcome {
             Self::OptionForged => "frontend_option_forged",
             Self::Denied => "denied",
             Self::SynLimited => "syn_limited",
+            Self::Draining => "draining",
             Self::DeniedReset => "denied_reset",
             Self::ResetFailed => "reset_failed",
             Self::EventsLost => "events_lost",

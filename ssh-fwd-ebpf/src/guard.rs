@@ -1,15 +1,15 @@
-//! Who may open a connection through a frontend, and how fast: the source
-//! allowlist (`ALLOWLIST`) and the per-source rate of new connections
-//! (`GUARDS`, `SYN_BUCKETS`), checked on a client's segment before it may
-//! write any state or be translated. A frontend without a guard flag pays
-//! one test of its flags.
+//! Who may open a connection through a frontend, and how fast: nobody while
+//! its backend drains, the source allowlist (`ALLOWLIST`) and the
+//! per-source rate of new connections (`GUARDS`, `SYN_BUCKETS`), checked on
+//! a client's segment before it may write any state or be translated. A
+//! frontend without a guard flag pays one test of its flags.
 
 use aya_ebpf::{bindings::BPF_ANY, helpers::bpf_ktime_get_ns, maps::lpm_trie::Key};
 use ssh_fwd_common::{
     guard::admit,
     maps::{
-        AllowData, Bucket, EventKind, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT,
-        FLAGS_GUARDED, NatTarget,
+        AllowData, Bucket, EventKind, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING,
+        FLAG_SYN_LIMIT, FLAGS_GUARDED, NatTarget,
     },
     outcome::Outcome,
 };
@@ -32,6 +32,9 @@ pub fn check(h: &Headers, target: &NatTarget) -> Result<(), Outcome> {
         return Ok(());
     }
     let syn = h.seg.is_syn();
+    if syn && flags & FLAG_DRAINING != 0 {
+        return Err(Outcome::Draining);
+    }
     if flags & FLAG_ALLOWLIST != 0 && (syn || flags & FLAG_ALLOWLIST_ALL != 0) {
         let key = Key::new(AllowData::FULL, AllowData::new(target.slot, h.source.addr));
         if ALLOWLIST.get(&key).is_none() {

@@ -41,10 +41,12 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
         // The 4-tuple is another frontend's, a segment that fails the
         // checks before it may write state, a handshake held back, an ICMP
         // error outside its connection's window, a source the frontend's
-        // guard refuses, or a rewrite went wrong.
+        // guard refuses, a new connection to a draining backend, or a
+        // rewrite went wrong.
         Outcome::ConflictDropped
         | Outcome::Denied
         | Outcome::SynLimited
+        | Outcome::Draining
         | Outcome::BadChecksum
         | Outcome::MartianSource
         | Outcome::SourceLimited

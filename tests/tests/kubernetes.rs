@@ -443,11 +443,13 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
 /// `kubectl delete pod` on the pod behind an externalIPs Service the agent
 /// honours (not one the controller made, which it deletes itself): the
 /// EndpointSlice controller marks the endpoint not ready but serving and
-/// terminating at once. Sessions and new logins go on through the grace
-/// period, as kube-proxy keeps them; the mapping goes with the pod.
+/// terminating at once. The mapping drains through the grace period: the
+/// open session goes on, a new login gets no answer (the address may be
+/// another pod's before the slice says the pod stopped serving), and the
+/// mapping goes with the pod.
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn a_pod_in_its_grace_period_keeps_its_sessions_and_logins() {
+fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
     privilege::require();
     let topo = Topology::single_node(1).unwrap();
     let node = &topo.nodes[0].ns;
@@ -486,10 +488,19 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_logins() {
         json!({"ready": false, "serving": true, "terminating": true}),
         "the delete is accepted and the endpoint marked"
     );
-    // Well inside the grace period, after the agent has seen the change.
-    std::thread::sleep(Duration::from_secs(2));
+    eventually("job-g draining in the maps", || {
+        bpffs
+            .list_of("mappings")
+            .is_ok_and(|m| m[0]["draining"] == json!(true))
+    });
     session.echo("terminating").unwrap();
-    assert_eq!(hostname(), "pod-1", "a new login during the grace period");
+    let status = (topo.client.command("timeout"))
+        .args(["2", "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/8125"))
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(124), "a new login: no answer");
+    session.echo("still-terminating").unwrap();
     assert!(!agent.log().contains("mapping removed"), "{}", agent.log());
 
     // The grace ends, the pod goes, and its mapping with it.

@@ -102,6 +102,9 @@ pub struct MappingRow {
     pub allow: Option<Vec<String>>,
     /// Whether the list applies to open connections too.
     pub enforce_established: bool,
+    /// The backend is draining: open connections go on, new ones are
+    /// refused.
+    pub draining: bool,
     /// The per-source rate of new connections, `N/s`; absent: no limit.
     pub syn_rate: Option<String>,
     pub syn_burst: Option<u32>,
@@ -132,6 +135,7 @@ pub fn mappings(
             syn_limited: m.conns.syn_limited,
             allow: (m.guard.ranges()).map(|r| r.iter().map(ToString::to_string).collect()),
             enforce_established: m.guard.enforce_established,
+            draining: m.guard.draining,
             syn_rate: m.guard.rate().map(|r| format!("{}/s", r.rate())),
             syn_burst: m.guard.rate().map(|r| r.burst()),
         })
@@ -162,6 +166,9 @@ fn guard_cell(r: &MappingRow) -> String {
     }
     if let (Some(rate), Some(burst)) = (&r.syn_rate, r.syn_burst) {
         parts.push(format!("{rate} burst {burst}"));
+    }
+    if r.draining {
+        parts.push("draining: no new connections".to_owned());
     }
     if parts.is_empty() {
         "-".to_owned()
@@ -511,6 +518,7 @@ mod tests {
             last_activity: None,
             allow: allow.map(|a| a.iter().map(ToString::to_string).collect()),
             enforce_established: all,
+            draining: false,
             syn_rate: rate.map(|(r, _)| r.to_owned()),
             syn_burst: rate.map(|(_, b)| b),
         };
@@ -527,6 +535,11 @@ mod tests {
             guard_cell(&row(Some(&[]), true, None)),
             "allow nobody (all segments)"
         );
+        let draining = MappingRow {
+            draining: true,
+            ..row(None, false, None)
+        };
+        assert_eq!(guard_cell(&draining), "draining: no new connections");
     }
 
     #[test]
@@ -548,6 +561,7 @@ mod tests {
             last_activity: None,
             allow: None,
             enforce_established: false,
+            draining: false,
             syn_rate: None,
             syn_burst: None,
         };

@@ -16,7 +16,8 @@ use std::{
 };
 
 use ssh_fwd_common::maps::{
-    Endpoint, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SYN_LIMIT, Guard as Rate, NatTarget,
+    Endpoint, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SYN_LIMIT, Guard as Rate,
+    NatTarget,
 };
 
 use crate::mapping::{
@@ -255,6 +256,7 @@ pub fn installed_guard(installed: &Installed, t: &NatTarget) -> Guard {
         allow,
         limit,
         enforce_established: t.flags & FLAG_ALLOWLIST_ALL != 0,
+        draining: t.flags & FLAG_DRAINING != 0,
     }
 }
 

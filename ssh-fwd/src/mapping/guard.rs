@@ -241,6 +241,9 @@ pub struct Guard {
     pub limit: Limit,
     /// Enforce the allowlist on every segment (`--enforce-established`).
     pub enforce_established: bool,
+    /// The backend is draining (a pod being deleted that still serves):
+    /// its open connections go on, new ones are refused.
+    pub draining: bool,
 }
 
 impl Guard {
@@ -306,6 +309,7 @@ impl Defaults {
             enforce_established: self.enforce_established && matches!(allow, Allow::Only(_)),
             allow,
             limit,
+            draining: guard.draining,
         }
     }
 }

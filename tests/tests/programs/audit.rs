@@ -48,6 +48,7 @@ fn loaded_with(settings: object::Settings) -> Loaded {
             allow: Allow::Only([format!("{CLIENT}/32").parse().expect("range")].into()),
             limit: Limit::Off,
             enforce_established: false,
+            draining: false,
         },
     };
     install(&mut l.maps, &MappingSet::from_unique([job]));

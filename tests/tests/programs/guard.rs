@@ -45,6 +45,7 @@ fn allow(ranges: &[&str], enforce_established: bool) -> Guard {
         allow: Allow::Only(ranges.iter().map(|r| r.parse().expect("range")).collect()),
         limit: Limit::Off,
         enforce_established,
+        draining: false,
     }
 }
 
@@ -53,6 +54,7 @@ fn rate(per_second: u32, burst: u32) -> Guard {
         allow: Allow::Open,
         limit: Limit::Exact(Rate::new(per_second, burst)),
         enforce_established: false,
+        draining: false,
     }
 }
 
@@ -170,6 +172,52 @@ fn a_source_taken_off_the_list_keeps_its_connection_unless_established_ones_are_
             assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
         });
     }
+}
+
+/// A pod being deleted that still serves: its mapping turns draining. The
+/// connection it has goes on both ways; a new SYN is refused before any
+/// state is written, from any source, counted as `draining`.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_draining_backend_keeps_its_connection_and_takes_no_new_one() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let mut l = guarded(Guard::default());
+        handshake(&l, ingress, 8022);
+        let draining = Guard {
+            draining: true,
+            ..Guard::default()
+        };
+        install(
+            &mut l.maps,
+            &MappingSet::from_unique([mapping(JOB, draining), mapping(OPEN, Guard::default())]),
+        );
+        let before_entries = entries(&l).len();
+        let data = super::conntrack::request(
+            8022,
+            TCP_ACK,
+            CLIENT_ISN + 1,
+            SERVER_ISN + 1 + super::conntrack::BANNER as u32,
+            10,
+        );
+        let (verdict, _) = ingress.run(&l, &data);
+        assert!(passed(ingress, verdict), "{ingress:?}: the open session");
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &syn(CLIENT, 40_001, 8022));
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}: a new login");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            [("draining", 1)],
+            "{ingress:?}: counted, nothing else happened"
+        );
+        assert_eq!(
+            entries(&l).len(),
+            before_entries,
+            "{ingress:?}: no state written"
+        );
+        let (verdict, _) = ingress.run(&l, &syn(CLIENT, 40_002, 9022));
+        assert!(passed(ingress, verdict), "{ingress:?}: other mappings open");
+    });
 }
 
 #[test]

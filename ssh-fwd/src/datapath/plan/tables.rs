@@ -3,7 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ssh_fwd_common::maps::{
-    FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_SHARED_BACKEND, FLAG_SYN_LIMIT, MappingName, NatTarget,
+    FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SHARED_BACKEND, FLAG_SYN_LIMIT,
+    MappingName, NatTarget,
 };
 
 use super::{Installed, SlotSet, endpoint};
@@ -119,6 +120,9 @@ fn guard_flags(guard: &Guard) -> u32 {
     }
     if guard.rate().is_some() {
         flags |= FLAG_SYN_LIMIT;
+    }
+    if guard.draining {
+        flags |= FLAG_DRAINING;
     }
     flags
 }

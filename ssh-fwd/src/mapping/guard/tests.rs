@@ -88,6 +88,7 @@ fn defaults_fill_in_only_what_a_mapping_leaves_open() {
         allow: Allow::Open,
         limit: Limit::Rate(SynRate(5)),
         enforce_established: false,
+        draining: false,
     };
     let resolved = defaults.resolve(&own);
     assert_eq!(resolved.ranges(), None);

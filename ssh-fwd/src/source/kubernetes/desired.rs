@@ -195,7 +195,11 @@ pub fn claims_of(
         let Some(number) = honoured_port(&id, port, policy, &mut out.notes) else {
             continue;
         };
-        let backend = ready_backend(slices, port, &id, &mut out.notes);
+        let usable = backend(slices, port, &id, &mut out.notes);
+        let (backend, draining) = match usable {
+            Some((backend, draining)) => (Some(backend), draining),
+            None => (None, false),
+        };
         if backend.is_none() {
             out.notes.push(Note::NoReadyEndpoint {
                 service: id.clone(),
@@ -216,7 +220,10 @@ pub fn claims_of(
                 frontend,
                 name: name.clone(),
                 backend,
-                guard: guard.clone(),
+                guard: Guard {
+                    draining,
+                    ..guard.clone()
+                },
             });
         }
     }
@@ -328,18 +335,19 @@ fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTree
     external
 }
 
-/// The ready endpoint and resolved target port for one Service port. The
-/// EndpointSlice carries the port by the Service port's name, already
-/// resolved for named targetPorts, as kube-proxy reads it. Several ready
-/// endpoints: the lowest address, with a note. None ready: one that is
-/// terminating but still serving, as kube-proxy falls back to (a pod in
-/// its grace period keeps its sessions and logins until its server stops).
-fn ready_backend(
+/// The backend and resolved target port for one Service port, and whether
+/// it is draining. The EndpointSlice carries the port by the Service port's
+/// name, already resolved for named targetPorts, as kube-proxy reads it.
+/// A ready endpoint (several: the lowest address, with a note); else one
+/// that is terminating but still serving, draining: a pod in its grace
+/// period keeps its open sessions, but takes no new login, since its
+/// address may go to another pod before the slice says it stopped serving.
+fn backend(
     slices: &[&SliceView],
     port: &PortView,
     service: &str,
     notes: &mut Vec<Note>,
-) -> Option<SocketAddrV4> {
+) -> Option<(SocketAddrV4, bool)> {
     let mut ready: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
     let mut terminating: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
     for slice in slices.iter().filter(|s| s.ipv4) {
@@ -353,18 +361,17 @@ fn ready_backend(
         ready.extend(slice.ready.iter().map(|ip| (*ip, target)));
         terminating.extend(slice.terminating.iter().map(|ip| (*ip, target)));
     }
-    if ready.is_empty() {
-        ready = terminating;
-    }
-    let (ip, target) = *ready.first()?;
-    if ready.len() > 1 {
+    let draining = ready.is_empty();
+    let candidates = if draining { terminating } else { ready };
+    let (ip, target) = *candidates.first()?;
+    if candidates.len() > 1 && !draining {
         notes.push(Note::ManyReadyEndpoints {
             service: service.into(),
             chosen: ip,
-            ready: ready.len(),
+            ready: candidates.len(),
         });
     }
-    Some(SocketAddrV4::new(ip, target))
+    Some((SocketAddrV4::new(ip, target), draining))
 }
 
 /// One Service's claim on a frontend, as the owner rule sees it.

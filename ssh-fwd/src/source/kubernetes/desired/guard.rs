@@ -52,6 +52,7 @@ pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guard, String> 
         allow,
         limit,
         enforce_established: false,
+        draining: false,
     }))
 }
 

@@ -202,7 +202,7 @@ fn terminating(ip: &str, serving: bool) -> Value {
 }
 
 #[test]
-fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_until_it_stops() {
+fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_draining_until_it_stops() {
     let service = || vec![legacy("job-1", 8123, "2026-01-01T00:00:00Z")];
     let d = run(
         service(),
@@ -220,7 +220,11 @@ fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_until_it_stops() {
             "198.18.0.10:8123".into(),
             "10.244.1.5:22".into()
         )],
-        "a pod in its grace period keeps its sessions and logins"
+        "a pod in its grace period keeps its mapping"
+    );
+    assert!(
+        d.mappings.iter().next().unwrap().guard.draining,
+        "draining: its sessions go on, new logins are refused"
     );
     let d = run(
         service(),
@@ -236,6 +240,7 @@ fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_until_it_stops() {
         "10.244.1.9:22",
         "a ready endpoint comes first"
     );
+    assert!(!d.mappings.iter().next().unwrap().guard.draining);
     let d = run(
         service(),
         vec![slice(
