@@ -562,7 +562,9 @@ fn confirm<A: Family>(
     // A closed connection no longer counted for its client; a reopened one
     // still does.
     let held_more = replaced.is_none_or(closing);
-    // Looked up once, for the quota and then the count.
+    // Looked up once, for the quota and then the count. The agent's
+    // recount may replace the element in between; an add lost so is set
+    // right by its next recount, as any count the kernel and agent race on.
     let source = A::source_of(key.client_addr);
     let held_ptr = if held_more {
         A::sources().get_ptr_mut(source)

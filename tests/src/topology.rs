@@ -28,6 +28,33 @@ pub fn pod_ip6(n: usize) -> String {
     format!("fd00:244:{n}::5")
 }
 
+/// IPv6 beside IPv4 on a client -> node -> pods layout: the client
+/// [`CLIENT_IP6`] (`eth0`) and the node `fd00:2::1` ([`EXT_IFACE`]) on
+/// their link, pod N ([`pod_ip6`], its `eth0`) behind the node's
+/// `fd00:244:N::1` on `pods`' interface of the node, default routes and
+/// forwarding as for IPv4. Without duplicate address detection, so the
+/// addresses work at once.
+pub fn wire_ipv6(
+    client: &NetNs,
+    node: &NetNs,
+    pods: &[(&NetNs, usize, &str)],
+) -> anyhow::Result<()> {
+    let add = |ns: &NetNs, addr: &str, dev: &str| {
+        ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
+    };
+    add(client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+    add(node, "fd00:2::1/64", EXT_IFACE)?;
+    client.ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
+    node.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+    for &(pod, n, node_iface) in pods {
+        let gateway = format!("fd00:244:{n}::1");
+        add(pod, &format!("{}/64", pod_ip6(n)), "eth0")?;
+        add(node, &format!("{gateway}/64"), node_iface)?;
+        pod.ip(&["-6", "route", "add", "default", "via", &gateway])?;
+    }
+    Ok(())
+}
+
 pub struct Pod {
     pub ns: NetNs,
     /// N of pod N: its addresses and names follow from it.
@@ -174,40 +201,18 @@ impl Topology {
         self.keys.client()
     }
 
-    /// Gives a single-node topology IPv6 addresses besides its IPv4 ones:
-    /// the client `fd00:2::2` and the node `fd00:2::1` on their link, pod N
-    /// `fd00:244:N::5` behind the node's `fd00:244:N::1`, with routes and
-    /// forwarding as for IPv4. Without duplicate address detection, so the
-    /// addresses work at once.
+    /// Gives a single-node topology IPv6 addresses besides its IPv4 ones
+    /// (see [`wire_ipv6`]).
     pub fn add_ipv6(&self) -> anyhow::Result<()> {
         anyhow::ensure!(
             self.nodes.len() == 1,
             "add_ipv6 wires single-node topologies only ({} nodes here)",
             self.nodes.len()
         );
-        let node = &self.nodes[0].ns;
-        let add = |ns: &NetNs, addr: &str, dev: &str| {
-            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
-        };
-        add(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
-        add(node, "fd00:2::1/64", EXT_IFACE)?;
-        self.client
-            .ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
-        node.sysctl("net.ipv6.conf.all.forwarding", "1")?;
-        for pod in &self.pods {
-            let n = pod.number;
-            add(&pod.ns, &format!("{}/64", pod_ip6(n)), "eth0")?;
-            add(node, &format!("fd00:244:{n}::1/64"), &pod.node_iface)?;
-            pod.ns.ip(&[
-                "-6",
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("fd00:244:{n}::1"),
-            ])?;
-        }
-        Ok(())
+        let pods: Vec<(&NetNs, usize, &str)> = (self.pods.iter())
+            .map(|p| (&p.ns, p.number, p.node_iface.as_str()))
+            .collect();
+        wire_ipv6(&self.client, &self.nodes[0].ns, &pods)
     }
 
     /// Turns off transmit checksum offload on every veth, so each packet

@@ -1,6 +1,8 @@
 //! IPv6 beside the data path: ssh-fwd translates IPv4 only, and every IPv6
 //! packet (neighbour discovery included) passes its programs untouched and
-//! counted, in every attach mode, while IPv4 frontends keep working.
+//! counted, under tc and generic XDP, while IPv4 frontends keep working.
+//! (Native XDP on a veth delivers only to a peer with a program of its
+//! own; the same parse runs there.)
 
 #![allow(
     clippy::unwrap_used,

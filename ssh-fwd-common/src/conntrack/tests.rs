@@ -19,15 +19,20 @@ pub(super) trait Family: Addr {
 
 const SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const SSH_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+/// A second SSH IP: F2 differs from F1 in its address too, so a comparison
+/// that ignored the address (or all but part of it) would show.
+const OTHER_SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+/// Differs from [`SSH_IP6`] in the last 32-bit word only.
+const OTHER_SSH_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11);
 
 impl Family for u32 {
     const F1: Endpoint = Endpoint::new(SSH_IP, 8022);
-    const F2: Endpoint = Endpoint::new(SSH_IP, 9022);
+    const F2: Endpoint = Endpoint::new(OTHER_SSH_IP, 8022);
 }
 
 impl Family for Addr6 {
     const F1: Endpoint6 = Endpoint6::new6(SSH_IP6, 8022);
-    const F2: Endpoint6 = Endpoint6::new6(SSH_IP6, 9022);
+    const F2: Endpoint6 = Endpoint6::new6(OTHER_SSH_IP6, 8022);
 }
 
 /// A connection entry of a scenario in family `A`.

@@ -19,12 +19,11 @@ use std::{
 use anyhow::{Context as _, bail};
 use ssh_fwd_tests::{
     NetNs, cmd,
-    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
+    topology::{self, CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
 };
 
 pub const POD_IP: &str = "10.244.1.5";
 pub const POD_GATEWAY: &str = "10.244.1.1";
-pub const POD_IP6: &str = "fd00:244:1::5";
 /// The node's end of the pod's veth.
 pub const POD_IFACE: &str = "pod1";
 /// An interface towards other nodes (a veth whose other end stays in the
@@ -56,7 +55,7 @@ impl Target {
 
     pub fn pod6() -> Self {
         Self {
-            ip: POD_IP6.into(),
+            ip: topology::pod_ip6(1),
             ..Self::pod()
         }
     }
@@ -108,7 +107,7 @@ impl Bed {
             "dev",
             POD_IFACE,
         ])?;
-        wire_ipv6(&client, &node, &pod)?;
+        topology::wire_ipv6(&client, &node, &[(&pod, 1, POD_IFACE)])?;
         node.ip(&[
             "link",
             "add",
@@ -156,21 +155,6 @@ impl Bed {
             .and_then(|n| n.trim().parse().ok())
             .with_context(|| format!("the index of {name} in `{line}`"))
     }
-}
-
-/// The IPv6 addresses and routes of the bed (see the module's picture),
-/// without duplicate address detection so they work at once.
-fn wire_ipv6(client: &NetNs, node: &NetNs, pod: &NetNs) -> anyhow::Result<()> {
-    let add = |ns: &NetNs, addr: &str, dev: &str| {
-        ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
-    };
-    add(client, "fd00:2::2/64", "eth0")?;
-    add(node, "fd00:2::1/64", EXT_IFACE)?;
-    add(pod, &format!("{POD_IP6}/64"), "eth0")?;
-    add(node, "fd00:244:1::1/64", POD_IFACE)?;
-    client.ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
-    pod.ip(&["-6", "route", "add", "default", "via", "fd00:244:1::1"])?;
-    node.sysctl("net.ipv6.conf.all.forwarding", "1")
 }
 
 impl Drop for Bed {

@@ -200,13 +200,14 @@ impl WireEndpoint {
         self.conditions.as_ref().and_then(|c| c.ready) != Some(false)
     }
 
-    /// Not ready, but terminating and still serving.
+    /// Not ready, but terminating and still serving (an absent `serving`
+    /// counts as serving, an absent `terminating` as not: the API's rules).
     fn serving_terminating(&self) -> bool {
         !self.ready()
             && self
                 .conditions
                 .as_ref()
-                .is_some_and(|c| c.serving == Some(true) && c.terminating == Some(true))
+                .is_some_and(|c| c.serving != Some(false) && c.terminating == Some(true))
     }
 }
 

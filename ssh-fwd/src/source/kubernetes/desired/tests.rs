@@ -226,6 +226,17 @@ fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_draining_until_it_
         d.mappings.iter().next().unwrap().guard.draining,
         "draining: its sessions go on, new logins are refused"
     );
+    // An absent `serving` is true (the API's rule, as kube-proxy reads it).
+    let d = run(
+        service(),
+        vec![slice(
+            "job-1",
+            "",
+            22,
+            json!([{"addresses": ["10.244.1.5"], "conditions": {"ready": false, "terminating": true}}]),
+        )],
+    );
+    assert_eq!(pairs(&d).len(), 1, "serving unset counts as serving");
     let d = run(
         service(),
         vec![slice(
