@@ -32,8 +32,10 @@ pub fn pod_ip6(n: usize) -> String {
 /// [`CLIENT_IP6`] (`eth0`) and the node `fd00:2::1` ([`EXT_IFACE`]) on
 /// their link, pod N ([`pod_ip6`], its `eth0`) behind the node's
 /// `fd00:244:N::1` on `pods`' interface of the node, default routes and
-/// forwarding as for IPv4. Without duplicate address detection, so the
-/// addresses work at once.
+/// forwarding as for IPv4. Without duplicate address detection on the
+/// addresses it adds, and it returns once the interfaces' own link-local
+/// addresses are out of theirs too: until then neighbour discovery is
+/// silent, and the first packets through are lost.
 pub fn wire_ipv6(
     client: &NetNs,
     node: &NetNs,
@@ -51,6 +53,18 @@ pub fn wire_ipv6(
         add(pod, &format!("{}/64", pod_ip6(n)), "eth0")?;
         add(node, &format!("{gateway}/64"), node_iface)?;
         pod.ip(&["-6", "route", "add", "default", "via", &gateway])?;
+    }
+    let namespaces = [client, node].into_iter().chain(pods.iter().map(|p| p.0));
+    for ns in namespaces {
+        let settled = crate::cmd::wait_until(std::time::Duration::from_secs(5), || {
+            crate::cmd::run(ns.command("ip").args(["-6", "addr", "show", "tentative"]))
+                .is_ok_and(|out| out.trim().is_empty())
+        });
+        anyhow::ensure!(
+            settled,
+            "IPv6 addresses in {} still tentative after 5 s (duplicate address detection)",
+            ns.name()
+        );
     }
     Ok(())
 }

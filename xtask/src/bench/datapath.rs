@@ -199,11 +199,18 @@ impl Measured {
     fn new(path: Path) -> anyhow::Result<Self> {
         let bed = Bed::new()?;
         let installed = paths::install(path, &bed)?;
-        Ok(Self {
+        let measured = Self {
             path,
             installed,
             bed,
-        })
+        };
+        // A first exchange, unmeasured: the first packets of a fresh bed
+        // wait for neighbour resolution, which is no part of the path's
+        // cost.
+        measured
+            .run(workloads::Workload::PingPong, 1)
+            .context("a first exchange through the path")?;
+        Ok(measured)
     }
 
     fn run(
