@@ -60,6 +60,16 @@ fn metric(node: &ssh_fwd_tests::NetNs, path: &str) -> String {
     cmd::run(node.command("timeout").args(["10", "bash", "-c", &script])).unwrap()
 }
 
+/// A connect to the external IP's `port` from `ns` gets no answer for 2 s
+/// (neither accepted nor refused: the SYN was dropped).
+fn no_answer(ns: &ssh_fwd_tests::NetNs, port: u16) -> bool {
+    let status = (ns.command("timeout"))
+        .args(["2", "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/{port}"))
+        .status();
+    status.is_ok_and(|s| s.code() == Some(124))
+}
+
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     assert!(
         cmd::wait_until(Duration::from_secs(15), &mut check),
@@ -408,12 +418,7 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
     eventually("job-a's new list in the maps", || {
         allow_on(&bpffs, 8123) == Some(json!(["198.51.100.0/24"]))
     });
-    let status = (topo.client.command("timeout"))
-        .args(["2", "bash", "-c"])
-        .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/8123"))
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(124), "no answer: {status:?}");
+    assert!(no_answer(&topo.client, 8123), "no answer");
     let denied = bpffs.list().unwrap()["counters"]["denied"].as_u64();
     assert!(denied.unwrap_or(0) > 0, "denied {denied:?}");
 
@@ -494,12 +499,7 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
             .is_ok_and(|m| m[0]["draining"] == json!(true))
     });
     session.echo("terminating").unwrap();
-    let status = (topo.client.command("timeout"))
-        .args(["2", "bash", "-c"])
-        .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/8125"))
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(124), "a new login: no answer");
+    assert!(no_answer(&topo.client, 8125), "a new login: no answer");
     session.echo("still-terminating").unwrap();
     assert!(!agent.log().contains("mapping removed"), "{}", agent.log());
 

@@ -84,6 +84,17 @@ fn syn(src: Ipv4Addr, sport: u16, port: u16) -> Vec<u8> {
     .build()
 }
 
+/// Ten bytes of the client's, after the handshake and the banner.
+fn session_data() -> Vec<u8> {
+    super::conntrack::request(
+        8022,
+        TCP_ACK,
+        CLIENT_ISN + 1,
+        SERVER_ISN + 1 + super::conntrack::BANNER as u32,
+        10,
+    )
+}
+
 /// The job's per-mapping counters: (denied, syn_limited).
 fn job_counters(l: &Loaded) -> (u64, u64) {
     let installed = l.maps.read_installed().expect("read");
@@ -154,13 +165,7 @@ fn a_source_taken_off_the_list_keeps_its_connection_unless_established_ones_are_
                 mapping(OPEN, Guard::default()),
             ]);
             install(&mut l.maps, &off);
-            let data = super::conntrack::request(
-                8022,
-                TCP_ACK,
-                CLIENT_ISN + 1,
-                SERVER_ISN + 1 + super::conntrack::BANNER as u32,
-                10,
-            );
+            let data = session_data();
             let (verdict, _) = ingress.run(&l, &data);
             assert_eq!(
                 !passed(ingress, verdict),
@@ -193,13 +198,7 @@ fn a_draining_backend_keeps_its_connection_and_takes_no_new_one() {
             &MappingSet::from_unique([mapping(JOB, draining), mapping(OPEN, Guard::default())]),
         );
         let before_entries = entries(&l).len();
-        let data = super::conntrack::request(
-            8022,
-            TCP_ACK,
-            CLIENT_ISN + 1,
-            SERVER_ISN + 1 + super::conntrack::BANNER as u32,
-            10,
-        );
+        let data = session_data();
         let (verdict, _) = ingress.run(&l, &data);
         assert!(passed(ingress, verdict), "{ingress:?}: the open session");
         let before = counters(&l);

@@ -203,16 +203,14 @@ fn terminating(ip: &str, serving: bool) -> Value {
 
 #[test]
 fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_draining_until_it_stops() {
-    let service = || vec![legacy("job-1", 8123, "2026-01-01T00:00:00Z")];
-    let d = run(
-        service(),
-        vec![slice(
-            "job-1",
-            "",
-            22,
-            json!([terminating("10.244.1.5", true)]),
-        )],
-    );
+    let with = |endpoints: Value| {
+        run(
+            vec![legacy("job-1", 8123, "2026-01-01T00:00:00Z")],
+            vec![slice("job-1", "", 22, endpoints)],
+        )
+    };
+    let draining = |d: &Desired| d.mappings.iter().next().is_some_and(|m| m.guard.draining);
+    let d = with(json!([terminating("10.244.1.5", true)]));
     assert_eq!(
         pairs(&d),
         [(
@@ -223,44 +221,24 @@ fn a_terminating_endpoint_that_still_serves_keeps_its_mapping_draining_until_it_
         "a pod in its grace period keeps its mapping"
     );
     assert!(
-        d.mappings.iter().next().unwrap().guard.draining,
+        draining(&d),
         "draining: its sessions go on, new logins are refused"
     );
     // An absent `serving` is true (the API's rule, as kube-proxy reads it).
-    let d = run(
-        service(),
-        vec![slice(
-            "job-1",
-            "",
-            22,
-            json!([{"addresses": ["10.244.1.5"], "conditions": {"ready": false, "terminating": true}}]),
-        )],
-    );
-    assert_eq!(pairs(&d).len(), 1, "serving unset counts as serving");
-    let d = run(
-        service(),
-        vec![slice(
-            "job-1",
-            "",
-            22,
-            json!([terminating("10.244.1.5", true), ready("10.244.1.9")]),
-        )],
-    );
+    let d = with(json!([{"addresses": ["10.244.1.5"],
+                         "conditions": {"ready": false, "terminating": true}}]));
+    assert!(draining(&d), "serving unset counts as serving");
+    let d = with(json!([
+        terminating("10.244.1.5", true),
+        ready("10.244.1.9")
+    ]));
     assert_eq!(
         pairs(&d)[0].2,
         "10.244.1.9:22",
         "a ready endpoint comes first"
     );
-    assert!(!d.mappings.iter().next().unwrap().guard.draining);
-    let d = run(
-        service(),
-        vec![slice(
-            "job-1",
-            "",
-            22,
-            json!([terminating("10.244.1.5", false)]),
-        )],
-    );
+    assert!(!draining(&d));
+    let d = with(json!([terminating("10.244.1.5", false)]));
     assert!(d.mappings.is_empty(), "no longer serving: {:?}", pairs(&d));
 }
 
