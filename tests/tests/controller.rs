@@ -125,6 +125,9 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     );
 
     // The job stops asking: the Service goes, the agent unmaps the port.
+    // The controller takes the selector label off the pod before it deletes
+    // the Service, so the port closes first; a slow delete shows it.
+    api.delay(Kind::Service, "delete", Duration::from_secs(2));
     api.patch(
         Kind::Pod,
         "jobs",
@@ -134,7 +137,9 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     eventually("the port to be refused", || {
         refused(&topo.client, port).then_some(())
     });
-    assert!(api.list(Kind::Service).is_empty());
+    eventually("the Service to be deleted", || {
+        api.list(Kind::Service).is_empty().then_some(())
+    });
 }
 
 /// The agent runs with exactly the capabilities the DaemonSet grants, with
