@@ -566,12 +566,9 @@ fn confirm<A: Family>(
     // recount may replace the element in between; an add lost so is set
     // right by its next recount, as any count the kernel and agent race on.
     let source = A::source_of(key.client_addr);
-    let held_ptr = if held_more {
-        A::sources().get_ptr_mut(source)
-    } else {
-        None
-    };
+    let mut held_ptr = None;
     if held_more {
+        held_ptr = A::sources().get_ptr_mut(source);
         // SAFETY: a pointer into the map's value, valid for this run; read
         // at once.
         let held = held_ptr.map_or(0, |p| unsafe { *p });

@@ -122,17 +122,22 @@ fn load_and_sum<P: Checked>(
     if words == 0 || words > CHECKED_MAX {
         return None;
     }
-    // SAFETY: `words` bytes of `buf`, which has CHECKED_MAX; the helper
-    // only reads them (no `from` buffer).
-    let s = unsafe {
-        bpf_csum_diff(
-            core::ptr::null_mut(),
-            0,
-            buf.as_mut_ptr().cast(),
-            words as u32,
-            seed,
-        )
-    };
+    // SAFETY: `words` bytes of `buf`, which has CHECKED_MAX.
+    unsafe { sum_at(buf.as_mut_ptr().cast(), words, seed) }
+}
+
+/// The one's complement sum (folded) of the `len` bytes at `at` (a
+/// multiple of 4, as the helper wants) and `seed`, in one `bpf_csum_diff`
+/// call.
+///
+/// # Safety
+/// `at` points at `len` bytes the program may read: a buffer of its own,
+/// or packet data it checked the bounds of.
+#[inline(always)]
+unsafe fn sum_at(at: *mut u32, len: usize, seed: u32) -> Option<u16> {
+    // SAFETY: the caller vouches for the bytes; the helper only reads them
+    // (no `from` buffer).
+    let s = unsafe { bpf_csum_diff(core::ptr::null_mut(), 0, at, len as u32, seed) };
     Some(csum::fold64(u64::try_from(s).ok()?))
 }
 
@@ -166,10 +171,8 @@ fn tcp_sum<P: Checked>(p: &P, l4: usize, len: usize, seed: u32) -> Option<u16> {
 #[inline(always)]
 fn in_place<P: Packet, const N: usize>(p: &P, offset: usize, seed: u32) -> Option<u16> {
     let at = bytes_at::<P, N>(p, offset)?;
-    // SAFETY: `bytes_at` checked the N bytes are inside the packet; the
-    // helper only reads them (no `from` buffer).
-    let s = unsafe { bpf_csum_diff(core::ptr::null_mut(), 0, at.cast(), N as u32, seed) };
-    Some(csum::fold64(u64::try_from(s).ok()?))
+    // SAFETY: `bytes_at` checked the N bytes are inside the packet.
+    unsafe { sum_at(at.cast(), N, seed) }
 }
 
 /// Whether the IPv4 header of `len` bytes sums right. The common header

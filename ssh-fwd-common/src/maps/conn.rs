@@ -218,10 +218,14 @@ const _: () = assert!(size_of::<HalfOpenKey6>() == 40);
 const _: () = assert!(size_of::<HalfOpen6>() == 48);
 const _: () = assert!(size_of::<ClaimKey6>() == 40);
 const _: () = assert!(size_of::<Claim6>() == 40);
-// The kernel programs move `slot` and `flags` together, with one atomic
-// operation on an aligned 8-byte word.
-const _: () = assert!(core::mem::offset_of!(Conn, slot) % 8 == 0);
-const _: () = assert!(core::mem::offset_of!(Conn6, slot) % 8 == 0);
+/// Whether `slot` and then `flags` fill one aligned 8-byte word of a
+/// [`Conn`] of either family: the kernel programs update them together,
+/// with one atomic operation on that word.
+const fn slot_flags_word<A: Addr>() -> bool {
+    let slot = core::mem::offset_of!(Conn<Endpoint<A>>, slot);
+    slot.is_multiple_of(8) && core::mem::offset_of!(Conn<Endpoint<A>>, flags) == slot + 4
+}
+const _: () = assert!(slot_flags_word::<u32>() && slot_flags_word::<Addr6>());
 
 #[cfg(feature = "user")]
 mod pod {

@@ -39,8 +39,9 @@ fn labels(service: &Value, name: &str) -> Value {
 
 /// An address family, as `spec.ipFamilies` and a slice's `addressType`
 /// name it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Family {
+    #[default]
     Ipv4,
     Ipv6,
 }

@@ -490,7 +490,7 @@ impl FakeApi {
     /// Plays a cluster whose primary IP family is IPv6 (a Service created
     /// without `ipFamilies` gets IPv6, and IPv6 endpoints only).
     pub fn ipv6_primary(&self) {
-        self.shared.store().ipv6_primary = true;
+        self.shared.store().primary_family = endpoints::Family::Ipv6;
     }
 
     /// Answers the next creates of `kind` with these status codes.

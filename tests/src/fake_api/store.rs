@@ -45,9 +45,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
-    /// A cluster whose primary IP family is IPv6: a Service created without
-    /// `ipFamilies` gets IPv6 only.
-    pub ipv6_primary: bool,
+    /// The cluster's primary IP family: what a Service created without
+    /// `ipFamilies` gets.
+    pub primary_family: endpoints::Family,
     /// How long to wait before answering requests of a kind and verb (a
     /// slow API server).
     pub delays: BTreeMap<(Kind, &'static str), std::time::Duration>,
@@ -166,12 +166,7 @@ impl Store {
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
         validation::on_create(kind, &object)?;
         if kind == Kind::Service {
-            let primary = if self.ipv6_primary {
-                endpoints::Family::Ipv6
-            } else {
-                endpoints::Family::Ipv4
-            };
-            endpoints::default_ip_families(&mut object, primary);
+            endpoints::default_ip_families(&mut object, self.primary_family);
         }
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {

@@ -82,6 +82,12 @@ pub fn source_of(frame: &[u8]) -> Endpoint {
     packet::endpoint(frame, tcp, Side::Source)
 }
 
+/// Where a packet's destination points after the request path ran.
+pub fn destination_of(frame: &[u8]) -> Endpoint {
+    let tcp = packet::classify(frame).expect("classify");
+    packet::endpoint(frame, tcp, Side::Destination)
+}
+
 /// Which ingress program a test drives.
 #[derive(Clone, Copy, Debug)]
 pub enum Ingress {

@@ -198,9 +198,13 @@ fn a_draining_backend_keeps_its_connection_and_takes_no_new_one() {
             &MappingSet::from_unique([mapping(JOB, draining), mapping(OPEN, Guard::default())]),
         );
         let before_entries = entries(&l).len();
-        let data = session_data();
-        let (verdict, _) = ingress.run(&l, &data);
+        let (verdict, out) = ingress.run(&l, &session_data());
         assert!(passed(ingress, verdict), "{ingress:?}: the open session");
+        assert_eq!(
+            super::conntrack::destination_of(&out),
+            super::conntrack::backend(),
+            "{ingress:?}: the session's segment goes on to the pod"
+        );
         let before = counters(&l);
         let (verdict, _) = ingress.run(&l, &syn(CLIENT, 40_001, 8022));
         assert_eq!(verdict, ingress.dropped(), "{ingress:?}: a new login");

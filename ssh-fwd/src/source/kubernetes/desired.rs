@@ -195,11 +195,10 @@ pub fn claims_of(
         let Some(number) = honoured_port(&id, port, policy, &mut out.notes) else {
             continue;
         };
-        let usable = backend(slices, port, &id, &mut out.notes);
-        let (backend, draining) = match usable {
-            Some((backend, draining)) => (Some(backend), draining),
-            None => (None, false),
-        };
+        let (backend, draining) = usable_backend(slices, port, &id, &mut out.notes)
+            .map_or((None, false), |(backend, draining)| {
+                (Some(backend), draining)
+            });
         if backend.is_none() {
             out.notes.push(Note::NoReadyEndpoint {
                 service: id.clone(),
@@ -342,7 +341,7 @@ fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTree
 /// that is terminating but still serving, draining: a pod in its grace
 /// period keeps its open sessions, but takes no new login, since its
 /// address may go to another pod before the slice says it stopped serving.
-fn backend(
+fn usable_backend(
     slices: &[&SliceView],
     port: &PortView,
     service: &str,

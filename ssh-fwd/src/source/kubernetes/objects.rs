@@ -195,6 +195,12 @@ struct WireConditions {
 }
 
 impl WireEndpoint {
+    /// Its IPv4 addresses (an IPv4 slice lists nothing else; anything
+    /// unreadable is skipped).
+    fn ipv4(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
+        self.addresses.iter().filter_map(|a| a.parse().ok())
+    }
+
     /// Ready: an absent `ready` counts as ready (the API's rule).
     fn ready(&self) -> bool {
         self.conditions.as_ref().and_then(|c| c.ready) != Some(false)
@@ -516,14 +522,15 @@ impl WireSlice {
                 Id::from(format!("{ns}/{name}"))
             });
         let endpoints = || self.endpoints.iter().flatten();
-        let addresses = |e: &WireEndpoint| -> Vec<Ipv4Addr> {
-            e.addresses.iter().filter_map(|a| a.parse().ok()).collect()
-        };
-        let ready = exact(endpoints().filter(|e| e.ready()).flat_map(addresses));
+        let ready = exact(
+            endpoints()
+                .filter(|e| e.ready())
+                .flat_map(WireEndpoint::ipv4),
+        );
         let terminating = exact(
             endpoints()
                 .filter(|e| e.serving_terminating())
-                .flat_map(addresses),
+                .flat_map(WireEndpoint::ipv4),
         );
         let slice_ns = self.metadata.namespace.as_deref().unwrap_or("");
         let usable = endpoints().filter(|e| e.ready() || e.serving_terminating());
@@ -534,8 +541,7 @@ impl WireSlice {
                     let ns = t.namespace.as_deref().unwrap_or(slice_ns);
                     Some(Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?)))
                 });
-            (e.addresses.iter().filter_map(|a| a.parse().ok()))
-                .filter_map(move |ip| Some((ip, pod.clone()?)))
+            e.ipv4().filter_map(move |ip| Some((ip, pod.clone()?)))
         }));
         SliceView {
             service,
