@@ -177,8 +177,27 @@ pub const ANNOUNCE_CAPACITY: u32 = 256;
 /// that another node took over. Written by the ingress programs.
 pub const ARP_HEARD: &str = "ARP_HEARD";
 
+/// The IPv6 tables: each holds for IPv6 what the map of the same name
+/// without the `6` holds for IPv4, with the same capacity, except
+/// [`SOURCES6`] and [`SYN_BUCKETS6`], which count a client's /64 (an IPv6
+/// host picks any address of its /64, as a host picks its port), and
+/// [`ALLOWLIST6`], keyed by [`AllowData6`]. [`CONNS6`], [`SOURCES6`] and
+/// [`CONN_STATS6`] are not preallocated: a node without IPv6 traffic pays
+/// nothing for them. The LRUs must be ([`HALF_OPEN6`], [`CLAIMS6`],
+/// [`SYN_BUCKETS6`]).
+pub const FRONTENDS6: &str = "FRONTENDS6";
+pub const REVERSE6: &str = "REVERSE6";
+pub const CONNS6: &str = "CONNS6";
+pub const HALF_OPEN6: &str = "HALF_OPEN6";
+pub const CLAIMS6: &str = "CLAIMS6";
+pub const SOURCES6: &str = "SOURCES6";
+pub const OWNERS6: &str = "OWNERS6";
+pub const ALLOWLIST6: &str = "ALLOWLIST6";
+pub const SYN_BUCKETS6: &str = "SYN_BUCKETS6";
+pub const CONN_STATS6: &str = "CONN_STATS6";
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 25] = [
+pub const ALL_MAPS: [&str; 35] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -204,6 +223,16 @@ pub const ALL_MAPS: [&str; 25] = [
     CONN_STATS,
     ANNOUNCE,
     ARP_HEARD,
+    FRONTENDS6,
+    REVERSE6,
+    CONNS6,
+    HALF_OPEN6,
+    CLAIMS6,
+    SOURCES6,
+    OWNERS6,
+    ALLOWLIST6,
+    SYN_BUCKETS6,
+    CONN_STATS6,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -9,11 +9,12 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        ANNOUNCE_CAPACITY, AgentStatus, AllowData, Announce, AnnounceKey, Bucket, CONN_CAPACITY,
-        CONN_EVENTS_BYTES, Claim, ClaimKey, Conn, ConnKey, ConnStats, Endpoint, Guard,
-        HALF_OPEN_CAPACITY, HalfOpen, HalfOpenKey, Heard, LEGACY_CONN_CAPACITY, LoadedSettings,
+        ANNOUNCE_CAPACITY, Addr6, AgentStatus, AllowData, AllowData6, Announce, AnnounceKey,
+        Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, Claim6, ClaimKey, ClaimKey6, Conn, Conn6,
+        ConnKey, ConnKey6, ConnStats, Endpoint, Endpoint6, Guard, HALF_OPEN_CAPACITY, HalfOpen,
+        HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY, LoadedSettings,
         MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
-        MappingName, NatTarget, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
+        MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
         SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
@@ -161,3 +162,43 @@ pub static ANNOUNCE: HashMap<AnnounceKey, Announce> = HashMap::pinned(ANNOUNCE_C
 /// read by the agent.
 #[map(name = "ARP_HEARD")]
 pub static ARP_HEARD: HashMap<u32, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// The IPv6 tables (`ssh_fwd_common::maps::FRONTENDS6` and the rest): each
+/// the IPv6 twin of the map above of the same name without the `6`.
+#[map(name = "FRONTENDS6")]
+pub static FRONTENDS6: HashMap<Endpoint6, NatTarget6> = HashMap::pinned(MAX_MAPPINGS, 0);
+
+#[map(name = "REVERSE6")]
+pub static REVERSE6: HashMap<Endpoint6, NatTarget6> = HashMap::pinned(MAX_MAPPINGS, 0);
+
+/// Not preallocated: a node without IPv6 connections pays nothing for it.
+#[map(name = "CONNS6")]
+pub static CONNS6: HashMap<ConnKey6, Conn6> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+#[map(name = "HALF_OPEN6")]
+pub static HALF_OPEN6: LruHashMap<HalfOpenKey6, HalfOpen6> =
+    LruHashMap::pinned(HALF_OPEN_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+#[map(name = "CLAIMS6")]
+pub static CLAIMS6: LruHashMap<ClaimKey6, Claim6> =
+    LruHashMap::pinned(HALF_OPEN_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+/// A client's /64 (`ssh_fwd_common::conntrack::trust::source_key6`) -> the
+/// confirmed connections it holds.
+#[map(name = "SOURCES6")]
+pub static SOURCES6: HashMap<u64, u64> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+#[map(name = "OWNERS6")]
+pub static OWNERS6: HashMap<Addr6, Owner> = HashMap::pinned(OWNERS_CAPACITY, 0);
+
+#[map(name = "ALLOWLIST6")]
+pub static ALLOWLIST6: LpmTrie<AllowData6, u8> =
+    LpmTrie::pinned(MAX_MAPPINGS * MAX_ALLOW_PER_MAPPING, 0);
+
+/// A client's /64 -> its bucket for the rate of new connections.
+#[map(name = "SYN_BUCKETS6")]
+pub static SYN_BUCKETS6: LruHashMap<u64, Bucket> =
+    LruHashMap::pinned(SYN_BUCKET_CAPACITY, BPF_F_NO_COMMON_LRU);
+
+#[map(name = "CONN_STATS6")]
+pub static CONN_STATS6: HashMap<ConnKey6, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);

@@ -92,6 +92,12 @@ pub struct NatTarget<A: Addr = u32> {
     pub flags: u32,
 }
 
+/// An IPv6 frontend's or backend's target: the value of
+/// [`FRONTENDS6`](super::FRONTENDS6) and [`REVERSE6`](super::REVERSE6).
+/// Slots are shared with IPv4: a slot indexes the same counters and names
+/// whatever its mapping's family.
+pub type NatTarget6 = NatTarget<Addr6>;
+
 /// Longest mapping name kept in [`MAPPING_NAMES`](super::MAPPING_NAMES), in
 /// bytes.
 pub const MAX_NAME_LEN: usize = 127;
@@ -153,6 +159,7 @@ pub struct Owner {
 const _: () = assert!(size_of::<Endpoint>() == 8);
 const _: () = assert!(size_of::<Endpoint6>() == 24 && align_of::<Endpoint6>() == 4);
 const _: () = assert!(size_of::<NatTarget>() == 16);
+const _: () = assert!(size_of::<NatTarget6>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
 const _: () = assert!(size_of::<HairpinSock>() == 16);
 const _: () = assert!(size_of::<Owner>() == 8);
@@ -168,6 +175,8 @@ mod pod {
     unsafe impl aya::Pod for Endpoint6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for NatTarget {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for NatTarget6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for MappingName {}
     // SAFETY: as above.

@@ -2,7 +2,7 @@
 //! a ring buffer the agent drains, and the per-connection byte counts of
 //! [`CONN_STATS`](super::CONN_STATS) a closed connection's record reports.
 
-use super::Endpoint;
+use super::{Endpoint, Endpoint6};
 
 /// Why a [`ConnEvent`] was written.
 #[repr(u8)]
@@ -86,16 +86,18 @@ pub struct ConnStats {
 }
 
 /// One record of [`CONN_EVENTS`](super::CONN_EVENTS). Times are
-/// `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE).
+/// `bpf_ktime_get_coarse_ns` (CLOCK_MONOTONIC_COARSE). IPv4 by default,
+/// [`ConnEvent6`] for IPv6; the two share the ring buffer, told apart by
+/// their lengths.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ConnEvent {
+pub struct ConnEvent<E = Endpoint> {
     pub time_ns: u64,
-    pub client: Endpoint,
-    pub frontend: Endpoint,
+    pub client: E,
+    pub frontend: E,
     /// The backend the frontend maps to (for a refused SYN, the one it
     /// would have reached).
-    pub backend: Endpoint,
+    pub backend: E,
     /// The mapping's slot.
     pub slot: u32,
     /// An [`EventKind`].
@@ -110,7 +112,10 @@ pub struct ConnEvent {
     pub stats: ConnStats,
 }
 
-impl ConnEvent {
+/// A record of an IPv6 connection.
+pub type ConnEvent6 = ConnEvent<Endpoint6>;
+
+impl<E> ConnEvent<E> {
     pub const fn kind(&self) -> Option<EventKind> {
         EventKind::from_u8(self.kind)
     }
@@ -131,6 +136,7 @@ pub struct RecordBudget {
 
 const _: () = assert!(size_of::<ConnStats>() == 32);
 const _: () = assert!(size_of::<ConnEvent>() == 80);
+const _: () = assert!(size_of::<ConnEvent6>() == 128);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -140,4 +146,6 @@ mod pod {
     unsafe impl aya::Pod for ConnStats {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ConnEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for ConnEvent6 {}
 }

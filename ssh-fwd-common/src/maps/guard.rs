@@ -2,7 +2,9 @@
 //! values of [`ALLOWLIST`](super::ALLOWLIST), [`GUARDS`](super::GUARDS) and
 //! [`SYN_BUCKETS`](super::SYN_BUCKETS). See `docs/guard.md`.
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use super::Addr6;
 
 /// The part of an [`ALLOWLIST`](super::ALLOWLIST) key the trie matches
 /// by prefix: the mapping's slot, then the client address, both in
@@ -50,6 +52,52 @@ impl AllowData {
     pub const fn ip(&self) -> Ipv4Addr {
         let [a, b, c, d] = self.addr.to_ne_bytes();
         Ipv4Addr::new(a, b, c, d)
+    }
+}
+
+/// The part of an [`ALLOWLIST6`](super::ALLOWLIST6) key the trie matches
+/// by prefix, as [`AllowData`] for IPv6: the slot, big-endian, then the
+/// client address in wire order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AllowData6 {
+    /// The slot, big-endian.
+    pub slot: u32,
+    pub addr: Addr6,
+}
+
+impl AllowData6 {
+    /// A key's prefix length when it holds a full address (a lookup).
+    pub const FULL: u32 = AllowData::SLOT_BITS + 128;
+
+    /// `addr` (wire order, as the packet holds it) in `slot`.
+    pub const fn new(slot: u32, addr: Addr6) -> Self {
+        Self {
+            slot: slot.to_be(),
+            addr,
+        }
+    }
+
+    /// The range `ip/prefix` of `slot`, with the bits past the prefix zero,
+    /// and its prefix length in the trie.
+    pub const fn range(slot: u32, ip: Ipv6Addr, prefix: u8) -> (u32, Self) {
+        let prefix = if prefix > 128 { 128 } else { prefix };
+        let mask = if prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - prefix as u32)
+        };
+        let bits = u128::from_be_bytes(ip.octets()) & mask;
+        let addr = Addr6::from_octets(bits.to_be_bytes());
+        (AllowData::SLOT_BITS + prefix as u32, Self::new(slot, addr))
+    }
+
+    pub const fn slot(&self) -> u32 {
+        u32::from_be(self.slot)
+    }
+
+    pub const fn ip(&self) -> Ipv6Addr {
+        self.addr.ip()
     }
 }
 
@@ -105,6 +153,7 @@ pub struct Bucket {
 }
 
 const _: () = assert!(size_of::<AllowData>() == 8);
+const _: () = assert!(size_of::<AllowData6>() == 20);
 const _: () = assert!(size_of::<Guard>() == 16);
 const _: () = assert!(size_of::<Bucket>() == 8);
 
@@ -114,6 +163,8 @@ mod pod {
     // SAFETY: #[repr(C)] structs of integers only, no padding (checked by
     // the size assertions): every bit pattern is valid.
     unsafe impl aya::Pod for AllowData {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AllowData6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Guard {}
     // SAFETY: as above.
@@ -132,6 +183,21 @@ mod tests {
         assert_eq!(data.ip(), Ipv4Addr::new(10, 1, 0, 0));
         let (len, data) = AllowData::range(7, Ipv4Addr::new(10, 1, 2, 3), 0);
         assert_eq!((len, data.ip()), (32, Ipv4Addr::UNSPECIFIED));
+    }
+
+    #[test]
+    fn an_ipv6_range_keeps_only_its_prefix_bits() {
+        let ip: Ipv6Addr = "2001:db8:aaaa:bbbb:1:2:3:4".parse().unwrap();
+        let (len, data) = AllowData6::range(7, ip, 48);
+        assert_eq!(len, 80);
+        assert_eq!(data.slot(), 7);
+        assert_eq!(data.ip(), "2001:db8:aaaa::".parse::<Ipv6Addr>().unwrap());
+        let (len, data) = AllowData6::range(7, ip, 0);
+        assert_eq!((len, data.ip()), (32, Ipv6Addr::UNSPECIFIED));
+        let (len, data) = AllowData6::range(7, ip, 128);
+        assert_eq!((len, data.ip()), (160, ip));
+        // The lookup key of the address itself, as the programs build it.
+        assert_eq!(AllowData6::new(7, Addr6::new(ip)), data);
     }
 
     #[test]

@@ -10,10 +10,11 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
-        ALLOWLIST, CLAIMS, CONN_CAPACITY, CONN_STATS, CONNS, CONNS_PER_SOURCE, FRONTENDS, GUARDS,
-        HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_DENY_RESET, LOADED_NO_REDIRECT, LoadedSettings,
-        MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE,
-        SOURCES, SYN_BUCKET_CAPACITY, SYN_BUCKETS,
+        ALLOWLIST, ALLOWLIST6, CLAIMS, CLAIMS6, CONN_CAPACITY, CONN_STATS, CONN_STATS6, CONNS,
+        CONNS_PER_SOURCE, CONNS6, FRONTENDS, FRONTENDS6, GUARDS, HALF_OPEN, HALF_OPEN_CAPACITY,
+        HALF_OPEN6, LOADED_DENY_RESET, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS,
+        MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, REVERSE6,
+        SOURCES, SOURCES6, SYN_BUCKET_CAPACITY, SYN_BUCKETS, SYN_BUCKETS6,
     },
 };
 
@@ -191,6 +192,19 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
             settings.max_mappings.saturating_mul(MAX_ALLOW_PER_MAPPING),
         )
         .map_max_entries(SYN_BUCKETS, settings.syn_bucket_table_size)
+        // Each IPv6 table is sized as its IPv4 twin.
+        .map_max_entries(FRONTENDS6, settings.max_mappings)
+        .map_max_entries(REVERSE6, settings.max_mappings)
+        .map_max_entries(CONNS6, settings.conn_table_size)
+        .map_max_entries(SOURCES6, settings.conn_table_size)
+        .map_max_entries(CONN_STATS6, settings.conn_table_size)
+        .map_max_entries(HALF_OPEN6, settings.half_open_table_size)
+        .map_max_entries(CLAIMS6, settings.half_open_table_size)
+        .map_max_entries(
+            ALLOWLIST6,
+            settings.max_mappings.saturating_mul(MAX_ALLOW_PER_MAPPING),
+        )
+        .map_max_entries(SYN_BUCKETS6, settings.syn_bucket_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
         .override_global("NO_REDIRECT", &no_redirect, true)
         .override_global("DENY_RESET", &deny_reset, true)
