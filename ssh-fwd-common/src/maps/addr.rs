@@ -85,6 +85,11 @@ mod sealed {
 
 const _: () = assert!(size_of::<Addr6>() == 16 && align_of::<Addr6>() == 4);
 
+// SAFETY: #[repr(C)] around four u32s, no padding (asserted above): every
+// bit pattern is valid.
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for Addr6 {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
