@@ -15,6 +15,7 @@
 use crate::{
     csum,
     maps::{Addr6, Endpoint6},
+    outcome::Outcome,
     packet::{
         ETH_HLEN, ETH_TYPE_OFF, Side, TCP_ACK_OFF, TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_DPORT_OFF,
         TCP_FLAGS_OFF, TCP_MIN_LEN, TCP_SEQ_OFF, TCP_SPORT_OFF,
@@ -97,6 +98,56 @@ pub const fn pseudo_header_sum(
     sum
 }
 
+/// The pseudo-header sum of a TCP segment of `len` bytes from `src` to
+/// `dst`, folded: what a checksum still to be completed holds, and the
+/// seed of a full check. Summed from the addresses' raw words, as the
+/// kernel programs hold them (a 32-bit word's two halves add up to the
+/// same one's complement sum as the two 16-bit words).
+#[inline(always)]
+pub const fn pseudo_seed6(src: Addr6, dst: Addr6, len: u16) -> u16 {
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < 4 {
+        sum += src.0[i] as u64 + dst.0[i] as u64;
+        i += 1;
+    }
+    sum += u16::from_ne_bytes([0, NEXTHDR_TCP]) as u64;
+    sum += u16::from_ne_bytes(len.to_be_bytes()) as u64;
+    csum::fold64(sum)
+}
+
+/// The raw (next header, hop limit) word after a router's hop limit
+/// decrement, or `None` if the hop limit expires here: such a packet goes
+/// to the stack, which answers with ICMPv6 time exceeded. The IPv6 twin of
+/// [`forwarded_ttl_word`](crate::packet::forwarded_ttl_word), whose TTL is
+/// the word's first byte where the hop limit is its second.
+#[inline(always)]
+pub const fn forwarded_hop_word(word_raw: u16) -> Option<u16> {
+    let [next_header, hop_limit] = word_raw.to_ne_bytes();
+    if hop_limit <= 1 {
+        None
+    } else {
+        Some(u16::from_ne_bytes([next_header, hop_limit - 1]))
+    }
+}
+
+/// The counter an IPv6 packet passed untouched for `reason` is counted
+/// under.
+pub const fn pass_outcome(reason: PassReason) -> Outcome {
+    match reason {
+        PassReason::NotIpv6 => Outcome::PassNotIp,
+        PassReason::NotTcp => Outcome::PassNotTcp,
+        PassReason::Fragment => Outcome::PassFragment,
+        PassReason::Authenticated
+        | PassReason::Encrypted
+        | PassReason::NoNextHeader
+        | PassReason::NotFinalDestination
+        | PassReason::TooManyExtensions
+        | PassReason::ExtensionsTooLong => Outcome::PassIpv6Extensions,
+        PassReason::Truncated | PassReason::Malformed => Outcome::Malformed,
+    }
+}
+
 /// The one's complement difference `new - old` for a 128-bit address, ready
 /// for [`csum::apply`]: the eight 16-bit word differences, taken as four
 /// [`csum::diff32`]s. At most 16 * 0xffff, so port differences and a second
@@ -113,6 +164,21 @@ pub const fn address_diff(old: [u8; IPV6_ADDR_LEN], new: [u8; IPV6_ADDR_LEN]) ->
         i += 4;
     }
     diff
+}
+
+/// [`address_diff`] from the addresses' raw words, as the kernel programs
+/// hold them, folded to 32 bits with the end-around carry: a checksum
+/// difference the kernel's helpers take as a `__wsum`.
+#[inline(always)]
+pub const fn words_diff(old: Addr6, new: Addr6) -> u32 {
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < 4 {
+        sum += csum::diff32(old.0[i], new.0[i]) as u64;
+        i += 1;
+    }
+    let sum = (sum & 0xffff_ffff) + (sum >> 32);
+    ((sum & 0xffff_ffff) + (sum >> 32)) as u32
 }
 
 /// Where the transport header of an IPv6 packet in a frame starts, and how

@@ -11,11 +11,12 @@ pub enum Outcome {
     Dnat = 0,
     /// Egress or pod interface: source rewritten back to the frontend.
     ReverseNat = 1,
-    /// Not IPv4 (IPv6, ARP, VLAN-tagged...): passed untouched.
-    PassNotIpv4 = 2,
-    /// IPv4 but neither TCP nor an ICMP error: passed untouched.
+    /// Neither IPv4 nor IPv6 (ARP, VLAN-tagged...): passed untouched.
+    PassNotIp = 2,
+    /// IP but neither TCP nor an ICMP error: passed untouched.
     PassNotTcp = 3,
-    /// IPv4 fragment: passed untouched (ports are only in the first one).
+    /// A fragment, IPv4 or IPv6 (the first one and atomic ones too for
+    /// IPv6): passed untouched (ports are only in the first one).
     PassFragment = 4,
     /// Ingress TCP to an address/port that is not a frontend.
     PassNoFrontend = 5,
@@ -191,6 +192,12 @@ pub enum Outcome {
     /// that still serves its open connections): dropped before anything
     /// was written.
     Draining = 57,
+    /// IPv6 whose extension headers the programs do not walk to the
+    /// transport header: an Authentication Header or ESP (a rewrite would
+    /// break them), a Routing header with segments left (the destination
+    /// is a waypoint), No Next Header, more than four extension headers
+    /// or more than 256 bytes of them. Passed untouched.
+    PassIpv6Extensions = 58,
 }
 
 /// How an operator should read an outcome's counter.
@@ -237,12 +244,12 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 58;
+    pub const COUNT: u32 = 59;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
         Self::ReverseNat,
-        Self::PassNotIpv4,
+        Self::PassNotIp,
         Self::PassNotTcp,
         Self::PassFragment,
         Self::PassNoFrontend,
@@ -298,6 +305,7 @@ impl Outcome {
         Self::ArpFailed,
         Self::HandshakeAnswered,
         Self::Draining,
+        Self::PassIpv6Extensions,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -323,9 +331,10 @@ impl Outcome {
             | Self::LegacyReply
             | Self::BigTcp
             | Self::ArpAnswered => Class::Forwarded,
-            Self::PassNotIpv4
+            Self::PassNotIp
             | Self::PassNotTcp
             | Self::PassFragment
+            | Self::PassIpv6Extensions
             | Self::PassNoFrontend
             | Self::PassNoBackend
             | Self::ReplyUntracked
@@ -378,7 +387,7 @@ impl Outcome {
         match self {
             Self::Dnat => "dnat",
             Self::ReverseNat => "reverse_nat",
-            Self::PassNotIpv4 => "not_ipv4",
+            Self::PassNotIp => "not_ip",
             Self::PassNotTcp => "not_tcp",
             Self::PassFragment => "fragment",
             Self::PassNoFrontend => "not_to_a_frontend",
@@ -434,6 +443,7 @@ impl Outcome {
             Self::ArpHeard => "arp_heard",
             Self::ArpFailed => "arp_failed",
             Self::HandshakeAnswered => "handshake_answered",
+            Self::PassIpv6Extensions => "ipv6_extensions",
         }
     }
 }

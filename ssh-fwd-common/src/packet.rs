@@ -90,7 +90,7 @@ pub fn classify(frame: &[u8]) -> Result<TcpFrame, Outcome> {
     }
     let ether_type = u16::from_be_bytes([frame[ETH_TYPE_OFF], frame[ETH_TYPE_OFF + 1]]);
     if ether_type != ETH_P_IP {
-        return Err(Outcome::PassNotIpv4);
+        return Err(Outcome::PassNotIp);
     }
     let ip = &frame[ETH_HLEN..];
     if ip.len() < IPV4_MIN_LEN {

@@ -83,7 +83,7 @@ fn see<P: Packet>(p: &P) -> Option<Seen> {
     if u16::from_be_bytes(ether_type) != ETH_P_ARP {
         return None;
     }
-    let not_ours = Some(Seen::Pass(Outcome::PassNotIpv4));
+    let not_ours = Some(Seen::Pass(Outcome::PassNotIp));
     let Some(mut frame) = read::<P, ARP_FRAME_LEN>(p, 0) else {
         return not_ours;
     };

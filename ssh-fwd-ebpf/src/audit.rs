@@ -9,7 +9,10 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     audit::take,
-    maps::{CONN_EVENTS_BYTES, Conn, ConnEvent, ConnKey, ConnStats, Ended, EventKind, NatTarget},
+    maps::{
+        CONN_EVENTS_BYTES, Conn, ConnEvent, ConnKey, ConnStats, Ended, Endpoint, EventKind,
+        NatTarget,
+    },
     outcome::Outcome,
 };
 
@@ -17,7 +20,8 @@ use crate::{
     atomic::add_u64,
     config::{log_accepted, log_all, refused_records},
     counters::{Direction, count},
-    maps::{AUDIT_BUDGET, CONN_EVENTS, CONN_STATS},
+    family::Family,
+    maps::{AUDIT_BUDGET, CONN_EVENTS},
     packet::Headers,
 };
 
@@ -28,8 +32,8 @@ use crate::{
 const WAKE_AT: u64 = CONN_EVENTS_BYTES as u64 / 4;
 
 #[inline(always)]
-fn emit(event: ConnEvent) {
-    match CONN_EVENTS.reserve::<ConnEvent>(0) {
+fn emit<E: Copy + 'static>(event: ConnEvent<E>) {
+    match CONN_EVENTS.reserve::<ConnEvent<E>>(0) {
         Some(mut entry) => {
             entry.write(event);
             let wake = if CONN_EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKE_AT {
@@ -52,7 +56,7 @@ fn now() -> u64 {
 /// A SYN to `h.destination` (mapped by `target`) refused for `kind`,
 /// within this CPU's budget of such records.
 #[inline(always)]
-pub fn refused(h: &Headers, target: &NatTarget, kind: EventKind) {
+pub fn refused<A: Family>(h: &Headers<A>, target: &NatTarget<A>, kind: EventKind) {
     if !log_all() {
         return;
     }
@@ -80,11 +84,11 @@ pub fn refused(h: &Headers, target: &NatTarget, kind: EventKind) {
 
 /// The server confirmed `conn`: logged, and its traffic counted from now.
 #[inline(always)]
-pub fn accepted(key: &ConnKey, conn: &Conn) {
+pub fn accepted<A: Family>(key: &ConnKey<A>, conn: &Conn<Endpoint<A>>) {
     if log_all() {
         // A 4-tuple reused after its close starts from zero: the closed
         // connection's record took its counts.
-        let _ = CONN_STATS.insert(key, ConnStats::default(), BPF_NOEXIST as u64);
+        let _ = A::conn_stats().insert(key, ConnStats::default(), BPF_NOEXIST as u64);
     }
     if !log_accepted() {
         return;
@@ -106,13 +110,15 @@ pub fn accepted(key: &ConnKey, conn: &Conn) {
 /// `conn` left the table for `ended`: logged with its traffic, which is
 /// forgotten.
 #[inline(always)]
-pub fn closed(key: &ConnKey, conn: &Conn, ended: Ended) {
+pub fn closed<A: Family>(key: &ConnKey<A>, conn: &Conn<Endpoint<A>>, ended: Ended) {
     if !log_all() {
         return;
     }
     // SAFETY: copied out at once.
-    let stats = unsafe { CONN_STATS.get(key) }.copied().unwrap_or_default();
-    let _ = CONN_STATS.remove(key);
+    let stats = unsafe { A::conn_stats().get(key) }
+        .copied()
+        .unwrap_or_default();
+    let _ = A::conn_stats().remove(key);
     emit(ConnEvent {
         time_ns: now(),
         client: key.client(),
@@ -130,11 +136,11 @@ pub fn closed(key: &ConnKey, conn: &Conn, ended: Ended) {
 /// Counts a packet of `bytes` of the connection `key` going `direction`,
 /// with `--conn-log all`.
 #[inline(always)]
-pub fn traffic(key: &ConnKey, direction: Direction, bytes: u64) {
+pub fn traffic<A: Family>(key: &ConnKey<A>, direction: Direction, bytes: u64) {
     if !log_all() {
         return;
     }
-    let Some(stats) = CONN_STATS.get_ptr_mut(key) else {
+    let Some(stats) = A::conn_stats().get_ptr_mut(key) else {
         return;
     };
     let (packets, total) = match direction {

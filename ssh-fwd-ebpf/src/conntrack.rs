@@ -26,6 +26,7 @@ use ssh_fwd_common::{
 
 use crate::{
     atomic::{Bpf, add_u64},
+    audit,
     config::{confirm_timeout_ns, conns_per_source, cross_node_plain},
     counters::{ConnCounter, Direction, count, count_conns},
     family::Family,
@@ -80,6 +81,21 @@ fn copy_out<T: Copy>(ptr: Option<*mut T>, slot: &mut MaybeUninit<T>) -> Option<&
     })
 }
 
+/// Where an entry of `A`'s connection table is copied: `stack`, or for a
+/// family whose copies go to a map ([`Family::COPY_IN_MAP`]) that map's
+/// place, and `stack` goes unused (and takes no room). `None` only if the
+/// map had no place, which a per-CPU array of one always has.
+#[inline(always)]
+fn conn_place<A: Family>(
+    stack: &mut MaybeUninit<ConnOf<A>>,
+) -> Option<&mut MaybeUninit<ConnOf<A>>> {
+    if A::COPY_IN_MAP {
+        A::conn_copy()
+    } else {
+        Some(stack)
+    }
+}
+
 /// Writes into the entry of `key` at `ptr` what `next` changed of `read`,
 /// the copy the decision was made on (see
 /// `ssh_fwd_common::conntrack::store`). A write that closes the connection
@@ -107,7 +123,7 @@ fn remove_reset<A: Family>(key: &ConnKey<A>, read: Option<&ConnOf<A>>) {
     if A::conns().remove(key).is_ok() {
         count(Outcome::ConnReset);
         if let Some(c) = read {
-            A::log_closed(key, c, Ended::Reset);
+            audit::closed::<A>(key, c, Ended::Reset);
         }
         if !read.is_some_and(closing) {
             sources_add(key.client_addr, u64::MAX);
@@ -147,7 +163,10 @@ pub fn request<P: Checked, A: Family>(
     let key = ConnKey::new(h.source, backend);
     let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
-    let conn = copy_out(conn_ptr, &mut conn_slot);
+    let conn = copy_out(
+        conn_ptr,
+        conn_place::<A>(&mut conn_slot).ok_or(Outcome::RewriteError)?,
+    );
     let decision = conntrack::on_request(&h.seg, frontend, conn, || is_local(backend));
     let opened = Opened {
         frontend,
@@ -156,7 +175,7 @@ pub fn request<P: Checked, A: Family>(
     };
     apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
     if conn.is_some() {
-        A::log_traffic(&key, Direction::ToBackend, frame_len(h));
+        audit::traffic::<A>(&key, Direction::ToBackend, frame_len(h));
     }
     Ok(())
 }
@@ -193,7 +212,10 @@ pub fn to_backend<P: Checked, A: Family>(
     let key = ConnKey::new(client, backend);
     let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
-    let conn = copy_out(conn_ptr, &mut conn_slot);
+    let conn = copy_out(
+        conn_ptr,
+        conn_place::<A>(&mut conn_slot).ok_or(Outcome::RewriteError)?,
+    );
     let opened = if seg.is_syn() {
         // A SYN without the option: in-cluster, never tracked.
         let Some(frontend) = option else {
@@ -230,7 +252,7 @@ pub fn to_backend<P: Checked, A: Family>(
     let decision = conntrack::on_request(seg, opened.frontend, conn, || true);
     apply_request(p, h, &key, decision, &opened, conn_ptr, conn)?;
     if conn.is_some() {
-        A::log_traffic(&key, Direction::ToBackend, frame_len(h));
+        audit::traffic::<A>(&key, Direction::ToBackend, frame_len(h));
     }
     Ok(())
 }
@@ -473,19 +495,25 @@ pub fn reply<A: Family>(
     let key = ConnKey::new(client, backend);
     let conn_ptr = A::conns().get_ptr_mut(key);
     let mut conn_slot = MaybeUninit::uninit();
-    let conn = copy_out(conn_ptr, &mut conn_slot);
+    let conn = copy_out(
+        conn_ptr,
+        conn_place::<A>(&mut conn_slot).ok_or(Outcome::RewriteError)?,
+    );
     let (read_half, read_claim) = reply_reads(seg, conn);
-    let claim_key = ClaimKey::new(key, seg.seq);
-    let mut claim_slot = MaybeUninit::uninit();
+    // The claim and the half-open entry are read in place, not copied:
+    // nothing writes into them, they are only inserted whole and removed,
+    // so what a reference reads stays as it was for this run.
+    // Their keys are built again where they are needed: one kept from here
+    // to there would hold stack room the IPv6 path has not got.
     let claim = if read_claim {
-        copy_out(A::claims().get_ptr_mut(claim_key), &mut claim_slot)
+        // SAFETY: a reference into the map's value, valid for this run.
+        unsafe { A::claims().get(ClaimKey::new(key, seg.seq)) }
     } else {
         None
     };
-    let half_key = HalfOpenKey::new(key, reply_isn(seg));
-    let mut half_slot = MaybeUninit::uninit();
     let half = if read_half || (claim.is_none() && answers_handshake(seg, conn)) {
-        copy_out(A::half_open().get_ptr_mut(half_key), &mut half_slot)
+        // SAFETY: as above.
+        unsafe { A::half_open().get(HalfOpenKey::new(key, reply_isn(seg))) }
     } else {
         None
     };
@@ -499,7 +527,7 @@ pub fn reply<A: Family>(
                 update,
             } => {
                 write_back(&key, conn_ptr, conn, update);
-                A::log_traffic(&key, Direction::ToClient, frame_len);
+                audit::traffic::<A>(&key, Direction::ToClient, frame_len);
                 Some(Restore::to(frontend, slot))
             }
             OnReply::Reset { frontend, slot } => {
@@ -524,13 +552,16 @@ pub fn reply<A: Family>(
                 Some(Restore::to(frontend, slot))
             }
             OnReply::Refuse { frontend, slot } => {
-                if A::half_open().remove(half_key).is_ok() {
+                if A::half_open()
+                    .remove(HalfOpenKey::new(key, reply_isn(seg)))
+                    .is_ok()
+                {
                     count(Outcome::HalfOpenRefused);
                 }
                 Some(Restore::to(frontend, slot))
             }
             OnReply::ClaimReset { frontend, slot } => {
-                let _ = A::claims().remove(claim_key);
+                let _ = A::claims().remove(ClaimKey::new(key, seg.seq));
                 count(Outcome::ClaimReset);
                 Some(Restore::to(frontend, slot))
             }
@@ -539,7 +570,7 @@ pub fn reply<A: Family>(
                 replacing,
             } => {
                 let replaced = if replacing { conn } else { None };
-                confirm(&key, &claim_key, &confirmed, replaced, frame_len)?;
+                confirm(&key, seg.seq, &confirmed, replaced, frame_len)?;
                 Some(Restore::to(confirmed.frontend, confirmed.slot))
             }
         },
@@ -554,7 +585,7 @@ pub fn reply<A: Family>(
 #[inline(always)]
 fn confirm<A: Family>(
     key: &ConnKey<A>,
-    claim_key: &ClaimKey<A>,
+    claimed_seq: u32,
     conn: &ConnOf<A>,
     replaced: Option<&ConnOf<A>>,
     frame_len: u64,
@@ -597,16 +628,16 @@ fn confirm<A: Family>(
                 sources_add_at::<A>(source, held_ptr, 1);
             }
             if let Some(old) = replaced {
-                A::log_closed(key, old, Ended::Reused);
+                audit::closed::<A>(key, old, Ended::Reused);
             }
-            A::log_accepted(key, conn);
-            A::log_traffic(key, Direction::ToClient, frame_len);
+            audit::accepted::<A>(key, conn);
+            audit::traffic::<A>(key, Direction::ToClient, frame_len);
         }
         // Another CPU confirmed it a moment ago.
         Err(e) if e == -EEXIST => {}
         Err(_) => return Err(Outcome::ConnTableFull),
     }
-    let _ = A::claims().remove(claim_key);
+    let _ = A::claims().remove(ClaimKey::new(*key, claimed_seq));
     Ok(())
 }
 

@@ -14,6 +14,7 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     conntrack::trust::{Ownership, ownership},
     ipopt::{Carried, PLAIN_LEN, SEALED_LEN, tag},
+    ipv6::ETH_P_IPV6,
     maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
     outcome::Outcome,
 };
@@ -22,18 +23,41 @@ use crate::{
     config::{cross_node_key, cross_node_plain},
     conntrack,
     counters::{Direction, count, count_mapping},
+    family::Family,
     forward::iface_flags,
     icmp::{self, Out},
     ipopt::{self, NotAdded},
-    maps::{OWNERS, REVERSE},
     mss,
-    packet::{Headers, Transport},
-    skb::{Field, parse, rewrite},
+    packet::{Headers, Transport, ethertype},
+    skb::{Field, Rewrite, parse, parse6},
 };
 
 #[classifier]
 pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
-    let h = match parse(&ctx) {
+    if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        return egress6(&ctx);
+    }
+    egress4(&ctx)
+}
+
+/// IPv6, in a function of its own: a BPF-to-BPF call with its own stack
+/// frame, which the IPv4 path's does not have to make room for.
+#[inline(never)]
+fn egress6(ctx: &TcContext) -> i32 {
+    let outcome = match parse6(ctx) {
+        Ok(h) if h.transport == Transport::Tcp => {
+            reverse_nat(ctx, &h).unwrap_or(Outcome::PassNoBackend)
+        }
+        Ok(_) => Outcome::PassNotTcp,
+        Err(outcome) => outcome,
+    };
+    count(outcome);
+    action(outcome)
+}
+
+#[inline(never)]
+fn egress4(ctx: &TcContext) -> i32 {
+    let h = match parse(ctx) {
         Ok(h) => h,
         Err(outcome) => {
             count(outcome);
@@ -41,7 +65,7 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
         }
     };
     match h.transport {
-        Transport::Icmp => match icmp::outbound(&ctx, h.ip_len) {
+        Transport::Icmp => match icmp::outbound(ctx, h.ip_len) {
             Out::Drop => TC_ACT_SHOT,
             Out::Translated => TC_ACT_UNSPEC,
             Out::NotOurs => {
@@ -50,69 +74,32 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
             }
         },
         Transport::Tcp => {
-            let outcome = tcp(&ctx, &h);
+            let outcome = tcp(ctx, &h);
             count(outcome);
-            match outcome {
-                Outcome::RewriteError
-                | Outcome::SpoofedReply
-                | Outcome::ConnTableFull
-                | Outcome::SourceLimited
-                | Outcome::OptionNoRoom => TC_ACT_SHOT,
-                _ => TC_ACT_UNSPEC,
-            }
+            action(outcome)
         }
+    }
+}
+
+/// The tc action for a TCP segment counted as `outcome`.
+#[inline(always)]
+fn action(outcome: Outcome) -> i32 {
+    match outcome {
+        Outcome::RewriteError
+        | Outcome::SpoofedReply
+        | Outcome::ConnTableFull
+        | Outcome::SourceLimited
+        | Outcome::OptionNoRoom => TC_ACT_SHOT,
+        _ => TC_ACT_UNSPEC,
     }
 }
 
 #[inline(always)]
 fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
-    let (source, destination, seg) = (h.source, h.destination, &h.seg);
-    // SAFETY: copied out immediately.
-    if let Some(primary) = unsafe { REVERSE.get(source) }.copied() {
-        // Only a reply the pod itself sent may move state: it entered the
-        // node by the pod's own interface.
-        // SAFETY: the context pointer is the live skb of this program run.
-        let arrived = unsafe { (*ctx.skb.skb).ingress_ifindex };
-        // SAFETY: copied out immediately.
-        let owner = unsafe { OWNERS.get(source.addr) }.copied();
-        let trusted = match ownership(owner.as_ref(), arrived) {
-            Ownership::Owned => true,
-            Ownership::Spoofed => return Outcome::SpoofedReply,
-            Ownership::Unknown => {
-                if !from_outside(ctx) {
-                    count(Outcome::ReplyNoOwner);
-                }
-                false
-            }
-        };
-        let tracked = if trusted {
-            match conntrack::reply(source, destination, seg, ctx.len() as u64) {
-                Ok(tracked) => tracked,
-                Err(outcome) => return outcome,
-            }
-        } else {
-            None
-        };
-        let Some(restore) = tracked.or_else(|| {
-            if on_external(ctx) {
-                conntrack::restore_untracked(source, destination, &primary, seg, trusted)
-            } else {
-                None
-            }
-        }) else {
-            return Outcome::ReplyUntracked;
-        };
-        if rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err()
-            || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
-        {
-            return Outcome::RewriteError;
-        }
-        if h.big {
-            count(Outcome::BigTcp);
-        }
-        count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
-        return Outcome::ReverseNat;
+    if let Some(outcome) = reverse_nat(ctx, h) {
+        return outcome;
     }
+    let (source, destination, seg) = (h.source, h.destination, &h.seg);
     // A SYN this node translated, leaving for the backend's node: it came
     // in from outside, and it is the SYN that opened the half-open entry.
     // A pod's own SYN to another pod never qualifies, whatever spoofed
@@ -121,7 +108,7 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
         && !cross_node_plain()
         && from_outside(ctx)
         // SAFETY: only tested for presence.
-        && unsafe { REVERSE.get(destination) }.is_some()
+        && unsafe { u32::reverse().get(destination) }.is_some()
         && let Some(frontend) = conntrack::translated_syn(source, destination, seg)
     {
         let option = match cross_node_key() {
@@ -146,6 +133,58 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
         };
     }
     Outcome::PassNoBackend
+}
+
+/// A segment from a backend: its reverse NAT, counted as the outcome
+/// returned; `None` if its source is no backend.
+#[inline(always)]
+fn reverse_nat<A: Family + Rewrite>(ctx: &TcContext, h: &Headers<A>) -> Option<Outcome> {
+    let (source, destination, seg) = (h.source, h.destination, &h.seg);
+    // SAFETY: copied out immediately.
+    let primary = unsafe { A::reverse().get(source) }.copied()?;
+    // Only a reply the pod itself sent may move state: it entered the
+    // node by the pod's own interface.
+    // SAFETY: the context pointer is the live skb of this program run.
+    let arrived = unsafe { (*ctx.skb.skb).ingress_ifindex };
+    // SAFETY: copied out immediately.
+    let owner = unsafe { A::owners().get(source.addr) }.copied();
+    let trusted = match ownership(owner.as_ref(), arrived) {
+        Ownership::Owned => true,
+        Ownership::Spoofed => return Some(Outcome::SpoofedReply),
+        Ownership::Unknown => {
+            if !from_outside(ctx) {
+                count(Outcome::ReplyNoOwner);
+            }
+            false
+        }
+    };
+    let tracked = if trusted {
+        match conntrack::reply(source, destination, seg, ctx.len() as u64) {
+            Ok(tracked) => tracked,
+            Err(outcome) => return Some(outcome),
+        }
+    } else {
+        None
+    };
+    let Some(restore) = tracked.or_else(|| {
+        if on_external(ctx) {
+            conntrack::restore_untracked(source, destination, &primary, seg, trusted)
+        } else {
+            None
+        }
+    }) else {
+        return Some(Outcome::ReplyUntracked);
+    };
+    if A::rewrite(ctx, h.l4(), Field::Source, source, restore.frontend).is_err()
+        || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
+    {
+        return Some(Outcome::RewriteError);
+    }
+    if h.big {
+        count(Outcome::BigTcp);
+    }
+    count_mapping(restore.slot, Direction::ToClient, ctx.len() as u64);
+    Some(Outcome::ReverseNat)
 }
 
 /// Whether the packet leaves through an external interface (`--iface`).

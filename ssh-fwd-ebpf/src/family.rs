@@ -1,38 +1,59 @@
 //! What connection tracking needs of an address family besides the pure
-//! decisions, which are generic already: its tables, the key its clients'
-//! quota is counted under, the checks a client segment passes before it
-//! writes, and the connection log. `crate::conntrack` is written once over
-//! [`Family`].
+//! decisions, which are generic already: its tables, the key its clients
+//! are counted under (quota and rate), and the checks a client segment
+//! passes before it writes. `crate::conntrack`, `crate::guard` and
+//! `crate::audit` are written once over [`Family`].
 
-use aya_ebpf::maps::{HashMap, LruHashMap};
-use ssh_fwd_common::maps::{
-    Addr, Claim, ClaimKey, Conn, ConnKey, Ended, Endpoint, HalfOpen, HalfOpenKey, NatTarget, Owner,
+use core::mem::MaybeUninit;
+
+use aya_ebpf::maps::{HashMap, LruHashMap, lpm_trie::Key};
+use ssh_fwd_common::{
+    conntrack::trust::source_key6,
+    maps::{
+        Addr, Addr6, AllowData, AllowData6, Bucket, Claim, ClaimKey, Conn, ConnKey, ConnStats,
+        Endpoint, HalfOpen, HalfOpenKey, NatTarget, Owner,
+    },
 };
 
 use crate::{
-    audit,
-    counters::Direction,
-    maps::{CLAIMS, CONNS, FRONTENDS, HALF_OPEN, LEGACY, LEGACY_CONNS, OWNERS, SOURCES},
+    maps::{
+        ALLOWLIST, ALLOWLIST6, CLAIMS, CLAIMS6, CONN_COPY6, CONN_STATS, CONN_STATS6, CONNS, CONNS6,
+        FRONTENDS, FRONTENDS6, HALF_OPEN, HALF_OPEN6, LEGACY, LEGACY_CONNS, OWNERS, OWNERS6,
+        REVERSE, REVERSE6, SOURCES, SOURCES6, SYN_BUCKETS, SYN_BUCKETS6,
+    },
     packet::Headers,
     verify::{self, Checked, Verdict},
 };
 
 /// An address family the programs track connections of.
 pub trait Family: Addr + 'static {
-    /// What a client's connections are counted under for
-    /// `--conns-per-source`.
+    /// What a client is counted under for `--conns-per-source` and
+    /// `--syn-rate`: its address, or for IPv6 its /64.
     type Source: Copy + 'static;
 
     fn frontends() -> &'static HashMap<Endpoint<Self>, NatTarget<Self>>;
+    fn reverse() -> &'static HashMap<Endpoint<Self>, NatTarget<Self>>;
     fn conns() -> &'static HashMap<ConnKey<Self>, Conn<Endpoint<Self>>>;
     fn half_open() -> &'static LruHashMap<HalfOpenKey<Self>, HalfOpen<Endpoint<Self>>>;
     fn claims() -> &'static LruHashMap<ClaimKey<Self>, Claim<Endpoint<Self>>>;
     fn sources() -> &'static HashMap<Self::Source, u64>;
+    fn syn_buckets() -> &'static LruHashMap<Self::Source, Bucket>;
+    fn conn_stats() -> &'static HashMap<ConnKey<Self>, ConnStats>;
     /// Pod address -> the interfaces it may come in by.
     fn owners() -> &'static HashMap<Self, Owner>;
 
-    /// The quota key of a client address.
+    /// Whether a copy of an entry goes to [`Family::conn_copy`] rather
+    /// than the stack.
+    const COPY_IN_MAP: bool;
+    /// This CPU's place to copy an entry of [`Family::conns`] into, with
+    /// [`Family::COPY_IN_MAP`].
+    fn conn_copy() -> Option<&'static mut MaybeUninit<Conn<Endpoint<Self>>>>;
+
+    /// The key `client` is counted under.
     fn source_of(client: Self) -> Self::Source;
+
+    /// Whether `client` is in the allowlist of mapping `slot`.
+    fn allowed(slot: u32, client: Self) -> bool;
 
     /// The checks of a client segment with headers `h`, before it writes
     /// state (see `crate::verify`).
@@ -43,19 +64,25 @@ pub trait Family: Addr + 'static {
     fn legacy_until(backend: Endpoint<Self>) -> Option<u64>;
     /// The frontend an older data path recorded for a connection.
     fn legacy_target(key: &ConnKey<Self>) -> Option<NatTarget<Self>>;
-
-    /// The connection log (`crate::audit`).
-    fn log_accepted(key: &ConnKey<Self>, conn: &Conn<Endpoint<Self>>);
-    fn log_closed(key: &ConnKey<Self>, conn: &Conn<Endpoint<Self>>, ended: Ended);
-    fn log_traffic(key: &ConnKey<Self>, direction: Direction, bytes: u64);
 }
 
 impl Family for u32 {
     type Source = u32;
+    const COPY_IN_MAP: bool = false;
+
+    #[inline(always)]
+    fn conn_copy() -> Option<&'static mut MaybeUninit<Conn>> {
+        None
+    }
 
     #[inline(always)]
     fn frontends() -> &'static HashMap<Endpoint, NatTarget> {
         &FRONTENDS
+    }
+
+    #[inline(always)]
+    fn reverse() -> &'static HashMap<Endpoint, NatTarget> {
+        &REVERSE
     }
 
     #[inline(always)]
@@ -79,6 +106,16 @@ impl Family for u32 {
     }
 
     #[inline(always)]
+    fn syn_buckets() -> &'static LruHashMap<u32, Bucket> {
+        &SYN_BUCKETS
+    }
+
+    #[inline(always)]
+    fn conn_stats() -> &'static HashMap<ConnKey, ConnStats> {
+        &CONN_STATS
+    }
+
+    #[inline(always)]
     fn owners() -> &'static HashMap<u32, Owner> {
         &OWNERS
     }
@@ -86,6 +123,12 @@ impl Family for u32 {
     #[inline(always)]
     fn source_of(client: u32) -> u32 {
         client
+    }
+
+    #[inline(always)]
+    fn allowed(slot: u32, client: u32) -> bool {
+        let key = Key::new(AllowData::FULL, AllowData::new(slot, client));
+        ALLOWLIST.get(&key).is_some()
     }
 
     #[inline(always)]
@@ -104,19 +147,89 @@ impl Family for u32 {
         // SAFETY: copied out at once.
         unsafe { LEGACY_CONNS.get(key) }.copied()
     }
+}
+
+impl Family for Addr6 {
+    type Source = u64;
+    const COPY_IN_MAP: bool = true;
 
     #[inline(always)]
-    fn log_accepted(key: &ConnKey, conn: &Conn) {
-        audit::accepted(key, conn);
+    fn conn_copy() -> Option<&'static mut MaybeUninit<Conn<Endpoint<Addr6>>>> {
+        let p = CONN_COPY6.get_ptr_mut(0)?;
+        // SAFETY: this CPU's value of the map, valid for this program run,
+        // and used by one copy at a time.
+        Some(unsafe { &mut *p.cast() })
     }
 
     #[inline(always)]
-    fn log_closed(key: &ConnKey, conn: &Conn, ended: Ended) {
-        audit::closed(key, conn, ended);
+    fn frontends() -> &'static HashMap<Endpoint<Addr6>, NatTarget<Addr6>> {
+        &FRONTENDS6
     }
 
     #[inline(always)]
-    fn log_traffic(key: &ConnKey, direction: Direction, bytes: u64) {
-        audit::traffic(key, direction, bytes);
+    fn reverse() -> &'static HashMap<Endpoint<Addr6>, NatTarget<Addr6>> {
+        &REVERSE6
+    }
+
+    #[inline(always)]
+    fn conns() -> &'static HashMap<ConnKey<Addr6>, Conn<Endpoint<Addr6>>> {
+        &CONNS6
+    }
+
+    #[inline(always)]
+    fn half_open() -> &'static LruHashMap<HalfOpenKey<Addr6>, HalfOpen<Endpoint<Addr6>>> {
+        &HALF_OPEN6
+    }
+
+    #[inline(always)]
+    fn claims() -> &'static LruHashMap<ClaimKey<Addr6>, Claim<Endpoint<Addr6>>> {
+        &CLAIMS6
+    }
+
+    #[inline(always)]
+    fn sources() -> &'static HashMap<u64, u64> {
+        &SOURCES6
+    }
+
+    #[inline(always)]
+    fn syn_buckets() -> &'static LruHashMap<u64, Bucket> {
+        &SYN_BUCKETS6
+    }
+
+    #[inline(always)]
+    fn conn_stats() -> &'static HashMap<ConnKey<Addr6>, ConnStats> {
+        &CONN_STATS6
+    }
+
+    #[inline(always)]
+    fn owners() -> &'static HashMap<Addr6, Owner> {
+        &OWNERS6
+    }
+
+    #[inline(always)]
+    fn source_of(client: Addr6) -> u64 {
+        source_key6(client)
+    }
+
+    #[inline(always)]
+    fn allowed(slot: u32, client: Addr6) -> bool {
+        let key = Key::new(AllowData6::FULL, AllowData6::new(slot, client));
+        ALLOWLIST6.get(&key).is_some()
+    }
+
+    #[inline(always)]
+    fn verify<P: Checked>(p: &P, h: &Headers<Addr6>) -> Verdict {
+        verify::client_segment6(p, h)
+    }
+
+    /// No older data path forwarded IPv6.
+    #[inline(always)]
+    fn legacy_until(_: Endpoint<Addr6>) -> Option<u64> {
+        None
+    }
+
+    #[inline(always)]
+    fn legacy_target(_: &ConnKey<Addr6>) -> Option<NatTarget<Addr6>> {
+        None
     }
 }

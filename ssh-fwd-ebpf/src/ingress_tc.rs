@@ -14,7 +14,8 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     conntrack::trust::ttl_expires,
-    maps::{Endpoint, IFACE_POD_PEER},
+    ipv6::ETH_P_IPV6,
+    maps::{Addr6, Endpoint, IFACE_POD_PEER},
     outcome::Outcome,
 };
 
@@ -23,18 +24,21 @@ use crate::{
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
-    forward::{Sent, iface_flags, route, send},
+    family::Family,
+    forward::{Routed, Sent, iface_flags, send},
     guard, icmp,
-    maps::{FRONTENDS, REVERSE},
-    packet::{Headers, Transport},
+    packet::{Headers, Transport, ethertype},
     reset,
-    skb::{Field, parse, rewrite},
+    skb::{Field, Rewrite, parse, parse6},
 };
 
 /// What ingress did with a packet.
-enum Verdict {
+enum Verdict<A: Family = u32> {
     /// Translated: route `client -> backend` and hand it on.
-    Forward { client: Endpoint, backend: Endpoint },
+    Forward {
+        client: Endpoint<A>,
+        backend: Endpoint<A>,
+    },
     /// Not ours, or ours but best left to the stack: counted, passed on.
     Pass(Outcome),
     /// Dropped, and why.
@@ -45,19 +49,42 @@ enum Verdict {
 
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
-    if let Some(action) = arp::tc(&ctx) {
+    if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        ipv6(&ctx)
+    } else {
+        ipv4(&ctx)
+    }
+}
+
+/// Each family in a function of its own: a BPF-to-BPF call with its own
+/// stack frame, so that the two paths' frames need not fit in one (the
+/// verifier allows 512 bytes for a call chain). ARP goes with IPv4.
+#[inline(never)]
+fn ipv4(ctx: &TcContext) -> i32 {
+    if let Some(action) = arp::tc(ctx) {
         return action;
     }
-    match ingress(&ctx) {
+    act(ctx, ingress(ctx))
+}
+
+#[inline(never)]
+fn ipv6(ctx: &TcContext) -> i32 {
+    act(ctx, ingress6(ctx))
+}
+
+/// The tc action of `verdict`, counted.
+#[inline(always)]
+fn act<A: Family + Routed>(ctx: &TcContext, verdict: Verdict<A>) -> i32 {
+    match verdict {
         Verdict::Forward { client, backend } => {
             if no_redirect() {
                 return TC_ACT_UNSPEC;
             }
-            let Some(route) = route(&ctx, client, backend) else {
+            let Some(route) = A::route(ctx, client, backend) else {
                 return TC_ACT_UNSPEC;
             };
             let peer_ok = iface_flags(route.ifindex()) & IFACE_POD_PEER != 0;
-            let Some((action, sent)) = send(&ctx, &route, peer_ok) else {
+            let Some((action, sent)) = send(ctx, &route, peer_ok) else {
                 return TC_ACT_UNSPEC;
             };
             count(Outcome::Redirected);
@@ -94,45 +121,92 @@ fn ingress(ctx: &TcContext) -> Verdict {
             icmp::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
             icmp::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
         },
-        Transport::Tcp => tcp(ctx, &h),
+        Transport::Tcp => {
+            if let Some(verdict) = to_frontend(ctx, &h) {
+                return verdict;
+            }
+            to_backend(ctx, &h)
+        }
     }
 }
 
 #[inline(always)]
-fn tcp(ctx: &TcContext, h: &Headers) -> Verdict {
+fn ingress6(ctx: &TcContext) -> Verdict<Addr6> {
+    let h = match parse6(ctx) {
+        Ok(h) => h,
+        Err(outcome) => return Verdict::Pass(outcome),
+    };
+    match h.transport {
+        // ICMPv6 (neighbour discovery among it) is the stack's.
+        Transport::Icmp => Verdict::Pass(Outcome::PassNotTcp),
+        Transport::Tcp => to_frontend(ctx, &h).unwrap_or(Verdict::Pass(Outcome::PassNoFrontend)),
+    }
+}
+
+/// A segment to a frontend, translated to its backend; `None` if its
+/// destination is no frontend.
+#[inline(always)]
+fn to_frontend<A: Family + Rewrite + Denied>(
+    ctx: &TcContext,
+    h: &Headers<A>,
+) -> Option<Verdict<A>> {
     let (client, frontend) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    if let Some(target) = unsafe { FRONTENDS.get(frontend) }.copied() {
-        // Before anything answers or is written: a denied source gets nothing
-        // but, with `--deny-action reset`, a RST.
-        if let Err(outcome) = guard::check(h, &target) {
-            return reset::tc(ctx, h, outcome).map_or_else(Verdict::Drop, Verdict::Answer);
-        }
-        // A router would not forward it: the stack answers, untranslated.
-        if ttl_expires(h.ttl) {
-            return Verdict::Pass(Outcome::TtlExpired);
-        }
-        let backend = target.endpoint;
-        if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
-            return Verdict::Drop(outcome);
-        }
-        if rewrite(ctx, h.l4(), Field::Destination, frontend, backend).is_err() {
-            // Half-rewritten packets must not reach the pod.
-            return Verdict::Drop(Outcome::RewriteError);
-        }
-        count(Outcome::Dnat);
-        if h.big {
-            count(Outcome::BigTcp);
-        }
-        count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
-        return Verdict::Forward { client, backend };
+    let target = unsafe { A::frontends().get(frontend) }.copied()?;
+    // Before anything answers or is written: a denied source gets nothing
+    // but, with `--deny-action reset`, a RST.
+    if let Err(outcome) = guard::check(h, &target) {
+        return Some(A::denied(ctx, h, outcome));
     }
+    // A router would not forward it: the stack answers, untranslated.
+    if ttl_expires(h.ttl) {
+        return Some(Verdict::Pass(Outcome::TtlExpired));
+    }
+    let backend = target.endpoint;
+    if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
+        return Some(Verdict::Drop(outcome));
+    }
+    if A::rewrite(ctx, h.l4(), Field::Destination, frontend, backend).is_err() {
+        // Half-rewritten packets must not reach the pod.
+        return Some(Verdict::Drop(Outcome::RewriteError));
+    }
+    count(Outcome::Dnat);
+    if h.big {
+        count(Outcome::BigTcp);
+    }
+    count_mapping(target.slot, Direction::ToBackend, ctx.len() as u64);
+    Some(Verdict::Forward { client, backend })
+}
+
+/// A segment to a backend of this node, not through a frontend (another
+/// node translated it, or a peer dials the pod).
+#[inline(always)]
+fn to_backend(ctx: &TcContext, h: &Headers) -> Verdict {
     // SAFETY: only tested for presence.
-    if unsafe { REVERSE.get(h.destination) }.is_none() {
+    if unsafe { u32::reverse().get(h.destination) }.is_none() {
         return Verdict::Pass(Outcome::PassNoFrontend);
     }
     match backend::request(ctx, h) {
         Ok(()) => Verdict::Pass(Outcome::PassNoFrontend),
         Err(outcome) => Verdict::Drop(outcome),
+    }
+}
+
+/// What a segment the guard refused becomes, by family.
+trait Denied: Family {
+    fn denied(ctx: &TcContext, h: &Headers<Self>, outcome: Outcome) -> Verdict<Self>;
+}
+
+impl Denied for u32 {
+    #[inline(always)]
+    fn denied(ctx: &TcContext, h: &Headers, outcome: Outcome) -> Verdict {
+        reset::tc(ctx, h, outcome).map_or_else(Verdict::Drop, Verdict::Answer)
+    }
+}
+
+impl Denied for Addr6 {
+    #[inline(always)]
+    fn denied(_: &TcContext, h: &Headers<Addr6>, outcome: Outcome) -> Verdict<Addr6> {
+        Verdict::Drop(reset::unanswered6(h, outcome))
     }
 }

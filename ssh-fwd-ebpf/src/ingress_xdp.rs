@@ -10,7 +10,8 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use ssh_fwd_common::{
     conntrack::trust::ttl_expires,
     csum,
-    maps::Endpoint,
+    ipv6::{ETH_P_IPV6, IPV6_DADDR_OFF, words_diff},
+    maps::{Addr6, Endpoint, Endpoint6},
     outcome::Outcome,
     packet::{
         ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_URG_PTR_OFF,
@@ -20,22 +21,53 @@ use ssh_fwd_common::{
 use crate::{
     arp, backend, conntrack,
     counters::{Direction, count, count_mapping},
+    family::Family,
     guard, icmp,
     maps::{FRONTENDS, REVERSE},
-    packet::{Headers, Transport, parse, put_addr, put_word, word},
+    packet::{Headers, Transport, ethertype, parse, parse6, put_addr, put_word, word},
     partial::{self, Field},
     reset,
 };
 
 #[xdp]
 pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
-    if let Some(action) = arp::xdp(&ctx) {
+    if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        ipv6(&ctx)
+    } else {
+        ipv4(&ctx)
+    }
+}
+
+/// Each family in a function of its own: a BPF-to-BPF call with its own
+/// stack frame, so that the two paths' frames need not fit in one (the
+/// verifier allows 512 bytes for a call chain). ARP goes with IPv4.
+#[inline(never)]
+fn ipv4(ctx: &XdpContext) -> u32 {
+    if let Some(action) = arp::xdp(ctx) {
         return action;
     }
     // A translated ICMP error was counted as such already.
-    let Some(outcome) = ingress(&ctx) else {
+    let Some(outcome) = ingress(ctx) else {
         return xdp_action::XDP_PASS;
     };
+    act(outcome)
+}
+
+#[inline(never)]
+fn ipv6(ctx: &XdpContext) -> u32 {
+    let outcome = match parse6(ctx) {
+        Some(Ok(h)) if h.transport == Transport::Tcp => tcp6(ctx, &h),
+        // ICMPv6 (neighbour discovery among it) is the stack's.
+        Some(Ok(_)) => Outcome::PassNotTcp,
+        Some(Err(outcome)) => outcome,
+        None => Outcome::Malformed,
+    };
+    act(outcome)
+}
+
+/// The XDP action for a packet counted as `outcome`.
+#[inline(always)]
+fn act(outcome: Outcome) -> u32 {
     count(outcome);
     match outcome {
         // The 4-tuple is another frontend's, a segment that fails the
@@ -114,6 +146,33 @@ fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
     Outcome::Dnat
 }
 
+/// [`tcp`] for IPv6: no segment from another node to learn from (the
+/// frontend option is IPv4's), and no RST to answer a denied one with.
+#[inline(always)]
+fn tcp6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
+    let frontend = h.destination;
+    // SAFETY: copied out immediately.
+    let Some(target) = (unsafe { Addr6::frontends().get(frontend) }).copied() else {
+        return Outcome::PassNoFrontend;
+    };
+    if let Err(outcome) = guard::check(h, &target) {
+        return reset::unanswered6(h, outcome);
+    }
+    if ttl_expires(h.ttl) {
+        return Outcome::TtlExpired;
+    }
+    let backend = target.endpoint;
+    if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
+        return outcome;
+    }
+    if dnat6(ctx, h, frontend, backend).is_none() {
+        return Outcome::RewriteError;
+    }
+    let bytes = (ctx.data_end() - ctx.data()) as u64;
+    count_mapping(target.slot, Direction::ToBackend, bytes);
+    Outcome::Dnat
+}
+
 /// Rewrites the destination and both checksums in place. `None`: the
 /// headers were not where parsing found them (nothing written). A TCP
 /// checksum still to be completed holds the pseudo-header sum only: it
@@ -146,5 +205,40 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
         put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
     }
     put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
+    put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
+}
+
+/// [`dnat`] for IPv6: no header checksum, and the address's change
+/// reaches the TCP checksum through the pseudo-header.
+#[inline(always)]
+fn dnat6(
+    ctx: &XdpContext,
+    h: &Headers<Addr6>,
+    frontend: Endpoint6,
+    backend: Endpoint6,
+) -> Option<()> {
+    let addr_diff = words_diff(frontend.addr, backend.addr);
+    let port_diff = csum::diff16(frontend.port, backend.port);
+    let l4 = h.l4();
+    let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
+    let urgent = word(ctx, l4 + TCP_URG_PTR_OFF)?;
+    let (new_tcp_check, new_urgent) = match partial::field6(ctx, h, tcp_check) {
+        Field::Sum => (csum::add(tcp_check, addr_diff), urgent),
+        Field::Both if !h.seg.is_urgent() => (
+            csum::add(tcp_check, addr_diff),
+            csum::add(urgent, csum::urgent_balance(addr_diff, port_diff)),
+        ),
+        Field::Checksum | Field::Both => (
+            csum::apply(tcp_check, csum::fold(addr_diff) as u32 + port_diff),
+            urgent,
+        ),
+    };
+    put_word(ctx, l4 + TCP_CHECK_OFF, new_tcp_check)?;
+    if new_urgent != urgent {
+        put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
+    }
+    for (i, word) in backend.addr.0.iter().enumerate() {
+        put_addr(ctx, ETH_HLEN + IPV6_DADDR_OFF + 4 * i, *word)?;
+    }
     put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
 }

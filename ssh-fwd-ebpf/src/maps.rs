@@ -202,3 +202,9 @@ pub static SYN_BUCKETS6: LruHashMap<u64, Bucket> =
 
 #[map(name = "CONN_STATS6")]
 pub static CONN_STATS6: HashMap<ConnKey6, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+/// Where the IPv6 programs copy a `CONNS6` entry to decide on it: the BPF
+/// stack (512 bytes for a call chain) has no room for it beside IPv6's
+/// other state. Not pinned: nothing in it outlives a program run.
+#[map(name = "CONN_COPY6")]
+pub static CONN_COPY6: PerCpuArray<Conn6> = PerCpuArray::with_max_entries(1, 0);

@@ -6,7 +6,12 @@
 use aya_ebpf::programs::{TcContext, XdpContext};
 use ssh_fwd_common::{
     conntrack::Segment,
-    maps::{Addr, Endpoint},
+    ipv6::{
+        EXT_HEAD_LEN, IPV6_DADDR_OFF, IPV6_HLEN, IPV6_HOP_LIMIT_OFF, IPV6_MAX_EXT_LEN,
+        IPV6_NEXT_HEADER_OFF, IPV6_PAYLOAD_LEN_OFF, IPV6_SADDR_OFF, PassReason, Upper,
+        ipv6_payload_len, pass_outcome, walk,
+    },
+    maps::{Addr, Addr6, Endpoint, Endpoint6},
     outcome::Outcome,
     packet::{
         ETH_HLEN, ETH_P_IP, ETH_TYPE_OFF, IPPROTO_ICMP, IPPROTO_TCP, IPV4_DADDR_OFF, IPV4_FRAG_OFF,
@@ -122,8 +127,15 @@ pub fn put_addr<P: Packet>(p: &P, offset: usize, value: u32) -> Option<()> {
 pub enum Transport {
     /// A TCP segment: `Headers::seg` holds the fields the tracking reads.
     Tcp,
-    /// An ICMP message (`crate::icmp` reads what it needs of errors).
+    /// An ICMP message, or ICMPv6 in `Headers<Addr6>` (`crate::icmp` reads
+    /// what it needs of errors).
     Icmp,
+}
+
+/// The EtherType of the frame (network order, as loaded), if it has one.
+#[inline(always)]
+pub fn ethertype<P: Packet>(p: &P) -> Option<u16> {
+    word(p, ETH_TYPE_OFF)
 }
 
 /// The headers of an IP packet that is TCP or ICMP, IPv4 unless said. A
@@ -132,15 +144,18 @@ pub enum Transport {
 /// refuses.
 #[derive(Clone, Copy)]
 pub struct Headers<A: Addr = u32> {
-    /// The IPv4 header length in bytes (IHL * 4).
+    /// The IP headers' length in bytes: IHL * 4, or for IPv6 the fixed
+    /// header and the extension headers walked over.
     pub ip_len: usize,
-    /// The IPv4 packet's length in bytes (headers and payload): its total
-    /// length, or the frame's for a BIG TCP packet.
+    /// The IP packet's length in bytes (headers and payload): its total
+    /// length (IPv6: the fixed header and the payload length), or the
+    /// frame's for a BIG TCP packet.
     pub total_len: usize,
+    /// The TTL, or the hop limit.
     pub ttl: u8,
     /// A BIG TCP packet (over 64 KiB; its total length field is 0).
     pub big: bool,
-    /// Source and destination; ports are 0 for ICMP.
+    /// Source and destination; ports are 0 for ICMP and ICMPv6.
     pub source: Endpoint<A>,
     pub destination: Endpoint<A>,
     pub transport: Transport,
@@ -164,7 +179,7 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
     // SAFETY: every read below stays inside a range checked by bytes_at.
     unsafe {
         if eth.add(ETH_TYPE_OFF).cast::<u16>().read_unaligned() != ETH_P_IP.to_be() {
-            return Some(Err(Outcome::PassNotIpv4));
+            return Some(Err(Outcome::PassNotIp));
         }
         let ip = bytes_at::<P, IPV4_MIN_LEN>(p, ETH_HLEN)?;
         let Some(ip_len) = ipv4_header_len(*ip) else {
@@ -224,6 +239,123 @@ pub fn parse<P: Packet>(p: &P) -> Option<Result<Headers, Outcome>> {
             big: tot_len == 0,
             source: endpoint(saddr, tcp.add(TCP_SPORT_OFF).cast::<u16>().read_unaligned()),
             destination: endpoint(daddr, tcp.add(TCP_DPORT_OFF).cast::<u16>().read_unaligned()),
+            transport: Transport::Tcp,
+            seg,
+        }))
+    }
+}
+
+/// The most a parse of IPv6 reads: the fixed header, the extension headers
+/// walked over and a TCP header with options.
+pub const IPV6_HEADERS_MAX: usize = ETH_HLEN + IPV6_HLEN + IPV6_MAX_EXT_LEN + 60;
+
+/// Reads an IPv6 address at `offset` as four raw words.
+#[inline(always)]
+fn addr6<P: Packet>(p: &P, offset: usize) -> Option<Addr6> {
+    let at = bytes_at::<P, 16>(p, offset)?;
+    let words = at.cast::<u32>();
+    // SAFETY: `bytes_at` checked the 16 bytes are inside the packet.
+    unsafe {
+        Some(Addr6([
+            words.read_unaligned(),
+            words.add(1).read_unaligned(),
+            words.add(2).read_unaligned(),
+            words.add(3).read_unaligned(),
+        ]))
+    }
+}
+
+/// The IPv6 twin of [`parse`]: the fixed header, the extension headers
+/// walked over as `ssh_fwd_common::ipv6::walk` says, then TCP or ICMPv6.
+/// Anything else is counted as the walk's reason
+/// (`ssh_fwd_common::ipv6::pass_outcome`). `None`: the headers reach past
+/// the (linear) data.
+#[inline(always)]
+pub fn parse6<P: Packet>(p: &P) -> Option<Result<Headers<Addr6>, Outcome>> {
+    let ip = bytes_at::<P, IPV6_HLEN>(p, ETH_HLEN)?;
+    // SAFETY: every read below stays inside the range bytes_at checked.
+    let (version, payload_raw, next_header, hop_limit) = unsafe {
+        (
+            *ip >> 4,
+            ip.add(IPV6_PAYLOAD_LEN_OFF).cast::<u16>().read_unaligned(),
+            *ip.add(IPV6_NEXT_HEADER_OFF),
+            *ip.add(IPV6_HOP_LIMIT_OFF),
+        )
+    };
+    if version != 6 {
+        return Some(Err(Outcome::Malformed));
+    }
+    let total_len = IPV6_HLEN + ipv6_payload_len(payload_raw, p.frame_len());
+    if ETH_HLEN + total_len > p.frame_len() {
+        return Some(Err(Outcome::Malformed));
+    }
+    let mut beyond_linear = false;
+    let walked = walk(next_header, |at| {
+        if at + EXT_HEAD_LEN > total_len {
+            return None;
+        }
+        let head = read::<P, EXT_HEAD_LEN>(p, ETH_HLEN + at);
+        beyond_linear |= head.is_none();
+        head
+    });
+    let transport = match walked {
+        Ok(t) => t,
+        Err(PassReason::Truncated) if beyond_linear => return None,
+        Err(reason) => return Some(Err(pass_outcome(reason))),
+    };
+    let ip_len = transport.ip_headers_len;
+    let source = addr6(p, ETH_HLEN + IPV6_SADDR_OFF)?;
+    let destination = addr6(p, ETH_HLEN + IPV6_DADDR_OFF)?;
+    let endpoint = |addr, port| Endpoint6 {
+        addr,
+        port,
+        _pad: [0; 3],
+    };
+    if transport.protocol == Upper::Icmpv6 {
+        return Some(Ok(Headers {
+            ip_len,
+            total_len,
+            ttl: hop_limit,
+            big: false,
+            source: endpoint(source, 0),
+            destination: endpoint(destination, 0),
+            transport: Transport::Icmp,
+            seg: Segment {
+                flags: 0,
+                seq: 0,
+                ack: 0,
+                payload: 0,
+            },
+        }));
+    }
+    if total_len < ip_len + TCP_MIN_LEN {
+        return Some(Err(Outcome::Malformed));
+    }
+    // Masked for the verifier: the walk keeps the offset within the
+    // extension headers' bound, which the mask does not lower.
+    let l4 = ETH_HLEN + (ip_len & 0x1ff);
+    let tcp = bytes_at::<P, TCP_MIN_LEN>(p, l4)?;
+    // SAFETY: every read below stays inside the range bytes_at checked.
+    unsafe {
+        let seg = Segment {
+            flags: *tcp.add(TCP_FLAGS_OFF),
+            seq: u32::from_be(tcp.add(TCP_SEQ_OFF).cast::<u32>().read_unaligned()),
+            ack: u32::from_be(tcp.add(TCP_ACK_OFF).cast::<u32>().read_unaligned()),
+            payload: tcp_payload_of(total_len, ip_len, *tcp.add(TCP_DOFF_OFF)),
+        };
+        Some(Ok(Headers {
+            ip_len,
+            total_len,
+            ttl: hop_limit,
+            big: payload_raw == 0 && total_len > u16::MAX as usize,
+            source: endpoint(
+                source,
+                tcp.add(TCP_SPORT_OFF).cast::<u16>().read_unaligned(),
+            ),
+            destination: endpoint(
+                destination,
+                tcp.add(TCP_DPORT_OFF).cast::<u16>().read_unaligned(),
+            ),
             transport: Transport::Tcp,
             seg,
         }))

@@ -13,7 +13,12 @@
 //! one packet in 65,536.
 
 use aya_ebpf::programs::XdpContext;
-use ssh_fwd_common::{csum, packet::IPPROTO_TCP};
+use ssh_fwd_common::{
+    csum,
+    ipv6::pseudo_seed6,
+    maps::{Addr, Addr6},
+    packet::IPPROTO_TCP,
+};
 
 use crate::{
     packet::Headers,
@@ -36,6 +41,21 @@ pub enum Field {
 pub fn field(ctx: &XdpContext, h: &Headers, check: u16) -> Field {
     let len = h.total_len.saturating_sub(h.ip_len);
     let seed = csum::pseudo_seed(h.source.addr, h.destination.addr, IPPROTO_TCP, len as u16);
+    field_with(ctx, h, check, seed)
+}
+
+/// [`field`] for IPv6, whose pseudo-header holds the 128-bit addresses.
+#[inline(always)]
+pub fn field6(ctx: &XdpContext, h: &Headers<Addr6>, check: u16) -> Field {
+    let len = h.total_len.saturating_sub(h.ip_len);
+    let seed = pseudo_seed6(h.source.addr, h.destination.addr, len as u16);
+    field_with(ctx, h, check, seed)
+}
+
+/// What `check` holds, given the segment's pseudo-header sum `seed`.
+#[inline(always)]
+fn field_with<A: Addr>(ctx: &XdpContext, h: &Headers<A>, check: u16, seed: u16) -> Field {
+    let len = h.total_len.saturating_sub(h.ip_len);
     if !csum::same(check, seed) {
         return Field::Checksum;
     }

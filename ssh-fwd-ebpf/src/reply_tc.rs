@@ -17,6 +17,7 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     conntrack::trust::{Ownership, ownership},
+    ipv6::ETH_P_IPV6,
     maps::IFACE_EXTERNAL,
     outcome::Outcome,
 };
@@ -25,40 +26,60 @@ use crate::{
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
-    forward::{iface_flags, route, send},
-    maps::{OWNERS, REVERSE},
+    family::Family,
+    forward::{Routed, iface_flags, send},
     mss,
-    packet::{Packet, Transport},
-    skb::{Field, parse, rewrite},
+    packet::{Headers, Packet, Transport, ethertype},
+    skb::{Field, Rewrite, parse, parse6},
 };
 
 #[classifier]
 pub fn ssh_fwd_reply_tc(ctx: TcContext) -> i32 {
-    let (outcome, action) = reply(&ctx);
+    if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        reply6(&ctx)
+    } else {
+        reply4(&ctx)
+    }
+}
+
+/// Each family in a function of its own: a BPF-to-BPF call with its own
+/// stack frame, so that the two paths' frames need not fit in one (the
+/// verifier allows 512 bytes for a call chain).
+#[inline(never)]
+fn reply4(ctx: &TcContext) -> i32 {
+    counted(parse(ctx).map(|h| reply(ctx, &h)))
+}
+
+#[inline(never)]
+fn reply6(ctx: &TcContext) -> i32 {
+    counted(parse6(ctx).map(|h| reply(ctx, &h)))
+}
+
+/// The action of a reply, its outcome counted; a packet that did not
+/// parse is passed.
+#[inline(always)]
+fn counted(result: Result<(Outcome, i32), Outcome>) -> i32 {
+    let (outcome, action) = result.unwrap_or_else(|outcome| (outcome, TC_ACT_UNSPEC));
     count(outcome);
     action
 }
 
 #[inline(always)]
-fn reply(ctx: &TcContext) -> (Outcome, i32) {
-    let h = match parse(ctx) {
-        Ok(h) => h,
-        Err(outcome) => return (outcome, TC_ACT_UNSPEC),
-    };
+fn reply<A: Family + Routed + Rewrite>(ctx: &TcContext, h: &Headers<A>) -> (Outcome, i32) {
     if h.transport != Transport::Tcp {
         return (Outcome::PassNotTcp, TC_ACT_UNSPEC);
     }
     let seg = h.seg;
     let (backend, client) = (h.source, h.destination);
     // SAFETY: copied out immediately.
-    let Some(primary) = (unsafe { REVERSE.get(backend) }).copied() else {
+    let Some(primary) = (unsafe { A::reverse().get(backend) }).copied() else {
         return (Outcome::PassNoBackend, TC_ACT_UNSPEC);
     };
     // A packet with a pod's address from another pod's interface is a
     // spoof: it never reaches anyone. One whose address the agent has not
     // placed yet is left to the egress program, which moves no state.
     // SAFETY: copied out immediately.
-    let owner = unsafe { OWNERS.get(backend.addr) }.copied();
+    let owner = unsafe { A::owners().get(backend.addr) }.copied();
     match ownership(owner.as_ref(), ctx.arrival_ifindex()) {
         Ownership::Owned => {}
         Ownership::Spoofed => return (Outcome::SpoofedReply, TC_ACT_SHOT),
@@ -69,7 +90,7 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     if no_redirect() {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     }
-    let Some(route) = route(ctx, backend, client) else {
+    let Some(route) = A::route(ctx, backend, client) else {
         return (Outcome::ReplyToStack, TC_ACT_UNSPEC);
     };
     let tracked = match conntrack::reply(backend, client, &seg, ctx.len() as u64) {
@@ -85,7 +106,7 @@ fn reply(ctx: &TcContext) -> (Outcome, i32) {
     }) else {
         return (Outcome::ReplyUntracked, TC_ACT_UNSPEC);
     };
-    if rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err()
+    if A::rewrite(ctx, h.l4(), Field::Source, backend, restore.frontend).is_err()
         || (restore.mss_cap != 0 && mss::clamp(ctx, h.l4(), restore.mss_cap).is_err())
     {
         return (Outcome::RewriteError, TC_ACT_SHOT);

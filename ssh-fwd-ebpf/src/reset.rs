@@ -4,7 +4,8 @@
 //! frame cut to 54 bytes) and sent back out where it came in: `XDP_TX`, or
 //! in tc a redirect to the arrival interface's egress. The segment never
 //! reaches the pod. Only [`Outcome::Denied`] is answered, never a RST; a
-//! segment that cannot be answered is dropped ([`Outcome::ResetFailed`]).
+//! segment that cannot be answered is dropped ([`Outcome::ResetFailed`]),
+//! and so is every IPv6 one for now.
 
 use aya_ebpf::{
     bindings::BPF_F_RECOMPUTE_CSUM,
@@ -12,6 +13,7 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
+    maps::{Addr, Addr6},
     outcome::Outcome,
     packet::{ETH_HLEN, IPV4_MIN_LEN, TCP_CHECK_OFF},
     reset::{self, RESET_FRAME_LEN, Reset, reset_for},
@@ -49,9 +51,22 @@ pub fn tc(ctx: &TcContext, h: &Headers, outcome: Outcome) -> Result<i32, Outcome
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
 }
 
+/// IPv6, in XDP or tc: no RST is written for it yet, so a denied segment
+/// that `--deny-action reset` would answer is dropped as
+/// [`Outcome::ResetFailed`] (counted as denied too, as any RST that could
+/// not be sent); any other outcome is returned to be counted.
+#[inline(always)]
+pub fn unanswered6(h: &Headers<Addr6>, outcome: Outcome) -> Outcome {
+    if wanted(h, outcome).is_none() {
+        return outcome;
+    }
+    count(Outcome::Denied);
+    Outcome::ResetFailed
+}
+
 /// The RST to send for a segment dropped as `outcome`, if one is sent.
 #[inline(always)]
-fn wanted(h: &Headers, outcome: Outcome) -> Option<Reset> {
+fn wanted<A: Addr>(h: &Headers<A>, outcome: Outcome) -> Option<Reset> {
     if outcome != Outcome::Denied || !deny_reset() {
         return None;
     }

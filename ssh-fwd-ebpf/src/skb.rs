@@ -2,10 +2,13 @@
 //! and rewriting an address and port through the kernel's checksum helper,
 //! which knows the skb's checksum offload state.
 
-use aya_ebpf::{bindings::BPF_F_PSEUDO_HDR, programs::TcContext};
+use aya_ebpf::{
+    EbpfContext as _, bindings::BPF_F_PSEUDO_HDR, helpers::bpf_csum_update, programs::TcContext,
+};
 use ssh_fwd_common::{
     csum,
-    maps::Endpoint,
+    ipv6::{IPV6_DADDR_OFF, IPV6_SADDR_OFF},
+    maps::{Addr, Addr6, Endpoint, Endpoint6},
     outcome::Outcome,
     packet::{
         ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, IPV4_MAX_LEN, IPV4_MIN_LEN, IPV4_SADDR_OFF,
@@ -14,7 +17,7 @@ use ssh_fwd_common::{
 };
 
 pub use crate::packet::bytes_at;
-use crate::packet::{Headers, parse as parse_linear};
+use crate::packet::{Headers, IPV6_HEADERS_MAX, parse as parse_linear, parse6 as parse6_linear};
 
 /// Longest IPv4 header plus a TCP header, or plus an ICMP error's quote of
 /// one: what parsing and ICMP translation need linear.
@@ -32,6 +35,19 @@ pub fn parse(ctx: &TcContext) -> Result<Headers, Outcome> {
             ctx.pull_data(HEADERS_MAX.min(ctx.len()))
                 .map_err(|_| Outcome::Malformed)?;
             parse_linear(ctx).unwrap_or(Err(Outcome::Malformed))
+        }
+    }
+}
+
+/// [`parse`] for IPv6.
+#[inline(always)]
+pub fn parse6(ctx: &TcContext) -> Result<Headers<Addr6>, Outcome> {
+    match parse6_linear(ctx) {
+        Some(parsed) => parsed,
+        None => {
+            ctx.pull_data((IPV6_HEADERS_MAX as u32).min(ctx.len()))
+                .map_err(|_| Outcome::Malformed)?;
+            parse6_linear(ctx).unwrap_or(Err(Outcome::Malformed))
         }
     }
 }
@@ -87,4 +103,82 @@ pub fn rewrite(
         tcp.add(port_off).cast::<u16>().write_unaligned(to.port);
     }
     Ok(())
+}
+
+/// [`rewrite`] for IPv6: no header checksum, and the address's change
+/// reaches the TCP checksum through its pseudo-header as one difference
+/// of the 16 bytes. The helper takes that change out of a
+/// CHECKSUM_COMPLETE skb's `csum` as it would for IPv4, where the header
+/// checksum cancels the address's own change; here nothing does, so it
+/// goes back in (`bpf_csum_update`, a no-op for any other skb). Kernels
+/// from 6.16 have a flag for this; the update works on every kernel.
+#[inline(always)]
+pub fn rewrite6(
+    ctx: &TcContext,
+    l4: usize,
+    field: Field,
+    from: Endpoint6,
+    to: Endpoint6,
+) -> Result<(), i64> {
+    let (addr_off, port_off) = match field {
+        Field::Source => (IPV6_SADDR_OFF, TCP_SPORT_OFF),
+        Field::Destination => (IPV6_DADDR_OFF, TCP_DPORT_OFF),
+    };
+    let diff = ssh_fwd_common::ipv6::words_diff(from.addr, to.addr);
+    let tcp_check = l4 + TCP_CHECK_OFF;
+    // Size 0: `to` is a difference already summed.
+    ctx.l4_csum_replace(tcp_check, 0, u64::from(diff), BPF_F_PSEUDO_HDR as u64)?;
+    // SAFETY: the skb of this program run.
+    unsafe { bpf_csum_update(ctx.as_ptr().cast(), diff) };
+    ctx.l4_csum_replace(tcp_check, from.port as u64, to.port as u64, 2)?;
+    // The helpers may have moved the data: look the headers up again.
+    let addr = bytes_at::<TcContext, 16>(ctx, ETH_HLEN + addr_off).ok_or(-1i64)?;
+    let tcp = bytes_at::<TcContext, TCP_MIN_LEN>(ctx, l4).ok_or(-1i64)?;
+    // SAFETY: every write stays inside a range bytes_at checked; the program
+    // has the skb to itself (the verifier unclones it first).
+    unsafe {
+        let words = addr.cast::<u32>();
+        for (i, w) in to.addr.0.iter().enumerate() {
+            words.add(i).write_unaligned(*w);
+        }
+        tcp.add(port_off).cast::<u16>().write_unaligned(to.port);
+    }
+    Ok(())
+}
+
+/// The rewrite of one side of a TCP segment, in the address's family.
+pub trait Rewrite: Addr {
+    fn rewrite(
+        ctx: &TcContext,
+        l4: usize,
+        field: Field,
+        from: Endpoint<Self>,
+        to: Endpoint<Self>,
+    ) -> Result<(), i64>;
+}
+
+impl Rewrite for u32 {
+    #[inline(always)]
+    fn rewrite(
+        ctx: &TcContext,
+        l4: usize,
+        field: Field,
+        from: Endpoint,
+        to: Endpoint,
+    ) -> Result<(), i64> {
+        rewrite(ctx, l4, field, from, to)
+    }
+}
+
+impl Rewrite for Addr6 {
+    #[inline(always)]
+    fn rewrite(
+        ctx: &TcContext,
+        l4: usize,
+        field: Field,
+        from: Endpoint6,
+        to: Endpoint6,
+    ) -> Result<(), i64> {
+        rewrite6(ctx, l4, field, from, to)
+    }
 }

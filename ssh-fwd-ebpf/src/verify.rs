@@ -25,9 +25,10 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
-    conntrack::trust::{martian_source, tcp_checksum_needs_sum},
+    conntrack::trust::{martian_source, martian_source6, tcp_checksum_needs_sum},
     csum,
-    maps::IFACE_VIRTUAL,
+    ipv6::pseudo_seed6,
+    maps::{Addr6, IFACE_VIRTUAL},
     outcome::Outcome,
     packet::{ETH_HLEN, IPPROTO_TCP, IPV4_MAX_LEN, IPV4_MIN_LEN, TCP_CHECK_OFF, TCP_MIN_LEN},
 };
@@ -205,13 +206,35 @@ pub fn client_segment<P: Checked>(p: &P, h: &Headers) -> Verdict {
         return Verdict::Refused(Outcome::BadChecksum);
     }
     let len = h.total_len.saturating_sub(ip_len);
+    tcp_segment(p, h.l4(), len, |len| {
+        csum::pseudo_seed(h.source.addr, h.destination.addr, IPPROTO_TCP, len)
+    })
+}
+
+/// [`client_segment`] for IPv6: no header checksum to check, and the TCP
+/// checksum's pseudo-header holds the 128-bit addresses.
+#[inline(always)]
+pub fn client_segment6<P: Checked>(p: &P, h: &Headers<Addr6>) -> Verdict {
+    if martian_source6(h.source.addr, h.destination.addr) {
+        return Verdict::Refused(Outcome::MartianSource);
+    }
+    let len = h.total_len.saturating_sub(h.ip_len);
+    tcp_segment(p, h.l4(), len, |len| {
+        pseudo_seed6(h.source.addr, h.destination.addr, len)
+    })
+}
+
+/// Whether the TCP segment of `len` bytes at `l4` sums right with the
+/// pseudo-header sum `seed` gives for its length.
+#[inline(always)]
+fn tcp_segment<P: Checked>(p: &P, l4: usize, len: usize, seed: impl FnOnce(u16) -> u16) -> Verdict {
     if !(TCP_MIN_LEN..=CHECKED_MAX).contains(&len) {
         return Verdict::Unverified;
     }
-    let Some(field) = word(p, h.l4() + TCP_CHECK_OFF) else {
+    let Some(field) = word(p, l4 + TCP_CHECK_OFF) else {
         return Verdict::Unverified;
     };
-    let seed = csum::pseudo_seed(h.source.addr, h.destination.addr, IPPROTO_TCP, len as u16);
+    let seed = seed(len as u16);
     // The interface is looked up only for a field that may be a partial
     // sum: never, or by chance, on a physical NIC.
     if csum::same(field, seed)
@@ -223,7 +246,7 @@ pub fn client_segment<P: Checked>(p: &P, h: &Headers) -> Verdict {
     {
         return Verdict::Trusted;
     }
-    match tcp_sum(p, h.l4(), len, u32::from(seed)) {
+    match tcp_sum(p, l4, len, u32::from(seed)) {
         Some(0xffff) => Verdict::Trusted,
         Some(_) => Verdict::Refused(Outcome::BadChecksum),
         None => Verdict::Unverified,

@@ -366,3 +366,61 @@ fn rewrite_gives_the_checksum_a_from_scratch_build_has_for_10_000_random_segment
         assert_eq!(bytes, expected, "round {round}");
     }
 }
+
+#[test]
+fn the_pseudo_seed_from_raw_words_is_the_pseudo_header_sum() {
+    let mut rng = StdRng::seed_from_u64(6);
+    for _ in 0..1000 {
+        let (src, dst) = (random_addr(&mut rng), random_addr(&mut rng));
+        let len: u16 = rng.random_range(20..=u16::MAX);
+        let bytes = pseudo_header(src, dst, NEXTHDR_TCP, u32::from(len));
+        // The folded sum of the pseudo-header alone (the complement of its
+        // checksum), as raw bytes: the reference reads words big-endian.
+        let expected = (!verify(&bytes)).to_be();
+        let seed = pseudo_seed6(Addr6::new(src), Addr6::new(dst), len);
+        assert!(csum::same(seed, expected), "{src} -> {dst}, {len} bytes");
+    }
+}
+
+#[test]
+fn every_pass_reason_has_its_counter() {
+    use PassReason::*;
+    assert_eq!(pass_outcome(NotIpv6), Outcome::PassNotIp);
+    assert_eq!(pass_outcome(NotTcp), Outcome::PassNotTcp);
+    assert_eq!(pass_outcome(Fragment), Outcome::PassFragment);
+    for r in [
+        Authenticated,
+        Encrypted,
+        NoNextHeader,
+        NotFinalDestination,
+        TooManyExtensions,
+        ExtensionsTooLong,
+    ] {
+        assert_eq!(pass_outcome(r), Outcome::PassIpv6Extensions, "{r:?}");
+    }
+    assert_eq!(pass_outcome(Truncated), Outcome::Malformed);
+    assert_eq!(pass_outcome(Malformed), Outcome::Malformed);
+}
+
+#[test]
+fn a_forwarded_packet_loses_one_hop_and_one_about_to_expire_stays() {
+    for hop in [0, 1] {
+        assert_eq!(forwarded_hop_word(u16::from_ne_bytes([6, hop])), None);
+    }
+    assert_eq!(
+        forwarded_hop_word(u16::from_ne_bytes([6, 64])),
+        Some(u16::from_ne_bytes([6, 63]))
+    );
+}
+
+#[test]
+fn the_words_diff_is_the_address_diff() {
+    let mut rng = StdRng::seed_from_u64(16);
+    for _ in 0..1000 {
+        let (old, new) = (random_addr(&mut rng), random_addr(&mut rng));
+        let check: u16 = rng.random();
+        let words = words_diff(Addr6::new(old), Addr6::new(new));
+        let bytes = address_diff(old.octets(), new.octets());
+        assert_eq!(csum::apply(check, words), csum::apply(check, bytes));
+    }
+}

@@ -52,7 +52,7 @@ fn non_tcp_fragments_short_and_non_ipv4_frames_are_passed_with_their_outcome() {
     assert_eq!(classify(&full[..53]), Err(Outcome::Malformed));
     let mut ipv6 = full.clone();
     ipv6[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-    assert_eq!(classify(&ipv6), Err(Outcome::PassNotIpv4));
+    assert_eq!(classify(&ipv6), Err(Outcome::PassNotIp));
     let mut bad_ihl = full.clone();
     bad_ihl[14] = 0x44;
     assert_eq!(classify(&bad_ihl), Err(Outcome::Malformed));

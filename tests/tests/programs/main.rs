@@ -260,6 +260,7 @@ mod capacity;
 mod conntrack;
 mod guard;
 mod icmp;
+mod ipv6;
 mod option;
 mod partial;
 mod redirect;
@@ -373,13 +374,22 @@ fn ingress_cases(
             "fragment",
         ),
         (
-            "ipv6",
+            "neither ipv4 nor ipv6",
+            {
+                let mut f = Frame::default().build();
+                f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+                f
+            },
+            "not_ip",
+        ),
+        (
+            "ipv4 under the ipv6 type",
             {
                 let mut f = Frame::default().build();
                 f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
                 f
             },
-            "not_ipv4",
+            "malformed",
         ),
         (
             "ihl below 5",
@@ -474,7 +484,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 25] = [
+    let expect: [(&str, u32, usize, usize); 35] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -590,6 +600,61 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::ANNOUNCE_CAPACITY,
             4,
             size_of::<maps::Heard>(),
+        ),
+        (
+            maps::FRONTENDS6,
+            maps::MAX_MAPPINGS,
+            size_of::<maps::Endpoint6>(),
+            size_of::<maps::NatTarget6>(),
+        ),
+        (
+            maps::REVERSE6,
+            maps::MAX_MAPPINGS,
+            size_of::<maps::Endpoint6>(),
+            size_of::<maps::NatTarget6>(),
+        ),
+        (
+            maps::CONNS6,
+            maps::CONN_CAPACITY,
+            size_of::<maps::ConnKey6>(),
+            size_of::<maps::Conn6>(),
+        ),
+        (
+            maps::HALF_OPEN6,
+            maps::HALF_OPEN_CAPACITY,
+            size_of::<maps::HalfOpenKey6>(),
+            size_of::<maps::HalfOpen6>(),
+        ),
+        (
+            maps::CLAIMS6,
+            maps::HALF_OPEN_CAPACITY,
+            size_of::<maps::ClaimKey6>(),
+            size_of::<maps::Claim6>(),
+        ),
+        (maps::SOURCES6, maps::CONN_CAPACITY, 8, 8),
+        (
+            maps::OWNERS6,
+            maps::OWNERS_CAPACITY,
+            size_of::<maps::Addr6>(),
+            size_of::<Owner>(),
+        ),
+        (
+            maps::ALLOWLIST6,
+            maps::MAX_MAPPINGS * maps::MAX_ALLOW_PER_MAPPING,
+            4 + size_of::<maps::AllowData6>(),
+            1,
+        ),
+        (
+            maps::SYN_BUCKETS6,
+            maps::SYN_BUCKET_CAPACITY,
+            8,
+            size_of::<maps::Bucket>(),
+        ),
+        (
+            maps::CONN_STATS6,
+            maps::CONN_CAPACITY,
+            size_of::<maps::ConnKey6>(),
+            size_of::<maps::ConnStats>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
