@@ -10,6 +10,9 @@
 //!   forwarded quotes `client -> backend`. The quoted destination becomes
 //!   the frontend, the address the client knows.
 //!
+//! The decisions are written over the address family, and serve ICMPv6
+//! errors too (`crate::ipv6::icmp` has their packet math).
+//!
 //! Every checksum is updated incrementally: the outer IPv4 header's (for an
 //! inbound error), the quoted IPv4 header's, the quoted TCP checksum when
 //! the quote holds it, and the ICMP checksum over all of it. These are the
@@ -18,7 +21,7 @@
 use crate::{
     conntrack::{closing, icmp_in_window},
     csum,
-    maps::{Conn, Endpoint, FLAG_SHARED_BACKEND, HalfOpen, NatTarget},
+    maps::{Addr, Conn, Endpoint, FLAG_SHARED_BACKEND, HalfOpen, NatTarget},
     packet::{
         ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_DADDR_OFF, IPV4_MIN_LEN, IPV4_PROTO_OFF,
         IPV4_SADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF, ipv4_header_len,
@@ -83,9 +86,9 @@ pub enum Inbound {
 /// frontend map alone; the backend's node checks it again
 /// ([`to_backend_allowed`]).
 #[inline(always)]
-pub fn inbound_verdict(
-    conn: Option<&Conn>,
-    frontend: Endpoint,
+pub fn inbound_verdict<A: Addr>(
+    conn: Option<&Conn<Endpoint<A>>>,
+    frontend: Endpoint<A>,
     quoted_seq: Option<u32>,
     local: bool,
 ) -> Inbound {
@@ -104,7 +107,10 @@ pub fn inbound_verdict(
 /// translated (now about `backend -> client`) may reach the pod, given the
 /// established entry of the quoted connection here.
 #[inline(always)]
-pub fn to_backend_allowed(conn: Option<&Conn>, quoted_seq: Option<u32>) -> bool {
+pub fn to_backend_allowed<A: Addr>(
+    conn: Option<&Conn<Endpoint<A>>>,
+    quoted_seq: Option<u32>,
+) -> bool {
     matches!((conn, quoted_seq), (Some(c), Some(seq)) if icmp_in_window(c, seq))
 }
 
@@ -117,12 +123,12 @@ pub fn to_backend_allowed(conn: Option<&Conn>, quoted_seq: Option<u32>) -> bool 
 /// a backend behind one frontend, that one. Otherwise the frontend cannot
 /// be known for sure, and the error is dropped.
 #[inline(always)]
-pub fn outbound_frontend(
-    conn: Option<&Conn>,
-    half: Option<&HalfOpen>,
+pub fn outbound_frontend<A: Addr>(
+    conn: Option<&Conn<Endpoint<A>>>,
+    half: Option<&HalfOpen<Endpoint<A>>>,
     quoted_seq: u32,
-    primary: &NatTarget,
-) -> Option<Endpoint> {
+    primary: &NatTarget<A>,
+) -> Option<Endpoint<A>> {
     if let Some(c) = conn {
         return Some(c.frontend);
     }

@@ -28,7 +28,7 @@ mod walk;
 
 pub use walk::{
     EXT_HEAD_LEN, IPV6_MAX_EXT_HEADERS, IPV6_MAX_EXT_LEN, PassReason, Step, Transport, Upper,
-    is_extension, step, walk,
+    Walked, is_extension, step, walk,
 };
 
 pub const ETH_P_IPV6: u16 = 0x86dd;
@@ -216,7 +216,7 @@ pub fn locate(frame: &[u8]) -> Result<Located, PassReason> {
     let Some(packet) = ip.get(..IPV6_HLEN + payload_len) else {
         return Err(PassReason::Truncated);
     };
-    let transport = walk(packet[IPV6_NEXT_HEADER_OFF], |at| head_at(packet, at))?;
+    let transport = walk(packet[IPV6_NEXT_HEADER_OFF], |at| head_at(packet, at)).transport()?;
     // The walk reads no further than the last extension header's start.
     if transport.ip_headers_len > packet.len() {
         return Err(PassReason::Truncated);

@@ -26,6 +26,7 @@ use crate::{
     family::Family,
     forward::iface_flags,
     icmp::{self, Out},
+    icmp6,
     ipopt::{self, NotAdded},
     mss,
     packet::{Headers, Transport, ethertype},
@@ -48,7 +49,11 @@ fn egress6(ctx: &TcContext) -> i32 {
         Ok(h) if h.transport == Transport::Tcp => {
             reverse_nat(ctx, &h).unwrap_or(Outcome::PassNoBackend)
         }
-        Ok(_) => Outcome::PassNotTcp,
+        Ok(h) => match icmp6::outbound(ctx, h.ip_len) {
+            icmp6::Out::Drop => return TC_ACT_SHOT,
+            icmp6::Out::Translated => return TC_ACT_UNSPEC,
+            icmp6::Out::NotOurs => Outcome::PassNotTcp,
+        },
         Err(outcome) => outcome,
     };
     count(outcome);

@@ -26,7 +26,7 @@ use crate::{
     counters::{Direction, count, count_mapping},
     family::Family,
     forward::{Routed, Sent, iface_flags, send},
-    guard, icmp,
+    guard, icmp, icmp6,
     packet::{Headers, Transport, ethertype},
     reset,
     skb::{Field, Rewrite, parse, parse6},
@@ -137,8 +137,16 @@ fn ingress6(ctx: &TcContext) -> Verdict<Addr6> {
         Err(outcome) => return Verdict::Pass(outcome),
     };
     match h.transport {
+        // Errors about forwarded connections are translated; the rest of
         // ICMPv6 (neighbour discovery among it) is the stack's.
-        Transport::Icmp => Verdict::Pass(Outcome::PassNotTcp),
+        Transport::Icmp => match icmp6::inbound(ctx, &h) {
+            icmp6::In::Translated(backend) => Verdict::Forward {
+                client: h.source,
+                backend,
+            },
+            icmp6::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
+            icmp6::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
+        },
         Transport::Tcp => to_frontend(ctx, &h).unwrap_or(Verdict::Pass(Outcome::PassNoFrontend)),
     }
 }

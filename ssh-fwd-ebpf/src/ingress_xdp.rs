@@ -22,9 +22,9 @@ use crate::{
     arp, backend, conntrack,
     counters::{Direction, count, count_mapping},
     family::Family,
-    guard, icmp,
+    guard, icmp, icmp6,
     maps::{FRONTENDS, REVERSE},
-    packet::{Headers, Transport, ethertype, parse, parse6, put_addr, put_word, word},
+    packet::{Headers, Transport, ethertype, parse, parse6, put_addr, put_addr6, put_word, word},
     partial::{self, Field},
     reset,
 };
@@ -57,8 +57,14 @@ fn ipv4(ctx: &XdpContext) -> u32 {
 fn ipv6(ctx: &XdpContext) -> u32 {
     let outcome = match parse6(ctx) {
         Some(Ok(h)) if h.transport == Transport::Tcp => tcp6(ctx, &h),
-        // ICMPv6 (neighbour discovery among it) is the stack's.
-        Some(Ok(_)) => Outcome::PassNotTcp,
+        // Errors about forwarded connections are translated (and counted
+        // as such), and the stack routes them; the rest of ICMPv6
+        // (neighbour discovery among it) is the stack's.
+        Some(Ok(h)) => match icmp6::inbound(ctx, &h) {
+            icmp6::In::Translated(_) => return xdp_action::XDP_PASS,
+            icmp6::In::Drop => Outcome::IcmpOutOfWindow,
+            icmp6::In::NotOurs => Outcome::PassNotTcp,
+        },
         Some(Err(outcome)) => outcome,
         None => Outcome::Malformed,
     };
@@ -237,8 +243,6 @@ fn dnat6(
     if new_urgent != urgent {
         put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
     }
-    for (i, word) in backend.addr.0.iter().enumerate() {
-        put_addr(ctx, ETH_HLEN + IPV6_DADDR_OFF + 4 * i, *word)?;
-    }
+    put_addr6(ctx, ETH_HLEN + IPV6_DADDR_OFF, backend.addr)?;
     put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
 }

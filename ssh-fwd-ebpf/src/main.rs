@@ -32,6 +32,7 @@ mod forward;
 mod guard;
 mod hairpin;
 mod icmp;
+mod icmp6;
 mod ingress_tc;
 mod ingress_xdp;
 mod ipopt;

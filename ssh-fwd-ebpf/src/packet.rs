@@ -122,6 +122,20 @@ pub fn put_addr<P: Packet>(p: &P, offset: usize, value: u32) -> Option<()> {
     Some(())
 }
 
+/// Writes an IPv6 address (four raw words) through one bounds check.
+#[inline(always)]
+pub fn put_addr6<P: Packet>(p: &P, offset: usize, value: Addr6) -> Option<()> {
+    let words = bytes_at::<P, 16>(p, offset)?.cast::<u32>();
+    // SAFETY: `bytes_at` checked the 16 bytes are inside the packet; the
+    // program has the packet to itself.
+    unsafe {
+        for (i, w) in value.0.iter().enumerate() {
+            words.add(i).write_unaligned(*w);
+        }
+    }
+    Some(())
+}
+
 /// The transport of a packet the programs may touch.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -298,12 +312,12 @@ pub fn parse6<P: Packet>(p: &P) -> Option<Result<Headers<Addr6>, Outcome>> {
         beyond_linear |= head.is_none();
         head
     });
-    let transport = match walked {
-        Ok(t) => t,
+    let upper = match walked.upper {
+        Ok(upper) => upper,
         Err(PassReason::Truncated) if beyond_linear => return None,
         Err(reason) => return Some(Err(pass_outcome(reason))),
     };
-    let ip_len = transport.ip_headers_len;
+    let ip_len = walked.ip_headers_len;
     let source = addr6(p, ETH_HLEN + IPV6_SADDR_OFF)?;
     let destination = addr6(p, ETH_HLEN + IPV6_DADDR_OFF)?;
     let endpoint = |addr, port| Endpoint6 {
@@ -311,7 +325,7 @@ pub fn parse6<P: Packet>(p: &P) -> Option<Result<Headers<Addr6>, Outcome>> {
         port,
         _pad: [0; 3],
     };
-    if transport.protocol == Upper::Icmpv6 {
+    if upper == Upper::Icmpv6 {
         return Some(Ok(Headers {
             ip_len,
             total_len,

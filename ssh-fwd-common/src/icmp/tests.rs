@@ -190,7 +190,7 @@ fn an_inbound_error_reaches_the_pod_only_about_what_its_server_sent() {
     assert_eq!(verdict(None, Some(1), false), Inbound::Deliver);
     assert!(to_backend_allowed(Some(&conn), Some(49_000)));
     assert!(!to_backend_allowed(Some(&conn), Some(60_000)));
-    assert!(!to_backend_allowed(None, Some(49_000)));
+    assert!(!to_backend_allowed::<u32>(None, Some(49_000)));
 }
 
 #[test]

@@ -72,7 +72,9 @@ pub fn parse(frame: &[u8], icmp: usize) -> Option<Quote> {
         return None;
     }
     let quoted = &frame[ip..];
-    let transport = walk(quoted[IPV6_NEXT_HEADER_OFF], |at| head_at(quoted, at)).ok()?;
+    let transport = walk(quoted[IPV6_NEXT_HEADER_OFF], |at| head_at(quoted, at))
+        .transport()
+        .ok()?;
     if transport.protocol != Upper::Tcp {
         return None;
     }

@@ -124,6 +124,30 @@ pub const fn step(next_header: u8, head: [u8; EXT_HEAD_LEN]) -> Step {
     }
 }
 
+/// Where a [`walk`] stopped: the transport header's protocol and offset,
+/// or why the packet is passed. Flat, every field always written: a
+/// `Result` carrying an offset leaves the offset undefined on its error
+/// path, and the verifier refuses a program that spills such a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walked {
+    /// The headers walked over, the fixed header included: the transport
+    /// header's offset from the start of the IPv6 header when `upper` is
+    /// `Ok`.
+    pub ip_headers_len: usize,
+    pub upper: Result<Upper, PassReason>,
+}
+
+impl Walked {
+    /// The walk's result as a `Result`.
+    #[inline(always)]
+    pub fn transport(self) -> Result<Transport, PassReason> {
+        self.upper.map(|protocol| Transport {
+            protocol,
+            ip_headers_len: self.ip_headers_len,
+        })
+    }
+}
+
 /// The walk from the fixed header, whose next header field is
 /// `first_next_header`, to the transport header. `head_at(offset)` reads
 /// the [`EXT_HEAD_LEN`] bytes at `offset` from the start of the IPv6
@@ -132,26 +156,30 @@ pub const fn step(next_header: u8, head: [u8; EXT_HEAD_LEN]) -> Step {
 /// not read (the last extension header's body, the transport header) are
 /// the caller's to bounds-check.
 #[inline(always)]
-pub fn walk<R>(first_next_header: u8, mut head_at: R) -> Result<Transport, PassReason>
+pub fn walk<R>(first_next_header: u8, mut head_at: R) -> Walked
 where
     R: FnMut(usize) -> Option<[u8; EXT_HEAD_LEN]>,
 {
     let mut next_header = first_next_header;
     let mut offset = IPV6_HLEN;
     let mut seen = 0;
+    let stop = |offset, reason| Walked {
+        ip_headers_len: offset,
+        upper: Err(reason),
+    };
     // One step per extension header and one for the header after them.
     while seen <= IPV6_MAX_EXT_HEADERS {
         let mut head = [0; EXT_HEAD_LEN];
         if is_extension(next_header) {
             if seen == IPV6_MAX_EXT_HEADERS {
-                return Err(PassReason::TooManyExtensions);
+                return stop(offset, PassReason::TooManyExtensions);
             }
             if next_header == NEXTHDR_HOP && seen != 0 {
-                return Err(PassReason::Malformed);
+                return stop(offset, PassReason::Malformed);
             }
             head = match head_at(offset) {
                 Some(head) => head,
-                None => return Err(PassReason::Truncated),
+                None => return stop(offset, PassReason::Truncated),
             };
         }
         match step(next_header, head) {
@@ -161,21 +189,21 @@ where
             } => {
                 offset += len;
                 if offset > IPV6_HLEN + IPV6_MAX_EXT_LEN {
-                    return Err(PassReason::ExtensionsTooLong);
+                    return stop(IPV6_HLEN, PassReason::ExtensionsTooLong);
                 }
                 next_header = next;
             }
             Step::Upper(protocol) => {
-                return Ok(Transport {
-                    protocol,
+                return Walked {
                     ip_headers_len: offset,
-                });
+                    upper: Ok(protocol),
+                };
             }
-            Step::Pass(reason) => return Err(reason),
+            Step::Pass(reason) => return stop(offset, reason),
         }
         seen += 1;
     }
     // Unreached: the last round returns before reading. Kept as the loop's
     // bound for the verifier.
-    Err(PassReason::TooManyExtensions)
+    stop(offset, PassReason::TooManyExtensions)
 }

@@ -3,6 +3,7 @@
 //! reference `ssh_fwd_common::ipv6::rewrite`, the reverse NAT of the
 //! replies, the connection confirmed by the server as for IPv4, and every
 //! packet the IPv6 path refuses or passes, counted under its outcome.
+//! ICMPv6 errors of such a connection are translated both ways.
 //! The mapping is written into `FRONTENDS6`/`REVERSE6` directly: these
 //! tests are about the kernel side.
 
@@ -11,10 +12,11 @@ use std::net::Ipv6Addr;
 use aya::maps::{HashMap, Map, MapData};
 use ssh_fwd_common::{
     conntrack::{TCP_ACK, TCP_RST, TCP_SYN, trust::source_key6},
-    fixtures6::{Extension, Frame6},
-    ipv6::{self, NEXTHDR_ICMPV6},
+    fixtures6::{Extension, Frame6, Icmp6Error},
+    icmp::Quoted,
+    ipv6::{self, NEXTHDR_ICMPV6, icmp::ICMPV6_DEST_UNREACH},
     maps::{self, Addr6, Conn6, ConnKey6, Endpoint6, NatTarget6, Owner},
-    packet::Side,
+    packet::{ETH_HLEN, Side},
 };
 use ssh_fwd_tests::privilege;
 
@@ -401,4 +403,94 @@ fn an_ipv6_reply_from_another_interface_is_a_spoof_and_moves_nothing() {
 
 fn object_egress() -> &'static str {
     ssh_fwd::datapath::object::PROG_EGRESS_TC
+}
+
+const ROUTER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xffff, 0, 0, 0, 0, 1);
+
+/// The host reference's translation of the ICMPv6 error `frame`.
+fn icmp_translated(frame: &[u8], which: Quoted, to: Endpoint6) -> Vec<u8> {
+    let mut expected = frame.to_vec();
+    let icmp = ETH_HLEN + ipv6::IPV6_HLEN;
+    let q = ipv6::icmp::parse(&expected, icmp).expect("quotes TCP");
+    ipv6::icmp::translate(&mut expected, &q, which, to);
+    expected
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_packet_too_big_about_a_reply_reaches_the_pod_and_one_out_of_window_does_not() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load6(0);
+        handshake(&l, ingress);
+        // The banner as the client's path saw it, too big for a link.
+        let sent = Frame6 {
+            src: FRONTEND,
+            dst: CLIENT,
+            sport: 8022,
+            dport: 40_000,
+            tcp_flags: TCP_ACK | PSH,
+            seq: SERVER_ISN + 1,
+            ack: CLIENT_ISN + 1,
+            payload: vec![b's'; BANNER],
+            ..Frame6::default()
+        };
+        let ptb = Icmp6Error::packet_too_big(ROUTER, FRONTEND, 1280, sent.clone()).build();
+        let before = counters(&l);
+        let (verdict, out) = ingress.run(&l, &ptb);
+        assert_eq!(verdict, pass_verdict(ingress), "{ingress:?}");
+        assert_eq!(
+            out,
+            icmp_translated(&ptb, Quoted::Source, backend()),
+            "{ingress:?}: the pod's own reply, to the pod, byte for byte"
+        );
+        assert_eq!(delta(&before, &counters(&l)), vec![("icmp_translated", 1)]);
+        // A sequence number the server never sent: a blind attacker's.
+        let forged = Icmp6Error::packet_too_big(
+            ROUTER,
+            FRONTEND,
+            1280,
+            Frame6 {
+                seq: SERVER_ISN + 1_000_000,
+                ..sent
+            },
+        )
+        .build();
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &forged);
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("icmp_out_of_window", 1)]
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_icmpv6_error_about_a_request_leaves_naming_the_frontend() {
+    privilege::require();
+    let l = load6(0);
+    handshake(&l, Ingress::Tc);
+    // A router between the node and the pod could not deliver the
+    // client's segment, as translated.
+    let about = Frame6 {
+        dst: BACKEND,
+        dport: 22,
+        ..request(TCP_ACK | PSH, CLIENT_ISN + 1, SERVER_ISN + 1, 100)
+    };
+    let error = Icmp6Error {
+        icmp_type: ICMPV6_DEST_UNREACH,
+        mtu: 0,
+        ..Icmp6Error::packet_too_big(ROUTER, CLIENT, 0, about)
+    }
+    .build();
+    let before = counters(&l);
+    let (verdict, out) = super::test_run_tc(&l, object_egress(), &error);
+    assert_eq!(verdict, TC_ACT_UNSPEC);
+    assert_eq!(
+        out,
+        icmp_translated(&error, Quoted::Destination, frontend())
+    );
+    assert_eq!(delta(&before, &counters(&l)), vec![("icmp_translated", 1)]);
 }

@@ -42,14 +42,16 @@ fn the_walk_reads_only_extension_headers_within_its_bound() {
     let result = walk(NEXTHDR_DEST, |at| {
         reads.push(at);
         Some([NEXTHDR_DEST, 0, 0, 0])
-    });
+    })
+    .transport();
     assert_eq!(result, Err(PassReason::TooManyExtensions));
     assert_eq!(reads, [40, 48, 56, 64]);
     let mut reads = 0;
     let result = walk(NEXTHDR_TCP, |_| {
         reads += 1;
         None
-    });
+    })
+    .transport();
     assert_eq!(result.map(|t| t.ip_headers_len), Ok(IPV6_HLEN));
     assert_eq!(reads, 0, "the fixed header names TCP: nothing to read");
 }
