@@ -1,11 +1,11 @@
 //! `ssh-fwd list mappings|conns|hooks|counters`: what is installed, read
 //! from the pinned maps and links, as a table, JSON or YAML.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, net::SocketAddr};
 
 use serde::Serialize;
 use ssh_fwd_common::{
-    maps::{ConnKey, Endpoint},
+    maps::ConnKey,
     outcome::{Class, Outcome},
 };
 
@@ -17,7 +17,8 @@ use crate::{
             activity::{Activity, Clock},
             clock_ns, half_open_churned,
         },
-        maps::{Maps, show},
+        family::MapFamily,
+        maps::Maps,
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook},
     },
@@ -112,7 +113,7 @@ pub struct MappingRow {
 
 pub fn mappings(
     maps: &Maps,
-    activity: &BTreeMap<Endpoint, Activity>,
+    activity: &BTreeMap<SocketAddr, Activity>,
 ) -> anyhow::Result<Vec<MappingRow>> {
     Ok(stats::mappings(maps)?
         .into_iter()
@@ -122,8 +123,8 @@ pub fn mappings(
             // Names are written by whoever wrote the source: never raw to
             // a terminal.
             name: printable(&m.name),
-            frontend: show(&m.frontend),
-            backend: show(&m.backend),
+            frontend: m.frontend.to_string(),
+            backend: m.backend.to_string(),
             shared_backend: m.shared_backend,
             packets_in: m.counters.packets_in,
             bytes_in: m.counters.bytes_in,
@@ -261,15 +262,22 @@ pub struct ConnRow {
 /// and would only repeat its row).
 pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
     let now = clock_ns();
-    let entries = tables.entries();
-    let tracked: std::collections::BTreeSet<ConnKey> = entries
+    let mut rows = conn_rows(tables.entries(), now);
+    rows.extend(conn_rows(tables.entries6(), now));
+    rows.sort_by(|a, b| (&a.frontend, &a.client).cmp(&(&b.frontend, &b.client)));
+    rows
+}
+
+/// The rows of one family's entries, as [`conns`] lists them.
+fn conn_rows<A: MapFamily>(entries: Vec<Entry<A>>, now: u64) -> Vec<ConnRow> {
+    let tracked: std::collections::BTreeSet<ConnKey<A>> = entries
         .iter()
         .filter_map(|e| match e {
             Entry::Established(k, _) => Some(*k),
             _ => None,
         })
         .collect();
-    let mut rows: Vec<ConnRow> = entries
+    entries
         .into_iter()
         .filter(|entry| match entry {
             Entry::Established(..) => true,
@@ -284,15 +292,13 @@ pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
             };
             ConnRow {
                 state: entry.state(),
-                client: show(&key.client()),
-                frontend: show(&frontend),
-                backend: show(&key.backend()),
+                client: A::socket(&key.client()).to_string(),
+                frontend: A::socket(&frontend).to_string(),
+                backend: A::socket(&key.backend()).to_string(),
                 idle_seconds: now.saturating_sub(last_seen) / 1_000_000_000,
             }
         })
-        .collect();
-    rows.sort_by(|a, b| (&a.frontend, &a.client).cmp(&(&b.frontend, &b.client)));
-    rows
+        .collect()
 }
 
 /// `list conns`: the rows (all that JSON and YAML show: the counters are
