@@ -3,26 +3,65 @@
 //! [`MappingSet`]; the data path installs one. This is the vocabulary the
 //! layers share, so it depends on nothing else in the crate.
 
-use std::{collections::BTreeMap, net::SocketAddrV4};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    net::{IpAddr, SocketAddr},
+};
 
 pub mod guard;
 
 pub use guard::Guard;
 
-/// One frontend -> backend mapping.
+/// One frontend -> backend mapping. The frontend and the backend are of
+/// one family (the data path translates addresses, never families: no
+/// NAT46 or NAT64); every source refuses a mapping that mixes them
+/// (`source::validate`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
     /// Free-form label; may be empty.
     pub name: String,
-    pub frontend: SocketAddrV4,
-    pub backend: SocketAddrV4,
+    pub frontend: SocketAddr,
+    pub backend: SocketAddr,
     /// Who may connect, and how fast.
     pub guard: Guard,
 }
 
+impl Mapping {
+    /// The family of its frontend (and so of its backend).
+    pub fn family(&self) -> Family {
+        Family::of(self.frontend.ip())
+    }
+}
+
+/// An address family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(ip: IpAddr) -> Self {
+        match ip {
+            IpAddr::V4(_) => Self::V4,
+            IpAddr::V6(_) => Self::V6,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        })
+    }
+}
+
 /// The desired mappings, keyed by frontend (a frontend appears once).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MappingSet(BTreeMap<SocketAddrV4, Mapping>);
+pub struct MappingSet(BTreeMap<SocketAddr, Mapping>);
 
 impl MappingSet {
     /// Builds a set; the caller guarantees frontends are unique (the file
@@ -36,7 +75,7 @@ impl MappingSet {
         self.0.insert(mapping.frontend, mapping)
     }
 
-    pub fn remove(&mut self, frontend: &SocketAddrV4) -> Option<Mapping> {
+    pub fn remove(&mut self, frontend: &SocketAddr) -> Option<Mapping> {
         self.0.remove(frontend)
     }
 
@@ -44,7 +83,7 @@ impl MappingSet {
         self.0.values()
     }
 
-    pub fn get(&self, frontend: &SocketAddrV4) -> Option<&Mapping> {
+    pub fn get(&self, frontend: &SocketAddr) -> Option<&Mapping> {
         self.0.get(frontend)
     }
 

@@ -8,17 +8,16 @@ pub mod publish;
 
 use std::{
     collections::BTreeMap,
+    net::SocketAddr,
     sync::{Arc, Mutex, PoisonError},
 };
-
-use ssh_fwd_common::maps::Endpoint;
 
 use crate::datapath::conntrack::activity::{Activity, Clock, Tallies};
 
 /// What the sweeps found, shared with `/metrics` and the publisher;
 /// `None` until the first sweep.
 #[derive(Clone, Debug, Default)]
-pub struct Board(Arc<Mutex<Option<BTreeMap<Endpoint, Activity>>>>);
+pub struct Board(Arc<Mutex<Option<BTreeMap<SocketAddr, Activity>>>>);
 
 impl Board {
     /// Takes in one sweep's tallies, read with `clock`.
@@ -30,7 +29,7 @@ impl Board {
     /// Every frontend's activity since the agent started; `None` before
     /// the first sweep, when nothing is known yet (not even that nothing
     /// is open).
-    pub fn snapshot(&self) -> Option<BTreeMap<Endpoint, Activity>> {
+    pub fn snapshot(&self) -> Option<BTreeMap<SocketAddr, Activity>> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -41,7 +40,7 @@ impl Board {
 /// Merges a sweep's findings into what is known: the open connections are
 /// the sweep's (none for a frontend it found no entry of), the last packet
 /// the latest either knows.
-fn remember(known: &mut BTreeMap<Endpoint, Activity>, found: BTreeMap<Endpoint, Activity>) {
+fn remember(known: &mut BTreeMap<SocketAddr, Activity>, found: BTreeMap<SocketAddr, Activity>) {
     for activity in known.values_mut() {
         activity.open = 0;
     }
@@ -70,8 +69,8 @@ mod tests {
 
     #[test]
     fn a_swept_connection_leaves_its_last_packet_and_none_open() {
-        let frontend = Endpoint::new(Ipv4Addr::new(203, 0, 113, 10), 2222);
-        let other = Endpoint::new(Ipv4Addr::new(203, 0, 113, 10), 2223);
+        let frontend = SocketAddr::from((Ipv4Addr::new(203, 0, 113, 10), 2222));
+        let other = SocketAddr::from((Ipv4Addr::new(203, 0, 113, 10), 2223));
         let mut known = BTreeMap::new();
         remember(
             &mut known,

@@ -16,7 +16,7 @@ mod routes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -114,7 +114,7 @@ impl AnnounceMetrics {
 /// socket the gratuitous ARPs go out on, which needs `CAP_NET_RAW`.
 pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
     super::args::check_announce(agent).map_err(anyhow::Error::msg)?;
-    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips[..]);
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips_v4()[..]);
     if args.announce != AnnounceMode::L2 {
         return Ok(None);
     }
@@ -140,15 +140,19 @@ pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
 pub fn on_interfaces(
     ssh_ips: &[Ipv4Addr],
     links: &[Link],
-    addrs: &[(u32, Ipv4Addr)],
+    addrs: &[(u32, IpAddr)],
 ) -> BTreeMap<Ipv4Addr, String> {
     let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
     addrs
         .iter()
+        .filter_map(|(index, ip)| match ip {
+            IpAddr::V4(ip) => Some((index, *ip)),
+            IpAddr::V6(_) => None,
+        })
         .filter(|(_, ip)| ssh_ips.contains(ip))
         .map(|(index, ip)| {
             (
-                *ip,
+                ip,
                 names
                     .get(index)
                     .map_or_else(|| index.to_string(), |n| (*n).to_owned()),
@@ -208,7 +212,7 @@ pub fn spawn(
         match (a.announce, client, socket) {
             (AnnounceMode::Route, _, _) => Box::pin(routes::run(
                 a.announce_table.unwrap_or_default(),
-                args.ssh_ips.clone(),
+                args.ssh_ips_v4(),
                 args.ifaces.iter().cloned().collect(),
                 ready,
                 stopped,
@@ -217,7 +221,7 @@ pub fn spawn(
             (AnnounceMode::L2, Some(client), Some(socket)) => Box::pin(leases::run(
                 layout,
                 leases::Settings {
-                    ssh_ips: args.ssh_ips.clone(),
+                    ssh_ips: args.ssh_ips_v4(),
                     external: args.ifaces.iter().cloned().collect(),
                     duration: a.announce_lease_duration,
                     renew: a.announce_renew,
@@ -234,7 +238,7 @@ pub fn spawn(
             )),
             (AnnounceMode::L2, None, Some(socket)) => Box::pin(run(
                 layout,
-                args.ssh_ips.clone(),
+                args.ssh_ips_v4(),
                 args.ifaces.clone(),
                 a.announce_garp_interval,
                 socket,

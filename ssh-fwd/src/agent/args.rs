@@ -41,14 +41,16 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE", requires = "kubernetes")]
     pub kubeconfig: Option<PathBuf>,
 
-    /// External SSH IP this agent serves (repeatable). Services claiming any
-    /// other address are ignored, so nobody who may create Services can
-    /// capture traffic for other IPs (CVE-2020-8554). With a mappings file,
-    /// every frontend must be on one; without the flag, a frontend on an
-    /// address of one of the node's interfaces (other than lo and dummy
-    /// devices) is refused.
+    /// External SSH IP this agent serves, IPv4 or IPv6 (repeatable: one of
+    /// each family, or several). Services claiming any other address are
+    /// ignored, so nobody who may create Services can capture traffic for
+    /// other IPs (CVE-2020-8554); Services are read for IPv4 only. With a
+    /// mappings file, every frontend must be on one; without the flag, a
+    /// frontend on an address of one of the node's interfaces (other than
+    /// lo and dummy devices) is refused. `--announce` attracts the IPv4
+    /// ones only.
     #[arg(long = "ssh-ip", value_name = "IP")]
-    pub ssh_ips: Vec<std::net::Ipv4Addr>,
+    pub ssh_ips: Vec<std::net::IpAddr>,
 
     /// Frontend ports honoured, inclusive.
     #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = crate::args::port_range)]
@@ -270,6 +272,17 @@ impl AgentArgs {
     pub fn styles(&self) -> Styles {
         Styles::of(&self.service_styles)
     }
+
+    /// The IPv4 `--ssh-ip`s: those `--announce` attracts and Services may
+    /// claim.
+    pub fn ssh_ips_v4(&self) -> Vec<std::net::Ipv4Addr> {
+        (self.ssh_ips.iter())
+            .filter_map(|ip| match ip {
+                std::net::IpAddr::V4(ip) => Some(*ip),
+                std::net::IpAddr::V6(_) => None,
+            })
+            .collect()
+    }
 }
 
 mod announce;
@@ -359,6 +372,32 @@ mod tests {
         assert_eq!(off.redirect, RedirectMode::Off);
         let typo = parse(base.into_iter().chain(["--redirect", "never"]));
         assert!(typo.unwrap_err().to_string().contains("never"));
+    }
+
+    #[test]
+    fn ssh_ips_of_both_families_are_accepted_and_the_ipv4_ones_are_told_apart() {
+        let argv = [
+            "--iface",
+            "eth0",
+            "--mappings",
+            "m.yaml",
+            "--ssh-ip",
+            "198.18.0.10",
+            "--ssh-ip",
+            "2001:db8::10",
+        ];
+        let args = parse(argv).unwrap();
+        assert_eq!(args.ssh_ips.len(), 2);
+        assert_eq!(args.ssh_ips_v4(), [std::net::Ipv4Addr::new(198, 18, 0, 10)]);
+        let e = parse([
+            "--iface",
+            "eth0",
+            "--mappings",
+            "m",
+            "--ssh-ip",
+            "[2001:db8::10]",
+        ]);
+        assert!(e.unwrap_err().to_string().contains("--ssh-ip"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod budget;
 
 use std::{
     collections::HashMap,
-    net::SocketAddrV4,
+    net::SocketAddr,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -22,7 +22,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::datapath::{
     conntrack::{Gone, clock_ns},
-    events::{ConnLog, EventReader},
+    events::{ConnLog, Event, EventReader},
+    family::MapFamily,
 };
 
 use budget::{Budget, REPORT_EVERY};
@@ -38,7 +39,7 @@ pub struct Label {
 }
 
 /// Each installed frontend's [`Label`], as the source has it now.
-pub type Directory = HashMap<SocketAddrV4, Label>;
+pub type Directory = HashMap<SocketAddr, Label>;
 
 /// What became of a connection, for a line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -73,9 +74,9 @@ pub struct Record {
     pub what: What,
     /// On the kernel's clock (CLOCK_MONOTONIC_COARSE).
     pub at_ns: u64,
-    pub client: SocketAddrV4,
-    pub frontend: SocketAddrV4,
-    pub backend: SocketAddrV4,
+    pub client: SocketAddr,
+    pub frontend: SocketAddr,
+    pub backend: SocketAddr,
     /// A closed connection's: how it ended, when it was confirmed (kernel
     /// clock) and its traffic, if counted.
     pub ended: Option<Ended>,
@@ -83,14 +84,18 @@ pub struct Record {
     pub stats: Option<ConnStats>,
 }
 
-fn socket(e: Endpoint) -> SocketAddrV4 {
-    SocketAddrV4::new(e.ip(), e.port())
-}
-
 impl Record {
+    /// A kernel record of either family.
+    pub fn from_record(e: &Event) -> Option<Self> {
+        match e {
+            Event::V4(e) => Self::from_event(e),
+            Event::V6(e) => Self::from_event(e),
+        }
+    }
+
     /// A kernel record; `None` for a kind this build does not know (a
     /// newer program's).
-    pub fn from_event(e: &ConnEvent) -> Option<Self> {
+    pub fn from_event<A: MapFamily>(e: &ConnEvent<Endpoint<A>>) -> Option<Self> {
         let what = match e.kind()? {
             EventKind::Accepted => What::accepted,
             EventKind::Denied => What::denied,
@@ -100,9 +105,9 @@ impl Record {
         Some(Self {
             what,
             at_ns: e.time_ns,
-            client: socket(e.client),
-            frontend: socket(e.frontend),
-            backend: socket(e.backend),
+            client: A::socket(&e.client),
+            frontend: A::socket(&e.frontend),
+            backend: A::socket(&e.backend),
             ended: e.ended(),
             opened_ns: e.created_ns,
             stats: (what == What::closed).then_some(e.stats),
@@ -114,11 +119,11 @@ impl Record {
         Self {
             what: What::closed,
             at_ns: now_ns,
-            client: socket(g.key.client()),
-            frontend: socket(g.conn.frontend),
-            backend: socket(g.key.backend()),
+            client: g.client,
+            frontend: g.frontend,
+            backend: g.backend,
             ended: Some(g.why),
-            opened_ns: g.conn.created_ns,
+            opened_ns: g.created_ns,
             stats: g.stats,
         }
     }
@@ -204,7 +209,7 @@ async fn run(
                     return;
                 }
                 for e in events.drain(..) {
-                    if let Some(r) = Record::from_event(&e) {
+                    if let Some(r) = Record::from_record(&e) {
                         log.write(&r);
                     }
                 }
@@ -265,7 +270,7 @@ impl Log {
         self.current = next;
     }
 
-    fn label(&self, frontend: &SocketAddrV4) -> Label {
+    fn label(&self, frontend: &SocketAddr) -> Label {
         (self.current.get(frontend))
             .or_else(|| self.retired.get(frontend))
             .cloned()
@@ -333,9 +338,9 @@ fn line(r: &Record, label: &Label, at: SystemTime) {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, SocketAddrV4};
 
-    use ssh_fwd_common::maps::{Conn, ConnKey};
+    use ssh_fwd_common::maps::{ConnEvent6, Endpoint6};
 
     use super::*;
 
@@ -367,6 +372,28 @@ mod tests {
         assert_eq!(Record::from_event(&unknown), None);
     }
 
+    #[test]
+    fn an_ipv6_kernel_record_reads_back_with_its_addresses_printed_as_ipv6() {
+        let ep = |s: &str, port| Endpoint6::new6(s.parse().unwrap(), port);
+        let e = ConnEvent6 {
+            time_ns: 5,
+            client: ep("2001:db8:1::7", 51_234),
+            frontend: ep("2001:db8::10", 8123),
+            backend: ep("fd00:10:244::5", 22),
+            slot: 3,
+            kind: EventKind::Accepted as u8,
+            ended: 0,
+            _pad: 0,
+            created_ns: 0,
+            stats: ConnStats::default(),
+        };
+        let r = Record::from_record(&Event::V6(e)).unwrap();
+        assert_eq!(r.what, What::accepted);
+        assert_eq!(r.client.to_string(), "[2001:db8:1::7]:51234");
+        assert_eq!(r.frontend.to_string(), "[2001:db8::10]:8123");
+        assert_eq!(r.backend.to_string(), "[fd00:10:244::5]:22");
+    }
+
     fn label(name: &str) -> Label {
         Label {
             mapping: name.into(),
@@ -376,7 +403,7 @@ mod tests {
 
     #[test]
     fn a_removed_frontend_keeps_its_name_for_the_records_its_removal_ends() {
-        let front = |port| SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), port);
+        let front = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), port));
         let mut log = Log {
             level: ConnLog::All,
             budget: Budget::new(1, Instant::now()),
@@ -396,15 +423,7 @@ mod tests {
 
     #[test]
     fn a_swept_connection_says_how_it_ended_and_how_long_it_lived() {
-        let key = ConnKey::new(
-            endpoint([203, 0, 113, 7], 4000),
-            endpoint([10, 0, 0, 2], 22),
-        );
-        let conn = Conn {
-            frontend: endpoint([192, 0, 2, 10], 8123),
-            created_ns: 1_000_000_000,
-            ..Conn::ZERO
-        };
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
         let stats = ConnStats {
             packets_in: 3,
             bytes_in: 300,
@@ -412,8 +431,10 @@ mod tests {
             bytes_out: 4000,
         };
         let g = Gone {
-            key,
-            conn,
+            client: sa("203.0.113.7:4000"),
+            frontend: sa("192.0.2.10:8123"),
+            backend: sa("10.0.0.2:22"),
+            created_ns: 1_000_000_000,
             why: Ended::Idle,
             stats: Some(stats),
         };

@@ -3,7 +3,7 @@
 
 use std::{
     collections::BTreeSet,
-    net::SocketAddrV4,
+    net::SocketAddr,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -16,7 +16,7 @@ use super::{audit::ClosedSender, metrics::AgentMetrics, source::Change, sweep};
 use crate::{
     datapath::{
         Datapath,
-        maps::{Applied, show},
+        maps::Applied,
         plan::{self, Installed, Local, Plan},
         status::{StatusMap, unix_ms},
     },
@@ -144,7 +144,7 @@ impl Reconciler {
         &mut self,
         datapath: &mut Datapath,
         desired: &MappingSet,
-        touched: Option<&BTreeSet<SocketAddrV4>>,
+        touched: Option<&BTreeSet<SocketAddr>>,
         why: &str,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
@@ -261,26 +261,26 @@ fn log_changes(installed: &Installed, desired: &MappingSet, steps: &[Plan]) {
             continue;
         }
         let name = desired
-            .get(&plan::socket(frontend))
+            .get(frontend)
             .map_or(String::new(), |m| printable(&m.name));
-        let (frontend, backend) = (show(frontend), show(&target.endpoint));
+        let (frontend, backend) = (frontend.to_string(), target.endpoint.to_string());
         match (old, one_by_one) {
             (None, true) => tracing::info!(name, frontend, backend, "mapping added"),
             (None, false) => tracing::debug!(name, frontend, backend, "mapping added"),
             (Some(old), true) => {
-                let old_backend = show(&old.endpoint);
+                let old_backend = old.endpoint.to_string();
                 tracing::info!(name, frontend, backend, old_backend, "mapping changed");
             }
             (Some(old), false) => {
-                let old_backend = show(&old.endpoint);
+                let old_backend = old.endpoint.to_string();
                 tracing::debug!(name, frontend, backend, old_backend, "mapping changed");
             }
         }
     }
     for frontend in deletes() {
         match one_by_one {
-            true => tracing::info!(frontend = show(frontend), "mapping removed"),
-            false => tracing::debug!(frontend = show(frontend), "mapping removed"),
+            true => tracing::info!(%frontend, "mapping removed"),
+            false => tracing::debug!(%frontend, "mapping removed"),
         }
     }
     if !one_by_one {
@@ -348,19 +348,24 @@ fn micros(d: Duration) -> u64 {
 mod tests {
     use ssh_fwd_common::maps::MAX_MAPPINGS;
 
+    use std::net::SocketAddrV4;
+
     use super::*;
 
     #[test]
     fn mappings_left_out_over_capacity_are_not_counted_as_installed() {
         let over = MAX_MAPPINGS as usize + 3;
-        let desired = MappingSet::from_unique((0..over).map(|i| Mapping {
-            guard: Default::default(),
-            name: format!("m{i}"),
-            frontend: SocketAddrV4::new(
-                [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
-                8022,
-            ),
-            backend: "10.244.1.5:22".parse().unwrap(),
+        let desired = MappingSet::from_unique((0..over).map(|i| {
+            Mapping {
+                guard: Default::default(),
+                name: format!("m{i}"),
+                frontend: SocketAddrV4::new(
+                    [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
+                    8022,
+                )
+                .into(),
+                backend: "10.244.1.5:22".parse().unwrap(),
+            }
         }));
         let planned = plan::plan_steps(&Installed::default(), &desired, MAX_MAPPINGS as usize);
         assert_eq!(planned.left_out.len(), 3);

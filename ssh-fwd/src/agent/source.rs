@@ -4,7 +4,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
     path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
@@ -48,7 +48,7 @@ pub struct Change {
     /// The frontends whose mapping changed since the previous change, when
     /// the source knows (`None`: any may have), so that the reconciler
     /// plans only those.
-    pub touched: Option<BTreeSet<SocketAddrV4>>,
+    pub touched: Option<BTreeSet<SocketAddr>>,
 }
 
 impl Change {
@@ -121,7 +121,12 @@ impl Source {
         let label = |m: &Mapping| -> Label {
             let (service, pod) = match self {
                 Self::File(_) => (None, None),
-                Self::Kubernetes(k) => k.source.owner_of(m.frontend, *m.backend.ip()),
+                Self::Kubernetes(k) => match (m.frontend, m.backend.ip()) {
+                    (SocketAddr::V4(frontend), IpAddr::V4(backend)) => {
+                        k.source.owner_of(frontend, backend)
+                    }
+                    _ => (None, None),
+                },
             };
             Label {
                 mapping: m.name.as_str().into(),
@@ -187,7 +192,7 @@ pub struct FileSource {
     path: PathBuf,
     /// `--ssh-ip`: when empty, frontends are checked against the node's
     /// own addresses instead, read again at every load.
-    ssh_ips: BTreeSet<Ipv4Addr>,
+    ssh_ips: BTreeSet<IpAddr>,
     /// `--max-mappings`: a file listing more is refused.
     capacity: usize,
     /// `--allow`, `--syn-rate`...: what entries that say nothing get.
@@ -312,7 +317,7 @@ impl FileSource {
 
 /// The rules mappings are checked against now: `--ssh-ip` and the node's
 /// addresses (read again each time: an address may come or go).
-async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>, guard: &Defaults) -> anyhow::Result<Rules> {
+async fn node_rules(ssh_ips: &BTreeSet<IpAddr>, guard: &Defaults) -> anyhow::Result<Rules> {
     let (links, addrs) = links_and_addresses().await?;
     Ok(Rules {
         ssh_ips: ssh_ips.clone(),
@@ -324,20 +329,17 @@ async fn node_rules(ssh_ips: &BTreeSet<Ipv4Addr>, guard: &Defaults) -> anyhow::R
 
 /// Every address of the node, with its interface, as it is now: where no
 /// endpoint may be (a hostNetwork pod's).
-async fn node_addrs() -> anyhow::Result<BTreeMap<Ipv4Addr, String>> {
+async fn node_addrs() -> anyhow::Result<BTreeMap<IpAddr, String>> {
     let (links, addrs) = links_and_addresses().await?;
     Ok(named_addresses(&links, &addrs))
 }
 
-async fn links_and_addresses() -> anyhow::Result<(Vec<netdev::Link>, Vec<(u32, Ipv4Addr)>)> {
+async fn links_and_addresses() -> anyhow::Result<(Vec<netdev::Link>, Vec<(u32, IpAddr)>)> {
     let netlink = Netlink::open()?;
     Ok((netlink.links().await?, netlink.addresses().await?))
 }
 
-fn named_addresses(
-    links: &[netdev::Link],
-    addrs: &[(u32, Ipv4Addr)],
-) -> BTreeMap<Ipv4Addr, String> {
+fn named_addresses(links: &[netdev::Link], addrs: &[(u32, IpAddr)]) -> BTreeMap<IpAddr, String> {
     let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
     addrs
         .iter()
@@ -363,7 +365,7 @@ impl KubeFollower {
             .await
             .with_context(|| format!("Kubernetes API server {}", api.server))?;
         let policy = Policy {
-            ssh_ips: args.ssh_ips.iter().copied().collect(),
+            ssh_ips: args.ssh_ips_v4().into_iter().collect(),
             ports: args.port_range.clone(),
             styles: args.styles(),
             capacity: args.max_mappings as usize,

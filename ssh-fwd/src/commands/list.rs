@@ -1,11 +1,11 @@
 //! `ssh-fwd list mappings|conns|hooks|counters`: what is installed, read
 //! from the pinned maps and links, as a table, JSON or YAML.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, net::SocketAddr};
 
 use serde::Serialize;
 use ssh_fwd_common::{
-    maps::{ConnKey, Endpoint},
+    maps::ConnKey,
     outcome::{Class, Outcome},
 };
 
@@ -17,7 +17,8 @@ use crate::{
             activity::{Activity, Clock},
             clock_ns, half_open_churned,
         },
-        maps::{Maps, show},
+        family::MapFamily,
+        maps::Maps,
         pins::{BpffsArg, PinLayout},
         stats::{self, Hook},
     },
@@ -112,7 +113,7 @@ pub struct MappingRow {
 
 pub fn mappings(
     maps: &Maps,
-    activity: &BTreeMap<Endpoint, Activity>,
+    activity: &BTreeMap<SocketAddr, Activity>,
 ) -> anyhow::Result<Vec<MappingRow>> {
     Ok(stats::mappings(maps)?
         .into_iter()
@@ -122,8 +123,8 @@ pub fn mappings(
             // Names are written by whoever wrote the source: never raw to
             // a terminal.
             name: printable(&m.name),
-            frontend: show(&m.frontend),
-            backend: show(&m.backend),
+            frontend: m.frontend.to_string(),
+            backend: m.backend.to_string(),
             shared_backend: m.shared_backend,
             packets_in: m.counters.packets_in,
             bytes_in: m.counters.bytes_in,
@@ -179,8 +180,11 @@ fn guard_cell(r: &MappingRow) -> String {
 
 fn mappings_table(rows: &Vec<MappingRow>) -> String {
     let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(4);
+    // IPv6 endpoints are longer: the columns widen to the longest.
+    let fw = column(rows.iter().map(|r| r.frontend.len()), 21);
+    let bw = column(rows.iter().map(|r| r.backend.len() + 1), 22);
     let mut out = format!(
-        "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
+        "{:<width$}  {:<fw$}  {:<bw$}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
          {:>4}  {:<20}  GUARD\n",
         "NAME",
         "FRONTEND",
@@ -204,7 +208,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
             r.backend.clone()
         };
         out.push_str(&format!(
-            "{:<width$}  {:<21}  {:<22}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
+            "{:<width$}  {:<fw$}  {:<bw$}  {:>10}  {:>12}  {:>10}  {:>12}  {:>8}  {:>7}  {:>7}  {:>7}  \
              {:>4}  {:<20}  {}\n",
             name,
             r.frontend,
@@ -243,7 +247,7 @@ fn mappings_table(rows: &Vec<MappingRow>) -> String {
     out
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ConnRow {
     /// `established`, `closing` (both sides sent FIN), `half-open` (a SYN
     /// the server has not answered) or `claimed` (the client's ACK, not
@@ -261,15 +265,22 @@ pub struct ConnRow {
 /// and would only repeat its row).
 pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
     let now = clock_ns();
-    let entries = tables.entries();
-    let tracked: std::collections::BTreeSet<ConnKey> = entries
+    let mut rows = conn_rows(tables.entries(), now);
+    rows.extend(conn_rows(tables.entries6(), now));
+    rows.sort_by(|a, b| (&a.frontend, &a.client).cmp(&(&b.frontend, &b.client)));
+    rows
+}
+
+/// The rows of one family's entries, as [`conns`] lists them.
+fn conn_rows<A: MapFamily>(entries: Vec<Entry<A>>, now: u64) -> Vec<ConnRow> {
+    let tracked: std::collections::BTreeSet<ConnKey<A>> = entries
         .iter()
         .filter_map(|e| match e {
             Entry::Established(k, _) => Some(*k),
             _ => None,
         })
         .collect();
-    let mut rows: Vec<ConnRow> = entries
+    entries
         .into_iter()
         .filter(|entry| match entry {
             Entry::Established(..) => true,
@@ -284,15 +295,13 @@ pub fn conns(tables: &ConnTables) -> Vec<ConnRow> {
             };
             ConnRow {
                 state: entry.state(),
-                client: show(&key.client()),
-                frontend: show(&frontend),
-                backend: show(&key.backend()),
+                client: A::socket(&key.client()).to_string(),
+                frontend: A::socket(&frontend).to_string(),
+                backend: A::socket(&key.backend()).to_string(),
                 idle_seconds: now.saturating_sub(last_seen) / 1_000_000_000,
             }
         })
-        .collect();
-    rows.sort_by(|a, b| (&a.frontend, &a.client).cmp(&(&b.frontend, &b.client)));
-    rows
+        .collect()
 }
 
 /// `list conns`: the rows (all that JSON and YAML show: the counters are
@@ -331,15 +340,23 @@ pub fn conns_summary(tables: &ConnTables, maps: &Maps) -> anyhow::Result<ConnsSu
     })
 }
 
+/// A column's width: its longest cell, at least `min` (an IPv4 endpoint's).
+fn column(lens: impl Iterator<Item = usize>, min: usize) -> usize {
+    lens.max().unwrap_or(0).max(min)
+}
+
 fn conns_table(listing: &ConnsListing) -> String {
     let (rows, summary) = (&listing.rows, &listing.summary);
+    let cw = column(rows.iter().map(|r| r.client.len()), 21);
+    let fw = column(rows.iter().map(|r| r.frontend.len()), 21);
+    let bw = column(rows.iter().map(|r| r.backend.len()), 21);
     let mut out = format!(
-        "{:<11}  {:<21}  {:<21}  {:<21}  {:>8}\n",
+        "{:<11}  {:<cw$}  {:<fw$}  {:<bw$}  {:>8}\n",
         "STATE", "CLIENT", "FRONTEND", "BACKEND", "IDLE"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<11}  {:<21}  {:<21}  {:<21}  {:>7}s\n",
+            "{:<11}  {:<cw$}  {:<fw$}  {:<bw$}  {:>7}s\n",
             r.state, r.client, r.frontend, r.backend, r.idle_seconds
         ));
     }
@@ -449,7 +466,38 @@ fn counters_table(rows: &BTreeMap<&'static str, CounterRow>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use ssh_fwd_common::maps::{Conn6, ConnKey6, Endpoint6};
+
     use super::*;
+
+    #[test]
+    fn ipv6_connections_are_listed_with_their_addresses_in_brackets() {
+        let ep = |s: &str, port| Endpoint6::new6(s.parse().unwrap(), port);
+        let key = ConnKey6::new(ep("2001:db8:1::7", 40_000), ep("fd00:10:244::5", 22));
+        let conn = Conn6 {
+            frontend: ep("2001:db8::10", 8022),
+            last_seen_ns: 1_000_000_000,
+            ..Conn6::ZERO
+        };
+        let rows = conn_rows(vec![Entry::Established(key, conn)], 4_000_000_000);
+        let row = &rows[0];
+        assert_eq!(row.client, "[2001:db8:1::7]:40000");
+        assert_eq!(row.frontend, "[2001:db8::10]:8022");
+        assert_eq!(row.backend, "[fd00:10:244::5]:22");
+        assert_eq!((row.state, row.idle_seconds), ("established", 3));
+        // The table widens its columns to the longest address.
+        let long = ConnRow {
+            client: "[2001:db8:aaaa:bbbb:cccc:dddd:eeee:1]:40000".into(),
+            ..rows[0].clone()
+        };
+        let table = conns_table(&ConnsListing {
+            rows: vec![long, rows[0].clone()],
+            summary: ConnsSummary::default(),
+        });
+        let lines: Vec<&str> = table.lines().take(3).collect();
+        let at = |l: &str| l.find("[2001:db8::10]:8022");
+        assert_eq!(at(lines[1]), at(lines[2]), "{table}");
+    }
 
     #[test]
     fn the_conns_table_shows_the_fill_and_the_losses_of_both_tables() {

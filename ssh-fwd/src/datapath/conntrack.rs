@@ -1,8 +1,10 @@
 //! The connection tables as the agent and operators see them: the sweep
 //! that removes connections that closed or went idle (the kernel programs
 //! never time anything out) and recounts what each client holds
-//! ([`SOURCES`]), the purge of connections through retired frontends, and
-//! the listing for `ssh-fwd list conns`. With them, the tables an upgrade
+//! ([`SOURCES`], [`SOURCES6`]), the purge of connections through retired
+//! frontends, and the listing for `ssh-fwd list conns`. Each is done for
+//! both families' tables ([`CONNS`] and [`CONNS6`]...) by the same code,
+//! generic over the family ([`MapFamily`]). With them, the tables an upgrade
 //! leaves for the connections of an older data path ([`LEGACY`],
 //! [`LEGACY_CONNS`]): seeded once, swept when their time ends.
 //!
@@ -17,6 +19,7 @@ mod take;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
     time::Duration,
 };
 
@@ -28,14 +31,19 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::{Expiry, closing},
     maps::{
-        CLAIMS, CONN_STATS, CONNS, Claim, ClaimKey, Conn, ConnKey, ConnStats, Ended, Endpoint,
-        HALF_OPEN, HalfOpen, HalfOpenKey, LEGACY, LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget,
-        SOURCES,
+        Addr6, CLAIMS, CLAIMS6, CONN_STATS, CONN_STATS6, CONNS, CONNS6, Claim, ClaimKey, Conn,
+        ConnKey, ConnStats, Ended, Endpoint, HALF_OPEN, HALF_OPEN6, HalfOpen, HalfOpenKey, LEGACY,
+        LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES, SOURCES6,
     },
     outcome::Outcome,
 };
 
-use super::{batch, maps::open_pin, pins::PinLayout};
+use super::{
+    batch,
+    family::{self, MapFamily},
+    maps::open_pin,
+    pins::PinLayout,
+};
 use table::Table;
 
 /// How long entries may stay.
@@ -69,7 +77,8 @@ pub struct Swept {
     pub conns: u64,
     pub half_open: u64,
     pub claims: u64,
-    /// Client addresses holding connections, and the most one holds.
+    /// Clients holding connections (IPv4 addresses, IPv6 /64s), and the
+    /// most one holds.
     pub sources: u64,
     pub most_per_source: u64,
     /// Backends whose older connections may still be picked up.
@@ -86,46 +95,78 @@ pub struct Sweep {
     pub activity: activity::Tallies,
 }
 
-/// A connection the sweep removed, for the connection log.
+/// A connection the sweep or a purge removed, for the connection log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gone {
-    pub key: ConnKey,
-    /// The entry as removed.
-    pub conn: Conn,
+    pub client: SocketAddr,
+    pub frontend: SocketAddr,
+    pub backend: SocketAddr,
+    /// When the server confirmed it (kernel clock).
+    pub created_ns: u64,
     pub why: Ended,
     /// Its traffic, if `--conn-log all` counted it.
     pub stats: Option<ConnStats>,
 }
 
-/// One entry, for listings.
+impl Gone {
+    fn of<A: MapFamily>(
+        key: &ConnKey<A>,
+        conn: &Conn<Endpoint<A>>,
+        why: Ended,
+        stats: Option<ConnStats>,
+    ) -> Self {
+        Self {
+            client: A::socket(&key.client()),
+            frontend: A::socket(&conn.frontend),
+            backend: A::socket(&key.backend()),
+            created_ns: conn.created_ns,
+            why,
+            stats,
+        }
+    }
+}
+
+/// One entry of a family's tables, for listings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Entry {
-    Established(ConnKey, Conn),
-    HalfOpen(ConnKey, HalfOpen),
-    Claimed(ClaimKey, Claim),
+pub enum Entry<A: MapFamily = u32> {
+    Established(ConnKey<A>, Conn<Endpoint<A>>),
+    HalfOpen(ConnKey<A>, HalfOpen<Endpoint<A>>),
+    Claimed(ClaimKey<A>, Claim<Endpoint<A>>),
+}
+
+/// One family's tables: connections, handshakes, claims, quota and
+/// traffic.
+struct Family<A: MapFamily> {
+    conns: HashMap<MapData, ConnKey<A>, Conn<Endpoint<A>>>,
+    half_open: HashMap<MapData, HalfOpenKey<A>, HalfOpen<Endpoint<A>>>,
+    claims: HashMap<MapData, ClaimKey<A>, Claim<Endpoint<A>>>,
+    sources: HashMap<MapData, A::Source, u64>,
+    stats: HashMap<MapData, ConnKey<A>, ConnStats>,
 }
 
 /// Handles to [`CONNS`], [`HALF_OPEN`], [`CLAIMS`], [`SOURCES`],
-/// [`LEGACY`], [`LEGACY_CONNS`] and [`CONN_STATS`].
+/// [`CONN_STATS`], their IPv6 twins, [`LEGACY`] and [`LEGACY_CONNS`].
 pub struct ConnTables {
-    conns: HashMap<MapData, ConnKey, Conn>,
-    half_open: HashMap<MapData, HalfOpenKey, HalfOpen>,
-    claims: HashMap<MapData, ClaimKey, Claim>,
-    sources: HashMap<MapData, u32, u64>,
+    v4: Family<u32>,
+    v6: Family<Addr6>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
-    stats: HashMap<MapData, ConnKey, ConnStats>,
 }
 
 /// The maps [`ConnTables`] holds, in the order it takes them.
-const TABLES: [&str; 7] = [
+const TABLES: [&str; 12] = [
     CONNS,
     HALF_OPEN,
     CLAIMS,
     SOURCES,
+    CONN_STATS,
+    CONNS6,
+    HALF_OPEN6,
+    CLAIMS6,
+    SOURCES6,
+    CONN_STATS6,
     LEGACY,
     LEGACY_CONNS,
-    CONN_STATS,
 ];
 
 impl ConnTables {
@@ -156,20 +197,34 @@ impl ConnTables {
             half_open,
             claims,
             sources,
+            stats,
+            conns6,
+            half_open6,
+            claims6,
+            sources6,
+            stats6,
             legacy,
             legacy_conns,
-            stats,
-        ]: [Map; 7] = maps
+        ]: [Map; 12] = maps
             .try_into()
             .map_err(|_| anyhow!("the connection tables are {} maps", TABLES.len()))?;
         Ok(Self {
-            conns: HashMap::try_from(conns).context(CONNS)?,
-            half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
-            claims: HashMap::try_from(claims).context(CLAIMS)?,
-            sources: HashMap::try_from(sources).context(SOURCES)?,
+            v4: Family {
+                conns: HashMap::try_from(conns).context(CONNS)?,
+                half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
+                claims: HashMap::try_from(claims).context(CLAIMS)?,
+                sources: HashMap::try_from(sources).context(SOURCES)?,
+                stats: HashMap::try_from(stats).context(CONN_STATS)?,
+            },
+            v6: Family {
+                conns: HashMap::try_from(conns6).context(CONNS6)?,
+                half_open: HashMap::try_from(half_open6).context(HALF_OPEN6)?,
+                claims: HashMap::try_from(claims6).context(CLAIMS6)?,
+                sources: HashMap::try_from(sources6).context(SOURCES6)?,
+                stats: HashMap::try_from(stats6).context(CONN_STATS6)?,
+            },
             legacy: HashMap::try_from(legacy).context(LEGACY)?,
             legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
-            stats: HashMap::try_from(stats).context(CONN_STATS)?,
         })
     }
 
@@ -235,120 +290,130 @@ impl ConnTables {
     /// [`ConnTables::sweep`], returning too what it removed, with each
     /// connection's traffic (taken out of [`CONN_STATS`]), and each
     /// frontend's connections as the walk found them ([`activity`]): one
-    /// walk serves all.
+    /// walk of each family's tables serves all.
     pub fn sweep_all(&mut self, now: u64, t: &Timeouts) -> Sweep {
         let limits = table::Limits {
             idle: nanos(t.idle),
             close: nanos(t.close),
         };
-        let counts = table::sweep(&mut self.conns, now, &limits);
-        self.recount_sources(&counts.per_source);
-        let gone = (counts.ended.iter())
-            .map(|(key, conn, why)| Gone {
-                key: *key,
-                conn: *conn,
-                why: match why {
-                    Expiry::Closed => Ended::Fin,
-                    Expiry::Idle => Ended::Idle,
-                },
-                stats: self.take_stats(key),
-            })
-            .collect();
-        self.forget_orphan_stats();
-        let swept = Swept {
-            closed: counts.closed,
-            expired: counts.expired,
-            conns: counts.conns,
-            half_open: Table::entries(&self.half_open).len() as u64,
-            claims: Table::entries(&self.claims).len() as u64,
-            sources: counts.per_source.len() as u64,
-            most_per_source: counts.per_source.values().copied().max().unwrap_or(0),
-            legacy_backends: self.sweep_legacy(now),
-        };
-        Sweep {
-            swept,
-            gone,
-            activity: counts.activity,
-        }
+        let mut sweep = Sweep::default();
+        self.v4.sweep(now, &limits, &mut sweep);
+        self.v6.sweep(now, &limits, &mut sweep);
+        sweep.swept.legacy_backends = self.sweep_legacy(now);
+        sweep
     }
 
-    /// Removes the traffic counts of connections that are gone by another
-    /// way than the sweep (a purge, a teardown of the programs' removals
-    /// racing the sweep), so that [`CONN_STATS`] never fills.
-    fn forget_orphan_stats(&mut self) {
-        for (key, _) in Table::entries(&self.stats) {
-            if HashMap::get(&self.conns, &key, 0).is_err() {
-                let _ = self.stats.remove(&key);
-            }
-        }
+    /// Removes every entry opened through one of `frontends` (of either
+    /// family); returns the established connections that went, with their
+    /// traffic.
+    pub fn purge(&mut self, frontends: &BTreeSet<SocketAddr>) -> Vec<Gone> {
+        let keys = family::split_keys(frontends);
+        let mut gone = self.v4.purge(&keys.v4.into_iter().collect());
+        gone.extend(self.v6.purge(&keys.v6.into_iter().collect()));
+        gone
     }
 
-    /// Makes [`SOURCES`] say what `held` counted. The kernel counts up and
-    /// down between sweeps; a count it moved while the walk ran is set
-    /// back to the walk's, and the next sweep puts it right again.
-    fn recount_sources(&mut self, held: &BTreeMap<u32, u64>) {
-        for (addr, stored) in Table::entries(&self.sources) {
-            match held.get(&addr) {
-                Some(n) if *n == stored => {}
-                Some(n) => {
-                    let _ = self.sources.insert(addr, n, 0);
-                }
-                None => {
-                    let _ = self.sources.remove(&addr);
-                }
-            }
-        }
-        for (addr, n) in held {
-            if HashMap::get(&self.sources, addr, 0).is_err() {
-                let _ = self.sources.insert(addr, n, 0);
-            }
-        }
+    /// How many entries each table holds at most (`--conn-table-size`,
+    /// `--half-open-table-size`): established, half-open.
+    /// (IPv4's; the IPv6 tables are sized alike.)
+    pub fn capacities(&self) -> anyhow::Result<(u32, u32)> {
+        let conns = self.v4.conns.map().info().context(CONNS)?.max_entries();
+        let half_open = (self.v4.half_open.map().info())
+            .context(HALF_OPEN)?
+            .max_entries();
+        Ok((conns, half_open))
     }
 
-    /// Removes every entry opened through one of `frontends`; returns the
-    /// established connections that went, with their traffic.
-    pub fn purge(&mut self, frontends: &BTreeSet<Endpoint>) -> Vec<Gone> {
-        if frontends.is_empty() {
-            return Vec::new();
+    /// How many entries each family's table of connections holds now:
+    /// IPv4, IPv6.
+    pub fn conns_held(&self) -> (usize, usize) {
+        (
+            Table::entries(&self.v4.conns).len(),
+            Table::entries(&self.v6.conns).len(),
+        )
+    }
+
+    /// Every entry of the three IPv4 tables.
+    pub fn entries(&self) -> Vec<Entry> {
+        self.v4.entries()
+    }
+
+    /// Every entry of the three IPv6 tables.
+    pub fn entries6(&self) -> Vec<Entry<Addr6>> {
+        self.v6.entries()
+    }
+
+    /// Each frontend's connections now, of both families, without
+    /// removing anything (for `ssh-fwd list`, which runs beside the
+    /// agent's sweep).
+    pub fn tallies(&self) -> activity::Tallies {
+        let mut tallies = activity::Tallies::new();
+        let conns = Table::entries(&self.v4.conns);
+        activity::aggregate(&mut tallies, conns.iter().map(|(_, c)| c));
+        let conns = Table::entries(&self.v6.conns);
+        activity::aggregate(&mut tallies, conns.iter().map(|(_, c)| c));
+        tallies
+    }
+
+    /// What each IPv4 client address holds, as [`SOURCES`] says now.
+    pub fn sources(&self) -> Vec<(u32, u64)> {
+        Table::entries(&self.v4.sources)
+    }
+
+    /// What each IPv6 client's /64 holds, as [`SOURCES6`] says now.
+    pub fn sources6(&self) -> Vec<(u64, u64)> {
+        Table::entries(&self.v6.sources)
+    }
+}
+
+impl<A: MapFamily> Family<A>
+where
+    ConnKey<A>: Pod,
+    Conn<Endpoint<A>>: Pod,
+    HalfOpenKey<A>: Pod,
+    HalfOpen<Endpoint<A>>: Pod,
+    ClaimKey<A>: Pod,
+    Claim<Endpoint<A>>: Pod,
+{
+    /// Sweeps this family's connections into `sweep`, and recounts its
+    /// quota table.
+    fn sweep(&mut self, now: u64, limits: &table::Limits, sweep: &mut Sweep) {
+        let counts = table::sweep(&mut self.conns, now, limits);
+        recount_sources(&mut self.sources, &counts.per_source);
+        for (key, conn, why) in &counts.ended {
+            let why = match why {
+                Expiry::Closed => Ended::Fin,
+                Expiry::Idle => Ended::Idle,
+            };
+            let stats = take_stats(&self.stats, key);
+            sweep.gone.push(Gone::of(key, conn, why, stats));
         }
+        forget_orphan_stats(&mut self.stats, &self.conns);
+        let s = &mut sweep.swept;
+        s.closed += counts.closed;
+        s.expired += counts.expired;
+        s.conns += counts.conns;
+        s.half_open += Table::entries(&self.half_open).len() as u64;
+        s.claims += Table::entries(&self.claims).len() as u64;
+        s.sources += counts.per_source.len() as u64;
+        let most = counts.per_source.values().copied().max().unwrap_or(0);
+        s.most_per_source = s.most_per_source.max(most);
+        sweep.activity.extend(counts.activity);
+    }
+
+    fn purge(&mut self, frontends: &BTreeSet<Endpoint<A>>) -> Vec<Gone> {
         let purged = table::purge(
             &mut self.conns,
             &mut self.half_open,
             &mut self.claims,
             frontends,
         );
-        (purged.into_iter())
-            .map(|(key, conn)| Gone {
-                key,
-                conn,
-                why: Ended::Retired,
-                stats: self.take_stats(&key),
-            })
+        (purged.iter())
+            .map(|(key, conn)| Gone::of(key, conn, Ended::Retired, take_stats(&self.stats, key)))
             .collect()
     }
 
-    /// The traffic counted for `key`, taken out of [`CONN_STATS`].
-    fn take_stats(&self, key: &ConnKey) -> Option<ConnStats> {
-        take::lookup_and_delete(self.stats.map(), key)
-            .ok()
-            .flatten()
-    }
-
-    /// How many entries each table holds at most (`--conn-table-size`,
-    /// `--half-open-table-size`): established, half-open.
-    pub fn capacities(&self) -> anyhow::Result<(u32, u32)> {
-        let conns = self.conns.map().info().context(CONNS)?.max_entries();
-        let half_open = self
-            .half_open
-            .map()
-            .info()
-            .context(HALF_OPEN)?
-            .max_entries();
-        Ok((conns, half_open))
-    }
-
-    /// Every entry of the three tables.
-    pub fn entries(&self) -> Vec<Entry> {
+    fn entries(&self) -> Vec<Entry<A>> {
         let conns = Table::entries(&self.conns)
             .into_iter()
             .map(|(k, c)| Entry::Established(k, c));
@@ -360,21 +425,48 @@ impl ConnTables {
             .map(|(k, c)| Entry::Claimed(k, c));
         conns.chain(halves).chain(claims).collect()
     }
+}
 
-    /// Each frontend's connections now, without removing anything (for
-    /// `ssh-fwd list`, which runs beside the agent's sweep).
-    pub fn tallies(&self) -> activity::Tallies {
-        let conns = Table::entries(&self.conns);
-        activity::aggregate(conns.iter().map(|(_, c)| c))
-    }
+/// The traffic counted for `key`, taken out of [`CONN_STATS`] (or
+/// [`CONN_STATS6`]).
+fn take_stats<K: Pod>(stats: &HashMap<MapData, K, ConnStats>, key: &K) -> Option<ConnStats> {
+    take::lookup_and_delete(stats.map(), key).ok().flatten()
+}
 
-    /// What each client address holds, as [`SOURCES`] says now.
-    pub fn sources(&self) -> Vec<(u32, u64)> {
-        Table::entries(&self.sources)
+/// Removes the traffic counts of connections that are gone by another way
+/// than the sweep (a purge, a teardown of the programs' removals racing
+/// the sweep), so that [`CONN_STATS`] never fills.
+fn forget_orphan_stats<K: Pod, C: Pod>(
+    stats: &mut HashMap<MapData, K, ConnStats>,
+    conns: &HashMap<MapData, K, C>,
+) {
+    for (key, _) in Table::entries(stats) {
+        if HashMap::get(conns, &key, 0).is_err() {
+            let _ = stats.remove(&key);
+        }
     }
 }
 
-impl Entry {
+/// Makes [`SOURCES`] (or [`SOURCES6`]) say what `held` counted. The kernel
+/// counts up and down between sweeps; a count it moved while the walk ran
+/// is set back to the walk's, and the next sweep puts it right again.
+fn recount_sources<S: Pod + Ord>(sources: &mut HashMap<MapData, S, u64>, held: &BTreeMap<S, u64>) {
+    let recount = table::recount(&Table::entries(sources), held);
+    for (addr, n) in &recount.set {
+        let _ = sources.insert(addr, n, 0);
+    }
+    for addr in &recount.remove {
+        let _ = sources.remove(addr);
+    }
+    for (addr, n) in &recount.add {
+        // One the kernel counted meanwhile is left to the next sweep.
+        if HashMap::get(sources, addr, 0).is_err() {
+            let _ = sources.insert(addr, n, 0);
+        }
+    }
+}
+
+impl<A: MapFamily> Entry<A> {
     /// The state as `ssh-fwd list conns` names it.
     pub fn state(&self) -> &'static str {
         match self {

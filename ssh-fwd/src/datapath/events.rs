@@ -1,12 +1,13 @@
 //! The connection log as the agent reads it: `--conn-log`, baked into the
 //! programs, and the kernel's records out of the pinned `CONN_EVENTS` ring
-//! buffer.
+//! buffer, which holds both families' records ([`ConnEvent`], 80 bytes,
+//! and [`ConnEvent6`], 128), told apart by their length.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
-use ssh_fwd_common::maps::{CONN_EVENTS, ConnEvent};
+use ssh_fwd_common::maps::{CONN_EVENTS, ConnEvent, ConnEvent6};
 use tokio::io::unix::AsyncFd;
 
 use super::{maps::open_pin, pins::PinLayout};
@@ -36,6 +37,13 @@ impl ConnLog {
     }
 }
 
+/// One record of the connection log, of either family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    V4(ConnEvent),
+    V6(ConnEvent6),
+}
+
 /// The pinned ring buffer, polled through tokio.
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
@@ -57,7 +65,7 @@ impl EventReader {
     /// Waits until records are there, then appends up to `max` of them to
     /// `out`. The programs wake the agent only once the ring is a quarter
     /// full; below that, records are found by a look every [`POLL`].
-    pub async fn read(&mut self, out: &mut Vec<ConnEvent>, max: usize) -> anyhow::Result<()> {
+    pub async fn read(&mut self, out: &mut Vec<Event>, max: usize) -> anyhow::Result<()> {
         loop {
             let before = out.len();
             match tokio::time::timeout(POLL, self.ring.readable_mut()).await {
@@ -84,7 +92,7 @@ impl EventReader {
 pub const POLL: Duration = Duration::from_millis(100);
 
 /// Appends up to `max` records of `ring` to `out`; returns how many.
-fn take(ring: &mut RingBuf<MapData>, out: &mut Vec<ConnEvent>, max: usize) -> usize {
+fn take(ring: &mut RingBuf<MapData>, out: &mut Vec<Event>, max: usize) -> usize {
     let mut taken = 0;
     while taken < max {
         let Some(item) = ring.next() else { break };
@@ -96,19 +104,33 @@ fn take(ring: &mut RingBuf<MapData>, out: &mut Vec<ConnEvent>, max: usize) -> us
     taken
 }
 
-/// One record, if it has the layout's size.
-fn decode(bytes: &[u8]) -> Option<ConnEvent> {
-    if bytes.len() < size_of::<ConnEvent>() {
+/// One record, by its length: an IPv4 or an IPv6 one; `None` for any
+/// other length (a truncated record, or a kind this build does not know).
+fn decode(bytes: &[u8]) -> Option<Event> {
+    match bytes.len() {
+        n if n == size_of::<ConnEvent>() => read::<ConnEvent>(bytes).map(Event::V4),
+        n if n == size_of::<ConnEvent6>() => read::<ConnEvent6>(bytes).map(Event::V6),
+        _ => None,
+    }
+}
+
+/// A `T` out of the first bytes of `bytes`, if they hold one.
+fn read<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
         return None;
     }
-    // SAFETY: `ConnEvent` is plain integers (any bit pattern is valid), and
+    // SAFETY: `T: Pod` is plain integers (any bit pattern is valid), and
     // the slice holds at least one; it may be unaligned.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ConnEvent>()) })
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::net::Ipv6Addr;
+
+    use ssh_fwd_common::maps::{ConnStats, Endpoint6};
 
     #[test]
     fn a_short_record_is_skipped() {
@@ -116,7 +138,37 @@ mod tests {
         let mut bytes = [0u8; 80];
         bytes[0] = 7;
         bytes[32] = 1; // slot
-        let event = decode(&bytes).expect("a whole record");
+        let Some(Event::V4(event)) = decode(&bytes) else {
+            panic!("a whole IPv4 record");
+        };
         assert_eq!((event.time_ns, event.slot), (7, 1));
+    }
+
+    #[test]
+    fn a_record_of_128_bytes_is_an_ipv6_one_and_any_other_length_is_skipped() {
+        let ip = |s: &str| s.parse::<Ipv6Addr>().unwrap();
+        let event = ConnEvent6 {
+            time_ns: 9,
+            created_ns: 3,
+            client: Endpoint6::new6(ip("2001:db8:1::2"), 45_678),
+            frontend: Endpoint6::new6(ip("2001:db8::10"), 8022),
+            backend: Endpoint6::new6(ip("fd00::5"), 22),
+            slot: 4,
+            kind: 1,
+            ended: 0,
+            _pad: 0,
+            stats: ConnStats::default(),
+        };
+        // SAFETY: `ConnEvent6` is 128 bytes of integers without implicit
+        // padding (asserted in ssh-fwd-common): its bytes are initialised.
+        let bytes: [u8; 128] = unsafe { std::mem::transmute(event) };
+        let Some(Event::V6(read)) = decode(&bytes) else {
+            panic!("an IPv6 record");
+        };
+        assert_eq!(read, event);
+        assert_eq!(read.frontend.ip6(), ip("2001:db8::10"));
+        assert_eq!(read.client.port(), 45_678);
+        assert_eq!(decode(&bytes[..127]), None);
+        assert_eq!(decode(&[0; 96]), None);
     }
 }

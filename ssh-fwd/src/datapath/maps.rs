@@ -1,7 +1,10 @@
 //! Reads and writes the pinned mapping tables and counters (the connection
 //! tables are `conntrack`'s).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use anyhow::{Context as _, anyhow};
 use aya::{
@@ -14,9 +17,10 @@ use aya::{
 };
 use ssh_fwd_common::{
     maps::{
-        ALLOWLIST, AllowData, Endpoint, FLAG_SYN_LIMIT, FRONTENDS, GLOBAL_STATS, GUARDS,
-        Guard as Rate, MAPPING_CONNS, MAPPING_NAMES, MAPPING_STATS, MappingConnCounters,
-        MappingCounters, MappingName, NatTarget, REVERSE,
+        ALLOWLIST, ALLOWLIST6, AllowData, AllowData6, Endpoint, Endpoint6, FLAG_SYN_LIMIT,
+        FRONTENDS, FRONTENDS6, GLOBAL_STATS, GUARDS, Guard as Rate, MAPPING_CONNS, MAPPING_NAMES,
+        MAPPING_STATS, MappingConnCounters, MappingCounters, MappingName, NatTarget, NatTarget6,
+        REVERSE, REVERSE6,
     },
     outcome::Outcome,
 };
@@ -25,6 +29,7 @@ use crate::mapping::guard::Cidr;
 
 use super::{
     batch,
+    family::{self, split_entries, split_keys},
     pins::PinLayout,
     plan::{Installed, Plan},
 };
@@ -33,6 +38,9 @@ use super::{
 pub struct Maps {
     frontends: HashMap<MapData, Endpoint, NatTarget>,
     reverse: HashMap<MapData, Endpoint, NatTarget>,
+    frontends6: HashMap<MapData, Endpoint6, NatTarget6>,
+    reverse6: HashMap<MapData, Endpoint6, NatTarget6>,
+    allowlist6: LpmTrie<MapData, AllowData6, u8>,
     mapping_stats: PerCpuArray<MapData, MappingCounters>,
     mapping_conns: PerCpuArray<MapData, MappingConnCounters>,
     global_stats: PerCpuArray<MapData, u64>,
@@ -64,6 +72,9 @@ impl Maps {
             take(MAPPING_NAMES)?,
             take(ALLOWLIST)?,
             take(GUARDS)?,
+            take(FRONTENDS6)?,
+            take(REVERSE6)?,
+            take(ALLOWLIST6)?,
         ])
     }
 
@@ -79,11 +90,14 @@ impl Maps {
             open(MAPPING_NAMES)?,
             open(ALLOWLIST)?,
             open(GUARDS)?,
+            open(FRONTENDS6)?,
+            open(REVERSE6)?,
+            open(ALLOWLIST6)?,
         ])
     }
 
     /// The maps in the order [`Self::from_ebpf`] takes them.
-    fn from_maps(maps: [Map; 8]) -> anyhow::Result<Self> {
+    fn from_maps(maps: [Map; 11]) -> anyhow::Result<Self> {
         let [
             frontends,
             reverse,
@@ -93,6 +107,9 @@ impl Maps {
             names,
             allowlist,
             guards,
+            frontends6,
+            reverse6,
+            allowlist6,
         ] = maps;
         Ok(Self {
             frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
@@ -103,25 +120,45 @@ impl Maps {
             names: Array::try_from(names).context(MAPPING_NAMES)?,
             allowlist: LpmTrie::try_from(allowlist).context(ALLOWLIST)?,
             guards: Array::try_from(guards).context(GUARDS)?,
+            frontends6: HashMap::try_from(frontends6).context(FRONTENDS6)?,
+            reverse6: HashMap::try_from(reverse6).context(REVERSE6)?,
+            allowlist6: LpmTrie::try_from(allowlist6).context(ALLOWLIST6)?,
         })
     }
 
-    /// How many mappings the tables hold at most (`--max-mappings` when
-    /// they were made): the size of the slot-indexed name table.
+    /// How many mappings the tables hold at most, of both families
+    /// together (`--max-mappings` when they were made): the size of the
+    /// slot-indexed name table.
     pub fn capacity(&self) -> usize {
         self.names.len() as usize
     }
 
-    /// Everything installed, as the plan sees it.
+    /// Everything installed, of both families, as the plan sees it.
     pub fn read_installed(&self) -> anyhow::Result<Installed> {
         let mut installed = Installed::default();
         for entry in self.frontends.iter() {
             let (k, v) = entry.context("reading FRONTENDS")?;
-            installed.frontends.insert(k, v);
+            installed
+                .frontends
+                .insert(family::socket4(&k), family::target4(&v));
         }
         for entry in self.reverse.iter() {
             let (k, v) = entry.context("reading REVERSE")?;
-            installed.reverse.insert(k, v);
+            installed
+                .reverse
+                .insert(family::socket4(&k), family::target4(&v));
+        }
+        for entry in self.frontends6.iter() {
+            let (k, v) = entry.context("reading FRONTENDS6")?;
+            installed
+                .frontends
+                .insert(family::socket6(&k), family::target6(&v));
+        }
+        for entry in self.reverse6.iter() {
+            let (k, v) = entry.context("reading REVERSE6")?;
+            installed
+                .reverse
+                .insert(family::socket6(&k), family::target6(&v));
         }
         let slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
         for slot in slots {
@@ -131,6 +168,10 @@ impl Maps {
         for key in self.allowlist.keys() {
             let key = key.context("reading ALLOWLIST")?;
             installed.allow.insert(range_of(&key));
+        }
+        for key in self.allowlist6.keys() {
+            let key = key.context("reading ALLOWLIST6")?;
+            installed.allow.insert(range_of6(&key));
         }
         let limited: BTreeSet<u32> = (installed.frontends.values())
             .filter(|t| t.flags & FLAG_SYN_LIMIT != 0)
@@ -149,14 +190,15 @@ impl Maps {
     /// then frontends (which make a mapping live), then deletions. Each map
     /// update replaces a whole element at once, so the packet path sees the
     /// old or the new entry, never a mix.
+    /// Each step is done for both families before the next begins.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<Applied> {
         let cpus = cpus()?;
-        for k in &plan.frontend_deletes_first {
-            remove_if_present(&mut self.frontends, k, FRONTENDS)?;
-        }
-        for k in &plan.reverse_deletes_first {
-            remove_if_present(&mut self.reverse, k, REVERSE)?;
-        }
+        // Split first: a plan that cannot be written is refused before
+        // anything is.
+        let reverse_upserts = split_entries(&plan.reverse_upserts)?;
+        let frontend_upserts = split_entries(&plan.frontend_upserts)?;
+        self.remove_frontends(&plan.frontend_deletes_first)?;
+        self.remove_reverse(&plan.reverse_deletes_first)?;
         // New slots: counters zeroed, names written (each in one batch).
         let slots: Vec<u32> = plan.new_slots.iter().map(|(slot, _)| *slot).collect();
         let zeros = vec![MappingCounters::default(); slots.len() * cpus];
@@ -173,40 +215,60 @@ impl Maps {
             .map_err(|e| batch_error(e, MAPPING_NAMES, &slots, |s| format!("slot {s}")))?;
         // Then REVERSE before FRONTENDS: a frontend never points at a
         // backend whose replies would not be translated back.
-        let (keys, values): (Vec<Endpoint>, Vec<NatTarget>) =
-            plan.reverse_upserts.iter().copied().unzip();
-        batch::update(self.reverse.map(), &keys, &values)
-            .map_err(|e| batch_error(e, REVERSE, &keys, show))?;
+        let (keys, values) = &reverse_upserts.v4;
+        batch::update(self.reverse.map(), keys, values)
+            .map_err(|e| batch_error(e, REVERSE, keys, show))?;
+        let (keys, values) = &reverse_upserts.v6;
+        batch::update(self.reverse6.map(), keys, values)
+            .map_err(|e| batch_error(e, REVERSE6, keys, show6))?;
         // Ranges and rates before the frontends whose flags make them read.
         for (slot, cidr) in &plan.allow_upserts {
-            self.allowlist
-                .insert(&allow_key(*slot, cidr), 0, 0)
-                .with_context(|| format!("writing ALLOWLIST entry {cidr} of slot {slot}"))?;
+            let written = match cidr.ip() {
+                IpAddr::V4(ip) => {
+                    let (len, data) = AllowData::range(*slot, ip, cidr.prefix());
+                    self.allowlist.insert(&Key::new(len, data), 0, 0)
+                }
+                IpAddr::V6(ip) => {
+                    let (len, data) = AllowData6::range(*slot, ip, cidr.prefix());
+                    self.allowlist6.insert(&Key::new(len, data), 0, 0)
+                }
+            };
+            written.with_context(|| {
+                format!("writing {} entry {cidr} of slot {slot}", allow_map(cidr))
+            })?;
         }
         for (slot, rate) in &plan.rate_upserts {
             self.guards
                 .set(*slot, rate, 0)
                 .with_context(|| format!("writing GUARDS entry of slot {slot}"))?;
         }
-        let (keys, values): (Vec<Endpoint>, Vec<NatTarget>) =
-            plan.frontend_upserts.iter().copied().unzip();
-        batch::update(self.frontends.map(), &keys, &values)
-            .map_err(|e| batch_error(e, FRONTENDS, &keys, show))?;
-        for k in &plan.frontend_deletes {
-            remove_if_present(&mut self.frontends, k, FRONTENDS)?;
-        }
-        for k in &plan.reverse_deletes {
-            remove_if_present(&mut self.reverse, k, REVERSE)?;
-        }
+        let (keys, values) = &frontend_upserts.v4;
+        batch::update(self.frontends.map(), keys, values)
+            .map_err(|e| batch_error(e, FRONTENDS, keys, show))?;
+        let (keys, values) = &frontend_upserts.v6;
+        batch::update(self.frontends6.map(), keys, values)
+            .map_err(|e| batch_error(e, FRONTENDS6, keys, show6))?;
+        self.remove_frontends(&plan.frontend_deletes)?;
+        self.remove_reverse(&plan.reverse_deletes)?;
         // Ranges last: no frontend with a list reads them any more.
         for (slot, cidr) in &plan.allow_deletes {
-            match self.allowlist.remove(&allow_key(*slot, cidr)) {
+            let removed = match cidr.ip() {
+                IpAddr::V4(ip) => {
+                    let (len, data) = AllowData::range(*slot, ip, cidr.prefix());
+                    self.allowlist.remove(&Key::new(len, data))
+                }
+                IpAddr::V6(ip) => {
+                    let (len, data) = AllowData6::range(*slot, ip, cidr.prefix());
+                    self.allowlist6.remove(&Key::new(len, data))
+                }
+            };
+            match removed {
                 Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
                 Err(aya::maps::MapError::SyscallError(e))
                     if e.io_error.raw_os_error() == Some(libc::ENOENT) => {}
                 Err(e) => {
                     return Err(e).with_context(|| {
-                        format!("removing ALLOWLIST entry {cidr} of slot {slot}")
+                        format!("removing {} entry {cidr} of slot {slot}", allow_map(cidr))
                     });
                 }
             }
@@ -215,6 +277,30 @@ impl Maps {
             added_or_changed: plan.frontend_upserts.len(),
             removed: plan.frontend_deletes.len(),
         })
+    }
+
+    /// Removes frontends of both families (those already gone are no error).
+    fn remove_frontends(&mut self, frontends: &[std::net::SocketAddr]) -> anyhow::Result<()> {
+        let keys = split_keys(frontends);
+        for k in &keys.v4 {
+            remove_if_present(&mut self.frontends, k, FRONTENDS, show)?;
+        }
+        for k in &keys.v6 {
+            remove_if_present(&mut self.frontends6, k, FRONTENDS6, show6)?;
+        }
+        Ok(())
+    }
+
+    /// Removes REVERSE entries of both families.
+    fn remove_reverse(&mut self, backends: &[std::net::SocketAddr]) -> anyhow::Result<()> {
+        let keys = split_keys(backends);
+        for k in &keys.v4 {
+            remove_if_present(&mut self.reverse, k, REVERSE, show)?;
+        }
+        for k in &keys.v6 {
+            remove_if_present(&mut self.reverse6, k, REVERSE6, show6)?;
+        }
+        Ok(())
     }
 
     /// A mapping's counters summed over CPUs.
@@ -299,10 +385,12 @@ impl Maps {
     }
 }
 
-/// The trie key of `cidr` in `slot`.
-fn allow_key(slot: u32, cidr: &Cidr) -> Key<AllowData> {
-    let (len, data) = AllowData::range(slot, cidr.ip(), cidr.prefix());
-    Key::new(len, data)
+/// The allowlist a range of its family is in.
+fn allow_map(cidr: &Cidr) -> &'static str {
+    match cidr.ip() {
+        IpAddr::V4(_) => ALLOWLIST,
+        IpAddr::V6(_) => ALLOWLIST6,
+    }
 }
 
 /// The slot and range a trie key holds.
@@ -312,7 +400,17 @@ fn range_of(key: &Key<AllowData>) -> (u32, Cidr) {
         .prefix_len()
         .saturating_sub(AllowData::SLOT_BITS)
         .min(32) as u8;
-    (data.slot(), Cidr::masked(data.ip(), prefix))
+    (data.slot(), Cidr::masked(IpAddr::V4(data.ip()), prefix))
+}
+
+/// The slot and range an IPv6 trie key holds.
+fn range_of6(key: &Key<AllowData6>) -> (u32, Cidr) {
+    let data = key.data();
+    let prefix = key
+        .prefix_len()
+        .saturating_sub(AllowData::SLOT_BITS)
+        .min(128) as u8;
+    (data.slot(), Cidr::masked(IpAddr::V6(data.ip()), prefix))
 }
 
 /// Opens one pinned map, saying what to check when it is not there.
@@ -328,10 +426,11 @@ pub fn open_pin(layout: &PinLayout, name: &str) -> anyhow::Result<Map> {
     Map::from_map_data(data).with_context(|| format!("map {}", path.display()))
 }
 
-fn remove_if_present(
-    map: &mut HashMap<MapData, Endpoint, NatTarget>,
-    key: &Endpoint,
+fn remove_if_present<K: aya::Pod, V: aya::Pod>(
+    map: &mut HashMap<MapData, K, V>,
+    key: &K,
     name: &str,
+    show: impl Fn(&K) -> String,
 ) -> anyhow::Result<()> {
     match map.remove(key) {
         Ok(()) => Ok(()),
@@ -363,4 +462,9 @@ fn cpus() -> anyhow::Result<usize> {
 /// `IP:PORT` of an endpoint, for messages.
 pub fn show(e: &Endpoint) -> String {
     format!("{}:{}", e.ip(), e.port())
+}
+
+/// `[IP]:PORT` of an IPv6 endpoint, for messages.
+pub fn show6(e: &Endpoint6) -> String {
+    format!("[{}]:{}", e.ip6(), e.port())
 }

@@ -16,6 +16,7 @@ mod batch;
 pub mod cgroup;
 pub mod conntrack;
 pub mod events;
+pub mod family;
 pub mod garp;
 pub mod hairpin;
 pub mod hooks;

@@ -24,6 +24,8 @@ use netlink_packet_route::{
 use rtnetlink::{Handle, MulticastGroup, RouteMessageBuilder};
 use tokio::sync::mpsc;
 
+use crate::mapping::Family;
+
 /// The interface index, or an error that says how to find the right name.
 pub fn index(name: &str) -> anyhow::Result<u32> {
     let Ok(c) = CString::new(name) else {
@@ -153,10 +155,10 @@ pub fn pod_ends(links: &[Link], external: &BTreeSet<String>) -> BTreeMap<u32, St
         .collect()
 }
 
-/// The node's IPv4 addresses by the interface holding them, except those on
+/// The node's addresses by the interface holding them, except those on
 /// the loopback and dummy devices (where an SSH IP is meant to sit): a
 /// frontend on one of these would capture the node's own services.
-pub fn own_addresses(links: &[Link], addrs: &[(u32, Ipv4Addr)]) -> BTreeMap<Ipv4Addr, String> {
+pub fn own_addresses(links: &[Link], addrs: &[(u32, IpAddr)]) -> BTreeMap<IpAddr, String> {
     let by_index: BTreeMap<u32, &Link> = links.iter().map(|l| (l.index, l)).collect();
     addrs
         .iter()
@@ -203,9 +205,10 @@ impl Netlink {
             .context("rtnetlink link dump")
     }
 
-    /// Every IPv4 address of the namespace, with its interface's index.
-    pub async fn addresses(&self) -> anyhow::Result<Vec<(u32, Ipv4Addr)>> {
-        collect_v4(self.handle.address().get())
+    /// Every address of the namespace, IPv4 and IPv6, with its
+    /// interface's index.
+    pub async fn addresses(&self) -> anyhow::Result<Vec<(u32, IpAddr)>> {
+        collect(self.handle.address().get())
             .await
             .context("rtnetlink address dump")
     }
@@ -223,20 +226,27 @@ impl Netlink {
         Ok(Self { handle })
     }
 
-    /// Every IPv4 address of the network namespace this one knows as
-    /// `netns_id` (a pod's, from a link's peer), with its interface's index
-    /// there. Needs a connection from [`Netlink::open_strict`], and
-    /// CAP_NET_ADMIN over that namespace.
-    pub async fn addresses_in(&self, netns_id: i32) -> anyhow::Result<Vec<(u32, Ipv4Addr)>> {
+    /// Every address of one family (`v6`: IPv6, else IPv4) of the network
+    /// namespace this one knows as `netns_id` (a pod's, from a link's
+    /// peer), with its interface's index there. Needs a connection from
+    /// [`Netlink::open_strict`], and CAP_NET_ADMIN over that namespace.
+    pub async fn addresses_in(
+        &self,
+        netns_id: i32,
+        family: Family,
+    ) -> anyhow::Result<Vec<(u32, IpAddr)>> {
         let mut request = self.handle.address().get();
         let message = request.message_mut();
-        message.header.family = netlink_packet_route::AddressFamily::Inet;
+        message.header.family = match family {
+            Family::V4 => netlink_packet_route::AddressFamily::Inet,
+            Family::V6 => netlink_packet_route::AddressFamily::Inet6,
+        };
         message
             .attributes
             .push(AddressAttribute::TargetNetNsId(netns_id));
-        collect_v4(request)
-            .await
-            .with_context(|| format!("rtnetlink address dump of network namespace id {netns_id}"))
+        collect(request).await.with_context(|| {
+            format!("rtnetlink {family} address dump of network namespace id {netns_id}")
+        })
     }
 
     /// Indexes of the interfaces with a qdisc other than `noqueue`: a
@@ -259,16 +269,24 @@ impl Netlink {
     }
 }
 
-/// The IPv4 addresses an address dump answers, with their interfaces.
-async fn collect_v4(
+/// The addresses an address dump answers, with their interfaces: an IPv4
+/// address's `IFA_LOCAL`, an IPv6 address's `IFA_ADDRESS` (IPv6 has no
+/// `IFA_LOCAL` but on point-to-point links, where it is the one to take).
+async fn collect(
     request: rtnetlink::AddressGetRequest,
-) -> Result<Vec<(u32, Ipv4Addr)>, rtnetlink::Error> {
+) -> Result<Vec<(u32, IpAddr)>, rtnetlink::Error> {
     request
         .execute()
         .try_filter_map(|msg| {
-            let ip = msg.attributes.iter().find_map(|a| match a {
-                AddressAttribute::Local(IpAddr::V4(ip)) => Some(*ip),
+            let local = msg.attributes.iter().find_map(|a| match a {
+                AddressAttribute::Local(ip) => Some(*ip),
                 _ => None,
+            });
+            let ip = local.or_else(|| {
+                msg.attributes.iter().find_map(|a| match a {
+                    AddressAttribute::Address(ip @ IpAddr::V6(_)) => Some(*ip),
+                    _ => None,
+                })
             });
             futures::future::ready(Ok(ip.map(|ip| (msg.header.index, ip))))
         })
@@ -465,16 +483,22 @@ mod tests {
             link(2, "eth0", Kind::Other, false),
             link(3, "ssh0", Kind::Dummy, false),
         ];
-        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let addrs = [
             (1, ip("127.0.0.1")),
             (1, ip("198.18.0.10")),
             (2, ip("192.0.2.1")),
+            (2, ip("2001:db8::1")),
             (3, ip("198.18.0.11")),
+            (3, ip("2001:db8::10")),
         ];
         assert_eq!(
             own_addresses(&links, &addrs),
-            [(ip("192.0.2.1"), "eth0".to_owned())].into()
+            [
+                (ip("192.0.2.1"), "eth0".to_owned()),
+                (ip("2001:db8::1"), "eth0".to_owned())
+            ]
+            .into()
         );
     }
 
@@ -485,8 +509,9 @@ mod tests {
         let lo = links.iter().find(|l| l.index == 1).expect("lo");
         assert_eq!(lo.kind, Kind::Loopback);
         let addrs = netlink.addresses().await.expect("address dump");
-        assert!(addrs.contains(&(1, Ipv4Addr::LOCALHOST)), "{addrs:?}");
-        assert!(!own_addresses(&links, &addrs).contains_key(&Ipv4Addr::LOCALHOST));
+        let localhost = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        assert!(addrs.contains(&(1, localhost)), "{addrs:?}");
+        assert!(!own_addresses(&links, &addrs).contains_key(&localhost));
     }
 
     #[tokio::test]

@@ -15,13 +15,17 @@
 //! claim (a pod that gave itself another's address) is owned by neither,
 //! and logged once.
 //!
+//! Both families: IPv4 addresses go to `OWNERS`, IPv6 ones to `OWNERS6`,
+//! except IPv6 link-local ones (fe80::/10), which every interface has and
+//! no backend is.
+//!
 //! A backend address on no pod interface (a VM on a tap device, say) has
 //! no owner: its replies are never tracked, and the counter
 //! `reply_no_owner` shows them.
 
 use std::{
     collections::{BTreeMap, BTreeSet, btree_map::Entry},
-    net::Ipv4Addr,
+    net::IpAddr,
 };
 
 use anyhow::{Context as _, anyhow};
@@ -29,9 +33,10 @@ use aya::{
     Ebpf,
     maps::{HashMap, MapData},
 };
-use ssh_fwd_common::maps::{OWNERS, Owner};
+use ssh_fwd_common::maps::{Addr6, OWNERS, OWNERS6, Owner};
 
 use super::netdev::{Kind, Link, Netlink};
+use crate::mapping::Family;
 
 /// One pod interface, as the scan found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,22 +45,20 @@ pub struct PodAddrs {
     pub host: u32,
     /// The bridge the host end is a port of, if any.
     pub master: Option<u32>,
-    /// The addresses of the pod's end.
-    pub addrs: Vec<Ipv4Addr>,
+    /// The addresses of the pod's end, of both families.
+    pub addrs: Vec<IpAddr>,
 }
 
-/// What `OWNERS` should hold, and the addresses more than one pod
-/// interface claims (owned by none), with those interfaces.
-pub fn desired(
-    pods: &[PodAddrs],
-) -> (BTreeMap<Ipv4Addr, Owner>, BTreeMap<Ipv4Addr, BTreeSet<u32>>) {
-    let mut claimed: BTreeMap<Ipv4Addr, BTreeMap<u32, Owner>> = BTreeMap::new();
+/// What `OWNERS` and `OWNERS6` should hold, and the addresses more than
+/// one pod interface claims (owned by none), with those interfaces.
+pub fn desired(pods: &[PodAddrs]) -> (BTreeMap<IpAddr, Owner>, BTreeMap<IpAddr, BTreeSet<u32>>) {
+    let mut claimed: BTreeMap<IpAddr, BTreeMap<u32, Owner>> = BTreeMap::new();
     for pod in pods {
         let owner = Owner {
             ifindex: pod.host,
             master: pod.master.unwrap_or(0),
         };
-        for addr in &pod.addrs {
+        for addr in pod.addrs.iter().filter(|a| !is_link_local6(a)) {
             claimed.entry(*addr).or_default().insert(pod.host, owner);
         }
     }
@@ -71,6 +74,12 @@ pub fn desired(
     (owners, disputed)
 }
 
+/// An IPv6 link-local address (fe80::/10): on every interface, never a
+/// backend, and the same on many pods (from the same MAC scheme).
+fn is_link_local6(addr: &IpAddr) -> bool {
+    matches!(addr, IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80)
+}
+
 /// The host ends of pods' interfaces (as [`super::netdev::pod_ends`]) with
 /// the peer each leads to.
 fn pod_peers<'a>(
@@ -84,22 +93,25 @@ fn pod_peers<'a>(
         .filter_map(|l| Some((l, l.peer?)))
 }
 
-/// The `OWNERS` map and what the agent last wrote into it.
+/// The `OWNERS` and `OWNERS6` maps.
 pub struct Owners {
     map: HashMap<MapData, u32, Owner>,
+    map6: HashMap<MapData, Addr6, Owner>,
     netlink: Netlink,
     /// Disputed addresses already logged.
-    warned: BTreeSet<Ipv4Addr>,
+    warned: BTreeSet<IpAddr>,
 }
 
 impl Owners {
-    /// Takes the map out of the loaded object.
+    /// Takes the maps out of the loaded object.
     pub fn new(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let map = ebpf
-            .take_map(OWNERS)
-            .ok_or_else(|| anyhow!("the eBPF object has no map {OWNERS}; rebuild ssh-fwd"))?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
+        };
         Ok(Self {
-            map: HashMap::try_from(map).context(OWNERS)?,
+            map: HashMap::try_from(take(OWNERS)?).context(OWNERS)?,
+            map6: HashMap::try_from(take(OWNERS6)?).context(OWNERS6)?,
             netlink: Netlink::open_strict()?,
             warned: BTreeSet::new(),
         })
@@ -114,18 +126,20 @@ impl Owners {
         links: &[Link],
         not_pods: &BTreeSet<String>,
     ) -> anyhow::Result<usize> {
-        let mut by_netns: BTreeMap<i32, Vec<(u32, Ipv4Addr)>> = BTreeMap::new();
+        let mut by_netns: BTreeMap<i32, Vec<(u32, IpAddr)>> = BTreeMap::new();
         let mut pods = Vec::new();
         for (link, peer) in pod_peers(links, not_pods) {
             let addrs = match by_netns.entry(peer.netns_id) {
                 Entry::Occupied(dumped) => dumped.into_mut(),
                 // A pod that went away meanwhile has no namespace to dump.
-                Entry::Vacant(slot) => slot.insert(
-                    self.netlink
-                        .addresses_in(peer.netns_id)
-                        .await
-                        .unwrap_or_default(),
-                ),
+                Entry::Vacant(slot) => {
+                    let mut addrs = Vec::new();
+                    for family in [Family::V4, Family::V6] {
+                        let dumped = self.netlink.addresses_in(peer.netns_id, family).await;
+                        addrs.extend(dumped.unwrap_or_default());
+                    }
+                    slot.insert(addrs)
+                }
             };
             let addrs = addrs
                 .iter()
@@ -156,38 +170,54 @@ impl Owners {
         Ok(owners.len())
     }
 
-    /// Makes the map hold exactly `owners`: new and changed first, then
-    /// removals.
-    fn write(&mut self, owners: &BTreeMap<Ipv4Addr, Owner>) -> anyhow::Result<()> {
-        let key = |addr: &Ipv4Addr| u32::from_ne_bytes(addr.octets());
-        let current: BTreeMap<u32, Owner> = self
-            .map
-            .iter()
-            .collect::<Result<_, _>>()
-            .context("reading OWNERS")?;
+    /// Makes the maps hold exactly `owners`, each family in its own.
+    fn write(&mut self, owners: &BTreeMap<IpAddr, Owner>) -> anyhow::Result<()> {
+        let (mut v4, mut v6) = (BTreeMap::new(), BTreeMap::new());
         for (addr, owner) in owners {
-            if current.get(&key(addr)) != Some(owner) {
-                self.map
-                    .insert(key(addr), owner, 0)
-                    .with_context(|| format!("writing OWNERS[{addr}]"))?;
-            }
+            match addr {
+                IpAddr::V4(ip) => v4.insert(u32::from_ne_bytes(ip.octets()), *owner),
+                IpAddr::V6(ip) => v6.insert(Addr6::new(*ip), *owner),
+            };
         }
-        let wanted: BTreeSet<u32> = owners.keys().map(key).collect();
-        for stale in current.keys().filter(|k| !wanted.contains(k)) {
-            match self.map.remove(stale) {
-                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
-                Err(e) => return Err(e).context("removing an OWNERS entry"),
-            }
-        }
-        Ok(())
+        write_map(&mut self.map, &v4, OWNERS, |k| {
+            std::net::Ipv4Addr::from(k.to_ne_bytes()).to_string()
+        })?;
+        write_map(&mut self.map6, &v6, OWNERS6, |k| k.ip().to_string())
     }
+}
+
+/// Makes `map` (`name`) hold exactly `owners`: new and changed first, then
+/// removals. `show`: a key as an address, for messages.
+fn write_map<K: aya::Pod + Ord>(
+    map: &mut HashMap<MapData, K, Owner>,
+    owners: &BTreeMap<K, Owner>,
+    name: &str,
+    show: impl Fn(&K) -> String,
+) -> anyhow::Result<()> {
+    let current: BTreeMap<K, Owner> = map
+        .iter()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {name}"))?;
+    for (key, owner) in owners {
+        if current.get(key) != Some(owner) {
+            map.insert(key, owner, 0)
+                .with_context(|| format!("writing {name}[{}]", show(key)))?;
+        }
+    }
+    for stale in current.keys().filter(|k| !owners.contains_key(k)) {
+        match map.remove(stale) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {name}[{}]", show(stale))),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ip(s: &str) -> Ipv4Addr {
+    fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
@@ -258,6 +288,36 @@ mod tests {
         assert_eq!(
             disputed,
             BTreeMap::from([(ip("10.244.1.5"), [7, 9].into())])
+        );
+    }
+
+    #[test]
+    fn a_pods_ipv6_addresses_are_owned_too_but_not_its_link_local_one() {
+        let pods = [
+            PodAddrs {
+                host: 7,
+                master: None,
+                addrs: vec![ip("10.244.1.5"), ip("fd00:10:244::5"), ip("fe80::1")],
+            },
+            // Link-local addresses repeat across pods: never disputed.
+            PodAddrs {
+                host: 9,
+                master: None,
+                addrs: vec![ip("2001:db8:1::9"), ip("fe80::1")],
+            },
+        ];
+        let (owners, disputed) = desired(&pods);
+        assert!(disputed.is_empty(), "{disputed:?}");
+        assert_eq!(
+            owners
+                .iter()
+                .map(|(a, o)| (*a, o.ifindex))
+                .collect::<Vec<_>>(),
+            [
+                (ip("10.244.1.5"), 7),
+                (ip("2001:db8:1::9"), 9),
+                (ip("fd00:10:244::5"), 7)
+            ]
         );
     }
 

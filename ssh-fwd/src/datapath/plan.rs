@@ -12,12 +12,11 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::SocketAddrV4,
+    net::SocketAddr,
 };
 
 use ssh_fwd_common::maps::{
-    Endpoint, FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SYN_LIMIT, Guard as Rate,
-    NatTarget,
+    FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SYN_LIMIT, Guard as Rate,
 };
 
 use crate::mapping::{
@@ -30,16 +29,31 @@ mod tables;
 
 pub use local::{Local, plan_local};
 
-/// The maps' contents as userspace sees them.
+/// A FRONTENDS or REVERSE entry's value as the plan sees it, of its key's
+/// family (the maps' [`NatTarget`](ssh_fwd_common::maps::NatTarget) of
+/// either): the endpoint a packet is translated to (a frontend's backend,
+/// a backend's primary frontend), the mapping's slot and `FLAG_*` bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub endpoint: SocketAddr,
+    pub slot: u32,
+    pub flags: u32,
+}
+
+/// The maps' contents as userspace sees them. Both families in one table:
+/// an IPv4 key is an entry of FRONTENDS, REVERSE or ALLOWLIST, an IPv6 one
+/// of FRONTENDS6, REVERSE6 or ALLOWLIST6. Slots are one space across
+/// families (they index the same counters and names), and so is the
+/// capacity: `--max-mappings` counts the mappings of both.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Installed {
-    /// FRONTENDS: frontend -> backend.
-    pub frontends: BTreeMap<Endpoint, NatTarget>,
-    /// REVERSE: backend -> primary frontend.
-    pub reverse: BTreeMap<Endpoint, NatTarget>,
+    /// FRONTENDS and FRONTENDS6: frontend -> backend.
+    pub frontends: BTreeMap<SocketAddr, Target>,
+    /// REVERSE and REVERSE6: backend -> primary frontend.
+    pub reverse: BTreeMap<SocketAddr, Target>,
     /// MAPPING_NAMES for the slots in use.
     pub names: BTreeMap<u32, String>,
-    /// ALLOWLIST: each slot's source ranges.
+    /// ALLOWLIST and ALLOWLIST6: each slot's source ranges.
     pub allow: BTreeSet<(u32, Cidr)>,
     /// GUARDS for the slots whose frontend carries `FLAG_SYN_LIMIT`.
     pub rates: BTreeMap<u32, Rate>,
@@ -53,18 +67,18 @@ pub struct Plan {
     /// replies would leave untranslated, showing the pod's address). Each
     /// is being changed (written again by `frontend_upserts`) or removed
     /// (also in `frontend_deletes`); its connections are retired either way.
-    pub frontend_deletes_first: Vec<Endpoint>,
+    pub frontend_deletes_first: Vec<SocketAddr>,
     /// REVERSE entries removed first, to make room: entries no frontend
     /// uses, then, only as many as needed, entries of backends that
     /// frontends being changed in this step are about to leave.
-    pub reverse_deletes_first: Vec<Endpoint>,
+    pub reverse_deletes_first: Vec<SocketAddr>,
     /// Slots taken by new mappings: counters zeroed and name written before
     /// the mapping becomes visible.
     pub new_slots: Vec<(u32, String)>,
     /// Slots whose mapping stays but whose name changed.
     pub renamed: Vec<(u32, String)>,
     /// Written before frontends, so replies are handled once requests flow.
-    pub reverse_upserts: Vec<(Endpoint, NatTarget)>,
+    pub reverse_upserts: Vec<(SocketAddr, Target)>,
     /// Source ranges and rates written before the frontends whose flags
     /// make the kernel read them: a mapping with a list is never open to
     /// all for a moment. A list that changes holds the union of old and
@@ -72,17 +86,17 @@ pub struct Plan {
     pub allow_upserts: Vec<(u32, Cidr)>,
     pub rate_upserts: Vec<(u32, Rate)>,
     /// Writing a frontend entry is what makes a mapping live.
-    pub frontend_upserts: Vec<(Endpoint, NatTarget)>,
-    pub frontend_deletes: Vec<Endpoint>,
+    pub frontend_upserts: Vec<(SocketAddr, Target)>,
+    pub frontend_deletes: Vec<SocketAddr>,
     /// Deleted after the frontends that led to them.
-    pub reverse_deletes: Vec<Endpoint>,
+    pub reverse_deletes: Vec<SocketAddr>,
     /// Ranges removed once no frontend with a list reads them: after the
     /// frontend's flag is cleared, or after the new list is written.
     pub allow_deletes: Vec<(u32, Cidr)>,
     /// Frontends removed or pointed at another backend: the connections
     /// tracked through them are stale (their backend address may be given
     /// to another pod next) and are purged once this step is applied.
-    pub retired: Vec<Endpoint>,
+    pub retired: Vec<SocketAddr>,
 }
 
 impl Plan {
@@ -178,7 +192,7 @@ fn two_steps(
     outside: &Outside,
 ) -> (Vec<Plan>, Installed) {
     // Step 1: keep only the frontends that stay, as they are installed now.
-    let staying = installed_subset(installed, |f, _| desired.get(&socket(f)).is_some());
+    let staying = installed_subset(installed, |f, _| desired.get(f).is_some());
     let (mut shrink, middle) = step(installed, &staying, &BTreeSet::new(), outside);
     // Step 2: add and change. Slots never used before are taken first, so
     // the removed mappings' connections are purged separately only if
@@ -202,9 +216,7 @@ fn two_steps(
 /// not the desired one, and changes nothing else.
 pub fn stale_removal(installed: &Installed, desired: &MappingSet, capacity: usize) -> Plan {
     let current = installed_subset(installed, |f, t| {
-        desired
-            .get(&socket(f))
-            .is_some_and(|m| endpoint(m.backend) == t.endpoint)
+        desired.get(f).is_some_and(|m| m.backend == t.endpoint)
     });
     step(
         installed,
@@ -218,7 +230,7 @@ pub fn stale_removal(installed: &Installed, desired: &MappingSet, capacity: usiz
 /// The installed mappings `keep` selects, as they are installed.
 fn installed_subset(
     installed: &Installed,
-    keep: impl Fn(&Endpoint, &NatTarget) -> bool,
+    keep: impl Fn(&SocketAddr, &Target) -> bool,
 ) -> MappingSet {
     MappingSet::from_unique(
         installed
@@ -227,15 +239,15 @@ fn installed_subset(
             .filter(|(f, t)| keep(f, t))
             .map(|(f, t)| Mapping {
                 name: installed.names.get(&t.slot).cloned().unwrap_or_default(),
-                frontend: socket(f),
-                backend: socket(&t.endpoint),
+                frontend: *f,
+                backend: t.endpoint,
                 guard: installed_guard(installed, t),
             }),
     )
 }
 
 /// The guard the tables give the frontend whose entry is `t`.
-pub fn installed_guard(installed: &Installed, t: &NatTarget) -> Guard {
+pub fn installed_guard(installed: &Installed, t: &Target) -> Guard {
     let allow = if t.flags & FLAG_ALLOWLIST != 0 {
         Allow::Only(
             installed
@@ -268,7 +280,7 @@ fn fit(installed: &Installed, desired: &MappingSet, max: usize) -> (MappingSet, 
     }
     let (old, new): (Vec<&Mapping>, Vec<&Mapping>) = desired
         .iter()
-        .partition(|m| installed.frontends.contains_key(&endpoint(m.frontend)));
+        .partition(|m| installed.frontends.contains_key(&m.frontend));
     let mut ordered = old.into_iter().chain(new).cloned();
     let kept = MappingSet::from_unique(ordered.by_ref().take(max));
     let mut left_out: Vec<Mapping> = ordered.collect();
@@ -309,7 +321,7 @@ fn step(
     let reverse_deletes = deletes(&installed.reverse, &want.reverse);
     (plan.reverse_deletes_first, plan.reverse_deletes) =
         reverse_delete_order(installed, &want, reverse_deletes, outside);
-    let early: BTreeSet<Endpoint> = plan.reverse_deletes_first.iter().copied().collect();
+    let early: BTreeSet<SocketAddr> = plan.reverse_deletes_first.iter().copied().collect();
     plan.frontend_deletes_first = installed
         .frontends
         .iter()
@@ -335,11 +347,11 @@ fn step(
 fn reverse_delete_order(
     installed: &Installed,
     want: &Installed,
-    deletes: Vec<Endpoint>,
+    deletes: Vec<SocketAddr>,
     outside: &Outside,
-) -> (Vec<Endpoint>, Vec<Endpoint>) {
-    let used: BTreeSet<Endpoint> = installed.frontends.values().map(|t| t.endpoint).collect();
-    let (mut first, mut late): (Vec<Endpoint>, Vec<Endpoint>) =
+) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+    let used: BTreeSet<SocketAddr> = installed.frontends.values().map(|t| t.endpoint).collect();
+    let (mut first, mut late): (Vec<SocketAddr>, Vec<SocketAddr>) =
         deletes.into_iter().partition(|k| !used.contains(k));
     let added = want
         .reverse
@@ -350,14 +362,6 @@ fn reverse_delete_order(
     let short = peak.saturating_sub(outside.capacity).min(late.len());
     first.extend(late.drain(..short));
     (first, late)
-}
-
-pub fn endpoint(a: SocketAddrV4) -> Endpoint {
-    Endpoint::new(*a.ip(), a.port())
-}
-
-pub fn socket(e: &Endpoint) -> SocketAddrV4 {
-    SocketAddrV4::new(e.ip(), e.port())
 }
 
 fn upserts<K: Ord + Copy, V: PartialEq + Copy>(
@@ -371,9 +375,9 @@ fn upserts<K: Ord + Copy, V: PartialEq + Copy>(
 }
 
 fn deletes(
-    have: &BTreeMap<Endpoint, NatTarget>,
-    want: &BTreeMap<Endpoint, NatTarget>,
-) -> Vec<Endpoint> {
+    have: &BTreeMap<SocketAddr, Target>,
+    want: &BTreeMap<SocketAddr, Target>,
+) -> Vec<SocketAddr> {
     have.keys()
         .filter(|k| !want.contains_key(k))
         .copied()

@@ -2,7 +2,9 @@
 //! counters, and every hook attached, from the pinned maps and links. What
 //! `ssh-fwd list`, `ssh-fwd status` and `/metrics` show.
 
-use ssh_fwd_common::maps::{Endpoint, FLAG_SHARED_BACKEND, MappingConnCounters, MappingCounters};
+use std::net::SocketAddr;
+
+use ssh_fwd_common::maps::{FLAG_SHARED_BACKEND, MappingConnCounters, MappingCounters};
 
 use super::{hairpin, hooks, maps::Maps, netdev, pins::PinLayout, plan::installed_guard};
 use crate::mapping::Guard;
@@ -11,8 +13,9 @@ use crate::mapping::Guard;
 #[derive(Clone, Debug)]
 pub struct MappingStats {
     pub name: String,
-    pub frontend: Endpoint,
-    pub backend: Endpoint,
+    /// Of either family (both of one).
+    pub frontend: SocketAddr,
+    pub backend: SocketAddr,
     /// The backend is also behind another frontend.
     pub shared_backend: bool,
     pub counters: MappingCounters,

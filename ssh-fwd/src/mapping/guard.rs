@@ -5,46 +5,58 @@
 //! to write it, because the same parsers read the mappings file, the
 //! agent's flags and Kubernetes objects.
 
-use std::{collections::BTreeSet, fmt, net::Ipv4Addr, str::FromStr};
+use std::{
+    collections::BTreeSet,
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    str::FromStr,
+};
 
 use ssh_fwd_common::maps::{Guard as Rate, MAX_ALLOW_PER_MAPPING};
 
-use super::printable;
+use super::{Family, printable};
 
-/// An IPv4 range: an address whose bits past the prefix are zero.
+/// An address range of either family: an address whose bits past the
+/// prefix are zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Cidr {
-    ip: Ipv4Addr,
+    ip: IpAddr,
     prefix: u8,
 }
 
 impl Cidr {
-    /// Every address: `0.0.0.0/0`, the least range in order.
+    /// Every IPv4 address: `0.0.0.0/0`, the least range in order (IPv4
+    /// ranges sort before IPv6 ones).
     pub const ALL: Self = Self {
-        ip: Ipv4Addr::UNSPECIFIED,
+        ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         prefix: 0,
     };
 
-    /// `ip/prefix`, refused if `ip` has bits set past the prefix.
-    pub fn new(ip: Ipv4Addr, prefix: u8) -> Option<Self> {
-        if prefix > 32 {
-            return None;
-        }
-        let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-        (prefix <= 32 && u32::from(ip) & !mask == 0).then_some(Self { ip, prefix })
+    /// `ip/prefix`, refused if the prefix is longer than the family's
+    /// address or `ip` has bits set past it.
+    pub fn new(ip: IpAddr, prefix: u8) -> Option<Self> {
+        let range = Self::masked(ip, prefix);
+        (prefix <= max_prefix(ip) && range.ip == ip).then_some(range)
     }
 
-    /// The range of `ip/prefix` (a prefix past 32 is 32), host bits cleared.
-    pub fn masked(ip: Ipv4Addr, prefix: u8) -> Self {
-        let prefix = prefix.min(32);
-        let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-        Self {
-            ip: Ipv4Addr::from(u32::from(ip) & mask),
-            prefix,
-        }
+    /// The range of `ip/prefix` (a prefix past the address's length is
+    /// its length), host bits cleared.
+    pub fn masked(ip: IpAddr, prefix: u8) -> Self {
+        let prefix = prefix.min(max_prefix(ip));
+        let ip = match ip {
+            IpAddr::V4(v4) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        };
+        Self { ip, prefix }
     }
 
-    pub fn ip(&self) -> Ipv4Addr {
+    pub fn ip(&self) -> IpAddr {
         self.ip
     }
 
@@ -52,12 +64,22 @@ impl Cidr {
         self.prefix
     }
 
-    /// Whether `addr` is in the range.
-    pub fn contains(&self, addr: Ipv4Addr) -> bool {
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.prefix))
-            .unwrap_or(0);
-        u32::from(addr) & mask == u32::from(self.ip)
+    pub fn family(&self) -> Family {
+        Family::of(self.ip)
+    }
+
+    /// Whether `addr` is in the range (never, for an address of the other
+    /// family).
+    pub fn contains(&self, addr: IpAddr) -> bool {
+        addr.is_ipv4() == self.ip.is_ipv4() && Self::masked(addr, self.prefix).ip == self.ip
+    }
+}
+
+/// The longest prefix of `ip`'s family.
+fn max_prefix(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
     }
 }
 
@@ -70,30 +92,36 @@ impl fmt::Display for Cidr {
 /// Why a source range was refused. The value is quoted escaped.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CidrError {
-    #[error("`{0}` is not an IPv4 range; write ADDRESS/PREFIX, like 192.0.2.0/24")]
-    Syntax(String),
     #[error(
-        "`{0}` is an IPv6 range; ssh-fwd forwards IPv4 only: list IPv4 ranges, like 192.0.2.0/24"
+        "`{0}` is not an address range; write ADDRESS/PREFIX, like 192.0.2.0/24 or \
+         2001:db8::/32"
     )]
-    Ipv6(String),
-    #[error("`{value}`: prefix /{prefix} is longer than 32; an IPv4 prefix is /0 to /32")]
-    Prefix { value: String, prefix: String },
+    Syntax(String),
+    #[error("`{value}`: prefix /{prefix} is longer than {max}; an {family} prefix is /0 to /{max}")]
+    Prefix {
+        value: String,
+        prefix: String,
+        family: Family,
+        max: u8,
+    },
     #[error(
         "`{value}` has bits set past its /{prefix} prefix; write {range}/{prefix} for the range, \
-         or {ip}/32 for the one address"
+         or {ip}/{max} for the one address"
     )]
     HostBits {
         value: String,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         prefix: u8,
-        range: Ipv4Addr,
+        range: IpAddr,
+        max: u8,
     },
 }
 
 impl FromStr for Cidr {
     type Err = CidrError;
 
-    /// `ADDRESS/PREFIX`, or a bare address for its /32.
+    /// `ADDRESS/PREFIX`, or a bare address for its /32 (IPv4) or /128
+    /// (IPv6).
     fn from_str(value: &str) -> Result<Self, CidrError> {
         let shown = || printable(value);
         let trimmed = value.trim();
@@ -101,33 +129,31 @@ impl FromStr for Cidr {
             Some((a, p)) => (a, Some(p)),
             None => (trimmed, None),
         };
-        if addr.contains(':') && addr.parse::<std::net::Ipv6Addr>().is_ok() {
-            return Err(CidrError::Ipv6(shown()));
-        }
-        let ip: Ipv4Addr = addr.parse().map_err(|_| CidrError::Syntax(shown()))?;
+        let ip: IpAddr = addr.parse().map_err(|_| CidrError::Syntax(shown()))?;
+        let max = max_prefix(ip);
         let prefix = match prefix {
-            None => 32,
+            None => max,
             Some(p) if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) => {
                 return Err(CidrError::Syntax(shown()));
             }
             Some(p) => match p.parse::<u8>() {
-                Ok(n) if n <= 32 => n,
+                Ok(n) if n <= max => n,
                 _ => {
                     return Err(CidrError::Prefix {
                         value: shown(),
                         prefix: printable(p),
+                        family: Family::of(ip),
+                        max,
                     });
                 }
             },
         };
-        Cidr::new(ip, prefix).ok_or_else(|| {
-            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            CidrError::HostBits {
-                value: shown(),
-                ip,
-                prefix,
-                range: Ipv4Addr::from(u32::from(ip) & mask),
-            }
+        Cidr::new(ip, prefix).ok_or_else(|| CidrError::HostBits {
+            value: shown(),
+            ip,
+            prefix,
+            range: Cidr::masked(ip, prefix).ip,
+            max,
         })
     }
 }
@@ -145,21 +171,23 @@ pub enum RangesError {
 }
 
 /// A list of source ranges as a mapping's allowlist (sorted, duplicates
-/// merged). `skip_ipv6`: an IPv6 range is left out instead of refused
-/// (Kubernetes: a dual-stack Service's ranges; the IPv4 traffic ssh-fwd
-/// forwards can never match them, so leaving them out allows nothing
-/// more).
+/// merged). `skip_ipv6`: an IPv6 range is left out (Kubernetes, whose
+/// mappings are IPv4 only: a dual-stack Service's ranges; the IPv4
+/// traffic of its mappings can never match them, so leaving them out
+/// allows nothing more).
 pub fn parse_ranges<'a>(
     values: impl IntoIterator<Item = &'a str>,
     skip_ipv6: bool,
 ) -> Result<BTreeSet<Cidr>, RangesError> {
     let mut out = BTreeSet::new();
     for (i, value) in values.into_iter().enumerate() {
+        if skip_ipv6 && is_ipv6_range(value) {
+            continue;
+        }
         match value.parse::<Cidr>() {
             Ok(cidr) => {
                 out.insert(cidr);
             }
-            Err(CidrError::Ipv6(_)) if skip_ipv6 => {}
             Err(error) => {
                 return Err(RangesError::Range {
                     index: i + 1,
@@ -172,6 +200,16 @@ pub fn parse_ranges<'a>(
         return Err(RangesError::TooMany { count: out.len() });
     }
     Ok(out)
+}
+
+/// Whether `value`'s address is IPv6, whatever is wrong with its prefix:
+/// a range skipped is skipped as a whole, never half-read.
+fn is_ipv6_range(value: &str) -> bool {
+    let addr = value
+        .trim()
+        .split_once('/')
+        .map_or(value.trim(), |(a, _)| a);
+    addr.parse::<Ipv6Addr>().is_ok()
 }
 
 /// The most new connections a second `--syn-rate` may allow per source.
@@ -285,12 +323,21 @@ pub struct Defaults {
 }
 
 impl Defaults {
-    /// `guard` with the defaults filled in: only `Open`, `Only`, `Off` and
-    /// `Exact` remain.
-    pub fn resolve(&self, guard: &Guard) -> Guard {
+    /// `guard` with the defaults filled in for a mapping of `family`: only
+    /// `Open`, `Only`, `Off` and `Exact` remain. A mapping without a list
+    /// of its own gets `--allow`'s ranges of its family; if `--allow` has
+    /// ranges only of the other family, none (no source at all: the
+    /// operator restricted who may connect, and named no one of this
+    /// family).
+    pub fn resolve(&self, guard: &Guard, family: Family) -> Guard {
         let allow = match &guard.allow {
             Allow::Default if self.allow.is_empty() => Allow::Open,
-            Allow::Default => Allow::Only(self.allow.clone()),
+            Allow::Default => Allow::Only(
+                (self.allow.iter())
+                    .filter(|r| r.family() == family)
+                    .copied()
+                    .collect(),
+            ),
             other => other.clone(),
         };
         let rate = match guard.limit {

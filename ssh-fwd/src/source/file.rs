@@ -6,6 +6,9 @@
 //!     frontend: 198.18.0.10:8022
 //!     backend: 10.244.1.5:22
 //!     allow: [192.0.2.0/24]   # optional: only these clients (`[]`: all)
+//!   - name: job-4712          # IPv6: frontend and backend of one family
+//!     frontend: "[2001:db8::10]:8022"
+//!     backend: "[fd00:10:244::5]:22"
 //! ```
 //!
 //! Parsed with `serde-saphyr`: a pure-Rust YAML parser (no `unsafe-libyaml`)
@@ -14,7 +17,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::{SocketAddr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
     path::Path,
 };
 
@@ -23,8 +26,8 @@ use ssh_fwd_common::maps::MAX_NAME_LEN;
 
 use super::validate::{Checker, Danger, Rules};
 use crate::mapping::{
-    Guard, Mapping, MappingSet,
-    guard::{Allow, RangesError, parse_ranges},
+    Family, Guard, Mapping, MappingSet,
+    guard::{Allow, Cidr, RangesError, parse_ranges},
     printable,
 };
 
@@ -50,7 +53,8 @@ pub enum FileError {
         path: String,
         index: usize,
         label: String,
-        problem: EntryProblem,
+        // Boxed: the addresses of both families it may quote make it big.
+        problem: Box<EntryProblem>,
     },
     #[error(
         "mappings file {path}: entries #{first} and #{second} both use frontend {frontend}; \
@@ -60,7 +64,7 @@ pub enum FileError {
         path: String,
         first: usize,
         second: usize,
-        frontend: SocketAddrV4,
+        frontend: SocketAddr,
     },
     #[error(
         "mappings file {path} lists {count} mappings, {excess} more than this node holds \
@@ -81,10 +85,33 @@ pub enum FileError {
 /// `ssh-fwd status`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EntryProblem {
-    #[error("{field} `{value}` is not an IPv4 address with a port, like 198.18.0.10:8022")]
+    #[error(
+        "{field} `{value}` is not an address with a port, like 198.18.0.10:8022 or \
+         [2001:db8::10]:8022"
+    )]
     BadAddress { field: &'static str, value: String },
-    #[error("{field} `{value}` is IPv6; ssh-fwd forwards IPv4 only")]
-    Ipv6 { field: &'static str, value: String },
+    #[error(
+        "frontend {frontend} is {} and backend {backend} is {}; ssh-fwd translates addresses, \
+         not families (no NAT46 or NAT64): give the entry a frontend of the backend's family, \
+         or point it at the pod's {} address",
+        Family::of(frontend.ip()),
+        Family::of(backend.ip()),
+        Family::of(frontend.ip())
+    )]
+    MixedFamily {
+        frontend: SocketAddr,
+        backend: SocketAddr,
+    },
+    #[error(
+        "allow: range {range} is {} but frontend {frontend} is {}; list {} ranges for this \
+         frontend, and give {} clients an entry with an {} frontend",
+        range.family(),
+        Family::of(frontend.ip()),
+        Family::of(frontend.ip()),
+        range.family(),
+        range.family()
+    )]
+    AllowFamily { range: Cidr, frontend: SocketAddr },
     #[error("{field} `{value}` has port 0; use a port between 1 and 65535")]
     PortZero { field: &'static str, value: String },
     #[error("{field} `{value}` is not a unicast address")]
@@ -164,7 +191,7 @@ pub fn parse(
         path: path.into(),
         cause: Box::new(cause),
     })?;
-    let mut seen: BTreeMap<SocketAddrV4, usize> = BTreeMap::new();
+    let mut seen: BTreeMap<SocketAddr, usize> = BTreeMap::new();
     let mut mappings = Vec::with_capacity(doc.mappings.len());
     for (i, entry) in doc.mappings.into_iter().enumerate() {
         let index = i + 1;
@@ -175,13 +202,24 @@ pub fn parse(
         }
         let frontend = parse_endpoint("frontend", &entry.frontend).map_err(&fail)?;
         let backend = parse_endpoint("backend", &entry.backend).map_err(&fail)?;
+        let family = Family::of(frontend.ip());
+        if Family::of(backend.ip()) != family {
+            return Err(fail(EntryProblem::MixedFamily { frontend, backend }));
+        }
         let allow = match &entry.allow {
             None => Allow::Default,
             Some(list) if list.is_empty() => Allow::Open,
-            Some(list) => Allow::Only(
-                parse_ranges(list.iter().map(String::as_str), false)
-                    .map_err(|e| fail(EntryProblem::Allow(e)))?,
-            ),
+            Some(list) => {
+                let ranges = parse_ranges(list.iter().map(String::as_str), false)
+                    .map_err(|e| fail(EntryProblem::Allow(e)))?;
+                if let Some(range) = ranges.iter().find(|r| r.family() != family) {
+                    return Err(fail(EntryProblem::AllowFamily {
+                        range: *range,
+                        frontend,
+                    }));
+                }
+                Allow::Only(ranges)
+            }
         };
         if let Some(first) = seen.insert(frontend, index) {
             return Err(FileError::DuplicateFrontend {
@@ -199,7 +237,7 @@ pub fn parse(
             name,
             frontend,
             backend,
-            guard: rules.guard.resolve(&guard),
+            guard: rules.guard.resolve(&guard, family),
         });
     }
     if mappings.len() > capacity {
@@ -230,32 +268,29 @@ fn entry_error(path: &str, index: usize, name: &str, problem: EntryProblem) -> F
         } else {
             format!(" ({})", printable(name))
         },
-        problem,
+        problem: Box::new(problem),
     }
 }
 
-/// Parses `IP:PORT` for one field of an entry.
-pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, EntryProblem> {
+/// Parses `IP:PORT` (`[IPv6]:PORT`) for one field of an entry.
+pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddr, EntryProblem> {
     let addr: SocketAddr = value.trim().parse().map_err(|_| EntryProblem::BadAddress {
         field,
         value: printable(value),
     })?;
-    let SocketAddr::V4(addr) = addr else {
-        return Err(EntryProblem::Ipv6 {
-            field,
-            value: printable(value),
-        });
-    };
     if addr.port() == 0 {
         return Err(EntryProblem::PortZero {
             field,
             value: printable(value),
         });
     }
-    let ip = addr.ip();
+    let not_unicast = match addr.ip() {
+        IpAddr::V4(ip) => ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast(),
+        IpAddr::V6(ip) => ip.is_unspecified() || ip.is_multicast(),
+    };
     // The other ranges that are never a frontend or a backend (loopback,
     // link-local, 0/8) are judged by `validate`, which says what each is.
-    if field == "frontend" && (ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast()) {
+    if field == "frontend" && not_unicast {
         return Err(EntryProblem::NotUnicast {
             field,
             value: printable(value),
@@ -266,3 +301,5 @@ pub fn parse_endpoint(field: &'static str, value: &str) -> Result<SocketAddrV4, 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod v6_tests;

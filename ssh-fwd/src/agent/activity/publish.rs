@@ -8,6 +8,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    net::SocketAddr,
     time::Duration,
 };
 
@@ -21,7 +22,6 @@ use kube::{
     api::{ObjectMeta, Patch, PatchParams, PostParams},
 };
 use serde_json::{Map, Value, json};
-use ssh_fwd_common::maps::Endpoint;
 
 use super::Board;
 use crate::{
@@ -31,14 +31,19 @@ use crate::{
 };
 
 /// The ConfigMap's data for `activity`: a key for each frontend that
-/// carried a packet or holds a connection.
-pub fn data(activity: &BTreeMap<Endpoint, Activity>) -> BTreeMap<String, String> {
+/// carried a packet or holds a connection. IPv4 frontends only: the
+/// controller reads the ports of Services, which are IPv4 (an IPv6
+/// frontend comes from a mappings file, never from a Service).
+pub fn data(activity: &BTreeMap<SocketAddr, Activity>) -> BTreeMap<String, String> {
     activity
         .iter()
         .filter(|(_, a)| a.last.is_some() || a.open > 0)
-        .map(|(frontend, a)| {
+        .filter_map(|(frontend, a)| {
+            let SocketAddr::V4(frontend) = frontend else {
+                return None;
+            };
             let report = serde_json::to_string(&Report::new(a.last, a.open)).unwrap_or_default();
-            (data_key(frontend.ip(), frontend.port()), report)
+            Some((data_key(*frontend.ip(), frontend.port()), report))
         })
         .collect()
 }
@@ -224,14 +229,14 @@ mod tests {
         let ip = Ipv4Addr::new(203, 0, 113, 10);
         let activity = [
             (
-                Endpoint::new(ip, 2222),
+                SocketAddr::from((ip, 2222)),
                 Activity {
                     open: 1,
                     last: Some(at),
                 },
             ),
             (
-                Endpoint::new(ip, 2223),
+                SocketAddr::from((ip, 2223)),
                 Activity {
                     open: 0,
                     last: None,

@@ -49,7 +49,11 @@ fn an_interface_without_a_mac_announces_nothing() {
 #[test]
 fn an_ssh_ip_on_any_interface_is_found_with_its_name() {
     let links = [link(1, "lo", true, None), link(2, "ext0", true, Some(MAC))];
-    let addrs = [(2, Ipv4Addr::new(192, 0, 2, 1)), (1, SSH_IPS[1])];
+    let addrs = [
+        (2, Ipv4Addr::new(192, 0, 2, 1).into()),
+        (1, SSH_IPS[1].into()),
+        (1, "2001:db8::10".parse().unwrap()),
+    ];
     let found = on_interfaces(&SSH_IPS, &links, &addrs);
     assert_eq!(found, BTreeMap::from([(SSH_IPS[1], "lo".to_owned())]));
 }

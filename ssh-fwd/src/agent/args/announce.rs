@@ -90,7 +90,7 @@ fn node_selector(text: &str) -> Result<LabelSelector, String> {
 /// The checks that need more than one flag, each refusal naming the fix.
 /// `ssh_ips` are the `--ssh-ip`s.
 pub fn check(agent: &super::AgentArgs) -> Result<(), String> {
-    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips);
+    let (args, ssh_ips) = (&agent.announce, agent.ssh_ips_v4());
     if args.announce_nodes.is_some() && !agent.kubernetes {
         return Err("--announce-nodes selects Nodes: it needs --kubernetes".into());
     }
@@ -112,8 +112,8 @@ pub fn check(agent: &super::AgentArgs) -> Result<(), String> {
             _ => "--announce l2 answers ARP for each --ssh-ip",
         };
         return Err(format!(
-            "{what}, and none is given: add --ssh-ip IP for every address this node should \
-             attract"
+            "{what}, and no IPv4 one is given: add --ssh-ip IP for every IPv4 address this node \
+             should attract (IPv6 SSH IPs are not announced: route them to the node)"
         ));
     }
     if args.announce == AnnounceMode::Route {

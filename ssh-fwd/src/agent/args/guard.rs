@@ -15,9 +15,11 @@ pub const MAX_SYN_BURST: u32 = 1_000_000;
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct GuardArgs {
-    /// A client range (CIDR, or one address) that may open connections
-    /// through every mapping that has no list of its own (repeat for
-    /// several). A mappings-file entry's `allow:`, a Service's
+    /// A client range (CIDR, or one address; IPv4 or IPv6) that may open
+    /// connections through every mapping that has no list of its own
+    /// (repeat for several); a mapping gets the ranges of its own family,
+    /// and with ranges only of the other family admits no one. A
+    /// mappings-file entry's `allow:`, a Service's
     /// `spec.loadBalancerSourceRanges` or its `ssh-fwd.io/source-ranges`
     /// annotation replace it; `allow: []` opens an entry to all. A SYN
     /// from any other source is dropped before it reaches the pod (counted
@@ -130,7 +132,12 @@ mod tests {
     fn bad_guard_flags_are_refused_with_how_to_write_them() {
         for (flag, value, says) in [
             ("--allow", "10.0.0.1/8", "write 10.0.0.0/8 for the range"),
-            ("--allow", "2001:db8::/32", "IPv4 only"),
+            (
+                "--allow",
+                "2001:db8::1/32",
+                "write 2001:db8::/32 for the range",
+            ),
+            ("--allow", "2001:db8::/129", "/0 to /128"),
             ("--syn-rate", "20", "like 20/s"),
             ("--syn-rate", "0/s", "from 1 to"),
             ("--syn-burst", "0", "like 40"),

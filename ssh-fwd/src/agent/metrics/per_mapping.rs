@@ -14,13 +14,13 @@ use prometheus_client::{
     metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
     registry::Registry,
 };
-use ssh_fwd_common::maps::{Endpoint, MappingCounters};
+use ssh_fwd_common::maps::MappingCounters;
 
 use crate::{
     agent::activity::Board,
     datapath::{
         conntrack::activity::Activity,
-        maps::{Maps, show},
+        maps::Maps,
         pins::PinLayout,
         stats::{self, MappingStats},
     },
@@ -42,7 +42,7 @@ pub fn render(layout: &PinLayout, board: &Board) -> Option<String> {
 #[derive(Debug)]
 struct PerMapping {
     rows: Vec<MappingStats>,
-    activity: BTreeMap<Endpoint, Activity>,
+    activity: BTreeMap<std::net::SocketAddr, Activity>,
 }
 
 impl Collector for PerMapping {
@@ -141,8 +141,8 @@ impl PerMapping {
 fn labels(row: &MappingStats) -> [(&'static str, String); 3] {
     [
         ("mapping", row.name.clone()),
-        ("frontend", show(&row.frontend)),
-        ("backend", show(&row.backend)),
+        ("frontend", row.frontend.to_string()),
+        ("backend", row.backend.to_string()),
     ]
 }
 
@@ -176,8 +176,8 @@ fn family(
         for (direction, value) in [("in", inbound), ("out", outbound)] {
             let labels = [
                 ("mapping", row.name.clone()),
-                ("frontend", show(&row.frontend)),
-                ("backend", show(&row.backend)),
+                ("frontend", row.frontend.to_string()),
+                ("backend", row.backend.to_string()),
                 ("direction", direction.to_owned()),
             ];
             ConstCounter::new(value).encode(family.encode_family(&labels)?)?;

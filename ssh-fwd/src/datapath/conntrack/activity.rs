@@ -19,6 +19,7 @@
 
 use std::{
     collections::BTreeMap,
+    net::SocketAddr,
     time::{Duration, SystemTime},
 };
 
@@ -26,6 +27,8 @@ use ssh_fwd_common::{
     conntrack::closing,
     maps::{Conn, Endpoint},
 };
+
+use crate::datapath::family::MapFamily;
 
 /// One frontend's connections, as a walk of the table found them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,24 +40,25 @@ pub struct Tally {
     pub last_seen_ns: u64,
 }
 
-/// Tallies by frontend.
-pub type Tallies = BTreeMap<Endpoint, Tally>;
+/// Tallies by frontend, of both families.
+pub type Tallies = BTreeMap<SocketAddr, Tally>;
 
 /// Counts `conn` in `tallies`; `open` is false for an entry that is
 /// closing or that the sweep is removing, whose last packet still counts.
-pub fn tally(tallies: &mut Tallies, conn: &Conn, open: bool) {
-    let t = tallies.entry(conn.frontend).or_default();
+pub fn tally<A: MapFamily>(tallies: &mut Tallies, conn: &Conn<Endpoint<A>>, open: bool) {
+    let t = tallies.entry(A::socket(&conn.frontend)).or_default();
     t.open += u64::from(open);
     t.last_seen_ns = t.last_seen_ns.max(conn.last_seen_ns);
 }
 
-/// The tallies of a table's entries.
-pub fn aggregate<'a>(conns: impl IntoIterator<Item = &'a Conn>) -> Tallies {
-    let mut tallies = Tallies::new();
+/// Adds the tallies of a table's entries to `tallies`.
+pub fn aggregate<'a, A: MapFamily + 'a>(
+    tallies: &mut Tallies,
+    conns: impl IntoIterator<Item = &'a Conn<Endpoint<A>>>,
+) {
     for conn in conns {
-        tally(&mut tallies, conn, !closing(conn));
+        tally(tallies, conn, !closing(conn));
     }
-    tallies
 }
 
 /// One frontend's activity in wall time.
@@ -91,7 +95,7 @@ impl Clock {
     }
 
     /// `tallies` in wall time.
-    pub fn activity(&self, tallies: &Tallies) -> BTreeMap<Endpoint, Activity> {
+    pub fn activity(&self, tallies: &Tallies) -> BTreeMap<SocketAddr, Activity> {
         tallies
             .iter()
             .map(|(frontend, t)| {
@@ -119,6 +123,16 @@ mod tests {
         Endpoint::new(Ipv4Addr::new(203, 0, 113, 10), port)
     }
 
+    fn socket(port: u16) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::new(203, 0, 113, 10), port))
+    }
+
+    fn agg(conns: &[Conn]) -> Tallies {
+        let mut tallies = Tallies::new();
+        aggregate(&mut tallies, conns);
+        tallies
+    }
+
     fn conn(port: u16, last_seen_s: u64, flags: u32) -> Conn {
         Conn {
             frontend: frontend(port),
@@ -131,15 +145,15 @@ mod tests {
     #[test]
     fn open_connections_are_counted_per_frontend_and_the_latest_packet_wins() {
         let entries = [conn(2222, 100, 0), conn(2222, 250, 0), conn(2223, 90, 0)];
-        let tallies = aggregate(&entries);
+        let tallies = agg(&entries);
         assert_eq!(
-            tallies[&frontend(2222)],
+            tallies[&socket(2222)],
             Tally {
                 open: 2,
                 last_seen_ns: 250 * SECOND
             }
         );
-        assert_eq!(tallies[&frontend(2223)].open, 1);
+        assert_eq!(tallies[&socket(2223)].open, 1);
         assert_eq!(tallies.len(), 2);
     }
 
@@ -151,7 +165,7 @@ mod tests {
             // Half closed: still open.
             conn(2222, 50, CONN_FIN_SERVER),
         ];
-        let t = aggregate(&entries)[&frontend(2222)];
+        let t = agg(&entries)[&socket(2222)];
         assert_eq!(t.open, 2);
         assert_eq!(t.last_seen_ns, 300 * SECOND);
     }
@@ -159,8 +173,30 @@ mod tests {
     #[test]
     fn a_frontend_whose_connections_all_closed_has_none_open() {
         let entries = [conn(2222, 10, CONN_FIN_CLIENT | CONN_FIN_SERVER)];
-        assert_eq!(aggregate(&entries)[&frontend(2222)].open, 0);
-        assert!(aggregate(&[]).is_empty());
+        assert_eq!(agg(&entries)[&socket(2222)].open, 0);
+        assert!(agg(&[]).is_empty());
+    }
+
+    #[test]
+    fn ipv6_connections_are_tallied_beside_ipv4_ones_by_their_frontend() {
+        use ssh_fwd_common::maps::{Conn6, Endpoint6};
+        let ip = "2001:db8::10".parse().unwrap();
+        let conn6 = Conn6 {
+            frontend: Endpoint6::new6(ip, 2222),
+            last_seen_ns: 7 * SECOND,
+            ..Conn6::ZERO
+        };
+        let mut tallies = agg(&[conn(2222, 100, 0)]);
+        aggregate(&mut tallies, &[conn6]);
+        assert_eq!(tallies[&socket(2222)].open, 1);
+        let v6 = SocketAddr::from((ip, 2222));
+        assert_eq!(
+            tallies[&v6],
+            Tally {
+                open: 1,
+                last_seen_ns: 7 * SECOND
+            }
+        );
     }
 
     #[test]
@@ -174,9 +210,9 @@ mod tests {
         assert_eq!(clock.wall(5_000 * SECOND), wall);
         // A packet after the clocks were read is not in the future.
         assert_eq!(clock.wall(5_002 * SECOND), wall);
-        let activity = clock.activity(&aggregate(&[conn(2222, 4_400, 0)]));
+        let activity = clock.activity(&agg(&[conn(2222, 4_400, 0)]));
         assert_eq!(
-            activity[&frontend(2222)],
+            activity[&socket(2222)],
             Activity {
                 open: 1,
                 last: Some(wall - Duration::from_secs(600))

@@ -12,6 +12,7 @@ use ssh_fwd_common::{
 };
 
 use super::activity::{Tallies, tally};
+use crate::datapath::family::MapFamily;
 
 /// One connection table, as the removals use it.
 pub trait Table<K, V> {
@@ -27,22 +28,35 @@ pub trait Table<K, V> {
     fn put_back(&mut self, key: &K, value: &V);
 }
 
-/// What [`sweep`] removed and found.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
+/// What [`sweep`] removed and found in one family's table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counts<A: MapFamily = u32> {
     pub closed: u64,
     pub expired: u64,
     /// Entries left.
     pub conns: u64,
     /// The entries left that their clients hold (closed ones wait out
-    /// their close timeout held by nobody), by client address (raw, as
-    /// `SOURCES` keys it).
-    pub per_source: BTreeMap<u32, u64>,
+    /// their close timeout held by nobody), by client (raw, as `SOURCES`
+    /// or `SOURCES6` keys it).
+    pub per_source: BTreeMap<A::Source, u64>,
     /// What was removed, as removed, and why.
-    pub ended: Vec<(ConnKey, Conn, Expiry)>,
+    pub ended: Vec<(ConnKey<A>, Conn<Endpoint<A>>, Expiry)>,
     /// Each frontend's connections: open ones left, and the last packet
     /// of every entry walked, removed ones too.
     pub activity: Tallies,
+}
+
+impl<A: MapFamily> Default for Counts<A> {
+    fn default() -> Self {
+        Self {
+            closed: 0,
+            expired: 0,
+            conns: 0,
+            per_source: BTreeMap::new(),
+            ended: Vec::new(),
+            activity: Tallies::new(),
+        }
+    }
 }
 
 /// How long entries may stay, in nanoseconds of the kernel's clock.
@@ -54,18 +68,22 @@ pub struct Limits {
 
 /// Removes the connections that closed or went idle by `now`, and counts
 /// the rest by client.
-pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -> Counts {
+pub fn sweep<A: MapFamily>(
+    conns: &mut impl Table<ConnKey<A>, Conn<Endpoint<A>>>,
+    now: u64,
+    limits: &Limits,
+) -> Counts<A> {
     let mut counts = Counts::default();
     for (key, seen) in conns.entries() {
         let Some(why) = expiry(&seen, now, limits.idle, limits.close) else {
             tally(&mut counts.activity, &seen, !closing(&seen));
             if !closing(&seen) {
-                *counts.per_source.entry(key.client_addr).or_default() += 1;
+                *counts.per_source.entry(A::source(&key)).or_default() += 1;
             }
             counts.conns += 1;
             continue;
         };
-        let still = |c: &Conn| {
+        let still = |c: &Conn<Endpoint<A>>| {
             c.created_ns == seen.created_ns
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
@@ -76,7 +94,7 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
             removed.is_none() && !closing(&seen),
         );
         let Some(removed) = removed else {
-            *counts.per_source.entry(key.client_addr).or_default() += 1;
+            *counts.per_source.entry(A::source(&key)).or_default() += 1;
             counts.conns += 1;
             continue;
         };
@@ -92,33 +110,72 @@ pub fn sweep(conns: &mut impl Table<ConnKey, Conn>, now: u64, limits: &Limits) -
 /// Removes every entry opened through one of `frontends` (connections,
 /// SYNs not yet answered, claims not yet confirmed); returns the
 /// connections that went, as removed.
-pub fn purge(
-    conns: &mut impl Table<ConnKey, Conn>,
-    halves: &mut impl Table<HalfOpenKey, HalfOpen>,
-    claims: &mut impl Table<ClaimKey, Claim>,
-    frontends: &BTreeSet<Endpoint>,
-) -> Vec<(ConnKey, Conn)> {
-    let retired = |frontend: &Endpoint| frontends.contains(frontend);
+pub fn purge<A: MapFamily>(
+    conns: &mut impl Table<ConnKey<A>, Conn<Endpoint<A>>>,
+    halves: &mut impl Table<HalfOpenKey<A>, HalfOpen<Endpoint<A>>>,
+    claims: &mut impl Table<ClaimKey<A>, Claim<Endpoint<A>>>,
+    frontends: &BTreeSet<Endpoint<A>>,
+) -> Vec<(ConnKey<A>, Conn<Endpoint<A>>)> {
+    if frontends.is_empty() {
+        return Vec::new();
+    }
+    let retired = |frontend: &Endpoint<A>| frontends.contains(frontend);
     for (key, _) in halves
         .entries()
         .iter()
         .filter(|(_, h)| retired(&h.frontend))
     {
-        let _ = remove_if(halves, key, |h: &HalfOpen| retired(&h.frontend));
+        let _ = remove_if(halves, key, |h: &HalfOpen<Endpoint<A>>| {
+            retired(&h.frontend)
+        });
     }
     for (key, _) in claims
         .entries()
         .iter()
         .filter(|(_, c)| retired(&c.frontend))
     {
-        let _ = remove_if(claims, key, |c: &Claim| retired(&c.frontend));
+        let _ = remove_if(claims, key, |c: &Claim<Endpoint<A>>| retired(&c.frontend));
     }
     (conns.entries().iter())
         .filter(|(_, c)| retired(&c.frontend))
         .filter_map(|(key, _)| {
-            remove_if(conns, key, |c: &Conn| retired(&c.frontend)).map(|c| (*key, c))
+            remove_if(conns, key, |c: &Conn<Endpoint<A>>| retired(&c.frontend)).map(|c| (*key, c))
         })
         .collect()
+}
+
+/// The writes that make a quota table (`SOURCES`, `SOURCES6`) say what a
+/// sweep counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recount<S> {
+    /// Stored counts that differ from the walk's.
+    pub set: Vec<(S, u64)>,
+    /// Clients stored that hold nothing now.
+    pub remove: Vec<S>,
+    /// Clients the walk found that nothing is stored for.
+    pub add: Vec<(S, u64)>,
+}
+
+/// What to write so that `stored` (the table as walked) becomes `held`.
+pub fn recount<S: Ord + Copy>(stored: &[(S, u64)], held: &BTreeMap<S, u64>) -> Recount<S> {
+    let mut out = Recount {
+        set: Vec::new(),
+        remove: Vec::new(),
+        add: Vec::new(),
+    };
+    for (addr, n) in stored {
+        match held.get(addr) {
+            Some(h) if h == n => {}
+            Some(h) => out.set.push((*addr, *h)),
+            None => out.remove.push(*addr),
+        }
+    }
+    let known: BTreeSet<S> = stored.iter().map(|(a, _)| *a).collect();
+    out.add = (held.iter())
+        .filter(|(a, _)| !known.contains(a))
+        .map(|(a, n)| (*a, *n))
+        .collect();
+    out
 }
 
 /// Removes the entry of `key` if it still `qualifies`, and returns it.
@@ -148,7 +205,13 @@ fn remove_if<K, V>(
 mod tests {
     use std::{collections::BTreeMap, net::Ipv4Addr};
 
-    use ssh_fwd_common::maps::{CONN_FIN_CLIENT, CONN_FIN_SERVER};
+    use ssh_fwd_common::{
+        conntrack::trust::source_key6,
+        maps::{
+            CONN_FIN_CLIENT, CONN_FIN_SERVER, Claim6, ClaimKey6, Conn6, ConnKey6, Endpoint6,
+            HalfOpen6, HalfOpenKey6,
+        },
+    };
 
     use super::*;
 
@@ -203,6 +266,10 @@ mod tests {
 
     fn frontend(port: u16) -> Endpoint {
         Endpoint::new(Ipv4Addr::new(198, 18, 0, 10), port)
+    }
+
+    fn socket(port: u16) -> std::net::SocketAddr {
+        (Ipv4Addr::new(198, 18, 0, 10), port).into()
     }
 
     fn key() -> ConnKey {
@@ -286,7 +353,7 @@ mod tests {
         assert!(conns.entries.contains_key(&closing));
         // Two open (the one quiet for 8 h too); the last packet the
         // latest of all four, the removed and the closing ones included.
-        let t = counts.activity[&frontend(8022)];
+        let t = counts.activity[&socket(8022)];
         assert_eq!((t.open, t.last_seen_ns), (2, now - SECOND));
     }
 
@@ -296,7 +363,7 @@ mod tests {
         let mut conns = Fake::new(&[(key(), conn(8022, CLOSED, now - 11 * SECOND))]);
         let counts = sweep(&mut conns, now, &LIMITS);
         assert_eq!(counts.closed, 1);
-        let t = counts.activity[&frontend(8022)];
+        let t = counts.activity[&socket(8022)];
         assert_eq!((t.open, t.last_seen_ns), (0, now - 11 * SECOND));
     }
 
@@ -370,5 +437,95 @@ mod tests {
         );
         assert!(conns.entries().is_empty() && halves.entries().is_empty());
         assert!(claims.entries().is_empty());
+    }
+
+    fn frontend6(port: u16) -> Endpoint6 {
+        Endpoint6::new6("2001:db8::10".parse().unwrap(), port)
+    }
+
+    /// A client of 2001:db8:1::/64 (`host` its last group) to a pod.
+    fn key6(host: u16, port: u16) -> ConnKey6 {
+        let client = std::net::Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, host);
+        ConnKey6::new(
+            Endpoint6::new6(client, port),
+            Endpoint6::new6("fd00:10:244::5".parse().unwrap(), 22),
+        )
+    }
+
+    fn conn6(port: u16, flags: u32, at: u64) -> Conn6 {
+        Conn6 {
+            frontend: frontend6(port),
+            flags,
+            last_seen_ns: at,
+            created_ns: at,
+            ..Conn6::ZERO
+        }
+    }
+
+    #[test]
+    fn the_ipv6_sweep_removes_what_ended_and_counts_the_rest_by_the_clients_64() {
+        let now = 100 * 3_600 * SECOND;
+        // Two hosts of one /64 (one client, as its quota sees it), one
+        // connection closed long enough ago to go.
+        let (a, b, gone) = (key6(1, 40_000), key6(2, 40_001), key6(3, 40_002));
+        let mut conns = Fake::new(&[
+            (a, conn6(8022, 0, now - SECOND)),
+            (b, conn6(8023, 0, now - 2 * SECOND)),
+            (gone, conn6(8022, CLOSED, now - 11 * SECOND)),
+        ]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!((counts.closed, counts.expired, counts.conns), (1, 0, 2));
+        assert_eq!(counts.per_source, [(source_key6(a.client_addr), 2)].into());
+        assert_eq!(source_key6(a.client_addr), source_key6(b.client_addr));
+        assert_eq!(counts.ended.len(), 1);
+        assert_eq!(counts.ended[0].0, gone);
+        let v6 = std::net::SocketAddr::from((
+            "2001:db8::10".parse::<std::net::Ipv6Addr>().unwrap(),
+            8022,
+        ));
+        assert_eq!(counts.activity[&v6].open, 1);
+        assert_eq!(counts.activity[&v6].last_seen_ns, now - SECOND);
+        assert!(!conns.entries.contains_key(&gone));
+    }
+
+    #[test]
+    fn an_ipv6_connection_that_replaces_a_purged_entry_in_the_meantime_stays() {
+        let retired: BTreeSet<Endpoint6> = [frontend6(8022)].into();
+        let key = key6(1, 40_000);
+        let fresh = conn6(9022, 0, 50);
+        let mut conns = Fake::new(&[(key, conn6(8022, 0, 10)), (key6(2, 1), conn6(8022, 0, 10))]);
+        conns.racing.push((key, fresh));
+        let half = HalfOpen6 {
+            frontend: frontend6(8022),
+            last_seen_ns: 10,
+            ..HalfOpen6::ZERO
+        };
+        let mut halves = Fake::new(&[(HalfOpenKey6::new(key, 1_000), half)]);
+        let claim = Claim6 {
+            frontend: frontend6(8022),
+            slot: 0,
+            _pad: 0,
+            seen_ns: 10,
+        };
+        let mut claims = Fake::new(&[(ClaimKey6::new(key, 5_001), claim)]);
+        let purged = purge(&mut conns, &mut halves, &mut claims, &retired);
+        // The raced one stays; the other client's entry goes.
+        assert_eq!(purged, [(key6(2, 1), conn6(8022, 0, 10))]);
+        assert_eq!(conns.entries(), [(key, fresh)]);
+        assert!(halves.entries().is_empty() && claims.entries().is_empty());
+        // Nothing retired: nothing walked, nothing removed.
+        let none: BTreeSet<Endpoint6> = BTreeSet::new();
+        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &none), []);
+        assert_eq!(conns.entries().len(), 1);
+    }
+
+    #[test]
+    fn a_recount_sets_what_changed_removes_who_holds_nothing_and_adds_the_new() {
+        let stored = [(1u64, 3u64), (2, 1), (4, 7)];
+        let held = BTreeMap::from([(1u64, 3u64), (2, 2), (5, 1)]);
+        let r = recount(&stored, &held);
+        assert_eq!(r.set, [(2, 2)]);
+        assert_eq!(r.remove, [4]);
+        assert_eq!(r.add, [(5, 1)]);
     }
 }

@@ -6,12 +6,12 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4},
 };
 
-use ssh_fwd_common::maps::{Endpoint, MAX_MAPPINGS, NatTarget};
+use ssh_fwd_common::maps::MAX_MAPPINGS;
 
-use super::{Installed, Plan, Planned, plan_steps};
+use super::{Installed, Plan, Planned, Target, plan_steps};
 use crate::mapping::{Mapping, MappingSet};
 
 const MAX: usize = MAX_MAPPINGS as usize;
@@ -30,8 +30,24 @@ fn nth(i: usize, g: u8) -> Mapping {
     Mapping {
         guard: Default::default(),
         name: format!("m{i}"),
-        frontend,
-        backend,
+        frontend: frontend.into(),
+        backend: backend.into(),
+    }
+}
+
+/// As [`nth`], IPv6.
+fn nth6(i: usize, g: u8) -> Mapping {
+    let i16 = u16::try_from(i % 20_000).unwrap();
+    let frontend = (
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10),
+        8000 + i16,
+    );
+    let pod = Ipv6Addr::new(0xfd00, 200 + u16::from(g), 0, 0, 0, 0, 0, i as u16 + 1);
+    Mapping {
+        guard: Default::default(),
+        name: format!("v6-{i}"),
+        frontend: frontend.into(),
+        backend: (pod, 22).into(),
     }
 }
 
@@ -39,17 +55,13 @@ fn set(it: impl IntoIterator<Item = Mapping>) -> MappingSet {
     MappingSet::from_unique(it)
 }
 
-fn ep(a: SocketAddrV4) -> Endpoint {
-    Endpoint::new(*a.ip(), a.port())
-}
-
 /// The maps as the kernel holds them, with the kernel's refusals.
 struct Model {
     t: Installed,
     /// Frontends that must never be deleted or rewritten.
-    unchanged: BTreeMap<Endpoint, NatTarget>,
+    unchanged: BTreeMap<SocketAddr, Target>,
     /// How many live frontends lead to each backend.
-    uses: BTreeMap<Endpoint, usize>,
+    uses: BTreeMap<SocketAddr, usize>,
 }
 
 impl Model {
@@ -64,18 +76,18 @@ impl Model {
     /// No half-made mapping is visible: a REVERSE entry is never removed
     /// while a live frontend leads to it, or that frontend's replies would
     /// leave untranslated, showing the pod's address.
-    fn remove_reverse(&mut self, k: &Endpoint, write: &str) {
+    fn remove_reverse(&mut self, k: &SocketAddr, write: &str) {
         assert!(
             self.uses.get(k).is_none_or(|n| *n == 0),
             "after {write}: a live frontend leads to backend {} without its REVERSE entry",
-            super::socket(k)
+            k
         );
         self.t.reverse.remove(k);
     }
 
     /// Writes a frontend, keeping count of the frontends that lead to each
     /// backend.
-    fn set_frontend(&mut self, k: Endpoint, v: Option<NatTarget>) {
+    fn set_frontend(&mut self, k: SocketAddr, v: Option<Target>) {
         let old = match v {
             Some(v) => {
                 *self.uses.entry(v.endpoint).or_default() += 1;
@@ -141,7 +153,7 @@ impl Model {
         self.t.names.retain(|s, _| used.contains(s));
     }
 
-    fn delete_frontend(&mut self, k: &Endpoint) {
+    fn delete_frontend(&mut self, k: &SocketAddr) {
         assert!(
             !self.unchanged.contains_key(k),
             "an unchanged mapping was removed"
@@ -157,8 +169,8 @@ fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
         .frontends
         .iter()
         .filter(|(f, t)| {
-            let want = desired.get(&SocketAddrV4::new(f.ip(), f.port()));
-            want.is_some_and(|m| ep(m.backend) == t.endpoint)
+            let want = desired.get(f);
+            want.is_some_and(|m| m.backend == t.endpoint)
         })
         .map(|(f, t)| (*f, *t))
         .collect();
@@ -187,7 +199,7 @@ fn reload(installed: &Installed, desired: &MappingSet) -> (Installed, Planned) {
 fn holds(t: &Installed, desired: &MappingSet) {
     assert_eq!(t.frontends.len(), desired.len());
     for m in desired.iter() {
-        assert_eq!(t.frontends[&ep(m.frontend)].endpoint, ep(m.backend));
+        assert_eq!(t.frontends[&m.frontend].endpoint, m.backend);
     }
 }
 
@@ -201,6 +213,25 @@ fn at_capacity_half_the_mappings_move_to_new_backends_in_one_reload() {
     let desired = set((0..MAX).map(|i| nth(i, u8::from(i % 2 == 0))));
     let (after, _) = reload(&installed, &desired);
     holds(&after, &desired);
+}
+
+#[test]
+fn both_families_share_one_slot_space_and_together_fill_the_capacity() {
+    // Half IPv4, half IPv6: every slot taken once, whatever the family.
+    let mixed = |g: u8| set((0..MAX).map(|i| if i % 2 == 0 { nth(i, g) } else { nth6(i, g) }));
+    let (installed, _) = reload(&Installed::default(), &mixed(0));
+    let slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
+    assert_eq!(slots.len(), MAX, "one slot per mapping, across families");
+    assert!(slots.iter().all(|s| (*s as usize) < MAX));
+    // At capacity, the IPv6 half moves to new pods and the IPv4 half is
+    // replaced by IPv6 mappings: the slots the IPv4 ones free are reused.
+    let desired = set((0..MAX).map(|i| nth6(i, u8::from(i % 2 == 1))));
+    let (after, _) = reload(&installed, &desired);
+    holds(&after, &desired);
+    // One more of either family does not fit.
+    let over = set((0..=MAX).map(|i| if i == MAX { nth(i, 0) } else { nth6(i, 0) }));
+    let planned = plan_steps(&after, &over, MAX);
+    assert_eq!(planned.left_out.len(), 1);
 }
 
 #[test]
@@ -233,7 +264,7 @@ fn at_capacity_a_shared_backend_moves_and_frontends_are_replaced_together() {
     let shared = |i: usize, g: u8| {
         let mut m = nth(i, g);
         if i < 100 {
-            m.backend = SocketAddrV4::new(Ipv4Addr::new(10, 99, g, 1), 22);
+            m.backend = SocketAddrV4::new(Ipv4Addr::new(10, 99, g, 1), 22).into();
         }
         m
     };
@@ -250,7 +281,7 @@ fn over_capacity_a_stale_mapping_is_still_removed_and_the_excess_is_named() {
     let desired = set((0..MAX + 3).map(|i| nth(i, 0)));
     let (after, planned) = reload(&installed, &desired);
     assert!(
-        !after.frontends.contains_key(&ep(stale.frontend)),
+        !after.frontends.contains_key(&stale.frontend),
         "the stale mapping must go even though the desired set is too big"
     );
     assert_eq!(after.frontends.len(), MAX);
@@ -270,8 +301,8 @@ fn after_a_failed_write_only_mappings_whose_backend_changed_are_removed() {
     let (installed, _) = reload(&Installed::default(), &set([nth(0, 0), nth(1, 0)]));
     let desired = set([nth(0, 0), nth(1, 1), nth(2, 0)]);
     let p = super::stale_removal(&installed, &desired, MAX);
-    assert_eq!(p.frontend_deletes, vec![ep(nth(1, 0).frontend)]);
-    assert_eq!(p.reverse_deletes, vec![ep(nth(1, 0).backend)]);
+    assert_eq!(p.frontend_deletes, vec![nth(1, 0).frontend]);
+    assert_eq!(p.reverse_deletes, vec![nth(1, 0).backend]);
     assert!(p.frontend_upserts.is_empty() && p.new_slots.is_empty());
-    assert_eq!(p.retired, vec![ep(nth(1, 0).frontend)]);
+    assert_eq!(p.retired, vec![nth(1, 0).frontend]);
 }

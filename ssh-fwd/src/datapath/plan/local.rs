@@ -8,11 +8,9 @@
 //! whole reload's plan, found at the cost of the change rather than of the
 //! tables; a property test holds the two equal (`local_tests.rs`).
 
-use std::{collections::BTreeSet, net::SocketAddrV4};
+use std::{collections::BTreeSet, net::SocketAddr};
 
-use ssh_fwd_common::maps::Endpoint;
-
-use super::{Installed, Outside, Plan, endpoint, socket, two_steps};
+use super::{Installed, Outside, Plan, two_steps};
 use crate::mapping::MappingSet;
 
 /// The plan of a change, and the part of the tables it rewrites.
@@ -21,8 +19,8 @@ pub struct Local {
     /// As [`super::Planned::steps`].
     pub steps: Vec<Plan>,
     /// The part planned, as it was: its frontends and backends.
-    frontends: Vec<Endpoint>,
-    backends: Vec<Endpoint>,
+    frontends: Vec<SocketAddr>,
+    backends: Vec<SocketAddr>,
     /// The part once the steps are applied.
     part: Installed,
 }
@@ -34,25 +32,25 @@ pub struct Local {
 pub fn plan_local(
     tables: &Installed,
     desired: &MappingSet,
-    touched: &BTreeSet<SocketAddrV4>,
+    touched: &BTreeSet<SocketAddr>,
     capacity: usize,
 ) -> Option<Local> {
     if desired.len() > capacity {
         return None;
     }
     // The backends the touched frontends leave or join.
-    let backends: BTreeSet<Endpoint> = touched
+    let backends: BTreeSet<SocketAddr> = touched
         .iter()
         .flat_map(|f| {
-            let was = tables.frontends.get(&endpoint(*f)).map(|t| t.endpoint);
-            let will = desired.get(f).map(|m| endpoint(m.backend));
+            let was = tables.frontends.get(f).map(|t| t.endpoint);
+            let will = desired.get(f).map(|m| m.backend);
             was.into_iter().chain(will)
         })
         .collect();
     let mut part = Installed::default();
     let mut outside = Outside::empty(capacity);
     for (f, t) in &tables.frontends {
-        if touched.contains(&socket(f)) || backends.contains(&t.endpoint) {
+        if touched.contains(f) || backends.contains(&t.endpoint) {
             part.frontends.insert(*f, *t);
         } else {
             outside.slots.insert(t.slot);
@@ -82,12 +80,8 @@ pub fn plan_local(
         .collect();
     // Frontends the change leaves alone keep their mapping: those of the
     // part are its installed ones that are not touched.
-    let wanted = touched
-        .iter()
-        .map(|f| endpoint(*f))
-        .chain(part.frontends.keys().copied());
-    let part_desired =
-        MappingSet::from_unique(wanted.filter_map(|f| desired.get(&socket(&f))).cloned());
+    let wanted = touched.iter().chain(part.frontends.keys());
+    let part_desired = MappingSet::from_unique(wanted.filter_map(|f| desired.get(f)).cloned());
     let (steps, after) = two_steps(&part, &part_desired, &outside);
     Some(Local {
         steps,

@@ -6,7 +6,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4},
 };
 
 use proptest::prelude::*;
@@ -18,13 +18,23 @@ use crate::mapping::{Mapping, MappingSet};
 /// The tables' default capacity (`--max-mappings`).
 const CAP: usize = MAX_MAPPINGS as usize;
 
-/// Frontend `f` (two SSH IPs), backend `b`, name `n` of a small universe.
+/// Frontend `f` (two IPv4 SSH IPs and, from 16 on, an IPv6 one), backend
+/// `b` (of the frontend's family), name `n` of a small universe.
 fn mapping(f: u16, b: u8, n: u8) -> Mapping {
+    let (frontend, backend): (SocketAddr, SocketAddr) = if f >= 16 {
+        let ssh_ip = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x10);
+        let pod = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1 + u16::from(b));
+        ((ssh_ip, 8000 + f).into(), (pod, 22).into())
+    } else {
+        let ssh_ip = Ipv4Addr::new(198, 18, 0, 10 + (f % 2) as u8);
+        let pod = Ipv4Addr::new(10, 244, 0, 1 + b);
+        ((ssh_ip, 8000 + f / 2).into(), (pod, 22).into())
+    };
     Mapping {
         guard: Default::default(),
         name: format!("jobs/s{n}"),
-        frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (f % 2) as u8), 8000 + f / 2),
-        backend: SocketAddrV4::new(Ipv4Addr::new(10, 244, 0, 1 + b), 22),
+        frontend,
+        backend,
     }
 }
 
@@ -41,8 +51,8 @@ fn set(w: &Wanted) -> MappingSet {
 
 /// Frontends whose mapping differs, and a few that do not (an over-wide
 /// touched set must plan the same).
-fn touched(before: &MappingSet, after: &MappingSet, extra: &[u16]) -> BTreeSet<SocketAddrV4> {
-    let mut out: BTreeSet<SocketAddrV4> = before
+fn touched(before: &MappingSet, after: &MappingSet, extra: &[u16]) -> BTreeSet<SocketAddr> {
+    let mut out: BTreeSet<SocketAddr> = before
         .iter()
         .chain(after.iter())
         .filter(|m| before.get(&m.frontend) != after.get(&m.frontend))
@@ -57,7 +67,7 @@ fn touched(before: &MappingSet, after: &MappingSet, extra: &[u16]) -> BTreeSet<S
 fn check_change(
     tables: &Installed,
     after: &MappingSet,
-    touched: &BTreeSet<SocketAddrV4>,
+    touched: &BTreeSet<SocketAddr>,
 ) -> Installed {
     let whole = plan_steps(tables, after, CAP);
     let local = plan_local(tables, after, touched, CAP).expect("fits");
@@ -116,11 +126,13 @@ fn nth(i: usize, g: u8) -> Mapping {
     Mapping {
         guard: Default::default(),
         name: format!("m{i}"),
-        frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (i / 20_000) as u8), port),
+        frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (i / 20_000) as u8), port)
+            .into(),
         backend: SocketAddrV4::new(
             Ipv4Addr::new(10, 200 + g, (i / 250) as u8, (i % 250 + 1) as u8),
             22,
-        ),
+        )
+        .into(),
     }
 }
 

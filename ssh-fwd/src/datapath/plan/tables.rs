@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ssh_fwd_common::maps::{
     FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SHARED_BACKEND, FLAG_SYN_LIMIT,
-    MappingName, NatTarget,
+    MappingName,
 };
 
-use super::{Installed, SlotSet, endpoint};
+use super::{Installed, SlotSet, Target};
 use crate::mapping::{Guard, MappingSet};
 
 /// The tables the maps should hold for `desired`, reusing slots and primary
@@ -39,8 +39,7 @@ pub(super) fn tables_beside(
     let mut backends: BTreeMap<_, Vec<_>> = BTreeMap::new();
     let mut out = Installed::default();
     for m in desired.iter() {
-        let frontend = endpoint(m.frontend);
-        let backend = endpoint(m.backend);
+        let (frontend, backend) = (m.frontend, m.backend);
         // A frontend that stays keeps its slot, so its counters carry on.
         let Some(slot) = installed
             .frontends
@@ -54,7 +53,7 @@ pub(super) fn tables_beside(
         out.names.insert(slot, stored_name(&m.name));
         out.frontends.insert(
             frontend,
-            NatTarget {
+            Target {
                 endpoint: backend,
                 slot,
                 flags: guard_flags(&m.guard),
@@ -78,14 +77,14 @@ pub(super) fn tables_beside(
         let Some(&(primary, slot)) = frontends
             .iter()
             .find(|(f, _)| Some(*f) == installed_primary)
-            // Lowest as a person reads it (IP, then port), not by raw wire bytes.
-            .or_else(|| frontends.iter().min_by_key(|(f, _)| (f.ip(), f.port())))
+            // Lowest as a person reads it (IP, then port).
+            .or_else(|| frontends.iter().min_by_key(|(f, _)| *f))
         else {
             continue;
         };
         out.reverse.insert(
             backend,
-            NatTarget {
+            Target {
                 endpoint: primary,
                 slot,
                 flags,

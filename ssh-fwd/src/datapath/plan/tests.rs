@@ -1,5 +1,3 @@
-use std::net::SocketAddrV4;
-
 use ssh_fwd_common::maps::FLAG_SHARED_BACKEND;
 
 use super::*;
@@ -17,9 +15,8 @@ fn m(name: &str, frontend: &str, backend: &str) -> Mapping {
     }
 }
 
-fn ep(s: &str) -> Endpoint {
-    let a: SocketAddrV4 = s.parse().unwrap();
-    Endpoint::new(*a.ip(), a.port())
+fn ep(s: &str) -> SocketAddr {
+    s.parse().unwrap()
 }
 
 /// Applies a plan to an in-memory copy of the maps, as the dataplane would.
@@ -67,7 +64,7 @@ fn apply(installed: &Installed, plan: &Plan) -> Installed {
 }
 
 /// The ranges `plan` writes, as tables (the upserts only).
-fn plan_target(plan: &Plan, _frontend: &Endpoint) -> Installed {
+fn plan_target(plan: &Plan, _frontend: &SocketAddr) -> Installed {
     Installed {
         allow: plan.allow_upserts.iter().copied().collect(),
         ..Installed::default()
@@ -393,3 +390,5 @@ fn a_rate_is_written_with_its_flag_and_read_back_unchanged() {
     );
     converge(&Installed::default(), &desired);
 }
+
+mod v6;

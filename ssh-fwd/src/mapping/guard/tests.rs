@@ -9,9 +9,27 @@ fn ranges_and_bare_addresses_parse() {
     assert_eq!(cidr("192.0.2.0/24").to_string(), "192.0.2.0/24");
     assert_eq!(cidr(" 198.51.100.7 ").to_string(), "198.51.100.7/32");
     assert_eq!(cidr("0.0.0.0/0").to_string(), "0.0.0.0/0");
-    assert!(cidr("10.0.0.0/8").contains(Ipv4Addr::new(10, 9, 8, 7)));
-    assert!(!cidr("10.0.0.0/8").contains(Ipv4Addr::new(11, 0, 0, 1)));
-    assert!(cidr("0.0.0.0/0").contains(Ipv4Addr::BROADCAST));
+    assert!(cidr("10.0.0.0/8").contains(Ipv4Addr::new(10, 9, 8, 7).into()));
+    assert!(!cidr("10.0.0.0/8").contains(Ipv4Addr::new(11, 0, 0, 1).into()));
+    assert!(cidr("0.0.0.0/0").contains(Ipv4Addr::BROADCAST.into()));
+}
+
+#[test]
+fn ipv6_ranges_and_bare_addresses_parse_and_match_only_their_family() {
+    assert_eq!(cidr("2001:db8::/32").to_string(), "2001:db8::/32");
+    assert_eq!(cidr(" 2001:db8::7 ").to_string(), "2001:db8::7/128");
+    assert_eq!(cidr("::/0").to_string(), "::/0");
+    let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert!(cidr("2001:db8::/32").contains(v6("2001:db8:1::5")));
+    assert!(!cidr("2001:db8::/32").contains(v6("2001:db9::5")));
+    assert!(
+        !cidr("::/0").contains(v6("192.0.2.1")),
+        "IPv6 ranges hold no IPv4 address"
+    );
+    assert!(!cidr("0.0.0.0/0").contains(v6("::ffff:192.0.2.1")));
+    assert_eq!(cidr("2001:db8::/32").family(), Family::V6);
+    // IPv4 ranges sort first: `Cidr::ALL` is the least of all.
+    assert!(Cidr::ALL < cidr("::/0"));
 }
 
 #[test]
@@ -23,12 +41,18 @@ fn every_bad_range_is_refused_with_how_to_write_it() {
          10.0.0.1/32 for the one address"
     );
     assert!(err("10.0.0.0/33").contains("prefix /33 is longer than 32"));
-    assert!(err("10.0.0.0/300").contains("/0 to /32"));
-    assert!(err("2001:db8::/32").contains("IPv6"));
-    assert!(err("10.0.0/8").contains("like 192.0.2.0/24"));
+    assert!(err("10.0.0.0/300").contains("an IPv4 prefix is /0 to /32"));
+    assert!(err("2001:db8::/129").contains("an IPv6 prefix is /0 to /128"));
+    assert_eq!(
+        err("2001:db8::1/32"),
+        "`2001:db8::1/32` has bits set past its /32 prefix; write 2001:db8::/32 for the range, \
+         or 2001:db8::1/128 for the one address"
+    );
+    assert!(err("10.0.0/8").contains("like 192.0.2.0/24 or 2001:db8::/32"));
     assert!(err("10.0.0.0/").contains("ADDRESS/PREFIX"));
     assert!(err("10.0.0.0/-1").contains("ADDRESS/PREFIX"));
-    assert!(err("").contains("not an IPv4 range"));
+    assert!(err("[2001:db8::]/32").contains("not an address range"));
+    assert!(err("").contains("not an address range"));
     // What is quoted reaches terminals: escaped.
     assert!(err("\u{1b}[31m").contains("\\u{1b}"));
 }
@@ -54,12 +78,18 @@ fn a_list_is_sorted_merged_and_bounded() {
 
 #[test]
 fn ipv6_ranges_are_skipped_only_when_asked() {
-    assert!(parse_ranges(["2001:db8::/32"], false).is_err());
+    assert_eq!(
+        parse_ranges(["2001:db8::/32"], false).unwrap(),
+        [cidr("2001:db8::/32")].into()
+    );
     let only_v6 = parse_ranges(["2001:db8::/32"], true).unwrap();
     assert!(
         only_v6.is_empty(),
         "an IPv6-only list allows no IPv4 source"
     );
+    // Skipped whole, never half-read: a malformed IPv6 range too.
+    let skipped = parse_ranges(["2001:db8::1/32", "2001:db8::/200", "10.0.0.0/8"], true);
+    assert_eq!(skipped.unwrap(), [cidr("10.0.0.0/8")].into());
 }
 
 #[test]
@@ -79,7 +109,7 @@ fn defaults_fill_in_only_what_a_mapping_leaves_open() {
         syn_burst: Some(40),
         enforce_established: true,
     };
-    let resolved = defaults.resolve(&Guard::default());
+    let resolved = defaults.resolve(&Guard::default(), Family::V4);
     assert_eq!(resolved.ranges(), Some(&[cidr("10.0.0.0/8")].into()));
     assert_eq!(resolved.rate(), Some(Rate::new(20, 40)));
     assert!(resolved.enforce_established);
@@ -90,7 +120,7 @@ fn defaults_fill_in_only_what_a_mapping_leaves_open() {
         enforce_established: false,
         draining: false,
     };
-    let resolved = defaults.resolve(&own);
+    let resolved = defaults.resolve(&own, Family::V4);
     assert_eq!(resolved.ranges(), None);
     assert_eq!(resolved.rate(), Some(Rate::new(5, 40)));
     assert!(
@@ -101,9 +131,35 @@ fn defaults_fill_in_only_what_a_mapping_leaves_open() {
         limit: Limit::Off,
         ..Guard::default()
     };
-    assert_eq!(defaults.resolve(&off).rate(), None);
+    assert_eq!(defaults.resolve(&off, Family::V4).rate(), None);
     // No flags: open, unlimited; the burst is two seconds of the rate.
     let none = Defaults::default();
-    assert_eq!(none.resolve(&Guard::default()).allow, Allow::Open);
-    assert_eq!(none.resolve(&own).rate(), Some(Rate::new(5, 10)));
+    assert_eq!(
+        none.resolve(&Guard::default(), Family::V4).allow,
+        Allow::Open
+    );
+    assert_eq!(
+        none.resolve(&own, Family::V4).rate(),
+        Some(Rate::new(5, 10))
+    );
+}
+
+#[test]
+fn a_mapping_without_a_list_gets_the_allow_flags_ranges_of_its_own_family() {
+    let defaults = Defaults {
+        allow: [cidr("10.0.0.0/8"), cidr("2001:db8::/32")].into(),
+        ..Defaults::default()
+    };
+    let v4 = defaults.resolve(&Guard::default(), Family::V4);
+    assert_eq!(v4.ranges(), Some(&[cidr("10.0.0.0/8")].into()));
+    let v6 = defaults.resolve(&Guard::default(), Family::V6);
+    assert_eq!(v6.ranges(), Some(&[cidr("2001:db8::/32")].into()));
+    // `--allow` names IPv4 clients only: an IPv6 mapping admits none,
+    // never every source.
+    let only_v4 = Defaults {
+        allow: [cidr("10.0.0.0/8")].into(),
+        ..Defaults::default()
+    };
+    let v6 = only_v4.resolve(&Guard::default(), Family::V6);
+    assert_eq!(v6.allow, Allow::Only(BTreeSet::new()));
 }

@@ -27,7 +27,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, Ipv4Addr, SocketAddrV4},
     ops::RangeInclusive,
 };
 
@@ -164,9 +164,9 @@ pub struct ServiceClaims {
 /// What a Service's mappings are checked against: `--ssh-ip`, and on a
 /// node its own addresses, where no backend may be (an endpoint there is a
 /// hostNetwork pod: the node's own services).
-pub fn rules(policy: &Policy, node_addrs: BTreeMap<Ipv4Addr, String>) -> Rules {
+pub fn rules(policy: &Policy, node_addrs: BTreeMap<IpAddr, String>) -> Rules {
     Rules {
-        ssh_ips: policy.ssh_ips.clone(),
+        ssh_ips: policy.ssh_ips.iter().map(|ip| IpAddr::V4(*ip)).collect(),
         all_node_addrs: node_addrs,
         guard: policy.guard.clone(),
         ..Rules::default()
@@ -299,8 +299,8 @@ fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
         let checked = match claim.backend {
             Some(backend) => checker.check(&Mapping {
                 name: claim.name.clone(),
-                frontend: claim.frontend,
-                backend,
+                frontend: claim.frontend.into(),
+                backend: backend.into(),
                 guard: Guard::default(),
             }),
             // No endpoint yet: only the name can be wrong.
@@ -416,8 +416,8 @@ pub fn resolve<'a>(
     let owned = owner.claim.backend.map(|backend| Owned {
         mapping: Mapping {
             name: owner.claim.name.clone(),
-            frontend,
-            backend,
+            frontend: frontend.into(),
+            backend: backend.into(),
             guard: owner.claim.guard.clone(),
         },
         id: owner.id,

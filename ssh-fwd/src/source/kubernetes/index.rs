@@ -13,7 +13,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
 };
 
 use super::{
@@ -65,7 +65,7 @@ pub struct Index {
     /// The frontends whose mapping changed since [`Index::take_touched`]
     /// last ran; `None` when any may have (a change of the capacity cut, a
     /// rebuild, a new index).
-    touched: Option<BTreeSet<SocketAddrV4>>,
+    touched: Option<BTreeSet<SocketAddr>>,
 }
 
 /// The incremental state differed from the full recompute (a bug): how
@@ -83,7 +83,7 @@ impl Index {
 
     /// An index for the node with `node_addrs` (every address, with its
     /// interface), where no backend may be.
-    pub fn on_node(policy: Policy, node_addrs: BTreeMap<Ipv4Addr, String>) -> Self {
+    pub fn on_node(policy: Policy, node_addrs: BTreeMap<IpAddr, String>) -> Self {
         Self {
             rules: desired::rules(&policy, node_addrs),
             policy,
@@ -104,7 +104,7 @@ impl Index {
 
     /// The frontends whose mapping changed since the last call (`None`:
     /// any may have), so that a change is planned only where it happens.
-    pub fn take_touched(&mut self) -> Option<BTreeSet<SocketAddrV4>> {
+    pub fn take_touched(&mut self) -> Option<BTreeSet<SocketAddr>> {
         self.touched.replace(BTreeSet::new())
     }
 
@@ -205,7 +205,7 @@ impl Index {
     /// CNI bridge's gateway, a tunnel's, a new node IP) is refused from now
     /// on, one it lost is allowed again. When they changed, every Service
     /// is recomputed; returns the notes raised.
-    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<Ipv4Addr, String>) -> Vec<Note> {
+    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<IpAddr, String>) -> Vec<Note> {
         if self.rules.all_node_addrs == node_addrs {
             return Vec::new();
         }
@@ -378,14 +378,14 @@ impl Index {
                 if self.owners.get(&frontend) != Some(id) {
                     self.owners.insert(frontend, id.clone());
                 }
-                if self.all.get(&frontend) != Some(&mapping) {
+                if self.all.get(&frontend.into()) != Some(&mapping) {
                     self.all.insert(mapping);
                     self.touch(frontend);
                 }
             }
             None => {
                 self.owners.remove(&frontend);
-                if self.all.remove(&frontend).is_some() {
+                if self.all.remove(&frontend.into()).is_some() {
                     self.touch(frontend);
                 }
             }
@@ -401,7 +401,7 @@ impl Index {
     fn touch(&mut self, frontend: SocketAddrV4) {
         self.generation += 1;
         if let Some(touched) = &mut self.touched {
-            touched.insert(frontend);
+            touched.insert(frontend.into());
         }
     }
 
@@ -422,7 +422,10 @@ impl Index {
         }
         let owned: Vec<Owned<'_>> = (self.all.iter())
             .filter_map(|m| {
-                let id = self.owners.get(&m.frontend)?;
+                let SocketAddr::V4(frontend) = m.frontend else {
+                    return None;
+                };
+                let id = self.owners.get(&frontend)?;
                 Some(Owned {
                     mapping: m.clone(),
                     id,

@@ -18,7 +18,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
     time::Instant,
 };
 
@@ -61,7 +61,7 @@ pub struct KubeSource {
     early: Vec<Update>,
     /// The frontends whose mapping changed since the last change returned
     /// (`None`: any may have).
-    touched: Option<BTreeSet<SocketAddrV4>>,
+    touched: Option<BTreeSet<SocketAddr>>,
 }
 
 impl KubeSource {
@@ -74,7 +74,7 @@ impl KubeSource {
         client: Client,
         selector: &str,
         policy: Policy,
-        node_addrs: BTreeMap<Ipv4Addr, String>,
+        node_addrs: BTreeMap<IpAddr, String>,
         api_errors: &Counter,
     ) -> Self {
         let (tx, updates) = mpsc::unbounded_channel();
@@ -113,7 +113,7 @@ impl KubeSource {
     /// of those changes arrived, and the frontends whose mapping changed
     /// (`None`: any may have). Cancel-safe: changes taken in by a cancelled
     /// call are returned by the next.
-    pub async fn changed(&mut self) -> Result<(Instant, Option<BTreeSet<SocketAddrV4>>), Stopped> {
+    pub async fn changed(&mut self) -> Result<(Instant, Option<BTreeSet<SocketAddr>>), Stopped> {
         loop {
             if self.is_ready()
                 && let Some(since) = self.pending.take()
@@ -162,7 +162,7 @@ impl KubeSource {
     /// Checks backends against the node's addresses as they are now
     /// ([`Index::set_node_addrs`]); a change of the mappings is returned by
     /// [`KubeSource::changed`] like one from the watches.
-    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<Ipv4Addr, String>) {
+    pub fn set_node_addrs(&mut self, node_addrs: BTreeMap<IpAddr, String>) {
         let before = self.index.generation();
         let raised = self.index.set_node_addrs(node_addrs);
         let noted = !raised.is_empty();

@@ -66,7 +66,7 @@ fn printable_escapes_control_characters() {
 
 #[test]
 fn a_backend_on_any_address_of_the_node_is_refused_lo_and_dummies_included() {
-    let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     let rules = Rules {
         all_node_addrs: [
             (ip("192.0.2.1"), "eth0".to_owned()),
@@ -129,4 +129,99 @@ fn printable_escapes_format_characters_and_line_separators() {
         check_name("a\u{202e}b"),
         Err(Danger::ControlCharacter("a\\u{202e}b".into()))
     );
+}
+
+#[test]
+fn a_mapping_that_mixes_families_is_refused_whatever_its_source() {
+    let rules = Rules::default();
+    let c = Checker::new(&rules, []);
+    let e = c
+        .check(&m("198.18.0.10:8022", "[fd00:10:244::5]:22"))
+        .unwrap_err();
+    assert!(matches!(e, Danger::MixedFamily { .. }), "{e}");
+    assert!(e.to_string().contains("no NAT46 or NAT64"), "{e}");
+    assert!(matches!(
+        c.check(&m("[2001:db8::10]:8022", "10.244.1.5:22")),
+        Err(Danger::MixedFamily { .. })
+    ));
+    assert_eq!(
+        c.check(&m("[2001:db8::10]:8022", "[fd00:10:244::5]:22")),
+        Ok(())
+    );
+}
+
+#[test]
+fn ipv6_ssh_ips_are_declared_beside_ipv4_ones() {
+    let rules = Rules {
+        ssh_ips: [
+            "198.18.0.10".parse().unwrap(),
+            "2001:db8::10".parse().unwrap(),
+        ]
+        .into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    assert_eq!(c.check(&m("198.18.0.10:8022", "10.244.1.5:22")), Ok(()));
+    assert_eq!(c.check(&m("[2001:db8::10]:8022", "[fd00::5]:22")), Ok(()));
+    let e = c
+        .check(&m("[2001:db8::11]:8022", "[fd00::5]:22"))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "frontend [2001:db8::11]:8022 is not on a declared --ssh-ip (198.18.0.10, 2001:db8::10); \
+         use one of them, or add --ssh-ip 2001:db8::11"
+    );
+    // A backend on an SSH IP of either family would reach the node.
+    assert!(matches!(
+        c.check(&m("[2001:db8::10]:8022", "[2001:db8::10]:22")),
+        Err(Danger::BackendOnFrontendIp(..))
+    ));
+}
+
+#[test]
+fn ipv6_addresses_on_the_node_are_judged_as_ipv4_ones() {
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let rules = Rules {
+        node_addrs: [(ip("2001:db8::1"), "eth0".to_owned())].into(),
+        all_node_addrs: [
+            (ip("2001:db8::1"), "eth0".to_owned()),
+            (ip("fd00:1::1"), "cni0".to_owned()),
+        ]
+        .into(),
+        ..Rules::default()
+    };
+    let c = Checker::new(&rules, []);
+    assert!(matches!(
+        c.check(&m("[2001:db8::1]:8022", "[fd00::5]:22")),
+        Err(Danger::FrontendOnNodeAddress { .. })
+    ));
+    assert!(matches!(
+        c.check(&m("[2001:db8::10]:8022", "[fd00:1::1]:22")),
+        Err(Danger::BackendOnNode { .. })
+    ));
+}
+
+#[test]
+fn ipv6_ranges_that_are_never_a_pod_nor_an_ssh_ip_are_refused_on_both_sides() {
+    let rules = Rules::default();
+    let c = Checker::new(&rules, []);
+    for (reserved, what) in [
+        ("::", "unspecified"),
+        ("::1", "loopback"),
+        ("fe80::1", "link-local"),
+        ("febf::1", "link-local"),
+        ("ff02::1", "multicast"),
+        ("::ffff:10.244.1.5", "IPv4-mapped"),
+        ("64:ff9b::a0a:105", "NAT64"),
+    ] {
+        let addr = format!("[{reserved}]:22");
+        let e = c.check(&m("[2001:db8::10]:8022", &addr)).unwrap_err();
+        assert!(matches!(e, Danger::ReservedBackend(..)), "{reserved}: {e}");
+        assert!(e.to_string().contains(what), "{reserved}: {e}");
+        let e = c.check(&m(&addr, "[fd00::5]:22")).unwrap_err();
+        assert!(matches!(e, Danger::ReservedFrontend(..)), "{reserved}: {e}");
+    }
+    // Unique-local and global addresses are pods' and SSH IPs'.
+    assert_eq!(c.check(&m("[2001:db8::10]:8022", "[fd00::5]:22")), Ok(()));
+    assert_eq!(c.check(&m("[fec0::10]:8022", "[2001:db8:2::5]:22")), Ok(()));
 }

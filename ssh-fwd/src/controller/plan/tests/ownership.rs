@@ -46,7 +46,7 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
     let agent = desired::compute(&views, &slice_views, &policy);
     let frontend: SocketAddrV4 = "198.18.0.10:9000".parse().unwrap();
     assert_eq!(
-        agent.mappings.get(&frontend),
+        agent.mappings.get(&frontend.into()),
         None,
         "the agents keep the port closed for its not-ready owner"
     );

@@ -6,7 +6,10 @@
 //! a guard other than the one it asked for.
 
 use crate::{
-    mapping::guard::{Allow, Defaults, Guard, Limit, parse_ranges},
+    mapping::{
+        Family,
+        guard::{Allow, Defaults, Guard, Limit, parse_ranges},
+    },
     source::kubernetes::objects::GuardText,
     vocabulary::{SOURCE_RANGES, SYN_RATE},
 };
@@ -18,7 +21,7 @@ pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guard, String> 
         .map(str::trim)
         .filter(|a| !a.is_empty());
     // IPv6 ranges are left out: a dual-stack Service may list them, and
-    // the IPv4 traffic ssh-fwd forwards never matches them; a list of only
+    // the IPv4 traffic of its mappings never matches them; a list of only
     // IPv6 ranges allows no IPv4 source at all.
     let allow = match (text.ranges.is_empty(), annotation) {
         (false, Some(_)) => {
@@ -48,12 +51,14 @@ pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guard, String> 
                 .map_err(|e| format!("annotation {SYN_RATE}: {e}, or `off`"))?,
         ),
     };
-    Ok(defaults.resolve(&Guard {
+    // A Service's mappings are IPv4 (dual-stack Services are not read).
+    let guard = Guard {
         allow,
         limit,
         enforce_established: false,
         draining: false,
-    }))
+    };
+    Ok(defaults.resolve(&guard, Family::V4))
 }
 
 #[cfg(test)]

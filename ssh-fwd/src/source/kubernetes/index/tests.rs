@@ -350,7 +350,7 @@ fn an_address_the_node_gains_is_refused_as_a_backend_from_then_on() {
     assert_eq!(index.mappings().len(), 1);
     index.take_touched();
     // The node gets the endpoint's address (a CNI bridge's gateway, say).
-    let gained = BTreeMap::from([(ip(POD_IPS[0]), "cni0".to_owned())]);
+    let gained = BTreeMap::from([(ip(POD_IPS[0]).into(), "cni0".to_owned())]);
     let raised = index.set_node_addrs(gained.clone());
     assert!(index.mappings().is_empty());
     assert_eq!(index.invalid_services(), 1);
@@ -360,7 +360,7 @@ fn an_address_the_node_gains_is_refused_as_a_backend_from_then_on() {
             .any(|n| matches!(n, Note::Invalid { problem, .. } if problem.contains("cni0"))),
         "{raised:?}"
     );
-    let frontend: SocketAddrV4 = "198.18.0.10:8000".parse().expect("addr");
+    let frontend: SocketAddr = "198.18.0.10:8000".parse().expect("addr");
     assert_eq!(index.take_touched(), Some(BTreeSet::from([frontend])));
     assert_eq!(index.check(), Ok(()));
     // The same addresses again change nothing; losing it maps it again.

@@ -428,7 +428,7 @@ async fn a_change_names_the_frontends_it_touched() {
         .await
         .expect("in time")
         .expect("watchers running");
-    let frontend: SocketAddrV4 = "198.18.0.10:8123".parse().expect("addr");
+    let frontend: SocketAddr = "198.18.0.10:8123".parse().expect("addr");
     assert_eq!(touched, Some([frontend].into()));
 }
 
