@@ -457,9 +457,11 @@ pub fn run_failing_as(node: &NetNs, program: &str, args: &[&str]) -> anyhow::Res
 
 pub fn write_mappings(path: &Path, entries: &[(&str, &str, &str)]) -> anyhow::Result<()> {
     let mut text = String::from("mappings:\n");
+    // Quoted: an IPv6 endpoint (`[2001:db8::10]:8022`) would read as a
+    // YAML list.
     for (name, frontend, backend) in entries {
         text.push_str(&format!(
-            "  - name: {name}\n    frontend: {frontend}\n    backend: {backend}\n"
+            "  - name: {name}\n    frontend: \"{frontend}\"\n    backend: \"{backend}\"\n"
         ));
     }
     if entries.is_empty() {

@@ -22,6 +22,9 @@ pub const CLIENT_IP: &str = "192.0.2.2";
 pub const EXT_IFACE: &str = "ext0";
 /// The client's IPv6 address after [`Topology::add_ipv6`].
 pub const CLIENT_IP6: &str = "fd00:2::2";
+/// The SSH IP's IPv6 twin, on the node's `lo` after
+/// [`Topology::add_ipv6`].
+pub const EXTERNAL_IP6: &str = "fd00:198::10";
 
 /// Pod number `n`'s IPv6 address after [`Topology::add_ipv6`].
 pub fn pod_ip6(n: usize) -> String {
@@ -30,7 +33,7 @@ pub fn pod_ip6(n: usize) -> String {
 
 /// IPv6 beside IPv4 on a client -> node -> pods layout: the client
 /// [`CLIENT_IP6`] (`eth0`) and the node `fd00:2::1` ([`EXT_IFACE`]) on
-/// their link, pod N ([`pod_ip6`], its `eth0`) behind the node's
+/// their link, the node owning [`EXTERNAL_IP6`] on `lo`, pod N ([`pod_ip6`], its `eth0`) behind the node's
 /// `fd00:244:N::1` on `pods`' interface of the node, default routes and
 /// forwarding as for IPv4. Without duplicate address detection on the
 /// addresses it adds, and it returns once the interfaces' own link-local
@@ -46,6 +49,7 @@ pub fn wire_ipv6(
     };
     add(client, &format!("{CLIENT_IP6}/64"), "eth0")?;
     add(node, "fd00:2::1/64", EXT_IFACE)?;
+    add(node, &format!("{EXTERNAL_IP6}/128"), "lo")?;
     client.ip(&["-6", "route", "add", "default", "via", "fd00:2::1"])?;
     node.sysctl("net.ipv6.conf.all.forwarding", "1")?;
     for &(pod, n, node_iface) in pods {

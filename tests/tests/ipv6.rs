@@ -1,8 +1,8 @@
-//! IPv6 through a node running ssh-fwd, under tc and generic XDP: traffic
-//! to a pod's own IPv6 address (no frontend) passes the programs untouched
-//! and counted, while IPv4 frontends keep working. (Native XDP on a veth
-//! delivers only to a peer with a program of its own; the same parse runs
-//! there.)
+//! IPv6 through a node running ssh-fwd, under tc and XDP: ssh through an
+//! IPv6 frontend lands in the pod, which sees the client's own address;
+//! 64 MiB go each way bit for bit; traffic to a pod's own IPv6 address (no
+//! frontend) passes the programs untouched and counted; IPv4 frontends
+//! keep working beside IPv6 ones.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,8 +11,159 @@
 
 mod common;
 
+use std::{process::Stdio, time::Duration};
+
 use common::{Bed, FRONTEND};
-use ssh_fwd_tests::{Topology, privilege, topology::pod_ip6};
+use ssh_fwd_tests::{
+    Topology, cmd, privilege,
+    topology::{CLIENT_IP6, EXTERNAL_IP6, pod_ip6},
+};
+
+/// The IPv6 frontend, to pod 1's IPv6 address.
+const FRONTEND6: &str = "[fd00:198::10]:8022";
+const BACKEND6: &str = "[fd00:244:1::5]:22";
+
+/// One node with pod 1, IPv6 added, an IPv4 and an IPv6 mapping to the
+/// pod, the agent attached `mode`.
+fn dual_stack(mode: &str) -> Bed {
+    let topo = Topology::single_node(1).unwrap();
+    topo.add_ipv6().unwrap();
+    Bed::start(
+        topo,
+        &[
+            ("job", FRONTEND, "10.244.1.5:22"),
+            ("job6", FRONTEND6, BACKEND6),
+        ],
+        &["--attach", mode],
+    )
+    .unwrap()
+}
+
+fn through_ipv6_frontend(mode: &str) {
+    let bed = dual_stack(mode);
+    let ssh = bed.ssh();
+    let seen = ssh
+        .run(
+            bed.client(),
+            EXTERNAL_IP6,
+            8022,
+            "hostname; echo $SSH_CLIENT",
+        )
+        .unwrap();
+    let mut lines = seen.lines();
+    assert_eq!(
+        lines.next(),
+        Some("pod-1"),
+        "{mode}: the IPv6 frontend's pod"
+    );
+    let client = lines.next().unwrap_or_default();
+    assert!(
+        client.starts_with(&format!("{CLIENT_IP6} ")),
+        "{mode}: the pod sees the client's own address, not the node's: {client:?}"
+    );
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1", "IPv4 beside it");
+    let list = bed.bpffs[0].list().unwrap();
+    let job6 = list["mappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "job6")
+        .cloned()
+        .unwrap();
+    assert_eq!(job6["frontend"], FRONTEND6, "{list}");
+    assert!(job6["packets_in"].as_u64().unwrap() > 5, "{job6}");
+    assert!(job6["packets_out"].as_u64().unwrap() > 5, "{job6}");
+    assert!(list["counters"]["conn_established"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn ssh_through_an_ipv6_frontend_lands_in_the_pod_under_tc() {
+    privilege::require();
+    through_ipv6_frontend("tc");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn ssh_through_an_ipv6_frontend_lands_in_the_pod_under_generic_xdp() {
+    privilege::require();
+    through_ipv6_frontend("xdp-generic");
+}
+
+/// 64 MiB up and 64 MiB down through the IPv6 frontend; with
+/// `software_checksums`, every veth's receiver verifies each checksum,
+/// without, the pod's replies reach the programs with their checksum still
+/// to be completed.
+fn bulk_ipv6(mode: &str, software_checksums: bool) {
+    let bed = dual_stack(mode);
+    if software_checksums {
+        bed.topo.software_checksums().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("random.bin");
+    cmd::run(
+        std::process::Command::new("head")
+            .args(["-c", "64M", "/dev/urandom"])
+            .stdout(std::fs::File::create(&data).unwrap()),
+    )
+    .unwrap();
+    let sum = |path: &std::path::Path| {
+        cmd::run(std::process::Command::new("sha256sum").arg(path)).unwrap()[..64].to_owned()
+    };
+    let expected = sum(&data);
+    let ssh = bed.ssh();
+    let up = cmd::run(
+        ssh.command(
+            bed.client(),
+            EXTERNAL_IP6,
+            8022,
+            "sha256sum",
+            Duration::from_secs(120),
+        )
+        .stdin(std::fs::File::open(&data).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(&up[..64], expected, "upload through {mode} arrived altered");
+    let back = dir.path().join("back.bin");
+    cmd::run(
+        ssh.command(
+            bed.client(),
+            EXTERNAL_IP6,
+            8022,
+            &format!("cat {}", data.display()),
+            Duration::from_secs(120),
+        )
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&back).unwrap()),
+    )
+    .unwrap();
+    assert_eq!(
+        sum(&back),
+        expected,
+        "download through {mode} arrived altered"
+    );
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn bulk_64mib_each_way_over_ipv6_is_bit_identical_with_tc_ingress() {
+    privilege::require();
+    bulk_ipv6("tc", true);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn bulk_64mib_each_way_over_ipv6_is_bit_identical_with_checksum_offload_on() {
+    privilege::require();
+    bulk_ipv6("tc", false);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn bulk_64mib_each_way_over_ipv6_is_bit_identical_with_generic_xdp() {
+    privilege::require();
+    bulk_ipv6("xdp-generic", true);
+}
 
 fn ipv6_to_a_pod_passes_untouched(mode: &str) {
     let topo = Topology::single_node(1).unwrap();

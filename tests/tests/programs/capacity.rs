@@ -19,8 +19,8 @@ fn nth(i: usize, g: u8) -> Mapping {
     Mapping {
         guard: Default::default(),
         name: format!("m{i}"),
-        frontend: SocketAddrV4::new(ip, port),
-        backend: SocketAddrV4::new(backend, 22),
+        frontend: SocketAddrV4::new(ip, port).into(),
+        backend: SocketAddrV4::new(backend, 22).into(),
     }
 }
 
@@ -56,7 +56,6 @@ fn at_16384_mappings_moving_half_replacing_one_and_replacing_all_each_take_one_r
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn tables_sized_by_max_mappings_fill_in_one_batch_and_a_write_past_them_names_the_entry() {
     use ssh_fwd::datapath::{object, plan::Plan};
-    use ssh_fwd_common::maps::Endpoint;
 
     privilege::require();
     let settings = object::Settings {
@@ -74,11 +73,10 @@ fn tables_sized_by_max_mappings_fill_in_one_batch_and_a_write_past_them_names_th
     );
     // A plan that does not fit (the planner never makes one): the batch
     // stops at the sixth entry and the error names it.
-    let endpoint = |m: &Mapping| Endpoint::new(*m.frontend.ip(), m.frontend.port());
     let sixth = nth(5, 0);
     let target = *expected.frontends.values().next().expect("an entry");
     let overflow = Plan {
-        frontend_upserts: vec![(endpoint(&sixth), target)],
+        frontend_upserts: vec![(sixth.frontend, target)],
         ..Plan::default()
     };
     let e = format!("{:#}", maps.apply(&overflow).unwrap_err());

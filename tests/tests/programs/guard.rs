@@ -98,7 +98,8 @@ fn session_data() -> Vec<u8> {
 /// The job's per-mapping counters: (denied, syn_limited).
 fn job_counters(l: &Loaded) -> (u64, u64) {
     let installed = l.maps.read_installed().expect("read");
-    let slot = installed.frontends[&super::conntrack::frontend(8022)].slot;
+    let frontend: std::net::SocketAddr = "198.18.0.10:8022".parse().expect("frontend");
+    let slot = installed.frontends[&frontend].slot;
     let c = l.maps.mapping_conn_counters(slot).expect("counters");
     (c.denied, c.syn_limited)
 }

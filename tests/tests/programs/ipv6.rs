@@ -4,8 +4,8 @@
 //! replies, the connection confirmed by the server as for IPv4, and every
 //! packet the IPv6 path refuses or passes, counted under its outcome.
 //! ICMPv6 errors of such a connection are translated both ways.
-//! The mapping is written into `FRONTENDS6`/`REVERSE6` directly: these
-//! tests are about the kernel side.
+//! The mapping is installed by the agent's plan, into `FRONTENDS6` and
+//! `REVERSE6`.
 
 use std::net::Ipv6Addr;
 
@@ -15,7 +15,7 @@ use ssh_fwd_common::{
     fixtures6::{Extension, Frame6, Icmp6Error},
     icmp::Quoted,
     ipv6::{self, NEXTHDR_ICMPV6, icmp::ICMPV6_DEST_UNREACH},
-    maps::{self, Addr6, Conn6, ConnKey6, Endpoint6, NatTarget6, Owner},
+    maps::{self, Addr6, Conn6, ConnKey6, Endpoint6, Owner},
     packet::{ETH_HLEN, Side},
 };
 use ssh_fwd_tests::privilege;
@@ -44,23 +44,11 @@ fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, 
     HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash map")
 }
 
-/// The object with one IPv6 mapping, `[FRONTEND]:8022 -> [BACKEND]:22` in
-/// slot 0, whose backend is a pod of this node.
-fn load6(flags: u32) -> Loaded {
-    let l = load(&[]);
-    let mut frontends: HashMap<_, Endpoint6, NatTarget6> = map(&l, maps::FRONTENDS6);
-    let target = |endpoint| NatTarget6 {
-        endpoint,
-        slot: 0,
-        flags,
-    };
-    frontends
-        .insert(frontend(), target(backend()), 0)
-        .expect("frontend");
-    let mut reverse: HashMap<_, Endpoint6, NatTarget6> = map(&l, maps::REVERSE6);
-    reverse
-        .insert(backend(), target(frontend()), 0)
-        .expect("reverse");
+/// The object with one IPv6 mapping, `[FRONTEND]:8022 -> [BACKEND]:22`,
+/// installed as the agent installs it, whose backend is a pod of this
+/// node.
+fn load6() -> Loaded {
+    let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
     let mut owners: HashMap<_, Addr6, Owner> = map(&l, maps::OWNERS6);
     let owner = Owner {
         ifindex: POD_IFINDEX,
@@ -170,7 +158,7 @@ fn handshake(l: &Loaded, ingress: Ingress) {
 fn an_ipv6_connection_is_translated_exactly_and_confirmed_by_the_server() {
     privilege::require();
     each_ingress(|ingress| {
-        let l = load6(0);
+        let l = load6();
         let before = counters(&l);
         handshake(&l, ingress);
         let after = counters(&l);
@@ -220,7 +208,7 @@ fn an_ipv6_connection_is_translated_exactly_and_confirmed_by_the_server() {
 fn extension_headers_are_walked_to_tcp_or_passed_untouched_and_said_why() {
     privilege::require();
     each_ingress(|ingress| {
-        let l = load6(0);
+        let l = load6();
         // Walked over: the segment behind them is rewritten exactly.
         for extensions in [
             vec![Extension::hop_by_hop(8)],
@@ -339,7 +327,7 @@ fn extension_headers_are_walked_to_tcp_or_passed_untouched_and_said_why() {
 fn an_ipv6_segment_the_pod_would_drop_writes_nothing() {
     privilege::require();
     each_ingress(|ingress| {
-        let l = load6(0);
+        let l = load6();
         let refused: Vec<(&str, Vec<u8>, &str)> = vec![
             (
                 "bad checksum",
@@ -391,7 +379,7 @@ fn an_ipv6_segment_the_pod_would_drop_writes_nothing() {
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn an_ipv6_reply_from_another_interface_is_a_spoof_and_moves_nothing() {
     privilege::require();
-    let l = load6(0);
+    let l = load6();
     let syn = request(TCP_SYN, CLIENT_ISN, 0, 0).build();
     Ingress::Tc.run(&l, &syn);
     let synack = reply(TCP_SYN | TCP_ACK, SERVER_ISN, CLIENT_ISN + 1, 0).build();
@@ -421,7 +409,7 @@ fn icmp_translated(frame: &[u8], which: Quoted, to: Endpoint6) -> Vec<u8> {
 fn a_packet_too_big_about_a_reply_reaches_the_pod_and_one_out_of_window_does_not() {
     privilege::require();
     each_ingress(|ingress| {
-        let l = load6(0);
+        let l = load6();
         handshake(&l, ingress);
         // The banner as the client's path saw it, too big for a link.
         let sent = Frame6 {
@@ -470,7 +458,7 @@ fn a_packet_too_big_about_a_reply_reaches_the_pod_and_one_out_of_window_does_not
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn an_icmpv6_error_about_a_request_leaves_naming_the_frontend() {
     privilege::require();
-    let l = load6(0);
+    let l = load6();
     handshake(&l, Ingress::Tc);
     // A router between the node and the pod could not deliver the
     // client's segment, as translated.
