@@ -43,10 +43,12 @@ pub enum FileError {
     )]
     Empty { path: String },
     // The parser's message may quote the file: escaped.
-    #[error("mappings file {path} is not valid: {}", printable(&cause.to_string()))]
+    #[error("mappings file {path} is not valid: {}{hint}", printable(&cause.to_string()))]
     Syntax {
         path: String,
         cause: Box<serde_saphyr::Error>,
+        /// What the parser cannot say: empty, or a fix that starts with `; `.
+        hint: String,
     },
     #[error("mappings file {path}, entry #{index}{label}: {problem}")]
     Entry {
@@ -174,6 +176,26 @@ pub fn clone_io(e: &std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), e.to_string())
 }
 
+/// The first `frontend:` or `backend:` in `text` whose value is an
+/// unquoted `[...]`, and that value: an IPv6 endpoint YAML took for a list.
+fn unquoted_ipv6(text: &str) -> Option<(&'static str, &str)> {
+    ["frontend", "backend"]
+        .into_iter()
+        .filter_map(|field| {
+            text.match_indices(&format!("{field}:"))
+                .find_map(|(at, key)| {
+                    let value = text[at + key.len()..].trim_start_matches([' ', '\t']);
+                    let end = value
+                        .find([' ', '\t', '\n', ',', '}'])
+                        .unwrap_or(value.len());
+                    let value = &value[..end];
+                    (value.starts_with('[') && value.contains("]:")).then_some((at, field, value))
+                })
+        })
+        .min_by_key(|(at, _, _)| *at)
+        .map(|(_, field, value)| (field, value))
+}
+
 /// Parses mappings-file text; `path` is only used in messages. More than
 /// `capacity` mappings (the node's `--max-mappings`) are refused whole.
 pub fn parse(
@@ -190,6 +212,15 @@ pub fn parse(
     let doc: FileDoc = serde_saphyr::from_str(text).map_err(|cause| FileError::Syntax {
         path: path.into(),
         cause: Box::new(cause),
+        hint: unquoted_ipv6(text)
+            .map(|(field, value)| {
+                format!(
+                    "; YAML reads an unquoted [...] as a list: quote an IPv6 endpoint, as in \
+                     {field}: '{}'",
+                    printable(value)
+                )
+            })
+            .unwrap_or_default(),
     })?;
     let mut seen: BTreeMap<SocketAddr, usize> = BTreeMap::new();
     let mut mappings = Vec::with_capacity(doc.mappings.len());

@@ -129,3 +129,25 @@ fn with_an_ipv6_ssh_ip_declared_an_ipv6_frontend_elsewhere_is_refused() {
     let e = parse(text, "m.yaml", &rules, CAP).unwrap_err().to_string();
     assert!(e.contains("add --ssh-ip 2001:db8::11"), "{e}");
 }
+
+#[test]
+fn an_unquoted_ipv6_endpoint_is_refused_with_the_quoting_it_needs() {
+    // YAML reads `[...]` as a list: the parser's own message says only
+    // that it expected a string.
+    for (text, quoted) in [
+        (
+            "mappings:\n- name: job\n  frontend: [2001:db8::10]:8022\n  backend: '[fd00::5]:22'\n",
+            "frontend: '[2001:db8::10]:8022'",
+        ),
+        (
+            "mappings:\n- {frontend: '[2001:db8::10]:8022', backend: [fd00::5]:22}\n",
+            "backend: '[fd00::5]:22'",
+        ),
+    ] {
+        let e = err(text);
+        assert!(e.contains("quote") && e.contains(quoted), "{e}");
+    }
+    // No hint for a syntax error that has nothing to do with it.
+    let e = err("mappings:\n- name: job\n  frontend 198.18.0.10:8022\n");
+    assert!(!e.contains("quote"), "{e}");
+}
