@@ -130,6 +130,10 @@ pub const LEGACY_CONN_CAPACITY: u32 = 65_536;
 /// stale entry matches nothing.
 pub const HAIRPIN_SOCKS: &str = "HAIRPIN_SOCKS";
 
+/// Socket cookie -> [`HairpinSock6`]: [`HAIRPIN_SOCKS`] for IPv6 sockets,
+/// written by `connect6`, read by `getpeername6`, of the same capacity.
+pub const HAIRPIN_SOCKS6: &str = "HAIRPIN_SOCKS6";
+
 /// Capacity of [`HAIRPIN_SOCKS`]: translated sockets remembered at once.
 /// An evicted entry costs only the dialled address in `getpeername` (the
 /// backend's shows instead); the connection itself is unaffected.
@@ -197,7 +201,7 @@ pub const SYN_BUCKETS6: &str = "SYN_BUCKETS6";
 pub const CONN_STATS6: &str = "CONN_STATS6";
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 35] = [
+pub const ALL_MAPS: [&str; 36] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -233,6 +237,7 @@ pub const ALL_MAPS: [&str; 35] = [
     ALLOWLIST6,
     SYN_BUCKETS6,
     CONN_STATS6,
+    HAIRPIN_SOCKS6,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -1,5 +1,5 @@
-//! The hairpin programs (cgroup `connect4`, `getpeername4`) on real
-//! sockets. The kernel has no BPF_PROG_TEST_RUN for cgroup sock_addr
+//! The hairpin programs (cgroup `connect4`, `getpeername4`, `connect6`,
+//! `getpeername6`) on real sockets. The kernel has no BPF_PROG_TEST_RUN for cgroup sock_addr
 //! programs (and aya offers no `TestRun` for them), so these tests attach
 //! them, through the agent's own code, to a cgroup of their own and make
 //! real `connect()` calls from a process in it, inside a network namespace
@@ -18,6 +18,7 @@ use ssh_fwd::{
 use ssh_fwd_tests::{Bpffs, NetNs, TestCgroup, cmd, privilege};
 
 const SSH_IP: &str = "198.18.0.10";
+const SSH_IP6: &str = "fd00:198::10";
 const ECONNREFUSED: &str = "error 111";
 const ENETUNREACH: &str = "error 101";
 
@@ -44,6 +45,17 @@ impl Bed {
         netns
             .ip(&["addr", "add", &format!("{SSH_IP}/32"), "dev", "lo"])
             .expect("SSH IP on lo");
+        netns
+            .ip(&[
+                "-6",
+                "addr",
+                "add",
+                &format!("{SSH_IP6}/128"),
+                "dev",
+                "lo",
+                "nodad",
+            ])
+            .expect("IPv6 SSH IP on lo");
         // The listeners are made in the namespace by this thread.
         netns.enter_on_this_thread().expect("enter netns");
         let backend = TcpListener::bind("127.0.0.1:0").expect("backend");
@@ -114,7 +126,7 @@ fn attached_programs(cgroup: &TestCgroup) -> Vec<String> {
     )
     .expect("bpftool cgroup show");
     out.lines()
-        .filter(|l| l.contains("connect4") || l.contains("getpeername4"))
+        .filter(|l| l.contains("connect") || l.contains("getpeername"))
         .map(|l| l.split_whitespace().next().unwrap_or_default().to_owned())
         .collect()
 }
@@ -217,7 +229,11 @@ fn a_second_agent_replaces_the_pinned_links_and_teardown_removes_them() {
     privilege::require();
     let bed = Bed::new();
     let first = attached_programs(&bed.cgroup);
-    assert_eq!(first.len(), 2, "connect4 and getpeername4: {first:?}");
+    assert_eq!(
+        first.len(),
+        4,
+        "connect and getpeername, 4 and 6: {first:?}"
+    );
     let hooks: Vec<(String, String)> = stats::hooks(&bed.layout)
         .into_iter()
         .filter(|h| h.target == stats::Target::Cgroup)
@@ -228,14 +244,16 @@ fn a_second_agent_replaces_the_pinned_links_and_teardown_removes_them() {
         hooks,
         [
             (path.clone(), "connect4".to_owned()),
-            (path, "getpeername4".to_owned())
+            (path.clone(), "connect6".to_owned()),
+            (path.clone(), "getpeername4".to_owned()),
+            (path, "getpeername6".to_owned())
         ]
     );
 
     // The next agent: its own programs, the same pins, the same maps.
     let (_ebpf, _maps) = load_and_attach(&bed.layout, &bed.cgroup);
     let second = attached_programs(&bed.cgroup);
-    assert_eq!(second.len(), 2, "the old links are gone: {second:?}");
+    assert_eq!(second.len(), 4, "the old links are gone: {second:?}");
     assert!(
         second.iter().all(|id| !first.contains(id)),
         "{first:?} -> {second:?}"
@@ -248,4 +266,40 @@ fn a_second_agent_replaces_the_pinned_links_and_teardown_removes_them() {
     hairpin::detach_all(&bed.layout).expect("teardown");
     assert!(attached_programs(&bed.cgroup).is_empty());
     assert_eq!(bed.probe(true, "tcp", SSH_IP, 8022), ECONNREFUSED);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_ipv6_frontend_and_an_ipv4_one_dialled_as_mapped_reach_their_backends() {
+    privilege::require();
+    let mut bed = Bed::new();
+    let backend6 = TcpListener::bind("[::1]:0").expect("IPv6 backend");
+    let backend6_addr = backend6.local_addr().expect("addr").to_string();
+    let v4 = bed.backend_addr();
+    bed.map(&[
+        ("job", "198.18.0.10:8022", &v4),
+        ("job6", "[fd00:198::10]:8022", &backend6_addr),
+    ]);
+    assert_eq!(
+        bed.probe(true, "tcp", SSH_IP6, 8022),
+        "peer [fd00:198::10]:8022",
+        "getpeername6 shows the IPv6 frontend"
+    );
+    let (_, client) = backend6.accept().expect("the IPv6 backend got it");
+    assert_eq!(client.ip(), std::net::Ipv6Addr::LOCALHOST);
+    // A dual-stack socket dialling the IPv4 frontend as a mapped address.
+    assert_eq!(
+        bed.probe(true, "tcp", "::ffff:198.18.0.10", 8022),
+        "peer [::ffff:198.18.0.10]:8022",
+        "shown as dialled"
+    );
+    bed.backend.accept().expect("the IPv4 backend got it");
+    // Left alone: an unmapped IPv6 port, UDP, a process outside the cgroup.
+    assert_eq!(bed.probe(true, "tcp", SSH_IP6, 8023), ECONNREFUSED);
+    assert_eq!(bed.probe(false, "tcp", SSH_IP6, 8022), ECONNREFUSED);
+    assert_eq!(
+        bed.probe(true, "udp", SSH_IP6, 8022),
+        "peer [fd00:198::10]:8022",
+        "UDP is not translated"
+    );
 }

@@ -136,13 +136,17 @@ impl MappingName {
 }
 
 /// Value of [`HAIRPIN_SOCKS`](super::HAIRPIN_SOCKS): what one socket
-/// dialled and where it went.
+/// dialled and where it went; [`HairpinSock6`] for an IPv6 socket.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HairpinSock {
-    pub frontend: Endpoint,
-    pub backend: Endpoint,
+pub struct HairpinSock<A: Addr = u32> {
+    pub frontend: Endpoint<A>,
+    pub backend: Endpoint<A>,
 }
+
+/// Value of [`HAIRPIN_SOCKS6`](super::HAIRPIN_SOCKS6): an IPv6 socket's
+/// (an IPv4 frontend dialled as an IPv4-mapped address included).
+pub type HairpinSock6 = HairpinSock<Addr6>;
 
 /// Value of [`OWNERS`](super::OWNERS): the interfaces a pod's packets come
 /// in by. `ifindex` is the host end of the pod's veth (or netkit) pair,
@@ -162,6 +166,7 @@ const _: () = assert!(size_of::<NatTarget>() == 16);
 const _: () = assert!(size_of::<NatTarget6>() == 32);
 const _: () = assert!(size_of::<MappingName>() == MAX_NAME_LEN + 1);
 const _: () = assert!(size_of::<HairpinSock>() == 16);
+const _: () = assert!(size_of::<HairpinSock6>() == 48);
 const _: () = assert!(size_of::<Owner>() == 8);
 
 #[cfg(feature = "user")]
@@ -181,6 +186,8 @@ mod pod {
     unsafe impl aya::Pod for MappingName {}
     // SAFETY: as above.
     unsafe impl aya::Pod for HairpinSock {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for HairpinSock6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Owner {}
 }

@@ -1,11 +1,14 @@
-//! Hairpin: the cgroup v2 `connect4` and `getpeername4` programs that let
-//! clients inside the cluster dial `EXTERNAL_IP:PORT` (see
-//! `ssh_fwd_common::hairpin`). Attached to one cgroup (`--cgroup-root`)
-//! through pinned links, so they stay when the agent exits:
+//! Hairpin: the cgroup v2 `connect4`/`connect6` and
+//! `getpeername4`/`getpeername6` programs that let clients inside the
+//! cluster dial `EXTERNAL_IP:PORT` (see `ssh_fwd_common::hairpin`).
+//! Attached to one cgroup (`--cgroup-root`) through pinned links, so they
+//! stay when the agent exits:
 //!
 //! ```text
 //! <bpffs>/v<LAYOUT_VERSION>/hairpin/<cgroup path, escaped>/connect4
 //! <bpffs>/v<LAYOUT_VERSION>/hairpin/<cgroup path, escaped>/getpeername4
+//! <bpffs>/v<LAYOUT_VERSION>/hairpin/<cgroup path, escaped>/connect6
+//! <bpffs>/v<LAYOUT_VERSION>/hairpin/<cgroup path, escaped>/getpeername6
 //! ```
 //!
 //! A starting agent attaches its own programs anew and renames their pins
@@ -29,11 +32,19 @@ pub const PROG_CONNECT4: &str = "ssh_fwd_connect4";
 /// Shows translated sockets their dialled frontend.
 pub const PROG_GETPEERNAME4: &str = "ssh_fwd_getpeername4";
 
-/// The programs and their pin names, `getpeername4` first: a socket
-/// translated from the first moment then shows the right peer.
-const PROGRAMS: [(&str, &str); 2] = [
+/// [`PROG_CONNECT4`] for IPv6 sockets.
+pub const PROG_CONNECT6: &str = "ssh_fwd_connect6";
+/// [`PROG_GETPEERNAME4`] for IPv6 sockets.
+pub const PROG_GETPEERNAME6: &str = "ssh_fwd_getpeername6";
+
+/// The programs and their pin names, each `getpeername` before its
+/// `connect`: a socket translated from the first moment then shows the
+/// right peer.
+const PROGRAMS: [(&str, &str); 4] = [
     (PROG_GETPEERNAME4, "getpeername4"),
     (PROG_CONNECT4, "connect4"),
+    (PROG_GETPEERNAME6, "getpeername6"),
+    (PROG_CONNECT6, "connect6"),
 ];
 
 /// `--hairpin`.

@@ -1,5 +1,6 @@
-//! `sock-probe tcp|udp IP PORT`: connects once and prints what the socket
-//! calls report, for the hairpin tests: `peer IP:PORT` (getpeername) and
+//! `sock-probe tcp|udp IP PORT`: connects once (an IPv6 socket for an IPv6
+//! address, IPv4-mapped ones included) and prints what the socket calls
+//! report, for the hairpin tests: `peer IP:PORT` (getpeername) and
 //! `local IP:PORT` (getsockname), or `error ERRNO` when connect fails. A
 //! TCP connection is closed at once. Exits 0 either way; 2 on bad usage.
 
@@ -12,8 +13,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (Some(proto), Some(Ok(addr))) = (
         args.first(),
-        args.get(1..3)
-            .map(|a| format!("{}:{}", a[0], a[1]).parse::<SocketAddr>()),
+        args.get(1..3).map(|a| {
+            let ip: std::net::IpAddr = a[0].parse().map_err(|_| ())?;
+            let port: u16 = a[1].parse().map_err(|_| ())?;
+            Ok::<_, ()>(SocketAddr::new(ip, port))
+        }),
     ) else {
         eprintln!("usage: sock-probe tcp|udp IP PORT");
         std::process::exit(2);
@@ -21,7 +25,12 @@ fn main() {
     let result = match proto.as_str() {
         "tcp" => TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .and_then(|s| Ok((s.peer_addr()?, s.local_addr()?))),
-        "udp" => UdpSocket::bind("0.0.0.0:0").and_then(|s| {
+        "udp" => UdpSocket::bind(if addr.is_ipv6() {
+            "[::]:0"
+        } else {
+            "0.0.0.0:0"
+        })
+        .and_then(|s| {
             s.connect(addr)?;
             Ok((s.peer_addr()?, s.local_addr()?))
         }),

@@ -484,7 +484,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 35] = [
+    let expect: [(&str, u32, usize, usize); 36] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -655,6 +655,12 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::CONN_CAPACITY,
             size_of::<maps::ConnKey6>(),
             size_of::<maps::ConnStats>(),
+        ),
+        (
+            maps::HAIRPIN_SOCKS6,
+            maps::HAIRPIN_SOCKS_CAPACITY,
+            8,
+            size_of::<maps::HairpinSock6>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
