@@ -22,7 +22,9 @@ use anyhow::Context as _;
 use crate::{
     NetNs, Pod,
     ssh::{SshClient, SshKeys},
-    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
+    topology::{
+        CLIENT_IP, CLIENT_IP6, EXT_IFACE, EXTERNAL_IP, EXTERNAL_IP6, pod_ip6, wait_out_dad,
+    },
 };
 
 /// How the cluster is wired.
@@ -193,6 +195,55 @@ impl Cluster {
 
     pub fn ssh(&self) -> SshClient {
         self.keys.client()
+    }
+
+    /// IPv6 beside IPv4 from the client through the router to node A and
+    /// the pods added on it so far: the client [`CLIENT_IP6`] behind the
+    /// router's `fd00:2::1` (with `client_link_mtu`, advertising an MSS for
+    /// a 1500-byte path, as for IPv4), node A `fd00:203::2` behind the
+    /// router's `fd00:203::1`, owning [`EXTERNAL_IP6`] on `lo`, which the
+    /// router sends to it, and pod N [`pod_ip6`] behind node A's
+    /// `fd00:244:N::1`. Node B gets no IPv6: an IPv6 backend lives on the
+    /// node its frontend's traffic reaches.
+    pub fn add_ipv6(&self) -> anyhow::Result<()> {
+        let add = |ns: &NetNs, addr: &str, dev: &str| {
+            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
+        };
+        let (router, node) = (&self.router, &self.nodes[0]);
+        add(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+        add(router, "fd00:2::1/64", "cl")?;
+        let mut default = vec!["-6", "route", "add", "default", "via", "fd00:2::1"];
+        if self.wiring.client_link_mtu.is_some() {
+            default.extend(["advmss", "1440"]);
+        }
+        self.client.ip(&default)?;
+        add(router, "fd00:203::1/64", "to-a")?;
+        add(node, "fd00:203::2/64", EXT_IFACE)?;
+        add(node, &format!("{EXTERNAL_IP6}/128"), "lo")?;
+        node.ip(&["-6", "route", "add", "default", "via", "fd00:203::1"])?;
+        router.ip(&[
+            "-6",
+            "route",
+            "add",
+            &format!("{EXTERNAL_IP6}/128"),
+            "via",
+            "fd00:203::2",
+        ])?;
+        for ns in [router, node] {
+            ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        }
+        let on_a: Vec<&Pod> = self.pods.iter().filter(|p| p.node == 0).collect();
+        for pod in &on_a {
+            let gateway = format!("fd00:244:{}::1", pod.number);
+            add(&pod.ns, &format!("{}/64", pod_ip6(pod.number)), "eth0")?;
+            add(node, &format!("{gateway}/64"), &pod.node_iface)?;
+            pod.ns
+                .ip(&["-6", "route", "add", "default", "via", &gateway])?;
+        }
+        let namespaces = [&self.client, router, node]
+            .into_iter()
+            .chain(on_a.iter().map(|p| &p.ns));
+        wait_out_dad(namespaces)
     }
 }
 

@@ -59,6 +59,13 @@ pub fn wire_ipv6(
         pod.ip(&["-6", "route", "add", "default", "via", &gateway])?;
     }
     let namespaces = [client, node].into_iter().chain(pods.iter().map(|p| p.0));
+    wait_out_dad(namespaces)
+}
+
+/// Returns once no IPv6 address of `namespaces` is tentative (duplicate
+/// address detection over): until then neighbour discovery is silent, and
+/// the first packets through are lost.
+pub fn wait_out_dad<'a>(namespaces: impl IntoIterator<Item = &'a NetNs>) -> anyhow::Result<()> {
     for ns in namespaces {
         let settled = crate::cmd::wait_until(std::time::Duration::from_secs(5), || {
             crate::cmd::run(ns.command("ip").args(["-6", "addr", "show", "tentative"]))

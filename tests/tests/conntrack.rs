@@ -33,7 +33,7 @@ use ssh_fwd_tests::{
     cmd,
     flood::{self, Rng, Syn},
     privilege,
-    topology::{CLIENT_IP, EXT_IFACE},
+    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP6},
 };
 
 const HOUR: u64 = 3_600_000_000_000;
@@ -728,12 +728,18 @@ fn a_shell_idle_for_8_hours_keeps_its_connection_and_one_idle_past_the_timeout_l
 /// Runs `tcpdump` on the client for ICMP errors while `work` runs; returns
 /// what it printed.
 fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
+    seen_by_client(client, "icmp", work)
+}
+
+/// What `tcpdump` with `filter` saw on the client's link while `work` ran.
+fn seen_by_client(client: &NetNs, filter: &str, work: impl FnOnce()) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out: PathBuf = dir.path().join("icmp.txt");
     let status = dir.path().join("tcpdump.txt");
     let mut dump = client
         .command("timeout")
-        .args(["120", "tcpdump", "-l", "-n", "-v", "-i", "eth0", "icmp"])
+        .args(["120", "tcpdump", "-l", "-n", "-v", "-i", "eth0"])
+        .args(filter.split_whitespace())
         .stdout(std::fs::File::create(&out).unwrap())
         .stderr(std::fs::File::create(&status).unwrap())
         .spawn()
@@ -755,6 +761,11 @@ fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
 
 /// 8 MiB each way through the frontend, compared by hash.
 fn bulk_both_ways(bed: &Bed) {
+    bulk_both_ways_to(bed, EXTERNAL_IP);
+}
+
+/// [`bulk_both_ways`] to the frontend on `host`, port 8022.
+fn bulk_both_ways_to(bed: &Bed, host: &str) {
     let ssh = bed.cluster.ssh();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -769,7 +780,7 @@ fn bulk_both_ways(bed: &Bed) {
     let up = cmd::run(
         ssh.command(
             &bed.cluster.client,
-            EXTERNAL_IP,
+            host,
             8022,
             "sha256sum",
             Duration::from_secs(60),
@@ -782,7 +793,7 @@ fn bulk_both_ways(bed: &Bed) {
     let status = ssh
         .command(
             &bed.cluster.client,
-            EXTERNAL_IP,
+            host,
             8022,
             &format!("cat {}", data.display()),
             Duration::from_secs(60),
@@ -855,6 +866,112 @@ fn a_narrow_link_between_the_nodes_needs_no_path_mtu_discovery() {
         "the client saw a pod address: {seen}"
     );
     assert!(bed.counter(1, "frontend_option_learned") >= 2);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn path_mtu_is_discovered_over_ipv6_through_a_narrow_client_link() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        client_link_mtu: Some(1280),
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    cluster.add_ipv6().unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[("job6", "[fd00:198::10]:8022", "[fd00:244:1::5]:22")],
+    );
+    no_offload(&bed);
+    let seen = seen_by_client(&bed.cluster.client, "icmp6", || {
+        bulk_both_ways_to(&bed, EXTERNAL_IP6)
+    });
+    assert!(
+        !seen.contains("fd00:244:"),
+        "the client saw a pod address: {seen}"
+    );
+    // The router's Packet Too Big went to the frontend, and node A
+    // translated it for the pod.
+    assert!(bed.counter(0, "icmp_translated") >= 1, "PMTU discovery ran");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_ipv6_packet_too_big_from_the_node_reaches_the_client_naming_the_frontend() {
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring::default()).unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    cluster.add_ipv6().unwrap();
+    // The pod's link is narrow, and the pod announces an MSS for a
+    // 1500-byte path all the same: the client's segments exceed the link,
+    // and the node tells the client, quoting the segment as translated.
+    let pod = &cluster.pods[0];
+    cluster.nodes[0]
+        .ip(&["link", "set", &pod.node_iface, "mtu", "1280"])
+        .unwrap();
+    pod.ns.ip(&["link", "set", "eth0", "mtu", "1280"]).unwrap();
+    pod.ns
+        .ip(&[
+            "-6",
+            "route",
+            "replace",
+            "default",
+            "via",
+            "fd00:244:1::1",
+            "advmss",
+            "1440",
+        ])
+        .unwrap();
+    let bed = Bed::start(
+        cluster,
+        &[("job6", "[fd00:198::10]:8022", "[fd00:244:1::5]:22")],
+    );
+    no_offload(&bed);
+    // Packet Too Big only (ICMPv6 type 2), in hex: tcpdump does not
+    // decode its quote.
+    let seen = seen_by_client(&bed.cluster.client, "-x icmp6 and ip6[40] == 2", || {
+        bulk_both_ways_to(&bed, EXTERNAL_IP6)
+    });
+    let quoted = quoted_destinations6(&seen);
+    assert!(
+        !quoted.is_empty(),
+        "no Packet Too Big reached the client: {seen}"
+    );
+    let frontend: std::net::Ipv6Addr = EXTERNAL_IP6.parse().unwrap();
+    assert!(
+        quoted.iter().all(|q| *q == frontend),
+        "every Packet Too Big quotes the frontend, never the pod: {quoted:?}"
+    );
+    assert!(bed.counter(0, "icmp_translated") >= 1);
+}
+
+/// The destination each ICMPv6 error in `dump` (tcpdump `-x`: each
+/// packet's IPv6 bytes in hex after its line) quotes.
+fn quoted_destinations6(dump: &str) -> Vec<std::net::Ipv6Addr> {
+    let mut packets: Vec<Vec<u8>> = Vec::new();
+    for line in dump.lines() {
+        let Some(hex) = line.trim_start().strip_prefix("0x") else {
+            packets.push(Vec::new());
+            continue;
+        };
+        let Some(current) = packets.last_mut() else {
+            continue;
+        };
+        let words = hex.split_once(':').map_or("", |(_, w)| w);
+        for word in words.split_whitespace() {
+            for i in (0..word.len()).step_by(2) {
+                current.push(u8::from_str_radix(&word[i..i + 2], 16).unwrap());
+            }
+        }
+    }
+    // The outer header (40), the ICMPv6 header (8), then the quoted
+    // header's destination (24 bytes in).
+    packets
+        .iter()
+        .filter_map(|p| <[u8; 16]>::try_from(p.get(72..88)?).ok())
+        .map(std::net::Ipv6Addr::from)
+        .collect()
 }
 
 /// The client's source ports for this test: few, so that a spoofer can
