@@ -8,8 +8,9 @@
 //!                                   +--eth0-- pod 10.244.1.5: iperf3 :5201, echo :7007
 //! ```
 //!
-//! The same links carry IPv6 (client fd00:2::2, node fd00:2::1, pod
-//! fd00:244:1::5 behind fd00:244:1::1), and the servers listen on both.
+//! The same links carry IPv6 (client fd00:2::2, node fd00:2::1 owning
+//! fd00:198::10 on lo, pod fd00:244:1::5 behind fd00:244:1::1), and the
+//! servers listen on both.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -74,6 +75,14 @@ impl Target {
             ip: EXTERNAL_IP.into(),
             iperf_port: IPERF_FRONTEND_PORT,
             echo_port: ECHO_FRONTEND_PORT,
+        }
+    }
+
+    /// The frontend ports on the SSH IP's IPv6 twin.
+    pub fn frontend6() -> Self {
+        Self {
+            ip: topology::EXTERNAL_IP6.into(),
+            ..Self::frontend()
         }
     }
 }

@@ -177,6 +177,7 @@ fn path_list(services: &[usize], ipvs: bool) -> Vec<Path> {
         Path::SshFwd(Attach::Tc, PodIfaces::Off),
         Path::SshFwd(Attach::XdpGeneric, PodIfaces::Auto),
         Path::SshFwd(Attach::Xdp, PodIfaces::Auto),
+        Path::SshFwd6(Attach::Tc),
     ];
     all.extend(services.iter().map(|&n| Path::Iptables(n)));
     all.extend(services.iter().map(|&n| Path::Nftables(n)));

@@ -47,6 +47,8 @@ pub enum Path {
     /// The same over IPv6, to the pod's IPv6 address.
     Routing6,
     SshFwd(Attach, PodIfaces),
+    /// ssh-fwd with an IPv6 frontend to the pod's IPv6 address.
+    SshFwd6(Attach),
     /// kube-proxy iptables mode with N Services.
     Iptables(usize),
     /// kube-proxy nftables mode with N Services.
@@ -64,6 +66,7 @@ impl Path {
             Path::Routing6 => "plain routing, IPv6".into(),
             Path::SshFwd(a, PodIfaces::Auto) => format!("ssh-fwd {}", a.arg()),
             Path::SshFwd(a, PodIfaces::Off) => format!("ssh-fwd {}, pod-ifaces off", a.arg()),
+            Path::SshFwd6(a) => format!("ssh-fwd {}, IPv6", a.arg()),
             Path::Iptables(n) => format!("iptables, {n} Services"),
             Path::Nftables(n) => format!("nftables, {n} Services"),
             Path::Ipvs(n) => format!("IPVS, {n} Services"),
@@ -75,6 +78,7 @@ impl Path {
         match self {
             Path::Routing => Target::pod(),
             Path::Routing6 => Target::pod6(),
+            Path::SshFwd6(_) => Target::frontend6(),
             _ => Target::frontend(),
         }
     }
@@ -129,7 +133,16 @@ pub fn install(path: Path, bed: &Bed) -> anyhow::Result<Installed> {
     let node = &bed.node;
     match path {
         Path::Routing | Path::Routing6 => Ok(Installed::Nothing),
-        Path::SshFwd(attach, pod_ifaces) => ssh_fwd(node, attach, pod_ifaces),
+        Path::SshFwd(attach, pod_ifaces) => {
+            ssh_fwd(node, attach, pod_ifaces, Target::frontend(), Target::pod())
+        }
+        Path::SshFwd6(attach) => ssh_fwd(
+            node,
+            attach,
+            PodIfaces::Auto,
+            Target::frontend6(),
+            Target::pod6(),
+        ),
         Path::Iptables(n) => {
             restore(node, "iptables-restore", &[], &kube_rules::iptables(n))?;
             Ok(Installed::Nothing)
@@ -165,19 +178,19 @@ pub fn install(path: Path, bed: &Bed) -> anyhow::Result<Installed> {
     }
 }
 
-/// The release agent in static-file mode with the two benchmark mappings.
-fn ssh_fwd(node: &NetNs, attach: Attach, pod_ifaces: PodIfaces) -> anyhow::Result<Installed> {
+/// The release agent in static-file mode with the two benchmark mappings,
+/// `from`'s ports to `to`'s.
+fn ssh_fwd(
+    node: &NetNs,
+    attach: Attach,
+    pod_ifaces: PodIfaces,
+    from: Target,
+    to: Target,
+) -> anyhow::Result<Installed> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("mappings.yaml");
-    let (from, to) = (Target::frontend(), Target::pod());
-    let iperf = (
-        format!("{}:{}", from.ip, from.iperf_port),
-        format!("{}:{}", to.ip, to.iperf_port),
-    );
-    let echo = (
-        format!("{}:{}", from.ip, from.echo_port),
-        format!("{}:{}", to.ip, to.echo_port),
-    );
+    let iperf = (from.socket(from.iperf_port), to.socket(to.iperf_port));
+    let echo = (from.socket(from.echo_port), to.socket(to.echo_port));
     write_mappings(
         &file,
         &[
