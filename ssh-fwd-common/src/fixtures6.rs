@@ -303,3 +303,50 @@ fn ethernet(packet: &[u8]) -> Vec<u8> {
     out.extend_from_slice(packet);
     out
 }
+
+/// A neighbour solicitation from `src` (`mac`) for `target`, to the
+/// target's solicited-node multicast address, hop limit 255, with the
+/// source link-layer address option or without (a unicast probe may omit
+/// it); checksum summed from scratch.
+pub fn neighbour_solicitation(mac: [u8; 6], src: Ipv6Addr, target: Ipv6Addr, lla: bool) -> Vec<u8> {
+    let mut icmp = vec![135, 0, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&target.octets());
+    if lla {
+        icmp.extend_from_slice(&[1, 1]);
+        icmp.extend_from_slice(&mac);
+    }
+    let mut dst = [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0, 0, 0];
+    dst[13..].copy_from_slice(&target.octets()[13..]);
+    ndp_frame(mac, src, Ipv6Addr::from(dst), icmp)
+}
+
+/// An unsolicited neighbour advertisement from `mac` for `target`, to all
+/// nodes, overriding, with the target link-layer address option.
+pub fn neighbour_advert(mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
+    let mut icmp = vec![136, 0, 0, 0, 0x20, 0, 0, 0];
+    icmp.extend_from_slice(&target.octets());
+    icmp.extend_from_slice(&[2, 1]);
+    icmp.extend_from_slice(&mac);
+    ndp_frame(
+        mac,
+        target,
+        "ff02::1".parse().unwrap_or(Ipv6Addr::UNSPECIFIED),
+        icmp,
+    )
+}
+
+fn ndp_frame(mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, mut icmp: Vec<u8>) -> Vec<u8> {
+    let check = checksum_with_pseudo_header(src, dst, NEXTHDR_ICMPV6, &icmp);
+    icmp[2..4].copy_from_slice(&check.to_ne_bytes());
+    let mut frame = ethernet(&ipv6_packet(src, dst, NEXTHDR_ICMPV6, 255, &icmp));
+    frame[..6].copy_from_slice(&[
+        0x33,
+        0x33,
+        dst.octets()[12],
+        dst.octets()[13],
+        dst.octets()[14],
+        dst.octets()[15],
+    ]);
+    frame[6..12].copy_from_slice(&mac);
+    frame
+}

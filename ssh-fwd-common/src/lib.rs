@@ -29,6 +29,7 @@ pub mod icmp;
 pub mod ipopt;
 pub mod ipv6;
 pub mod maps;
+pub mod ndp;
 pub mod outcome;
 pub mod packet;
 pub mod reset;

@@ -200,8 +200,17 @@ pub const ALLOWLIST6: &str = "ALLOWLIST6";
 pub const SYN_BUCKETS6: &str = "SYN_BUCKETS6";
 pub const CONN_STATS6: &str = "CONN_STATS6";
 
+/// `(interface, IPv6 SSH IP)` -> the MAC to answer neighbour
+/// solicitations for it with ([`Announce`]): [`ANNOUNCE`] for IPv6, of its
+/// capacity. Written by the agent, read by the ingress programs on every
+/// solicitation and advertisement.
+pub const ANNOUNCE6: &str = "ANNOUNCE6";
+/// IPv6 SSH IP -> the last other MAC heard advertising it ([`Heard`]):
+/// [`ARP_HEARD`] for IPv6. Written by the ingress programs.
+pub const NDP_HEARD: &str = "NDP_HEARD";
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 36] = [
+pub const ALL_MAPS: [&str; 38] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -238,6 +247,8 @@ pub const ALL_MAPS: [&str; 36] = [
     SYN_BUCKETS6,
     CONN_STATS6,
     HAIRPIN_SOCKS6,
+    ANNOUNCE6,
+    NDP_HEARD,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

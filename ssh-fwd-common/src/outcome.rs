@@ -198,6 +198,16 @@ pub enum Outcome {
     /// is a waypoint), No Next Header, more than four extension headers
     /// or more than 256 bytes of them. Passed untouched.
     PassIpv6Extensions = 58,
+    /// `--announce l2`: a neighbour solicitation for an IPv6 SSH IP this
+    /// node announces on the interface it came in by was answered (the
+    /// advertisement written over it and sent back out there).
+    NdpAnswered = 59,
+    /// `--announce l2`: another MAC advertised an IPv6 SSH IP this node
+    /// announces. Recorded in `NDP_HEARD`.
+    NdpHeard = 60,
+    /// `--announce l2`: a solicitation this node should answer could not
+    /// be (a VLAN tag the device took off, a helper failed): passed on.
+    NdpFailed = 61,
 }
 
 /// How an operator should read an outcome's counter.
@@ -244,7 +254,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 59;
+    pub const COUNT: u32 = 62;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -306,6 +316,9 @@ impl Outcome {
         Self::HandshakeAnswered,
         Self::Draining,
         Self::PassIpv6Extensions,
+        Self::NdpAnswered,
+        Self::NdpHeard,
+        Self::NdpFailed,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -330,7 +343,8 @@ impl Outcome {
             | Self::OptionAdded
             | Self::LegacyReply
             | Self::BigTcp
-            | Self::ArpAnswered => Class::Forwarded,
+            | Self::ArpAnswered
+            | Self::NdpAnswered => Class::Forwarded,
             Self::PassNotIp
             | Self::PassNotTcp
             | Self::PassFragment
@@ -378,7 +392,9 @@ impl Outcome {
             | Self::EventsLost
             | Self::EventsThrottled
             | Self::ArpHeard
-            | Self::ArpFailed => Class::Problem,
+            | Self::ArpFailed
+            | Self::NdpHeard
+            | Self::NdpFailed => Class::Problem,
         }
     }
 
@@ -444,6 +460,9 @@ impl Outcome {
             Self::ArpFailed => "arp_failed",
             Self::HandshakeAnswered => "handshake_answered",
             Self::PassIpv6Extensions => "ipv6_extensions",
+            Self::NdpAnswered => "ndp_answered",
+            Self::NdpHeard => "ndp_heard",
+            Self::NdpFailed => "ndp_failed",
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::{
     counters::{Direction, count, count_mapping},
     family::Family,
     forward::{Routed, Sent, iface_flags, send},
-    guard, icmp, icmp6,
+    guard, icmp, icmp6, ndp,
     packet::{Headers, Transport, ethertype},
     reset,
     skb::{Field, Rewrite, parse, parse6},
@@ -50,6 +50,9 @@ enum Verdict<A: Family = u32> {
 #[classifier]
 pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
     if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        if ndp::is_ndp(&ctx) {
+            return ndp::tc(ctx);
+        }
         ipv6(&ctx)
     } else {
         ipv4(&ctx)
@@ -58,7 +61,8 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
 
 /// Each family in a function of its own: a BPF-to-BPF call with its own
 /// stack frame, so that the two paths' frames need not fit in one (the
-/// verifier allows 512 bytes for a call chain). ARP goes with IPv4.
+/// verifier allows 512 bytes for a call chain). ARP goes with IPv4;
+/// neighbour discovery has a function of its own (`crate::ndp`).
 #[inline(never)]
 fn ipv4(ctx: &TcContext) -> i32 {
     if let Some(action) = arp::tc(ctx) {

@@ -24,6 +24,7 @@ use crate::{
     family::Family,
     guard, icmp, icmp6,
     maps::{FRONTENDS, REVERSE},
+    ndp,
     packet::{Headers, Transport, ethertype, parse, parse6, put_addr, put_addr6, put_word, word},
     partial::{self, Field},
     reset,
@@ -32,6 +33,9 @@ use crate::{
 #[xdp]
 pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
     if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+        if ndp::is_ndp(&ctx) {
+            return ndp::xdp(ctx);
+        }
         ipv6(&ctx)
     } else {
         ipv4(&ctx)
@@ -40,7 +44,8 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
 
 /// Each family in a function of its own: a BPF-to-BPF call with its own
 /// stack frame, so that the two paths' frames need not fit in one (the
-/// verifier allows 512 bytes for a call chain). ARP goes with IPv4.
+/// verifier allows 512 bytes for a call chain). ARP goes with IPv4;
+/// neighbour discovery has a function of its own (`crate::ndp`).
 #[inline(never)]
 fn ipv4(ctx: &XdpContext) -> u32 {
     if let Some(action) = arp::xdp(ctx) {

@@ -38,6 +38,7 @@ mod ingress_xdp;
 mod ipopt;
 mod maps;
 mod mss;
+mod ndp;
 mod packet;
 mod partial;
 mod reply_tc;

@@ -10,12 +10,12 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     maps::{
         ANNOUNCE_CAPACITY, Addr6, AgentStatus, AllowData, AllowData6, Announce, AnnounceKey,
-        Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, Claim6, ClaimKey, ClaimKey6, Conn, Conn6,
-        ConnKey, ConnKey6, ConnStats, Endpoint, Endpoint6, Guard, HALF_OPEN_CAPACITY, HalfOpen,
-        HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY, LoadedSettings,
-        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters, MappingCounters,
-        MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
-        SYN_BUCKET_CAPACITY,
+        AnnounceKey6, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, Claim6, ClaimKey, ClaimKey6,
+        Conn, Conn6, ConnKey, ConnKey6, ConnStats, Endpoint, Endpoint6, Guard, HALF_OPEN_CAPACITY,
+        HalfOpen, HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY,
+        LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters,
+        MappingCounters, MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget,
+        SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -208,3 +208,12 @@ pub static CONN_STATS6: HashMap<ConnKey6, ConnStats> = HashMap::pinned(CONN_CAPA
 /// other state. Not pinned: nothing in it outlives a program run.
 #[map(name = "CONN_COPY6")]
 pub static CONN_COPY6: PerCpuArray<Conn6> = PerCpuArray::with_max_entries(1, 0);
+
+/// `(interface, IPv6 SSH IP)` -> the MAC neighbour solicitations for it
+/// are answered with (`--announce l2`). Written by the agent.
+#[map(name = "ANNOUNCE6")]
+pub static ANNOUNCE6: HashMap<AnnounceKey6, Announce> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// IPv6 SSH IP -> the last other MAC heard advertising it, and when.
+#[map(name = "NDP_HEARD")]
+pub static NDP_HEARD: HashMap<Addr6, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);

@@ -4,7 +4,9 @@
 //! [`ARP_HEARD`](super::ARP_HEARD) (another MAC heard claiming one of
 //! them).
 
-use core::net::Ipv4Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use super::Addr6;
 
 /// Key of [`ANNOUNCE`](super::ANNOUNCE): an SSH IP on one external
 /// interface.
@@ -28,6 +30,29 @@ impl AnnounceKey {
     pub const fn ip(&self) -> Ipv4Addr {
         let [a, b, c, d] = self.addr.to_ne_bytes();
         Ipv4Addr::new(a, b, c, d)
+    }
+}
+
+/// Key of [`ANNOUNCE6`](super::ANNOUNCE6): an IPv6 SSH IP on one
+/// external interface.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AnnounceKey6 {
+    /// The interface the solicitation arrives on (host order).
+    pub ifindex: u32,
+    pub addr: Addr6,
+}
+
+impl AnnounceKey6 {
+    pub const fn new(ifindex: u32, ip: Ipv6Addr) -> Self {
+        Self {
+            ifindex,
+            addr: Addr6::new(ip),
+        }
+    }
+
+    pub const fn ip(&self) -> Ipv6Addr {
+        self.addr.ip()
     }
 }
 
@@ -64,6 +89,7 @@ pub struct Heard {
 }
 
 const _: () = assert!(size_of::<AnnounceKey>() == 8);
+const _: () = assert!(size_of::<AnnounceKey6>() == 20);
 const _: () = assert!(size_of::<Announce>() == 16);
 const _: () = assert!(size_of::<Heard>() == 16);
 
@@ -73,6 +99,8 @@ mod pod {
     // SAFETY: #[repr(C)] structs of integers and byte arrays, the padding
     // explicit (checked by the size assertions): every bit pattern is valid.
     unsafe impl aya::Pod for AnnounceKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for AnnounceKey6 {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Announce {}
     // SAFETY: as above.

@@ -261,6 +261,7 @@ mod conntrack;
 mod guard;
 mod icmp;
 mod ipv6;
+mod ndp;
 mod option;
 mod partial;
 mod redirect;
@@ -484,7 +485,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 36] = [
+    let expect: [(&str, u32, usize, usize); 38] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -661,6 +662,18 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::HAIRPIN_SOCKS_CAPACITY,
             8,
             size_of::<maps::HairpinSock6>(),
+        ),
+        (
+            maps::ANNOUNCE6,
+            maps::ANNOUNCE_CAPACITY,
+            size_of::<maps::AnnounceKey6>(),
+            size_of::<maps::Announce>(),
+        ),
+        (
+            maps::NDP_HEARD,
+            maps::ANNOUNCE_CAPACITY,
+            size_of::<maps::Addr6>(),
+            size_of::<maps::Heard>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);
