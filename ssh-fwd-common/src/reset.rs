@@ -4,10 +4,13 @@
 //! from scratch. The kernel programs write these 40 bytes over the
 //! segment's IPv4 and TCP headers, swap the MAC addresses and cut the frame
 //! to [`RESET_FRAME_LEN`]: the answer is never larger than what it answers.
+//! An IPv6 segment gets [`headers6`], 60 bytes over its IPv6 and TCP
+//! headers, cut to [`RESET6_FRAME_LEN`].
 
 use crate::{
     csum,
-    maps::Endpoint,
+    ipv6::{IPV6_HLEN, NEXTHDR_TCP, pseudo_seed6},
+    maps::{Endpoint, Endpoint6},
     packet::{ETH_HLEN, IPPROTO_TCP, IPV4_CHECK_OFF, IPV4_MIN_LEN, TCP_CHECK_OFF, TCP_MIN_LEN},
     tcp::{Segment, TCP_ACK, TCP_RST},
 };
@@ -17,7 +20,14 @@ use crate::{
 pub const RESET_HEADERS_LEN: usize = IPV4_MIN_LEN + TCP_MIN_LEN;
 /// A reset's whole frame: Ethernet, IPv4, TCP.
 pub const RESET_FRAME_LEN: usize = ETH_HLEN + RESET_HEADERS_LEN;
-/// The TTL a reset leaves with, as a host's own packet would.
+/// The IPv6 and TCP headers of a reset: no extension headers, no TCP
+/// options, no payload.
+pub const RESET6_HEADERS_LEN: usize = IPV6_HLEN + TCP_MIN_LEN;
+/// An IPv6 reset's whole frame: Ethernet, IPv6, TCP.
+pub const RESET6_FRAME_LEN: usize = ETH_HLEN + RESET6_HEADERS_LEN;
+
+/// The TTL (or hop limit) a reset leaves with, as a host's own packet
+/// would.
 pub const RESET_TTL: u8 = 64;
 
 /// The sequence fields and flags of a reset.
@@ -91,6 +101,43 @@ pub const fn pseudo_seed(from: Endpoint, to: Endpoint) -> u16 {
 /// The raw 16-bit words of `h[start..start + len]`, summed (no fold: at
 /// most 10 words, far from overflow). A fixed count the verifier sees
 /// unrolled.
+/// [`headers`] for IPv6: the IPv6 header (no flow label, hop limit
+/// [`RESET_TTL`]) and the TCP header with its checksum over the IPv6
+/// pseudo-header.
+#[inline(always)]
+pub fn headers6(from: Endpoint6, to: Endpoint6, reset: Reset) -> [u8; RESET6_HEADERS_LEN] {
+    let mut h = [0u8; RESET6_HEADERS_LEN];
+    h[0] = 0x60;
+    h[4..6].copy_from_slice(&(TCP_MIN_LEN as u16).to_be_bytes());
+    h[6] = NEXTHDR_TCP;
+    h[7] = RESET_TTL;
+    h[8..24].copy_from_slice(&from.addr.octets());
+    h[24..40].copy_from_slice(&to.addr.octets());
+    let t = IPV6_HLEN;
+    h[t..t + 2].copy_from_slice(&from.port.to_ne_bytes());
+    h[t + 2..t + 4].copy_from_slice(&to.port.to_ne_bytes());
+    h[t + 4..t + 8].copy_from_slice(&reset.seq.to_be_bytes());
+    h[t + 8..t + 12].copy_from_slice(&reset.ack.to_be_bytes());
+    h[t + 12] = ((TCP_MIN_LEN / 4) as u8) << 4;
+    h[t + 13] = reset.flags;
+    let mut sum = pseudo_seed6_reset(from, to) as u32;
+    let mut i = 0;
+    while i < TCP_MIN_LEN {
+        sum += u16::from_ne_bytes([h[t + i], h[t + i + 1]]) as u32;
+        i += 2;
+    }
+    let tcp_check = !csum::fold(sum);
+    h[t + TCP_CHECK_OFF..t + TCP_CHECK_OFF + 2].copy_from_slice(&tcp_check.to_ne_bytes());
+    h
+}
+
+/// The pseudo-header sum of an IPv6 reset: what its checksum field holds
+/// when a device is to complete it.
+#[inline(always)]
+pub const fn pseudo_seed6_reset(from: Endpoint6, to: Endpoint6) -> u16 {
+    pseudo_seed6(from.addr, to.addr, TCP_MIN_LEN as u16)
+}
+
 #[inline(always)]
 fn sum_words(h: &[u8; RESET_HEADERS_LEN], start: usize, len: usize) -> u32 {
     let mut sum = 0u32;
@@ -198,6 +245,57 @@ mod tests {
             assert_eq!(tcp[14..16], [0, 0], "window");
             assert_eq!(tcp[18..20], [0, 0], "urgent pointer");
         }
+    }
+
+    #[test]
+    fn ipv6_headers_swap_the_ends_and_carry_a_valid_checksum_for_random_segments() {
+        use crate::fixtures6::pseudo_header;
+        use core::net::Ipv6Addr;
+        let mut rng = StdRng::seed_from_u64(0x5eed6);
+        for _ in 0..10_000 {
+            let from = Endpoint6::new6(Ipv6Addr::from(rng.random::<u128>()), rng.random());
+            let to = Endpoint6::new6(Ipv6Addr::from(rng.random::<u128>()), rng.random());
+            let seg = segment(
+                rng.random::<u8>() & !TCP_RST,
+                rng.random(),
+                rng.random(),
+                rng.random_range(0..1500),
+            );
+            let reset = reset_for(&seg).unwrap();
+            let h = headers6(from, to, reset);
+            let (ip, tcp) = h.split_at(IPV6_HLEN);
+            let mut all =
+                pseudo_header(from.ip6(), to.ip6(), NEXTHDR_TCP, TCP_MIN_LEN as u32).to_vec();
+            all.extend_from_slice(tcp);
+            assert_eq!(verify(&all), 0, "TCP checksum with the IPv6 pseudo-header");
+            assert_eq!(&ip[..8], &[0x60, 0, 0, 0, 0, 20, NEXTHDR_TCP, RESET_TTL]);
+            assert_eq!(ip[8..24], from.ip6().octets());
+            assert_eq!(ip[24..40], to.ip6().octets());
+            assert_eq!(u16::from_be_bytes([tcp[0], tcp[1]]), from.port());
+            assert_eq!(u16::from_be_bytes([tcp[2], tcp[3]]), to.port());
+            assert_eq!(u32::from_be_bytes(tcp[4..8].try_into().unwrap()), reset.seq);
+            assert_eq!((tcp[12], tcp[13]), (0x50, reset.flags));
+        }
+        // A field holding only the pseudo-header sum completes to it.
+        let reset = reset_for(&segment(TCP_SYN, 42, 0, 0)).unwrap();
+        let from = Endpoint6::new6("2001:db8::10".parse().unwrap(), 8022);
+        let to = Endpoint6::new6("2001:db8:1::2".parse().unwrap(), 40_000);
+        let h = headers6(from, to, reset);
+        let mut partial = h;
+        partial[IPV6_HLEN + TCP_CHECK_OFF..IPV6_HLEN + TCP_CHECK_OFF + 2]
+            .copy_from_slice(&pseudo_seed6_reset(from, to).to_ne_bytes());
+        let mut sum = 0u32;
+        for pair in partial[IPV6_HLEN..].chunks(2) {
+            sum += u32::from(u16::from_ne_bytes([pair[0], pair[1]]));
+        }
+        assert_eq!(
+            !csum::fold(sum),
+            u16::from_ne_bytes([
+                h[IPV6_HLEN + TCP_CHECK_OFF],
+                h[IPV6_HLEN + TCP_CHECK_OFF + 1]
+            ]),
+            "completing the pseudo-header sum over the segment gives the checksum"
+        );
     }
 
     #[test]

@@ -45,6 +45,9 @@ enum Verdict<A: Family = u32> {
     Drop(Outcome),
     /// Answered by the guard (a RST on its way back out): the action.
     Answer(i32),
+    /// IPv6, to be answered with a RST by the entry point
+    /// (`reset::PENDING_TC`).
+    AnswerLater,
 }
 
 #[classifier]
@@ -53,7 +56,10 @@ pub fn ssh_fwd_ingress_tc(ctx: TcContext) -> i32 {
         if ndp::is_ndp(&ctx) {
             return ndp::tc(ctx);
         }
-        ipv6(&ctx)
+        match ipv6(&ctx) {
+            reset::PENDING_TC => reset::tc6(ctx),
+            action => action,
+        }
     } else {
         ipv4(&ctx)
     }
@@ -107,6 +113,7 @@ fn act<A: Family + Routed>(ctx: &TcContext, verdict: Verdict<A>) -> i32 {
             TC_ACT_SHOT
         }
         Verdict::Answer(action) => action,
+        Verdict::AnswerLater => reset::PENDING_TC,
     }
 }
 
@@ -219,6 +226,10 @@ impl Denied for u32 {
 impl Denied for Addr6 {
     #[inline(always)]
     fn denied(_: &TcContext, h: &Headers<Addr6>, outcome: Outcome) -> Verdict<Addr6> {
-        Verdict::Drop(reset::unanswered6(h, outcome))
+        if reset::wanted6(h, outcome) {
+            Verdict::AnswerLater
+        } else {
+            Verdict::Drop(outcome)
+        }
     }
 }

@@ -36,7 +36,10 @@ pub fn ssh_fwd_ingress_xdp(ctx: XdpContext) -> u32 {
         if ndp::is_ndp(&ctx) {
             return ndp::xdp(ctx);
         }
-        ipv6(&ctx)
+        match ipv6(&ctx) {
+            reset::PENDING_XDP => reset::xdp6(ctx),
+            action => action,
+        }
     } else {
         ipv4(&ctx)
     }
@@ -61,7 +64,10 @@ fn ipv4(ctx: &XdpContext) -> u32 {
 #[inline(never)]
 fn ipv6(ctx: &XdpContext) -> u32 {
     let outcome = match parse6(ctx) {
-        Some(Ok(h)) if h.transport == Transport::Tcp => tcp6(ctx, &h),
+        Some(Ok(h)) if h.transport == Transport::Tcp => match tcp6(ctx, &h) {
+            Outcome::Denied if reset::wanted6(&h, Outcome::Denied) => return reset::PENDING_XDP,
+            outcome => outcome,
+        },
         // Errors about forwarded connections are translated (and counted
         // as such), and the stack routes them; the rest of ICMPv6
         // (neighbour discovery among it) is the stack's.
@@ -158,7 +164,7 @@ fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
 }
 
 /// [`tcp`] for IPv6: no segment from another node to learn from (the
-/// frontend option is IPv4's), and no RST to answer a denied one with.
+/// frontend option is IPv4's).
 #[inline(always)]
 fn tcp6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
     let frontend = h.destination;
@@ -166,8 +172,10 @@ fn tcp6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
     let Some(target) = (unsafe { Addr6::frontends().get(frontend) }).copied() else {
         return Outcome::PassNoFrontend;
     };
+    // A denied segment `--deny-action reset` answers is the entry
+    // point's (`ipv6`).
     if let Err(outcome) = guard::check(h, &target) {
-        return reset::unanswered6(h, outcome);
+        return outcome;
     }
     if ttl_expires(h.ttl) {
         return Outcome::TtlExpired;

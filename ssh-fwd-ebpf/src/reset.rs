@@ -4,22 +4,29 @@
 //! frame cut to 54 bytes) and sent back out where it came in: `XDP_TX`, or
 //! in tc a redirect to the arrival interface's egress. The segment never
 //! reaches the pod. Only [`Outcome::Denied`] is answered, never a RST; a
-//! segment that cannot be answered is dropped ([`Outcome::ResetFailed`]),
-//! and so is every IPv6 one for now.
+//! segment that cannot be answered is dropped ([`Outcome::ResetFailed`]).
+//! An IPv6 segment gets its RST from [`xdp6`] and [`tc6`], called by the
+//! entry points once the IPv6 path said so.
 
 use aya_ebpf::{
-    bindings::BPF_F_RECOMPUTE_CSUM,
+    bindings::{BPF_F_RECOMPUTE_CSUM, TC_ACT_SHOT, xdp_action},
     helpers::{bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
+    ipv6::IPV6_HLEN,
     maps::{Addr, Addr6},
     outcome::Outcome,
     packet::{ETH_HLEN, IPV4_MIN_LEN, TCP_CHECK_OFF},
-    reset::{self, RESET_FRAME_LEN, Reset, reset_for},
+    reset::{self, RESET_FRAME_LEN, RESET6_FRAME_LEN, Reset, reset_for},
 };
 
-use crate::{config::deny_reset, counters::count, packet::Headers, skb::bytes_at};
+use crate::{
+    config::deny_reset,
+    counters::count,
+    packet::{Headers, parse6},
+    skb::{self, bytes_at},
+};
 
 /// XDP: [`Outcome::DeniedReset`] when the frame now holds the RST (send it
 /// with `XDP_TX`); any other outcome: drop it, counted as that.
@@ -51,17 +58,99 @@ pub fn tc(ctx: &TcContext, h: &Headers, outcome: Outcome) -> Result<i32, Outcome
     Ok(unsafe { bpf_redirect(ifindex, 0) } as i32)
 }
 
-/// IPv6, in XDP or tc: no RST is written for it yet, so a denied segment
-/// that `--deny-action reset` would answer is dropped as
-/// [`Outcome::ResetFailed`] (counted as denied too, as any RST that could
-/// not be sent); any other outcome is returned to be counted.
+/// IPv6: whether a segment dropped as `outcome` is to be answered. The
+/// IPv6 path has no stack room for the RST's headers, so it returns
+/// [`PENDING_TC`] or [`PENDING_XDP`] and the entry point calls [`tc6`] or
+/// [`xdp6`], whose frames are their own.
 #[inline(always)]
-pub fn unanswered6(h: &Headers<Addr6>, outcome: Outcome) -> Outcome {
-    if wanted(h, outcome).is_none() {
-        return outcome;
-    }
+pub fn wanted6(h: &Headers<Addr6>, outcome: Outcome) -> bool {
+    wanted(h, outcome).is_some()
+}
+
+/// What the IPv6 path returns to say "answer it with a RST": no tc action
+/// or XDP verdict has these values.
+pub const PENDING_TC: i32 = i32::MIN;
+pub const PENDING_XDP: u32 = u32::MAX;
+
+/// XDP, IPv6: the denied segment answered (`XDP_TX`, counted
+/// `denied_reset`), or dropped (`reset_failed`); both counted as denied.
+#[inline(never)]
+pub fn xdp6(ctx: XdpContext) -> u32 {
     count(Outcome::Denied);
-    Outcome::ResetFailed
+    if rewrite_xdp6(&ctx).is_some() {
+        count(Outcome::DeniedReset);
+        return xdp_action::XDP_TX;
+    }
+    count(Outcome::ResetFailed);
+    xdp_action::XDP_DROP
+}
+
+#[inline(always)]
+fn rewrite_xdp6(ctx: &XdpContext) -> Option<()> {
+    let h = parse6(ctx)?.ok()?;
+    let headers = reset::headers6(h.destination, h.source, reset_for(&h.seg)?);
+    let len = (ctx.data_end() - ctx.data()) as i32;
+    // SAFETY: a helper on the live context; the parser found at least the
+    // 74 bytes kept.
+    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, RESET6_FRAME_LEN as i32 - len) } != 0 {
+        return None;
+    }
+    let frame = bytes_at::<XdpContext, RESET6_FRAME_LEN>(ctx, 0)?;
+    // SAFETY: every access stays inside the range bytes_at checked.
+    unsafe {
+        swap_macs(frame);
+        core::ptr::copy_nonoverlapping(headers.as_ptr(), frame.add(ETH_HLEN), headers.len());
+    }
+    Some(())
+}
+
+/// tc, IPv6: the denied segment answered (a redirect back out of the
+/// arrival interface, counted `denied_reset`), or dropped
+/// (`reset_failed`); both counted as denied. As [`rewrite_tc`] for IPv4;
+/// a segment whose checksum a device is still to complete must have its
+/// TCP header where the RST's goes, so one behind extension headers is
+/// not answered.
+#[inline(never)]
+pub fn tc6(ctx: TcContext) -> i32 {
+    count(Outcome::Denied);
+    // SAFETY: the context pointer is the live skb of this program run.
+    let ifindex = unsafe { (*ctx.skb.skb).ifindex };
+    if rewrite_tc6(&ctx).is_none() {
+        count(Outcome::ResetFailed);
+        return TC_ACT_SHOT;
+    }
+    count(Outcome::DeniedReset);
+    // SAFETY: a helper call with plain integer arguments.
+    unsafe { bpf_redirect(ifindex, 0) as i32 }
+}
+
+#[inline(always)]
+fn rewrite_tc6(ctx: &TcContext) -> Option<()> {
+    // SAFETY: the context pointer is the live skb of this program run.
+    if unsafe { (*ctx.skb.skb).vlan_present } != 0 {
+        return None;
+    }
+    let h = skb::parse6(ctx).ok()?;
+    let mut headers = reset::headers6(h.destination, h.source, reset_for(&h.seg)?);
+    if checksum_partial(ctx, h.l4())? {
+        if h.ip_len != IPV6_HLEN {
+            return None;
+        }
+        let seed = reset::pseudo_seed6_reset(h.destination, h.source).to_ne_bytes();
+        headers[IPV6_HLEN + TCP_CHECK_OFF] = seed[0];
+        headers[IPV6_HLEN + TCP_CHECK_OFF + 1] = seed[1];
+    }
+    // SAFETY: a helper on the live skb.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, RESET6_FRAME_LEN as u32, 0) } != 0 {
+        return None;
+    }
+    ctx.store(ETH_HLEN, &headers, BPF_F_RECOMPUTE_CSUM as u64)
+        .ok()?;
+    let frame = bytes_at::<TcContext, ETH_HLEN>(ctx, 0)?;
+    // SAFETY: inside the range bytes_at checked; the helpers above made the
+    // skb writable.
+    unsafe { swap_macs(frame) };
+    Some(())
 }
 
 /// The RST to send for a segment dropped as `outcome`, if one is sent.

@@ -482,3 +482,88 @@ fn an_icmpv6_error_about_a_request_leaves_naming_the_frontend() {
     );
     assert_eq!(delta(&before, &counters(&l)), vec![("icmp_translated", 1)]);
 }
+
+/// The IPv6 job admitting only `2001:db8:1::/48` (the client's), loaded
+/// with `settings`.
+fn guarded6(settings: ssh_fwd::datapath::object::Settings) -> Loaded {
+    use ssh_fwd::mapping::{
+        Mapping, MappingSet,
+        guard::{Allow, Guard, Limit},
+    };
+    let mut l = super::load_with(&[], settings);
+    let guard = Guard {
+        allow: Allow::Only(["2001:db8:1::/48".parse().expect("range")].into()),
+        limit: Limit::Off,
+        enforce_established: false,
+        draining: false,
+    };
+    let set = MappingSet::from_unique([Mapping {
+        name: "job6".into(),
+        frontend: "[2001:db8:f::10]:8022".parse().expect("frontend"),
+        backend: "[fd00:10:244:1::5]:22".parse().expect("backend"),
+        guard,
+    }]);
+    super::install(&mut l.maps, &set);
+    l
+}
+
+/// A stranger outside the allowlist, in another /48.
+const STRANGER: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x99, 0, 0, 0, 0, 9);
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_ipv6_source_outside_the_allowlist_is_denied_and_answered_with_a_reset() {
+    use ssh_fwd::datapath::object::{DenyAction, Settings};
+    use ssh_fwd_common::reset::{RESET_TTL, RESET6_FRAME_LEN};
+    privilege::require();
+    each_ingress(|ingress| {
+        // Dropped by default; the client inside the list is translated.
+        let l = guarded6(Settings::default());
+        let stranger = Frame6 {
+            src: STRANGER,
+            ..request(TCP_SYN, CLIENT_ISN, 0, 0)
+        }
+        .build();
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &stranger);
+        assert_eq!(verdict, ingress.dropped(), "{ingress:?}");
+        assert_eq!(delta(&before, &counters(&l)), vec![("denied", 1)]);
+        let allowed = request(TCP_SYN, CLIENT_ISN, 0, 0).build();
+        let (_, out) = ingress.run(&l, &allowed);
+        assert_eq!(out, rewritten(&allowed, Side::Destination, backend()));
+
+        // With `--deny-action reset`: the RST from the frontend.
+        let l = guarded6(Settings {
+            deny_action: DenyAction::Reset,
+            ..Settings::default()
+        });
+        let before = counters(&l);
+        let (verdict, out) = ingress.run(&l, &stranger);
+        let answered = match ingress {
+            Ingress::Tc => super::TC_ACT_REDIRECT,
+            Ingress::Xdp => 3,
+        };
+        assert_eq!(verdict, answered, "{ingress:?}: sent back");
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("denied", 1), ("denied_reset", 1)]
+        );
+        assert_eq!(out.len(), RESET6_FRAME_LEN, "Ethernet, IPv6 and TCP only");
+        assert_eq!(out[..6], stranger[6..12], "to the sender's MAC");
+        assert!(
+            tcp_checksum_verifies(&out),
+            "the checksum verifies from scratch"
+        );
+        assert_eq!(out[ETH_HLEN + 7], RESET_TTL);
+        let tcp = ipv6::classify(&out).expect("a TCP frame");
+        assert_eq!(ipv6::endpoint(&out, tcp, Side::Source), frontend());
+        let to = ipv6::endpoint(&out, tcp, Side::Destination);
+        assert_eq!((to.ip6(), to.port()), (STRANGER, 40_000));
+        let seg = ipv6::segment(&out, tcp);
+        assert_eq!(
+            (seg.flags, seg.ack),
+            (TCP_RST | TCP_ACK, CLIENT_ISN + 1),
+            "acknowledging the SYN"
+        );
+    });
+}
