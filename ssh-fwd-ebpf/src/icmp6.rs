@@ -10,7 +10,7 @@
 
 use ssh_fwd_common::{
     csum,
-    icmp::{Inbound, inbound_verdict, outbound_frontend},
+    icmp::{Inbound, inbound_verdict, outbound_frontend, to_backend_allowed},
     ipv6::{
         IPV6_DADDR_OFF, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, IPV6_SADDR_OFF, Upper,
         icmp::{
@@ -113,7 +113,9 @@ pub enum In {
 /// An inbound ICMPv6 error with outer headers `h`: one about a reply
 /// `frontend -> client`, addressed to the frontend, becomes one about
 /// `backend -> client` addressed to the backend, if the tracked connection
-/// holds the quoted sequence number.
+/// holds the quoted sequence number. One addressed to a backend of this
+/// node reaches the pod only if a tracked connection holds the quoted
+/// sequence number, as for IPv4.
 #[inline(always)]
 pub fn inbound<P: Packet>(p: &P, h: &Headers<Addr6>) -> In {
     let Some(q) = quote(p, h.ip_len) else {
@@ -125,7 +127,18 @@ pub fn inbound<P: Packet>(p: &P, h: &Headers<Addr6>) -> In {
     }
     // SAFETY: copied out at once.
     let Some(target) = (unsafe { Addr6::frontends().get(q.source) }).copied() else {
-        return In::NotOurs;
+        // Addressed to a backend of this node: it reaches the pod only
+        // about a tracked connection, within what its server sent.
+        // SAFETY: only tested for presence.
+        if unsafe { Addr6::reverse().get(q.source) }.is_none() || !backend_is_local(q.source) {
+            return In::NotOurs;
+        }
+        let conn = established(q.destination, q.source);
+        return if to_backend_allowed(conn, quoted_seq(p, &q)) {
+            In::NotOurs
+        } else {
+            In::Drop
+        };
     };
     let backend = target.endpoint;
     let conn = established(q.destination, backend);

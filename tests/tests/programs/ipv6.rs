@@ -567,3 +567,45 @@ fn an_ipv6_source_outside_the_allowlist_is_denied_and_answered_with_a_reset() {
         );
     });
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_icmpv6_error_sent_to_the_pod_itself_passes_only_within_its_connection() {
+    privilege::require();
+    each_ingress(|ingress| {
+        let l = load6();
+        handshake(&l, ingress);
+        // About the pod's own reply, addressed to the pod's address.
+        let sent = reply(TCP_ACK | PSH, SERVER_ISN + 1, CLIENT_ISN + 1, BANNER);
+        let inside = Icmp6Error::packet_too_big(ROUTER, BACKEND, 1280, sent.clone()).build();
+        let before = counters(&l);
+        let (verdict, out) = ingress.run(&l, &inside);
+        assert_eq!(
+            (verdict, &out),
+            (pass_verdict(ingress), &inside),
+            "{ingress:?}"
+        );
+        assert_eq!(delta(&before, &counters(&l)), vec![("not_tcp", 1)]);
+        let outside = Icmp6Error::packet_too_big(
+            ROUTER,
+            BACKEND,
+            1280,
+            Frame6 {
+                seq: SERVER_ISN + 1_000_000,
+                ..sent
+            },
+        )
+        .build();
+        let before = counters(&l);
+        let (verdict, _) = ingress.run(&l, &outside);
+        assert_eq!(
+            verdict,
+            ingress.dropped(),
+            "{ingress:?}: a blind attacker's"
+        );
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("icmp_out_of_window", 1)]
+        );
+    });
+}
