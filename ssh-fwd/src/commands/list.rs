@@ -368,25 +368,42 @@ fn conns_table(listing: &ConnsListing) -> String {
         count("half-open"),
         count("claimed")
     ));
+    // Each family has its own tables, of the same capacity: with IPv6
+    // connections listed, each is filled against its own.
+    let ipv6 = |r: &&ConnRow| r.client.starts_with('[');
+    let any_ipv6 = rows.iter().any(|r| ipv6(&r));
+    let fill = |states: &[&str], capacity: u32| {
+        let of = |v6: bool| {
+            rows.iter()
+                .filter(|r| states.contains(&r.state) && ipv6(r) == v6)
+                .count()
+        };
+        if any_ipv6 {
+            format!(
+                "{} of {capacity} entries (IPv4), {} of {capacity} (IPv6)",
+                of(false),
+                of(true)
+            )
+        } else {
+            format!("{} of {capacity} entries", of(false))
+        }
+    };
     out.push_str(&format!(
-        "established table: {} of {} entries; refused when full: {} (conn_table_full; raise \
+        "established table: {}; refused when full: {} (conn_table_full; raise \
          --conn-table-size)\n",
-        count("established") + count("closing"),
-        summary.conns_capacity,
+        fill(&["established", "closing"], summary.conns_capacity),
         summary.conn_table_full
     ));
     out.push_str(&format!(
-        "half-open table: {} of {} entries; SYNs no client completed: {} (half_open_churned; a \
-         SYN flood shows here)\n",
-        count("half-open"),
-        summary.half_open_capacity,
+        "half-open table: {}; SYNs no client completed: {} (half_open_churned; a SYN flood \
+         shows here)\n",
+        fill(&["half-open"], summary.half_open_capacity),
         summary.half_open_churned
     ));
     out.push_str(&format!(
-        "claims table: {} of {} entries; handshakes held back at a client's limit: {} \
-         (source_limited; see --conns-per-source)\n",
-        count("claimed"),
-        summary.half_open_capacity,
+        "claims table: {}; handshakes held back at a client's limit: {} (source_limited; see \
+         --conns-per-source)\n",
+        fill(&["claimed"], summary.half_open_capacity),
         summary.source_limited
     ));
     out
@@ -545,6 +562,39 @@ mod tests {
         // JSON and YAML stay the list of rows.
         let json = serde_json::to_value(&listing).unwrap();
         assert_eq!(json.as_array().map(Vec::len), Some(4), "{json}");
+    }
+
+    #[test]
+    fn each_familys_table_is_filled_against_its_own_capacity() {
+        let row = |state, client: &str| ConnRow {
+            state,
+            client: client.into(),
+            frontend: String::new(),
+            backend: String::new(),
+            idle_seconds: 0,
+        };
+        let listing = ConnsListing {
+            rows: vec![
+                row("established", "192.0.2.2:40000"),
+                row("established", "[2001:db8::2]:40000"),
+                row("closing", "[2001:db8::2]:40001"),
+                row("half-open", "[2001:db8::2]:40002"),
+                row("claimed", "192.0.2.2:40003"),
+            ],
+            summary: ConnsSummary {
+                conns_capacity: 1024,
+                half_open_capacity: 2048,
+                ..ConnsSummary::default()
+            },
+        };
+        let table = conns_table(&listing);
+        for line in [
+            "established table: 1 of 1024 entries (IPv4), 2 of 1024 (IPv6);",
+            "half-open table: 0 of 2048 entries (IPv4), 1 of 2048 (IPv6);",
+            "claims table: 1 of 2048 entries (IPv4), 0 of 2048 (IPv6);",
+        ] {
+            assert!(table.contains(line), "{line}\n{table}");
+        }
     }
 
     #[test]
