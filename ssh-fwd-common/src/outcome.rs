@@ -208,6 +208,11 @@ pub enum Outcome {
     /// `--announce l2`: a solicitation this node should answer could not
     /// be (a VLAN tag the device took off, a helper failed): passed on.
     NdpFailed = 61,
+    /// A segment to an IPv6 frontend whose backend is not a pod of this
+    /// node: passed untranslated (the node's own stack answers, with a
+    /// RST where the SSH IP is on `lo`). Carrying an IPv6 connection to
+    /// another node is not supported yet.
+    Ipv6RemoteBackend = 62,
 }
 
 /// How an operator should read an outcome's counter.
@@ -254,7 +259,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 62;
+    pub const COUNT: u32 = 63;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -319,6 +324,7 @@ impl Outcome {
         Self::NdpAnswered,
         Self::NdpHeard,
         Self::NdpFailed,
+        Self::Ipv6RemoteBackend,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -394,7 +400,8 @@ impl Outcome {
             | Self::ArpHeard
             | Self::ArpFailed
             | Self::NdpHeard
-            | Self::NdpFailed => Class::Problem,
+            | Self::NdpFailed
+            | Self::Ipv6RemoteBackend => Class::Problem,
         }
     }
 
@@ -463,6 +470,7 @@ impl Outcome {
             Self::NdpAnswered => "ndp_answered",
             Self::NdpHeard => "ndp_heard",
             Self::NdpFailed => "ndp_failed",
+            Self::Ipv6RemoteBackend => "ipv6_remote_backend",
         }
     }
 }

@@ -182,6 +182,11 @@ fn to_frontend<A: Family + Rewrite + Denied>(
         return Some(Verdict::Pass(Outcome::TtlExpired));
     }
     let backend = target.endpoint;
+    // Carrying an IPv6 connection to another node is not supported yet:
+    // the node's own stack answers.
+    if !A::CROSS_NODE && !conntrack::backend_is_local(backend) {
+        return Some(Verdict::Pass(Outcome::Ipv6RemoteBackend));
+    }
     if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
         return Some(Verdict::Drop(outcome));
     }

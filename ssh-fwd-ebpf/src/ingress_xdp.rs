@@ -181,6 +181,11 @@ fn tcp6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
         return Outcome::TtlExpired;
     }
     let backend = target.endpoint;
+    // Carrying an IPv6 connection to another node is not supported yet:
+    // the node's own stack answers.
+    if !conntrack::backend_is_local(backend) {
+        return Outcome::Ipv6RemoteBackend;
+    }
     if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
         return outcome;
     }

@@ -49,13 +49,18 @@ fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, 
 /// node.
 fn load6() -> Loaded {
     let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
-    let mut owners: HashMap<_, Addr6, Owner> = map(&l, maps::OWNERS6);
+    own6(&l);
+    l
+}
+
+/// Records `BACKEND` as a pod address of this node, as the agent does.
+fn own6(l: &Loaded) {
+    let mut owners: HashMap<_, Addr6, Owner> = map(l, maps::OWNERS6);
     let owner = Owner {
         ifindex: POD_IFINDEX,
         master: 0,
     };
     owners.insert(Addr6::new(BACKEND), owner, 0).expect("owner");
-    l
 }
 
 /// A segment from the client (port 40000) to the frontend.
@@ -504,6 +509,7 @@ fn guarded6(settings: ssh_fwd::datapath::object::Settings) -> Loaded {
         guard,
     }]);
     super::install(&mut l.maps, &set);
+    own6(&l);
     l
 }
 
@@ -607,5 +613,28 @@ fn an_icmpv6_error_sent_to_the_pod_itself_passes_only_within_its_connection() {
             delta(&before, &counters(&l)),
             vec![("icmp_out_of_window", 1)]
         );
+    });
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_segment_to_an_ipv6_backend_on_another_node_passes_untranslated() {
+    privilege::require();
+    each_ingress(|ingress| {
+        // The mapping without its backend among this node's pods.
+        let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
+        let syn = request(TCP_SYN, CLIENT_ISN, 0, 0).build();
+        let before = counters(&l);
+        let (verdict, out) = ingress.run(&l, &syn);
+        assert_eq!(
+            (verdict, &out),
+            (pass_verdict(ingress), &syn),
+            "{ingress:?}"
+        );
+        assert_eq!(
+            delta(&before, &counters(&l)),
+            vec![("ipv6_remote_backend", 1)]
+        );
+        assert!(conns(&l).is_empty());
     });
 }
