@@ -53,50 +53,7 @@ fn bulk_copy_is_bit_identical(mode: &str, software_checksums: bool) {
     if software_checksums {
         bed.topo.software_checksums().unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("random.bin");
-    cmd::run(
-        std::process::Command::new("head")
-            .args(["-c", "64M", "/dev/urandom"])
-            .stdout(std::fs::File::create(&data).unwrap()),
-    )
-    .unwrap();
-    let expected =
-        cmd::run(std::process::Command::new("sha256sum").arg(&data)).unwrap()[..64].to_owned();
-
-    let ssh = bed.ssh();
-    let up = cmd::run(
-        ssh.command(
-            bed.client(),
-            EXTERNAL_IP,
-            8022,
-            "sha256sum",
-            Duration::from_secs(120),
-        )
-        .stdin(std::fs::File::open(&data).unwrap()),
-    )
-    .unwrap();
-    assert_eq!(&up[..64], expected, "upload through {mode} arrived altered");
-
-    let down = cmd::run(
-        ssh.command(
-            bed.client(),
-            EXTERNAL_IP,
-            8022,
-            &format!("cat {}", data.display()),
-            Duration::from_secs(120),
-        )
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(dir.path().join("back.bin")).unwrap()),
-    );
-    down.unwrap();
-    let back =
-        cmd::run(std::process::Command::new("sha256sum").arg(dir.path().join("back.bin"))).unwrap();
-    assert_eq!(
-        &back[..64],
-        expected,
-        "download through {mode} arrived altered"
-    );
+    common::copy_64mib_both_ways(&bed, EXTERNAL_IP, mode);
     let bytes_out = bed.bpffs[0].list().unwrap()["mappings"][0]["bytes_out"]
         .as_u64()
         .unwrap();

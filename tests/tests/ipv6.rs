@@ -11,11 +11,9 @@
 
 mod common;
 
-use std::{process::Stdio, time::Duration};
-
 use common::{Bed, FRONTEND};
 use ssh_fwd_tests::{
-    Topology, cmd, privilege,
+    Topology, privilege,
     topology::{CLIENT_IP6, EXTERNAL_IP6, pod_ip6},
 };
 
@@ -99,49 +97,7 @@ fn bulk_ipv6(mode: &str, software_checksums: bool) {
     if software_checksums {
         bed.topo.software_checksums().unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("random.bin");
-    cmd::run(
-        std::process::Command::new("head")
-            .args(["-c", "64M", "/dev/urandom"])
-            .stdout(std::fs::File::create(&data).unwrap()),
-    )
-    .unwrap();
-    let sum = |path: &std::path::Path| {
-        cmd::run(std::process::Command::new("sha256sum").arg(path)).unwrap()[..64].to_owned()
-    };
-    let expected = sum(&data);
-    let ssh = bed.ssh();
-    let up = cmd::run(
-        ssh.command(
-            bed.client(),
-            EXTERNAL_IP6,
-            8022,
-            "sha256sum",
-            Duration::from_secs(120),
-        )
-        .stdin(std::fs::File::open(&data).unwrap()),
-    )
-    .unwrap();
-    assert_eq!(&up[..64], expected, "upload through {mode} arrived altered");
-    let back = dir.path().join("back.bin");
-    cmd::run(
-        ssh.command(
-            bed.client(),
-            EXTERNAL_IP6,
-            8022,
-            &format!("cat {}", data.display()),
-            Duration::from_secs(120),
-        )
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&back).unwrap()),
-    )
-    .unwrap();
-    assert_eq!(
-        sum(&back),
-        expected,
-        "download through {mode} arrived altered"
-    );
+    common::copy_64mib_both_ways(&bed, EXTERNAL_IP6, mode);
 }
 
 #[test]

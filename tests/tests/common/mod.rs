@@ -182,3 +182,54 @@ pub fn refused(ns: &NetNs, port: u16) -> bool {
         .output();
     matches!(out, Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused"))
 }
+
+/// 64 MiB of random bytes sent up through the frontend on `host`:8022 and
+/// fetched back down, each checked by hash; `what` names the path in the
+/// messages.
+pub fn copy_64mib_both_ways(bed: &Bed, host: &str, what: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("random.bin");
+    ssh_fwd_tests::cmd::run(
+        std::process::Command::new("head")
+            .args(["-c", "64M", "/dev/urandom"])
+            .stdout(std::fs::File::create(&data).expect("data file")),
+    )
+    .expect("random data");
+    let sum = |path: &Path| {
+        ssh_fwd_tests::cmd::run(std::process::Command::new("sha256sum").arg(path))
+            .expect("sha256sum")[..64]
+            .to_owned()
+    };
+    let expected = sum(&data);
+    let ssh = bed.ssh();
+    let up = ssh_fwd_tests::cmd::run(
+        ssh.command(
+            bed.client(),
+            host,
+            8022,
+            "sha256sum",
+            Duration::from_secs(120),
+        )
+        .stdin(std::fs::File::open(&data).expect("data file")),
+    )
+    .expect("upload");
+    assert_eq!(&up[..64], expected, "upload through {what} arrived altered");
+    let back = dir.path().join("back.bin");
+    ssh_fwd_tests::cmd::run(
+        ssh.command(
+            bed.client(),
+            host,
+            8022,
+            &format!("cat {}", data.display()),
+            Duration::from_secs(120),
+        )
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&back).expect("back file")),
+    )
+    .expect("download");
+    assert_eq!(
+        sum(&back),
+        expected,
+        "download through {what} arrived altered"
+    );
+}
