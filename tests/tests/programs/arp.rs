@@ -24,35 +24,37 @@ use super::{
 
 const XDP_TX: u32 = 3;
 /// `lo`, the one device of the test's namespace: where frames "arrive".
-const IFINDEX: u32 = 1;
+pub const IFINDEX: u32 = 1;
 const SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
 const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x02];
 const OTHER_NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x03];
 
+/// Which ingress program a frame arriving on `IFINDEX` goes through
+/// (the neighbour discovery tests use it too).
 #[derive(Clone, Copy, Debug)]
-enum Ingress {
+pub enum Ingress {
     Xdp,
     Tc,
 }
 
 impl Ingress {
-    fn run(self, l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
+    pub fn run(self, l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
         match self {
             Self::Xdp => test_run_xdp_on(l, frame, IFINDEX),
             Self::Tc => test_run_tc_on(l, PROG_INGRESS_TC, frame, IFINDEX, IFINDEX),
         }
     }
 
-    fn answered(self) -> u32 {
+    pub fn answered(self) -> u32 {
         match self {
             Self::Xdp => XDP_TX,
             Self::Tc => TC_ACT_REDIRECT,
         }
     }
 
-    fn passed(self) -> u32 {
+    pub fn passed(self) -> u32 {
         match self {
             Self::Xdp => XDP_PASS,
             Self::Tc => TC_ACT_UNSPEC,

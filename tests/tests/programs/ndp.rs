@@ -10,7 +10,6 @@
 use std::net::Ipv6Addr;
 
 use aya::maps::{HashMap, Map, MapData};
-use ssh_fwd::datapath::object::PROG_INGRESS_TC;
 use ssh_fwd_common::{
     fixtures6::{neighbour_advert, neighbour_solicitation},
     maps::{self, ANNOUNCE_YIELD, Addr6, Announce, AnnounceKey6, Heard},
@@ -19,13 +18,11 @@ use ssh_fwd_common::{
 use ssh_fwd_tests::privilege;
 
 use super::{
-    Loaded, TC_ACT_REDIRECT, TC_ACT_UNSPEC, XDP_PASS, counters, delta, load, test_run_tc_on,
-    test_run_xdp_on,
+    Loaded,
+    arp::{IFINDEX, Ingress},
+    counters, delta, load,
 };
 
-const XDP_TX: u32 = 3;
-/// `lo`, the one device of the test's namespace: where frames "arrive".
-const IFINDEX: u32 = 1;
 const NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x02];
 const OTHER_NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x03];
@@ -36,35 +33,6 @@ fn ssh_ip() -> Ipv6Addr {
 
 fn client() -> Ipv6Addr {
     "fd00:2::2".parse().expect("address")
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Ingress {
-    Xdp,
-    Tc,
-}
-
-impl Ingress {
-    fn run(self, l: &Loaded, frame: &[u8]) -> (u32, Vec<u8>) {
-        match self {
-            Self::Xdp => test_run_xdp_on(l, frame, IFINDEX),
-            Self::Tc => test_run_tc_on(l, PROG_INGRESS_TC, frame, IFINDEX, IFINDEX),
-        }
-    }
-
-    fn answered(self) -> u32 {
-        match self {
-            Self::Xdp => XDP_TX,
-            Self::Tc => TC_ACT_REDIRECT,
-        }
-    }
-
-    fn passed(self) -> u32 {
-        match self {
-            Self::Xdp => XDP_PASS,
-            Self::Tc => TC_ACT_UNSPEC,
-        }
-    }
 }
 
 fn announce_map(l: &Loaded) -> HashMap<MapData, AnnounceKey6, Announce> {
