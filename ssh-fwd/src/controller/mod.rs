@@ -119,7 +119,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         ssh_ip: args.ssh_ip,
         style: args.service_style,
         policy: Policy {
-            ssh_ips: [args.ssh_ip].into(),
+            ssh_ips: [args.ssh_ip.into()].into(),
             ports: args.port_range.clone(),
             styles: Styles::of(&args.service_styles),
             // The controller leaves nothing out: capacity is the agents'.

@@ -62,9 +62,11 @@ pub struct World {
 impl World {
     /// An empty world of the one SSH IP in `policy`.
     pub fn new(policy: Policy) -> Self {
-        let ip = *policy
-            .ssh_ips
-            .first()
+        let ip = (policy.ssh_ips.iter())
+            .find_map(|ip| match ip {
+                std::net::IpAddr::V4(ip) => Some(*ip),
+                std::net::IpAddr::V6(_) => None,
+            })
             .expect("the controller's policy names its SSH IP");
         Self {
             policy,
@@ -303,7 +305,7 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
 pub fn policy_for(ip: Ipv4Addr) -> Policy {
     Policy {
         guard: Default::default(),
-        ssh_ips: [ip].into(),
+        ssh_ips: [ip.into()].into(),
         ports: 1..=u16::MAX,
         styles: crate::source::kubernetes::desired::Styles::ALL,
         capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
