@@ -36,7 +36,7 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
     .collect();
     let policy = Policy {
         guard: Default::default(),
-        ssh_ips: [settings().ssh_ip.into()].into(),
+        ssh_ips: [settings().ssh_ips.published()].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,
         capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
