@@ -312,8 +312,7 @@ fn workload_arguments_parse_with_the_real_cli() {
         panic!("the Deployment must run `ssh-fwd controller`")
     };
     assert_eq!(
-        agent_args.ssh_ips,
-        [controller_args.ssh_ip],
+        agent_args.ssh_ips, controller_args.ssh_ips,
         "one SSH IP for both"
     );
     assert_eq!(agent_args.port_range, controller_args.port_range);

@@ -44,7 +44,8 @@ pub struct AgentArgs {
     /// External SSH IP this agent serves, IPv4 or IPv6 (repeatable: one of
     /// each family, or several). Services claiming any other address are
     /// ignored, so nobody who may create Services can capture traffic for
-    /// other IPs (CVE-2020-8554); Services are read for IPv4 only. With a
+    /// other IPs (CVE-2020-8554); a Service's address of either family maps
+    /// to its endpoint of the same family. With a
     /// mappings file, every frontend must be on one; without the flag, a
     /// frontend on an address of one of the node's interfaces (other than
     /// lo and dummy devices) is refused. `--announce` attracts the IPv4
@@ -273,8 +274,7 @@ impl AgentArgs {
         Styles::of(&self.service_styles)
     }
 
-    /// The IPv4 `--ssh-ip`s: those `--announce` attracts and Services may
-    /// claim.
+    /// The IPv4 `--ssh-ip`s: those `--announce` attracts.
     pub fn ssh_ips_v4(&self) -> Vec<std::net::Ipv4Addr> {
         (self.ssh_ips.iter())
             .filter_map(|ip| match ip {

@@ -121,12 +121,7 @@ impl Source {
         let label = |m: &Mapping| -> Label {
             let (service, pod) = match self {
                 Self::File(_) => (None, None),
-                Self::Kubernetes(k) => match (m.frontend, m.backend.ip()) {
-                    (SocketAddr::V4(frontend), IpAddr::V4(backend)) => {
-                        k.source.owner_of(frontend, backend)
-                    }
-                    _ => (None, None),
-                },
+                Self::Kubernetes(k) => k.source.owner_of(m.frontend, m.backend.ip()),
             };
             Label {
                 mapping: m.name.as_str().into(),
@@ -365,7 +360,7 @@ impl KubeFollower {
             .await
             .with_context(|| format!("Kubernetes API server {}", api.server))?;
         let policy = Policy {
-            ssh_ips: args.ssh_ips_v4().into_iter().collect(),
+            ssh_ips: args.ssh_ips.iter().copied().collect(),
             ports: args.port_range.clone(),
             styles: args.styles(),
             capacity: args.max_mappings as usize,
@@ -477,6 +472,11 @@ fn report(notes: &[Note]) {
             Note::NoReadyEndpoint { service } => tracing::info!(
                 service,
                 "no ready endpoint; its port stays closed until one is ready"
+            ),
+            Note::NoEndpointOfFamily { service, family } => tracing::warn!(
+                service,
+                %family,
+                "Service exposes an address of this family but has endpoints only of the other; its ports there stay closed: make it dual-stack (spec.ipFamilyPolicy: PreferDualStack, or ipFamilies listing both) or drop the address"
             ),
             Note::NodePortsAllocated { service } => tracing::warn!(
                 service,

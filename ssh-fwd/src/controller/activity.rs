@@ -14,7 +14,7 @@
 
 use std::{
     collections::BTreeMap,
-    net::Ipv4Addr,
+    net::IpAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -55,7 +55,7 @@ pub struct Merged {
 /// write is skipped.
 pub fn merge<'a>(
     config_maps: impl IntoIterator<Item = &'a ConfigMap>,
-    ip: Ipv4Addr,
+    ip: IpAddr,
 ) -> BTreeMap<u16, Merged> {
     let mut merged = BTreeMap::<u16, Merged>::new();
     let data = config_maps.into_iter().filter_map(|cm| cm.data.as_ref());
@@ -66,7 +66,7 @@ pub fn merge<'a>(
         let Ok(report) = serde_json::from_str::<Report>(value) else {
             continue;
         };
-        if addr != ip {
+        if IpAddr::V4(addr) != ip {
             continue;
         }
         let m = merged.entry(port).or_default();

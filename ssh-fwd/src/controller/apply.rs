@@ -31,6 +31,7 @@ use super::{
     pod::PodRef,
     reservation::write::{lease_port, release, reserve_port},
     service::{self, is_managed},
+    ssh_ips::{self, SshIps},
     warn::Scope,
 };
 use crate::{k8s::answer::Unread, vocabulary};
@@ -42,7 +43,8 @@ pub struct Context {
     pub reservations: Api<Lease>,
     /// Who sends the events (each is written once: [`event`]).
     pub reporter: Reporter,
-    pub ssh_ip: std::net::Ipv4Addr,
+    /// The SSH IPs the Services expose, the published one first.
+    pub ssh_ips: SshIps,
     /// The shape of the Services made.
     pub style: crate::args::ServiceStyle,
     /// Whose Services hold ports on the SSH IP: the agents' rules.
@@ -59,7 +61,7 @@ impl Context {
     /// What the Services made look like.
     pub fn settings(&self) -> service::Settings {
         service::Settings {
-            ssh_ip: self.ssh_ip,
+            ssh_ips: self.ssh_ips.clone(),
             style: self.style,
         }
     }
@@ -368,7 +370,10 @@ async fn delete(
 
 async fn set_ingress(ctx: &Context, namespace: &str, name: &str) -> anyhow::Result<()> {
     let api: Api<Unread<Service>> = Api::namespaced(ctx.client.clone(), namespace);
-    let status = json!({"status": {"loadBalancer": {"ingress": [{"ip": ctx.ssh_ip.to_string()}]}}});
+    let ingress: Vec<serde_json::Value> = (ctx.ssh_ips.all())
+        .map(|ip| json!({"ip": ip.to_string()}))
+        .collect();
+    let status = json!({"status": {"loadBalancer": {"ingress": ingress}}});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
         .map(drop)
@@ -385,7 +390,7 @@ async fn publish(
     port: u16,
     announce: bool,
 ) -> anyhow::Result<String> {
-    let endpoint = format!("{}:{port}", ctx.host);
+    let endpoint = ssh_ips::endpoint(&ctx.host, port);
     let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
     let patch = |mut fields: serde_json::Value| {
         let api = api.clone();
@@ -412,8 +417,8 @@ async fn publish(
     // that anyway.
     if announce {
         let note = format!(
-            "SSH: Connected! Available at: ssh {}@{} -p {port}",
-            ctx.user, ctx.host
+            "SSH: Connected! Available at: {}",
+            ssh_ips::command(&ctx.user, &ctx.host, port)
         );
         event(
             ctx,
@@ -461,7 +466,7 @@ async fn unpublish(ctx: &Context, pod: &PodRef) -> anyhow::Result<()> {
 
 async fn warn(ctx: &Context, pod: &PodRef, problem: &Problem) -> anyhow::Result<()> {
     let scope = Scope {
-        ssh_ip: ctx.ssh_ip,
+        ssh_ip: ctx.ssh_ips.published(),
         range: &ctx.range,
         namespace: &pod.namespace,
     };

@@ -6,9 +6,13 @@ use crate::{args::ServiceStyle, vocabulary};
 
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
-    /// The external SSH IP the Services expose (the agents' --ssh-ip).
-    #[arg(long = "ssh-ip", value_name = "IP")]
-    pub ssh_ip: std::net::Ipv4Addr,
+    /// The external SSH IP the Services expose (one of the agents'
+    /// --ssh-ip), IPv4 or IPv6. Given twice, one of each family: the
+    /// Services are dual-stack (RequireDualStack) and expose both, and the
+    /// first is the one published (the ssh command, the endpoint
+    /// annotation and variable).
+    #[arg(long = "ssh-ip", value_name = "IP", required = true)]
+    pub ssh_ips: Vec<std::net::IpAddr>,
 
     /// The host name users type in `ssh USER@HOST -p PORT` (default: the IP).
     #[arg(long, value_name = "HOST")]

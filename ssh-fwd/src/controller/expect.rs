@@ -89,7 +89,7 @@ mod tests {
     use super::*;
     use crate::vocabulary;
 
-    const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
+    const IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 10));
 
     fn pod(annotations: serde_json::Value) -> std::sync::Arc<PodView> {
         std::sync::Arc::new(
@@ -119,7 +119,7 @@ mod tests {
             t0,
         );
         let world = |pods: &[std::sync::Arc<PodView>]| {
-            World::of(crate::controller::world::policy_for(IP), pods, &[], &[])
+            World::of(crate::controller::world::policy_for(IP), IP, pods, &[], &[])
         };
         e.settle(&world(&[pod(json!({}))]), t0);
         assert!(e.creating("u"));

@@ -2,7 +2,10 @@
 //! command: users paste it into a shell, so it must be words a shell and ssh
 //! take as they are.
 
-use super::args::ControllerArgs;
+use super::{
+    args::ControllerArgs,
+    ssh_ips::{SshIps, SshIpsError},
+};
 use crate::args::ServiceStyle;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +25,13 @@ pub enum FlagError {
         made: ServiceStyle,
         honoured: String,
     },
+    #[error(transparent)]
+    SshIps(#[from] SshIpsError),
+}
+
+/// `--ssh-ip`, checked: one address, or one of each family.
+pub fn ssh_ips(args: &ControllerArgs) -> Result<SshIps, FlagError> {
+    Ok(SshIps::new(&args.ssh_ips)?)
 }
 
 /// The host name shown in the command: --ssh-hostname, else --ssh-ip.
@@ -42,7 +52,7 @@ pub fn check(args: &ControllerArgs) -> Result<String, FlagError> {
     match &args.ssh_hostname {
         Some(host) if !is_word(host, &['.', '-', ':']) => Err(FlagError::Hostname(host.clone())),
         Some(host) => Ok(host.clone()),
-        None => Ok(args.ssh_ip.to_string()),
+        None => Ok(ssh_ips(args)?.published().to_string()),
     }
 }
 
@@ -70,6 +80,21 @@ mod tests {
         let named = args(&["--ssh-hostname", "ssh.example.org", "--ssh-user", "a.b_c-1"]);
         assert_eq!(check(&named), Ok("ssh.example.org".into()));
         assert!(check(&args(&["--ssh-hostname", "2001:db8::1"])).is_ok());
+    }
+
+    #[test]
+    fn the_first_ssh_ip_is_shown_and_two_of_one_family_are_refused() {
+        let parse = |argv: &[&str]| super::super::args::parse(argv.iter().copied()).unwrap();
+        let v6_first = parse(&["--ssh-ip", "2001:db8::10", "--ssh-ip", "198.18.0.10"]);
+        assert_eq!(check(&v6_first), Ok("2001:db8::10".into()));
+        assert_eq!(ssh_ips(&v6_first).unwrap().ip_families(), ["IPv6", "IPv4"]);
+        let twice = parse(&["--ssh-ip", "198.18.0.10", "--ssh-ip", "198.18.0.11"]);
+        let error = check(&twice).unwrap_err().to_string();
+        assert!(error.contains("are both IPv4"), "{error}");
+        assert!(
+            super::super::args::parse([]).is_err(),
+            "--ssh-ip is required"
+        );
     }
 
     #[test]

@@ -78,13 +78,13 @@ impl Leadership<'_> {
         let mut watches = tokio::task::JoinSet::new();
         let stores = self.watch_term(&mut watches).await?;
         let mut mirror = self.watch_activity(&mut watches);
-        tracing::info!(ssh_ip = %ctx.ssh_ip, ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
+        tracing::info!(ssh_ip = %ctx.ssh_ips.published(), ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
         let mut resync = interval(args.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
         let mut expected = Expectations::default();
         let mut warned = Warned::new();
         let mut rng = rand::rngs::StdRng::from_os_rng();
-        let mut world = World::new(ctx.policy.clone());
+        let mut world = World::new(ctx.policy.clone(), ctx.ssh_ips.published());
         let mut waiting = Waiting::default();
         let mut everything = true;
         let mut retry = retry::Retry::default();
@@ -284,8 +284,9 @@ impl Leadership<'_> {
 /// The world built whole from the watches' stores. The old world goes
 /// first: both at once would double the peak of memory.
 fn rebuild(world: &mut World, stores: &Stores, policy: &Policy) {
-    drop(std::mem::replace(world, World::new(policy.clone())));
-    *world = stores.world(policy);
+    let ip = world.ip();
+    drop(std::mem::replace(world, World::new(policy.clone(), ip)));
+    *world = stores.world(policy, ip);
 }
 
 /// Waits for what wakes the next pass: `true` when it is to plan for

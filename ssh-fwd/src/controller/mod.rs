@@ -27,6 +27,7 @@ mod ports;
 mod reservation;
 mod retry;
 mod service;
+mod ssh_ips;
 mod warn;
 pub mod webhook;
 mod world;
@@ -55,6 +56,8 @@ use world::dirty::DirtyLog;
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let host = flags::check(&args)?;
+    let ssh_ips = flags::ssh_ips(&args)?;
+    let published = ssh_ips.published();
     args.admission.check()?;
     let identity = match &args.identity {
         Some(id) => id.clone(),
@@ -83,7 +86,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         reservation::watch::watch(
             &client,
             &namespace,
-            args.ssh_ip,
+            published,
             &changes,
             &dirty,
             &first_seen,
@@ -99,7 +102,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             let shared = webhook::Shared {
                 client: client.clone(),
                 namespace: namespace.clone(),
-                ssh_ip: args.ssh_ip,
+                ssh_ip: published,
                 host: host.clone(),
                 range: args.port_range.clone(),
                 store: store.clone(),
@@ -116,10 +119,9 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             instance: Some(identity.clone()),
         },
         client: client.clone(),
-        ssh_ip: args.ssh_ip,
         style: args.service_style,
         policy: Policy {
-            ssh_ips: [args.ssh_ip].into(),
+            ssh_ips: ssh_ips.all().collect(),
             ports: args.port_range.clone(),
             styles: Styles::of(&args.service_styles),
             // The controller leaves nothing out: capacity is the agents'.
@@ -127,6 +129,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
             // The controller weighs claims, never guards.
             guard: Default::default(),
         },
+        ssh_ips,
         host,
         user: args.ssh_user.clone(),
         range: args.port_range.clone(),

@@ -24,6 +24,7 @@ use super::{
     pod::{PodRef, PodView, asks_for_ssh},
     reservation::upkeep::Free,
     service::{self, Settings},
+    ssh_ips::{self, SshIps},
     world::World,
 };
 pub use action::{Action, DeleteReason};
@@ -77,7 +78,7 @@ pub fn compute(
         if let Some(svc) = ours.get(uid) {
             let published = pass.expected.published(uid);
             let to = Target {
-                ip: settings.ssh_ip,
+                ips: &settings.ssh_ips,
                 host: endpoint_host,
             };
             publish(svc, pod, pod_ref, published, &to, &mut actions);
@@ -105,7 +106,7 @@ pub fn compute(
 
 /// Where a published endpoint points.
 struct Target<'a> {
-    ip: std::net::Ipv4Addr,
+    ips: &'a SshIps,
     host: &'a str,
 }
 
@@ -186,14 +187,14 @@ fn publish(
     };
     let name = svc.metadata.name.clone().unwrap_or_default();
     let is_lb = service::is_load_balancer(svc);
-    if is_lb && !has_ingress(svc, to.ip) {
+    if is_lb && !has_ingress(svc, to.ips) {
         actions.push(Action::SetIngress {
             namespace: pod_ref.namespace.clone(),
             name,
         });
         return;
     }
-    let endpoint = format!("{}:{port}", to.host);
+    let endpoint = ssh_ips::endpoint(to.host, port);
     let meta = &pod.metadata;
     // Published in a pass the pod cache has not caught up with: done.
     if published == Some(endpoint.as_str()) {
@@ -213,23 +214,28 @@ fn publish(
 }
 
 /// Whether the LoadBalancer status is exactly what we write, `[{ip:
-/// IP}]`; a stale or extra address is rewritten. Fields the API server
-/// fills in itself (`ipMode`) do not count.
-fn has_ingress(svc: &Service, ip: std::net::Ipv4Addr) -> bool {
+/// IP}]` for each SSH IP (in any order); a stale, missing or extra address
+/// is rewritten. Fields the API server fills in itself (`ipMode`) do not
+/// count.
+fn has_ingress(svc: &Service, ips: &SshIps) -> bool {
     let ingress = svc
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_deref())
         .unwrap_or_default();
-    match ingress {
-        [only] => {
-            // The only text that parses to `ip` is its canonical form.
-            only.ip.as_deref().map(str::parse) == Some(Ok(ip))
-                && only.hostname.as_deref().unwrap_or("").is_empty()
-        }
-        _ => false,
-    }
+    let read: BTreeSet<Option<std::net::IpAddr>> = (ingress.iter())
+        .map(|i| {
+            let plain = i.hostname.as_deref().unwrap_or("").is_empty();
+            // Any text that parses to an SSH IP is as good as its
+            // canonical form.
+            i.ip.as_deref()
+                .and_then(|ip| ip.parse().ok())
+                .filter(|_| plain)
+        })
+        .collect();
+    let ours: BTreeSet<Option<std::net::IpAddr>> = ips.all().map(Some).collect();
+    ingress.len() == ours.len() && read == ours
 }
 
 fn full_name(s: &Service) -> String {

@@ -18,7 +18,7 @@
 //! releasing them ([`upkeep`]) and its writes ([`write`](mod@write)). The world's index
 //! of them is [`Book`](crate::controller::world::book::Book).
 
-use std::{collections::BTreeSet, ops::RangeInclusive};
+use std::{collections::BTreeSet, net::IpAddr, ops::RangeInclusive};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
@@ -60,9 +60,25 @@ pub enum Holder {
     Service { key: String },
 }
 
-/// The Lease name for a port: `ssh-port-<ip>-<port>` (a DNS subdomain).
-pub fn name(ip: std::net::Ipv4Addr, port: u16) -> String {
-    format!("ssh-port-{ip}-{port}")
+/// The Lease name for a port: `ssh-port-<ip>-<port>` (a DNS subdomain),
+/// the IP as [`ip_key`] writes it.
+pub fn name(ip: IpAddr, port: u16) -> String {
+    format!("ssh-port-{}-{port}", ip_key(ip))
+}
+
+/// An SSH IP as a Lease name and a label value take it: an IPv4 address
+/// as it is (`198.18.0.10`); an IPv6 address with its eight groups written
+/// out in full and joined by `-` (`2001-0db8-0000-0000-0000-0000-0000-0010`),
+/// since neither takes a `:`, and a label value must start and end with a
+/// letter or digit (`::1` would not). One text per address, either way.
+pub fn ip_key(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(ip) => ip.to_string(),
+        IpAddr::V6(ip) => {
+            let groups: Vec<String> = ip.segments().iter().map(|g| format!("{g:04x}")).collect();
+            groups.join("-")
+        }
+    }
 }
 
 /// A fresh unguessable token (128 bits, hex).
@@ -71,7 +87,7 @@ pub fn new_token() -> String {
 }
 
 /// The reservation of `port` on `ip` for `holder`.
-pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
+pub fn build(ip: IpAddr, port: u16, holder: &Holder) -> Lease {
     let mut annotations =
         std::collections::BTreeMap::from([(vocabulary::PORT.to_owned(), port.to_string())]);
     let shown = match holder {
@@ -102,7 +118,7 @@ pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
         metadata: ObjectMeta {
             name: Some(name(ip, port)),
             labels: Some(std::collections::BTreeMap::from([
-                (vocabulary::PORT_RESERVATION.to_owned(), ip.to_string()),
+                (vocabulary::PORT_RESERVATION.to_owned(), ip_key(ip)),
                 (
                     vocabulary::MANAGED_BY_LABEL.to_owned(),
                     vocabulary::CONTROLLER.to_owned(),
@@ -120,8 +136,8 @@ pub fn build(ip: std::net::Ipv4Addr, port: u16, holder: &Holder) -> Lease {
 }
 
 /// The label selector of the reservations on `ip`.
-pub fn selector(ip: std::net::Ipv4Addr) -> String {
-    format!("{}={ip}", vocabulary::PORT_RESERVATION)
+pub fn selector(ip: IpAddr) -> String {
+    format!("{}={}", vocabulary::PORT_RESERVATION, ip_key(ip))
 }
 
 /// A reservation as read back from its Lease.
@@ -139,7 +155,7 @@ pub struct Reservation {
 /// Reads a reservation; `None` for a Lease that is not a well-formed one
 /// of ours (its name must match its port, so a hand-made Lease cannot
 /// claim one port under another's name).
-pub fn read(lease: &LeaseView, ip: std::net::Ipv4Addr) -> Option<Reservation> {
+pub fn read(lease: &LeaseView, ip: IpAddr) -> Option<Reservation> {
     let annotation = |key: &str| lease.annotation(key).map(str::to_owned);
     let port: u16 = annotation(vocabulary::PORT)?.parse().ok()?;
     let lease_name = lease.name.clone()?;
@@ -193,7 +209,7 @@ pub enum ReserveError {
 /// caller decides whether to try again).
 pub async fn reserve_free(
     api: &Api<Lease>,
-    ip: std::net::Ipv4Addr,
+    ip: IpAddr,
     range: &RangeInclusive<u16>,
     mut used: BTreeSet<u16>,
     holder: &Holder,
@@ -218,7 +234,45 @@ pub async fn reserve_free(
 mod tests {
     use super::*;
 
-    const IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
+    const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 10));
+
+    #[test]
+    fn an_ipv6_reservation_has_a_name_and_label_kubernetes_takes() {
+        let ip: IpAddr = "2001:db8::10".parse().unwrap();
+        let holder = Holder::Service {
+            key: "jobs/a".into(),
+        };
+        let lease = build(ip, 8123, &holder);
+        let name = lease.metadata.name.clone().unwrap();
+        assert_eq!(
+            name,
+            "ssh-port-2001-0db8-0000-0000-0000-0000-0000-0010-8123"
+        );
+        // A label value: at most 63 characters of [A-Za-z0-9._-], a letter
+        // or digit at both ends; `::1`'s key too.
+        for ip in [
+            ip,
+            "::1".parse().unwrap(),
+            "::ffff:1.2.3.4".parse().unwrap(),
+        ] {
+            let key = ip_key(ip);
+            assert!(key.len() <= 63, "{key}");
+            assert!(
+                key.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'),
+                "{key}"
+            );
+            assert!(
+                key.starts_with(|c: char| c.is_ascii_alphanumeric()),
+                "{key}"
+            );
+            assert!(key.ends_with(|c: char| c.is_ascii_alphanumeric()), "{key}");
+        }
+        assert_eq!(
+            selector(ip),
+            format!("{}={}", vocabulary::PORT_RESERVATION, ip_key(ip))
+        );
+        assert_eq!(read(&lease.into(), ip).map(|r| r.port), Some(8123));
+    }
 
     #[test]
     fn a_reservation_reads_back_what_was_built() {

@@ -1,7 +1,7 @@
 //! The Service the controller creates for one pod, the names and labels that
 //! tie them together, and which ports on the SSH IP are taken.
 
-use std::{collections::BTreeMap, net::Ipv4Addr};
+use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::core::v1::{Service, ServicePort, ServiceSpec},
@@ -11,7 +11,7 @@ use k8s_openapi::{
     },
 };
 
-use super::pod::PodView;
+use super::{pod::PodView, ssh_ips::SshIps};
 use crate::args::ServiceStyle;
 use crate::source::kubernetes::{
     desired::{self, Policy},
@@ -24,7 +24,7 @@ const DEFAULT_TARGET_PORT: i32 = 22;
 /// What every Service shares.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub ssh_ip: Ipv4Addr,
+    pub ssh_ips: SshIps,
     pub style: ServiceStyle,
 }
 
@@ -116,10 +116,11 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
             target_port: Some(target),
             ..ServicePort::default()
         }]),
-        // The SSH IP is IPv4: left to the default, an IPv6-primary cluster
-        // would give the Service IPv6 endpoints only, and no backend.
-        ip_families: Some(vec!["IPv4".into()]),
-        ip_family_policy: Some("SingleStack".into()),
+        // The SSH IPs' families, the published one's first: left to the
+        // default, a cluster whose primary family is the other would give
+        // the Service endpoints of that family only, and no backend.
+        ip_families: Some(settings.ssh_ips.ip_families()),
+        ip_family_policy: Some(settings.ssh_ips.ip_family_policy().into()),
         ..ServiceSpec::default()
     };
     match settings.style {
@@ -130,7 +131,7 @@ pub fn build(pod: &PodView, port: u16, target: IntOrString, settings: &Settings)
         }
         ServiceStyle::Externalips => {
             spec.type_ = Some("ClusterIP".into());
-            spec.external_ips = Some(vec![settings.ssh_ip.to_string()]);
+            spec.external_ips = Some(settings.ssh_ips.all().map(|ip| ip.to_string()).collect());
         }
     }
     Service {

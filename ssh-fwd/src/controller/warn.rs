@@ -95,7 +95,7 @@ fn escaped(text: &str) -> String {
 
 /// What a note needs beyond the problem.
 pub struct Scope<'a> {
-    pub ssh_ip: std::net::Ipv4Addr,
+    pub ssh_ip: std::net::IpAddr,
     pub range: &'a std::ops::RangeInclusive<u16>,
     pub namespace: &'a str,
 }

@@ -10,7 +10,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::IpAddr,
     sync::Arc,
 };
 
@@ -43,7 +43,8 @@ pub struct Touched {
 pub struct World {
     /// Whose Services hold ports on the SSH IP: the agents' rules.
     policy: Policy,
-    ip: Ipv4Addr,
+    /// The published SSH IP, which names the reservations.
+    ip: IpAddr,
     /// Labelled pods by uid (finished and terminating ones too).
     pods: BTreeMap<String, Arc<PodView>>,
     /// Each pod's uid by `(namespace, name)`: what a change names.
@@ -60,12 +61,8 @@ pub struct World {
 }
 
 impl World {
-    /// An empty world of the one SSH IP in `policy`.
-    pub fn new(policy: Policy) -> Self {
-        let ip = *policy
-            .ssh_ips
-            .first()
-            .expect("the controller's policy names its SSH IP");
+    /// An empty world of the SSH IPs in `policy`, `ip` the published one.
+    pub fn new(policy: Policy, ip: IpAddr) -> Self {
         Self {
             policy,
             ip,
@@ -82,11 +79,12 @@ impl World {
     /// The world of these objects, built whole.
     pub fn of(
         policy: Policy,
+        ip: IpAddr,
         pods: &[Arc<PodView>],
         services: &[Arc<Service>],
         leases: &[Arc<LeaseView>],
     ) -> Self {
-        let mut world = Self::new(policy);
+        let mut world = Self::new(policy, ip);
         let mut touched = Touched::default();
         for pod in pods {
             world.set_pod(&key_of_pod(pod), Some(pod.clone()), &mut touched);
@@ -101,7 +99,7 @@ impl World {
         world
     }
 
-    pub fn ip(&self) -> Ipv4Addr {
+    pub fn ip(&self) -> IpAddr {
         self.ip
     }
 
@@ -300,7 +298,7 @@ pub fn served_pod(svc: &Service) -> Option<&str> {
 /// The policy of a controller on `ip` whose range is every port and whose
 /// agents honour both shapes: what the plan's tests assume.
 #[cfg(test)]
-pub fn policy_for(ip: Ipv4Addr) -> Policy {
+pub fn policy_for(ip: IpAddr) -> Policy {
     Policy {
         guard: Default::default(),
         ssh_ips: [ip].into(),

@@ -74,21 +74,6 @@ pub fn slice_key(service_key: &str, family: Family) -> String {
     format!("{service_key}-{}", family.suffix())
 }
 
-/// Fills in what the API server defaults on a new Service: its IP
-/// families (the cluster's primary one) and their policy.
-pub fn default_ip_families(service: &mut Value, primary: Family) {
-    let spec = &mut service["spec"];
-    if spec["type"] == "ExternalName" {
-        return;
-    }
-    if spec["ipFamilies"].is_null() {
-        spec["ipFamilies"] = json!([primary.name()]);
-    }
-    if spec["ipFamilyPolicy"].is_null() {
-        spec["ipFamilyPolicy"] = json!("SingleStack");
-    }
-}
-
 /// Whether `service` has slices of `family`: one for each of its
 /// `ipFamilies` (IPv4 when it has none).
 fn has_family(service: &Value, family: Family) -> bool {

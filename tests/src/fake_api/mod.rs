@@ -14,6 +14,7 @@
 mod clock;
 mod endpoints;
 mod http;
+mod ip_families;
 mod paging;
 mod selector;
 mod status;
@@ -35,6 +36,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::NetNs;
+pub use endpoints::Family;
+use ip_families::ClusterFamilies;
 pub use selector::{Selector, SelectorError};
 use store::Store;
 pub use store::{Change, CreateHook, key_of};
@@ -487,10 +490,17 @@ impl FakeApi {
         self.shared.store().without_endpoint_slices = true;
     }
 
-    /// Plays a cluster whose primary IP family is IPv6 (a Service created
-    /// without `ipFamilies` gets IPv6, and IPv6 endpoints only).
-    pub fn ipv6_primary(&self) {
-        self.shared.store().primary_family = endpoints::Family::Ipv6;
+    /// Plays an IPv6-only cluster (a Service created without `ipFamilies`
+    /// gets IPv6, and IPv6 endpoints only; one asking for IPv4 is refused).
+    pub fn ipv6_only(&self) {
+        self.shared.store().service_families = ClusterFamilies::single(Family::Ipv6);
+    }
+
+    /// Plays a dual-stack cluster whose primary family is `primary`: a
+    /// Service of `PreferDualStack` or `RequireDualStack` gets both
+    /// families, and a slice of each.
+    pub fn dual_stack(&self, primary: Family) {
+        self.shared.store().service_families = ClusterFamilies::dual(primary);
     }
 
     /// Answers the next creates of `kind` with these status codes.

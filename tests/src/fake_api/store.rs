@@ -13,6 +13,7 @@ use super::{
     Kind,
     clock::{now_rfc3339, rfc3339_in},
     endpoints,
+    ip_families::{self, ClusterFamilies},
     paging::Page,
     selector::Selector,
     status::{ApiError, check_preconditions},
@@ -45,9 +46,9 @@ pub struct Store {
     /// Off for benchmarks of clients that never read EndpointSlices: the
     /// emulation scans a namespace's pods per write.
     pub without_endpoint_slices: bool,
-    /// The cluster's primary IP family: what a Service created without
-    /// `ipFamilies` gets.
-    pub primary_family: endpoints::Family,
+    /// The cluster's service IP families, its primary first: what a
+    /// Service may ask for, and what one that asks for none gets.
+    pub service_families: ClusterFamilies,
     /// How long to wait before answering requests of a kind and verb (a
     /// slow API server).
     pub delays: BTreeMap<(Kind, &'static str), std::time::Duration>,
@@ -166,7 +167,7 @@ impl Store {
         name_from_generate_name(&mut object, |prefix| self.is_free(kind, &object_ns(prefix)))?;
         validation::on_create(kind, &object)?;
         if kind == Kind::Service {
-            endpoints::default_ip_families(&mut object, self.primary_family);
+            ip_families::init(&mut object, None, &self.service_families)?;
         }
         let key = key_of(&object);
         if self.objects.contains_key(&(kind, key.clone())) {
@@ -200,6 +201,9 @@ impl Store {
             next["status"] = object["status"].clone();
         } else {
             next = object;
+            if kind == Kind::Service {
+                ip_families::init(&mut next, Some(&current), &self.service_families)?;
+            }
             next["metadata"]["uid"] = current["metadata"]["uid"].clone();
             next["metadata"]["creationTimestamp"] =
                 current["metadata"]["creationTimestamp"].clone();
@@ -226,10 +230,10 @@ impl Store {
         patch: &Value,
         status_only: bool,
     ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
-        let mut next = self
+        let current = self
             .get(kind, key)
-            .ok_or_else(|| ApiError::not_found(kind, key))?
-            .clone();
+            .ok_or_else(|| ApiError::not_found(kind, key))?;
+        let mut next = current.clone();
         validation::uid_unchanged(kind, &next, &patch["metadata"]["uid"])?;
         if status_only {
             merge(&mut next["status"], &patch["status"]);
@@ -239,6 +243,9 @@ impl Store {
                 object.remove("status");
             }
             merge(&mut next, &patch);
+            if kind == Kind::Service {
+                ip_families::init(&mut next, Some(current), &self.service_families)?;
+            }
         }
         Ok(self.update(kind, key, next))
     }

@@ -10,7 +10,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{FakeApi, Kind};
+use super::{FakeApi, Family, Kind};
 
 fn service(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -323,7 +323,7 @@ fn a_delayed_request_is_carried_out_after_its_delay_even_once_given_up() {
 #[test]
 fn a_services_ip_families_are_defaulted_and_choose_its_slices() {
     let api = FakeApi::start_on_loopback().unwrap();
-    api.ipv6_primary();
+    api.dual_stack(Family::Ipv6);
     let pod = json!({"metadata": {"name": "p", "namespace": "jobs", "labels": {"app": "a"}},
                      "spec": {"containers": [{"name": "c", "image": "i"}]},
                      "status": {"podIP": "fd00::5", "podIPs": [{"ip": "fd00::5"}, {"ip": "10.244.1.5"}],
@@ -362,4 +362,50 @@ fn a_services_ip_families_are_defaulted_and_choose_its_slices() {
             ("v4".into(), "IPv4".into(), json!(["10.244.1.5"])),
         ]
     );
+}
+
+#[test]
+fn a_dual_stack_service_gets_a_slice_of_each_family_and_takes_an_ipv6_load_balancer_ip() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    api.dual_stack(Family::Ipv4);
+    let pod = json!({"metadata": {"name": "p", "namespace": "jobs", "labels": {"app": "a"}},
+                     "spec": {"containers": [{"name": "c", "image": "i"}]},
+                     "status": {"podIP": "10.244.1.5", "podIPs": [{"ip": "10.244.1.5"}, {"ip": "fd00::5"}],
+                                "conditions": [{"type": "Ready", "status": "True"}]}});
+    api.create(Kind::Pod, pod).unwrap();
+    let created = api
+        .create(
+            Kind::Service,
+            json!({"metadata": {"name": "dual", "namespace": "jobs"},
+                   "spec": {"selector": {"app": "a"}, "ports": [{"port": 22}],
+                            "ipFamilyPolicy": "RequireDualStack"}}),
+        )
+        .unwrap();
+    assert_eq!(created["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
+    let mut slices: Vec<(String, Value)> = api
+        .list(Kind::EndpointSlice)
+        .iter()
+        .map(|s| {
+            let family = s["addressType"].as_str().unwrap().to_owned();
+            (family, s["endpoints"][0]["addresses"].clone())
+        })
+        .collect();
+    slices.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        slices,
+        [
+            ("IPv4".into(), json!(["10.244.1.5"])),
+            ("IPv6".into(), json!(["fd00::5"]))
+        ]
+    );
+    let ingress = json!([{"ip": "fd00:198::10"}, {"ip": "198.18.0.10"}]);
+    api.patch_status(
+        Kind::Service,
+        "jobs",
+        "dual",
+        &json!({"status": {"loadBalancer": {"ingress": ingress}}}),
+    );
+    let read = api.get(Kind::Service, "jobs", "dual").unwrap();
+    assert_eq!(read["status"]["loadBalancer"]["ingress"], ingress);
+    assert_eq!(read["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
 }

@@ -13,7 +13,8 @@ use crate::{
     k8s::activity::{config_map_name, data_key},
 };
 
-const IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+const IP4: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 10);
+const IP: IpAddr = IpAddr::V4(IP4);
 const MINUTE: Duration = Duration::from_secs(60);
 const INTERVAL: Duration = Duration::from_secs(300);
 /// The Service's creation; reports are after it unless said otherwise.
@@ -35,7 +36,7 @@ fn pod(annotations: Value) -> Arc<PodView> {
 
 fn ours(pod: &PodView, port: u16) -> Arc<Service> {
     let settings = Settings {
-        ssh_ip: IP,
+        ssh_ips: crate::controller::ssh_ips::SshIps::single(IP),
         style: ServiceStyle::Loadbalancer,
     };
     let svc = service::build(pod, port, IntOrString::Int(22), &settings);
@@ -46,7 +47,7 @@ fn ours(pod: &PodView, port: u16) -> Arc<Service> {
 
 fn world(pod: Arc<PodView>, port: u16) -> World {
     let svc = ours(&pod, port);
-    World::of(policy_for(IP), &[pod], &[svc], &[])
+    World::of(policy_for(IP), IP, &[pod], &[svc], &[])
 }
 
 /// A node's ConfigMap reporting `(port, last second, open)`.
@@ -55,7 +56,7 @@ fn node(name: &str, reports: &[(u16, u64, u64)]) -> ConfigMap {
         .iter()
         .map(|&(port, second, open)| {
             let report = Report::new(Some(at(second)), open);
-            (data_key(IP, port), serde_json::to_string(&report).unwrap())
+            (data_key(IP4, port), serde_json::to_string(&report).unwrap())
         })
         .collect();
     ConfigMap {
@@ -74,12 +75,12 @@ fn merged(reports: &[(u16, u64, u64)]) -> BTreeMap<u16, Merged> {
 
 #[test]
 fn reports_merge_by_port_with_the_latest_packet_and_every_nodes_connections() {
-    let other_ip = data_key(Ipv4Addr::new(192, 0, 2, 1), 9000);
+    let other_ip = data_key(std::net::Ipv4Addr::new(192, 0, 2, 1), 9000);
     let mut b = node("b", &[(9000, 50, 2), (9001, 5, 0)]);
     let data = b.data.as_mut().unwrap();
     data.insert(other_ip, r#"{"openConnections":7}"#.into());
     data.insert("junk".into(), "{}".into());
-    data.insert(data_key(IP, 9002), "not json".into());
+    data.insert(data_key(IP4, 9002), "not json".into());
     let merged = merge(&[node("a", &[(9000, 100, 1)]), b], IP);
     assert_eq!(
         merged,
@@ -217,6 +218,7 @@ fn a_foreign_service_on_the_port_leads_to_no_pod() {
     );
     let world = World::of(
         policy_for(IP),
+        IP,
         std::slice::from_ref(&pod),
         &[ours(&pod, 9000), foreign],
         &[],

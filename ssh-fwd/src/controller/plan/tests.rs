@@ -18,7 +18,7 @@ const HOST: &str = "ssh.example.org";
 
 fn settings() -> Settings {
     Settings {
-        ssh_ip: "198.18.0.10".parse().unwrap(),
+        ssh_ips: SshIps::single("198.18.0.10".parse().unwrap()),
         style: ServiceStyle::Loadbalancer,
     }
 }
@@ -82,7 +82,8 @@ fn run_expecting(
     expected: &Expectations,
 ) -> Vec<Action> {
     let world = World::of(
-        crate::controller::world::policy_for(settings().ssh_ip),
+        crate::controller::world::policy_for(settings().ssh_ips.published()),
+        settings().ssh_ips.published(),
         pods,
         services,
         &[],
@@ -132,7 +133,7 @@ fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
     // The port is reserved for it first, under its uid.
     let reserved = crate::controller::reservation::read(
         &crate::controller::reservation::kept(lease),
-        settings().ssh_ip,
+        settings().ssh_ips.published(),
     )
     .unwrap();
     assert_eq!(reserved.port, *port);

@@ -22,7 +22,7 @@ use crate::{
 pub fn watch(
     client: &kube::Client,
     namespace: &str,
-    ip: std::net::Ipv4Addr,
+    ip: std::net::IpAddr,
     changes: &Arc<Changes>,
     dirty: &Arc<DirtyLog>,
     first_seen: &Arc<FirstSeen>,

@@ -16,7 +16,7 @@ pub fn pod(name: &str, uid: &str, annotations: Value) -> PodView {
 
 fn settings(style: ServiceStyle) -> Settings {
     Settings {
-        ssh_ip: "198.18.0.10".parse().unwrap(),
+        ssh_ips: SshIps::single("198.18.0.10".parse().unwrap()),
         style,
     }
 }
@@ -90,6 +90,37 @@ fn external_ips_service_lists_the_ssh_ip() {
     // IPv6-primary cluster.
     assert_eq!(value["spec"]["ipFamilies"], json!(["IPv4"]));
     assert_eq!(value["spec"]["ipFamilyPolicy"], "SingleStack");
+}
+
+#[test]
+fn the_services_ask_for_the_ssh_ips_families_the_published_one_first() {
+    use crate::controller::ssh_ips::SshIps;
+    let pod = pod("job-1", "uid-1", json!({}));
+    let spec = |ips: &[&str], style| {
+        let ips: Vec<std::net::IpAddr> = ips.iter().map(|ip| ip.parse().unwrap()).collect();
+        let settings = Settings {
+            ssh_ips: SshIps::new(&ips).unwrap(),
+            style,
+        };
+        let svc = build(&pod, 8123, IntOrString::Int(22), &settings);
+        serde_json::to_value(svc).unwrap()["spec"].clone()
+    };
+    let v6 = spec(&["2001:db8::10"], ServiceStyle::Loadbalancer);
+    assert_eq!(
+        (&v6["ipFamilies"], &v6["ipFamilyPolicy"]),
+        (&json!(["IPv6"]), &json!("SingleStack"))
+    );
+    let dual = spec(&["2001:db8::10", "198.18.0.10"], ServiceStyle::Loadbalancer);
+    assert_eq!(
+        (&dual["ipFamilies"], &dual["ipFamilyPolicy"]),
+        (&json!(["IPv6", "IPv4"]), &json!("RequireDualStack"))
+    );
+    let legacy = spec(&["198.18.0.10", "2001:db8::10"], ServiceStyle::Externalips);
+    assert_eq!(
+        legacy["externalIPs"],
+        json!(["198.18.0.10", "2001:db8::10"])
+    );
+    assert_eq!(legacy["ipFamilies"], json!(["IPv4", "IPv6"]));
 }
 
 #[test]

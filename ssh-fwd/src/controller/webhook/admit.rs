@@ -37,7 +37,7 @@ pub struct Admitter {
     pub reservations: Api<Lease>,
     /// The reservations as last watched: which ports to try first.
     pub store: Store<LeaseView>,
-    pub ssh_ip: std::net::Ipv4Addr,
+    pub ssh_ip: std::net::IpAddr,
     pub range: RangeInclusive<u16>,
     /// How long a reservation may take before the pod is admitted without.
     pub deadline: Duration,

@@ -40,7 +40,7 @@ pub struct Shared {
     pub client: kube::Client,
     /// The controller's own namespace: reservations, the TLS Secret.
     pub namespace: String,
-    pub ssh_ip: std::net::Ipv4Addr,
+    pub ssh_ip: std::net::IpAddr,
     pub host: String,
     pub range: RangeInclusive<u16>,
     pub store: Store<LeaseView>,

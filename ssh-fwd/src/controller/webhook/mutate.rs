@@ -49,7 +49,7 @@ pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
     annotate(pod, port, injection, &mut ops);
     let endpoint = match port {
         Port::Reserved { port, .. } | Port::DryRun { port } => {
-            Some(format!("{}:{port}", injection.host))
+            Some(crate::controller::ssh_ips::endpoint(&injection.host, *port))
         }
         Port::None { .. } => None,
     };
@@ -73,12 +73,18 @@ fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
     let mut remove: Vec<&str> = vec![vocabulary::ANNOUNCED];
     match port {
         Port::Reserved { port, token } => {
-            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            ours.push((
+                vocabulary::ENDPOINT,
+                crate::controller::ssh_ips::endpoint(&injection.host, *port),
+            ));
             ours.push((vocabulary::RESERVATION, token.clone()));
             remove.push(vocabulary::ADMISSION);
         }
         Port::DryRun { port } => {
-            ours.push((vocabulary::ENDPOINT, format!("{}:{port}", injection.host)));
+            ours.push((
+                vocabulary::ENDPOINT,
+                crate::controller::ssh_ips::endpoint(&injection.host, *port),
+            ));
             remove.extend([vocabulary::RESERVATION, vocabulary::ADMISSION]);
         }
         Port::None { why } => {

@@ -94,11 +94,12 @@ pub struct Stores {
 
 impl Stores {
     /// The world as the stores hold it, built whole.
-    pub fn world(&self, policy: &Policy) -> World {
+    pub fn world(&self, policy: &Policy, ip: std::net::IpAddr) -> World {
         let mut services = self.ours.state();
         services.extend(self.others.iter().flat_map(Store::state));
         World::of(
             policy.clone(),
+            ip,
             &self.pods.state(),
             &services,
             &self.leases.state(),

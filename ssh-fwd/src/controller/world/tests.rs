@@ -28,14 +28,14 @@ use crate::controller::{
 };
 use crate::vocabulary;
 
-const IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 10));
 const HOST: &str = "ssh.example.org";
 const RANGE: std::ops::RangeInclusive<u16> = 9000..=9011;
 const NAMESPACES: [&str; 2] = ["jobs", "lab"];
 
 fn settings() -> Settings {
     Settings {
-        ssh_ip: IP,
+        ssh_ips: crate::controller::ssh_ips::SshIps::single(IP),
         style: ServiceStyle::Loadbalancer,
     }
 }
@@ -69,7 +69,7 @@ impl Sim {
             pods: BTreeMap::new(),
             services: BTreeMap::new(),
             leases: BTreeMap::new(),
-            world: World::new(policy_for(IP)),
+            world: World::new(policy_for(IP), IP),
             touched: Touched::default(),
             clock: 0,
             next_uid: 0,
@@ -304,7 +304,7 @@ impl Sim {
         let pods: Vec<_> = self.pods.values().cloned().collect();
         let services: Vec<_> = self.services.values().cloned().collect();
         let leases: Vec<_> = self.leases.values().cloned().collect();
-        World::of(policy_for(IP), &pods, &services, &leases)
+        World::of(policy_for(IP), IP, &pods, &services, &leases)
     }
 }
 

@@ -15,6 +15,13 @@
 //! ([`ownership::owner`]); the frontend maps to the owner's ready endpoint,
 //! and is closed while the owner has none.
 //!
+//! Either family: an address of a Service is IPv4 or IPv6, and a frontend
+//! maps only to an endpoint of its own family, from the EndpointSlice of
+//! that `addressType` (a dual-stack Service has one of each; no NAT46 or
+//! NAT64). A frontend whose Service has endpoints only of the other family
+//! is claimed, closed, with a note ([`Note::NoEndpointOfFamily`]). Source
+//! ranges of a family guard the frontends of that family.
+//!
 //! A Service whose mappings would break or hijack the node
 //! ([`validate`](crate::source::validate): a loopback or link-local
 //! backend, one on an SSH IP or on an address of the node (a hostNetwork
@@ -27,7 +34,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{IpAddr, Ipv4Addr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
     ops::RangeInclusive,
 };
 
@@ -37,21 +44,24 @@ use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
     args::ServiceStyle,
     k8s::ownership::{self, Claimant},
-    mapping::{Guard, Mapping, MappingSet, guard::Defaults},
+    mapping::{Family, Guard, Mapping, MappingSet, guard::Defaults},
     source::validate::{self, Checker, Rules},
 };
 
+mod backends;
 mod capacity;
 mod guard;
 
+use backends::Backends;
 pub use capacity::{Owned, cap};
-pub use guard::guard_of;
+pub use guard::{Guards, guard_of};
 
 /// What the agent honours; everything else is ignored (CVE-2020-8554: never
 /// let an arbitrary Service capture traffic).
 #[derive(Clone, Debug)]
 pub struct Policy {
-    pub ssh_ips: BTreeSet<Ipv4Addr>,
+    /// `--ssh-ip`, of either family.
+    pub ssh_ips: BTreeSet<IpAddr>,
     pub ports: RangeInclusive<u16>,
     pub styles: Styles,
     /// How many mappings the node holds (`--max-mappings`): past it, the
@@ -113,13 +123,20 @@ pub enum Note {
     NoReadyEndpoint {
         service: String,
     },
+    /// The Service exposes an address of `family` but has endpoints only
+    /// of the other family (a single-stack Service with an external IP of
+    /// the other family): its ports on that address stay closed.
+    NoEndpointOfFamily {
+        service: String,
+        family: Family,
+    },
     ManyReadyEndpoints {
         service: String,
-        chosen: Ipv4Addr,
+        chosen: IpAddr,
         ready: usize,
     },
     Conflict {
-        frontend: SocketAddrV4,
+        frontend: SocketAddr,
         winner: String,
         loser: String,
     },
@@ -144,12 +161,12 @@ pub struct Desired {
 /// One frontend a Service claims.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
-    pub frontend: SocketAddrV4,
+    pub frontend: SocketAddr,
     /// The mapping's name.
     pub name: String,
-    /// The ready endpoint; `None` while there is none (the claim still
-    /// holds the frontend, closed).
-    pub backend: Option<SocketAddrV4>,
+    /// The ready endpoint, of the frontend's family; `None` while there is
+    /// none (the claim still holds the frontend, closed).
+    pub backend: Option<SocketAddr>,
     /// Who may connect, and how fast.
     pub guard: Guard,
 }
@@ -166,7 +183,7 @@ pub struct ServiceClaims {
 /// hostNetwork pod: the node's own services).
 pub fn rules(policy: &Policy, node_addrs: BTreeMap<IpAddr, String>) -> Rules {
     Rules {
-        ssh_ips: policy.ssh_ips.iter().map(|ip| IpAddr::V4(*ip)).collect(),
+        ssh_ips: policy.ssh_ips.clone(),
         all_node_addrs: node_addrs,
         guard: policy.guard.clone(),
         ..Rules::default()
@@ -186,42 +203,40 @@ pub fn claims_of(
     let Some(ips) = honoured_addresses(svc, policy, &mut out.notes) else {
         return out;
     };
-    let (guard, guard_problem) = match guard_of(&svc.guard, &rules.guard) {
-        Ok(guard) => (guard, None),
-        Err(problem) => (Guard::default(), Some(problem)),
+    let (guards, guard_problem) = match guard_of(&svc.guard, &rules.guard) {
+        Ok(guards) => (guards, None),
+        Err(problem) => (Guards::default(), Some(problem)),
     };
+    let families: BTreeSet<Family> = ips.iter().map(|ip| Family::of(*ip)).collect();
     let multi = svc.ports.len() > 1;
     for port in &svc.ports {
         let Some(number) = honoured_port(&id, port, policy, &mut out.notes) else {
             continue;
         };
-        let (backend, draining) = usable_backend(slices, port, &id, &mut out.notes)
-            .map_or((None, false), |(backend, draining)| {
-                (Some(backend), draining)
-            });
-        if backend.is_none() {
-            out.notes.push(Note::NoReadyEndpoint {
-                service: id.clone(),
-            });
-        }
         let name = match (multi, port.name.is_empty()) {
             (false, _) => id.clone(),
             (true, true) => format!("{id}:{number}"),
             (true, false) => format!("{id}:{}", port.name),
         };
+        let backends = Backends::read(slices, port, &families, &id, &mut out.notes);
+        for family in &families {
+            backends.note_missing(*family, &id, &mut out.notes);
+        }
         for ip in &ips {
-            let frontend = SocketAddrV4::new(*ip, number);
+            let frontend = SocketAddr::new(*ip, number);
             // A port listed twice (the API server refuses that) claims once.
             if out.claims.iter().any(|c| c.frontend == frontend) {
                 continue;
             }
+            let family = Family::of(*ip);
+            let (backend, draining) = backends.of(family);
             out.claims.push(Claim {
                 frontend,
                 name: name.clone(),
                 backend,
                 guard: Guard {
                     draining,
-                    ..guard.clone()
+                    ..guards.of(family).clone()
                 },
             });
         }
@@ -250,7 +265,7 @@ pub fn honoured_addresses(
     svc: &ServiceView,
     policy: &Policy,
     notes: &mut Vec<Note>,
-) -> Option<BTreeSet<Ipv4Addr>> {
+) -> Option<BTreeSet<IpAddr>> {
     let id = || svc.id.to_string();
     if svc.ours && !svc.node_ports_off {
         notes.push(Note::NodePortsAllocated { service: id() });
@@ -299,8 +314,8 @@ fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
         let checked = match claim.backend {
             Some(backend) => checker.check(&Mapping {
                 name: claim.name.clone(),
-                frontend: claim.frontend.into(),
-                backend: backend.into(),
+                frontend: claim.frontend,
+                backend,
                 guard: Guard::default(),
             }),
             // No endpoint yet: only the name can be wrong.
@@ -311,15 +326,15 @@ fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
 }
 
 /// The SSH IPs the Service exposes in the shapes honoured.
-fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTreeSet<Ipv4Addr> {
-    let ours = |ips: &[Ipv4Addr]| -> BTreeSet<Ipv4Addr> {
+fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTreeSet<IpAddr> {
+    let ours = |ips: &[IpAddr]| -> BTreeSet<IpAddr> {
         ips.iter()
             .copied()
             .filter(|ip| policy.ssh_ips.contains(ip))
             .collect()
     };
     let (mut external, mut ingress) = (ours(&svc.external_ips), ours(&svc.ingress));
-    let mut refuse = |set: &mut BTreeSet<Ipv4Addr>, honoured: bool, style: &'static str| {
+    let mut refuse = |set: &mut BTreeSet<IpAddr>, honoured: bool, style: &'static str| {
         if !honoured && !set.is_empty() {
             set.clear();
             notes.push(Note::StyleNotHonoured {
@@ -332,45 +347,6 @@ fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTree
     refuse(&mut ingress, policy.styles.load_balancer, "LoadBalancer");
     external.extend(ingress);
     external
-}
-
-/// The backend and resolved target port for one Service port, and whether
-/// it is draining. The EndpointSlice carries the port by the Service port's
-/// name, already resolved for named targetPorts, as kube-proxy reads it.
-/// A ready endpoint (several: the lowest address, with a note); else one
-/// that is terminating but still serving, draining: a pod in its grace
-/// period keeps its open sessions, but takes no new login, since its
-/// address may go to another pod before the slice says it stopped serving.
-fn usable_backend(
-    slices: &[&SliceView],
-    port: &PortView,
-    service: &str,
-    notes: &mut Vec<Note>,
-) -> Option<(SocketAddrV4, bool)> {
-    let mut ready: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
-    let mut terminating: BTreeSet<(Ipv4Addr, u16)> = BTreeSet::new();
-    for slice in slices.iter().filter(|s| s.ipv4) {
-        let target = slice
-            .ports
-            .iter()
-            .find(|(name, _)| *name == port.name)
-            .and_then(|(_, number)| *number)
-            .or(port.numeric_target);
-        let Some(target) = target else { continue };
-        ready.extend(slice.ready.iter().map(|ip| (*ip, target)));
-        terminating.extend(slice.terminating.iter().map(|ip| (*ip, target)));
-    }
-    let draining = ready.is_empty();
-    let candidates = if draining { terminating } else { ready };
-    let (ip, target) = *candidates.first()?;
-    if candidates.len() > 1 && !draining {
-        notes.push(Note::ManyReadyEndpoints {
-            service: service.into(),
-            chosen: ip,
-            ready: candidates.len(),
-        });
-    }
-    Some((SocketAddrV4::new(ip, target), draining))
 }
 
 /// One Service's claim on a frontend, as the owner rule sees it.
@@ -393,7 +369,7 @@ impl Claimant for Contender<'_> {
 /// ready endpoint (none while it has none), with its owner, and a note per
 /// younger claimant.
 pub fn resolve<'a>(
-    frontend: SocketAddrV4,
+    frontend: SocketAddr,
     contenders: impl IntoIterator<Item = Contender<'a>>,
 ) -> (Option<Owned<'a>>, Vec<Note>) {
     let contenders: Vec<Contender<'a>> = contenders.into_iter().collect();
@@ -416,8 +392,8 @@ pub fn resolve<'a>(
     let owned = owner.claim.backend.map(|backend| Owned {
         mapping: Mapping {
             name: owner.claim.name.clone(),
-            frontend: frontend.into(),
-            backend: backend.into(),
+            frontend,
+            backend,
             guard: owner.claim.guard.clone(),
         },
         id: owner.id,
@@ -463,7 +439,7 @@ pub fn compute_on<'a>(
             (svc, claims_of(svc, slices, policy, rules))
         })
         .collect();
-    let mut frontends: BTreeMap<SocketAddrV4, Vec<Contender<'_>>> = BTreeMap::new();
+    let mut frontends: BTreeMap<SocketAddr, Vec<Contender<'_>>> = BTreeMap::new();
     for (svc, claims) in &claimed {
         notes.extend(claims.notes.iter().cloned());
         for claim in &claims.claims {
@@ -488,6 +464,8 @@ pub fn compute_on<'a>(
     Desired { mappings, notes }
 }
 
+#[cfg(test)]
+mod family_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -13,7 +13,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
-    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
 };
 
 use super::{
@@ -49,13 +49,13 @@ pub struct Index {
     /// What each Service claims now.
     claims: HashMap<Id, ServiceClaims>,
     /// The Services claiming each frontend.
-    contenders: HashMap<SocketAddrV4, Vec<Id>>,
+    contenders: HashMap<SocketAddr, Vec<Id>>,
     /// The conflict notes of each contested frontend.
-    conflicts: HashMap<SocketAddrV4, Vec<Note>>,
+    conflicts: HashMap<SocketAddr, Vec<Note>>,
     /// Every owned frontend's mapping, before the capacity cut.
     all: MappingSet,
     /// The Service owning each frontend in `all`.
-    owners: HashMap<SocketAddrV4, Id>,
+    owners: HashMap<SocketAddr, Id>,
     /// Past the capacity: what fits, and the note naming what does not.
     capped: Option<(MappingSet, Note)>,
     /// How many Services are skipped as dangerous ([`Note::Invalid`]).
@@ -121,11 +121,7 @@ impl Index {
     /// The Service owning `frontend`, and the pod at `backend` among its
     /// EndpointSlices', if they name one: what the connection log names a
     /// connection by.
-    pub fn owner_of(
-        &self,
-        frontend: SocketAddrV4,
-        backend: Ipv4Addr,
-    ) -> (Option<&Id>, Option<&str>) {
+    pub fn owner_of(&self, frontend: SocketAddr, backend: IpAddr) -> (Option<&Id>, Option<&str>) {
         let Some(service) = self.owners.get(&frontend) else {
             return (None, None);
         };
@@ -317,7 +313,7 @@ impl Index {
     fn recompute(
         &mut self,
         service: &Id,
-        frontends: &mut BTreeSet<SocketAddrV4>,
+        frontends: &mut BTreeSet<SocketAddr>,
         raised: &mut Vec<Note>,
     ) {
         let new = match self.services.get(service) {
@@ -359,7 +355,7 @@ impl Index {
     }
 
     /// Decides the owner of `frontend` again from its contenders.
-    fn resolve(&mut self, frontend: SocketAddrV4, raised: &mut Vec<Note>) {
+    fn resolve(&mut self, frontend: SocketAddr, raised: &mut Vec<Note>) {
         let contenders = (self.contenders.get(&frontend).into_iter())
             .flatten()
             .filter_map(|id| {
@@ -378,14 +374,14 @@ impl Index {
                 if self.owners.get(&frontend) != Some(id) {
                     self.owners.insert(frontend, id.clone());
                 }
-                if self.all.get(&frontend.into()) != Some(&mapping) {
+                if self.all.get(&frontend) != Some(&mapping) {
                     self.all.insert(mapping);
                     self.touch(frontend);
                 }
             }
             None => {
                 self.owners.remove(&frontend);
-                if self.all.remove(&frontend.into()).is_some() {
+                if self.all.remove(&frontend).is_some() {
                     self.touch(frontend);
                 }
             }
@@ -398,10 +394,10 @@ impl Index {
     }
 
     /// Records a change of `frontend`'s mapping.
-    fn touch(&mut self, frontend: SocketAddrV4) {
+    fn touch(&mut self, frontend: SocketAddr) {
         self.generation += 1;
         if let Some(touched) = &mut self.touched {
-            touched.insert(frontend.into());
+            touched.insert(frontend);
         }
     }
 
@@ -422,10 +418,7 @@ impl Index {
         }
         let owned: Vec<Owned<'_>> = (self.all.iter())
             .filter_map(|m| {
-                let SocketAddr::V4(frontend) = m.frontend else {
-                    return None;
-                };
-                let id = self.owners.get(&frontend)?;
+                let id = self.owners.get(&m.frontend)?;
                 Some(Owned {
                     mapping: m.clone(),
                     id,

@@ -5,7 +5,7 @@
 //! large; the agent's memory should grow with what it forwards, not with
 //! what the objects happen to carry.
 
-use std::{borrow::Cow, net::Ipv4Addr, sync::Arc};
+use std::{borrow::Cow, net::IpAddr, sync::Arc};
 
 use k8s_openapi::{
     NamespaceResourceScope,
@@ -16,7 +16,7 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
-use crate::vocabulary;
+use crate::{mapping::Family, vocabulary};
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -42,16 +42,17 @@ pub struct PortView {
 pub struct ServiceView {
     pub id: Id,
     pub created: Option<Time>,
-    /// `spec.externalIPs` that are IPv4 addresses.
-    pub external_ips: Vec<Ipv4Addr>,
+    /// `spec.externalIPs` that are IP addresses, of either family (the API
+    /// server does not check them against `spec.ipFamilies`).
+    pub external_ips: Vec<IpAddr>,
     /// `type: LoadBalancer` with `loadBalancerClass` [`vocabulary::LB_CLASS`].
     pub ours: bool,
     /// `spec.allocateLoadBalancerNodePorts` is `false` (the API server
     /// defaults it to true for a LoadBalancer).
     pub node_ports_off: bool,
-    /// `status.loadBalancer.ingress[].ip` that are IPv4 addresses, for a
-    /// Service of our class (nobody else's status counts).
-    pub ingress: Vec<Ipv4Addr>,
+    /// `status.loadBalancer.ingress[].ip` of either family, for a Service
+    /// of our class (nobody else's status counts).
+    pub ingress: Vec<IpAddr>,
     pub ports: Vec<PortView>,
     /// Who may connect, as the Service writes it: parsed by the rules,
     /// which refuse the Service if it is wrong.
@@ -90,18 +91,21 @@ pub struct SliceView {
     /// `namespace/<kubernetes.io/service-name>`; `None` for a slice of no
     /// Service.
     pub service: Option<Id>,
-    pub ipv4: bool,
+    /// `addressType` (`IPv4` or `IPv6`); `None` for `FQDN` or anything
+    /// else, whose endpoints are never backends. A dual-stack Service has
+    /// a slice of each family.
+    pub family: Option<Family>,
     /// Port names and numbers.
     pub ports: Vec<(Box<str>, Option<u16>)>,
     /// Ready endpoint addresses (an absent `ready` counts as ready).
-    pub ready: Vec<Ipv4Addr>,
+    pub ready: Vec<IpAddr>,
     /// Addresses of endpoints that are terminating but still serving (a
     /// pod in its grace period whose server still runs): what kube-proxy
     /// falls back to when a Service has no ready endpoint.
-    pub terminating: Vec<Ipv4Addr>,
+    pub terminating: Vec<IpAddr>,
     /// The pods behind those addresses (`targetRef` of kind Pod), as
     /// `namespace/name`: what the connection log names a backend by.
-    pub pods: Vec<(Ipv4Addr, Box<str>)>,
+    pub pods: Vec<(IpAddr, Box<str>)>,
 }
 
 /// A Service off the wire: only what [`ServiceView`] needs is read.
@@ -195,10 +199,12 @@ struct WireConditions {
 }
 
 impl WireEndpoint {
-    /// Its IPv4 addresses (an IPv4 slice lists nothing else; anything
-    /// unreadable is skipped).
-    fn ipv4(&self) -> impl Iterator<Item = Ipv4Addr> + '_ {
-        self.addresses.iter().filter_map(|a| a.parse().ok())
+    /// Its addresses of `family`, the slice's (a slice lists nothing else;
+    /// anything unreadable or of the other family is skipped).
+    fn addresses(&self, family: Option<Family>) -> impl Iterator<Item = IpAddr> + '_ {
+        (self.addresses.iter())
+            .filter_map(|a| a.parse().ok())
+            .filter(move |ip| Some(Family::of(*ip)) == family)
     }
 
     /// Ready: an absent `ready` counts as ready (the API's rule).
@@ -382,7 +388,7 @@ pub fn id_of(meta: &ObjectMeta) -> Id {
     .into()
 }
 
-fn ipv4s<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<Ipv4Addr> {
+fn ips<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<IpAddr> {
     exact(texts.into_iter().filter_map(|t| t.parse().ok()))
 }
 
@@ -481,11 +487,11 @@ impl Shape<'_> {
         ServiceView {
             id: id_of(meta),
             created: meta.creation_timestamp.clone(),
-            external_ips: ipv4s(external_ips),
+            external_ips: ips(external_ips),
             ours,
             node_ports_off: self.node_ports == Some(false),
             // Nobody else's load-balancer status counts.
-            ingress: if ours { ipv4s(ingress) } else { Vec::new() },
+            ingress: if ours { ips(ingress) } else { Vec::new() },
             ports: exact(ports),
             guard,
         }
@@ -521,16 +527,21 @@ impl WireSlice {
                 let ns = self.metadata.namespace.as_deref().unwrap_or("");
                 Id::from(format!("{ns}/{name}"))
             });
+        let family = match self.address_type.as_str() {
+            "IPv4" => Some(Family::V4),
+            "IPv6" => Some(Family::V6),
+            _ => None,
+        };
         let endpoints = || self.endpoints.iter().flatten();
         let ready = exact(
             endpoints()
                 .filter(|e| e.ready())
-                .flat_map(WireEndpoint::ipv4),
+                .flat_map(|e| e.addresses(family)),
         );
         let terminating = exact(
             endpoints()
                 .filter(|e| e.serving_terminating())
-                .flat_map(WireEndpoint::ipv4),
+                .flat_map(|e| e.addresses(family)),
         );
         let slice_ns = self.metadata.namespace.as_deref().unwrap_or("");
         let usable = endpoints().filter(|e| e.ready() || e.serving_terminating());
@@ -541,11 +552,12 @@ impl WireSlice {
                     let ns = t.namespace.as_deref().unwrap_or(slice_ns);
                     Some(Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?)))
                 });
-            e.ipv4().filter_map(move |ip| Some((ip, pod.clone()?)))
+            e.addresses(family)
+                .filter_map(move |ip| Some((ip, pod.clone()?)))
         }));
         SliceView {
             service,
-            ipv4: self.address_type == "IPv4",
+            family,
             ports: exact(self.ports.iter().flatten().map(|p| {
                 let name = p.name.as_deref().unwrap_or("").into();
                 (name, p.port.and_then(|n| u16::try_from(n).ok()))
@@ -590,7 +602,7 @@ mod tests {
         assert_eq!(
             view.ready,
             [
-                "10.0.0.1".parse::<Ipv4Addr>().unwrap(),
+                "10.0.0.1".parse::<IpAddr>().unwrap(),
                 "10.0.0.3".parse().unwrap()
             ]
         );
@@ -635,9 +647,41 @@ mod tests {
         };
         let ours = service(vocabulary::LB_CLASS).view();
         assert!(ours.ours && !ours.node_ports_off);
-        assert_eq!(ours.ingress, ["198.18.0.10".parse::<Ipv4Addr>().unwrap()]);
+        assert_eq!(ours.ingress, ["198.18.0.10".parse::<IpAddr>().unwrap()]);
         assert_eq!(ours.ports[0].numeric_target, None, "named: from the slice");
         assert_eq!(ours.ports[1].numeric_target, Some(8023), "defaults to port");
         assert!(service("metallb.io/x").view().ingress.is_empty());
+    }
+
+    #[test]
+    fn an_ipv6_slice_keeps_its_ipv6_addresses_and_services_their_addresses_of_both_families() {
+        let slice: WireSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s-6", "namespace": "jobs",
+                         "labels": {"kubernetes.io/service-name": "job-1"}},
+            "addressType": "IPv6",
+            "endpoints": [{"addresses": ["fd00:244:1::5"], "targetRef": {"kind": "Pod", "name": "p"}},
+                          {"addresses": ["10.0.0.1"]}]
+        }))
+        .unwrap();
+        let view = slice.view();
+        let pod: IpAddr = "fd00:244:1::5".parse().unwrap();
+        assert_eq!(view.family, Some(Family::V6));
+        assert_eq!(
+            view.ready,
+            [pod],
+            "an address of the other family is no endpoint"
+        );
+        assert_eq!(view.pods, [(pod, "jobs/p".into())]);
+        let service: WireService = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "jobs"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
+                     "externalIPs": ["2001:db8::10", "198.18.0.10", "nope"]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "2001:db8::11"}, {"ip": "198.18.0.11"}]}}
+        }))
+        .unwrap();
+        let view = service.view();
+        let ips = |texts: [&str; 2]| texts.map(|t| t.parse::<IpAddr>().unwrap());
+        assert_eq!(view.external_ips, ips(["2001:db8::10", "198.18.0.10"]));
+        assert_eq!(view.ingress, ips(["2001:db8::11", "198.18.0.11"]));
     }
 }

@@ -18,7 +18,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4},
+    net::{IpAddr, SocketAddr},
     time::Instant,
 };
 
@@ -199,11 +199,7 @@ impl KubeSource {
     }
 
     /// See [`Index::owner_of`].
-    pub fn owner_of(
-        &self,
-        frontend: SocketAddrV4,
-        backend: Ipv4Addr,
-    ) -> (Option<&Id>, Option<&str>) {
+    pub fn owner_of(&self, frontend: SocketAddr, backend: IpAddr) -> (Option<&Id>, Option<&str>) {
         self.index.owner_of(frontend, backend)
     }
 

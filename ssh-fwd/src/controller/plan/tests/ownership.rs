@@ -1,7 +1,7 @@
 //! The agents and the controller decide who owns a port with one rule
 //! (`k8s::ownership::owner`): age alone, not readiness.
 
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 
 use super::*;
 use crate::source::kubernetes::{
@@ -36,7 +36,7 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
     .collect();
     let policy = Policy {
         guard: Default::default(),
-        ssh_ips: [settings().ssh_ip].into(),
+        ssh_ips: [settings().ssh_ips.published()].into(),
         ports: 8000..=16000,
         styles: Styles::ALL,
         capacity: ssh_fwd_common::maps::MAX_MAPPINGS as usize,
@@ -44,9 +44,9 @@ fn agents_and_controller_agree_that_a_not_ready_older_service_keeps_its_port() {
     let views = [agent_view(&mine), agent_view(&rival)];
     let slice_views: Vec<_> = slices.iter().map(WireSlice::view).collect();
     let agent = desired::compute(&views, &slice_views, &policy);
-    let frontend: SocketAddrV4 = "198.18.0.10:9000".parse().unwrap();
+    let frontend: SocketAddr = "198.18.0.10:9000".parse().unwrap();
     assert_eq!(
-        agent.mappings.get(&frontend.into()),
+        agent.mappings.get(&frontend),
         None,
         "the agents keep the port closed for its not-ready owner"
     );

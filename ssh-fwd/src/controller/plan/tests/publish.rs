@@ -83,7 +83,8 @@ fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
     };
     let svc = Arc::new(service::build(&p, 8123, IntOrString::Int(22), &style));
     let world = World::of(
-        crate::controller::world::policy_for(style.ssh_ip),
+        crate::controller::world::policy_for(style.ssh_ips.published()),
+        style.ssh_ips.published(),
         std::slice::from_ref(&p),
         &[svc],
         &[],
@@ -141,6 +142,105 @@ fn a_lost_selector_label_is_restored_without_a_second_event() {
                 ..
             }]
         ),
+        "{actions:?}"
+    );
+}
+
+/// The plan for `pods` and `services` of a controller on `ips` (the first
+/// published), showing `host`.
+fn run_on(
+    ips: &[&str],
+    host: &str,
+    pods: &[Arc<PodView>],
+    services: &[Arc<Service>],
+) -> Vec<Action> {
+    use crate::controller::ssh_ips::SshIps;
+    let ips: Vec<std::net::IpAddr> = ips.iter().map(|ip| ip.parse().unwrap()).collect();
+    let ssh_ips = SshIps::new(&ips).unwrap();
+    let settings = Settings {
+        ssh_ips: ssh_ips.clone(),
+        ..settings()
+    };
+    let mut policy = crate::controller::world::policy_for(ssh_ips.published());
+    policy.ssh_ips = ssh_ips.all().collect();
+    let world = World::of(policy, ssh_ips.published(), pods, services, &[]);
+    let pass = Pass {
+        world: &world,
+        scope: &Scope::All,
+        expected: &Expectations::default(),
+        variable: None,
+    };
+    compute(
+        &pass,
+        &settings,
+        &(8000..=16000),
+        host,
+        &mut StdRng::seed_from_u64(1),
+    )
+}
+
+#[test]
+fn a_dual_stack_load_balancer_is_announced_only_once_both_addresses_are_in_its_status() {
+    let ips = ["2001:db8::10", "198.18.0.10"];
+    let p = pod("job-1", json!({}));
+    let svc = ours(&p, 8123, "2026-11-01T00:00:00Z", false);
+    for partial in [
+        json!([{"ip": "198.18.0.10"}]),
+        json!([{"ip": "2001:db8::10"}]),
+        json!([{"ip": "2001:db8::10"}, {"ip": "2001:db8::10"}]),
+    ] {
+        let actions = run_on(
+            &ips,
+            HOST,
+            std::slice::from_ref(&p),
+            &[with_ingress(&svc, partial.clone())],
+        );
+        assert!(
+            matches!(actions.as_slice(), [Action::SetIngress { .. }]),
+            "{partial}: {actions:?}"
+        );
+    }
+    // Either order, and any text of the address, will do.
+    let both = json!([{"ip": "198.18.0.10"}, {"ip": "2001:0db8::0010"}]);
+    let actions = run_on(
+        &ips,
+        HOST,
+        std::slice::from_ref(&p),
+        &[with_ingress(&svc, both)],
+    );
+    assert!(
+        matches!(actions.as_slice(), [Action::Publish { announce: true, .. }]),
+        "{actions:?}"
+    );
+}
+
+#[test]
+fn an_ipv6_endpoint_is_published_in_brackets() {
+    let host = "2001:db8::10";
+    let p = pod(
+        "job-1",
+        json!({"metadata": {"labels": {vocabulary::SERVICE: "ssh-job-1"},
+                            "annotations": {vocabulary::ENDPOINT: "[2001:db8::10]:8123"}}}),
+    );
+    let svc = with_ingress(
+        &ours(&p, 8123, "2026-11-01T00:00:00Z", true),
+        json!([{"ip": host}]),
+    );
+    let actions = run_on(
+        &[host],
+        host,
+        std::slice::from_ref(&p),
+        std::slice::from_ref(&svc),
+    );
+    assert_eq!(actions, [], "the bracketed endpoint is the one published");
+    let unbracketed = pod(
+        "job-1",
+        json!({"metadata": {"labels": {vocabulary::SERVICE: "ssh-job-1"},
+                            "annotations": {vocabulary::ENDPOINT: "2001:db8::10:8123"}}}),
+    );
+    let actions = run_on(&[host], host, &[unbracketed], &[svc]);
+    assert!(
+        matches!(actions.as_slice(), [Action::Publish { .. }]),
         "{actions:?}"
     );
 }

@@ -12,8 +12,8 @@ use crate::vocabulary;
 
 const GRACE: Duration = Duration::from_secs(60);
 
-fn ip() -> std::net::Ipv4Addr {
-    settings().ssh_ip
+fn ip() -> std::net::IpAddr {
+    settings().ssh_ips.published()
 }
 
 /// A reservation as the API returns it (uid and resourceVersion set).
@@ -62,6 +62,7 @@ impl Pass<'_> {
     fn world(&self) -> World {
         World::of(
             crate::controller::world::policy_for(ip()),
+            ip(),
             self.pods,
             self.services,
             self.leases,
@@ -211,6 +212,7 @@ fn a_restarted_leader_counts_the_grace_from_when_it_first_sees_a_reservation() {
     let mut upkeep = Upkeep::new(GRACE, None);
     let world = World::of(
         crate::controller::world::policy_for(ip()),
+        ip(),
         &[],
         &[],
         &leases,

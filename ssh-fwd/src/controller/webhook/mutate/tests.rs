@@ -69,6 +69,23 @@ fn env_of(container: &Value, name: &str) -> Option<String> {
 }
 
 #[test]
+fn an_ipv6_host_is_bracketed_in_the_annotation_and_the_variable() {
+    let pod = job_pod();
+    let injection = Injection {
+        host: "2001:db8::10".into(),
+        ..injection(None, None)
+    };
+    let out = applied(&pod, &mutate(&pod, &reserved(), &injection));
+    let endpoint = "[2001:db8::10]:8123";
+    assert_eq!(
+        out["metadata"]["annotations"][vocabulary::ENDPOINT],
+        endpoint
+    );
+    let main = &out["spec"]["containers"][0];
+    assert_eq!(env_of(main, "UCLOUD_PUBLIC_SSH").as_deref(), Some(endpoint));
+}
+
+#[test]
 fn every_container_gets_the_endpoint_variable_first_and_the_pod_its_annotations() {
     let pod = job_pod();
     let out = applied(&pod, &mutate(&pod, &reserved(), &injection(None, None)));

@@ -5,43 +5,62 @@
 //! wrong is refused whole, like any invalid Service: never forwarded with
 //! a guard other than the one it asked for.
 
+use std::collections::BTreeSet;
+
+use ssh_fwd_common::maps::MAX_ALLOW_PER_MAPPING;
+
 use crate::{
     mapping::{
         Family,
-        guard::{Allow, Defaults, Guard, Limit, parse_ranges},
+        guard::{Allow, Cidr, Defaults, Guard, Limit, RangesError},
     },
     source::kubernetes::objects::GuardText,
     vocabulary::{SOURCE_RANGES, SYN_RATE},
 };
 
-/// The guard `text` states, with the agent's `defaults` filled in; `Err`:
-/// what is wrong, for the Service's note.
-pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guard, String> {
+/// A Service's guard for each family of its frontends: the ranges of a
+/// family apply to the frontends of that family (a dual-stack Service
+/// lists both), the rate to all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Guards {
+    pub v4: Guard,
+    pub v6: Guard,
+}
+
+impl Guards {
+    /// The guard of frontends of `family`.
+    pub fn of(&self, family: Family) -> &Guard {
+        match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        }
+    }
+}
+
+/// The guards `text` states, with the agent's `defaults` filled in;
+/// `Err`: what is wrong, for the Service's note.
+pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guards, String> {
     let annotation = (text.ranges_annotation.as_deref())
         .map(str::trim)
         .filter(|a| !a.is_empty());
-    // IPv6 ranges are left out: a dual-stack Service may list them, and
-    // the IPv4 traffic of its mappings never matches them; a list of only
-    // IPv6 ranges allows no IPv4 source at all.
-    let allow = match (text.ranges.is_empty(), annotation) {
+    // A list names the sources of both families: a family it lists none
+    // of allows no source at all (as a cloud load balancer's list does).
+    let ranges = match (text.ranges.is_empty(), annotation) {
         (false, Some(_)) => {
             return Err(format!(
                 "it sets both spec.loadBalancerSourceRanges and the annotation {SOURCE_RANGES}; \
                  keep one of them"
             ));
         }
-        (false, None) => Allow::Only(
-            parse_ranges(text.ranges.iter().map(|r| &**r), true)
+        (false, None) => Some(
+            by_family(text.ranges.iter().map(|r| &**r))
                 .map_err(|e| format!("spec.loadBalancerSourceRanges: {e}"))?,
         ),
-        (true, Some(list)) => Allow::Only(
-            parse_ranges(
-                list.split(',').map(str::trim).filter(|r| !r.is_empty()),
-                true,
-            )
-            .map_err(|e| format!("annotation {SOURCE_RANGES}: {e}"))?,
+        (true, Some(list)) => Some(
+            by_family(list.split(',').map(str::trim).filter(|r| !r.is_empty()))
+                .map_err(|e| format!("annotation {SOURCE_RANGES}: {e}"))?,
         ),
-        (true, None) => Allow::Default,
+        (true, None) => None,
     };
     let limit = match text.syn_rate.as_deref().map(str::trim) {
         None => Limit::Default,
@@ -51,14 +70,50 @@ pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guard, String> 
                 .map_err(|e| format!("annotation {SYN_RATE}: {e}, or `off`"))?,
         ),
     };
-    // A Service's mappings are IPv4 (dual-stack Services are not read).
-    let guard = Guard {
-        allow,
-        limit,
-        enforce_established: false,
-        draining: false,
+    let guard = |family: Family| {
+        let allow = match &ranges {
+            Some((v4, v6)) => Allow::Only(match family {
+                Family::V4 => v4.clone(),
+                Family::V6 => v6.clone(),
+            }),
+            None => Allow::Default,
+        };
+        let guard = Guard {
+            allow,
+            limit,
+            enforce_established: false,
+            draining: false,
+        };
+        defaults.resolve(&guard, family)
     };
-    Ok(defaults.resolve(&guard, Family::V4))
+    Ok(Guards {
+        v4: guard(Family::V4),
+        v6: guard(Family::V6),
+    })
+}
+
+/// A list of source ranges split by family (sorted, duplicates merged);
+/// each family's list holds at most what one mapping's allowlist does.
+fn by_family<'a>(
+    values: impl IntoIterator<Item = &'a str>,
+) -> Result<(BTreeSet<Cidr>, BTreeSet<Cidr>), RangesError> {
+    let (mut v4, mut v6) = (BTreeSet::new(), BTreeSet::new());
+    for (i, value) in values.into_iter().enumerate() {
+        let cidr: Cidr = value.parse().map_err(|error| RangesError::Range {
+            index: i + 1,
+            error,
+        })?;
+        match cidr.family() {
+            Family::V4 => v4.insert(cidr),
+            Family::V6 => v6.insert(cidr),
+        };
+    }
+    for list in [&v4, &v6] {
+        if list.len() > MAX_ALLOW_PER_MAPPING as usize {
+            return Err(RangesError::TooMany { count: list.len() });
+        }
+    }
+    Ok((v4, v6))
 }
 
 #[cfg(test)]
@@ -83,24 +138,66 @@ mod tests {
     #[test]
     fn ranges_come_from_the_spec_or_the_annotation() {
         let d = Defaults::default();
-        let g = guard_of(&text(&["192.0.2.0/24"], None, None), &d).unwrap();
+        let g = guard_of(&text(&["192.0.2.0/24"], None, None), &d)
+            .unwrap()
+            .v4;
         assert_eq!(g.ranges(), Some(&[cidr("192.0.2.0/24")].into()));
-        let g = guard_of(&text(&[], Some(" 10.0.0.0/8, 192.0.2.1 ,"), None), &d).unwrap();
+        let g = guard_of(&text(&[], Some(" 10.0.0.0/8, 192.0.2.1 ,"), None), &d)
+            .unwrap()
+            .v4;
         assert_eq!(
             g.ranges(),
             Some(&[cidr("10.0.0.0/8"), cidr("192.0.2.1/32")].into())
         );
         let g = guard_of(&text(&[], Some(""), None), &d).unwrap();
-        assert_eq!(g.allow, Allow::Open, "an empty annotation is no list");
+        assert_eq!(g.v4.allow, Allow::Open, "an empty annotation is no list");
+        assert_eq!(g.v6.allow, Allow::Open);
     }
 
     #[test]
-    fn a_dual_stack_list_keeps_its_ipv4_ranges_and_an_ipv6_only_one_allows_none() {
+    fn a_dual_stack_list_gives_each_family_its_own_ranges_and_a_family_it_omits_none() {
         let d = Defaults::default();
         let g = guard_of(&text(&["2001:db8::/32", "192.0.2.0/24"], None, None), &d).unwrap();
-        assert_eq!(g.ranges(), Some(&[cidr("192.0.2.0/24")].into()));
-        let g = guard_of(&text(&["2001:db8::/32"], None, None), &d).unwrap();
-        assert_eq!(g.ranges(), Some(&Default::default()));
+        assert_eq!(g.v4.ranges(), Some(&[cidr("192.0.2.0/24")].into()));
+        assert_eq!(g.v6.ranges(), Some(&[cidr("2001:db8::/32")].into()));
+        let g = guard_of(&text(&[], Some("2001:db8::/32, 2001:db8:1::7"), None), &d).unwrap();
+        assert_eq!(g.v4.ranges(), Some(&Default::default()), "no IPv4 source");
+        assert_eq!(
+            g.v6.ranges(),
+            Some(&[cidr("2001:db8::/32"), cidr("2001:db8:1::7/128")].into())
+        );
+    }
+
+    #[test]
+    fn a_bad_ipv6_range_refuses_the_service_and_each_family_is_counted_apart() {
+        let d = Defaults::default();
+        let e = guard_of(&text(&["192.0.2.0/24", "2001:db8::1/32"], None, None), &d).unwrap_err();
+        assert!(
+            e.starts_with("spec.loadBalancerSourceRanges: source range #2"),
+            "{e}"
+        );
+        let max = MAX_ALLOW_PER_MAPPING as usize;
+        let v4: Vec<String> = (0..max).map(|i| format!("10.0.{i}.0/24")).collect();
+        let v6: Vec<String> = (0..max).map(|i| format!("2001:db8:{i:x}::/48")).collect();
+        let both: Vec<&str> = v4.iter().chain(&v6).map(String::as_str).collect();
+        let g = guard_of(&text(&both, None, None), &d).unwrap();
+        assert_eq!(g.v4.ranges().map(|r| r.len()), Some(max));
+        assert_eq!(g.v6.ranges().map(|r| r.len()), Some(max));
+        let mut over = both.clone();
+        over.push("2001:db8:ffff::/48");
+        let e = guard_of(&text(&over, None, None), &d).unwrap_err();
+        assert!(e.contains(&format!("{} source ranges", max + 1)), "{e}");
+    }
+
+    #[test]
+    fn the_agents_allow_list_fills_in_each_family_from_its_own_ranges() {
+        let d = Defaults {
+            allow: [cidr("192.0.2.0/24"), cidr("2001:db8::/32")].into(),
+            ..Defaults::default()
+        };
+        let g = guard_of(&text(&[], None, None), &d).unwrap();
+        assert_eq!(g.v4.ranges(), Some(&[cidr("192.0.2.0/24")].into()));
+        assert_eq!(g.v6.ranges(), Some(&[cidr("2001:db8::/32")].into()));
     }
 
     #[test]
@@ -132,10 +229,11 @@ mod tests {
             ..Defaults::default()
         };
         let g = guard_of(&text(&[], None, Some("5/s")), &d).unwrap();
-        assert_eq!(g.rate(), Some(Rate::new(5, 40)));
+        assert_eq!(g.v4.rate(), Some(Rate::new(5, 40)));
+        assert_eq!(g.v6.rate(), Some(Rate::new(5, 40)));
         let g = guard_of(&text(&[], None, Some("off")), &d).unwrap();
-        assert_eq!(g.rate(), None);
+        assert_eq!(g.v4.rate(), None);
         let g = guard_of(&text(&[], None, None), &d).unwrap();
-        assert_eq!(g.rate(), Some(Rate::new(20, 40)));
+        assert_eq!(g.v6.rate(), Some(Rate::new(20, 40)));
     }
 }

@@ -1,9 +1,11 @@
 //! The incremental index against the full recompute: random sequences of
 //! watch events over a small cluster (few names, so events collide: ports
 //! shared by several Services, slices moving between Services, relists that
-//! drop objects), checked after every event.
+//! drop objects), checked after every event. Both families take part: SSH
+//! IPs, Service addresses and slices of either, so frontends of one family
+//! meet backends of both.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;
@@ -11,17 +13,23 @@ use ssh_fwd_common::maps::MAX_MAPPINGS;
 
 use super::*;
 use crate::{
-    mapping::Mapping,
+    mapping::{Family, Mapping},
     source::kubernetes::{desired::Styles, objects::PortView},
 };
 
-const SSH_IPS: [&str; 2] = ["198.18.0.10", "198.18.0.11"];
-const OTHER_IP: &str = "203.0.113.9";
-const POD_IPS: [&str; 3] = ["10.244.1.5", "10.244.1.6", "10.244.2.7"];
-/// A backend that makes its Service invalid (skipped whole).
-const LOOPBACK: &str = "127.0.0.1";
+const SSH_IPS: [&str; 3] = ["198.18.0.10", "198.18.0.11", "fd00:198::10"];
+const OTHER_IPS: [&str; 2] = ["203.0.113.9", "2001:db8::9"];
+const POD_IPS: [&str; 5] = [
+    "10.244.1.5",
+    "10.244.1.6",
+    "10.244.2.7",
+    "fd00:244:1::5",
+    "fd00:244:2::7",
+];
+/// Backends that make their Service invalid (skipped whole).
+const LOOPBACKS: [&str; 2] = ["127.0.0.1", "::1"];
 
-fn ip(text: &str) -> Ipv4Addr {
+fn ip(text: &str) -> IpAddr {
     text.parse().expect("ip")
 }
 
@@ -39,9 +47,25 @@ fn service_id(n: usize) -> Id {
     format!("jobs/s{n}").into()
 }
 
-fn addresses() -> impl Strategy<Value = Vec<Ipv4Addr>> {
-    proptest::sample::subsequence(vec![SSH_IPS[0], SSH_IPS[1], OTHER_IP], 0..=2)
+fn addresses() -> impl Strategy<Value = Vec<IpAddr>> {
+    proptest::sample::subsequence([&SSH_IPS[..], &OTHER_IPS[..]].concat(), 0..=3)
         .prop_map(|ips| ips.into_iter().map(ip).collect())
+}
+
+/// A slice's `addressType`: mostly IPv4 or IPv6, sometimes FQDN.
+fn family() -> impl Strategy<Value = Option<Family>> {
+    prop_oneof![
+        4 => Just(Some(Family::V4)),
+        4 => Just(Some(Family::V6)),
+        1 => Just(None),
+    ]
+}
+
+/// Addresses of `family` only, as a slice read off the wire holds.
+fn of_family(texts: Vec<&str>, family: Option<Family>) -> Vec<IpAddr> {
+    (texts.into_iter().map(ip))
+        .filter(|ip| Some(Family::of(*ip)) == family)
+        .collect()
 }
 
 fn port() -> impl Strategy<Value = PortView> {
@@ -91,7 +115,7 @@ fn service(n: usize) -> impl Strategy<Value = ServiceView> {
 fn slice() -> impl Strategy<Value = SliceView> {
     (
         prop::option::of(0..4usize),
-        prop::bool::weighted(0.9),
+        family(),
         prop::collection::vec(
             (
                 prop_oneof![Just(""), Just("ssh"), Just("alt")],
@@ -99,15 +123,15 @@ fn slice() -> impl Strategy<Value = SliceView> {
             ),
             0..=2,
         ),
-        proptest::sample::subsequence([&POD_IPS[..], &[LOOPBACK]].concat(), 0..=2),
-        proptest::sample::subsequence(&POD_IPS[..], 0..=1),
+        proptest::sample::subsequence([&POD_IPS[..], &LOOPBACKS[..]].concat(), 0..=3),
+        proptest::sample::subsequence(&POD_IPS[..], 0..=2),
     )
-        .prop_map(|(service, ipv4, ports, ready, terminating)| SliceView {
+        .prop_map(|(service, family, ports, ready, terminating)| SliceView {
             service: service.map(service_id),
-            ipv4,
+            family,
             ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
-            ready: ready.into_iter().map(ip).collect(),
-            terminating: terminating.into_iter().map(ip).collect(),
+            ready: of_family(ready, family),
+            terminating: of_family(terminating, family),
             pods: Vec::new(),
         })
 }
@@ -201,7 +225,7 @@ fn view(n: usize, created: &str, port: i32) -> ServiceView {
 fn ready(service: usize, pod: &str) -> SliceView {
     SliceView {
         service: Some(service_id(service)),
-        ipv4: true,
+        family: Some(Family::of(ip(pod))),
         ports: vec![("".into(), Some(22))],
         ready: vec![ip(pod)],
         terminating: Vec::new(),
@@ -284,7 +308,7 @@ fn a_service_with_a_loopback_backend_is_skipped_and_counted_until_it_is_fixed() 
     let mut index = Index::new(policy(Styles::ALL));
     let raised = index.apply([
         Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000))),
-        Update::Slice(slice_id(0), Some(ready(0, LOOPBACK))),
+        Update::Slice(slice_id(0), Some(ready(0, LOOPBACKS[0]))),
     ]);
     assert!(index.mappings().is_empty());
     assert_eq!(index.invalid_services(), 1);
@@ -350,7 +374,7 @@ fn an_address_the_node_gains_is_refused_as_a_backend_from_then_on() {
     assert_eq!(index.mappings().len(), 1);
     index.take_touched();
     // The node gets the endpoint's address (a CNI bridge's gateway, say).
-    let gained = BTreeMap::from([(ip(POD_IPS[0]).into(), "cni0".to_owned())]);
+    let gained = BTreeMap::from([(ip(POD_IPS[0]), "cni0".to_owned())]);
     let raised = index.set_node_addrs(gained.clone());
     assert!(index.mappings().is_empty());
     assert_eq!(index.invalid_services(), 1);
