@@ -171,19 +171,12 @@ pub enum RangesError {
 }
 
 /// A list of source ranges as a mapping's allowlist (sorted, duplicates
-/// merged). `skip_ipv6`: an IPv6 range is left out (Kubernetes, whose
-/// mappings are IPv4 only: a dual-stack Service's ranges; the IPv4
-/// traffic of its mappings can never match them, so leaving them out
-/// allows nothing more).
+/// merged).
 pub fn parse_ranges<'a>(
     values: impl IntoIterator<Item = &'a str>,
-    skip_ipv6: bool,
 ) -> Result<BTreeSet<Cidr>, RangesError> {
     let mut out = BTreeSet::new();
     for (i, value) in values.into_iter().enumerate() {
-        if skip_ipv6 && is_ipv6_range(value) {
-            continue;
-        }
         match value.parse::<Cidr>() {
             Ok(cidr) => {
                 out.insert(cidr);
@@ -200,16 +193,6 @@ pub fn parse_ranges<'a>(
         return Err(RangesError::TooMany { count: out.len() });
     }
     Ok(out)
-}
-
-/// Whether `value`'s address is IPv6, whatever is wrong with its prefix:
-/// a range skipped is skipped as a whole, never half-read.
-fn is_ipv6_range(value: &str) -> bool {
-    let addr = value
-        .trim()
-        .split_once('/')
-        .map_or(value.trim(), |(a, _)| a);
-    addr.parse::<Ipv6Addr>().is_ok()
 }
 
 /// The most new connections a second `--syn-rate` may allow per source.

@@ -241,7 +241,7 @@ pub fn parse(
             None => Allow::Default,
             Some(list) if list.is_empty() => Allow::Open,
             Some(list) => {
-                let ranges = parse_ranges(list.iter().map(String::as_str), false)
+                let ranges = parse_ranges(list.iter().map(String::as_str))
                     .map_err(|e| fail(EntryProblem::Allow(e)))?;
                 if let Some(range) = ranges.iter().find(|r| r.family() != family) {
                     return Err(fail(EntryProblem::AllowFamily {

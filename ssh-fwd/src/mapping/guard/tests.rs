@@ -59,12 +59,12 @@ fn every_bad_range_is_refused_with_how_to_write_it() {
 
 #[test]
 fn a_list_is_sorted_merged_and_bounded() {
-    let got = parse_ranges(["10.0.0.0/8", "192.0.2.0/24", "10.0.0.0/8"], false).unwrap();
+    let got = parse_ranges(["10.0.0.0/8", "192.0.2.0/24", "10.0.0.0/8"]).unwrap();
     assert_eq!(
         got.iter().map(Cidr::to_string).collect::<Vec<_>>(),
         ["10.0.0.0/8", "192.0.2.0/24"]
     );
-    let err = parse_ranges(["10.0.0.0/8", "nope"], false).unwrap_err();
+    let err = parse_ranges(["10.0.0.0/8", "nope"]).unwrap_err();
     assert!(
         err.to_string().starts_with("source range #2: `nope`"),
         "{err}"
@@ -72,24 +72,17 @@ fn a_list_is_sorted_merged_and_bounded() {
     let many: Vec<String> = (0..=MAX_ALLOW_PER_MAPPING)
         .map(|i| format!("10.0.{i}.0/24"))
         .collect();
-    let err = parse_ranges(many.iter().map(String::as_str), false).unwrap_err();
+    let err = parse_ranges(many.iter().map(String::as_str)).unwrap_err();
     assert!(err.to_string().contains("merge them"), "{err}");
 }
 
 #[test]
-fn ipv6_ranges_are_skipped_only_when_asked() {
+fn ipv6_ranges_are_read_as_ipv4_ones() {
     assert_eq!(
-        parse_ranges(["2001:db8::/32"], false).unwrap(),
+        parse_ranges(["2001:db8::/32"]).unwrap(),
         [cidr("2001:db8::/32")].into()
     );
-    let only_v6 = parse_ranges(["2001:db8::/32"], true).unwrap();
-    assert!(
-        only_v6.is_empty(),
-        "an IPv6-only list allows no IPv4 source"
-    );
-    // Skipped whole, never half-read: a malformed IPv6 range too.
-    let skipped = parse_ranges(["2001:db8::1/32", "2001:db8::/200", "10.0.0.0/8"], true);
-    assert_eq!(skipped.unwrap(), [cidr("10.0.0.0/8")].into());
+    assert!(parse_ranges(["2001:db8::/200"]).is_err());
 }
 
 #[test]
