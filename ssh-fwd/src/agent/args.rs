@@ -47,8 +47,7 @@ pub struct AgentArgs {
     /// other IPs (CVE-2020-8554); Services are read for IPv4 only. With a
     /// mappings file, every frontend must be on one; without the flag, a
     /// frontend on an address of one of the node's interfaces (other than
-    /// lo and dummy devices) is refused. `--announce` attracts the IPv4
-    /// ones only.
+    /// lo and dummy devices) is refused. `--announce` attracts them all.
     #[arg(long = "ssh-ip", value_name = "IP")]
     pub ssh_ips: Vec<std::net::IpAddr>,
 
@@ -273,8 +272,7 @@ impl AgentArgs {
         Styles::of(&self.service_styles)
     }
 
-    /// The IPv4 `--ssh-ip`s: those `--announce` attracts and Services may
-    /// claim.
+    /// The IPv4 `--ssh-ip`s: those Services may claim.
     pub fn ssh_ips_v4(&self) -> Vec<std::net::Ipv4Addr> {
         (self.ssh_ips.iter())
             .filter_map(|ip| match ip {
