@@ -17,7 +17,9 @@ use anyhow::Context as _;
 use crate::{
     NetNs, Pod, cmd,
     ssh::{SshClient, SshKeys},
-    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP},
+    topology::{
+        CLIENT_IP, CLIENT_IP6, EXT_IFACE, EXTERNAL_IP, EXTERNAL_IP6, pod_ip6, wait_out_dad,
+    },
 };
 
 pub struct Segment {
@@ -31,6 +33,11 @@ pub struct Segment {
 /// Node `n`'s address on the segment.
 pub fn node_ip(n: usize) -> String {
     format!("192.0.2.{}", 10 + n)
+}
+
+/// Node `n`'s IPv6 address on the segment, after [`Segment::add_ipv6`].
+pub fn node_ip6(n: usize) -> String {
+    format!("fd00:2::{}", 10 + n)
 }
 
 impl Segment {
@@ -90,6 +97,90 @@ impl Segment {
 
     pub fn ssh(&self) -> SshClient {
         self.keys.client()
+    }
+
+    /// IPv6 beside IPv4, once the pods are added: the client
+    /// [`CLIENT_IP6`] with only an on-link route to [`EXTERNAL_IP6`] (it
+    /// must solicit its neighbour, as it ARPs for the IPv4 SSH IP), node
+    /// N [`node_ip6`], each pod [`pod_ip6`] behind its node's
+    /// `fd00:244:N::1`, the other nodes routing to it through that node.
+    /// No node has the SSH IP on an interface. The bridge floods
+    /// multicast (no snooping: the SSH IP's solicited-node group has no
+    /// member), and the addresses are added without duplicate address
+    /// detection; it returns once the link-local ones are out of it too.
+    pub fn add_ipv6(&self) -> anyhow::Result<()> {
+        let add = |ns: &NetNs, addr: &str, dev: &str| {
+            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
+        };
+        self.switch.ip(&[
+            "link",
+            "set",
+            "br0",
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ])?;
+        add(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+        self.client.ip(&[
+            "-6",
+            "route",
+            "add",
+            &format!("{EXTERNAL_IP6}/128"),
+            "dev",
+            "eth0",
+        ])?;
+        for (n, node) in self.nodes.iter().enumerate() {
+            add(node, &format!("{}/64", node_ip6(n)), EXT_IFACE)?;
+            node.sysctl("net.ipv6.conf.all.forwarding", "1")?;
+        }
+        for pod in &self.pods {
+            let gateway = format!("fd00:244:{}::1", pod.number);
+            add(&pod.ns, &format!("{}/64", pod_ip6(pod.number)), "eth0")?;
+            add(
+                &self.nodes[pod.node],
+                &format!("{gateway}/64"),
+                &pod.node_iface,
+            )?;
+            pod.ns
+                .ip(&["-6", "route", "add", "default", "via", &gateway])?;
+            for (other, ns) in self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != pod.node)
+            {
+                ns.ip(&[
+                    "-6",
+                    "route",
+                    "add",
+                    &format!("fd00:244:{}::/64", pod.number),
+                    "via",
+                    &node_ip6(pod.node),
+                ])
+                .with_context(|| format!("IPv6 route to pod {} on node {other}", pod.number))?;
+            }
+        }
+        let all = [&self.client, &self.switch]
+            .into_iter()
+            .chain(&self.nodes)
+            .chain(self.pods.iter().map(|p| &p.ns));
+        wait_out_dad(all)
+    }
+
+    /// The MAC the client's neighbour table holds for `ip` on `eth0`, if
+    /// any (`ip -6 neigh`; a failed or incomplete entry has none).
+    pub fn neighbour(&self, ip: &str) -> anyhow::Result<Option<String>> {
+        let out = cmd::run(
+            self.client
+                .command("ip")
+                .args(["-6", "neigh", "show", ip, "dev", "eth0"]),
+        )?;
+        Ok(out
+            .split_whitespace()
+            .skip_while(|w| *w != "lladdr")
+            .nth(1)
+            .map(str::to_owned))
     }
 
     /// The MAC of `ns`'s interface `iface`.

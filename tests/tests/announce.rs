@@ -2,7 +2,10 @@
 //! client has only an on-link route to the SSH IP and must ARP for it.
 //! The announcing node's data path answers with its MAC, and only it; the
 //! SSH IP is on no interface, so logins land in the pod and the node's own
-//! sshd is not reachable on it. Bad input is refused with the fix.
+//! sshd is not reachable on it. An IPv6 SSH IP likewise, by neighbour
+//! discovery, and the unsolicited advertisement of a node that takes it
+//! over moves the client's neighbour entry at once. Bad input is refused
+//! with the fix.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,8 +18,8 @@ use ssh_fwd_tests::{
     Agent, Bpffs, NetNs, Sshd,
     agent::{binary, run_failing, write_mappings},
     cmd, privilege,
-    segment::{Segment, node_ip},
-    topology::{EXT_IFACE, EXTERNAL_IP},
+    segment::{Segment, node_ip, node_ip6},
+    topology::{EXT_IFACE, EXTERNAL_IP, EXTERNAL_IP6, pod_ip6},
 };
 
 const FRONTEND: &str = "198.18.0.10:8022";
@@ -236,4 +239,131 @@ fn xdp_answers_arp_on_the_segment(how: &str, peer_xdp: bool) {
         "{counters}"
     );
     agent.stop().unwrap();
+}
+
+const FRONTEND6: &str = "[fd00:198::10]:8022";
+
+/// Pod `n`'s sshd as an IPv6 backend.
+fn backend6(n: usize) -> String {
+    format!("[{}]:22", pod_ip6(n))
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn one_node_answers_neighbour_solicitations_for_an_ipv6_ssh_ip_and_a_takeover_moves_the_client() {
+    privilege::require();
+    let mut seg = Segment::new(2).unwrap();
+    seg.add_pod(0, 1).unwrap();
+    seg.add_pod(1, 2).unwrap();
+    seg.add_ipv6().unwrap();
+    let node = &seg.nodes[0];
+    let _node_sshd = Sshd::start(node, "node-0", &seg.keys).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job6", FRONTEND6, &backend6(1))]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let extra = [
+        "--ssh-ip",
+        EXTERNAL_IP6,
+        "--announce",
+        "l2",
+        "--metrics-addr",
+        METRICS,
+    ];
+    let mut agent = Agent::start(node, &[EXT_IFACE], &mappings, &bpffs, &extra).unwrap();
+    agent
+        .wait_for_log(
+            "answering neighbour solicitations for the SSH IP",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+
+    // The client solicits the SSH IP (on-link route only); node 0's data
+    // path answers, and the login lands in its pod.
+    let ssh = seg.ssh();
+    let host = ssh
+        .run(&seg.client, EXTERNAL_IP6, 8022, "hostname")
+        .unwrap();
+    assert_eq!(host, "pod-1");
+    let mac = Segment::mac(node, EXT_IFACE).unwrap();
+    assert_eq!(
+        seg.neighbour(EXTERNAL_IP6).unwrap().as_deref(),
+        Some(mac.as_str())
+    );
+    let counters = bpffs.list().unwrap()["counters"].clone();
+    assert!(
+        counters["ndp_answered"].as_u64().unwrap_or(0) >= 1,
+        "{counters}"
+    );
+
+    // On no interface: the node's own sshd is not reachable on it.
+    let addrs = cmd::run(node.command("ip").args(["-6", "addr"])).unwrap();
+    assert!(!addrs.contains(EXTERNAL_IP6), "{addrs}");
+    assert!(
+        connects(&seg.client, &node_ip6(0), 22),
+        "control: the node's sshd runs"
+    );
+    assert!(
+        !connects(&seg.client, EXTERNAL_IP6, 22),
+        "the node's own sshd must not be reachable on the SSH IP"
+    );
+
+    let adverts = "ssh_fwd_neighbour_adverts_sent_total";
+    assert!(
+        cmd::wait_until(Duration::from_secs(5), || {
+            series(&metrics(node), adverts) == Some(3.0)
+        }),
+        "three unsolicited neighbour advertisements: {}",
+        metrics(node)
+    );
+    let text = metrics(node);
+    assert_eq!(
+        series(&text, "ssh_fwd_announcing{ssh_ip=\"fd00:198::10\"}"),
+        Some(1.0)
+    );
+    let bin = binary().unwrap();
+    let mut status = node.command(bin.to_str().unwrap());
+    status
+        .args(["status", "-o", "json", "--bpffs"])
+        .arg(bpffs.path());
+    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
+    let announcing = &status["announcing"][0];
+    assert_eq!(announcing["ssh_ip"], EXTERNAL_IP6, "{status}");
+    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
+    assert_eq!(announcing["mac"], mac.as_str(), "{status}");
+
+    // The SSH IP moves by hand to node 1: node 0's data path detached,
+    // node 1's agent started. The client's entry still names node 0; node
+    // 1's unsolicited advertisement overrides it without a solicitation.
+    agent.stop().unwrap();
+    bpffs.teardown().unwrap();
+    assert_eq!(
+        seg.neighbour(EXTERNAL_IP6).unwrap().as_deref(),
+        Some(mac.as_str()),
+        "the client still holds node 0's MAC"
+    );
+    let other = &seg.nodes[1];
+    let other_mac = Segment::mac(other, EXT_IFACE).unwrap();
+    let mappings1 = dir.path().join("mappings-1.yaml");
+    write_mappings(&mappings1, &[("job6", FRONTEND6, &backend6(2))]).unwrap();
+    let bpffs1 = Bpffs::new().unwrap();
+    let mut agent1 = Agent::start(other, &[EXT_IFACE], &mappings1, &bpffs1, &extra).unwrap();
+    agent1
+        .wait_for_log(
+            "answering neighbour solicitations for the SSH IP",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(
+        cmd::wait_until(Duration::from_secs(3), || {
+            seg.neighbour(EXTERNAL_IP6).ok().flatten().as_deref() == Some(other_mac.as_str())
+        }),
+        "the client's entry moves to node 1 ({other_mac}): {:?}",
+        seg.neighbour(EXTERNAL_IP6)
+    );
+    let host = ssh
+        .run(&seg.client, EXTERNAL_IP6, 8022, "hostname")
+        .unwrap();
+    assert_eq!(host, "pod-2", "through node 1 now");
+    agent1.stop().unwrap();
 }

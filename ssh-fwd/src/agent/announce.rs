@@ -1,8 +1,10 @@
-//! `--announce l2`: the SSH IPs this node answers ARP for, kept in the data
-//! path's `ANNOUNCE` map, and the gratuitous ARPs that tell the segment
-//! when announcing starts. The kernel programs answer; this task only
-//! decides what they answer for ([`desired`], pure) and sends the
-//! gratuitous replies ([`Garps`]).
+//! `--announce l2`: the SSH IPs this node answers ARP (IPv4) and neighbour
+//! solicitations (IPv6) for, kept in the data path's `ANNOUNCE` and
+//! `ANNOUNCE6` maps, and the gratuitous ARPs and unsolicited neighbour
+//! advertisements that tell the segment when announcing starts. The
+//! kernel programs answer; this task only decides what they answer for
+//! ([`desired`], pure, one rule for both families) and sends the
+//! announcements ([`Garps`]).
 //!
 //! Without Kubernetes this node announces unconditionally on every
 //! external interface that is up. The entries are pinned: an agent that
@@ -10,13 +12,14 @@
 //! forwarding.
 
 mod garps;
+mod lease_name;
 pub mod leases;
 mod owner;
 mod routes;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::{IpAddr, Ipv4Addr},
+    net::IpAddr,
     time::{Duration, Instant, SystemTime},
 };
 
@@ -26,7 +29,6 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
-use ssh_fwd_common::maps::AnnounceKey;
 use tokio::{
     sync::{mpsc, watch},
     time::{MissedTickBehavior, interval},
@@ -36,7 +38,7 @@ pub use garps::Garps;
 
 use super::args::{AgentArgs, AnnounceMode};
 use crate::datapath::{
-    announce::{AnnounceMap, Desired, mac_text},
+    announce::{AnnounceAt, Announcements, Desired, mac_text},
     garp::GarpSocket,
     netdev::{self, Link, Netlink},
     pins::PinLayout,
@@ -49,11 +51,15 @@ const RESCAN: Duration = Duration::from_secs(5);
 /// What `/metrics` shows of the announcements.
 #[derive(Clone, Default)]
 pub struct AnnounceMetrics {
-    /// 1 for each SSH IP this node answers ARP for.
+    /// 1 for each SSH IP this node answers ARP or neighbour solicitations
+    /// for.
     pub announcing: Family<SshIpLabel, Gauge>,
     /// When this node began to answer for it (Unix seconds).
     pub since: Family<SshIpLabel, Gauge>,
     pub garps_sent: Counter,
+    /// Unsolicited neighbour advertisements, the IPv6 twin of a
+    /// gratuitous ARP.
+    pub adverts_sent: Counter,
     pub garp_errors: Counter,
     /// Kubernetes mode: ARP probes sent to watch the holders.
     pub probes_sent: Counter,
@@ -72,22 +78,27 @@ impl AnnounceMetrics {
     pub fn register(&self, r: &mut Registry) {
         r.register(
             "announcing",
-            "1 for each SSH IP this node answers ARP for (--announce l2)",
+            "1 for each SSH IP this node answers ARP or neighbour solicitations for (--announce l2)",
             self.announcing.clone(),
         );
         r.register(
             "announcing_since_timestamp_seconds",
-            "When this node began to answer ARP for the SSH IP (Unix time)",
+            "When this node began to answer ARP or neighbour solicitations for the SSH IP (Unix time)",
             self.since.clone(),
         );
         r.register(
             "garps_sent",
-            "Gratuitous ARP replies sent for the SSH IPs this node announces",
+            "Gratuitous ARP replies sent for the IPv4 SSH IPs this node announces",
             self.garps_sent.clone(),
         );
         r.register(
+            "neighbour_adverts_sent",
+            "Unsolicited neighbour advertisements sent for the IPv6 SSH IPs this node announces",
+            self.adverts_sent.clone(),
+        );
+        r.register(
             "garp_errors",
-            "Gratuitous ARP replies and probes the kernel refused to send",
+            "Gratuitous ARP replies, neighbour advertisements and ARP probes the kernel refused to send",
             self.garp_errors.clone(),
         );
         r.register(
@@ -97,7 +108,7 @@ impl AnnounceMetrics {
         );
         r.register(
             "announce_takeovers",
-            "SSH IPs this node took over: their Lease taken, answering ARP from then on (--announce l2 with --kubernetes)",
+            "SSH IPs this node took over: their Lease taken, answering ARP or neighbour solicitations from then on (--announce l2 with --kubernetes)",
             self.takeovers.clone(),
         );
         r.register(
@@ -109,12 +120,13 @@ impl AnnounceMetrics {
 }
 
 /// The checks made before anything is touched: the flags agree, and no
-/// SSH IP is an address of this node (the kernel would answer ARP for it
-/// and the node's own services would be reachable on it). Opens the
-/// socket the gratuitous ARPs go out on, which needs `CAP_NET_RAW`.
+/// SSH IP is an address of this node (the kernel would answer ARP or
+/// neighbour solicitations for it and the node's own services would be
+/// reachable on it). Opens the socket the gratuitous ARPs and neighbour
+/// advertisements go out on, which needs `CAP_NET_RAW`.
 pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
     super::args::check_announce(agent).map_err(anyhow::Error::msg)?;
-    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips_v4()[..]);
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips[..]);
     if args.announce != AnnounceMode::L2 {
         return Ok(None);
     }
@@ -124,35 +136,50 @@ pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
     if let Some((ip, iface)) = on_interfaces(ssh_ips, &links, &addrs).into_iter().next() {
         bail!(
             "--announce l2: {ip} is an address of {iface} on this node; the data path answers \
-             ARP for an SSH IP that is on no interface (on one, the kernel answers for it too \
-             and the node's own services become reachable on it): remove it (`ip addr del \
-             {ip}/32 dev {iface}`), or run with --announce off"
+             {} for an SSH IP that is on no interface (on one, the kernel answers for it too \
+             and the node's own services become reachable on it): remove it (`{}`), or run \
+             with --announce off",
+            asks(ip),
+            remove_command(ip, &iface)
         );
     }
     let socket = GarpSocket::open().context(
-        "--announce l2 sends gratuitous ARPs on a packet socket, which needs CAP_NET_RAW: add \
-         NET_RAW to the agent's capabilities",
+        "--announce l2 sends gratuitous ARPs and neighbour advertisements on a packet socket, \
+         which needs CAP_NET_RAW: add NET_RAW to the agent's capabilities",
     )?;
     Ok(Some(socket))
 }
 
+/// What the data path answers for an SSH IP: `ARP` or `neighbour
+/// solicitations`, for logs and errors.
+pub fn asks(ip: IpAddr) -> &'static str {
+    match ip {
+        IpAddr::V4(_) => "ARP",
+        IpAddr::V6(_) => "neighbour solicitations",
+    }
+}
+
+/// The command that takes `ip` off `iface`.
+fn remove_command(ip: IpAddr, iface: &str) -> String {
+    match ip {
+        IpAddr::V4(ip) => format!("ip addr del {ip}/32 dev {iface}"),
+        IpAddr::V6(ip) => format!("ip -6 addr del {ip}/128 dev {iface}"),
+    }
+}
+
 /// The SSH IPs among the node's addresses, with the interface holding each.
 pub fn on_interfaces(
-    ssh_ips: &[Ipv4Addr],
+    ssh_ips: &[IpAddr],
     links: &[Link],
     addrs: &[(u32, IpAddr)],
-) -> BTreeMap<Ipv4Addr, String> {
+) -> BTreeMap<IpAddr, String> {
     let names: BTreeMap<u32, &str> = links.iter().map(|l| (l.index, l.name.as_str())).collect();
     addrs
         .iter()
-        .filter_map(|(index, ip)| match ip {
-            IpAddr::V4(ip) => Some((index, *ip)),
-            IpAddr::V6(_) => None,
-        })
         .filter(|(_, ip)| ssh_ips.contains(ip))
         .map(|(index, ip)| {
             (
-                ip,
+                *ip,
                 names
                     .get(index)
                     .map_or_else(|| index.to_string(), |n| (*n).to_owned()),
@@ -161,9 +188,9 @@ pub fn on_interfaces(
         .collect()
 }
 
-/// Pure: every SSH IP on every external interface that is up and has a
-/// MAC, with that MAC.
-pub fn desired(ssh_ips: &[Ipv4Addr], external: &BTreeSet<String>, links: &[Link]) -> Desired {
+/// Pure: every SSH IP, of either family, on every external interface that
+/// is up and has a MAC, with that MAC.
+pub fn desired(ssh_ips: &[IpAddr], external: &BTreeSet<String>, links: &[Link]) -> Desired {
     links
         .iter()
         .filter(|l| l.up && external.contains(&l.name))
@@ -171,7 +198,7 @@ pub fn desired(ssh_ips: &[Ipv4Addr], external: &BTreeSet<String>, links: &[Link]
         .flat_map(|(index, mac)| {
             ssh_ips
                 .iter()
-                .map(move |ip| (AnnounceKey::new(index, *ip), mac))
+                .map(move |ip| (AnnounceAt::new(index, *ip), mac))
         })
         .collect()
 }
@@ -212,7 +239,7 @@ pub fn spawn(
         match (a.announce, client, socket) {
             (AnnounceMode::Route, _, _) => Box::pin(routes::run(
                 a.announce_table.unwrap_or_default(),
-                args.ssh_ips_v4(),
+                args.ssh_ips.clone(),
                 args.ifaces.iter().cloned().collect(),
                 ready,
                 stopped,
@@ -221,7 +248,7 @@ pub fn spawn(
             (AnnounceMode::L2, Some(client), Some(socket)) => Box::pin(leases::run(
                 layout,
                 leases::Settings {
-                    ssh_ips: args.ssh_ips_v4(),
+                    ssh_ips: args.ssh_ips.clone(),
                     external: args.ifaces.iter().cloned().collect(),
                     duration: a.announce_lease_duration,
                     renew: a.announce_renew,
@@ -238,7 +265,7 @@ pub fn spawn(
             )),
             (AnnounceMode::L2, None, Some(socket)) => Box::pin(run(
                 layout,
-                args.ssh_ips_v4(),
+                args.ssh_ips.clone(),
                 args.ifaces.clone(),
                 a.announce_garp_interval,
                 socket,
@@ -249,7 +276,7 @@ pub fn spawn(
         if let Err(e) = task.await {
             tracing::error!(
                 error = format!("{e:#}"),
-                "announcing stopped; the data path keeps answering ARP as it was last told"
+                "announcing stopped; the data path keeps answering ARP and neighbour solicitations as it was last told"
             );
         }
     });
@@ -272,17 +299,18 @@ fn identity(node_name: Option<&str>) -> String {
     )
 }
 
-/// The task: keeps `ANNOUNCE` equal to [`desired`] as interfaces come and
-/// go, and sends the gratuitous ARPs. Runs until the agent exits.
+/// The task: keeps `ANNOUNCE` and `ANNOUNCE6` equal to [`desired`] as
+/// interfaces come and go, and sends the gratuitous ARPs and neighbour
+/// advertisements. Runs until the agent exits.
 pub async fn run(
     layout: PinLayout,
-    ssh_ips: Vec<Ipv4Addr>,
+    ssh_ips: Vec<IpAddr>,
     ifaces: Vec<String>,
     garp_interval: Option<Duration>,
     socket: GarpSocket,
     metrics: AnnounceMetrics,
 ) -> anyhow::Result<()> {
-    let mut map = AnnounceMap::open_pinned(&layout)?;
+    let mut map = Announcements::open_pinned(&layout)?;
     let netlink = Netlink::open()?;
     let external: BTreeSet<String> = ifaces.into_iter().collect();
     let mut garps = Garps::new(socket, garp_interval, metrics.clone());
@@ -319,14 +347,15 @@ pub async fn run(
         let plan = map.set(&want, 0, unix_ms(SystemTime::now()))?;
         for (key, entry) in plan.started() {
             tracing::info!(
-                ssh_ip = %key.ip(),
+                ssh_ip = %key.ip,
                 iface = netdev::name_of(key.ifindex).unwrap_or_default(),
                 mac = mac_text(entry.mac),
-                "answering ARP for the SSH IP"
+                "answering {} for the SSH IP",
+                asks(key.ip)
             );
         }
         for key in &plan.deletes {
-            tracing::info!(ssh_ip = %key.ip(), ifindex = key.ifindex, "no longer answering ARP for the SSH IP");
+            tracing::info!(ssh_ip = %key.ip, ifindex = key.ifindex, "no longer answering {} for the SSH IP", asks(key.ip));
         }
         garps.track(&want, &plan, Instant::now());
         record(&metrics, &map)?;
@@ -342,13 +371,13 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// The gauges from what the map holds.
-fn record(metrics: &AnnounceMetrics, map: &AnnounceMap) -> anyhow::Result<()> {
+fn record(metrics: &AnnounceMetrics, map: &Announcements) -> anyhow::Result<()> {
     let installed = map.installed()?;
     metrics.announcing.clear();
     metrics.since.clear();
     for (key, entry) in installed {
         let label = SshIpLabel {
-            ssh_ip: key.ip().to_string(),
+            ssh_ip: key.ip.to_string(),
         };
         metrics.announcing.get_or_create(&label).set(1);
         let since = i64::try_from(entry.since_ms / 1000).unwrap_or(i64::MAX);

@@ -48,8 +48,7 @@ pub struct AgentArgs {
     /// to its endpoint of the same family. With a
     /// mappings file, every frontend must be on one; without the flag, a
     /// frontend on an address of one of the node's interfaces (other than
-    /// lo and dummy devices) is refused. `--announce` attracts the IPv4
-    /// ones only.
+    /// lo and dummy devices) is refused. `--announce` attracts them all.
     #[arg(long = "ssh-ip", value_name = "IP")]
     pub ssh_ips: Vec<std::net::IpAddr>,
 
@@ -273,16 +272,6 @@ impl AgentArgs {
     pub fn styles(&self) -> Styles {
         Styles::of(&self.service_styles)
     }
-
-    /// The IPv4 `--ssh-ip`s: those `--announce` attracts.
-    pub fn ssh_ips_v4(&self) -> Vec<std::net::Ipv4Addr> {
-        (self.ssh_ips.iter())
-            .filter_map(|ip| match ip {
-                std::net::IpAddr::V4(ip) => Some(*ip),
-                std::net::IpAddr::V6(_) => None,
-            })
-            .collect()
-    }
 }
 
 mod announce;
@@ -375,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn ssh_ips_of_both_families_are_accepted_and_the_ipv4_ones_are_told_apart() {
+    fn ssh_ips_of_both_families_are_accepted() {
         let argv = [
             "--iface",
             "eth0",
@@ -387,8 +376,13 @@ mod tests {
             "2001:db8::10",
         ];
         let args = parse(argv).unwrap();
-        assert_eq!(args.ssh_ips.len(), 2);
-        assert_eq!(args.ssh_ips_v4(), [std::net::Ipv4Addr::new(198, 18, 0, 10)]);
+        assert_eq!(
+            args.ssh_ips,
+            [
+                "198.18.0.10".parse::<std::net::IpAddr>().unwrap(),
+                "2001:db8::10".parse().unwrap()
+            ]
+        );
         let e = parse([
             "--iface",
             "eth0",

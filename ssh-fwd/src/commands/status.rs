@@ -15,7 +15,7 @@ use ssh_fwd_common::{
 use super::output::{Output, print};
 use crate::{
     datapath::{
-        announce::{AnnounceMap, mac_text},
+        announce::{Announcements, mac_text},
         maps::Maps,
         netdev,
         object::{DenyAction, RedirectMode},
@@ -73,15 +73,17 @@ pub struct Status {
     pub half_open: u64,
     pub half_open_churned: u64,
     pub last_sweep_age_seconds: Option<f64>,
-    /// `--announce l2`: the SSH IPs this node answers ARP for.
+    /// `--announce l2`: the SSH IPs this node answers ARP (IPv4) or
+    /// neighbour solicitations (IPv6) for.
     pub announcing: Vec<Announcing>,
-    /// The last other MAC heard claiming an SSH IP this node announced.
+    /// The last other MAC heard claiming an SSH IP this node announced
+    /// (by ARP, or a neighbour advertisement for an IPv6 one).
     pub arp_heard: Vec<Heard>,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Announcing {
-    pub ssh_ip: std::net::Ipv4Addr,
+    pub ssh_ip: std::net::IpAddr,
     pub iface: String,
     pub mac: String,
     pub since_unix_ms: u64,
@@ -89,7 +91,7 @@ pub struct Announcing {
 
 #[derive(Debug, Serialize)]
 pub struct Heard {
-    pub ssh_ip: std::net::Ipv4Addr,
+    pub ssh_ip: std::net::IpAddr,
     pub mac: String,
 }
 
@@ -151,16 +153,16 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
     })
 }
 
-/// `ANNOUNCE`, empty where the pins predate it.
+/// `ANNOUNCE` and `ANNOUNCE6`, empty where the pins predate them.
 fn announcing(layout: &PinLayout) -> Vec<Announcing> {
-    let Ok(map) = AnnounceMap::open_pinned(layout) else {
+    let Ok(map) = Announcements::open_pinned(layout) else {
         return Vec::new();
     };
     map.installed()
         .unwrap_or_default()
         .into_iter()
         .map(|(key, entry)| Announcing {
-            ssh_ip: key.ip(),
+            ssh_ip: key.ip,
             iface: netdev::name_of(key.ifindex).unwrap_or_else(|| format!("#{}", key.ifindex)),
             mac: mac_text(entry.mac),
             since_unix_ms: entry.since_ms,
@@ -169,7 +171,7 @@ fn announcing(layout: &PinLayout) -> Vec<Announcing> {
 }
 
 fn heard(layout: &PinLayout) -> Vec<Heard> {
-    let Ok(map) = AnnounceMap::open_pinned(layout) else {
+    let Ok(map) = Announcements::open_pinned(layout) else {
         return Vec::new();
     };
     map.heard()
@@ -185,7 +187,7 @@ fn heard(layout: &PinLayout) -> Vec<Heard> {
 /// The `announcing:` line: each SSH IP with where and since when.
 fn announcing_line(announcing: &[Announcing], now_ms: u64) -> String {
     if announcing.is_empty() {
-        return "none (this node answers ARP for no SSH IP)".to_owned();
+        return "none (this node answers ARP and neighbour solicitations for no SSH IP)".to_owned();
     }
     announcing
         .iter()
@@ -366,14 +368,21 @@ mod tests {
     fn the_ssh_ips_this_node_answers_for_read_with_where_and_since_when() {
         assert!(announcing_line(&[], 0).starts_with("none"));
         let one = Announcing {
-            ssh_ip: std::net::Ipv4Addr::new(198, 18, 0, 10),
+            ssh_ip: std::net::Ipv4Addr::new(198, 18, 0, 10).into(),
             iface: "ext0".into(),
             mac: "02:00:00:00:00:01".into(),
             since_unix_ms: 1_000,
         };
+        let six = Announcing {
+            ssh_ip: "fd00:198::10".parse().unwrap(),
+            iface: "ext0".into(),
+            mac: "02:00:00:00:00:01".into(),
+            since_unix_ms: 6_000,
+        };
         assert_eq!(
-            announcing_line(&[one], 11_000),
-            "198.18.0.10 on ext0 (02:00:00:00:00:01) since 10 s ago"
+            announcing_line(&[one, six], 11_000),
+            "198.18.0.10 on ext0 (02:00:00:00:00:01) since 10 s ago, \
+             fd00:198::10 on ext0 (02:00:00:00:00:01) since 5 s ago"
         );
     }
 }

@@ -1,19 +1,23 @@
-//! When gratuitous ARPs go out: [`BURST`] of them, [`SPACING`] apart,
-//! when this node starts to answer for an SSH IP on an interface (or the
+//! When gratuitous ARPs (for an IPv6 SSH IP, unsolicited neighbour
+//! advertisements) go out: [`BURST`] of them, [`SPACING`] apart, when
+//! this node starts to answer for an SSH IP on an interface (or the
 //! interface's MAC changes), so that every neighbour and switch moves to
 //! it even if one frame is lost; then, with `--announce-garp-interval`,
 //! one per interval for as long as it answers. The schedule is pure
-//! ([`Garps::take_due`]); sending is one `sendto` each.
+//! ([`Garps::take_due`]) and the same for both families; sending is one
+//! `sendto` each.
 
 use std::{
     collections::BTreeMap,
+    net::IpAddr,
     time::{Duration, Instant},
 };
 
-use ssh_fwd_common::maps::AnnounceKey;
-
 use super::AnnounceMetrics;
-use crate::datapath::{announce::Plan, garp::GarpSocket};
+use crate::datapath::{
+    announce::{AnnounceAt, Desired, Plan},
+    garp::GarpSocket,
+};
 
 /// Gratuitous ARPs sent when announcing starts.
 pub const BURST: u32 = 3;
@@ -34,7 +38,7 @@ pub struct Garps {
     socket: Option<GarpSocket>,
     every: Option<Duration>,
     metrics: AnnounceMetrics,
-    pending: BTreeMap<AnnounceKey, Pending>,
+    pending: BTreeMap<AnnounceAt, Pending>,
     /// A refused send was logged; the next success says so.
     failing: bool,
 }
@@ -64,12 +68,7 @@ impl Garps {
 
     /// Follows a change of what is announced: a burst for each entry the
     /// plan wrote, nothing more for those withdrawn.
-    pub fn track(
-        &mut self,
-        announced: &crate::datapath::announce::Desired,
-        plan: &Plan,
-        now: Instant,
-    ) {
+    pub fn track(&mut self, announced: &Desired, plan: &Plan, now: Instant) {
         self.pending.retain(|key, _| announced.contains_key(key));
         for (key, entry) in plan.started() {
             self.pending.insert(
@@ -89,7 +88,7 @@ impl Garps {
     }
 
     /// The frames due at `now`, the schedule moved past them.
-    fn take_due(&mut self, now: Instant) -> Vec<(AnnounceKey, [u8; 6])> {
+    fn take_due(&mut self, now: Instant) -> Vec<(AnnounceAt, [u8; 6])> {
         let mut due = Vec::new();
         let every = self.every;
         self.pending.retain(|key, p| {
@@ -116,15 +115,20 @@ impl Garps {
 
     /// Sends an ARP probe for `key`'s SSH IP out of its interface, from
     /// `mac`, to `to` or to everyone (a standby watching the holder).
-    pub fn probe(&self, key: AnnounceKey, mac: [u8; 6], to: Option<[u8; 6]>) {
+    /// Nothing for an IPv6 SSH IP: a neighbour solicitation from the
+    /// unspecified address is duplicate address detection, which the data
+    /// path does not answer, so its holder is not watched
+    /// (`docs/announce.md`).
+    pub fn probe(&self, key: AnnounceAt, mac: [u8; 6], to: Option<[u8; 6]>) {
         let Some(socket) = &self.socket else { return };
-        match socket.probe(key.ifindex, mac, key.ip(), to) {
+        let IpAddr::V4(ip) = key.ip else { return };
+        match socket.probe(key.ifindex, mac, ip, to) {
             Ok(()) => {
                 self.metrics.probes_sent.inc();
             }
             Err(e) => {
                 self.metrics.garp_errors.inc();
-                tracing::debug!(ssh_ip = %key.ip(), ifindex = key.ifindex, error = %e, "cannot send an ARP probe");
+                tracing::debug!(ssh_ip = %key.ip, ifindex = key.ifindex, error = %e, "cannot send an ARP probe");
             }
         }
     }
@@ -133,21 +137,24 @@ impl Garps {
     pub fn send_due(&mut self, now: Instant) {
         for (key, mac) in self.take_due(now) {
             let Some(socket) = &self.socket else { continue };
-            match socket.send(key.ifindex, mac, key.ip()) {
+            match socket.send(key.ifindex, mac, key.ip) {
                 Ok(()) => {
-                    self.metrics.garps_sent.inc();
+                    match key.ip {
+                        IpAddr::V4(_) => self.metrics.garps_sent.inc(),
+                        IpAddr::V6(_) => self.metrics.adverts_sent.inc(),
+                    };
                     if std::mem::take(&mut self.failing) {
-                        tracing::info!("gratuitous ARPs sent again");
+                        tracing::info!("gratuitous ARPs and neighbour advertisements sent again");
                     }
                 }
                 Err(e) => {
                     self.metrics.garp_errors.inc();
                     if !std::mem::replace(&mut self.failing, true) {
                         tracing::warn!(
-                            ssh_ip = %key.ip(),
+                            ssh_ip = %key.ip,
                             ifindex = key.ifindex,
                             error = %e,
-                            "cannot send a gratuitous ARP; neighbours learn the SSH IP's MAC when they ask"
+                            "cannot send a gratuitous ARP or neighbour advertisement; neighbours learn the SSH IP's MAC when they ask"
                         );
                     }
                 }
@@ -163,11 +170,10 @@ mod tests {
     use ssh_fwd_common::maps::Announce;
 
     use super::*;
-    use crate::datapath::announce::Desired;
 
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
-    fn started(key: AnnounceKey) -> (Desired, Plan) {
+    fn started(key: AnnounceAt) -> (Desired, Plan) {
         let entry = Announce {
             mac: MAC,
             flags: 0,
@@ -182,7 +188,7 @@ mod tests {
 
     #[test]
     fn a_start_sends_a_spaced_burst_and_then_nothing_by_default() {
-        let key = AnnounceKey::new(3, Ipv4Addr::new(198, 18, 0, 10));
+        let key = AnnounceAt::new(3, Ipv4Addr::new(198, 18, 0, 10));
         let mut garps = Garps::unsent(None);
         let t0 = Instant::now();
         let (announced, plan) = started(key);
@@ -196,8 +202,32 @@ mod tests {
     }
 
     #[test]
+    fn an_ipv6_ssh_ip_is_told_on_the_same_schedule_beside_an_ipv4_one() {
+        let v4 = AnnounceAt::new(3, Ipv4Addr::new(198, 18, 0, 10));
+        let v6 = AnnounceAt::new(3, "fd00:198::10".parse::<IpAddr>().unwrap());
+        let entry = Announce {
+            mac: MAC,
+            flags: 0,
+            since_ms: 1,
+        };
+        let plan = Plan {
+            upserts: vec![(v4, entry), (v6, entry)],
+            deletes: vec![],
+        };
+        let announced = Desired::from([(v4, MAC), (v6, MAC)]);
+        let mut garps = Garps::unsent(None);
+        let t0 = Instant::now();
+        garps.track(&announced, &plan, t0);
+        for n in 0..BURST {
+            let t = t0 + SPACING * n;
+            assert_eq!(garps.take_due(t), vec![(v4, MAC), (v6, MAC)], "{n}");
+        }
+        assert_eq!(garps.next_due(), None);
+    }
+
+    #[test]
     fn with_an_interval_one_goes_out_each_interval_until_withdrawn() {
-        let key = AnnounceKey::new(3, Ipv4Addr::new(198, 18, 0, 10));
+        let key = AnnounceAt::new(3, Ipv4Addr::new(198, 18, 0, 10));
         let every = Duration::from_secs(30);
         let mut garps = Garps::unsent(Some(every));
         let t0 = Instant::now();

@@ -1,19 +1,21 @@
 //! `--announce l2` with `--kubernetes`: one `coordination.k8s.io` Lease
 //! per SSH IP in `--lease-namespace`, labelled with [`vocabulary::ANNOUNCE`],
-//! and only its holder answers ARP for the SSH IP ([`super::owner`]
-//! decides). Every agent watches those Leases, so a standby sees each
+//! and only its holder answers ARP (IPv4) or neighbour solicitations (IPv6)
+//! for the SSH IP ([`super::owner`] decides, the same for both families). Every agent watches those Leases, so a standby sees each
 //! renewal as it happens and takes an expired Lease over within a tenth
 //! of `--announce-renew` of its expiry, or sooner a holder that missed a
 //! renewal and whose data path stopped answering the standby's ARP probes
-//! ([`super::owner`]); each API call is given up after `--announce-renew`.
+//! ([`super::owner`]; an IPv6 SSH IP's holder is not probed, see
+//! [`Garps::probe`]); each API call is given up after `--announce-renew`.
 //! On
 //! SIGTERM the holder hands its Leases back, and answers until it hears
-//! the new holder's gratuitous ARP (bounded by the Lease duration): a
+//! the new holder's gratuitous ARP or neighbour advertisement (bounded by
+//! the Lease duration): a
 //! drain hands over without a gap.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    net::Ipv4Addr,
+    net::{IpAddr, Ipv4Addr},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -38,14 +40,20 @@ use kube::{
 };
 use ssh_fwd_common::{
     arp,
-    maps::{ANNOUNCE_YIELD, AnnounceKey},
+    maps::{ANNOUNCE_YIELD, Heard},
 };
 use tokio::sync::{mpsc, watch};
 
-use super::{AnnounceMetrics, Garps, desired, owner::Action, owner::Owner, record, sleep_until};
+use super::{
+    AnnounceMetrics, Garps, asks, desired,
+    lease_name::{label_value, lease_name},
+    owner::Action,
+    owner::Owner,
+    record, sleep_until,
+};
 use crate::{
     datapath::{
-        announce::{AnnounceMap, Desired},
+        announce::{AnnounceAt, Announcements, Desired},
         garp::{ArpListener, GarpSocket},
         netdev::{self, Netlink},
         pins::PinLayout,
@@ -60,7 +68,7 @@ use crate::{
 
 /// What the task needs from the flags.
 pub struct Settings {
-    pub ssh_ips: Vec<Ipv4Addr>,
+    pub ssh_ips: Vec<IpAddr>,
     pub external: BTreeSet<String>,
     pub duration: Duration,
     pub renew: Duration,
@@ -75,14 +83,9 @@ pub struct Settings {
 /// How often this node's Node is read for `--announce-nodes`.
 const NODE_EVERY: Duration = Duration::from_secs(5);
 
-/// The Lease of `ip`.
-pub fn lease_name(ip: Ipv4Addr) -> String {
-    format!("ssh-fwd-announce-{}", ip.to_string().replace('.', "-"))
-}
-
 /// One SSH IP.
 struct Ip {
-    ip: Ipv4Addr,
+    ip: IpAddr,
     name: String,
     owner: Owner,
     /// A failed write was logged; the next success says so.
@@ -96,7 +99,7 @@ struct Announcer {
     events: Api<Event>,
     store: kube::runtime::reflector::Store<Lease>,
     synced: Arc<AtomicBool>,
-    map: AnnounceMap,
+    map: Announcements,
     garps: Garps,
     metrics: AnnounceMetrics,
     ips: Vec<Ip>,
@@ -106,7 +109,7 @@ struct Announcer {
     /// (a silent holder is then taken over only once its Lease expires).
     listener: Option<ArpListener>,
     /// When another machine last answered for each SSH IP, and its MAC.
-    answered: BTreeMap<Ipv4Addr, (Instant, [u8; 6])>,
+    answered: BTreeMap<IpAddr, (Instant, [u8; 6])>,
 }
 
 /// Runs until `stop` turns true, then hands the Leases back.
@@ -160,7 +163,7 @@ pub async fn run(
             .collect(),
         events: Api::namespaced(client, &settings.namespace),
         garps: Garps::new(socket, settings.garp_interval, metrics.clone()),
-        map: AnnounceMap::open_pinned(&layout)?,
+        map: Announcements::open_pinned(&layout)?,
         local: Desired::new(),
         listener: match ArpListener::open() {
             Ok(listener) => Some(listener),
@@ -276,11 +279,12 @@ impl Announcer {
             let lease = self
                 .store
                 .get(&ObjectRef::new(&name).within(&self.settings.namespace));
-            let heard_other = heard.get(&self.ips[i].ip).is_some_and(|h| {
-                let age = Duration::from_nanos(mono_now.saturating_sub(h.at_ns));
-                let at = now.checked_sub(age).unwrap_or(now);
-                self.ips[i].owner.renewed.is_none_or(|renewed| at > renewed)
-            });
+            let heard_other = heard_since(
+                heard.get(&self.ips[i].ip),
+                self.ips[i].owner.renewed,
+                mono_now,
+                now,
+            );
             let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
             let answered = self.answered.get(&self.ips[i].ip).map(|(at, _)| *at);
             let action = self.ips[i]
@@ -289,7 +293,7 @@ impl Announcer {
             self.act(i, action, lease.as_deref()).await;
         }
         if synced {
-            let held: BTreeSet<Ipv4Addr> = self
+            let held: BTreeSet<IpAddr> = self
                 .ips
                 .iter()
                 .filter(|i| i.owner.held)
@@ -316,8 +320,8 @@ impl Announcer {
         let ours: Vec<[u8; 6]> = self.local.values().copied().collect();
         let now = Instant::now();
         for (ifindex, arp) in frames {
-            let ip = Ipv4Addr::from(arp.spa.to_ne_bytes());
-            if self.local.contains_key(&AnnounceKey::new(ifindex, ip))
+            let ip = IpAddr::V4(Ipv4Addr::from(arp.spa.to_ne_bytes()));
+            if self.local.contains_key(&AnnounceAt::new(ifindex, ip))
                 && arp::answered_by_other(&arp, arp.spa, &ours)
             {
                 self.answered.insert(ip, (now, arp.sha));
@@ -325,12 +329,13 @@ impl Announcer {
         }
     }
 
-    /// Makes `ANNOUNCE` hold the SSH IPs in `held` on every local interface.
-    fn apply(&mut self, held: &BTreeSet<Ipv4Addr>) -> anyhow::Result<()> {
+    /// Makes `ANNOUNCE` and `ANNOUNCE6` hold the SSH IPs in `held` on every
+    /// local interface.
+    fn apply(&mut self, held: &BTreeSet<IpAddr>) -> anyhow::Result<()> {
         let want: Desired = self
             .local
             .iter()
-            .filter(|(key, _)| held.contains(&key.ip()))
+            .filter(|(key, _)| held.contains(&key.ip))
             .map(|(k, v)| (*k, *v))
             .collect();
         let plan = self
@@ -347,7 +352,7 @@ impl Announcer {
             Action::Nothing => return,
             Action::Withdraw => {
                 self.ips[i].owner.withdrew();
-                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering ARP for it");
+                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it", asks(ip));
                 return;
             }
             Action::Probe { unicast } => {
@@ -356,7 +361,7 @@ impl Announcer {
                     .get(&ip)
                     .map(|(_, mac)| *mac)
                     .filter(|_| unicast);
-                for (key, mac) in self.local.iter().filter(|(key, _)| key.ip() == ip) {
+                for (key, mac) in self.local.iter().filter(|(key, _)| key.ip == ip) {
                     self.garps.probe(*key, *mac, to);
                 }
                 return;
@@ -417,7 +422,7 @@ impl Announcer {
         &self,
         lease: Option<&Lease>,
         name: &str,
-        ip: Ipv4Addr,
+        ip: IpAddr,
         how: Write,
     ) -> anyhow::Result<()> {
         let now = MicroTime(Timestamp::now());
@@ -428,7 +433,7 @@ impl Announcer {
                 let fresh = Lease {
                     metadata: ObjectMeta {
                         name: Some(name.to_owned()),
-                        labels: Some([(vocabulary::ANNOUNCE.to_owned(), ip.to_string())].into()),
+                        labels: Some([(vocabulary::ANNOUNCE.to_owned(), label_value(ip))].into()),
                         ..ObjectMeta::default()
                     },
                     spec: Some(LeaseSpec {
@@ -465,9 +470,9 @@ impl Announcer {
 
     /// Counted, logged, and told in an Event on the Lease (in the
     /// background: nothing waits for it).
-    fn took_over(&self, ip: Ipv4Addr) {
+    fn took_over(&self, ip: IpAddr) {
         self.metrics.takeovers.inc();
-        tracing::info!(ssh_ip = %ip, node = %self.settings.me, "took the SSH IP over; answering ARP for it");
+        tracing::info!(ssh_ip = %ip, node = %self.settings.me, "took the SSH IP over; answering {} for it", asks(ip));
         let event = takeover_event(&self.settings, &lease_name(ip), ip, Timestamp::now());
         let events = self.events.clone();
         tokio::spawn(async move {
@@ -483,7 +488,8 @@ impl Announcer {
 
     /// SIGTERM: every Lease held is handed back at once, so a ready node
     /// takes it over without waiting for it to expire; this node answers
-    /// until it hears that node's gratuitous ARP, at most a Lease duration.
+    /// until it hears that node's gratuitous ARP or neighbour
+    /// advertisement, at most a Lease duration.
     async fn hand_over(&mut self) {
         let held: Vec<usize> = (0..self.ips.len())
             .filter(|i| self.ips[*i].owner.held)
@@ -514,7 +520,10 @@ impl Announcer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if let Err(e) = self.apply(&BTreeSet::new()) {
-            tracing::warn!(error = format!("{e:#}"), "could not stop answering ARP");
+            tracing::warn!(
+                error = format!("{e:#}"),
+                "could not stop answering ARP and neighbour solicitations"
+            );
         }
     }
 }
@@ -527,7 +536,7 @@ enum Write {
 }
 
 /// The takeover told on the SSH IP's Lease (`kubectl events`).
-fn takeover_event(settings: &Settings, lease: &str, ip: Ipv4Addr, now: Timestamp) -> Event {
+fn takeover_event(settings: &Settings, lease: &str, ip: IpAddr, now: Timestamp) -> Event {
     Event {
         metadata: ObjectMeta {
             name: Some(format!("{lease}.{:x}", now.as_nanosecond())),
@@ -538,7 +547,7 @@ fn takeover_event(settings: &Settings, lease: &str, ip: Ipv4Addr, now: Timestamp
         type_: Some("Normal".into()),
         reason: Some(vocabulary::reason::SSH_IP_TAKEN_OVER.into()),
         action: Some(vocabulary::action::TAKE_OVER.into()),
-        note: Some(format!("{} answers ARP for {ip} now", settings.me)),
+        note: Some(format!("{} answers {} for {ip} now", settings.me, asks(ip))),
         regarding: Some(ObjectReference {
             api_version: Some("coordination.k8s.io/v1".into()),
             kind: Some("Lease".into()),
@@ -552,7 +561,25 @@ fn takeover_event(settings: &Settings, lease: &str, ip: Ipv4Addr, now: Timestamp
     }
 }
 
-/// CLOCK_MONOTONIC in nanoseconds: the clock of `ARP_HEARD`'s times.
+/// Pure: whether another MAC claimed the SSH IP (`heard`, from `ARP_HEARD`
+/// or `NDP_HEARD`, stamped on CLOCK_MONOTONIC) after our last good
+/// renewal, `renewed`; `mono_now` and `now` are the same moment on both
+/// clocks.
+fn heard_since(
+    heard: Option<&Heard>,
+    renewed: Option<Instant>,
+    mono_now: u64,
+    now: Instant,
+) -> bool {
+    heard.is_some_and(|h| {
+        let age = Duration::from_nanos(mono_now.saturating_sub(h.at_ns));
+        let at = now.checked_sub(age).unwrap_or(now);
+        renewed.is_none_or(|renewed| at > renewed)
+    })
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `ARP_HEARD`'s and
+/// `NDP_HEARD`'s times.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -568,10 +595,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_ssh_ip_has_a_lease_of_its_own_named_after_it() {
-        assert_eq!(
-            lease_name(Ipv4Addr::new(198, 18, 0, 10)),
-            "ssh-fwd-announce-198-18-0-10"
+    fn a_claim_heard_after_the_last_renewal_counts_and_one_before_does_not() {
+        let now = Instant::now();
+        let mono_now = 10_000_000_000;
+        // NDP_HEARD's entry for an IPv6 SSH IP, 100 ms ago.
+        let heard = Heard {
+            mac: [2, 0, 0, 0, 0, 9],
+            _pad: [0; 2],
+            at_ns: mono_now - 100_000_000,
+        };
+        let renewed_before = now - Duration::from_millis(300);
+        let renewed_after = now - Duration::from_millis(50);
+        assert!(heard_since(
+            Some(&heard),
+            Some(renewed_before),
+            mono_now,
+            now
+        ));
+        assert!(!heard_since(
+            Some(&heard),
+            Some(renewed_after),
+            mono_now,
+            now
+        ));
+        assert!(
+            heard_since(Some(&heard), None, mono_now, now),
+            "never renewed"
         );
+        assert!(!heard_since(None, None, mono_now, now), "nobody heard");
     }
 }

@@ -1,13 +1,14 @@
-//! `--announce route`: a /32 route per SSH IP in `--announce-table` while
-//! this node is ready (attached, synced, an external interface up), none
-//! while it is not, and none once the agent exits (SIGTERM: a drain). A
+//! `--announce route`: a host route per SSH IP (/32, or /128 for IPv6) in
+//! `--announce-table` while this node is ready (attached, synced, an
+//! external interface up), none while it is not, and none once the agent
+//! exits (SIGTERM: a drain). A
 //! BGP speaker on the node exports the table, so the routers send the SSH
 //! IPs only to ready nodes; which node forwards matters to no session,
 //! whose state lives on its pod's node.
 
 use std::{
     collections::BTreeSet,
-    net::Ipv4Addr,
+    net::IpAddr,
     time::{Duration, Instant},
 };
 
@@ -37,7 +38,7 @@ pub fn out_of(ready: bool, external: &BTreeSet<String>, links: &[Link]) -> Optio
 /// Runs until `stop`, then withdraws every route.
 pub async fn run(
     table: u32,
-    ssh_ips: Vec<Ipv4Addr>,
+    ssh_ips: Vec<IpAddr>,
     external: BTreeSet<String>,
     ready: impl Fn() -> bool,
     mut stop: watch::Receiver<bool>,
@@ -102,9 +103,9 @@ pub async fn run(
 
 /// Makes the table hold a route for each SSH IP out of `out` (none: no
 /// route), and no other route of ours.
-async fn sync(routes: &Routes, ssh_ips: &[Ipv4Addr], out: Option<u32>) -> anyhow::Result<()> {
+async fn sync(routes: &Routes, ssh_ips: &[IpAddr], out: Option<u32>) -> anyhow::Result<()> {
     let installed = routes.installed().await?;
-    let wanted: BTreeSet<Ipv4Addr> = match out {
+    let wanted: BTreeSet<IpAddr> = match out {
         Some(_) => ssh_ips.iter().copied().collect(),
         None => BTreeSet::new(),
     };

@@ -12,27 +12,28 @@ pub enum AnnounceMode {
     /// BGP, an address on a router).
     #[default]
     Off,
-    /// The data path answers ARP for each `--ssh-ip` on the external
-    /// interfaces.
+    /// The data path answers ARP (IPv4) and neighbour solicitations
+    /// (IPv6) for each `--ssh-ip` on the external interfaces.
     L2,
-    /// A /32 route per `--ssh-ip` in `--announce-table`, for a BGP speaker
-    /// on the node to export.
+    /// A host route (/32, /128) per `--ssh-ip` in `--announce-table`, for
+    /// a BGP speaker on the node to export.
     Route,
 }
 
 #[derive(Clone, Debug, clap::Args)]
 pub struct AnnounceArgs {
     /// How the SSH IPs reach this node. `off`: your network routes them
-    /// here. `l2`: the data path answers ARP requests for each --ssh-ip on
-    /// the external interfaces with the interface's MAC, and the agent
-    /// sends gratuitous ARPs when it starts announcing; the address is
-    /// never put on an interface, so the node's own services never become
-    /// reachable on it. Without --kubernetes this node answers
+    /// here. `l2`: the data path answers ARP requests (IPv4) and neighbour
+    /// solicitations (IPv6) for each --ssh-ip on the external interfaces
+    /// with the interface's MAC, and the agent sends gratuitous ARPs or
+    /// unsolicited neighbour advertisements when it starts announcing; the
+    /// address is never put on an interface, so the node's own services
+    /// never become reachable on it. Without --kubernetes this node answers
     /// unconditionally: for a single ingress node. `route`: the agent
-    /// keeps a /32 route for each --ssh-ip in --announce-table while the
-    /// node is ready (attached, synced, an external interface up) and
-    /// removes it when not; a BGP speaker on the node (BIRD, FRR) exports
-    /// that table to your routers.
+    /// keeps a host route (/32, /128) for each --ssh-ip in --announce-table
+    /// while the node is ready (attached, synced, an external interface
+    /// up) and removes it when not; a BGP speaker on the node (BIRD, FRR)
+    /// exports that table to your routers.
     #[arg(long, value_enum, default_value_t = AnnounceMode::Off)]
     pub announce: AnnounceMode,
 
@@ -41,17 +42,19 @@ pub struct AnnounceArgs {
     #[arg(long, value_name = "TABLE")]
     pub announce_table: Option<u32>,
 
-    /// With `--announce l2`: send the gratuitous ARPs again this often,
-    /// for switches whose tables age out before anyone asks. Off by
-    /// default: a gratuitous ARP goes out only when announcing starts.
+    /// With `--announce l2`: send the gratuitous ARPs (and neighbour
+    /// advertisements) again this often, for switches whose tables age out
+    /// before anyone asks. Off by default: they go out only when
+    /// announcing starts.
     #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
     pub announce_garp_interval: Option<Duration>,
 
     /// With --kubernetes and `--announce l2`: one node answers for each SSH
     /// IP, the holder of its Lease. A holder that does not renew for this
     /// long loses it to another ready node. Whole seconds (a Lease counts
-    /// in seconds). A holder whose node dies goes sooner: the standbys
-    /// probe its data path with ARP (see --announce-renew).
+    /// in seconds). A holder of an IPv4 SSH IP whose node dies goes
+    /// sooner: the standbys probe its data path with ARP (see
+    /// --announce-renew).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
     pub announce_lease_duration: Duration,
 
@@ -90,7 +93,7 @@ fn node_selector(text: &str) -> Result<LabelSelector, String> {
 /// The checks that need more than one flag, each refusal naming the fix.
 /// `ssh_ips` are the `--ssh-ip`s.
 pub fn check(agent: &super::AgentArgs) -> Result<(), String> {
-    let (args, ssh_ips) = (&agent.announce, agent.ssh_ips_v4());
+    let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips);
     if args.announce_nodes.is_some() && !agent.kubernetes {
         return Err("--announce-nodes selects Nodes: it needs --kubernetes".into());
     }
@@ -109,11 +112,11 @@ pub fn check(agent: &super::AgentArgs) -> Result<(), String> {
     if ssh_ips.is_empty() {
         let what = match args.announce {
             AnnounceMode::Route => "--announce route keeps a route for each --ssh-ip",
-            _ => "--announce l2 answers ARP for each --ssh-ip",
+            _ => "--announce l2 answers ARP and neighbour solicitations for each --ssh-ip",
         };
         return Err(format!(
-            "{what}, and no IPv4 one is given: add --ssh-ip IP for every IPv4 address this node \
-             should attract (IPv6 SSH IPs are not announced: route them to the node)"
+            "{what}, and none is given: add --ssh-ip IP for every address (IPv4 or IPv6) this \
+             node should attract"
         ));
     }
     if args.announce == AnnounceMode::Route {
@@ -192,6 +195,14 @@ mod tests {
             checked(&["--announce", "l2", "--ssh-ip", "198.18.0.10"]),
             Ok(())
         );
+    }
+
+    #[test]
+    fn an_ipv6_ssh_ip_alone_is_announced_in_either_mode() {
+        let v6 = ["--ssh-ip", "fd00:198::10"];
+        assert_eq!(checked(&[&v6[..], &["--announce", "l2"]].concat()), Ok(()));
+        let route = [&v6[..], &["--announce", "route", "--announce-table", "100"]].concat();
+        assert_eq!(checked(&route), Ok(()));
     }
 
     #[test]
