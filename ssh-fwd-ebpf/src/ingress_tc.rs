@@ -1,7 +1,8 @@
 //! tc ingress on an external (or cluster) interface: the DNAT of requests to
-//! frontends, with the connection tracking of `crate::conntrack`; requests
-//! another node already translated (`crate::backend`); and ICMP errors
-//! addressed to frontends. A translated packet is routed here and
+//! frontends, IPv4 and IPv6, with the connection tracking of
+//! `crate::conntrack`; requests another node already translated
+//! (`crate::backend`, IPv4); ICMP and ICMPv6 errors addressed to frontends;
+//! and ARP and neighbour discovery for `--announce l2`. A translated packet is routed here and
 //! redirected to the backend's interface when the route allows
 //! (`crate::forward`): into the pod's namespace directly when that
 //! interface is a pod's veth. With `--redirect off` it goes to the stack,

@@ -1,7 +1,8 @@
 //! XDP ingress: the same work as the tc ingress program, before the kernel
 //! builds an skb: rewrite `frontend -> backend` in place with the
-//! connection tracking, learn the frontend a SYN from another node carries,
-//! translate ICMP errors addressed to frontends; then hand the packet to the
+//! connection tracking (IPv4 and IPv6), learn the frontend a SYN from
+//! another node carries, translate ICMP and ICMPv6 errors addressed to
+//! frontends; then hand the packet to the
 //! stack, which routes it to the pod through netfilter (PREROUTING,
 //! FORWARD, POSTROUTING): this program never redirects, so `--redirect`
 //! changes nothing here.

@@ -8,8 +8,14 @@
 //!   node, and ICMP errors quoting backends;
 //! - `ssh_fwd_reply_tc`: the same reverse NAT earlier, on the host end of
 //!   each pod's interface, redirecting the reply straight out;
-//! - `ssh_fwd_connect4` / `ssh_fwd_getpeername4`: hairpin for clients in
-//!   the cluster, at the socket (cgroup v2), from the same `FRONTENDS`.
+//! - `ssh_fwd_connect4` / `ssh_fwd_getpeername4` and their `6` twins:
+//!   hairpin for clients in the cluster, at the socket (cgroup v2), from
+//!   the same `FRONTENDS` (and `FRONTENDS6`).
+//!
+//! IPv4 and IPv6 take the same paths over their own tables (`FRONTENDS6`
+//! and the rest), each in a function of its own in every packet program
+//! (`crate::family`); an IPv6 connection's backend must be on the node its
+//! frontend's traffic reaches (the frontend option is IPv4's).
 //!
 //! Kernel code only parses, looks up, rewrites and counts; the decisions
 //! (connection tracking) and checksum math come from `ssh-fwd-common`,

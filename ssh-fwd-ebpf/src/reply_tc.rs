@@ -1,5 +1,5 @@
 //! tc ingress on the host end of a pod's interface: a reply of a tracked
-//! connection gets its frontend back as it leaves the pod and is sent
+//! connection (IPv4 or IPv6) gets its frontend back as it leaves the pod and is sent
 //! straight out of the interface its route uses, so replies skip the node's
 //! IP stack as requests do. Traffic of connections ssh-fwd did not forward
 //! (a job's ranks using ssh to each other's pod addresses) is never
