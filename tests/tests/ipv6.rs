@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Bed, FRONTEND};
+use common::{Bed, FRONTEND, Session};
 use ssh_fwd_tests::{
     Topology, privilege,
     topology::{CLIENT_IP6, EXTERNAL_IP6, pod_ip6},
@@ -163,4 +163,48 @@ fn ipv6_to_a_pod_passes_untouched_under_tc() {
 fn ipv6_to_a_pod_passes_untouched_under_generic_xdp() {
     privilege::require();
     ipv6_to_a_pod_passes_untouched("xdp-generic");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn an_ipv6_backend_behind_two_frontends_answers_with_the_frontend_each_client_used() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    topo.add_ipv6().unwrap();
+    let bed = Bed::start(
+        topo,
+        &[
+            ("first", FRONTEND6, BACKEND6),
+            ("second", "[fd00:198::10]:9022", BACKEND6),
+        ],
+        &["--attach", "tc"],
+    )
+    .unwrap();
+    let ssh = bed.ssh();
+    let mut one = Session::open_at(&ssh, bed.client(), EXTERNAL_IP6, 8022).unwrap();
+    let mut two = Session::open_at(&ssh, bed.client(), EXTERNAL_IP6, 9022).unwrap();
+    one.echo("one").unwrap();
+    two.echo("two").unwrap();
+    let sockets =
+        ssh_fwd_tests::cmd::run(
+            bed.client()
+                .command("ss")
+                .args(["-Htn", "state", "established"]),
+        )
+        .unwrap();
+    assert!(
+        sockets.contains("[fd00:198::10]:8022") && sockets.contains("[fd00:198::10]:9022"),
+        "each client's connection to the frontend it dialled: {sockets}"
+    );
+    let list = bed.bpffs[0].list().unwrap();
+    assert!(list["tracked_connections"].as_u64().unwrap() >= 2, "{list}");
+    assert!(
+        list["mappings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["shared_backend"] == true),
+        "{list}"
+    );
+    one.echo("still").unwrap();
 }

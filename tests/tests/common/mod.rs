@@ -99,10 +99,15 @@ pub struct Session {
 
 impl Session {
     pub fn open(ssh: &SshClient, ns: &NetNs, port: u16) -> anyhow::Result<Self> {
+        Self::open_at(ssh, ns, EXTERNAL_IP, port)
+    }
+
+    /// [`Session::open`] to the frontend on `host`.
+    pub fn open_at(ssh: &SshClient, ns: &NetNs, host: &str, port: u16) -> anyhow::Result<Self> {
         let mut child = ssh
             .command(
                 ns,
-                EXTERNAL_IP,
+                host,
                 port,
                 "while read l; do echo got-$l; done",
                 Duration::from_secs(120),
