@@ -120,13 +120,8 @@ pub fn headers6(from: Endpoint6, to: Endpoint6, reset: Reset) -> [u8; RESET6_HEA
     h[t + 8..t + 12].copy_from_slice(&reset.ack.to_be_bytes());
     h[t + 12] = ((TCP_MIN_LEN / 4) as u8) << 4;
     h[t + 13] = reset.flags;
-    let mut sum = pseudo_seed6_reset(from, to) as u32;
-    let mut i = 0;
-    while i < TCP_MIN_LEN {
-        sum += u16::from_ne_bytes([h[t + i], h[t + i + 1]]) as u32;
-        i += 2;
-    }
-    let tcp_check = !csum::fold(sum);
+    let tcp_check =
+        !csum::fold(pseudo_seed6_reset(from, to) as u32 + sum_words(&h, t, TCP_MIN_LEN));
     h[t + TCP_CHECK_OFF..t + TCP_CHECK_OFF + 2].copy_from_slice(&tcp_check.to_ne_bytes());
     h
 }
@@ -139,7 +134,7 @@ pub const fn pseudo_seed6_reset(from: Endpoint6, to: Endpoint6) -> u16 {
 }
 
 #[inline(always)]
-fn sum_words(h: &[u8; RESET_HEADERS_LEN], start: usize, len: usize) -> u32 {
+fn sum_words(h: &[u8], start: usize, len: usize) -> u32 {
     let mut sum = 0u32;
     let mut i = 0;
     while i < len {

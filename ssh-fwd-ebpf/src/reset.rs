@@ -89,19 +89,7 @@ pub fn xdp6(ctx: XdpContext) -> u32 {
 fn rewrite_xdp6(ctx: &XdpContext) -> Option<()> {
     let h = parse6(ctx)?.ok()?;
     let headers = reset::headers6(h.destination, h.source, reset_for(&h.seg)?);
-    let len = (ctx.data_end() - ctx.data()) as i32;
-    // SAFETY: a helper on the live context; the parser found at least the
-    // 74 bytes kept.
-    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, RESET6_FRAME_LEN as i32 - len) } != 0 {
-        return None;
-    }
-    let frame = bytes_at::<XdpContext, RESET6_FRAME_LEN>(ctx, 0)?;
-    // SAFETY: every access stays inside the range bytes_at checked.
-    unsafe {
-        swap_macs(frame);
-        core::ptr::copy_nonoverlapping(headers.as_ptr(), frame.add(ETH_HLEN), headers.len());
-    }
-    Some(())
+    write_xdp::<{ reset::RESET6_HEADERS_LEN }, RESET6_FRAME_LEN>(ctx, &headers)
 }
 
 /// tc, IPv6: the denied segment answered (a redirect back out of the
@@ -140,17 +128,7 @@ fn rewrite_tc6(ctx: &TcContext) -> Option<()> {
         headers[IPV6_HLEN + TCP_CHECK_OFF] = seed[0];
         headers[IPV6_HLEN + TCP_CHECK_OFF + 1] = seed[1];
     }
-    // SAFETY: a helper on the live skb.
-    if unsafe { bpf_skb_change_tail(ctx.skb.skb, RESET6_FRAME_LEN as u32, 0) } != 0 {
-        return None;
-    }
-    ctx.store(ETH_HLEN, &headers, BPF_F_RECOMPUTE_CSUM as u64)
-        .ok()?;
-    let frame = bytes_at::<TcContext, ETH_HLEN>(ctx, 0)?;
-    // SAFETY: inside the range bytes_at checked; the helpers above made the
-    // skb writable.
-    unsafe { swap_macs(frame) };
-    Some(())
+    write_tc::<{ reset::RESET6_HEADERS_LEN }, RESET6_FRAME_LEN>(ctx, &headers)
 }
 
 /// The RST to send for a segment dropped as `outcome`, if one is sent.
@@ -167,18 +145,47 @@ fn wanted<A: Addr>(h: &Headers<A>, outcome: Outcome) -> Option<Reset> {
 #[inline(always)]
 fn rewrite_xdp(ctx: &XdpContext, h: &Headers, rst: Reset) -> Option<()> {
     let headers = reset::headers(h.destination, h.source, rst);
+    write_xdp::<{ reset::RESET_HEADERS_LEN }, RESET_FRAME_LEN>(ctx, &headers)
+}
+
+/// Cuts the frame to `F` bytes (Ethernet and the `H` bytes of `headers`),
+/// swaps its MAC addresses and writes `headers` after them. `None` once
+/// the frame may be cut: it must be dropped.
+#[inline(always)]
+fn write_xdp<const H: usize, const F: usize>(ctx: &XdpContext, headers: &[u8; H]) -> Option<()> {
+    const { assert!(F == ETH_HLEN + H) };
     let len = (ctx.data_end() - ctx.data()) as i32;
     // SAFETY: a helper on the live context; the parser found at least the
-    // 54 bytes kept.
-    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, RESET_FRAME_LEN as i32 - len) } != 0 {
+    // F bytes kept.
+    if unsafe { bpf_xdp_adjust_tail(ctx.ctx, F as i32 - len) } != 0 {
         return None;
     }
-    let frame = bytes_at::<XdpContext, RESET_FRAME_LEN>(ctx, 0)?;
+    let frame = bytes_at::<XdpContext, F>(ctx, 0)?;
     // SAFETY: every access stays inside the range bytes_at checked.
     unsafe {
         swap_macs(frame);
-        core::ptr::copy_nonoverlapping(headers.as_ptr(), frame.add(ETH_HLEN), headers.len());
+        core::ptr::copy_nonoverlapping(headers.as_ptr(), frame.add(ETH_HLEN), H);
     }
+    Some(())
+}
+
+/// Cuts the skb to `F` bytes, stores `headers` (the `H` bytes after the
+/// Ethernet header) through the helper that keeps the skb's checksum
+/// state true, and swaps the MAC addresses.
+#[inline(always)]
+fn write_tc<const H: usize, const F: usize>(ctx: &TcContext, headers: &[u8; H]) -> Option<()> {
+    const { assert!(F == ETH_HLEN + H) };
+    // SAFETY: a helper on the live skb.
+    if unsafe { bpf_skb_change_tail(ctx.skb.skb, F as u32, 0) } != 0 {
+        return None;
+    }
+    ctx.store(ETH_HLEN, headers, BPF_F_RECOMPUTE_CSUM as u64)
+        .ok()?;
+    // No skb checksum covers the Ethernet header.
+    let frame = bytes_at::<TcContext, ETH_HLEN>(ctx, 0)?;
+    // SAFETY: inside the range bytes_at checked; the helpers above made the
+    // skb writable.
+    unsafe { swap_macs(frame) };
     Some(())
 }
 
@@ -207,18 +214,7 @@ fn rewrite_tc(ctx: &TcContext, h: &Headers, rst: Reset) -> Option<()> {
         headers[IPV4_MIN_LEN + TCP_CHECK_OFF] = seed[0];
         headers[IPV4_MIN_LEN + TCP_CHECK_OFF + 1] = seed[1];
     }
-    // SAFETY: a helper on the live skb.
-    if unsafe { bpf_skb_change_tail(ctx.skb.skb, RESET_FRAME_LEN as u32, 0) } != 0 {
-        return None;
-    }
-    ctx.store(ETH_HLEN, &headers, BPF_F_RECOMPUTE_CSUM as u64)
-        .ok()?;
-    // No skb checksum covers the Ethernet header.
-    let frame = bytes_at::<TcContext, ETH_HLEN>(ctx, 0)?;
-    // SAFETY: inside the range bytes_at checked; the helpers above made the
-    // skb writable.
-    unsafe { swap_macs(frame) };
-    Some(())
+    write_tc::<{ reset::RESET_HEADERS_LEN }, RESET_FRAME_LEN>(ctx, &headers)
 }
 
 /// Whether the skb's TCP checksum is still to be completed
