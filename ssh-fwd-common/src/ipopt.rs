@@ -28,9 +28,13 @@
 use crate::packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_MIN_LEN, IPV4_TOT_LEN_OFF};
 use crate::{
     csum,
-    maps::Endpoint,
+    maps::{Addr, Endpoint},
     siphash::{Key, siphash24},
 };
+
+mod v6;
+
+pub use v6::*;
 
 pub const FRONTEND_OPTION_TYPE: u8 = 0x9e;
 /// The plain option's length.
@@ -99,18 +103,21 @@ pub const fn tag(
 
 /// The option a SYN carries: the frontend it names and, if sealed, its tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Carried {
-    pub frontend: Endpoint,
-    /// Its length: [`PLAIN_LEN`] or [`SEALED_LEN`].
+pub struct Carried<A: Addr = u32> {
+    pub frontend: Endpoint<A>,
+    /// Its length: [`PLAIN_LEN`] or [`SEALED_LEN`] in an IPv4 header,
+    /// [`PLAIN_LEN6`] or [`SEALED_LEN6`] as an IPv6 extension header.
     pub len: usize,
     /// The tag of a sealed option (0 for a plain one).
     pub tag: u64,
 }
 
-impl Carried {
+impl<A: Addr> Carried<A> {
+    /// Each family's two forms differ in length, and no plain form is as
+    /// long as a sealed one.
     #[inline(always)]
     pub const fn is_sealed(&self) -> bool {
-        self.len == SEALED_LEN
+        self.len == SEALED_LEN || self.len == SEALED_LEN6
     }
 }
 

@@ -73,7 +73,8 @@ pub enum Outcome {
     /// An ICMP error quoting a backend that could not be mapped back to its
     /// frontend was dropped, rather than show the pod's address.
     IcmpDropped = 23,
-    /// A SYN leaving for the backend's node carries its frontend (IP option).
+    /// A SYN leaving for the backend's node carries its frontend (an IPv4
+    /// option, or an IPv6 Destination Options header).
     OptionAdded = 24,
     /// A SYN arrived with its frontend from another node: recorded.
     OptionLearned = 25,
@@ -129,8 +130,9 @@ pub enum Outcome {
     /// the option was removed and ignored.
     OptionUntrusted = 41,
     /// A translated SYN leaving for the pod's node had no room left in its
-    /// IPv4 header for the frontend option: dropped (the client's next SYN
-    /// tries again; clients that send IP options are rare).
+    /// IPv4 header for the frontend option, or had IPv6 extension headers
+    /// of its own: dropped (the client's next SYN tries again; clients that
+    /// send IP options or extension headers on a SYN are rare).
     OptionNoRoom = 42,
     /// An ICMP error into a pod quoted a sequence number outside the window
     /// of the tracked connection, or a connection the pod's node does not
@@ -208,11 +210,6 @@ pub enum Outcome {
     /// `--announce l2`: a solicitation this node should answer could not
     /// be (a VLAN tag the device took off, a helper failed): passed on.
     NdpFailed = 61,
-    /// A segment to an IPv6 frontend whose backend is not a pod of this
-    /// node: passed untranslated (the node's own stack answers, with a
-    /// RST where the SSH IP is on `lo`). Carrying an IPv6 connection to
-    /// another node is not supported yet.
-    Ipv6RemoteBackend = 62,
 }
 
 /// How an operator should read an outcome's counter.
@@ -259,7 +256,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 63;
+    pub const COUNT: u32 = 62;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -324,7 +321,6 @@ impl Outcome {
         Self::NdpAnswered,
         Self::NdpHeard,
         Self::NdpFailed,
-        Self::Ipv6RemoteBackend,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -400,8 +396,7 @@ impl Outcome {
             | Self::ArpHeard
             | Self::ArpFailed
             | Self::NdpHeard
-            | Self::NdpFailed
-            | Self::Ipv6RemoteBackend => Class::Problem,
+            | Self::NdpFailed => Class::Problem,
         }
     }
 
@@ -470,7 +465,6 @@ impl Outcome {
             Self::NdpAnswered => "ndp_answered",
             Self::NdpHeard => "ndp_heard",
             Self::NdpFailed => "ndp_failed",
-            Self::Ipv6RemoteBackend => "ipv6_remote_backend",
         }
     }
 }

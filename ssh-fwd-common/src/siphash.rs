@@ -36,17 +36,26 @@ const fn absorb(v: &mut [u64; 4], m: u64) {
 /// SipHash-2-4 of the 24 bytes that are `words` in little-endian order.
 #[inline(always)]
 pub const fn siphash24(key: Key, words: [u64; 3]) -> u64 {
+    siphash24_words(key, words)
+}
+
+/// SipHash-2-4 of the `8 * N` bytes that are `words` in little-endian
+/// order (fewer than 32 words: the length byte holds the byte count).
+#[inline(always)]
+pub const fn siphash24_words<const N: usize>(key: Key, words: [u64; N]) -> u64 {
     let mut v = [
         key[0] ^ 0x736f_6d65_7073_6575,
         key[1] ^ 0x646f_7261_6e64_6f6d,
         key[0] ^ 0x6c79_6765_6e65_7261,
         key[1] ^ 0x7465_6462_7974_6573,
     ];
-    absorb(&mut v, words[0]);
-    absorb(&mut v, words[1]);
-    absorb(&mut v, words[2]);
-    // The last block: no bytes left over, the message length (24) on top.
-    absorb(&mut v, 24 << 56);
+    let mut i = 0;
+    while i < N {
+        absorb(&mut v, words[i]);
+        i += 1;
+    }
+    // The last block: no bytes left over, the message length on top.
+    absorb(&mut v, ((8 * N as u64) & 0xff) << 56);
     v[2] ^= 0xff;
     round(&mut v);
     round(&mut v);
@@ -65,7 +74,7 @@ mod tests {
 
     use super::*;
 
-    fn reference(key: Key, words: [u64; 3]) -> u64 {
+    fn reference<const N: usize>(key: Key, words: [u64; N]) -> u64 {
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&key[0].to_le_bytes());
         bytes[8..].copy_from_slice(&key[1].to_le_bytes());
@@ -91,6 +100,16 @@ mod tests {
             let key = [rng.random(), rng.random()];
             let words = [rng.random(), rng.random(), rng.random()];
             assert_eq!(siphash24(key, words), reference(key, words));
+        }
+    }
+
+    #[test]
+    fn eight_words_equal_the_reference_too() {
+        let mut rng = rand::rng();
+        for _ in 0..1000 {
+            let key = [rng.random(), rng.random()];
+            let words: [u64; 8] = core::array::from_fn(|_| rng.random());
+            assert_eq!(siphash24_words(key, words), reference(key, words));
         }
     }
 }

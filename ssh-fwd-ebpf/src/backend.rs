@@ -1,12 +1,13 @@
 //! Requests addressed to a backend of this node rather than to a frontend:
 //! connections another node translated (its SYN carrying the frontend in
-//! an IP option, `crate::ipopt`), and a peer in the cluster dialling the
-//! pod's address. The same in XDP and tc.
+//! an IPv4 option or an IPv6 Destination Options header, `crate::ipopt`),
+//! and a peer in the cluster dialling the pod's address. The same in XDP
+//! and tc, for both families.
 
 use aya_ebpf::EbpfContext;
 use ssh_fwd_common::{
     conntrack::trust::{Seal, option_trusted, seal_of, ttl_expires},
-    ipopt::{self, Carried},
+    ipopt::Carried,
     outcome::Outcome,
 };
 
@@ -15,7 +16,7 @@ use crate::{
     conntrack,
     counters::count,
     forward::iface_flags,
-    ipopt::{Strip, carried},
+    ipopt::{Carrier, Strip},
     mss,
     packet::Headers,
     verify::Checked,
@@ -28,9 +29,12 @@ use crate::{
 /// node will not forward (its TTL expires here) touches nothing. `Err`:
 /// drop it.
 #[inline(always)]
-pub fn request<P: Checked + Strip + EbpfContext>(p: &P, h: &Headers) -> Result<(), Outcome> {
+pub fn request<P: Checked + Strip + EbpfContext, A: Carrier>(
+    p: &P,
+    h: &Headers<A>,
+) -> Result<(), Outcome> {
     let option = if h.seg.is_syn() {
-        carried(p, h.ip_len)
+        A::carried(p, h)
     } else {
         None
     };
@@ -39,10 +43,10 @@ pub fn request<P: Checked + Strip + EbpfContext>(p: &P, h: &Headers) -> Result<(
         Ok(())
     } else {
         let frontend = option.filter(|_| trusted).map(|o| o.frontend);
-        conntrack::to_backend(p, h, frontend, || mss::link_mtu(p))
+        conntrack::to_backend(p, h, frontend, || A::mss_cap(mss::link_mtu(p)))
     };
     if let Some(o) = option {
-        p.strip_option(&o);
+        A::strip(p, &o);
     }
     keep
 }
@@ -50,10 +54,13 @@ pub fn request<P: Checked + Strip + EbpfContext>(p: &P, h: &Headers) -> Result<(
 /// Whether `option`, on the SYN `h` that arrived at `p`'s interface, is
 /// to be believed; counts why not.
 #[inline(always)]
-fn believed<P: EbpfContext + Checked>(p: &P, h: &Headers, option: &Carried) -> bool {
+fn believed<P: EbpfContext + Checked, A: Carrier>(
+    p: &P,
+    h: &Headers<A>,
+    option: &Carried<A>,
+) -> bool {
     let expected = if option.is_sealed() {
-        cross_node_key()
-            .map(|key| ipopt::tag(key, h.source, h.destination, h.seg.seq, option.frontend))
+        cross_node_key().map(|key| A::tag(key, h.source, h.destination, h.seg.seq, option.frontend))
     } else {
         None
     };

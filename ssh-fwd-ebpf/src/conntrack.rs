@@ -197,7 +197,7 @@ struct Opened<A: Addr> {
 /// that a peer in the cluster sent to the pod's address. A SYN opens state
 /// only with `option`, the frontend its IP option carries from a cluster
 /// interface, and only if that frontend maps to this backend; it records
-/// the MSS the link it came in on carries (`link_mtu`: see
+/// the MSS the link it came in on carries (`mss_cap`: see
 /// `ssh_fwd_common::conntrack::mss`). Any other segment follows the state
 /// its handshake left here, and may claim its connection for the frontend
 /// its SYN named. `Err`: drop it (see [`request`]).
@@ -206,7 +206,7 @@ pub fn to_backend<P: Checked, A: Family>(
     p: &P,
     h: &Headers<A>,
     option: Option<Endpoint<A>>,
-    link_mtu: impl FnOnce() -> u32,
+    mss_cap: impl FnOnce() -> u16,
 ) -> Result<(), Outcome> {
     let (client, backend, seg) = (h.source, h.destination, &h.seg);
     let key = ConnKey::new(client, backend);
@@ -231,7 +231,7 @@ pub fn to_backend<P: Checked, A: Family>(
                 Opened {
                     frontend,
                     slot: t.slot,
-                    mss_cap: mss::cap_for_mtu(link_mtu()),
+                    mss_cap: mss_cap(),
                 }
             }
             None => {

@@ -2,8 +2,8 @@
 //! node: replies of tracked connections, IPv4 and IPv6, get the frontend
 //! back as their source (and a SYN-ACK of a connection from another node the MSS its
 //! link carries); a SYN this node translated, leaving for the backend's
-//! node, carries its frontend in an IP option (sealed with the cluster's
-//! key, if set); ICMP and ICMPv6 errors quoting a backend name the
+//! node, carries its frontend in an IPv4 option or an IPv6 Destination
+//! Options header (sealed with the cluster's key, if set); ICMP and ICMPv6 errors quoting a backend name the
 //! frontend instead (or are dropped).
 
 use aya_ebpf::{
@@ -13,7 +13,6 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     conntrack::trust::{Ownership, ownership},
-    ipopt::{Carried, PLAIN_LEN, SEALED_LEN, tag},
     ipv6::ETH_P_IPV6,
     maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
     outcome::Outcome,
@@ -27,7 +26,7 @@ use crate::{
     forward::iface_flags,
     icmp::{self, Out},
     icmp6,
-    ipopt::{self, NotAdded},
+    ipopt::{Carrier, NotAdded},
     mss,
     packet::{Headers, Transport, ethertype},
     skb::{Field, Rewrite, parse, parse6},
@@ -46,9 +45,7 @@ pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
 #[inline(never)]
 fn egress6(ctx: &TcContext) -> i32 {
     let outcome = match parse6(ctx) {
-        Ok(h) if h.transport == Transport::Tcp => {
-            reverse_nat(ctx, &h).unwrap_or(Outcome::PassNoBackend)
-        }
+        Ok(h) if h.transport == Transport::Tcp => tcp(ctx, &h),
         Ok(h) => match icmp6::outbound(ctx, h.ip_len) {
             icmp6::Out::Drop => return TC_ACT_SHOT,
             icmp6::Out::Translated => return TC_ACT_UNSPEC,
@@ -100,7 +97,7 @@ fn action(outcome: Outcome) -> i32 {
 }
 
 #[inline(always)]
-fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
+fn tcp<A: Carrier + Rewrite>(ctx: &TcContext, h: &Headers<A>) -> Outcome {
     if let Some(outcome) = reverse_nat(ctx, h) {
         return outcome;
     }
@@ -113,22 +110,12 @@ fn tcp(ctx: &TcContext, h: &Headers) -> Outcome {
         && !cross_node_plain()
         && from_outside(ctx)
         // SAFETY: only tested for presence.
-        && unsafe { u32::reverse().get(destination) }.is_some()
+        && unsafe { A::reverse().get(destination) }.is_some()
         && let Some(frontend) = conntrack::translated_syn(source, destination, seg)
     {
-        let option = match cross_node_key() {
-            Some(key) => Carried {
-                frontend,
-                len: SEALED_LEN,
-                tag: tag(key, source, destination, seg.seq, frontend),
-            },
-            None => Carried {
-                frontend,
-                len: PLAIN_LEN,
-                tag: 0,
-            },
-        };
-        return match ipopt::add(ctx, h.ip_len, &option) {
+        let tag = cross_node_key().map(|key| A::tag(key, source, destination, seg.seq, frontend));
+        let option = A::option(frontend, tag);
+        return match A::add(ctx, h, &option) {
             Ok(()) => Outcome::OptionAdded,
             // Without the option the pod's node cannot track it: the
             // client's next SYN tries again.

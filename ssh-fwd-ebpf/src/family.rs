@@ -42,9 +42,6 @@ pub trait Family: Addr + 'static {
     /// Pod address -> the interfaces it may come in by.
     fn owners() -> &'static HashMap<Self, Owner>;
 
-    /// Whether a connection through a frontend may go to a backend on
-    /// another node (the frontend option carries it there): IPv4 only.
-    const CROSS_NODE: bool;
     /// Whether a copy of an entry goes to [`Family::conn_copy`] rather
     /// than the stack.
     const COPY_IN_MAP: bool;
@@ -71,7 +68,6 @@ pub trait Family: Addr + 'static {
 
 impl Family for u32 {
     type Source = u32;
-    const CROSS_NODE: bool = true;
     const COPY_IN_MAP: bool = false;
 
     #[inline(always)]
@@ -155,7 +151,6 @@ impl Family for u32 {
 
 impl Family for Addr6 {
     type Source = u64;
-    const CROSS_NODE: bool = false;
     const COPY_IN_MAP: bool = true;
 
     #[inline(always)]

@@ -118,7 +118,7 @@ pub enum In {
 /// sequence number, as for IPv4.
 #[inline(always)]
 pub fn inbound<P: Packet>(p: &P, h: &Headers<Addr6>) -> In {
-    let Some(q) = quote(p, h.ip_len) else {
+    let Some(q) = quote(p, h.ip_len()) else {
         return In::NotOurs;
     };
     let outer_dst = h.destination.addr;

@@ -1,7 +1,7 @@
 //! tc ingress on an external (or cluster) interface: the DNAT of requests to
 //! frontends, IPv4 and IPv6, with the connection tracking of
 //! `crate::conntrack`; requests another node already translated
-//! (`crate::backend`, IPv4); ICMP and ICMPv6 errors addressed to frontends;
+//! (`crate::backend`); ICMP and ICMPv6 errors addressed to frontends;
 //! and ARP and neighbour discovery for `--announce l2`. A translated packet is routed here and
 //! redirected to the backend's interface when the route allows
 //! (`crate::forward`): into the pod's namespace directly when that
@@ -27,7 +27,10 @@ use crate::{
     counters::{Direction, count, count_mapping},
     family::Family,
     forward::{Routed, Sent, iface_flags, send},
-    guard, icmp, icmp6, ndp,
+    guard, icmp, icmp6,
+    ipopt::Carrier,
+    maps::HEADERS6,
+    ndp,
     packet::{Headers, Transport, ethertype},
     reset,
     skb::{Field, Rewrite, parse, parse6},
@@ -78,9 +81,62 @@ fn ipv4(ctx: &TcContext) -> i32 {
     act(ctx, ingress(ctx))
 }
 
+/// IPv6 as a dispatcher of small frames, as in `crate::ingress_xdp`: the
+/// headers go to a per-CPU scratch (`HEADERS6`), and each path runs, and
+/// acts, in a function of its own.
 #[inline(never)]
 fn ipv6(ctx: &TcContext) -> i32 {
-    act(ctx, ingress6(ctx))
+    let h = match parse6_scratch(ctx) {
+        Ok(h) => h,
+        Err(outcome) => return act(ctx, Verdict::<Addr6>::Pass(outcome)),
+    };
+    match h.transport {
+        Transport::Icmp => icmp6_in(ctx, h),
+        Transport::Tcp => match frontend6(ctx, h) {
+            Some(action) => action,
+            None => backend6(ctx, h),
+        },
+    }
+}
+
+/// The packet's IPv6 headers, parsed into this CPU's scratch.
+#[inline(never)]
+fn parse6_scratch(ctx: &TcContext) -> Result<&'static Headers<Addr6>, Outcome> {
+    let h = parse6(ctx)?;
+    let slot = HEADERS6.get_ptr_mut(0).ok_or(Outcome::Malformed)?;
+    // SAFETY: this CPU's value of the map, valid for this program run and
+    // written only here.
+    unsafe {
+        slot.write(h);
+        Ok(&*slot)
+    }
+}
+
+/// Errors about forwarded connections are translated; the rest of ICMPv6
+/// (neighbour discovery among it) is the stack's.
+#[inline(never)]
+fn icmp6_in(ctx: &TcContext, h: &Headers<Addr6>) -> i32 {
+    let verdict = match icmp6::inbound(ctx, h) {
+        icmp6::In::Translated(backend) => Verdict::Forward {
+            client: h.source,
+            backend,
+        },
+        icmp6::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
+        icmp6::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
+    };
+    act(ctx, verdict)
+}
+
+/// A segment to a frontend, acted on; `None` if its destination is none.
+#[inline(never)]
+fn frontend6(ctx: &TcContext, h: &Headers<Addr6>) -> Option<i32> {
+    to_frontend(ctx, h).map(|verdict| act(ctx, verdict))
+}
+
+/// A segment to a backend of this node, or to nothing of ours.
+#[inline(never)]
+fn backend6(ctx: &TcContext, h: &Headers<Addr6>) -> i32 {
+    act(ctx, to_backend(ctx, h))
 }
 
 /// The tc action of `verdict`, counted.
@@ -142,27 +198,6 @@ fn ingress(ctx: &TcContext) -> Verdict {
     }
 }
 
-#[inline(always)]
-fn ingress6(ctx: &TcContext) -> Verdict<Addr6> {
-    let h = match parse6(ctx) {
-        Ok(h) => h,
-        Err(outcome) => return Verdict::Pass(outcome),
-    };
-    match h.transport {
-        // Errors about forwarded connections are translated; the rest of
-        // ICMPv6 (neighbour discovery among it) is the stack's.
-        Transport::Icmp => match icmp6::inbound(ctx, &h) {
-            icmp6::In::Translated(backend) => Verdict::Forward {
-                client: h.source,
-                backend,
-            },
-            icmp6::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
-            icmp6::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
-        },
-        Transport::Tcp => to_frontend(ctx, &h).unwrap_or(Verdict::Pass(Outcome::PassNoFrontend)),
-    }
-}
-
 /// A segment to a frontend, translated to its backend; `None` if its
 /// destination is no frontend.
 #[inline(always)]
@@ -183,11 +218,6 @@ fn to_frontend<A: Family + Rewrite + Denied>(
         return Some(Verdict::Pass(Outcome::TtlExpired));
     }
     let backend = target.endpoint;
-    // Carrying an IPv6 connection to another node is not supported yet:
-    // the node's own stack answers.
-    if !A::CROSS_NODE && !conntrack::backend_is_local(backend) {
-        return Some(Verdict::Pass(Outcome::Ipv6RemoteBackend));
-    }
     if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
         return Some(Verdict::Drop(outcome));
     }
@@ -206,9 +236,9 @@ fn to_frontend<A: Family + Rewrite + Denied>(
 /// A segment to a backend of this node, not through a frontend (another
 /// node translated it, or a peer dials the pod).
 #[inline(always)]
-fn to_backend(ctx: &TcContext, h: &Headers) -> Verdict {
+fn to_backend<A: Carrier>(ctx: &TcContext, h: &Headers<A>) -> Verdict<A> {
     // SAFETY: only tested for presence.
-    if unsafe { u32::reverse().get(h.destination) }.is_none() {
+    if unsafe { A::reverse().get(h.destination) }.is_none() {
         return Verdict::Pass(Outcome::PassNoFrontend);
     }
     match backend::request(ctx, h) {

@@ -24,9 +24,11 @@ use crate::{
     counters::{Direction, count, count_mapping},
     family::Family,
     guard, icmp, icmp6,
-    maps::{FRONTENDS, REVERSE},
+    maps::{FRONTENDS, HEADERS6, REVERSE},
     ndp,
-    packet::{Headers, Transport, ethertype, parse, parse6, put_addr, put_addr6, put_word, word},
+    packet::{
+        Headers, Reloaded, Transport, ethertype, parse, parse6, put_addr, put_addr6, put_word, word,
+    },
     partial::{self, Field},
     reset,
 };
@@ -62,25 +64,74 @@ fn ipv4(ctx: &XdpContext) -> u32 {
     act(outcome)
 }
 
+/// IPv6 as a dispatcher of small frames: the headers go to a per-CPU
+/// scratch (`HEADERS6`), and each path runs in a function of its own. The
+/// path to a frontend and the path to a backend of this node each fill
+/// most of the 512 bytes of stack the verifier allows a call chain, so
+/// neither can sit in a frame that holds the other, or the headers.
 #[inline(never)]
 fn ipv6(ctx: &XdpContext) -> u32 {
-    let outcome = match parse6(ctx) {
-        Some(Ok(h)) if h.transport == Transport::Tcp => match tcp6(ctx, &h) {
-            Outcome::Denied if reset::wanted6(&h, Outcome::Denied) => return reset::PENDING_XDP,
-            outcome => outcome,
+    let h = match parse6_scratch(ctx) {
+        Ok(h) => h,
+        Err(outcome) => return act(outcome),
+    };
+    let outcome = match h.transport {
+        Transport::Tcp => match to_frontend6(ctx, h) {
+            Some(Outcome::Denied) if reset::wanted6(h, Outcome::Denied) => {
+                return reset::PENDING_XDP;
+            }
+            Some(outcome) => outcome,
+            None => to_backend6(ctx, h),
         },
-        // Errors about forwarded connections are translated (and counted
-        // as such), and the stack routes them; the rest of ICMPv6
-        // (neighbour discovery among it) is the stack's.
-        Some(Ok(h)) => match icmp6::inbound(ctx, &h) {
-            icmp6::In::Translated(_) => return xdp_action::XDP_PASS,
-            icmp6::In::Drop => Outcome::IcmpOutOfWindow,
-            icmp6::In::NotOurs => Outcome::PassNotTcp,
+        Transport::Icmp => match icmp6_inbound(ctx, h) {
+            Some(outcome) => outcome,
+            None => return xdp_action::XDP_PASS,
         },
-        Some(Err(outcome)) => outcome,
-        None => Outcome::Malformed,
     };
     act(outcome)
+}
+
+/// The packet's IPv6 headers, parsed into this CPU's scratch.
+#[inline(never)]
+fn parse6_scratch(ctx: &XdpContext) -> Result<&'static Headers<Addr6>, Outcome> {
+    let h = match parse6(&Reloaded(ctx)) {
+        Some(Ok(h)) => h,
+        Some(Err(outcome)) => return Err(outcome),
+        None => return Err(Outcome::Malformed),
+    };
+    let slot = HEADERS6.get_ptr_mut(0).ok_or(Outcome::Malformed)?;
+    // SAFETY: this CPU's value of the map, valid for this program run and
+    // written only here.
+    unsafe {
+        slot.write(h);
+        Ok(&*slot)
+    }
+}
+
+/// Errors about forwarded connections are translated (and counted as
+/// such: `None`), and the stack routes them; the rest of ICMPv6 (neighbour
+/// discovery among it) is the stack's.
+#[inline(never)]
+fn icmp6_inbound(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
+    match icmp6::inbound(ctx, h) {
+        icmp6::In::Translated(_) => None,
+        icmp6::In::Drop => Some(Outcome::IcmpOutOfWindow),
+        icmp6::In::NotOurs => Some(Outcome::PassNotTcp),
+    }
+}
+
+/// A segment to a backend of this node, not through a frontend (see
+/// `crate::backend`).
+#[inline(never)]
+fn to_backend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
+    // SAFETY: only tested for presence.
+    if unsafe { Addr6::reverse().get(h.destination) }.is_none() {
+        return Outcome::PassNoFrontend;
+    }
+    match backend::request(ctx, h) {
+        Ok(()) => Outcome::PassNoFrontend,
+        Err(outcome) => outcome,
+    }
 }
 
 /// The XDP action for a packet counted as `outcome`.
@@ -164,38 +215,30 @@ fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
     Outcome::Dnat
 }
 
-/// [`tcp`] for IPv6: no segment from another node to learn from (the
-/// frontend option is IPv4's).
-#[inline(always)]
-fn tcp6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
+/// [`tcp`] for IPv6; `None`: no frontend's.
+#[inline(never)]
+fn to_frontend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
     let frontend = h.destination;
     // SAFETY: copied out immediately.
-    let Some(target) = (unsafe { Addr6::frontends().get(frontend) }).copied() else {
-        return Outcome::PassNoFrontend;
-    };
+    let target = unsafe { Addr6::frontends().get(frontend) }.copied()?;
     // A denied segment `--deny-action reset` answers is the entry
     // point's (`ipv6`).
     if let Err(outcome) = guard::check(h, &target) {
-        return outcome;
+        return Some(outcome);
     }
     if ttl_expires(h.ttl) {
-        return Outcome::TtlExpired;
+        return Some(Outcome::TtlExpired);
     }
     let backend = target.endpoint;
-    // Carrying an IPv6 connection to another node is not supported yet:
-    // the node's own stack answers.
-    if !conntrack::backend_is_local(backend) {
-        return Outcome::Ipv6RemoteBackend;
-    }
     if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
-        return outcome;
+        return Some(outcome);
     }
     if dnat6(ctx, h, frontend, backend).is_none() {
-        return Outcome::RewriteError;
+        return Some(Outcome::RewriteError);
     }
     let bytes = (ctx.data_end() - ctx.data()) as u64;
     count_mapping(target.slot, Direction::ToBackend, bytes);
-    Outcome::Dnat
+    Some(Outcome::Dnat)
 }
 
 /// Rewrites the destination and both checksums in place. `None`: the

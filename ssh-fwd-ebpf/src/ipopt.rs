@@ -2,7 +2,9 @@
 //! as it leaves for the backend's node, read and removed again on that node
 //! before the pod sees the SYN. The option always sits right after the
 //! 20-byte header, which is where the kernel's "adjust room at the network
-//! layer" inserts and removes bytes.
+//! layer" inserts and removes bytes. IPv6 carries it in a header of its own
+//! at the same place (`crate::destopt`); [`Carrier`] is what the callers
+//! see of either.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -11,17 +13,83 @@ use aya_ebpf::{
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
+    conntrack::mss::cap_for_mtu,
     ipopt::{self, Carried, PLAIN_LEN, SEALED_LEN, max_ip_len_before},
+    maps::{Addr6, Endpoint},
     packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_MIN_LEN, IPV4_TOT_LEN_OFF},
+    siphash::Key,
 };
 
-use crate::packet::{Packet, bytes_at, put_word, read, word};
+use crate::{
+    destopt,
+    family::Family,
+    packet::{Headers, Packet, bytes_at, put_word, read, word},
+};
+
+/// The frontend option as a family carries it.
+pub trait Carrier: Family {
+    /// The option first on the SYN with headers `h`, if it is ours.
+    fn carried<P: Packet>(p: &P, h: &Headers<Self>) -> Option<Carried<Self>>;
+    /// The option naming `frontend`: sealed with `tag` if given.
+    fn option(frontend: Endpoint<Self>, tag: Option<u64>) -> Carried<Self>;
+    /// The tag of the sealed option of the SYN `client -> backend` with
+    /// the sequence number `isn`, naming `frontend`.
+    fn tag(
+        key: Key,
+        client: Endpoint<Self>,
+        backend: Endpoint<Self>,
+        isn: u32,
+        frontend: Endpoint<Self>,
+    ) -> u64;
+    /// Adds `option` to the skb of the SYN with headers `h`.
+    fn add(ctx: &TcContext, h: &Headers<Self>, option: &Carried<Self>) -> Result<(), NotAdded>;
+    /// Removes `option` (which [`Carrier::carried`] found) from the packet.
+    fn strip<P: Strip>(p: &P, option: &Carried<Self>) -> bool;
+    /// The MSS a link of `mtu` bytes carries.
+    fn mss_cap(mtu: u32) -> u16;
+}
+
+impl Carrier for u32 {
+    #[inline(always)]
+    fn carried<P: Packet>(p: &P, h: &Headers) -> Option<Carried> {
+        carried(p, h.ip_len)
+    }
+
+    #[inline(always)]
+    fn option(frontend: Endpoint, tag: Option<u64>) -> Carried {
+        Carried {
+            frontend,
+            len: if tag.is_some() { SEALED_LEN } else { PLAIN_LEN },
+            tag: tag.unwrap_or(0),
+        }
+    }
+
+    #[inline(always)]
+    fn tag(key: Key, client: Endpoint, backend: Endpoint, isn: u32, frontend: Endpoint) -> u64 {
+        ipopt::tag(key, client, backend, isn, frontend)
+    }
+
+    #[inline(always)]
+    fn add(ctx: &TcContext, h: &Headers, option: &Carried) -> Result<(), NotAdded> {
+        add(ctx, h.ip_len, option)
+    }
+
+    #[inline(always)]
+    fn strip<P: Strip>(p: &P, option: &Carried) -> bool {
+        p.strip_option(option)
+    }
+
+    #[inline(always)]
+    fn mss_cap(mtu: u32) -> u16 {
+        cap_for_mtu(mtu)
+    }
+}
 
 /// The option first in a packet with an IPv4 header of `ip_len` bytes, if
 /// it is ours. Its 16 bytes are read whatever its form: a SYN's TCP header
 /// follows a plain one.
 #[inline(always)]
-pub fn carried<P: Packet>(p: &P, ip_len: usize) -> Option<Carried> {
+fn carried<P: Packet>(p: &P, ip_len: usize) -> Option<Carried> {
     let at = ETH_HLEN + IPV4_MIN_LEN;
     let len = ipopt::len_of(read::<P, 2>(p, at)?)?;
     if ip_len < IPV4_MIN_LEN + len {
@@ -76,7 +144,7 @@ pub enum NotAdded {
 
 /// Adds `option` to an skb whose IPv4 header is `ip_len` bytes.
 #[inline(always)]
-pub fn add(ctx: &TcContext, ip_len: usize, option: &Carried) -> Result<(), NotAdded> {
+fn add(ctx: &TcContext, ip_len: usize, option: &Carried) -> Result<(), NotAdded> {
     let sealed = option.is_sealed();
     let len = if sealed { SEALED_LEN } else { PLAIN_LEN };
     if ip_len > max_ip_len_before(len) {
@@ -111,9 +179,11 @@ pub fn add(ctx: &TcContext, ip_len: usize, option: &Carried) -> Result<(), NotAd
 }
 
 /// Removing the option, as each program type can.
-pub trait Strip {
-    /// Removes the option (which [`carried`] found) from the packet.
+pub trait Strip: Packet {
+    /// Removes the IPv4 option (which [`carried`] found) from the packet.
     fn strip_option(&self, option: &Carried) -> bool;
+    /// Removes the IPv6 header (which `destopt::carried` found).
+    fn strip_option6(&self, option: &Carried<Addr6>) -> bool;
 }
 
 impl Strip for TcContext {
@@ -121,12 +191,22 @@ impl Strip for TcContext {
     fn strip_option(&self, option: &Carried) -> bool {
         strip_skb(self, option)
     }
+
+    #[inline(always)]
+    fn strip_option6(&self, option: &Carried<Addr6>) -> bool {
+        destopt::strip_skb(self, option)
+    }
 }
 
 impl Strip for XdpContext {
     #[inline(always)]
     fn strip_option(&self, option: &Carried) -> bool {
         strip_xdp(self, option)
+    }
+
+    #[inline(always)]
+    fn strip_option6(&self, option: &Carried<Addr6>) -> bool {
+        destopt::strip_xdp(self, option)
     }
 }
 

@@ -32,6 +32,7 @@ mod backend;
 mod config;
 mod conntrack;
 mod counters;
+mod destopt;
 mod egress_tc;
 mod family;
 mod forward;

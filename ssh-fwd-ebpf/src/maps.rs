@@ -20,6 +20,8 @@ use ssh_fwd_common::{
     outcome::Outcome,
 };
 
+use crate::packet::Headers;
+
 /// Frontend (external IP, port) -> backend. The DNAT table.
 #[map(name = "FRONTENDS")]
 pub static FRONTENDS: HashMap<Endpoint, NatTarget> = HashMap::pinned(MAX_MAPPINGS, 0);
@@ -208,6 +210,12 @@ pub static CONN_STATS6: HashMap<ConnKey6, ConnStats> = HashMap::pinned(CONN_CAPA
 /// other state. Not pinned: nothing in it outlives a program run.
 #[map(name = "CONN_COPY6")]
 pub static CONN_COPY6: PerCpuArray<Conn6> = PerCpuArray::with_max_entries(1, 0);
+
+/// Where XDP's IPv6 path keeps a packet's parsed headers: the stack has
+/// no room for them beside either of its paths (`crate::ingress_xdp`).
+/// Not pinned: nothing in it outlives a program run.
+#[map(name = "HEADERS6")]
+pub static HEADERS6: PerCpuArray<Headers<Addr6>> = PerCpuArray::with_max_entries(1, 0);
 
 /// `(interface, IPv6 SSH IP)` -> the MAC neighbour solicitations for it
 /// are answered with (`--announce l2`). Written by the agent.

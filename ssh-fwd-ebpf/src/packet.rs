@@ -55,6 +55,37 @@ impl Packet for XdpContext {
     }
 }
 
+/// An XDP frame whose bounds are loaded from its context at every use, by
+/// volatile loads. A function that reads nothing of its context but those
+/// would otherwise be given them as arguments (the compiler moves the
+/// loads into its callers), and the verifier refuses arithmetic on a
+/// frame's end passed so.
+pub struct Reloaded<'a>(pub &'a XdpContext);
+
+impl Packet for Reloaded<'_> {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        // SAFETY: the context pointer is the live xdp_md of this run.
+        unsafe { core::ptr::read_volatile(&(*self.0.ctx).data) as usize }
+    }
+
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        // SAFETY: as for `data`.
+        unsafe { core::ptr::read_volatile(&(*self.0.ctx).data_end) as usize }
+    }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.data_end() - self.data()
+    }
+
+    #[inline(always)]
+    fn arrival_ifindex(&self) -> u32 {
+        self.0.arrival_ifindex()
+    }
+}
+
 impl Packet for TcContext {
     #[inline(always)]
     fn data(&self) -> usize {
@@ -177,11 +208,23 @@ pub struct Headers<A: Addr = u32> {
     pub seg: Segment,
 }
 
+/// Above the longest IP headers a parse accepts (60 bytes of IPv4, 296 of
+/// IPv6): the headers the IPv6 paths read back from their per-CPU scratch
+/// carry no bounds the verifier knows, and a masked length has them.
+const IP_LEN_MASK: usize = 0x1ff;
+
 impl<A: Addr> Headers<A> {
+    /// The IP headers' length, bounded for the verifier (see
+    /// [`IP_LEN_MASK`]).
+    #[inline(always)]
+    pub fn ip_len(&self) -> usize {
+        self.ip_len & IP_LEN_MASK
+    }
+
     /// Offset of the transport header.
     #[inline(always)]
     pub fn l4(&self) -> usize {
-        ETH_HLEN + self.ip_len
+        ETH_HLEN + self.ip_len()
     }
 }
 

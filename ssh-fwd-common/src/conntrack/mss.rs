@@ -20,13 +20,26 @@ pub const TCPOPT_MSS: u8 = 2;
 pub const TCPOLEN_MSS: u8 = 4;
 /// The IPv4 and TCP headers without options: an MTU less these is the MSS.
 pub const HEADERS_LEN: u32 = 40;
+/// The same over IPv6, whose fixed header is 40 bytes.
+pub const HEADERS_LEN6: u32 = 60;
 /// Where the cap sits in `HalfOpen::flags`.
 pub const HALF_OPEN_MSS_SHIFT: u32 = 16;
 
-/// The MSS a link of `mtu` bytes carries.
+/// The MSS a link of `mtu` bytes carries over IPv4.
 #[inline(always)]
 pub const fn cap_for_mtu(mtu: u32) -> u16 {
-    let mss = mtu.saturating_sub(HEADERS_LEN);
+    cap_below(mtu, HEADERS_LEN)
+}
+
+/// The MSS a link of `mtu` bytes carries over IPv6.
+#[inline(always)]
+pub const fn cap_for_mtu6(mtu: u32) -> u16 {
+    cap_below(mtu, HEADERS_LEN6)
+}
+
+#[inline(always)]
+const fn cap_below(mtu: u32, headers: u32) -> u16 {
+    let mss = mtu.saturating_sub(headers);
     if mss > u16::MAX as u32 {
         u16::MAX
     } else {
@@ -62,14 +75,20 @@ pub const fn clamped(option: [u8; 4], cap: u16) -> Option<u16> {
 /// was nothing to clamp.
 #[cfg(any(test, feature = "fixtures"))]
 pub fn clamp(frame: &mut [u8], cap: u16) -> bool {
-    use crate::{
-        csum,
-        packet::{ETH_HLEN, TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_MIN_LEN, ipv4_header_len},
-    };
+    use crate::packet::{ETH_HLEN, ipv4_header_len};
     let Some(ip_len) = frame.get(ETH_HLEN).copied().and_then(ipv4_header_len) else {
         return false;
     };
-    let tcp = ETH_HLEN + ip_len;
+    clamp_at(frame, ETH_HLEN + ip_len, cap)
+}
+
+/// [`clamp`] of a frame whose TCP header is at `tcp` (IPv6 among them).
+#[cfg(any(test, feature = "fixtures"))]
+pub fn clamp_at(frame: &mut [u8], tcp: usize, cap: u16) -> bool {
+    use crate::{
+        csum,
+        packet::{TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_MIN_LEN},
+    };
     let opt = tcp + TCP_MIN_LEN;
     if frame.len() < opt + 4 || frame[tcp + TCP_DOFF_OFF] >> 4 < 6 {
         return false;
@@ -93,12 +112,18 @@ pub fn clamp(frame: &mut [u8], cap: u16) -> bool {
 /// header holds them, checksum updated.
 #[cfg(any(test, feature = "fixtures"))]
 pub fn payload_as_options(frame: &mut [u8]) {
+    use crate::packet::{ETH_HLEN, ipv4_header_len};
+    let ip_len = ipv4_header_len(frame[ETH_HLEN]).unwrap_or(0);
+    payload_as_options_at(frame, ETH_HLEN + ip_len);
+}
+
+/// [`payload_as_options`] of a frame whose TCP header is at `tcp`.
+#[cfg(any(test, feature = "fixtures"))]
+pub fn payload_as_options_at(frame: &mut [u8], tcp: usize) {
     use crate::{
         csum,
-        packet::{ETH_HLEN, TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_MIN_LEN, ipv4_header_len},
+        packet::{TCP_CHECK_OFF, TCP_DOFF_OFF, TCP_MIN_LEN},
     };
-    let ip_len = ipv4_header_len(frame[ETH_HLEN]).unwrap_or(0);
-    let tcp = ETH_HLEN + ip_len;
     let words = (frame.len() - tcp) / 4;
     assert!(words <= 15 && frame.len() - tcp == words * 4 && words * 4 >= TCP_MIN_LEN);
     let (doff, check) = (tcp + TCP_DOFF_OFF, tcp + TCP_CHECK_OFF);
@@ -117,6 +142,7 @@ mod tests {
     #[test]
     fn the_cap_is_the_links_mtu_less_the_headers_and_rides_in_the_upper_flags() {
         assert_eq!(cap_for_mtu(1280), 1240);
+        assert_eq!(cap_for_mtu6(1280), 1220);
         assert_eq!(cap_for_mtu(1500), 1460);
         assert_eq!(cap_for_mtu(65_536), 65_496);
         assert_eq!(cap_for_mtu(u32::MAX), u16::MAX);

@@ -26,20 +26,20 @@ use super::{
     counters, delta, from_pod, load,
 };
 
-const CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
-const FRONTEND: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xf, 0, 0, 0, 0, 0x10);
-const BACKEND: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x244, 1, 0, 0, 0, 5);
+pub(super) const CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
+pub(super) const FRONTEND: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xf, 0, 0, 0, 0, 0x10);
+pub(super) const BACKEND: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x10, 0x244, 1, 0, 0, 0, 5);
 const PSH: u8 = 0x08;
 
-fn frontend() -> Endpoint6 {
+pub(super) fn frontend() -> Endpoint6 {
     Endpoint6::new6(FRONTEND, 8022)
 }
 
-fn backend() -> Endpoint6 {
+pub(super) fn backend() -> Endpoint6 {
     Endpoint6::new6(BACKEND, 22)
 }
 
-fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, V> {
+pub(super) fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, V> {
     let data = MapData::from_pin(l.layout.map(name)).expect("pinned");
     HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash map")
 }
@@ -54,7 +54,7 @@ fn load6() -> Loaded {
 }
 
 /// Records `BACKEND` as a pod address of this node, as the agent does.
-fn own6(l: &Loaded) {
+pub(super) fn own6(l: &Loaded) {
     let mut owners: HashMap<_, Addr6, Owner> = map(l, maps::OWNERS6);
     let owner = Owner {
         ifindex: POD_IFINDEX,
@@ -64,7 +64,7 @@ fn own6(l: &Loaded) {
 }
 
 /// A segment from the client (port 40000) to the frontend.
-fn request(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
+pub(super) fn request(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
     Frame6 {
         src: CLIENT,
         dst: FRONTEND,
@@ -79,7 +79,7 @@ fn request(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
 }
 
 /// A segment from the backend to the client.
-fn reply(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
+pub(super) fn reply(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
     Frame6 {
         src: BACKEND,
         dst: CLIENT,
@@ -94,7 +94,7 @@ fn reply(flags: u8, seq: u32, ack: u32, payload: usize) -> Frame6 {
 }
 
 /// The host reference's rewrite of one side of `frame`.
-fn rewritten(frame: &[u8], side: Side, to: Endpoint6) -> Vec<u8> {
+pub(super) fn rewritten(frame: &[u8], side: Side, to: Endpoint6) -> Vec<u8> {
     let mut expected = frame.to_vec();
     let tcp = ipv6::classify(&expected).expect("classify");
     ipv6::rewrite(&mut expected, tcp, side, to);
@@ -102,7 +102,7 @@ fn rewritten(frame: &[u8], side: Side, to: Endpoint6) -> Vec<u8> {
 }
 
 /// Whether the TCP checksum of an IPv6 frame verifies.
-fn tcp_checksum_verifies(frame: &[u8]) -> bool {
+pub(super) fn tcp_checksum_verifies(frame: &[u8]) -> bool {
     let tcp = ipv6::classify(frame).expect("classify");
     let mut all = ssh_fwd_common::fixtures6::pseudo_header(
         Ipv6Addr::from(<[u8; 16]>::try_from(&frame[22..38]).expect("source")),
@@ -115,14 +115,14 @@ fn tcp_checksum_verifies(frame: &[u8]) -> bool {
     ssh_fwd_common::fixtures::reference_checksum(&all) == 0
 }
 
-fn pass_verdict(ingress: Ingress) -> u32 {
+pub(super) fn pass_verdict(ingress: Ingress) -> u32 {
     match ingress {
         Ingress::Tc => TC_ACT_UNSPEC,
         Ingress::Xdp => XDP_PASS,
     }
 }
 
-fn conns(l: &Loaded) -> Vec<(ConnKey6, Conn6)> {
+pub(super) fn conns(l: &Loaded) -> Vec<(ConnKey6, Conn6)> {
     let conns: HashMap<_, ConnKey6, Conn6> = map(l, maps::CONNS6);
     conns.iter().map(|e| e.expect("entry")).collect()
 }
@@ -613,28 +613,5 @@ fn an_icmpv6_error_sent_to_the_pod_itself_passes_only_within_its_connection() {
             delta(&before, &counters(&l)),
             vec![("icmp_out_of_window", 1)]
         );
-    });
-}
-
-#[test]
-#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn a_segment_to_an_ipv6_backend_on_another_node_passes_untranslated() {
-    privilege::require();
-    each_ingress(|ingress| {
-        // The mapping without its backend among this node's pods.
-        let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
-        let syn = request(TCP_SYN, CLIENT_ISN, 0, 0).build();
-        let before = counters(&l);
-        let (verdict, out) = ingress.run(&l, &syn);
-        assert_eq!(
-            (verdict, &out),
-            (pass_verdict(ingress), &syn),
-            "{ingress:?}"
-        );
-        assert_eq!(
-            delta(&before, &counters(&l)),
-            vec![("ipv6_remote_backend", 1)]
-        );
-        assert!(conns(&l).is_empty());
     });
 }

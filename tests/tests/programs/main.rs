@@ -263,6 +263,7 @@ mod icmp;
 mod ipv6;
 mod ndp;
 mod option;
+mod option6;
 mod partial;
 mod redirect;
 
