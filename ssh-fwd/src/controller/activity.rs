@@ -66,7 +66,7 @@ pub fn merge<'a>(
         let Ok(report) = serde_json::from_str::<Report>(value) else {
             continue;
         };
-        if IpAddr::V4(addr) != ip {
+        if addr != ip {
             continue;
         }
         let m = merged.entry(port).or_default();

@@ -2,9 +2,13 @@
 //! reads them: one per node (`ssh-fwd-activity-NODE`, labelled
 //! [`ACTIVITY`](vocabulary::ACTIVITY)), a data key per frontend, each value
 //! a small JSON object. A ConfigMap key may hold only `[-._a-zA-Z0-9]`, so
-//! a frontend `IP:PORT` is keyed `IP_PORT`.
+//! a frontend `IP:PORT` is keyed `IP_PORT`, an IPv6 address with its colons
+//! as dashes (`fd00-198--10_2222`; an IPv4 address has no dash).
 
-use std::{net::Ipv4Addr, time::SystemTime};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::SystemTime,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,14 +44,22 @@ pub fn config_map_name(node: &str) -> String {
 }
 
 /// The data key of a frontend.
-pub fn data_key(ip: Ipv4Addr, port: u16) -> String {
-    format!("{ip}_{port}")
+pub fn data_key(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(ip) => format!("{ip}_{port}"),
+        IpAddr::V6(ip) => format!("{}_{port}", ip.to_string().replace(':', "-")),
+    }
 }
 
 /// The frontend of a data key; `None` for one no agent writes.
-pub fn parse_key(key: &str) -> Option<(Ipv4Addr, u16)> {
+pub fn parse_key(key: &str) -> Option<(IpAddr, u16)> {
     let (ip, port) = key.split_once('_')?;
-    Some((ip.parse().ok()?, port.parse().ok()?))
+    let ip = if ip.contains('-') {
+        IpAddr::V6(ip.replace('-', ":").parse::<Ipv6Addr>().ok()?)
+    } else {
+        IpAddr::V4(ip.parse::<Ipv4Addr>().ok()?)
+    };
+    Some((ip, port.parse().ok()?))
 }
 
 /// `t` as RFC 3339, UTC, to the second (`2026-01-02T03:04:05Z`).
@@ -68,7 +80,7 @@ mod tests {
 
     #[test]
     fn a_frontend_is_a_valid_config_map_key_and_reads_back() {
-        let key = data_key(Ipv4Addr::new(203, 0, 113, 10), 2222);
+        let key = data_key(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10)), 2222);
         assert_eq!(key, "203.0.113.10_2222");
         assert!(
             key.bytes()
@@ -76,9 +88,24 @@ mod tests {
         );
         assert_eq!(
             parse_key(&key),
-            Some((Ipv4Addr::new(203, 0, 113, 10), 2222))
+            Some((IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10)), 2222))
         );
         assert_eq!(parse_key("203.0.113.10:2222"), None);
+    }
+
+    #[test]
+    fn an_ipv6_frontend_is_a_valid_config_map_key_and_reads_back() {
+        let ip = IpAddr::V6(Ipv6Addr::new(0xfd00, 0x198, 0, 0, 0, 0, 0, 0x10));
+        let key = data_key(ip, 2222);
+        assert_eq!(key, "fd00-198--10_2222");
+        assert!(
+            key.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        );
+        assert_eq!(parse_key(&key), Some((ip, 2222)));
+        let mapped = IpAddr::V6(Ipv4Addr::new(203, 0, 113, 10).to_ipv6_mapped());
+        assert_eq!(parse_key(&data_key(mapped, 1)), Some((mapped, 1)));
+        assert_eq!(parse_key("fd00:198::10_2222"), None, "not a valid key");
     }
 
     #[test]

@@ -30,20 +30,15 @@ use crate::{
     vocabulary,
 };
 
-/// The ConfigMap's data for `activity`: a key for each frontend that
-/// carried a packet or holds a connection. IPv4 frontends only: the
-/// controller reads the ports of Services, which are IPv4 (an IPv6
-/// frontend comes from a mappings file, never from a Service).
+/// The ConfigMap's data for `activity`: a key for each frontend, of either
+/// family, that carried a packet or holds a connection.
 pub fn data(activity: &BTreeMap<SocketAddr, Activity>) -> BTreeMap<String, String> {
     activity
         .iter()
         .filter(|(_, a)| a.last.is_some() || a.open > 0)
-        .filter_map(|(frontend, a)| {
-            let SocketAddr::V4(frontend) = frontend else {
-                return None;
-            };
+        .map(|(frontend, a)| {
             let report = serde_json::to_string(&Report::new(a.last, a.open)).unwrap_or_default();
-            Some((data_key(*frontend.ip(), frontend.port()), report))
+            (data_key(frontend.ip(), frontend.port()), report)
         })
         .collect()
 }
@@ -251,6 +246,43 @@ mod tests {
                 "203.0.113.10_2222".to_owned(),
                 r#"{"lastActivity":"2026-01-02T03:04:05Z","openConnections":1}"#.to_owned()
             )]
+            .into()
+        );
+    }
+
+    #[test]
+    fn an_ipv6_frontend_is_reported_beside_an_ipv4_one() {
+        let ip6 = std::net::Ipv6Addr::new(0xfd00, 0x198, 0, 0, 0, 0, 0, 0x10);
+        let activity = [
+            (
+                SocketAddr::from((Ipv4Addr::new(203, 0, 113, 10), 2222)),
+                Activity {
+                    open: 1,
+                    last: None,
+                },
+            ),
+            (
+                SocketAddr::from((ip6, 2222)),
+                Activity {
+                    open: 2,
+                    last: None,
+                },
+            ),
+        ]
+        .into();
+        let data = data(&activity);
+        assert_eq!(
+            data,
+            [
+                (
+                    "203.0.113.10_2222".to_owned(),
+                    r#"{"openConnections":1}"#.to_owned()
+                ),
+                (
+                    "fd00-198--10_2222".to_owned(),
+                    r#"{"openConnections":2}"#.to_owned()
+                ),
+            ]
             .into()
         );
     }

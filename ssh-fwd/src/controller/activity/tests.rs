@@ -56,7 +56,7 @@ fn node(name: &str, reports: &[(u16, u64, u64)]) -> ConfigMap {
         .iter()
         .map(|&(port, second, open)| {
             let report = Report::new(Some(at(second)), open);
-            (data_key(IP4, port), serde_json::to_string(&report).unwrap())
+            (data_key(IP, port), serde_json::to_string(&report).unwrap())
         })
         .collect();
     ConfigMap {
@@ -74,13 +74,36 @@ fn merged(reports: &[(u16, u64, u64)]) -> BTreeMap<u16, Merged> {
 }
 
 #[test]
+fn an_ipv6_ssh_ips_reports_merge_apart_from_the_ipv4_ones() {
+    let ip6 = IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0x198, 0, 0, 0, 0, 0, 0x10));
+    let mut a = node("a", &[(9000, 100, 1)]);
+    a.data.as_mut().unwrap().insert(
+        data_key(ip6, 9000),
+        serde_json::to_string(&Report::new(Some(at(50)), 4)).unwrap(),
+    );
+    let v6 = merge(&[a.clone()], ip6);
+    assert_eq!(
+        v6,
+        [(
+            9000,
+            Merged {
+                last: Some(at(50)),
+                open: 4
+            }
+        )]
+        .into()
+    );
+    assert_eq!(merge(&[a], IP)[&9000].open, 1);
+}
+
+#[test]
 fn reports_merge_by_port_with_the_latest_packet_and_every_nodes_connections() {
-    let other_ip = data_key(std::net::Ipv4Addr::new(192, 0, 2, 1), 9000);
+    let other_ip = data_key(IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1)), 9000);
     let mut b = node("b", &[(9000, 50, 2), (9001, 5, 0)]);
     let data = b.data.as_mut().unwrap();
     data.insert(other_ip, r#"{"openConnections":7}"#.into());
     data.insert("junk".into(), "{}".into());
-    data.insert(data_key(IP4, 9002), "not json".into());
+    data.insert(data_key(IP, 9002), "not json".into());
     let merged = merge(&[node("a", &[(9000, 100, 1)]), b], IP);
     assert_eq!(
         merged,
