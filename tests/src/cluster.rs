@@ -12,6 +12,13 @@
 //!  between the nodes, either a direct link (A `peer` 10.0.0.1 <-> B `peer`
 //!  10.0.0.2) or, with `host_gw`, through the router over the external
 //!  interfaces (host-gw, BGP: the pod routes point at the other node)
+//!
+//!  IPv6 beside it, once `add_ipv6` ran, in the same shape:
+//!  client fd00:2::2 --cl-- router --to-a-- node A fd00:203::2 (owns fd00:198::10 on lo)
+//!                                  \\--to-b-- node B fd00:204::2 (owns fd00:198::10 on lo)
+//!  the router sends fd00:198::10 to node A; pods fd00:244:N::5, gateway
+//!  fd00:244:N::1; between the nodes `peer` fd00:10::1 <-> fd00:10::2, or
+//!  with `host_gw` the router
 //! ```
 //!
 //! Spoofed test traffic stays inside: the router has no route out, so what
@@ -57,6 +64,14 @@ pub struct Cluster {
 /// Each node's external address, and the router's on the same link.
 pub const NODE_IPS: [&str; 2] = ["203.0.113.2", "203.0.113.6"];
 const ROUTER_IPS: [&str; 2] = ["203.0.113.1", "203.0.113.5"];
+/// Each node's external IPv6 address after [`Cluster::add_ipv6`], and the
+/// router's on the same link.
+pub const NODE_IP6S: [&str; 2] = ["fd00:203::2", "fd00:204::2"];
+const ROUTER_IP6S: [&str; 2] = ["fd00:203::1", "fd00:204::1"];
+/// Each node's IPv6 address on the direct link between them.
+pub const PEER_IP6S: [&str; 2] = ["fd00:10::1", "fd00:10::2"];
+/// The IPv6 pod network: pod N's /64 is `fd00:244:N::/64`.
+const POD_NET6: &str = "fd00:244::/32";
 /// The interface between the nodes when they are linked directly.
 pub const PEER_IFACE: &str = "peer";
 
@@ -197,54 +212,115 @@ impl Cluster {
         self.keys.client()
     }
 
-    /// IPv6 beside IPv4 from the client through the router to node A and
-    /// the pods added on it so far: the client [`CLIENT_IP6`] behind the
-    /// router's `fd00:2::1` (with `client_link_mtu`, advertising an MSS for
-    /// a 1500-byte path, as for IPv4), node A `fd00:203::2` behind the
-    /// router's `fd00:203::1`, owning [`EXTERNAL_IP6`] on `lo`, which the
-    /// router sends to it, and pod N [`pod_ip6`] behind node A's
-    /// `fd00:244:N::1`. Node B gets no IPv6: an IPv6 backend lives on the
-    /// node its frontend's traffic reaches.
+    /// IPv6 beside IPv4, the same shape (see the module doc): the client
+    /// [`CLIENT_IP6`] behind the router's `fd00:2::1` (with
+    /// `client_link_mtu`, advertising an MSS for a 1500-byte path, as for
+    /// IPv4); each node [`NODE_IP6S`] behind the router's `fd00:203::1`
+    /// (A) or `fd00:204::1` (B), its default route, owning
+    /// [`EXTERNAL_IP6`] on `lo`, which the router sends to node A only;
+    /// pod N added so far [`pod_ip6`] behind its node's `fd00:244:N::1`;
+    /// the pod network `fd00:244::/32` between the nodes as for IPv4, over
+    /// the direct link ([`PEER_IP6S`]) or, with `host_gw`, the router.
     pub fn add_ipv6(&self) -> anyhow::Result<()> {
-        let add = |ns: &NetNs, addr: &str, dev: &str| {
-            ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
-        };
-        let (router, node) = (&self.router, &self.nodes[0]);
-        add(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
-        add(router, "fd00:2::1/64", "cl")?;
+        let router = &self.router;
+        add6(&self.client, &format!("{CLIENT_IP6}/64"), "eth0")?;
+        add6(router, "fd00:2::1/64", "cl")?;
         let mut default = vec!["-6", "route", "add", "default", "via", "fd00:2::1"];
         if self.wiring.client_link_mtu.is_some() {
             default.extend(["advmss", "1440"]);
         }
         self.client.ip(&default)?;
-        add(router, "fd00:203::1/64", "to-a")?;
-        add(node, "fd00:203::2/64", EXT_IFACE)?;
-        add(node, &format!("{EXTERNAL_IP6}/128"), "lo")?;
-        node.ip(&["-6", "route", "add", "default", "via", "fd00:203::1"])?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            add6(
+                router,
+                &format!("{}/64", ROUTER_IP6S[i]),
+                ["to-a", "to-b"][i],
+            )?;
+            add6(node, &format!("{}/64", NODE_IP6S[i]), EXT_IFACE)?;
+            add6(node, &format!("{EXTERNAL_IP6}/128"), "lo")?;
+            node.ip(&["-6", "route", "add", "default", "via", ROUTER_IP6S[i]])?;
+        }
         router.ip(&[
             "-6",
             "route",
             "add",
             &format!("{EXTERNAL_IP6}/128"),
             "via",
-            "fd00:203::2",
+            NODE_IP6S[0],
         ])?;
-        for ns in [router, node] {
+        for ns in std::iter::once(router).chain(&self.nodes) {
             ns.sysctl("net.ipv6.conf.all.forwarding", "1")?;
         }
-        let on_a: Vec<&Pod> = self.pods.iter().filter(|p| p.node == 0).collect();
-        for pod in &on_a {
-            let gateway = format!("fd00:244:{}::1", pod.number);
-            add(&pod.ns, &format!("{}/64", pod_ip6(pod.number)), "eth0")?;
-            add(node, &format!("{gateway}/64"), &pod.node_iface)?;
+        for pod in &self.pods {
+            let (node, n) = (&self.nodes[pod.node], pod.number);
+            let gateway = format!("fd00:244:{n}::1");
+            add6(&pod.ns, &format!("{}/64", pod_ip6(n)), "eth0")?;
+            add6(node, &format!("{gateway}/64"), &pod.node_iface)?;
             pod.ns
                 .ip(&["-6", "route", "add", "default", "via", &gateway])?;
         }
-        let namespaces = [&self.client, router, node]
+        self.link_nodes6()?;
+        let namespaces = [&self.client, router]
             .into_iter()
-            .chain(on_a.iter().map(|p| &p.ns));
+            .chain(&self.nodes)
+            .chain(self.pods.iter().map(|p| &p.ns));
         wait_out_dad(namespaces)
     }
+
+    /// The IPv6 pod network between the nodes, as [`Cluster::link_nodes`]
+    /// wires IPv4's: over the direct link (`fd00:10::1` on A, `fd00:10::2`
+    /// on B), each node routing `fd00:244::/32` to the other (its own
+    /// pods' /64s are more specific), or with `pod_routes_on_link` on the
+    /// link itself, each node answering neighbour solicitations for its
+    /// pods (proxy NDP); with `host_gw`, through the router, which routes
+    /// each pod's /64 to the pod's node.
+    fn link_nodes6(&self) -> anyhow::Result<()> {
+        if self.wiring.host_gw {
+            for (i, node) in self.nodes.iter().enumerate() {
+                node.ip(&["-6", "route", "add", POD_NET6, "via", ROUTER_IP6S[i]])?;
+            }
+            for pod in &self.pods {
+                self.router.ip(&[
+                    "-6",
+                    "route",
+                    "add",
+                    &format!("fd00:244:{}::/64", pod.number),
+                    "via",
+                    NODE_IP6S[pod.node],
+                ])?;
+            }
+            return Ok(());
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            add6(node, &format!("{}/64", PEER_IP6S[i]), PEER_IFACE)?;
+            if self.wiring.pod_routes_on_link {
+                node.ip(&["-6", "route", "add", POD_NET6, "dev", PEER_IFACE])?;
+                node.sysctl(&format!("net.ipv6.conf.{PEER_IFACE}.proxy_ndp"), "1")?;
+            } else {
+                let other = PEER_IP6S[1 - i];
+                node.ip(&["-6", "route", "add", POD_NET6, "via", other])?;
+            }
+        }
+        if self.wiring.pod_routes_on_link {
+            for pod in &self.pods {
+                self.nodes[pod.node].ip(&[
+                    "-6",
+                    "neigh",
+                    "add",
+                    "proxy",
+                    &pod_ip6(pod.number),
+                    "dev",
+                    PEER_IFACE,
+                ])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Adds `addr` to `dev` in `ns` without duplicate address detection.
+fn add6(ns: &NetNs, addr: &str, dev: &str) -> anyhow::Result<()> {
+    ns.ip(&["-6", "addr", "add", addr, "dev", dev, "nodad"])
 }
 
 impl Drop for Cluster {
