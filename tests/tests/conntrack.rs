@@ -20,66 +20,24 @@ use std::{
 };
 
 use aya::maps::{HashMap, Map, MapData};
-use common::{EXTERNAL_IP, Session};
+use common::{ClusterBed as Bed, EXTERNAL_IP, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry, Timeouts, clock_ns},
     pins::PinLayout,
 };
 use ssh_fwd_common::maps::{CONNS, Conn, ConnKey, Endpoint};
 use ssh_fwd_tests::{
-    Agent, Bpffs, NetNs,
-    agent::write_mappings,
+    NetNs,
     cluster::{Cluster, PEER_IFACE, Wiring},
     cmd,
     flood::{self, Rng, Syn},
     privilege,
-    topology::{CLIENT_IP, EXT_IFACE, EXTERNAL_IP6},
+    topology::{CLIENT_IP, EXTERNAL_IP6},
 };
 
 const HOUR: u64 = 3_600_000_000_000;
 
-/// A cluster with an agent on both nodes, fed the same mappings.
-struct Bed {
-    agents: Vec<Agent>,
-    bpffs: Vec<Bpffs>,
-    cluster: Cluster,
-    _dir: tempfile::TempDir,
-}
-
 impl Bed {
-    fn start(cluster: Cluster, entries: &[(&str, &str, &str)]) -> Self {
-        Self::start_with(cluster, entries, &[])
-    }
-
-    /// [`Bed::start`] with `extra` flags for both agents.
-    fn start_with(cluster: Cluster, entries: &[(&str, &str, &str)], extra: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("ssh-fwd-ct")
-            .tempdir()
-            .unwrap();
-        let mappings = dir.path().join("mappings.yaml");
-        write_mappings(&mappings, entries).unwrap();
-        let mut bed = Self {
-            agents: vec![],
-            bpffs: vec![],
-            cluster,
-            _dir: dir,
-        };
-        for i in 0..2 {
-            bed.bpffs.push(Bpffs::new().unwrap());
-            let agent = Agent::start(
-                &bed.cluster.nodes[i],
-                &[EXT_IFACE],
-                &mappings,
-                &bed.bpffs[i],
-                extra,
-            )
-            .unwrap();
-            bed.agents.push(agent);
-        }
-        bed
-    }
-
     fn session(&self, port: u16) -> Session {
         Session::open(&self.cluster.ssh(), &self.cluster.client, port).unwrap()
     }
@@ -102,19 +60,6 @@ impl Bed {
             .collect();
         out.sort_unstable();
         out
-    }
-
-    fn counter(&self, node: usize, name: &str) -> u64 {
-        self.bpffs[node].list().unwrap()["counters"][name]
-            .as_u64()
-            .unwrap_or(0)
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        self.agents.clear();
-        self.bpffs.clear();
     }
 }
 
@@ -174,6 +119,7 @@ fn a_pod_on_node_b_behind_two_frontends_answers_each_session_from_its_own_fronte
             ("first", "198.18.0.10:8022", "10.244.2.5:22"),
             ("second", "198.18.0.10:9022", "10.244.2.5:22"),
         ],
+        &[],
     );
     // 20 sessions, interleaved between the two frontends; every request
     // enters node A, every reply leaves node B.
@@ -216,7 +162,7 @@ fn a_cluster_interface_no_gateway_route_shows_is_named_by_cluster_iface() {
     })
     .unwrap();
     cluster.add_pod(1, 2).unwrap();
-    let bed = Bed::start_with(
+    let bed = Bed::start(
         cluster,
         &[
             ("first", "198.18.0.10:8022", "10.244.2.5:22"),
@@ -254,7 +200,7 @@ fn with_cross_node_plain_a_pod_on_node_b_answers_from_its_frontend_without_the_o
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(1, 2).unwrap();
-    let bed = Bed::start_with(
+    let bed = Bed::start(
         cluster,
         &[("job", "198.18.0.10:8022", "10.244.2.5:22")],
         &["--cross-node", "plain"],
@@ -286,7 +232,7 @@ fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_ex
     // share, and node B believes it.
     let key = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(key.path(), "00112233445566778899aabbccddeeff\n").unwrap();
-    let bed = Bed::start_with(
+    let bed = Bed::start(
         cluster,
         &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")],
         &["--cross-node-key", key.path().to_str().unwrap()],
@@ -325,7 +271,11 @@ fn ranks_reach_each_other_by_pod_ip_while_an_off_path_sender_sprays_syns_with_a_
     .unwrap();
     cluster.add_pod(0, 1).unwrap(); // rank 1, node A
     cluster.add_pod(1, 2).unwrap(); // rank 0, node B, behind the frontend
-    let bed = Bed::start(cluster, &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")]);
+    let bed = Bed::start(
+        cluster,
+        &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")],
+        &[],
+    );
     // SYNs with rank 1's address, from every source port, to rank 0's
     // frontend: they enter node A, rank 1's node, and fill its half-open
     // table with entries for every 4-tuple rank 1 may use to reach rank 0.
@@ -366,6 +316,7 @@ fn spoofed_syn_floods_neither_take_over_nor_evict_live_sessions() {
             ("first", "198.18.0.10:8022", "10.244.1.5:22"),
             ("second", "198.18.0.10:9022", "10.244.1.5:22"),
         ],
+        &[],
     );
     let mut idle = bed.session(8022);
     let mut busy = bed.session(9022);
@@ -532,6 +483,7 @@ fn a_client_that_reconnects_from_the_same_port_through_the_other_frontend_gets_t
             ("first", "198.18.0.10:8022", "10.244.1.5:22"),
             ("second", "198.18.0.10:9022", "10.244.1.5:22"),
         ],
+        &[],
     );
     let client = &bed.cluster.client;
     close_gracefully(connect_from_port(client, 45_678, 8022));
@@ -571,6 +523,7 @@ fn across_nodes_a_client_that_reconnects_from_the_same_port_through_the_other_fr
             ("first", "198.18.0.10:8023", "10.244.2.5:22"),
             ("second", "198.18.0.10:8024", "10.244.2.5:22"),
         ],
+        &[],
     );
     let client = &bed.cluster.client;
     // The client reads the banner and closes first; the pod's node (B)
@@ -606,7 +559,7 @@ fn table_size_flags_size_the_tables_and_a_full_established_table_holds_a_handsha
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();
-    let bed = Bed::start_with(
+    let bed = Bed::start(
         cluster,
         &[("job", "198.18.0.10:8022", "10.244.1.5:22")],
         &[
@@ -710,7 +663,11 @@ fn a_shell_idle_for_8_hours_keeps_its_connection_and_one_idle_past_the_timeout_l
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();
-    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let bed = Bed::start(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.1.5:22")],
+        &[],
+    );
     let mut shell = bed.session(8022);
     let layout = PinLayout::new(bed.bpffs[0].path());
     let mut tables = ConnTables::open_pinned(&layout).unwrap();
@@ -825,7 +782,11 @@ fn no_offload(bed: &Bed) {
 fn bulk_over_narrow_link(wiring: Wiring) -> (Bed, String) {
     let mut cluster = Cluster::new(wiring).unwrap();
     cluster.add_pod(1, 2).unwrap();
-    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]);
+    let bed = Bed::start(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.2.5:22")],
+        &[],
+    );
     no_offload(&bed);
     let seen = icmp_seen_by_client(&bed.cluster.client, || bulk_both_ways(&bed));
     (bed, seen)
@@ -882,6 +843,7 @@ fn path_mtu_is_discovered_over_ipv6_through_a_narrow_client_link() {
     let bed = Bed::start(
         cluster,
         &[("job6", "[fd00:198::10]:8022", "[fd00:244:1::5]:22")],
+        &[],
     );
     no_offload(&bed);
     // Any packet from a pod's address reaching the client: a reply left
@@ -928,6 +890,7 @@ fn an_ipv6_packet_too_big_from_the_node_reaches_the_client_naming_the_frontend()
     let bed = Bed::start(
         cluster,
         &[("job6", "[fd00:198::10]:8022", "[fd00:244:1::5]:22")],
+        &[],
     );
     no_offload(&bed);
     // Packet Too Big only (ICMPv6 type 2), in hex: tcpdump does not
@@ -1062,6 +1025,7 @@ fn path_mtu_discovery_both_ways_survives_spoofed_syns_from_the_clients_own_ports
             ("job", "198.18.0.10:8022", "10.244.2.5:22"),
             ("other", "198.18.0.10:9022", "10.244.2.5:22"),
         ],
+        &[],
     );
     no_offload(&bed);
     let mut seen = String::new();
@@ -1137,7 +1101,11 @@ fn logins_complete_while_spoofed_syns_from_their_own_ports_reach_the_same_fronte
     privilege::require();
     let mut cluster = Cluster::new(Wiring::default()).unwrap();
     cluster.add_pod(0, 1).unwrap();
-    let bed = Bed::start(cluster, &[("job", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let bed = Bed::start(
+        cluster,
+        &[("job", "198.18.0.10:8022", "10.244.1.5:22")],
+        &[],
+    );
     let client = &bed.cluster.client;
     // The client's ports come back into use soon (four of them).
     client.sysctl("net.ipv4.tcp_tw_reuse", "1").unwrap();

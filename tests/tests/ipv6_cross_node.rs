@@ -21,14 +21,13 @@ use std::{
     time::Duration,
 };
 
-use common::Session;
+use common::{ClusterBed as Bed, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry},
     pins::PinLayout,
 };
 use ssh_fwd_tests::{
-    Agent, Bpffs, NetNs,
-    agent::write_mappings,
+    NetNs,
     cluster::{Cluster, NODE_IP6S, PEER_IFACE, PEER_IP6S, Wiring},
     cmd, privilege,
     topology::{CLIENT_IP6, EXT_IFACE, EXTERNAL_IP6, pod_ip6},
@@ -47,44 +46,7 @@ fn cluster(wiring: Wiring) -> Cluster {
     cluster
 }
 
-/// A cluster with an agent on both nodes, fed the same mappings.
-struct Bed {
-    agents: Vec<Agent>,
-    bpffs: Vec<Bpffs>,
-    cluster: Cluster,
-    _dir: tempfile::TempDir,
-}
-
 impl Bed {
-    /// Agents on both nodes with `extra` flags.
-    fn start(cluster: Cluster, entries: &[(&str, &str, &str)], extra: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("ssh-fwd-v6x")
-            .tempdir()
-            .unwrap();
-        let mappings = dir.path().join("mappings.yaml");
-        write_mappings(&mappings, entries).unwrap();
-        let mut bed = Self {
-            agents: vec![],
-            bpffs: vec![],
-            cluster,
-            _dir: dir,
-        };
-        for i in 0..2 {
-            bed.bpffs.push(Bpffs::new().unwrap());
-            let agent = Agent::start(
-                &bed.cluster.nodes[i],
-                &[EXT_IFACE],
-                &mappings,
-                &bed.bpffs[i],
-                extra,
-            )
-            .unwrap();
-            bed.agents.push(agent);
-        }
-        bed
-    }
-
     fn session(&self, port: u16) -> Session {
         Session::open_at(
             &self.cluster.ssh(),
@@ -112,12 +74,6 @@ impl Bed {
             .collect();
         out.sort_unstable();
         out
-    }
-
-    fn counter(&self, node: usize, name: &str) -> u64 {
-        self.bpffs[node].list().unwrap()["counters"][name]
-            .as_u64()
-            .unwrap_or(0)
     }
 
     /// Both nodes' counters that are not zero, for failure messages.
@@ -158,13 +114,6 @@ impl Bed {
                 .is_some_and(|l| l.starts_with(&format!("{CLIENT_IP6} "))),
             "the pod sees the client's own address: {seen}"
         );
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        self.agents.clear();
-        self.bpffs.clear();
     }
 }
 

@@ -13,7 +13,8 @@ use std::{
 };
 
 use ssh_fwd_tests::{
-    Agent, Bpffs, NetNs, SshClient, Topology, agent::write_mappings, topology::EXT_IFACE,
+    Agent, Bpffs, NetNs, SshClient, Topology, agent::write_mappings, cluster::Cluster,
+    topology::EXT_IFACE,
 };
 
 pub const FRONTEND: &str = "198.18.0.10:8022";
@@ -237,4 +238,60 @@ pub fn copy_64mib_both_ways(bed: &Bed, host: &str, what: &str) {
         expected,
         "download through {what} arrived altered"
     );
+}
+
+/// The routed two-node [`Cluster`] with an agent on each node, both fed
+/// the same mappings.
+pub struct ClusterBed {
+    pub agents: Vec<Agent>,
+    pub bpffs: Vec<Bpffs>,
+    pub cluster: Cluster,
+    _dir: tempfile::TempDir,
+}
+
+impl ClusterBed {
+    /// Agents on both nodes of `cluster` with the mappings `entries` and
+    /// `extra` flags.
+    pub fn start(cluster: Cluster, entries: &[(&str, &str, &str)], extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("ssh-fwd-cluster")
+            .tempdir()
+            .expect("temporary directory");
+        let mappings = dir.path().join("mappings.yaml");
+        write_mappings(&mappings, entries).expect("mappings file");
+        let mut bed = Self {
+            agents: vec![],
+            bpffs: vec![],
+            cluster,
+            _dir: dir,
+        };
+        for i in 0..2 {
+            bed.bpffs.push(Bpffs::new().expect("bpffs"));
+            let agent = Agent::start(
+                &bed.cluster.nodes[i],
+                &[EXT_IFACE],
+                &mappings,
+                &bed.bpffs[i],
+                extra,
+            )
+            .expect("agent starts");
+            bed.agents.push(agent);
+        }
+        bed
+    }
+
+    /// The outcome counter `name` on `node`.
+    pub fn counter(&self, node: usize, name: &str) -> u64 {
+        self.bpffs[node].list().expect("list")["counters"][name]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for ClusterBed {
+    fn drop(&mut self) {
+        // The agents detach before their bpffs mounts go.
+        self.agents.clear();
+        self.bpffs.clear();
+    }
 }
