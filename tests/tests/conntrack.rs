@@ -14,7 +14,6 @@ mod common;
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddrV4},
-    path::PathBuf,
     process::Stdio,
     time::Duration,
 };
@@ -688,32 +687,10 @@ fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
     seen_by_client(client, "icmp", work)
 }
 
-/// What `tcpdump` with `filter` saw on the client's link while `work` ran.
+/// What `tcpdump -v` with `filter` saw on the client's link while `work`
+/// ran.
 fn seen_by_client(client: &NetNs, filter: &str, work: impl FnOnce()) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let out: PathBuf = dir.path().join("icmp.txt");
-    let status = dir.path().join("tcpdump.txt");
-    let mut dump = client
-        .command("timeout")
-        .args(["120", "tcpdump", "-l", "-n", "-v", "-i", "eth0"])
-        .args(filter.split_whitespace())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&status).unwrap())
-        .spawn()
-        .unwrap();
-    // Capture from the first packet on, or a leak could go unseen.
-    assert!(
-        cmd::wait_until(Duration::from_secs(10), || {
-            std::fs::read_to_string(&status).is_ok_and(|s| s.contains("listening on"))
-        }),
-        "tcpdump did not start"
-    );
-    work();
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
-    let _ = dump.wait();
-    std::fs::read_to_string(out).unwrap_or_default()
+    common::seen_on(client, "eth0", &format!("-v {filter}"), work)
 }
 
 /// 8 MiB each way through the frontend, compared by hash.

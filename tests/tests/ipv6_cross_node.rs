@@ -245,7 +245,10 @@ fn the_ipv6_pod_network_spans_both_nodes_over_a_direct_link_or_the_router() {
         assert_eq!(b_to_a, "pod-1", "{wiring:?}");
         // The client reaches node B's own address (refused: no listener),
         // and the router sends the SSH IP to node A.
-        assert!(refused(&cluster.client, NODE_IP6S[1], 1), "{wiring:?}");
+        assert!(
+            common::refused_at(&cluster.client, NODE_IP6S[1], 1),
+            "{wiring:?}"
+        );
         let route =
             cmd::run(
                 cluster
@@ -256,21 +259,6 @@ fn the_ipv6_pod_network_spans_both_nodes_over_a_direct_link_or_the_router() {
             .unwrap();
         assert!(route.contains(NODE_IP6S[0]), "{wiring:?}: {route}");
     }
-}
-
-/// Whether a TCP connect from `ns` to `[host]:port` is refused (a RST
-/// came back).
-fn refused(ns: &NetNs, host: &str, port: u16) -> bool {
-    let out = ns
-        .command("timeout")
-        .args([
-            "5",
-            "bash",
-            "-c",
-            &format!("exec 3<>/dev/tcp/{host}/{port}"),
-        ])
-        .output();
-    matches!(out, Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused"))
 }
 
 #[test]
@@ -318,7 +306,7 @@ fn over_host_gw_routes_a_sealed_ipv6_frontend_option_carries_logins_to_node_b() 
     // Destination Options header (next header 60) before the pod.
     let node_b = &bed.cluster.nodes[1];
     let filter = format!("ip6 and ip6[6] == 60 and dst host {}", pod_ip6(2));
-    let syns = seen_on(node_b, EXT_IFACE, &filter, || {
+    let syns = common::seen_on(node_b, EXT_IFACE, &filter, || {
         bed.assert_pod_2_sees_the_client(8022);
     });
     assert!(syns.contains("Flags [S]"), "{syns}{}", bed.counters());
@@ -409,7 +397,7 @@ fn bulk_64mib_each_way_over_ipv6_across_nodes_is_bit_identical() {
     let bed = Bed::start(cluster(Wiring::default()), &[FIRST], &[]);
     // Any packet from a pod's address reaching the client: a reply left
     // unrestored.
-    let leaked = seen_on(
+    let leaked = common::seen_on(
         &bed.cluster.client,
         "eth0",
         "ip6 and src net fd00:244::/32",
@@ -446,7 +434,7 @@ fn a_narrow_ipv6_link_between_the_nodes_needs_no_path_mtu_discovery() {
     }
     // Node B lowered the MSS the pod announced to what the link from node
     // A carries (1400 less 40 for IPv6's header and 20 for TCP's).
-    let syn_acks = seen_on(
+    let syn_acks = common::seen_on(
         &bed.cluster.client,
         "eth0",
         "ip6 and src port 8022 and ip6[53] & 0x12 == 0x12",
@@ -455,7 +443,7 @@ fn a_narrow_ipv6_link_between_the_nodes_needs_no_path_mtu_discovery() {
     assert!(syn_acks.contains("mss 1340,"), "{syn_acks}");
     // So the client never sent node A a segment too large for it, and
     // none was refused with a Packet Too Big (ICMPv6 type 2).
-    let too_big = seen_on(
+    let too_big = common::seen_on(
         &bed.cluster.client,
         "eth0",
         "icmp6 and ip6[40] == 2",
@@ -466,45 +454,6 @@ fn a_narrow_ipv6_link_between_the_nodes_needs_no_path_mtu_discovery() {
         "the client was told the packet is too big: {too_big}"
     );
     assert!(bed.counter(1, "frontend_option_learned") >= 2);
-}
-
-/// What `tcpdump` with `filter` saw on `iface` of `ns` while `work` ran.
-fn seen_on(ns: &NetNs, iface: &str, filter: &str, work: impl FnOnce()) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("seen.txt");
-    let status = dir.path().join("tcpdump.txt");
-    let mut dump = ns
-        .command("timeout")
-        .args(["300", "tcpdump", "-l", "-n", "-i", iface])
-        .args(filter.split_whitespace())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&status).unwrap())
-        .spawn()
-        .unwrap();
-    // Capture from the first packet on, or one could go unseen.
-    assert!(
-        cmd::wait_until(Duration::from_secs(10), || {
-            std::fs::read_to_string(&status).is_ok_and(|s| s.contains("listening on"))
-        }),
-        "tcpdump did not start: {}",
-        std::fs::read_to_string(&status).unwrap_or_default()
-    );
-    let stop = InterruptOnDrop(dump.id());
-    work();
-    std::thread::sleep(Duration::from_millis(500));
-    drop(stop);
-    let _ = dump.wait();
-    std::fs::read_to_string(out).unwrap_or_default()
-}
-
-/// SIGINT to a child however the work beside it ends.
-struct InterruptOnDrop(u32);
-
-impl Drop for InterruptOnDrop {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.0 as i32, libc::SIGINT) };
-    }
 }
 
 /// `size` (as `head -c` takes it) of random bytes up through the IPv6

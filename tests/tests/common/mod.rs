@@ -177,13 +177,19 @@ pub fn mapping_counters(bpffs: &Bpffs, frontend: &str) -> anyhow::Result<(u64, u
 
 /// Whether a TCP connect to the external IP and `port` is refused.
 pub fn refused(ns: &NetNs, port: u16) -> bool {
+    refused_at(ns, EXTERNAL_IP, port)
+}
+
+/// Whether a TCP connect from `ns` to `host` (an IPv6 address bare) and
+/// `port` is refused (a RST came back).
+pub fn refused_at(ns: &NetNs, host: &str, port: u16) -> bool {
     let out = ns
         .command("timeout")
         .args([
             "5",
             "bash",
             "-c",
-            &format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/{port}"),
+            &format!("exec 3<>/dev/tcp/{host}/{port}"),
         ])
         .output();
     matches!(out, Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused"))
@@ -293,5 +299,45 @@ impl Drop for ClusterBed {
         // The agents detach before their bpffs mounts go.
         self.agents.clear();
         self.bpffs.clear();
+    }
+}
+
+/// What `tcpdump` with `args` (options, then the filter) saw on `iface`
+/// of `ns` while `work` ran.
+pub fn seen_on(ns: &NetNs, iface: &str, args: &str, work: impl FnOnce()) -> String {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let out = dir.path().join("seen.txt");
+    let status = dir.path().join("tcpdump.txt");
+    let mut dump = ns
+        .command("timeout")
+        .args(["300", "tcpdump", "-l", "-n", "-i", iface])
+        .args(args.split_whitespace())
+        .stdout(std::fs::File::create(&out).expect("capture file"))
+        .stderr(std::fs::File::create(&status).expect("status file"))
+        .spawn()
+        .expect("tcpdump starts");
+    // Capture from the first packet on, or one could go unseen.
+    assert!(
+        ssh_fwd_tests::cmd::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&status).is_ok_and(|s| s.contains("listening on"))
+        }),
+        "tcpdump did not start: {}",
+        std::fs::read_to_string(&status).unwrap_or_default()
+    );
+    let stop = InterruptOnDrop(dump.id());
+    work();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stop);
+    let _ = dump.wait();
+    std::fs::read_to_string(out).unwrap_or_default()
+}
+
+/// SIGINT to a child however the work beside it ends.
+struct InterruptOnDrop(u32);
+
+impl Drop for InterruptOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.0 as i32, libc::SIGINT) };
     }
 }

@@ -146,7 +146,7 @@ fn syn_ack_with_mss(mss: u16) -> Vec<u8> {
 
 /// A veth pair with both ends in the test's namespace, MTU 1280: the link
 /// between the nodes, as the pod's node sees it. Returns its index.
-fn narrow_link(l: &Loaded) -> u32 {
+pub(super) fn narrow_link(l: &Loaded) -> u32 {
     l.netns
         .ip(&[
             "link", "add", "nodes", "mtu", "1280", "type", "veth", "peer", "name", "nodesp",

@@ -28,6 +28,7 @@ use super::{
         tcp_checksum_verifies,
     },
     load, load_with,
+    option::narrow_link,
     redirect::set_iface_index_flags,
     test_run_tc_on, test_run_xdp_on,
 };
@@ -225,20 +226,6 @@ fn syn_ack_with_mss(mss: u16) -> Vec<u8> {
     let mut bytes = frame.build();
     mss::payload_as_options_at(&mut bytes, frame.l4_off());
     bytes
-}
-
-/// A veth pair with both ends in the test's namespace, MTU 1280: the link
-/// between the nodes, as the pod's node sees it. Returns its index.
-fn narrow_link(l: &Loaded) -> u32 {
-    l.netns
-        .ip(&[
-            "link", "add", "nodes", "mtu", "1280", "type", "veth", "peer", "name", "nodesp",
-        ])
-        .expect("veth");
-    for link in ["nodes", "nodesp"] {
-        l.netns.ip(&["link", "set", link, "up"]).expect("link up");
-    }
-    ssh_fwd::datapath::netdev::index("nodes").expect("index")
 }
 
 #[test]
