@@ -4,7 +4,7 @@
 //! the mapped pod, which sees their own address in `$SSH_CONNECTION`, while
 //! the client's log names the frontend it dialled (getpeername). Each node's
 //! agent attaches to a cgroup of the test's own, and only the test's
-//! clients join it.
+//! clients join it. The same over IPv6 (`connect6`, `getpeername6`).
 
 #![allow(
     clippy::unwrap_used,
@@ -16,13 +16,16 @@ use std::{path::PathBuf, process::Command, time::Duration};
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs, TestCgroup,
     agent::write_mappings,
-    cluster::{Cluster, Wiring},
+    cluster::{Cluster, PEER_IP6S, Wiring},
     cmd, privilege,
-    topology::{EXT_IFACE, EXTERNAL_IP},
+    topology::{EXT_IFACE, EXTERNAL_IP, EXTERNAL_IP6, pod_ip6},
 };
 
 const PORT: u16 = 8123;
 const FRONTEND: &str = "198.18.0.10:8123";
+/// The IPv6 frontend of pod-1 in [`Bed::start_dual`].
+const PORT6: u16 = 8124;
+const FRONTEND6: &str = "[fd00:198::10]:8124";
 
 /// The cluster, pod-1 on node A (the target), pod-2 on node B (where the
 /// mapping moves), pod-3 on A and pod-4 on B (clients); an agent and a
@@ -38,6 +41,16 @@ struct Bed {
 
 impl Bed {
     fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// [`Bed::start`] with IPv6 on the cluster and a second mapping,
+    /// [`FRONTEND6`] to pod-1's IPv6 address.
+    fn start_dual() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(ipv6: bool) -> Self {
         let mut cluster = Cluster::new(Wiring::default()).unwrap();
         for (node, n) in [(0, 1), (1, 2), (0, 3), (1, 4)] {
             cluster.add_pod(node, n).unwrap();
@@ -47,7 +60,13 @@ impl Bed {
             .tempdir()
             .unwrap();
         let mappings = dir.path().join("mappings.yaml");
-        write_mappings(&mappings, &[("job", FRONTEND, "10.244.1.5:22")]).unwrap();
+        let backend6 = format!("[{}]:22", pod_ip6(1));
+        let mut entries = vec![("job", FRONTEND, "10.244.1.5:22")];
+        if ipv6 {
+            cluster.add_ipv6().unwrap();
+            entries.push(("job6", FRONTEND6, &backend6));
+        }
+        write_mappings(&mappings, &entries).unwrap();
         let mut bed = Self {
             agents: vec![],
             bpffs: vec![],
@@ -81,14 +100,19 @@ impl Bed {
     /// answering host, `$SSH_CONNECTION`'s client address and its server
     /// part, and the address the client says it reached.
     fn ssh(&self, node: usize, ns: &NetNs) -> Reached {
+        self.ssh_to(node, ns, EXTERNAL_IP, PORT)
+    }
+
+    /// [`Bed::ssh`] to `host` and `port`.
+    fn ssh_to(&self, node: usize, ns: &NetNs, host: &str, port: u16) -> Reached {
         let (out, log) = self
             .cluster
             .ssh()
             .run_in_cgroup(
                 &self.cgroups[node],
                 ns,
-                EXTERNAL_IP,
-                PORT,
+                host,
+                port,
                 "hostname; echo $SSH_CONNECTION",
             )
             .unwrap();
@@ -213,6 +237,39 @@ fn in_cluster_clients_reach_a_frontend_with_the_ssh_ip_on_lo_and_without() {
             .unwrap();
     }
     every_client_reaches_pod_1(&bed, "SSH IP on no node");
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn in_cluster_clients_reach_an_ipv6_frontend_and_the_pod_sees_their_own_ipv6_address() {
+    privilege::require();
+    let bed = Bed::start_dual();
+    let pod1 = format!("{}:22", pod_ip6(1));
+    let (pod3, pod4, target) = (pod_ip6(3), pod_ip6(4), pod_ip6(1));
+    let cases = [
+        ("node A", 0, &bed.cluster.nodes[0], "fd00:244:1::1"),
+        ("node B", 1, &bed.cluster.nodes[1], PEER_IP6S[1]),
+        ("a pod on node A", 0, bed.pod_ns(3), pod3.as_str()),
+        ("a pod on node B", 1, bed.pod_ns(4), pod4.as_str()),
+        ("the target pod itself", 0, bed.pod_ns(1), target.as_str()),
+    ];
+    for (name, node, ns, client_ip) in cases {
+        assert_eq!(
+            bed.ssh_to(node, ns, EXTERNAL_IP6, PORT6),
+            Reached {
+                host: "pod-1".into(),
+                client_ip: client_ip.into(),
+                server: pod1.clone(),
+                dialled: FRONTEND6.into(),
+            },
+            "from {name}"
+        );
+    }
+    // The IPv4 frontend beside it, from a pod on the other node.
+    assert_eq!(
+        bed.ssh(1, bed.pod_ns(4)),
+        reached("pod-1", "10.244.4.5", "10.244.1.5:22")
+    );
 }
 
 #[test]
