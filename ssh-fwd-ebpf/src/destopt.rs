@@ -22,7 +22,7 @@ use ssh_fwd_common::{
 };
 
 use crate::{
-    ipopt::{Carrier, NotAdded, Strip},
+    ipopt::{Carrier, NotAdded, Program, Strip},
     packet::{Headers, Packet, bytes_at, put_word, read, word},
 };
 
@@ -72,7 +72,10 @@ impl Carrier for Addr6 {
 
     #[inline(always)]
     fn strip<P: Strip>(p: &P, option: &Carried<Addr6>) -> bool {
-        p.strip_option6(option)
+        match p.program() {
+            Program::Tc(ctx) => strip_skb(ctx, option),
+            Program::Xdp(ctx) => strip_xdp(ctx, option),
+        }
     }
 
     #[inline(always)]
@@ -160,7 +163,7 @@ fn without<P: Packet>(p: &P, option: &Carried<Addr6>) -> Option<(usize, [u16; 2]
 
 /// Removes the header (which [`Carrier::carried`] found) from an skb.
 #[inline(always)]
-pub fn strip_skb(ctx: &TcContext, option: &Carried<Addr6>) -> bool {
+fn strip_skb(ctx: &TcContext, option: &Carried<Addr6>) -> bool {
     let Some((len, before, after)) = without(ctx, option) else {
         return false;
     };
@@ -177,7 +180,7 @@ pub fn strip_skb(ctx: &TcContext, option: &Carried<Addr6>) -> bool {
 /// Removes the header from an XDP frame: the Ethernet and fixed headers
 /// move up by its length, and the frame starts that much later.
 #[inline(always)]
-pub fn strip_xdp(ctx: &XdpContext, option: &Carried<Addr6>) -> bool {
+fn strip_xdp(ctx: &XdpContext, option: &Carried<Addr6>) -> bool {
     let Some((len, _, after)) = without(ctx, option) else {
         return false;
     };

@@ -15,13 +15,12 @@ use aya_ebpf::{
 use ssh_fwd_common::{
     conntrack::mss::cap_for_mtu,
     ipopt::{self, Carried, PLAIN_LEN, SEALED_LEN, max_ip_len_before},
-    maps::{Addr6, Endpoint},
+    maps::Endpoint,
     packet::{ETH_HLEN, IPV4_CHECK_OFF, IPV4_MIN_LEN, IPV4_TOT_LEN_OFF},
     siphash::Key,
 };
 
 use crate::{
-    destopt,
     family::Family,
     packet::{Headers, Packet, bytes_at, put_word, read, word},
 };
@@ -76,7 +75,10 @@ impl Carrier for u32 {
 
     #[inline(always)]
     fn strip<P: Strip>(p: &P, option: &Carried) -> bool {
-        p.strip_option(option)
+        match p.program() {
+            Program::Tc(ctx) => strip_skb(ctx, option),
+            Program::Xdp(ctx) => strip_xdp(ctx, option),
+        }
     }
 
     #[inline(always)]
@@ -178,35 +180,29 @@ fn add(ctx: &TcContext, ip_len: usize, option: &Carried) -> Result<(), NotAdded>
     fix_header(ctx, &b, option, true).ok_or(NotAdded::Broken)
 }
 
-/// Removing the option, as each program type can.
+/// The program a packet is in: removing the option takes the kernel's
+/// help, which differs between them.
+pub enum Program<'a> {
+    Tc(&'a TcContext),
+    Xdp(&'a XdpContext),
+}
+
+/// A packet the option can be removed from ([`Carrier::strip`]).
 pub trait Strip: Packet {
-    /// Removes the IPv4 option (which [`carried`] found) from the packet.
-    fn strip_option(&self, option: &Carried) -> bool;
-    /// Removes the IPv6 header (which `destopt::carried` found).
-    fn strip_option6(&self, option: &Carried<Addr6>) -> bool;
+    fn program(&self) -> Program<'_>;
 }
 
 impl Strip for TcContext {
     #[inline(always)]
-    fn strip_option(&self, option: &Carried) -> bool {
-        strip_skb(self, option)
-    }
-
-    #[inline(always)]
-    fn strip_option6(&self, option: &Carried<Addr6>) -> bool {
-        destopt::strip_skb(self, option)
+    fn program(&self) -> Program<'_> {
+        Program::Tc(self)
     }
 }
 
 impl Strip for XdpContext {
     #[inline(always)]
-    fn strip_option(&self, option: &Carried) -> bool {
-        strip_xdp(self, option)
-    }
-
-    #[inline(always)]
-    fn strip_option6(&self, option: &Carried<Addr6>) -> bool {
-        destopt::strip_xdp(self, option)
+    fn program(&self) -> Program<'_> {
+        Program::Xdp(self)
     }
 }
 
