@@ -8,11 +8,17 @@
 //! every case runs alternately on the two, run by run, so the load of this
 //! shared machine lands on both alike. The cases (`progs/cases.rs`) cover
 //! both data-path layouts: before connection tracking (v3) and with it
-//! (v4); a case one layout does not have is shown as "-".
+//! (v4), both families, and the tc and XDP ingress programs; a case a
+//! build does not have (by its layout, or a feature it lacks: IPv6, the
+//! IPv6 frontend across nodes, the guard, an XDP program) is skipped on
+//! that build, never timed: shown as "-", and listed with the reason under
+//! the table.
 
+mod agent;
 mod bpftool;
 mod cases;
 mod packets;
+mod self_map;
 mod subject;
 pub mod test_run;
 
@@ -69,7 +75,10 @@ pub fn run(options: super::ProgsOptions) -> anyhow::Result<()> {
                 bin.display(),
                 args.join(" ")
             );
-            Subject::new(label, bin, args).with_context(|| format!("setting up {label}"))
+            let s =
+                Subject::new(label, bin, args).with_context(|| format!("setting up {label}"))?;
+            println!("    {label}: layout {:?}; {}", s.layout, s.features);
+            Ok(s)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let mut rows = Vec::new();
@@ -113,18 +122,20 @@ struct Row {
     runs: usize,
     repeat: u32,
     ns: Vec<Option<Vec<f64>>>,
+    /// Why a build skipped the case, by build.
+    skipped: Vec<Option<String>>,
 }
 
 fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row> {
     let first = plan(case, 0)?;
     let program = first.steps[first.timed[0]].0.program;
-    let present: Vec<bool> = subjects
-        .iter()
-        .map(|s| {
-            let timed = &first.steps[first.timed[0]].0;
-            timed.expect.on(s.layout).is_some() && (s.guarded || !timed.guarded)
-        })
-        .collect();
+    let skipped: Vec<Option<String>> = subjects.iter().map(|s| s.skips(&first.steps)).collect();
+    for (s, why) in subjects.iter().zip(&skipped) {
+        if let Some(why) = why {
+            println!("    skipped on {}: {why}", s.label);
+        }
+    }
+    let present: Vec<bool> = skipped.iter().map(Option::is_none).collect();
     let mut counters_before = Vec::new();
     for (s, _) in subjects.iter().zip(&present).filter(|(_, p)| **p) {
         counters_before.push(s.counters()?);
@@ -160,6 +171,7 @@ fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row
             .zip(&present)
             .map(|(v, p)| p.then_some(v))
             .collect(),
+        skipped,
     })
 }
 
@@ -278,8 +290,29 @@ fn print_table(subjects: &[Subject], rows: &[Row]) {
         "ns/packet: median over the runs (±: half the min-max range); a run of R × 1 is the \
          median of R back-to-back test runs of one iteration, each on fresh state. Difference: \
          the median of the runs' paired differences (after - before) and ratios, each \
-         before/after pair taken moments apart."
+         before/after pair taken moments apart. -: skipped on that build, never measured."
     );
+    let skips: Vec<String> = rows
+        .iter()
+        .flat_map(|row| {
+            subjects.iter().zip(&row.skipped).filter_map(|(s, why)| {
+                let why = why.as_deref()?;
+                Some(format!(
+                    "- {} skipped \"{}\" ({}): {why}",
+                    s.label,
+                    row.what,
+                    row.program.label()
+                ))
+            })
+        })
+        .collect();
+    if !skips.is_empty() {
+        println!();
+        println!("Skipped:");
+        for line in skips {
+            println!("{line}");
+        }
+    }
 }
 
 /// The median of the paired differences and ratios, or "-" when the case

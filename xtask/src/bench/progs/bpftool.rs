@@ -2,7 +2,8 @@
 //! its programs, reading and writing its maps.
 
 use std::{
-    net::Ipv4Addr,
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     process::Command,
 };
@@ -34,57 +35,82 @@ pub fn version_dir(bpffs: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// Pins the programs behind the agent's links (those of this bed, whatever
-/// else runs on the machine) in `bpffs` for the test runs.
-pub fn pin_programs(version_dir: &Path, bpffs: &Path) -> anyhow::Result<[PathBuf; 3]> {
+/// The link of `program` the agent pinned in `version_dir`: on the bed's
+/// external interface (the ingress link in the hook it was attached in:
+/// `ingress-tc` or `ingress-xdp-generic`), or on the pod's.
+pub fn link(version_dir: &Path, program: Program) -> anyhow::Result<PathBuf> {
     let links = version_dir.join("links").join(EXT_IFACE);
-    let pod_links: Vec<PathBuf> = std::fs::read_dir(version_dir.join("pod-links"))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    let [pod_link] = pod_links.as_slice() else {
-        bail!(
-            "expected one pod link (the bed's pod) in {}",
-            version_dir.display()
-        );
-    };
-    let pin = |program: Program| -> anyhow::Result<PathBuf> {
-        let link = match program {
-            Program::Ingress => links.join("ingress-tc"),
-            Program::Reply => pod_link.clone(),
-            Program::Egress => links.join("egress-tc"),
-        };
-        let text = cmd::run(
-            Command::new("bpftool")
-                .args(["-j", "link", "show", "pinned"])
-                .arg(&link),
-        )?;
-        let info: Value =
-            serde_json::from_str(&text).with_context(|| format!("bpftool said {text:?}"))?;
-        let id = info["prog_id"]
-            .as_u64()
-            .with_context(|| format!("no prog_id in {text}"))?;
-        let path = bpffs.join(format!("bench-{}", program.name()));
-        cmd::run(
-            Command::new("bpftool")
-                .args(["prog", "pin", "id", &id.to_string()])
-                .arg(&path),
-        )?;
-        Ok(path)
-    };
-    Ok([
-        pin(Program::Ingress)?,
-        pin(Program::Reply)?,
-        pin(Program::Egress)?,
-    ])
+    Ok(match program {
+        Program::Ingress => links.join("ingress-tc"),
+        Program::IngressXdp => links.join("ingress-xdp-generic"),
+        Program::Egress => links.join("egress-tc"),
+        Program::Reply => {
+            let pod_links: Vec<PathBuf> = std::fs::read_dir(version_dir.join("pod-links"))?
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            let [pod_link] = pod_links.as_slice() else {
+                bail!(
+                    "expected one pod link (the bed's pod) in {}",
+                    version_dir.display()
+                );
+            };
+            pod_link.clone()
+        }
+    })
 }
 
-/// An endpoint as both layouts store it: address and port in network
-/// order, two bytes of padding.
-pub fn endpoint_bytes((ip, port): (Ipv4Addr, u16)) -> [u8; 8] {
-    let [a, b, c, d] = ip.octets();
-    let [p, q] = port.to_be_bytes();
-    [a, b, c, d, p, q, 0, 0]
+/// Pins the program behind the pinned link `link` (of this bed, whatever
+/// else runs on the machine) in `bpffs` for the test runs, where it stays
+/// when the link is gone.
+pub fn pin_program(link: &Path, bpffs: &Path, program: Program) -> anyhow::Result<PathBuf> {
+    let text = cmd::run(
+        Command::new("bpftool")
+            .args(["-j", "link", "show", "pinned"])
+            .arg(link),
+    )?;
+    let info: Value =
+        serde_json::from_str(&text).with_context(|| format!("bpftool said {text:?}"))?;
+    let id = info["prog_id"]
+        .as_u64()
+        .with_context(|| format!("no prog_id in {text}"))?;
+    let path = bpffs.join(format!("bench-{}", program.name()));
+    cmd::run(
+        Command::new("bpftool")
+            .args(["prog", "pin", "id", &id.to_string()])
+            .arg(&path),
+    )?;
+    Ok(path)
+}
+
+/// Each map pinned in `maps` by its file name, and its id: a map pinned
+/// again (another map under the name) has another.
+pub fn pinned_map_ids(maps: &Path) -> anyhow::Result<BTreeMap<String, u32>> {
+    let mut ids = BTreeMap::new();
+    for entry in std::fs::read_dir(maps).with_context(|| format!("reading {}", maps.display()))? {
+        let path = entry?.path();
+        let info = aya::maps::MapInfo::from_pin(&path)
+            .with_context(|| format!("the map pinned at {}", path.display()))?;
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        ids.insert(name.to_owned(), info.id());
+    }
+    Ok(ids)
+}
+
+/// An endpoint as every layout stores it: address and port in network
+/// order, then padding to a multiple of 8 bytes (`Endpoint`, 8 bytes for
+/// IPv4; `Endpoint6`, 24 for IPv6).
+pub fn endpoint_bytes(endpoint: SocketAddr) -> Vec<u8> {
+    let mut bytes = match endpoint.ip() {
+        IpAddr::V4(ip) => ip.octets().to_vec(),
+        IpAddr::V6(ip) => ip.octets().to_vec(),
+    };
+    bytes.extend_from_slice(&endpoint.port().to_be_bytes());
+    bytes.resize(bytes.len().next_multiple_of(8), 0);
+    bytes
 }
 
 fn hex_args(bytes: &[u8]) -> Vec<String> {
@@ -120,4 +146,30 @@ pub fn map_lookup(map: &Path, key: &[u8]) -> anyhow::Result<Vec<u8>> {
                 .with_context(|| format!("value byte {b} in {text}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+
+    use ssh_fwd_common::maps::{Endpoint, Endpoint6};
+
+    use super::endpoint_bytes;
+
+    #[test]
+    fn an_endpoint_has_the_bytes_of_the_maps_key() {
+        let ip = Ipv4Addr::new(10, 244, 1, 5);
+        let bytes = endpoint_bytes(SocketAddr::new(ip.into(), 7007));
+        let e = Endpoint::new(ip, 7007);
+        assert_eq!(bytes.len(), size_of::<Endpoint>());
+        assert_eq!(bytes[..4], e.addr.to_ne_bytes());
+        assert_eq!(bytes[4..6], e.port.to_ne_bytes());
+        let ip6 = Ipv6Addr::new(0xfd00, 0x244, 1, 0, 0, 0, 0, 5);
+        let bytes = endpoint_bytes(SocketAddr::new(ip6.into(), 7007));
+        let e = Endpoint6::new6(ip6, 7007);
+        assert_eq!(bytes.len(), size_of::<Endpoint6>());
+        assert_eq!(bytes[..16], e.addr.octets());
+        assert_eq!(bytes[16..18], e.port.to_ne_bytes());
+        assert!(bytes[18..].iter().all(|b| *b == 0));
+    }
 }

@@ -13,11 +13,18 @@
 //! iteration per test run, many test runs back to back (each starts from
 //! the frame again), with fresh state each time where it needs it: its
 //! `packets` get the instance's number.
+//!
+//! This file holds the IPv4 cases of the tc programs; `cases/ipv6.rs` the
+//! IPv6 ones, `cases/xdp.rs` those of the XDP ingress program.
 
-use std::net::Ipv4Addr;
+mod ipv6;
+mod xdp;
+
+use std::net::{Ipv4Addr, SocketAddr};
 
 use ssh_fwd_common::{fixtures::Frame, ipopt, maps::Endpoint};
 
+pub use self::ipv6::{CROSS_NODE_FRONTEND6, POD6, probe6};
 use super::packets::{CLIENT, Conn, Effect, Expect, Program, Step, effect, step};
 use crate::bench::bed::{ECHO_PORT, IPERF_FRONTEND_PORT, IPERF_PORT};
 
@@ -33,10 +40,12 @@ pub const CROSS_NODE_FRONTEND: (Ipv4Addr, u16) =
 
 pub const TC_ACT_UNSPEC: u64 = u32::MAX as u64;
 pub const TC_ACT_REDIRECT: u64 = 7;
+pub const XDP_PASS: u64 = 2;
 /// Iterations per test run: below the 254 a TTL of 255 allows.
 pub const REPEAT: u32 = 200;
 
-/// Client ports, one per connection state the cases need.
+/// Client ports, one per connection state the cases need (the same in
+/// both families: their tables are apart).
 const PORT_ESTABLISHED: u16 = 40_000;
 const PORT_HALF_OPEN: u16 = 40_001;
 const PORT_NO_STATE: u16 = 40_002;
@@ -45,6 +54,8 @@ const PORT_CROSS_NODE: u16 = 40_003;
 /// reply would confirm.
 const PORT_UNTRACKED: u16 = 40_004;
 const PORT_GUARDED: u16 = 40_005;
+/// Whether a build learns an IPv6 frontend (`ipv6::probe6`).
+const PORT_PROBE6: u16 = 40_006;
 /// The handshake-completion and confirmation cases take a fresh port per
 /// run each.
 const PORT_FRESH_BASE: u16 = 41_000;
@@ -60,6 +71,14 @@ const ISN_SYN_ACK: u32 = 5_000_000;
 const ISN_EGRESS_OPTION: u32 = 6_000_000;
 const ISN_SEALED: u32 = 7_000_000;
 const ISN_GUARDED: u32 = 8_000_000;
+/// The XDP and IPv6 cases' (`cases/xdp.rs`, `cases/ipv6.rs`).
+const ISN_XDP_CROSS_NODE: u32 = 9_000_000;
+const ISN_FRESH_SYN6: u32 = 10_000_000;
+const ISN_CROSS_NODE6: u32 = 11_000_000;
+const ISN_SEALED6: u32 = 12_000_000;
+const ISN_EGRESS_OPTION6: u32 = 13_000_000;
+const ISN_XDP_CROSS_NODE6: u32 = 14_000_000;
+const ISN_PROBE6: u32 = 15_000_000;
 
 /// The guarded mapping: its backend, a port of the pod nothing listens on
 /// (a test run needs no listener), self-mapped like the echo one; the bed
@@ -83,6 +102,26 @@ const INTO_POD: Effect = effect(TC_ACT_REDIRECT, &["dnat", "redirected_peer"]);
 const SYN_INTO_POD: Effect = effect(TC_ACT_REDIRECT, &["dnat", "half_opened", "redirected_peer"]);
 const REPLY_OUT: Effect = effect(TC_ACT_REDIRECT, &["reverse_nat", "reply_redirected"]);
 const NOT_FROM_BACKEND: Expect = Expect::both(effect(TC_ACT_UNSPEC, &["not_from_a_backend"]));
+/// A server's first segment after the client's ACK: it confirms the claim
+/// (and is a plain reply where the ACK established the connection).
+const CONFIRMED: Effect = effect(
+    TC_ACT_REDIRECT,
+    &["reverse_nat", "conn_established", "reply_redirected"],
+);
+const CONFIRMS: Expect = Expect {
+    confirmed: Some(CONFIRMED),
+    ..Expect::both(REPLY_OUT)
+};
+/// A SYN from another node whose frontend is learned, the header or
+/// option removed, and the SYN passed on to the stack (tc).
+const LEARNED: Effect = effect(
+    TC_ACT_UNSPEC,
+    &[
+        "frontend_option_learned",
+        "half_opened",
+        "not_to_a_frontend",
+    ],
+);
 
 const fn to_pod(client_port: u16) -> Conn {
     Conn {
@@ -91,9 +130,24 @@ const fn to_pod(client_port: u16) -> Conn {
     }
 }
 
+/// A connection the bed establishes before any case runs.
+pub struct Established {
+    pub client: SocketAddr,
+    pub backend: SocketAddr,
+    /// Its handshake and the server's first segment.
+    pub steps: Vec<Step>,
+}
+
 /// The connections the bed establishes before any case runs (the
-/// established hits below): to the pod, and to the unrouted self-mapping.
-pub fn established() -> Vec<(Conn, Vec<Step>)> {
+/// established hits below): to the pod, to the unrouted self-mapping, and
+/// to the pod over IPv6.
+pub fn established() -> Vec<Established> {
+    let mut all = established4();
+    all.push(ipv6::established());
+    all
+}
+
+fn established4() -> Vec<Established> {
     let to_pod = to_pod(PORT_ESTABLISHED);
     let unrouted = Conn {
         client_port: PORT_ESTABLISHED,
@@ -104,37 +158,27 @@ pub fn established() -> Vec<(Conn, Vec<Step>)> {
         Some(effect(TC_ACT_UNSPEC, &["dnat"])),
         Some(effect(TC_ACT_UNSPEC, &["dnat", "half_opened"])),
     );
-    // The server's first segment confirms each (and is a plain reply
-    // where the ACK established the connection).
+    // The server's first segment confirms each.
     let confirmed = |c: &Conn, mut steps: Vec<Step>| {
-        let confirms = Expect {
-            confirmed: Some(effect(
-                TC_ACT_REDIRECT,
-                &["reverse_nat", "conn_established", "reply_redirected"],
-            )),
-            ..Expect::both(REPLY_OUT)
-        };
-        steps.push(step(Program::Reply, c.reply_data(), confirms));
-        steps
+        steps.push(step(Program::Reply, c.reply_data(), CONFIRMS));
+        Established {
+            client: c.client(),
+            backend: c.backend(),
+            steps,
+        }
     };
     let claimed_to_stack = Expect {
         confirmed: Some(effect(TC_ACT_UNSPEC, &["dnat", "conn_claimed"])),
         ..to_stack
     };
     vec![
-        (
-            to_pod,
-            confirmed(
-                &to_pod,
-                to_pod.handshake(syn_expect(), Expect::both(REPLY_OUT), completed_ack()),
-            ),
+        confirmed(
+            &to_pod,
+            to_pod.handshake(syn_expect(), Expect::both(REPLY_OUT), completed_ack()),
         ),
-        (
-            unrouted,
-            confirmed(
-                &unrouted,
-                unrouted.handshake(syn_to_stack, Expect::both(REPLY_OUT), claimed_to_stack),
-            ),
+        confirmed(
+            &unrouted,
+            unrouted.handshake(syn_to_stack, Expect::both(REPLY_OUT), claimed_to_stack),
         ),
     ]
 }
@@ -168,10 +212,13 @@ fn frontend_option(frontend: (Ipv4Addr, u16)) -> Vec<u8> {
         .collect()
 }
 
-/// Every case, in the order they run.
+/// Every case, in the order they run: IPv4 through the tc programs, IPv6
+/// through them, then the XDP ingress program's.
 pub fn all() -> Vec<Case> {
     let mut cases = requests();
     cases.extend(replies());
+    cases.extend(ipv6::all());
+    cases.extend(xdp::all());
     cases
 }
 
@@ -287,17 +334,7 @@ fn requests() -> Vec<Case> {
                     client_port: PORT_CROSS_NODE,
                     backend: (POD, IPERF_PORT),
                 };
-                let learned = Expect::tracking(
-                    None,
-                    Some(effect(
-                        TC_ACT_UNSPEC,
-                        &[
-                            "frontend_option_learned",
-                            "half_opened",
-                            "not_to_a_frontend",
-                        ],
-                    )),
-                );
+                let learned = Expect::tracking(None, Some(LEARNED));
                 let syn = Frame {
                     ip_options: frontend_option(CROSS_NODE_FRONTEND),
                     ..c.syn_isn(ISN_CROSS_NODE + u32::from(instance))
@@ -319,14 +356,7 @@ fn requests() -> Vec<Case> {
                 let learned = Expect {
                     v3: None,
                     v4: None,
-                    confirmed: Some(effect(
-                        TC_ACT_UNSPEC,
-                        &[
-                            "frontend_option_learned",
-                            "half_opened",
-                            "not_to_a_frontend",
-                        ],
-                    )),
+                    confirmed: Some(LEARNED),
                 };
                 let isn = ISN_SEALED + u32::from(instance);
                 let frontend = Endpoint::new(CROSS_NODE_FRONTEND.0, CROSS_NODE_FRONTEND.1);

@@ -1,55 +1,44 @@
 //! One ssh-fwd build's data path, ready for test runs: a bench bed of its
-//! own, with the build's agent run once to load, attach and fill the maps,
-//! then stopped. The data path stays pinned and needs no agent; with none,
-//! no resync undoes what the bench adds to the maps and no sweep ends its
-//! connections.
+//! own, with the build's agent run to load, attach and fill the maps, then
+//! stopped. The data path stays pinned and needs no agent; with none, no
+//! resync undoes what the bench adds to the maps (`self_map.rs`) and no
+//! sweep ends its connections.
 //!
-//! A test run with `repeat` keeps each iteration's rewrite, so a DNATed
-//! packet would miss from the second iteration on. The bench therefore
-//! maps frontends to themselves: the agent refuses such a mapping (it would
-//! loop on a real network), so the bed maps the external IP to the pod,
-//! and the bench copies those entries under the backend's own address into
-//! `FRONTENDS` and points `REVERSE` at the backend itself, with bpftool.
-//! Every iteration then does the full lookup, rewrite, route and redirect,
-//! byte for byte a real hit's work. Each iteration also decrements the
-//! TTL: frames start at 255.
+//! The agent runs twice on one bpffs: first in XDP mode, for the XDP
+//! ingress program, which the bench pins before the second run, in tc
+//! mode, replaces its link; the second adopts the first's maps, so both
+//! programs' test runs read and write the same tables (checked by the
+//! maps' ids). The first run also tells whether the build has IPv6 (it
+//! pins `FRONTENDS6`): the second then gets the IPv6 mappings too.
 
 use std::{
     collections::BTreeMap,
-    net::Ipv4Addr,
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::Duration,
+    process::Command,
 };
 
 use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
-use ssh_fwd_common::maps::{FLAG_ALLOWLIST, FLAG_SYN_LIMIT, Guard, IFACE_CLUSTER, NatTarget};
-use ssh_fwd_tests::{
-    Bpffs, cmd,
-    topology::{EXT_IFACE, EXTERNAL_IP},
-};
+use ssh_fwd_tests::{Bpffs, cmd, topology::EXT_IFACE};
 
 use super::{
-    bpftool::{endpoint_bytes, map_lookup, map_update, pin_programs, version_dir},
-    cases::{self, GUARDED_FRONTEND_PORT, GUARDED_PORT, POD, UNROUTED, UNROUTED_PORT},
-    packets::{CLIENT, Layout, Program, Step},
-    test_run,
+    agent::{self, Agent},
+    bpftool::{link, pin_program, pinned_map_ids, version_dir},
+    cases::{self, Established},
+    packets::{Features, Layout, Program, Step},
+    self_map, test_run,
 };
-use crate::bench::bed::{
-    self, Bed, CLUSTER_IFACE, ECHO_FRONTEND_PORT, ECHO_PORT, IPERF_PORT, POD_IFACE,
-};
+use crate::bench::bed::{self, Bed, CLUSTER_IFACE, POD_IFACE};
 
 pub struct Subject {
     pub label: &'static str,
     pub layout: Layout,
-    /// The build has the guard (allowlists and the SYN limit), and the bed
-    /// a guarded frontend.
-    pub guarded: bool,
+    /// What the build has beside its layout.
+    pub features: Features,
     bin: PathBuf,
-    /// The programs, pinned for the test runs, indexed by [`Program`].
-    pins: [PathBuf; 3],
+    /// The programs, pinned for the test runs, indexed by [`Program`]
+    /// (none: the build's agent pinned no such link).
+    pins: [Option<PathBuf>; 4],
     work: tempfile::TempDir,
     // Dropped in this order: the pins (teardown), then the namespaces.
     bpffs: Bpffs,
@@ -64,14 +53,14 @@ fn interfaces(step: &Step) -> (Option<&'static str>, Option<&'static str>) {
     match step.program {
         _ if step.from_outside => (Some(EXT_IFACE), None),
         _ if step.from_another_node => (Some(CLUSTER_IFACE), Some(CLUSTER_IFACE)),
-        Program::Ingress => (None, None),
+        Program::Ingress | Program::IngressXdp => (None, None),
         Program::Reply => (Some(POD_IFACE), Some(POD_IFACE)),
         Program::Egress => (Some(POD_IFACE), None),
     }
 }
 
 impl Subject {
-    pub fn new(label: &'static str, bin: &Path, agent_args: &[String]) -> anyhow::Result<Self> {
+    pub fn new(label: &'static str, bin: &Path, args: &[String]) -> anyhow::Result<Self> {
         // The harness's `Bpffs` tears down with `SSH_FWD_BIN`: this build's
         // now, and again when it is dropped (see `Drop`).
         // SAFETY: the benchmark runs on one thread.
@@ -80,62 +69,74 @@ impl Subject {
         let bpffs = Bpffs::new()?;
         crate::bench::cleanup::remember_bpffs(bpffs.path());
         let work = tempfile::tempdir()?;
-        let guarded = run_agent_once(&bed, &bpffs, bin, agent_args, work.path())?;
-        let version_dir = version_dir(bpffs.path())?;
-        let layout = match version_dir.file_name().and_then(|n| n.to_str()) {
-            Some("v3") => Layout::V3,
-            Some("v4") if version_dir.join("maps/CLAIMS").exists() => Layout::V4Confirmed,
-            Some("v4") => Layout::V4,
-            other => bail!(
-                "{label} ({}) pinned layout {other:?}: bench progs knows v3 (before connection \
-                 tracking) and v4",
-                bin.display()
-            ),
+        let agent = Agent::new(&bed, &bpffs, bin, args, work.path())?;
+        let mut features = Features {
+            guard: agent.guarded(),
+            ..Features::default()
         };
-        let subject = Self {
+        let mut pins: [Option<PathBuf>; 4] = Default::default();
+        let (xdp_pin, xdp_maps) = pin_xdp(&agent, label)?.unzip();
+        pins[Program::IngressXdp as usize] = xdp_pin;
+        features.xdp = pins[Program::IngressXdp as usize].is_some();
+        let version_dir = version_dir(bpffs.path())?;
+        let maps = version_dir.join("maps");
+        features.ipv6 = maps.join("FRONTENDS6").exists();
+        let mut mappings = agent::mappings4();
+        let mut exchanges = vec![agent::echo_frontend()];
+        if features.ipv6 {
+            mappings.extend(agent::mappings6());
+            exchanges.push(agent::echo_frontend6());
+        }
+        agent.run_once("tc", &mappings, &exchanges)?;
+        // The XDP program holds the maps it was loaded with: the ones
+        // pinned then, which the second agent must have adopted.
+        let tc_maps = pinned_map_ids(&maps)?;
+        for (name, id) in xdp_maps.iter().flatten() {
+            ensure!(
+                tc_maps.get(name) == Some(id),
+                "{label}: the agent in tc mode pinned another {name} than the one the XDP \
+                 program was loaded with: the XDP cases would not see the bench's state"
+            );
+        }
+        let layout =
+            layout(&version_dir).with_context(|| format!("{label} ({})", bin.display()))?;
+        for program in [Program::Ingress, Program::Reply, Program::Egress] {
+            let link = link(&version_dir, program)?;
+            pins[program as usize] = Some(pin_program(&link, bpffs.path(), program)?);
+        }
+        let mut subject = Self {
             label,
             layout,
-            guarded,
+            features,
             bin: bin.to_owned(),
-            pins: pin_programs(&version_dir, bpffs.path())?,
+            pins,
             work,
             bpffs,
             bed,
         };
-        subject.map_frontends_to_themselves(&version_dir.join("maps"))?;
+        self_map::write(&subject.bed, &maps, features)?;
         subject.establish()?;
+        if features.ipv6 {
+            subject.features.cross_node6 = subject.learns_frontend6()?;
+        }
         Ok(subject)
+    }
+
+    /// Why this build skips a case of these steps; `None`: it runs it.
+    pub fn skips(&self, steps: &[(Step, u32)]) -> Option<String> {
+        steps.iter().find_map(|(step, _)| {
+            if step.expect.on(self.layout).is_none() {
+                return Some(format!("layout {:?} has no such case", self.layout));
+            }
+            self.features.lacking(&step.needs).map(str::to_owned)
+        })
     }
 
     /// Runs each step through its program the given number of times on one
     /// skb, in one process, checks the verdicts this layout must give, and
     /// returns each step's ns per iteration.
     pub fn run(&self, steps: &[(Step, u32)]) -> anyhow::Result<Vec<f64>> {
-        let plan: Vec<test_run::Run> = steps
-            .iter()
-            .map(|(step, repeat)| test_run::Run {
-                program: self.pins[step.program as usize].clone(),
-                frame: step.frame.build(),
-                repeat: *repeat,
-                arrived_on: interfaces(step).0.map(str::to_owned),
-                runs_on: interfaces(step).1.map(str::to_owned),
-            })
-            .collect();
-        let plan_path = self.work.path().join("plan.json");
-        std::fs::write(&plan_path, serde_json::to_vec(&plan)?)?;
-        let text = cmd::run(
-            bed::helper(&self.bed.node)?
-                .args(["test-run", "--plan"])
-                .arg(&plan_path),
-        )?;
-        let outcomes: Vec<test_run::Outcome> =
-            serde_json::from_str(&text).with_context(|| format!("the test runs said {text:?}"))?;
-        ensure!(
-            outcomes.len() == steps.len(),
-            "{} test runs for {} steps",
-            outcomes.len(),
-            steps.len()
-        );
+        let outcomes = self.test_runs(steps)?;
         steps
             .iter()
             .zip(outcomes)
@@ -161,6 +162,42 @@ impl Subject {
             .collect()
     }
 
+    /// The test runs of `steps`, whatever their verdicts.
+    fn test_runs(&self, steps: &[(Step, u32)]) -> anyhow::Result<Vec<test_run::Outcome>> {
+        let plan = steps
+            .iter()
+            .map(|(step, repeat)| {
+                let program = self.pins[step.program as usize].clone().with_context(|| {
+                    format!("{}: no {} pinned", self.label, step.program.name())
+                })?;
+                Ok(test_run::Run {
+                    program,
+                    xdp: step.program.is_xdp(),
+                    frame: step.frame.clone(),
+                    repeat: *repeat,
+                    arrived_on: interfaces(step).0.map(str::to_owned),
+                    runs_on: interfaces(step).1.map(str::to_owned),
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let plan_path = self.work.path().join("plan.json");
+        std::fs::write(&plan_path, serde_json::to_vec(&plan)?)?;
+        let text = cmd::run(
+            bed::helper(&self.bed.node)?
+                .args(["test-run", "--plan"])
+                .arg(&plan_path),
+        )?;
+        let outcomes: Vec<test_run::Outcome> =
+            serde_json::from_str(&text).with_context(|| format!("the test runs said {text:?}"))?;
+        ensure!(
+            outcomes.len() == steps.len(),
+            "{} test runs for {} steps",
+            outcomes.len(),
+            steps.len()
+        );
+        Ok(outcomes)
+    }
+
     /// The data path's outcome counters, by name (`ssh-fwd list counters`).
     pub fn counters(&self) -> anyhow::Result<BTreeMap<String, u64>> {
         let all = self.list("counters")?;
@@ -182,72 +219,20 @@ impl Subject {
         serde_json::from_str(&text).with_context(|| format!("`ssh-fwd list {what}` said {text:?}"))
     }
 
-    /// `FRONTENDS[backend] = FRONTENDS[frontend]` for the echo and the
-    /// unrouted mappings, and `REVERSE[backend]` pointed at the backend
-    /// itself, so that replies too are rewritten to what they were (see the
-    /// module comment). Both layouts key these maps by the same 8-byte
-    /// endpoint and start their values with the endpoint to rewrite to.
-    fn map_frontends_to_themselves(&self, maps: &Path) -> anyhow::Result<()> {
-        let (frontends, reverse) = (maps.join("FRONTENDS"), maps.join("REVERSE"));
-        let external: Ipv4Addr = EXTERNAL_IP.parse()?;
-        let mut pairs = vec![
-            ((external, ECHO_FRONTEND_PORT), (POD, ECHO_PORT)),
-            ((external, UNROUTED_PORT), (UNROUTED, UNROUTED_PORT)),
-        ];
-        if self.guarded {
-            pairs.push(((external, GUARDED_FRONTEND_PORT), (POD, GUARDED_PORT)));
-        }
-        for (frontend, backend) in pairs {
-            let backend_key = endpoint_bytes(backend);
-            let forward = map_lookup(&frontends, &endpoint_bytes(frontend))?;
-            ensure!(
-                forward.get(..8) == Some(&backend_key[..]),
-                "FRONTENDS[{frontend:?}] = {forward:02x?} does not start with backend {backend:?}"
-            );
-            map_update(&frontends, &backend_key, &forward)?;
-            let mut back = map_lookup(&reverse, &backend_key)?;
-            ensure!(
-                back.get(..8) == Some(&endpoint_bytes(frontend)[..]),
-                "REVERSE[{backend:?}] = {back:02x?} does not start with frontend {frontend:?}"
-            );
-            back[..8].copy_from_slice(&backend_key);
-            map_update(&reverse, &backend_key, &back)?;
-        }
-        if self.guarded {
-            limit_syns(maps, (POD, GUARDED_PORT))?;
-        }
-        // The cluster interface (the agent finds none in the bed), and the
-        // cluster's key, for the cases of SYNs from other nodes.
-        let ifaces = maps.join("IFACES");
-        if maps.join("CLAIMS").exists() {
-            let index = self.bed.node_ifindex(CLUSTER_IFACE)?;
-            map_update(&ifaces, &index.to_ne_bytes(), &IFACE_CLUSTER.to_ne_bytes())?;
-            let key: Vec<u8> = cases::CROSS_NODE_KEY
-                .iter()
-                .flat_map(|w| w.to_ne_bytes())
-                .collect();
-            map_update(&maps.join("CROSS_NODE_KEY"), &0u32.to_ne_bytes(), &key)?;
-        }
-        // The data path believes a backend's segments only from the pod
-        // interface that owns its address: the unrouted backend's replies
-        // come in on the pod's, as the pod's own do.
-        let owners = maps.join("OWNERS");
-        if owners.exists() {
-            let pod_index = self.bed.node_ifindex(POD_IFACE)?;
-            let mut owner = pod_index.to_ne_bytes().to_vec();
-            owner.extend_from_slice(&0u32.to_ne_bytes());
-            map_update(&owners, &UNROUTED.octets(), &owner)?;
-        }
-        Ok(())
-    }
-
-    /// Runs the handshakes of the connections the cases use established,
-    /// and with connection tracking checks that they are.
+    /// Runs the handshakes of the connections the cases use (those this
+    /// build has) established, and with connection tracking checks that
+    /// they are.
     fn establish(&self) -> anyhow::Result<()> {
-        let conns = cases::established();
+        let conns: Vec<Established> = cases::established()
+            .into_iter()
+            .filter(|c| {
+                let steps: Vec<(Step, u32)> = c.steps.iter().map(|s| (s.clone(), 1)).collect();
+                self.skips(&steps).is_none()
+            })
+            .collect();
         let steps: Vec<(Step, u32)> = conns
             .iter()
-            .flat_map(|(_, s)| s)
+            .flat_map(|c| &c.steps)
             .map(|s| (s.clone(), 1))
             .collect();
         self.run(&steps)?;
@@ -255,9 +240,8 @@ impl Subject {
             return Ok(());
         }
         let rows = self.list("conns")?;
-        for (conn, _) in &conns {
-            let client = format!("{CLIENT}:{}", conn.client_port);
-            let backend = format!("{}:{}", conn.backend.0, conn.backend.1);
+        for conn in &conns {
+            let (client, backend) = (conn.client.to_string(), conn.backend.to_string());
             let found = rows.as_array().into_iter().flatten().any(|r| {
                 r["state"] == "established" && r["client"] == client && r["backend"] == backend
             });
@@ -269,163 +253,58 @@ impl Subject {
         }
         Ok(())
     }
+
+    /// Whether the build learns an IPv6 frontend from a Destination
+    /// Options header (3f04f10): one SYN carrying it through tc ingress,
+    /// and the counter that says so. An older build passes it on without.
+    fn learns_frontend6(&self) -> anyhow::Result<bool> {
+        let before = self.counters()?;
+        self.test_runs(&[(cases::probe6(), 1)])?;
+        let after = self.counters()?;
+        let learned = |c: &BTreeMap<String, u64>| c.get("frontend_option_learned").copied();
+        Ok(learned(&after).unwrap_or(0) > learned(&before).unwrap_or(0))
+    }
+}
+
+/// Runs the agent in XDP mode, and pins its XDP program with the ids of
+/// the maps it was loaded with. `None`: a build whose agent cannot run in
+/// XDP mode (said here) or pins no XDP link skips the XDP cases; the rest
+/// are measured all the same.
+fn pin_xdp(
+    agent: &Agent<'_>,
+    label: &str,
+) -> anyhow::Result<Option<(PathBuf, BTreeMap<String, u32>)>> {
+    if let Err(e) = agent.run_once("xdp-generic", &agent::mappings4(), &[]) {
+        println!("    {label}: the agent in XDP mode failed, no XDP cases: {e:#}");
+        return Ok(None);
+    }
+    let version_dir = version_dir(agent.bpffs.path())?;
+    let xdp_link = link(&version_dir, Program::IngressXdp)?;
+    if !xdp_link.exists() {
+        return Ok(None);
+    }
+    let pin = pin_program(&xdp_link, agent.bpffs.path(), Program::IngressXdp)?;
+    Ok(Some((pin, pinned_map_ids(&version_dir.join("maps"))?)))
+}
+
+/// The data path a build has, by the layout directory its agent made.
+fn layout(version_dir: &Path) -> anyhow::Result<Layout> {
+    Ok(match version_dir.file_name().and_then(|n| n.to_str()) {
+        Some("v3") => Layout::V3,
+        Some("v4") if version_dir.join("maps/CLAIMS").exists() => Layout::V4Confirmed,
+        Some("v4") => Layout::V4,
+        other => bail!(
+            "pinned layout {other:?}: bench progs knows v3 (before connection tracking) and v4"
+        ),
+    })
 }
 
 impl Drop for Subject {
     fn drop(&mut self) {
-        for pin in &self.pins {
+        for pin in self.pins.iter().flatten() {
             let _ = std::fs::remove_file(pin);
         }
         // SAFETY: the benchmark runs on one thread.
         unsafe { std::env::set_var("SSH_FWD_BIN", &self.bin) };
     }
-}
-
-/// The agent, killed if the bench fails before stopping it.
-struct AgentProcess(Child);
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Adds the SYN limit to the self-mapped frontend `backend` (whose
-/// allowlist the agent wrote): its flag, and a rate no bench run reaches
-/// (a million a second, a second's burst), so every SYN is admitted and
-/// pays for the lookup and the write of its source's bucket. The agent's
-/// `--syn-rate` would limit every mapping, the plain SYN case's too.
-fn limit_syns(maps: &Path, backend: (Ipv4Addr, u16)) -> anyhow::Result<()> {
-    let frontends = maps.join("FRONTENDS");
-    let key = endpoint_bytes(backend);
-    let mut target = map_lookup(&frontends, &key)?;
-    let at = |offset: usize| offset..offset + 4;
-    let word = |bytes: &[u8], offset: usize| -> anyhow::Result<u32> {
-        let b = bytes.get(at(offset)).context("FRONTENDS value too short")?;
-        Ok(u32::from_ne_bytes(b.try_into()?))
-    };
-    let slot = word(&target, std::mem::offset_of!(NatTarget, slot))?;
-    let flags_at = std::mem::offset_of!(NatTarget, flags);
-    let flags = word(&target, flags_at)?;
-    ensure!(
-        flags & FLAG_ALLOWLIST != 0,
-        "FRONTENDS[{backend:?}] has flags {flags:#x}: the agent wrote no allowlist"
-    );
-    let rate = Guard::new(1_000_000, 1_000_000);
-    let mut guard = rate.interval_ns.to_ne_bytes().to_vec();
-    guard.extend_from_slice(&rate.burst_ns.to_ne_bytes());
-    map_update(&maps.join("GUARDS"), &slot.to_ne_bytes(), &guard)?;
-    target[at(flags_at)].copy_from_slice(&(flags | FLAG_SYN_LIMIT).to_ne_bytes());
-    map_update(&frontends, &key, &target)
-}
-
-/// Starts `bin`'s agent on the bed in tc mode, waits until it applied the
-/// mappings, sends one exchange through the path (which puts both
-/// neighbours in the node's tables, as on any node carrying traffic), and
-/// stops it with SIGTERM, which leaves the data path in place. Whether the
-/// build has the guard, and so the bed a guarded frontend.
-fn run_agent_once(
-    bed: &Bed,
-    bpffs: &Bpffs,
-    bin: &Path,
-    extra: &[String],
-    work: &Path,
-) -> anyhow::Result<bool> {
-    let echo_frontend = format!("{EXTERNAL_IP}:{ECHO_FRONTEND_PORT}");
-    let mappings = work.join("mappings.yaml");
-    ssh_fwd_tests::agent::write_mappings(
-        &mappings,
-        &[
-            ("echo", &echo_frontend, &format!("{POD}:{ECHO_PORT}")),
-            (
-                "unrouted",
-                &format!("{EXTERNAL_IP}:{UNROUTED_PORT}"),
-                &format!("{UNROUTED}:{UNROUTED_PORT}"),
-            ),
-            (
-                "cross-node",
-                &format!(
-                    "{}:{}",
-                    cases::CROSS_NODE_FRONTEND.0,
-                    cases::CROSS_NODE_FRONTEND.1
-                ),
-                &format!("{POD}:{IPERF_PORT}"),
-            ),
-        ],
-    )?;
-    // A build with the guard also gets a frontend whose allowlist is the
-    // client (`limit_syns` adds the rate).
-    let help = cmd::run(Command::new(bin).args(["agent", "--help"]))?;
-    let guarded = help.contains("--syn-rate");
-    if guarded {
-        let mut text = std::fs::read_to_string(&mappings)?;
-        text.push_str(&format!(
-            "  - name: guarded\n    frontend: {EXTERNAL_IP}:{GUARDED_FRONTEND_PORT}\n    \
-             backend: {POD}:{GUARDED_PORT}\n    allow: [{CLIENT}/32]\n"
-        ));
-        std::fs::write(&mappings, text)?;
-    }
-    let log_path = work.join("agent.log");
-    let log = std::fs::File::create(&log_path)?;
-    let bin_str = bin.to_str().context("binary path is not UTF-8")?;
-    let mut agent = bed.node.command(bin_str);
-    agent
-        .args(["agent", "--bpffs"])
-        .arg(bpffs.path())
-        .args([
-            "--iface",
-            EXT_IFACE,
-            "--attach",
-            "tc",
-            "--log-format",
-            "json",
-        ])
-        .arg("--mappings")
-        .arg(&mappings);
-    // A build with hairpin attaches it to the machine's cgroup by default:
-    // never from a benchmark. Older builds do not know the flag.
-    if help.contains("--hairpin") {
-        agent.args(["--hairpin", "off"]);
-    }
-    // Every one-iteration case confirms connections from the one client
-    // address and never closes them: past the default quota, a later case's
-    // handshakes would be held back. Raised, not turned off, so the quota
-    // is still read as on a node.
-    if help.contains("--conns-per-source") {
-        agent.args(["--conns-per-source", "1000000"]);
-    }
-    agent.args(extra);
-    let mut agent = AgentProcess(
-        agent
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?,
-    );
-    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    let ready = cmd::wait_until(Duration::from_secs(20), || {
-        read_log().contains("agent ready") || agent.0.try_wait().ok().flatten().is_some()
-    });
-    ensure!(
-        ready && read_log().contains("agent ready"),
-        "the agent of {} did not get ready:\n{}",
-        bin.display(),
-        read_log()
-    );
-    cmd::run(bed::helper(&bed.client)?.args(["ping-pong", "--to", &echo_frontend, "--secs", "1"]))
-        .context("a first exchange through the path")?;
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
-    let exited = cmd::wait_until(Duration::from_secs(10), || {
-        agent.0.try_wait().ok().flatten().is_some()
-    });
-    ensure!(
-        exited,
-        "the agent of {} did not stop on SIGTERM",
-        bin.display()
-    );
-    Ok(guarded)
 }
