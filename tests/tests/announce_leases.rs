@@ -8,6 +8,10 @@
 //! detached, so it answers none of the standby's ARP probes) to the first SSH banner through the SSH IP, probed every
 //! 50 ms with a fresh TCP connect of at most 150 ms (so no SYN
 //! retransmission hides the figure), then a real login.
+//!
+//! `ipv6.rs` runs the same bed with an IPv6 SSH IP: neighbour
+//! solicitations in place of ARP, and the standby's probes of the holder
+//! are solicitations too.
 
 #![allow(
     clippy::unwrap_used,
@@ -15,6 +19,8 @@
 )]
 
 mod common;
+#[path = "announce_leases/ipv6.rs"]
+mod ipv6;
 
 use std::{
     process::Stdio,
@@ -36,7 +42,7 @@ use ssh_fwd_tests::{
     fake_api::{FakeApi, Kind},
     privilege,
     segment::Segment,
-    topology::{EXT_IFACE, EXTERNAL_IP},
+    topology::{EXT_IFACE, EXTERNAL_IP, EXTERNAL_IP6, pod_ip6},
 };
 
 /// The bridge's own address, where the fake API server listens.
@@ -47,23 +53,24 @@ const EARLY_TAKEOVER: &str = "answers no ARP probe";
 const ON_NODE0: u16 = 8123;
 const ON_NODE1: u16 = 8124;
 
-fn lb_service(name: &str, port: u16) -> Value {
+fn lb_service(name: &str, port: u16, ssh_ip: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": 22, "protocol": "TCP"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
+        "status": {"loadBalancer": {"ingress": [{"ip": ssh_ip}]}}
     })
 }
 
 fn slice(service: &str, ip: &str) -> Value {
+    let family = if ip.contains(':') { "IPv6" } else { "IPv4" };
     json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": format!("{service}-abcde"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": service,
                      "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
-        "addressType": "IPv4",
+        "addressType": family,
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
         "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
     })
@@ -76,6 +83,9 @@ struct Bed {
     api: FakeApi,
     seg: Segment,
     args: Vec<Vec<String>>,
+    /// The SSH IP, and the name of its Lease.
+    ssh_ip: &'static str,
+    lease: &'static str,
     _dir: tempfile::TempDir,
 }
 
@@ -87,17 +97,39 @@ impl Bed {
 
     /// [`Bed::new`], every agent with `extra` arguments too.
     fn with(extra: &[&str]) -> Self {
+        Self::build(EXTERNAL_IP, extra)
+    }
+
+    /// [`Bed::new`] with the IPv6 SSH IP [`EXTERNAL_IP6`] alone: the
+    /// segment, the pods and the Services in IPv6 (the API stays on
+    /// IPv4).
+    fn ipv6() -> Self {
+        Self::build(EXTERNAL_IP6, &[])
+    }
+
+    fn build(ssh_ip: &'static str, extra: &[&str]) -> Self {
+        let ipv6 = ssh_ip == EXTERNAL_IP6;
         let mut seg = Segment::new(2).unwrap();
         seg.add_pod(0, 1).unwrap();
         seg.add_pod(1, 2).unwrap();
+        if ipv6 {
+            seg.add_ipv6().unwrap();
+        }
+        let pod_ip = |n: usize| {
+            if ipv6 {
+                pod_ip6(n)
+            } else {
+                format!("10.244.{n}.5")
+            }
+        };
         seg.switch
             .ip(&["addr", "add", &format!("{API_IP}/24"), "dev", "br0"])
             .unwrap();
         let api = FakeApi::start_at(&seg.switch, API_IP).unwrap();
-        api.apply(Kind::Service, lb_service("job-a", ON_NODE0));
-        api.apply(Kind::EndpointSlice, slice("job-a", "10.244.1.5"));
-        api.apply(Kind::Service, lb_service("job-b", ON_NODE1));
-        api.apply(Kind::EndpointSlice, slice("job-b", "10.244.2.5"));
+        api.apply(Kind::Service, lb_service("job-a", ON_NODE0, ssh_ip));
+        api.apply(Kind::EndpointSlice, slice("job-a", &pod_ip(1)));
+        api.apply(Kind::Service, lb_service("job-b", ON_NODE1, ssh_ip));
+        api.apply(Kind::EndpointSlice, slice("job-b", &pod_ip(2)));
         let dir = tempfile::tempdir().unwrap();
         let args = (0..2)
             .map(|n| {
@@ -109,7 +141,7 @@ impl Bed {
                     "--kubeconfig".into(),
                     kubeconfig.display().to_string(),
                     "--ssh-ip".into(),
-                    EXTERNAL_IP.into(),
+                    ssh_ip.into(),
                 ];
                 args.extend(
                     [
@@ -134,6 +166,12 @@ impl Bed {
             bpffs: vec![Bpffs::new().unwrap(), Bpffs::new().unwrap()],
             agents: vec![None, None],
             args,
+            ssh_ip,
+            lease: if ipv6 {
+                "ssh-fwd-announce-fd00-0198-0000-0000-0000-0000-0000-0010"
+            } else {
+                "ssh-fwd-announce-198-18-0-10"
+            },
             _dir: dir,
         }
     }
@@ -159,9 +197,7 @@ impl Bed {
 
     /// The holder of the SSH IP's Lease.
     fn holder(&self) -> Option<String> {
-        let lease = self
-            .api
-            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-announce-198-18-0-10")?;
+        let lease = self.api.get(Kind::Lease, "ssh-fwd", self.lease)?;
         lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
     }
 }
@@ -169,7 +205,12 @@ impl Bed {
 /// Whether a fresh TCP connect to the SSH IP gets sshd's banner within
 /// 150 ms (the segment's round trip is well under a millisecond).
 fn banner(client: &NetNs, port: u16) -> bool {
-    let script = format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/{port}; head -c 4 <&3");
+    banner_at(client, EXTERNAL_IP, port)
+}
+
+/// [`banner`] through `ssh_ip`.
+fn banner_at(client: &NetNs, ssh_ip: &str, port: u16) -> bool {
+    let script = format!("exec 3<>/dev/tcp/{ssh_ip}/{port}; head -c 4 <&3");
     client
         .command("timeout")
         .args(["0.15", "bash", "-c", &script])
@@ -181,9 +222,20 @@ fn banner(client: &NetNs, port: u16) -> bool {
 /// Probes for a banner every 50 ms for at most `limit`; the time from
 /// `since` to the start of the first probe that got one.
 fn time_to_banner(client: &NetNs, port: u16, since: Instant, limit: Duration) -> Option<Duration> {
+    time_to_banner_at(client, EXTERNAL_IP, port, since, limit)
+}
+
+/// [`time_to_banner`] through `ssh_ip`.
+fn time_to_banner_at(
+    client: &NetNs,
+    ssh_ip: &str,
+    port: u16,
+    since: Instant,
+    limit: Duration,
+) -> Option<Duration> {
     while since.elapsed() < limit {
         let probe = since.elapsed();
-        if banner(client, port) {
+        if banner_at(client, ssh_ip, port) {
             return Some(probe);
         }
         std::thread::sleep(Duration::from_millis(50));

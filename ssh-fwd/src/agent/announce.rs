@@ -11,6 +11,7 @@
 //! exits leaves them, and the data path keeps answering, as it keeps
 //! forwarding.
 
+mod answers;
 mod garps;
 mod lease_name;
 pub mod leases;
@@ -61,8 +62,11 @@ pub struct AnnounceMetrics {
     /// gratuitous ARP.
     pub adverts_sent: Counter,
     pub garp_errors: Counter,
-    /// Kubernetes mode: ARP probes sent to watch the holders.
+    /// Kubernetes mode: ARP probes sent to watch the holders of IPv4 SSH
+    /// IPs.
     pub probes_sent: Counter,
+    /// The IPv6 twin: neighbour solicitations.
+    pub solicitations_sent: Counter,
     /// Kubernetes mode: SSH IPs this node took over.
     pub takeovers: Counter,
     /// Kubernetes mode: Lease writes and watches that failed.
@@ -98,13 +102,18 @@ impl AnnounceMetrics {
         );
         r.register(
             "garp_errors",
-            "Gratuitous ARP replies, neighbour advertisements and ARP probes the kernel refused to send",
+            "Gratuitous ARP replies, neighbour advertisements, ARP probes and neighbour solicitations the kernel refused to send",
             self.garp_errors.clone(),
         );
         r.register(
             "announce_probes_sent",
-            "ARP probes a standby sent to watch the data path of an SSH IP's holder",
+            "ARP probes a standby sent to watch the data path of an IPv4 SSH IP's holder",
             self.probes_sent.clone(),
+        );
+        r.register(
+            "announce_solicitations_sent",
+            "Neighbour solicitations a standby sent to watch the data path of an IPv6 SSH IP's holder",
+            self.solicitations_sent.clone(),
         );
         r.register(
             "announce_takeovers",
@@ -156,6 +165,15 @@ pub fn asks(ip: IpAddr) -> &'static str {
     match ip {
         IpAddr::V4(_) => "ARP",
         IpAddr::V6(_) => "neighbour solicitations",
+    }
+}
+
+/// What a standby watches `ip`'s holder with: `ARP probe` or `neighbour
+/// solicitation`, for logs.
+pub fn probe(ip: IpAddr) -> &'static str {
+    match ip {
+        IpAddr::V4(_) => "ARP probe",
+        IpAddr::V6(_) => "neighbour solicitation",
     }
 }
 

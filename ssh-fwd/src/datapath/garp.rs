@@ -1,18 +1,24 @@
-//! ARP and neighbour discovery frames a node starts, sent and heard from
-//! userspace on `AF_PACKET` sockets (`CAP_NET_RAW`): the kernel programs
-//! only answer what arrives, they cannot start a frame. A new holder's
-//! gratuitous replies (`ssh_fwd_common::arp::gratuitous`) or, for an IPv6
-//! SSH IP, unsolicited neighbour advertisements
-//! (`ssh_fwd_common::ndp::unsolicited`), and a standby's ARP probes of a
-//! holder that stopped renewing (`ssh_fwd_common::arp::probe`) with the
-//! answers to them ([`ArpListener`]).
+//! ARP and neighbour discovery frames a node starts, sent from userspace
+//! on `AF_PACKET` sockets (`CAP_NET_RAW`): the kernel programs only answer
+//! what arrives, they cannot start a frame. A new holder's gratuitous
+//! replies (`ssh_fwd_common::arp::gratuitous`) or, for an IPv6 SSH IP,
+//! unsolicited neighbour advertisements
+//! (`ssh_fwd_common::ndp::unsolicited`); a standby's ARP probes of a
+//! holder that stopped renewing (`ssh_fwd_common::arp::probe`), and the
+//! answers to them, heard on another packet socket ([`ArpListener`]); for
+//! an IPv6 SSH IP, the standby's neighbour solicitations, and the
+//! advertisements that answer them, heard on a raw ICMPv6 socket
+//! ([`solicit`]).
+
+mod solicit;
 
 use std::{
     io,
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
 };
 
+pub use solicit::{NdpListener, answered_by_other as ndp_answered_by_other};
 use ssh_fwd_common::{
     arp::{self, ARP_FRAME_LEN, Arp, BROADCAST, ETH_P_ARP},
     ipv6::ETH_P_IPV6,
@@ -52,6 +58,23 @@ impl GarpSocket {
         let to = to.unwrap_or(BROADCAST);
         frame[..6].copy_from_slice(&to);
         self.send_arp(ifindex, &frame, to)
+    }
+
+    /// Solicits out of `ifindex`, from `mac` and this node's address
+    /// there, the holder of `ip`: the MAC `to`, or the solicited-node
+    /// group (see [`solicit::solicitation`]).
+    pub fn solicit(
+        &self,
+        ifindex: u32,
+        mac: [u8; 6],
+        ip: Ipv6Addr,
+        to: Option<[u8; 6]>,
+    ) -> io::Result<()> {
+        let src = solicit::source_on(ifindex)?;
+        let frame = solicit::solicitation(mac, src, ip, to);
+        let mut dst = [0; 6];
+        dst.copy_from_slice(&frame[..6]);
+        self.send_frame(ifindex, &frame, ETH_P_IPV6, dst)
     }
 
     fn send_arp(
@@ -221,7 +244,7 @@ mod tests {
 
     #[test]
     fn an_ipv6_ssh_ip_is_claimed_with_an_unsolicited_advertisement_to_all_nodes() {
-        let ip: std::net::Ipv6Addr = "fd00:198::10".parse().unwrap();
+        let ip: Ipv6Addr = "fd00:198::10".parse().unwrap();
         let (frame, protocol, to) = claim(MAC, ip.into());
         assert_eq!(protocol, ETH_P_IPV6);
         assert_eq!(to, [0x33, 0x33, 0, 0, 0, 1], "all nodes' multicast MAC");

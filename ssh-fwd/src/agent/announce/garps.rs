@@ -113,22 +113,29 @@ impl Garps {
         due
     }
 
-    /// Sends an ARP probe for `key`'s SSH IP out of its interface, from
-    /// `mac`, to `to` or to everyone (a standby watching the holder).
-    /// Nothing for an IPv6 SSH IP: a neighbour solicitation from the
-    /// unspecified address is duplicate address detection, which the data
-    /// path does not answer, so its holder is not watched
-    /// (`docs/announce.md`).
+    /// Probes for `key`'s SSH IP out of its interface, from `mac`, to `to`
+    /// or to everyone (a standby watching the holder): an ARP probe, or
+    /// for an IPv6 SSH IP a neighbour solicitation from this node's
+    /// address on the interface.
     pub fn probe(&self, key: AnnounceAt, mac: [u8; 6], to: Option<[u8; 6]>) {
         let Some(socket) = &self.socket else { return };
-        let IpAddr::V4(ip) = key.ip else { return };
-        match socket.probe(key.ifindex, mac, ip, to) {
+        let (sent, counter) = match key.ip {
+            IpAddr::V4(ip) => (
+                socket.probe(key.ifindex, mac, ip, to),
+                &self.metrics.probes_sent,
+            ),
+            IpAddr::V6(ip) => (
+                socket.solicit(key.ifindex, mac, ip, to),
+                &self.metrics.solicitations_sent,
+            ),
+        };
+        match sent {
             Ok(()) => {
-                self.metrics.probes_sent.inc();
+                counter.inc();
             }
             Err(e) => {
                 self.metrics.garp_errors.inc();
-                tracing::debug!(ssh_ip = %key.ip, ifindex = key.ifindex, error = %e, "cannot send an ARP probe");
+                tracing::debug!(ssh_ip = %key.ip, ifindex = key.ifindex, error = %e, "cannot send an {}", super::probe(key.ip));
             }
         }
     }

@@ -5,17 +5,15 @@
 //! renewal as it happens and takes an expired Lease over within a tenth
 //! of `--announce-renew` of its expiry, or sooner a holder that missed a
 //! renewal and whose data path stopped answering the standby's ARP probes
-//! ([`super::owner`]; an IPv6 SSH IP's holder is not probed, see
-//! [`Garps::probe`]); each API call is given up after `--announce-renew`.
-//! On
-//! SIGTERM the holder hands its Leases back, and answers until it hears
-//! the new holder's gratuitous ARP or neighbour advertisement (bounded by
-//! the Lease duration): a
-//! drain hands over without a gap.
+//! or neighbour solicitations ([`super::owner`], [`Answers`]); each API
+//! call is given up after `--announce-renew`. On SIGTERM the holder hands
+//! its Leases back, and answers until it hears the new holder's
+//! gratuitous ARP or neighbour advertisement (bounded by the Lease
+//! duration): a drain hands over without a gap.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::{IpAddr, Ipv4Addr},
+    collections::BTreeSet,
+    net::IpAddr,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -38,14 +36,13 @@ use kube::{
     api::PostParams,
     runtime::{reflector::ObjectRef, watcher},
 };
-use ssh_fwd_common::{
-    arp,
-    maps::{ANNOUNCE_YIELD, Heard},
-};
+use ssh_fwd_common::maps::{ANNOUNCE_YIELD, Heard};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    AnnounceMetrics, Garps, asks, desired,
+    AnnounceMetrics, Garps,
+    answers::Answers,
+    asks, desired,
     lease_name::{label_value, lease_name},
     owner::Action,
     owner::Owner,
@@ -53,8 +50,8 @@ use super::{
 };
 use crate::{
     datapath::{
-        announce::{AnnounceAt, Announcements, Desired},
-        garp::{ArpListener, GarpSocket},
+        announce::{Announcements, Desired},
+        garp::GarpSocket,
         netdev::{self, Netlink},
         pins::PinLayout,
         status::unix_ms,
@@ -105,11 +102,9 @@ struct Announcer {
     ips: Vec<Ip>,
     /// What this node could announce: its external interfaces that are up.
     local: Desired,
-    /// Hears the answers to our probes; `None` if it could not be opened
-    /// (a silent holder is then taken over only once its Lease expires).
-    listener: Option<ArpListener>,
-    /// When another machine last answered for each SSH IP, and its MAC.
-    answered: BTreeMap<IpAddr, (Instant, [u8; 6])>,
+    /// The answers to our probes: when another machine last answered for
+    /// each SSH IP, and its MAC.
+    answers: Answers,
 }
 
 /// Runs until `stop` turns true, then hands the Leases back.
@@ -165,17 +160,7 @@ pub async fn run(
         garps: Garps::new(socket, settings.garp_interval, metrics.clone()),
         map: Announcements::open_pinned(&layout)?,
         local: Desired::new(),
-        listener: match ArpListener::open() {
-            Ok(listener) => Some(listener),
-            Err(e) => {
-                tracing::warn!(
-                    error = %e,
-                    "cannot listen for ARP answers; a holder whose node dies is taken over only once its Lease expires"
-                );
-                None
-            }
-        },
-        answered: BTreeMap::new(),
+        answers: Answers::open(&settings.ssh_ips),
         api,
         store,
         synced,
@@ -271,7 +256,7 @@ impl Announcer {
         let ready = ready && !self.local.is_empty();
         let synced = self.synced.load(Ordering::Relaxed);
         let heard = self.map.heard()?;
-        self.hear_answers();
+        self.answers.hear(&self.local, Instant::now());
         let mono_now = monotonic_ns();
         for i in 0..self.ips.len() {
             let now = Instant::now();
@@ -286,7 +271,7 @@ impl Announcer {
                 now,
             );
             let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
-            let answered = self.answered.get(&self.ips[i].ip).map(|(at, _)| *at);
+            let answered = self.answers.last(self.ips[i].ip).map(|(at, _)| at);
             let action = self.ips[i]
                 .owner
                 .next(spec, synced, ready, heard_other, answered, now);
@@ -302,31 +287,6 @@ impl Announcer {
             self.apply(&held)?;
         }
         Ok(())
-    }
-
-    /// Notes the answers another machine gave for our SSH IPs on our
-    /// external interfaces since the last look.
-    fn hear_answers(&mut self) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        let frames = match listener.drain() {
-            Ok(frames) => frames,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot read ARP answers");
-                return;
-            }
-        };
-        let ours: Vec<[u8; 6]> = self.local.values().copied().collect();
-        let now = Instant::now();
-        for (ifindex, arp) in frames {
-            let ip = IpAddr::V4(Ipv4Addr::from(arp.spa.to_ne_bytes()));
-            if self.local.contains_key(&AnnounceAt::new(ifindex, ip))
-                && arp::answered_by_other(&arp, arp.spa, &ours)
-            {
-                self.answered.insert(ip, (now, arp.sha));
-            }
-        }
     }
 
     /// Makes `ANNOUNCE` and `ANNOUNCE6` hold the SSH IPs in `held` on every
@@ -357,9 +317,9 @@ impl Announcer {
             }
             Action::Probe { unicast } => {
                 let to = self
-                    .answered
-                    .get(&ip)
-                    .map(|(_, mac)| *mac)
+                    .answers
+                    .last(ip)
+                    .map(|(_, mac)| mac)
                     .filter(|_| unicast);
                 for (key, mac) in self.local.iter().filter(|(key, _)| key.ip == ip) {
                     self.garps.probe(*key, *mac, to);
@@ -374,7 +334,8 @@ impl Announcer {
                     holder = %holder,
                     quiet_ms = quiet.as_millis(),
                     probes = super::owner::PROBES,
-                    "the SSH IP's holder missed a renewal of its Lease and answers no ARP probe (its node is gone): taking it over before the Lease expires"
+                    "the SSH IP's holder missed a renewal of its Lease and answers no {} (its node is gone): taking it over before the Lease expires",
+                    super::probe(ip)
                 );
                 self.write(lease, &self.ips[i].name, ip, Write::Take).await
             }

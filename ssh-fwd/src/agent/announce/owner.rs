@@ -1,6 +1,7 @@
 //! One SSH IP's Lease as one node sees it: whether this node answers ARP
-//! for it. Pure: the caller reads the Lease (from its watch), makes the
-//! writes this asks for, and reports how they went.
+//! (or, for an IPv6 SSH IP, neighbour solicitations) for it, by one rule
+//! for both families. Pure: the caller reads the Lease (from its watch),
+//! makes the writes this asks for, and reports how they went.
 //!
 //! - Only a ready node (attached, synced, an external interface up)
 //!   takes the Lease; one that stops being ready gives it up.
@@ -8,12 +9,13 @@
 //!   keeps answering (an API outage must not take the SSH IP down) until
 //!   it hears another MAC claim the SSH IP on the segment, or the API
 //!   shows another holder.
-//! - A standby watches the holder's data path: an ARP probe for the SSH IP
-//!   every fifth of a period, to the MAC that answered last. A holder that
-//!   leaves [`PROBES`] in a row unanswered and has missed a renewal is
-//!   gone (its node died), and is taken over then, without waiting for
-//!   the Lease to expire; one that answers is alive with its API away, and
-//!   keeps the SSH IP until the Lease expires.
+//! - A standby watches the holder's data path: an ARP probe (a neighbour
+//!   solicitation for an IPv6 SSH IP) every fifth of a period, to the MAC
+//!   that answered last. A holder that leaves [`PROBES`] in a row
+//!   unanswered and has missed a renewal is gone (its node died), and is
+//!   taken over then, without waiting for the Lease to expire; one that
+//!   answers is alive with its API away, and keeps the SSH IP until the
+//!   Lease expires.
 
 use std::time::{Duration, Instant};
 
@@ -34,8 +36,9 @@ pub enum Action {
         holder: String,
         quiet: Duration,
     },
-    /// Ask who holds the SSH IP (an ARP probe): of the MAC that last
-    /// answered (`unicast`), or of the whole segment.
+    /// Ask who holds the SSH IP (an ARP probe, or a neighbour
+    /// solicitation): of the MAC that last answered (`unicast`), or of the
+    /// whole segment (for IPv6, the SSH IP's solicited-node group).
     Probe {
         unicast: bool,
     },
@@ -66,7 +69,7 @@ pub struct Owner {
 /// Probes in a row the holder must leave unanswered to count as gone.
 pub const PROBES: u32 = 3;
 
-/// A standby's watch on the holder's data path: an ARP probe every
+/// A standby's watch on the holder's data path: a probe every
 /// [`Owner::probe_every`], and how many in a row went unanswered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Watch {
