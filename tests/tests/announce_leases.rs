@@ -49,6 +49,8 @@ use ssh_fwd_tests::{
 const API_IP: &str = "192.0.2.250";
 /// What a standby logs when it takes over a holder that answers no probe.
 const EARLY_TAKEOVER: &str = "answers no ARP probe";
+/// The standby's count of ARP probes of the holder.
+const PROBES_SENT: &str = "ssh_fwd_announce_probes_sent_total";
 /// The Service of the pod on node 0, and of the pod on node 1.
 const ON_NODE0: u16 = 8123;
 const ON_NODE1: u16 = 8124;
@@ -199,6 +201,27 @@ impl Bed {
     fn holder(&self) -> Option<String> {
         let lease = self.api.get(Kind::Lease, "ssh-fwd", self.lease)?;
         lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    }
+
+    /// Node `n`'s count of ARP probes sent to watch a holder.
+    fn probes(&self, n: usize) -> f64 {
+        let text = ssh_fwd_tests::prometheus::get_in(self.node(n), "127.0.0.1:9102", "/metrics")
+            .map(|(_, body)| body)
+            .unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.strip_prefix(PROBES_SENT)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until node `n` has probed the holder for five probe periods:
+    /// by then it has heard the holder's data path answer.
+    fn wait_until_watched(&self, n: usize) {
+        let start = self.probes(n);
+        assert!(
+            cmd_wait(Duration::from_secs(10), || self.probes(n) >= start + 5.0),
+            "node {n} probes the holder's data path: {} sent",
+            self.probes(n)
+        );
     }
 }
 
@@ -381,6 +404,10 @@ fn an_owner_whose_external_interface_goes_down_loses_the_ssh_ip() {
     bed.start(1);
     let client = &bed.seg.client;
     assert!(banner(client, ON_NODE1));
+    // Node 1 has heard node 0's data path answer its probes: without that
+    // it cannot tell a dead holder from one it has not heard yet, and only
+    // the Lease's expiry would move the SSH IP.
+    bed.wait_until_watched(1);
     let mac1 = bed.mac(1);
     let downed = Instant::now();
     bed.node(0).ip(&["link", "set", EXT_IFACE, "down"]).unwrap();
@@ -404,6 +431,11 @@ fn an_owner_whose_external_interface_goes_down_loses_the_ssh_ip() {
         "failover took {failover:?}"
     );
     assert_eq!(bed.holder().as_deref(), Some("node1"));
+    assert_eq!(
+        bed.agents[1].as_ref().unwrap().count_in_log(EARLY_TAKEOVER),
+        1,
+        "node 1 took the silent holder over before its Lease expired"
+    );
     assert_eq!(
         bed.seg
             .ssh()
