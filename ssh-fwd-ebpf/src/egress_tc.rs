@@ -1,10 +1,11 @@
 //! tc egress on an external (or cluster) interface, as packets leave the
 //! node: replies of tracked connections, IPv4 and IPv6, get the frontend
-//! back as their source (and a SYN-ACK of a connection from another node the MSS its
-//! link carries); a SYN this node translated, leaving for the backend's
-//! node, carries its frontend in an IPv4 option or an IPv6 Destination
-//! Options header (sealed with the cluster's key, if set); ICMP and ICMPv6 errors quoting a backend name the
-//! frontend instead (or are dropped).
+//! back as their source (and a SYN-ACK of a connection from another node
+//! the MSS its link carries); a SYN this node translated, leaving for the
+//! backend's node, carries its frontend in an IPv4 option or an IPv6
+//! Destination Options header (sealed with the cluster's key, if set);
+//! ICMP and ICMPv6 errors quoting a backend name the frontend instead (or
+//! are dropped).
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
