@@ -210,6 +210,11 @@ pub enum Outcome {
     /// `--announce l2`: a solicitation this node should answer could not
     /// be (a VLAN tag the device took off, a helper failed): passed on.
     NdpFailed = 61,
+    /// A SYN too long to check (its segment past the bytes the data path
+    /// sums: data on a SYN, as TCP Fast Open sends): dropped. It could write
+    /// no state, and its answer would leave the node with the pod's own
+    /// address.
+    SynUnverified = 62,
 }
 
 /// How an operator should read an outcome's counter.
@@ -256,7 +261,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 62;
+    pub const COUNT: u32 = 63;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -321,6 +326,7 @@ impl Outcome {
         Self::NdpAnswered,
         Self::NdpHeard,
         Self::NdpFailed,
+        Self::SynUnverified,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -396,7 +402,8 @@ impl Outcome {
             | Self::ArpHeard
             | Self::ArpFailed
             | Self::NdpHeard
-            | Self::NdpFailed => Class::Problem,
+            | Self::NdpFailed
+            | Self::SynUnverified => Class::Problem,
         }
     }
 
@@ -465,6 +472,7 @@ impl Outcome {
             Self::NdpAnswered => "ndp_answered",
             Self::NdpHeard => "ndp_heard",
             Self::NdpFailed => "ndp_failed",
+            Self::SynUnverified => "syn_unverified",
         }
     }
 }

@@ -59,14 +59,15 @@ fn believed<P: EbpfContext + Checked, A: Carrier>(
     h: &Headers<A>,
     option: &Carried<A>,
 ) -> bool {
+    let key = cross_node_key();
     let expected = if option.is_sealed() {
-        cross_node_key().map(|key| A::tag(key, h.source, h.destination, h.seg.seq, option.frontend))
+        key.map(|key| A::tag(key, h.source, h.destination, h.seg.seq, option.frontend))
     } else {
         None
     };
     let seal = seal_of(option.is_sealed(), option.tag, expected);
     let plain = cross_node_plain();
-    if option_trusted(iface_flags(p.arrival_ifindex()), plain, seal) {
+    if option_trusted(iface_flags(p.arrival_ifindex()), plain, key.is_some(), seal) {
         return true;
     }
     count(if seal == Seal::Forged && !plain {

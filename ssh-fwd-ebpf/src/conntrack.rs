@@ -344,6 +344,11 @@ fn apply_request<P: Checked, A: Family>(
         match A::verify(p, h) {
             Verdict::Trusted => {}
             Verdict::Refused(outcome) => return Err(outcome),
+            // A SYN forwarded without its half-open entry would have its
+            // answer leave the node unrestored, naming the pod.
+            Verdict::Unverified if plan.step == Step::OpenHalf => {
+                return Err(Outcome::SynUnverified);
+            }
             Verdict::Unverified => return Ok(()),
         }
     }

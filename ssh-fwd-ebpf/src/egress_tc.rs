@@ -13,10 +13,15 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use ssh_fwd_common::{
-    conntrack::trust::{Ownership, ownership},
-    ipv6::ETH_P_IPV6,
+    conntrack::{
+        TCP_SYN,
+        trust::{Ownership, ownership},
+    },
+    ipopt::{FRONTEND_OPTION_TYPE, FRONTEND_OPTION_TYPE6},
+    ipv6::{ETH_P_IPV6, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, NEXTHDR_DEST, NEXTHDR_TCP},
     maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
     outcome::Outcome,
+    packet::{ETH_HLEN, IPPROTO_TCP, IPV4_MIN_LEN, IPV4_PROTO_OFF, TCP_FLAGS_OFF},
 };
 
 use crate::{
@@ -29,16 +34,56 @@ use crate::{
     icmp6,
     ipopt::{Carrier, NotAdded},
     mss,
-    packet::{Headers, Transport, ethertype},
+    packet::{Headers, Reloaded, Transport, ethertype, read},
     skb::{Field, Rewrite, parse, parse6},
 };
 
 #[classifier]
 pub fn ssh_fwd_egress_tc(ctx: TcContext) -> i32 {
-    if ethertype(&ctx) == Some(ETH_P_IPV6.to_be()) {
+    let ipv6 = ethertype(&ctx) == Some(ETH_P_IPV6.to_be());
+    if forged_option(&ctx, ipv6).unwrap_or(false) {
+        count(Outcome::OptionUntrusted);
+        return TC_ACT_SHOT;
+    }
+    if ipv6 {
         return egress6(&ctx);
     }
     egress4(&ctx)
+}
+
+/// Whether the packet is a SYN from this node (a pod, or the node itself)
+/// that carries the frontend option already: only a node's egress adds
+/// one, and a pod that wrote its own would be believed across the cluster
+/// interface. Two bytes read of every other packet (an IPv4 header
+/// without options, an IPv6 one without a Destination Options header
+/// first).
+#[inline(always)]
+fn forged_option(ctx: &TcContext, ipv6: bool) -> Option<bool> {
+    let p = Reloaded(ctx);
+    let l4 = if ipv6 {
+        let [next] = read::<_, 1>(&p, ETH_HLEN + IPV6_NEXT_HEADER_OFF)?;
+        if next != NEXTHDR_DEST {
+            return Some(false);
+        }
+        let [after, len, kind, _] = read::<_, 4>(&p, ETH_HLEN + IPV6_HLEN)?;
+        if kind != FRONTEND_OPTION_TYPE6 || after != NEXTHDR_TCP {
+            return Some(false);
+        }
+        ETH_HLEN + IPV6_HLEN + (usize::from(len) + 1) * 8
+    } else {
+        let [version_ihl] = read::<_, 1>(&p, ETH_HLEN)?;
+        if version_ihl & 0x0f <= 5 {
+            return Some(false);
+        }
+        let [kind] = read::<_, 1>(&p, ETH_HLEN + IPV4_MIN_LEN)?;
+        let [protocol] = read::<_, 1>(&p, ETH_HLEN + IPV4_PROTO_OFF)?;
+        if kind != FRONTEND_OPTION_TYPE || protocol != IPPROTO_TCP {
+            return Some(false);
+        }
+        ETH_HLEN + usize::from(version_ihl & 0x0f) * 4
+    };
+    let [flags] = read::<_, 1>(&p, l4 + TCP_FLAGS_OFF)?;
+    Some(flags & TCP_SYN != 0 && !from_outside(ctx))
 }
 
 /// IPv6, in a function of its own: a BPF-to-BPF call with its own stack

@@ -153,6 +153,7 @@ fn act(outcome: Outcome) -> u32 {
         | Outcome::SourceLimited
         | Outcome::IcmpOutOfWindow
         | Outcome::RewriteError
+        | Outcome::SynUnverified
         | Outcome::ResetFailed => xdp_action::XDP_DROP,
         // The frame now holds the RST that answers it.
         Outcome::DeniedReset => xdp_action::XDP_TX,

@@ -55,14 +55,38 @@ impl Packet for XdpContext {
     }
 }
 
-/// An XDP frame whose bounds are loaded from its context at every use, by
+/// A packet whose bounds are loaded from its context at every use, by
 /// volatile loads. A function that reads nothing of its context but those
 /// would otherwise be given them as arguments (the compiler moves the
 /// loads into its callers), and the verifier refuses arithmetic on a
-/// frame's end passed so.
-pub struct Reloaded<'a>(pub &'a XdpContext);
+/// packet's end passed so.
+pub struct Reloaded<'a, C>(pub &'a C);
 
-impl Packet for Reloaded<'_> {
+impl Packet for Reloaded<'_, TcContext> {
+    #[inline(always)]
+    fn data(&self) -> usize {
+        // SAFETY: the context pointer is the live skb of this program run.
+        unsafe { core::ptr::read_volatile(&(*self.0.skb.skb).data) as usize }
+    }
+
+    #[inline(always)]
+    fn data_end(&self) -> usize {
+        // SAFETY: as for `data`.
+        unsafe { core::ptr::read_volatile(&(*self.0.skb.skb).data_end) as usize }
+    }
+
+    #[inline(always)]
+    fn frame_len(&self) -> usize {
+        self.0.frame_len()
+    }
+
+    #[inline(always)]
+    fn arrival_ifindex(&self) -> u32 {
+        self.0.arrival_ifindex()
+    }
+}
+
+impl Packet for Reloaded<'_, XdpContext> {
     #[inline(always)]
     fn data(&self) -> usize {
         // SAFETY: the context pointer is the live xdp_md of this run.

@@ -112,12 +112,13 @@ pub enum Seal {
 
 /// Whether the frontend option of a SYN that arrived on an interface with
 /// `iface_flags` may be believed. Only another node adds it. A sealed one
-/// proves it; a plain one is believed only from an interface nothing but
-/// other nodes reach: on an external interface (even one that is also a
-/// cluster interface) anyone can send it. Under `--cross-node plain` no
-/// node adds it.
+/// proves it; a plain one is believed only on a node without a key
+/// (`keyed`: every node of a cluster with a key seals), and only from an
+/// interface nothing but other nodes reach: on an external interface (even
+/// one that is also a cluster interface) anyone can send it. Under
+/// `--cross-node plain` no node adds it.
 #[inline(always)]
-pub const fn option_trusted(iface_flags: u32, plain: bool, seal: Seal) -> bool {
+pub const fn option_trusted(iface_flags: u32, plain: bool, keyed: bool, seal: Seal) -> bool {
     use crate::maps::{IFACE_CLUSTER, IFACE_EXTERNAL};
     if plain {
         return false;
@@ -125,7 +126,9 @@ pub const fn option_trusted(iface_flags: u32, plain: bool, seal: Seal) -> bool {
     match seal {
         Seal::Valid => true,
         Seal::Forged => false,
-        Seal::None => iface_flags & IFACE_CLUSTER != 0 && iface_flags & IFACE_EXTERNAL == 0,
+        Seal::None => {
+            !keyed && iface_flags & IFACE_CLUSTER != 0 && iface_flags & IFACE_EXTERNAL == 0
+        }
     }
 }
 

@@ -264,8 +264,10 @@ mod ipv6;
 mod ndp;
 mod option;
 mod option6;
+mod option_trust;
 mod partial;
 mod redirect;
+mod unchecked;
 
 const JOB: (&str, &str, &str) = ("job", "198.18.0.10:8022", "10.244.1.5:22");
 

@@ -74,7 +74,7 @@ fn a_pods_address_counts_only_from_its_own_interface_or_bridge() {
 
 #[test]
 fn a_plain_frontend_option_is_believed_only_from_a_cluster_interface() {
-    let plain = |flags, mode| option_trusted(flags, mode, Seal::None);
+    let plain = |flags, mode| option_trusted(flags, mode, false, Seal::None);
     assert!(plain(IFACE_CLUSTER, false));
     assert!(!plain(IFACE_CLUSTER, true), "--cross-node plain");
     assert!(!plain(IFACE_EXTERNAL, false));
@@ -87,6 +87,20 @@ fn a_plain_frontend_option_is_believed_only_from_a_cluster_interface() {
 }
 
 #[test]
+fn a_node_with_the_key_believes_no_plain_frontend_option() {
+    for flags in [IFACE_CLUSTER, IFACE_EXTERNAL, 0] {
+        assert!(
+            !option_trusted(flags, false, true, Seal::None),
+            "{flags:#x}"
+        );
+        assert!(
+            option_trusted(flags, false, true, Seal::Valid),
+            "{flags:#x}"
+        );
+    }
+}
+
+#[test]
 fn a_sealed_frontend_option_is_believed_wherever_it_arrives_if_its_tag_is_right() {
     for flags in [
         IFACE_CLUSTER,
@@ -94,10 +108,16 @@ fn a_sealed_frontend_option_is_believed_wherever_it_arrives_if_its_tag_is_right(
         IFACE_EXTERNAL | IFACE_CLUSTER,
         0,
     ] {
-        assert!(option_trusted(flags, false, Seal::Valid), "{flags:#x}");
-        assert!(!option_trusted(flags, false, Seal::Forged), "{flags:#x}");
         assert!(
-            !option_trusted(flags, true, Seal::Valid),
+            option_trusted(flags, false, true, Seal::Valid),
+            "{flags:#x}"
+        );
+        assert!(
+            !option_trusted(flags, false, true, Seal::Forged),
+            "{flags:#x}"
+        );
+        assert!(
+            !option_trusted(flags, true, true, Seal::Valid),
             "--cross-node plain"
         );
     }
