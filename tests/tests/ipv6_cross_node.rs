@@ -274,6 +274,29 @@ fn a_pod_on_node_b_behind_two_ipv6_frontends_answers_each_session_from_its_own_f
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn with_ipv6_routes_alone_to_the_other_nodes_pods_the_link_to_them_is_a_cluster_interface() {
+    privilege::require();
+    // The pod network between the nodes routed over IPv6 only: no IPv4
+    // route with a gateway names the link to the other node.
+    let cluster = cluster(Wiring::default());
+    for node in &cluster.nodes {
+        node.ip(&["route", "del", "10.244.0.0/16"]).unwrap();
+    }
+    let bed = Bed::start(cluster, &[FIRST], &[]);
+    for agent in &bed.agents {
+        assert!(
+            agent
+                .log()
+                .contains("cluster interfaces: those of the routes with a gateway"),
+            "{}",
+            agent.log()
+        );
+    }
+    bed.assert_pod_2_sees_the_client(8022);
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn under_generic_xdp_ipv6_sessions_reach_a_pod_on_node_b_from_their_own_frontends() {
     privilege::require();
     let bed = Bed::start(

@@ -9,7 +9,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     ffi::CString,
-    net::{IpAddr, Ipv4Addr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
 use anyhow::{Context as _, bail};
@@ -321,15 +321,27 @@ pub fn gateway_interfaces(routes: &[RouteMessage]) -> BTreeSet<u32> {
 }
 
 impl Netlink {
-    /// The IPv4 routes of the main table.
+    /// The routes of the main table, IPv4 and IPv6: the pod network between
+    /// the nodes may be routed over either alone.
     pub async fn routes(&self) -> anyhow::Result<Vec<RouteMessage>> {
-        self.handle
+        let mut routes: Vec<RouteMessage> = self
+            .handle
             .route()
             .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
             .execute()
             .try_collect()
             .await
-            .context("rtnetlink route dump")
+            .context("rtnetlink IPv4 route dump")?;
+        let v6: Vec<RouteMessage> = self
+            .handle
+            .route()
+            .get(RouteMessageBuilder::<Ipv6Addr>::new().build())
+            .execute()
+            .try_collect()
+            .await
+            .context("rtnetlink IPv6 route dump")?;
+        routes.extend(v6);
+        Ok(routes)
     }
 }
 
