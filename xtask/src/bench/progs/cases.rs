@@ -327,7 +327,7 @@ fn requests() -> Vec<Case> {
             },
         },
         Case {
-            what: "request from another node on a cluster interface, SYN carrying its frontend in a plain IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
+            what: "request from another node on a cluster interface of a node without the key, SYN carrying its frontend in a plain IP option: option read and checked, half-open entry written, option removed; one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let c = Conn {
@@ -341,7 +341,9 @@ fn requests() -> Vec<Case> {
                 };
                 (
                     vec![],
-                    step(Program::Ingress, syn, learned).arriving_from_another_node(),
+                    step(Program::Ingress, syn, learned)
+                        .arriving_from_another_node()
+                        .on_a_node_without_a_key(),
                 )
             },
         },

@@ -184,6 +184,9 @@ pub struct Step {
     /// The packet arrived from another node, on the bed's cluster
     /// interface.
     pub from_another_node: bool,
+    /// It runs with the cluster's key unset: a node with a key believes
+    /// no plain frontend option.
+    pub keyless: bool,
     /// What the build must have for it (an IPv6 frame needs IPv6, a step
     /// of the XDP program needs one); on others the case is skipped.
     pub needs: Features,
@@ -203,6 +206,14 @@ impl Step {
     pub fn arriving_from_another_node(self) -> Self {
         Self {
             from_another_node: true,
+            ..self
+        }
+    }
+
+    /// The same packet, on a node without the cluster's key.
+    pub fn on_a_node_without_a_key(self) -> Self {
+        Self {
+            keyless: true,
             ..self
         }
     }
@@ -423,6 +434,7 @@ pub fn step(program: Program, frame: impl Wire, expect: Expect) -> Step {
         expect,
         from_outside: false,
         from_another_node: false,
+        keyless: false,
         needs,
     }
 }

@@ -40,6 +40,9 @@ pub struct Subject {
     /// (none: the build's agent pinned no such link).
     pins: [Option<PathBuf>; 4],
     work: tempfile::TempDir,
+    /// The pinned `CROSS_NODE_KEY` the bed writes the cluster's key to
+    /// (none on builds without claims, which the bed gives no key).
+    key_map: Option<PathBuf>,
     // Dropped in this order: the pins (teardown), then the namespaces.
     bpffs: Bpffs,
     bed: Bed,
@@ -113,6 +116,8 @@ impl Subject {
             work,
             bpffs,
             bed,
+            key_map: Some(maps.join("CROSS_NODE_KEY"))
+                .filter(|m| maps.join("CLAIMS").exists() && m.exists()),
         };
         self_map::write(&subject.bed, &maps, features)?;
         subject.establish()?;
@@ -177,6 +182,14 @@ impl Subject {
                     repeat: *repeat,
                     arrived_on: interfaces(step).0.map(str::to_owned),
                     runs_on: interfaces(step).1.map(str::to_owned),
+                    cross_node_key: self.key_map.clone().map(|map| {
+                        let key = if step.keyless {
+                            [0, 0]
+                        } else {
+                            cases::CROSS_NODE_KEY
+                        };
+                        (map, key)
+                    }),
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

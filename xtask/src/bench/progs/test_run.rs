@@ -28,6 +28,9 @@ pub struct Run {
     /// The interface a tc program runs on (the skb's `ifindex`: where a tc
     /// ingress program sees the packet arrive); none: `lo`.
     pub runs_on: Option<String>,
+    /// The pinned `CROSS_NODE_KEY` and the key to write to it before the
+    /// run (zeros: none), outside the timed part.
+    pub cross_node_key: Option<(PathBuf, [u64; 2])>,
 }
 
 /// Opens the program pinned at `path` for test runs, once it is of the
@@ -86,6 +89,9 @@ pub fn serve(plan: &Path) -> anyhow::Result<()> {
     let mut out = vec![0u8; DATA_OUT];
     let mut outcomes = Vec::with_capacity(runs.len());
     for (run, ctx) in runs.iter().zip(&contexts) {
+        if let Some((map, key)) = &run.cross_node_key {
+            write_key(map, *key)?;
+        }
         let options = TestRunOptions {
             data_in: Some(&run.frame),
             data_out: Some(&mut out),
@@ -138,4 +144,16 @@ fn ifindex(name: &str) -> anyhow::Result<u32> {
         std::io::Error::last_os_error()
     );
     Ok(index)
+}
+
+/// Writes `key` to the pinned `CROSS_NODE_KEY` array at `map`.
+fn write_key(map: &Path, key: [u64; 2]) -> anyhow::Result<()> {
+    let data =
+        aya::maps::MapData::from_pin(map).with_context(|| format!("opening {}", map.display()))?;
+    let mut array: aya::maps::Array<_, [u64; 2]> =
+        aya::maps::Array::try_from(aya::maps::Map::Array(data))
+            .with_context(|| format!("{} as an array", map.display()))?;
+    array
+        .set(0, key, 0)
+        .with_context(|| format!("writing {}", map.display()))
 }

@@ -101,7 +101,7 @@ pub fn all() -> Vec<Case> {
             },
         },
         Case {
-            what: "IPv6 request from another node on a cluster interface, SYN carrying its frontend in a plain Destination Options header (24 bytes): header read and checked, half-open entry written, header removed; one iteration per test run",
+            what: "IPv6 request from another node on a cluster interface of a node without the key, SYN carrying its frontend in a plain Destination Options header (24 bytes): header read and checked, half-open entry written, header removed; one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let syn =
@@ -109,6 +109,7 @@ pub fn all() -> Vec<Case> {
                 let carried = ipopt::add6(&syn.build(), frontend6());
                 let timed = step(Program::Ingress, carried, Expect::ipv6(LEARNED))
                     .arriving_from_another_node()
+                    .on_a_node_without_a_key()
                     .across_nodes6();
                 (vec![], timed)
             },

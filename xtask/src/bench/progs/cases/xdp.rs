@@ -53,7 +53,7 @@ pub fn all() -> Vec<Case> {
             },
         },
         Case {
-            what: "request from another node on a cluster interface, SYN carrying its frontend in a plain IP option: option read and checked, half-open entry written, option removed (the headers moved); one iteration per test run",
+            what: "request from another node on a cluster interface of a node without the key, SYN carrying its frontend in a plain IP option: option read and checked, half-open entry written, option removed (the headers moved); one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let c = Conn {
@@ -65,12 +65,14 @@ pub fn all() -> Vec<Case> {
                     ..c.syn_isn(ISN_XDP_CROSS_NODE + u32::from(instance))
                 };
                 let learned = Expect::tracking(None, Some(LEARNED_XDP));
-                let timed = step(Program::IngressXdp, syn, learned).arriving_from_another_node();
+                let timed = step(Program::IngressXdp, syn, learned)
+                    .arriving_from_another_node()
+                    .on_a_node_without_a_key();
                 (vec![], timed)
             },
         },
         Case {
-            what: "IPv6 request from another node on a cluster interface, SYN carrying its frontend in a plain Destination Options header (24 bytes): header read and checked, half-open entry written, header removed (the headers moved up); one iteration per test run",
+            what: "IPv6 request from another node on a cluster interface of a node without the key, SYN carrying its frontend in a plain Destination Options header (24 bytes): header read and checked, half-open entry written, header removed (the headers moved up); one iteration per test run",
             repeat: 1,
             packets: |instance| {
                 let c: Conn<Ipv6Addr> = Conn {
@@ -82,6 +84,7 @@ pub fn all() -> Vec<Case> {
                 let carried = ipopt::add6(&syn.build(), frontend);
                 let timed = step(Program::IngressXdp, carried, Expect::ipv6(LEARNED_XDP))
                     .arriving_from_another_node()
+                    .on_a_node_without_a_key()
                     .across_nodes6();
                 (vec![], timed)
             },
