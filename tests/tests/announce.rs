@@ -46,6 +46,50 @@ fn connects(ns: &NetNs, ip: &str, port: u16) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The SSH IP `ssh_ip` is on none of `node`'s interfaces: the node's sshd
+/// answers the client on the node's own address `node_ip` only.
+fn on_no_interface(client: &NetNs, node: &NetNs, ssh_ip: &str, node_ip: &str) {
+    let addrs = cmd::run(node.command("ip").arg("addr")).unwrap();
+    assert!(!addrs.contains(&format!(" {ssh_ip}/")), "{addrs}");
+    assert!(
+        connects(client, node_ip, 22),
+        "control: the node's sshd runs"
+    );
+    assert!(
+        !connects(client, ssh_ip, 22),
+        "the node's own sshd must not be reachable on the SSH IP"
+    );
+}
+
+/// `node`'s agent told the segment three times (`sent`: the metric of its
+/// gratuitous ARPs or unsolicited advertisements), its metrics say it
+/// announces `ssh_ip`, and `ssh-fwd status` names it with its interface
+/// and `mac`.
+fn told_and_shown(node: &NetNs, bpffs: &Bpffs, sent: &str, ssh_ip: &str, mac: &str) {
+    assert!(
+        cmd::wait_until(Duration::from_secs(5), || {
+            series(&metrics(node), sent) == Some(3.0)
+        }),
+        "three of {sent}: {}",
+        metrics(node)
+    );
+    let text = metrics(node);
+    assert_eq!(
+        series(&text, &format!("ssh_fwd_announcing{{ssh_ip=\"{ssh_ip}\"}}")),
+        Some(1.0)
+    );
+    let bin = binary().unwrap();
+    let mut status = node.command(bin.to_str().unwrap());
+    status
+        .args(["status", "-o", "json", "--bpffs"])
+        .arg(bpffs.path());
+    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
+    let announcing = &status["announcing"][0];
+    assert_eq!(announcing["ssh_ip"], ssh_ip, "{status}");
+    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
+    assert_eq!(announcing["mac"], mac, "{status}");
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn one_node_answers_arp_for_the_ssh_ip_and_logins_land_in_the_pod_not_on_the_node() {
@@ -87,16 +131,7 @@ fn one_node_answers_arp_for_the_ssh_ip_and_logins_land_in_the_pod_not_on_the_nod
 
     // The SSH IP is on no interface: the node's sshd answers on the
     // node's own address only.
-    let addrs = cmd::run(node.command("ip").args(["-4", "addr"])).unwrap();
-    assert!(!addrs.contains(EXTERNAL_IP), "{addrs}");
-    assert!(
-        connects(&seg.client, &node_ip(0), 22),
-        "control: the node's sshd runs"
-    );
-    assert!(
-        !connects(&seg.client, EXTERNAL_IP, 22),
-        "the node's own sshd must not be reachable on the SSH IP"
-    );
+    on_no_interface(&seg.client, node, EXTERNAL_IP, &node_ip(0));
 
     // Counted: the answers in the data path, the gratuitous ARPs here.
     let counters = bpffs.list().unwrap()["counters"].clone();
@@ -104,29 +139,7 @@ fn one_node_answers_arp_for_the_ssh_ip_and_logins_land_in_the_pod_not_on_the_nod
         counters["arp_answered"].as_u64().unwrap_or(0) >= answers.len() as u64,
         "{counters}"
     );
-    let garps = "ssh_fwd_garps_sent_total";
-    assert!(
-        cmd::wait_until(Duration::from_secs(5), || {
-            series(&metrics(node), garps) == Some(3.0)
-        }),
-        "three gratuitous ARPs: {}",
-        metrics(node)
-    );
-    let text = metrics(node);
-    assert_eq!(
-        series(&text, "ssh_fwd_announcing{ssh_ip=\"198.18.0.10\"}"),
-        Some(1.0)
-    );
-    let bin = binary().unwrap();
-    let mut status = node.command(bin.to_str().unwrap());
-    status
-        .args(["status", "-o", "json", "--bpffs"])
-        .arg(bpffs.path());
-    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
-    let announcing = &status["announcing"][0];
-    assert_eq!(announcing["ssh_ip"], EXTERNAL_IP, "{status}");
-    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
-    assert_eq!(announcing["mac"], mac.as_str(), "{status}");
+    told_and_shown(node, &bpffs, "ssh_fwd_garps_sent_total", EXTERNAL_IP, &mac);
     agent.stop().unwrap();
 }
 
@@ -297,40 +310,15 @@ fn one_node_answers_neighbour_solicitations_for_an_ipv6_ssh_ip_and_a_takeover_mo
     );
 
     // On no interface: the node's own sshd is not reachable on it.
-    let addrs = cmd::run(node.command("ip").args(["-6", "addr"])).unwrap();
-    assert!(!addrs.contains(EXTERNAL_IP6), "{addrs}");
-    assert!(
-        connects(&seg.client, &node_ip6(0), 22),
-        "control: the node's sshd runs"
-    );
-    assert!(
-        !connects(&seg.client, EXTERNAL_IP6, 22),
-        "the node's own sshd must not be reachable on the SSH IP"
-    );
+    on_no_interface(&seg.client, node, EXTERNAL_IP6, &node_ip6(0));
 
-    let adverts = "ssh_fwd_neighbour_adverts_sent_total";
-    assert!(
-        cmd::wait_until(Duration::from_secs(5), || {
-            series(&metrics(node), adverts) == Some(3.0)
-        }),
-        "three unsolicited neighbour advertisements: {}",
-        metrics(node)
+    told_and_shown(
+        node,
+        &bpffs,
+        "ssh_fwd_neighbour_adverts_sent_total",
+        EXTERNAL_IP6,
+        &mac,
     );
-    let text = metrics(node);
-    assert_eq!(
-        series(&text, "ssh_fwd_announcing{ssh_ip=\"fd00:198::10\"}"),
-        Some(1.0)
-    );
-    let bin = binary().unwrap();
-    let mut status = node.command(bin.to_str().unwrap());
-    status
-        .args(["status", "-o", "json", "--bpffs"])
-        .arg(bpffs.path());
-    let status: serde_json::Value = serde_json::from_str(&cmd::run(&mut status).unwrap()).unwrap();
-    let announcing = &status["announcing"][0];
-    assert_eq!(announcing["ssh_ip"], EXTERNAL_IP6, "{status}");
-    assert_eq!(announcing["iface"], EXT_IFACE, "{status}");
-    assert_eq!(announcing["mac"], mac.as_str(), "{status}");
 
     // The SSH IP moves by hand to node 1: node 0's data path detached,
     // node 1's agent started. The client's entry still names node 0; node

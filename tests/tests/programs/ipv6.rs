@@ -47,7 +47,7 @@ pub(super) fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<M
 /// The object with one IPv6 mapping, `[FRONTEND]:8022 -> [BACKEND]:22`,
 /// installed as the agent installs it, whose backend is a pod of this
 /// node.
-fn load6() -> Loaded {
+pub(super) fn load6() -> Loaded {
     let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
     own6(&l);
     l

@@ -48,7 +48,7 @@ fn translated_syn() -> Vec<u8> {
 }
 
 /// A SYN from the client's address and port to the pod, with ISN `seq`.
-fn syn_to_pod(seq: u32) -> Vec<u8> {
+pub(super) fn syn_to_pod(seq: u32) -> Vec<u8> {
     Frame {
         src: CLIENT,
         sport: 40_000,

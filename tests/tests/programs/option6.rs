@@ -39,7 +39,8 @@ const POD: u32 = 9;
 /// `lo`, where test runs without a context arrive.
 const LO: u32 = 1;
 
-const JOB6: (&str, &str, &str) = ("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22");
+pub(super) const JOB6: (&str, &str, &str) =
+    ("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22");
 const OTHER6: (&str, &str, &str) = ("other6", "[2001:db8:f::10]:9500", "[fd00:10:244:9::9]:22");
 
 /// The cluster's key in the sealed tests, and another cluster's.
@@ -55,7 +56,7 @@ fn load_frontend_node(key: Option<[u64; 2]>) -> Loaded {
     l
 }
 
-fn write_key(l: &Loaded, key: Option<[u64; 2]>) {
+pub(super) fn write_key(l: &Loaded, key: Option<[u64; 2]>) {
     ssh_fwd::datapath::key::KeyMap::open_pinned(&l.layout)
         .expect("CROSS_NODE_KEY pinned")
         .write(key)
@@ -79,7 +80,7 @@ fn egress_from(l: &Loaded, ingress: u32, frame: &[u8]) -> (u32, Vec<u8>) {
 
 /// A SYN from the client to the pod, as the pod's node receives it
 /// (translated), with ISN `seq`.
-fn syn_to_pod(seq: u32) -> Vec<u8> {
+pub(super) fn syn_to_pod(seq: u32) -> Vec<u8> {
     Frame6 {
         src: CLIENT,
         dst: BACKEND,

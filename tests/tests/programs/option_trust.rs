@@ -4,68 +4,36 @@
 //! key believes only sealed ones, so a pod on a node without ssh-fwd gains
 //! nothing either.
 
-use ssh_fwd::datapath::{conntrack::ConnTables, object::PROG_EGRESS_TC};
+use ssh_fwd::datapath::object::PROG_EGRESS_TC;
 use ssh_fwd_common::{
-    conntrack::TCP_SYN,
-    fixtures::Frame,
-    fixtures6::Frame6,
     ipopt,
     maps::{IFACE_CLUSTER, IFACE_POD_PEER},
 };
 use ssh_fwd_tests::privilege;
 
 use super::{
-    JOB, Loaded,
-    conntrack::{BACKEND, CLIENT, CLIENT_ISN, each_ingress, frontend},
+    JOB,
+    conntrack::{CLIENT_ISN, each_ingress, frontend},
     counters, delta,
     ipv6::{self, own6},
-    load,
+    load, option,
+    option6::{self, JOB6},
     redirect::set_iface_index_flags,
     test_run_tc_on,
+    unchecked::no_state,
 };
 
 /// A pod's interface.
 const POD: u32 = 9;
 const KEY: [u64; 2] = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
-const JOB6: (&str, &str, &str) = ("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22");
 
 /// A pod's SYN to the pod of the mapping, spoofing the client's address.
 fn pod_syn() -> Vec<u8> {
-    Frame {
-        src: CLIENT,
-        sport: 40_000,
-        dst: BACKEND,
-        dport: 22,
-        tcp_flags: TCP_SYN,
-        seq: CLIENT_ISN,
-        ..Frame::default()
-    }
-    .build()
+    option::syn_to_pod(CLIENT_ISN)
 }
 
 fn pod_syn6() -> Vec<u8> {
-    Frame6 {
-        src: ipv6::CLIENT,
-        dst: ipv6::BACKEND,
-        sport: 40_000,
-        dport: 22,
-        tcp_flags: TCP_SYN,
-        seq: CLIENT_ISN,
-        ..Frame6::default()
-    }
-    .build()
-}
-
-fn write_key(l: &Loaded) {
-    ssh_fwd::datapath::key::KeyMap::open_pinned(&l.layout)
-        .expect("CROSS_NODE_KEY pinned")
-        .write(Some(KEY))
-        .expect("write CROSS_NODE_KEY");
-}
-
-fn no_state(l: &Loaded) -> bool {
-    let tables = ConnTables::open_pinned(&l.layout).expect("tables");
-    tables.entries().is_empty() && tables.entries6().is_empty()
+    option6::syn_to_pod(CLIENT_ISN)
 }
 
 #[test]
@@ -87,7 +55,7 @@ fn a_syn_a_pod_wrote_the_option_on_does_not_leave_its_node() {
         ] {
             let l = load(&[JOB, JOB6]);
             if key.is_some() {
-                write_key(&l);
+                option6::write_key(&l, Some(KEY));
             }
             set_iface_index_flags(&l, POD, IFACE_POD_PEER);
             for from in [POD, 0] {
@@ -127,7 +95,7 @@ fn a_node_with_the_key_believes_no_plain_option_even_on_a_cluster_interface() {
         ] {
             let l = load(&[JOB, JOB6]);
             own6(&l);
-            write_key(&l);
+            option6::write_key(&l, Some(KEY));
             set_iface_index_flags(&l, 1, IFACE_CLUSTER);
             let before = counters(&l);
             let (_, out) = ingress.run(&l, &frame);

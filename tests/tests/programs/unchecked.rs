@@ -14,7 +14,7 @@ use super::{
     JOB, Loaded,
     conntrack::{BACKEND, CLIENT, CLIENT_ISN, Ingress, each_ingress, request},
     counters, delta,
-    ipv6::{self, frontend, own6},
+    ipv6::{self, frontend},
     load,
     redirect::set_iface_index_flags,
 };
@@ -22,7 +22,8 @@ use super::{
 /// Past the 256 bytes a segment is checked up to.
 const LONG: usize = 300;
 
-fn no_state(l: &Loaded) -> bool {
+/// Nothing in the connection tables of either family.
+pub(super) fn no_state(l: &Loaded) -> bool {
     let tables = ConnTables::open_pinned(&l.layout).expect("tables");
     tables.entries().is_empty() && tables.entries6().is_empty()
 }
@@ -52,8 +53,7 @@ fn a_syn_too_long_to_check_is_dropped_through_a_frontend() {
             &request(8022, TCP_SYN, CLIENT_ISN, 0, LONG),
             "IPv4",
         );
-        let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
-        own6(&l);
+        let l = ipv6::load6();
         let syn = ipv6::request(TCP_SYN, CLIENT_ISN, 0, LONG).build();
         dropped(&l, ingress, &syn, "IPv6");
     });
@@ -79,8 +79,7 @@ fn a_syn_too_long_to_check_is_dropped_with_its_frontend_from_another_node() {
         .build();
         let with = ipopt::add(&syn, super::conntrack::frontend(9022));
         dropped(&l, ingress, &with, "IPv4");
-        let l = load(&[("job6", "[2001:db8:f::10]:8022", "[fd00:10:244:1::5]:22")]);
-        own6(&l);
+        let l = ipv6::load6();
         set_iface_index_flags(&l, 1, IFACE_CLUSTER);
         let syn = Frame6 {
             src: ipv6::CLIENT,
