@@ -70,6 +70,11 @@ pub const SOURCE_RANGES: &str = "ssh-fwd.io/source-ranges";
 /// `--syn-burst`), or `off`; absent: the agent's `--syn-rate`.
 pub const SYN_RATE: &str = "ssh-fwd.io/syn-rate";
 
+/// Service status condition type: the controller's grant of a port on the
+/// SSH IP to the Service, for one pod (`k8s::grant`). Only holders of
+/// `services/status` write it; the agents honour a port only where it is.
+pub const GRANTED: &str = "ssh-fwd.io/Granted";
+
 /// Lease label of a port reservation: the SSH IP the port is on; the
 /// watches select on it.
 pub const PORT_RESERVATION: &str = "ssh-fwd.io/port-reservation";
@@ -119,6 +124,9 @@ pub mod reason {
     /// Warning: the pod was created without its endpoint variable, or its
     /// variable names a port it no longer has.
     pub const SSH_ENV_MISSING: &str = "SSHEnvMissing";
+    /// Warning: the pod's Service was changed by someone else (its
+    /// ports, selector or shape); the controller put it back.
+    pub const SERVICE_RESTORED: &str = "SSHServiceRestored";
     /// Normal, on an SSH IP's Lease: a node took the SSH IP over and
     /// answers ARP for it now (`--announce l2`).
     pub const SSH_IP_TAKEN_OVER: &str = "SSHIPTakenOver";
@@ -132,6 +140,8 @@ pub mod action {
     pub const ALLOCATE: &str = "Allocate";
     /// The pod's Service could not be created.
     pub const CREATE_SERVICE: &str = "CreateService";
+    /// The pod's Service was put back as the controller made it.
+    pub const RESTORE_SERVICE: &str = "RestoreService";
     /// An agent took an SSH IP's Lease.
     pub const TAKE_OVER: &str = "TakeOver";
 }

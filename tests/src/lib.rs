@@ -14,6 +14,7 @@ pub mod container;
 pub mod fake_api;
 pub mod flood;
 pub mod forge;
+pub mod grant;
 pub mod handshakes;
 pub mod image;
 pub mod leftovers;

@@ -62,7 +62,7 @@ fn lb_service(name: &str, port: u16, ssh_ip: &str) -> Value {
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": 22, "protocol": "TCP"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": ssh_ip}]}}
+        "status": ssh_fwd_tests::grant::status(&[ssh_ip], port, &format!("uid-{name}"))
     })
 }
 
@@ -74,7 +74,7 @@ fn slice(service: &str, ip: &str) -> Value {
                      "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "addressType": family,
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+        "endpoints": [ssh_fwd_tests::grant::endpoint(ip, "jobs", service, &format!("uid-{service}"))]
     })
 }
 

@@ -307,7 +307,7 @@ fn in_kubernetes_a_line_names_the_service_and_the_pod() {
             "spec": {"type": "LoadBalancer", "loadBalancerClass": ssh_fwd::vocabulary::LB_CLASS,
                      "allocateLoadBalancerNodePorts": false,
                      "ports": [{"name": "ssh", "port": 8123, "targetPort": 22, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
+            "status": ssh_fwd_tests::grant::status(&[EXTERNAL_IP], 8123, "uid-job-a-rank-0")
         }),
     );
     api.apply(
@@ -319,8 +319,7 @@ fn in_kubernetes_a_line_names_the_service_and_the_pod() {
                                     "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
             "addressType": "IPv4",
             "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
-            "endpoints": [{"addresses": ["10.244.1.5"], "conditions": {"ready": true},
-                           "targetRef": {"kind": "Pod", "namespace": "jobs", "name": "job-a-rank-0"}}]
+            "endpoints": [ssh_fwd_tests::grant::endpoint("10.244.1.5", "jobs", "job-a-rank-0", "uid-job-a-rank-0")]
         }),
     );
     let dir = tempfile::tempdir().unwrap();

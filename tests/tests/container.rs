@@ -81,7 +81,7 @@ fn publish_pod(api: &FakeApi, pod_ip: &str) {
             "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                      "allocateLoadBalancerNodePorts": false,
                      "ports": [{"name": "ssh", "port": PORT, "targetPort": 22, "protocol": "TCP"}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
+            "status": ssh_fwd_tests::grant::status(&[EXTERNAL_IP], PORT, "uid-job-7")
         }),
     );
     api.apply(
@@ -93,7 +93,7 @@ fn publish_pod(api: &FakeApi, pod_ip: &str) {
                                     "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
             "addressType": "IPv4",
             "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [pod_ip], "conditions": {"ready": true}}]
+            "endpoints": [ssh_fwd_tests::grant::endpoint(pod_ip, "jobs", "job-7", "uid-job-7")]
         }),
     );
 }

@@ -107,9 +107,10 @@ fn an_ipv6_first_controller_publishes_an_ipv6_command_that_reaches_the_pod() {
         (&json!(["IPv6", "IPv4"]), &json!("RequireDualStack")),
         "{service}"
     );
+    let listing = |ip: &str| json!({"ip": ip, "ports": [{"port": port, "protocol": "TCP"}]});
     assert_eq!(
         service["status"]["loadBalancer"]["ingress"],
-        json!([{"ip": EXTERNAL_IP6}, {"ip": EXTERNAL_IP}])
+        json!([listing(EXTERNAL_IP6), listing(EXTERNAL_IP)])
     );
     let leases = api.list(Kind::Lease);
     assert!(

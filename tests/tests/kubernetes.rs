@@ -27,9 +27,13 @@ fn lb_service(name: &str, port: u16) -> Value {
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": 22, "protocol": "TCP"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP}]}}
+        "status": ssh_fwd_tests::grant::status(&[EXTERNAL_IP], port, &format!("uid-{name}"))
     })
 }
+
+/// The agent's flag that honours [`legacy_service`]s, which trust every
+/// Service writer (the default honours only granted LoadBalancers).
+const EXTERNAL_IPS_TOO: [&str; 2] = ["--service-styles", "loadbalancer,externalips"];
 
 fn legacy_service(name: &str, port: u16) -> Value {
     json!({
@@ -48,7 +52,7 @@ fn slice(service: &str, port_name: &str, ip: &str) -> Value {
                      "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "addressType": "IPv4",
         "ports": [{"name": port_name, "port": 22, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+        "endpoints": [ssh_fwd_tests::grant::endpoint(ip, "jobs", service, &format!("uid-{service}"))]
     })
 }
 
@@ -92,6 +96,8 @@ fn kube_bed(node: &ssh_fwd_tests::NetNs, extra: &[&str]) -> KubeBed {
     api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.1.5"));
     let dir = tempfile::tempdir().unwrap();
     let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
+    // The tests' legacy Services are externalIPs ones.
+    args.extend(EXTERNAL_IPS_TOO.map(String::from));
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     KubeBed {
         api,
@@ -474,7 +480,8 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
     );
     let dir = tempfile::tempdir().unwrap();
     let bpffs = Bpffs::new().unwrap();
-    let args = api.agent_args(dir.path(), EXTERNAL_IP);
+    let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
+    args.extend(EXTERNAL_IPS_TOO.map(String::from));
     let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();
     let hostname = || {

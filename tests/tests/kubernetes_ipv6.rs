@@ -87,16 +87,15 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
     let node = &topo.nodes[0].ns;
     let api = FakeApi::start(node).unwrap();
     api.dual_stack(Family::Ipv4);
-    api.apply(Kind::Pod, pod("dual"));
-    api.apply(Kind::Pod, pod("legacy"));
+    api.create(Kind::Pod, pod("dual")).unwrap();
+    api.create(Kind::Pod, pod("legacy")).unwrap();
     api.create(Kind::Service, dual_lb("dual", 8123)).unwrap();
-    // Our class's status, as the controller writes it: both SSH IPs.
-    api.patch_status(
-        Kind::Service,
-        "jobs",
-        "dual",
-        &json!({"status": {"loadBalancer": {"ingress": [{"ip": EXTERNAL_IP6}, {"ip": EXTERNAL_IP}]}}}),
-    );
+    // Our class's status, as the controller writes it: the grant, on both
+    // SSH IPs.
+    let uid = api.get(Kind::Pod, "jobs", "dual-0").unwrap()["metadata"]["uid"].clone();
+    let status =
+        ssh_fwd_tests::grant::status(&[EXTERNAL_IP6, EXTERNAL_IP], 8123, uid.as_str().unwrap());
+    api.patch_status(Kind::Service, "jobs", "dual", &json!({"status": status}));
     api.create(
         Kind::Service,
         ipv4_only_with_ipv6_external_ip("legacy", 8124),
@@ -105,6 +104,8 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
     let dir = tempfile::tempdir().unwrap();
     let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
     args.extend(["--ssh-ip".into(), EXTERNAL_IP6.into()]);
+    // The second Service is an externalIPs one, honoured only when asked for.
+    args.extend(["--service-styles", "loadbalancer,externalips"].map(String::from));
     let bpffs = Bpffs::new().unwrap();
     let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();

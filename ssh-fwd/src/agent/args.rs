@@ -61,17 +61,22 @@ pub struct AgentArgs {
     #[arg(long, value_name = "SELECTOR", default_value = crate::vocabulary::DEFAULT_SELECTOR)]
     pub selector: String,
 
-    /// The Service shapes honoured, comma-separated: `loadbalancer` (type
-    /// LoadBalancer of class ssh-fwd.io/ssh, its address in the status only
-    /// the controller writes) and `externalips` (spec.externalIPs, which
-    /// anyone who may create a Service can set; deprecated since Kubernetes
-    /// 1.36). A Service of a shape left out is ignored and logged.
+    /// The Service shapes honoured, comma-separated. `loadbalancer`: type
+    /// LoadBalancer of class ssh-fwd.io/ssh, honoured only for the port the
+    /// controller granted it in its status (which only the controller
+    /// writes) and only to the pod it was granted to. `externalips`:
+    /// spec.externalIPs, which anyone who may write a Service in any
+    /// namespace can set: such a Service takes any port nobody was
+    /// granted, forwarded to whatever its selector finds. Add it only where
+    /// every Service writer is trusted with the SSH IP (CVE-2020-8554;
+    /// deprecated since Kubernetes 1.36). A Service of a shape left out is
+    /// ignored and logged.
     #[arg(
         long,
         value_name = "STYLES",
         value_enum,
         value_delimiter = ',',
-        default_value = "loadbalancer,externalips",
+        default_value = "loadbalancer",
         requires = "kubernetes"
     )]
     pub service_styles: Vec<ServiceStyle>,
@@ -411,17 +416,15 @@ mod tests {
     }
 
     #[test]
-    fn both_service_styles_are_honoured_unless_narrowed() {
+    fn only_load_balancers_are_honoured_unless_external_ips_are_asked_for() {
         let base = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
-        assert_eq!(parse(base).unwrap().styles(), Styles::ALL);
-        let narrowed = parse(base.into_iter().chain(["--service-styles", "loadbalancer"])).unwrap();
-        assert_eq!(
-            narrowed.styles(),
-            Styles {
-                load_balancer: true,
-                external_ips: false
-            }
-        );
+        let only_lb = Styles {
+            load_balancer: true,
+            external_ips: false,
+        };
+        assert_eq!(parse(base).unwrap().styles(), only_lb);
+        let named = parse(base.into_iter().chain(["--service-styles", "loadbalancer"])).unwrap();
+        assert_eq!(named.styles(), only_lb);
         let both = ["--service-styles", "externalips,loadbalancer"];
         assert_eq!(
             parse(base.into_iter().chain(both)).unwrap().styles(),

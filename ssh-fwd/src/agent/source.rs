@@ -366,6 +366,11 @@ impl KubeFollower {
             capacity: args.max_mappings as usize,
             guard: args.guard.defaults(),
         };
+        if policy.styles.external_ips {
+            tracing::warn!(
+                "--service-styles honours externalips: any Service with the SSH IP in spec.externalIPs takes the ports it lists that the controller granted to nobody, forwarded to whatever its selector finds; everyone who may write a Service in any namespace is trusted with the SSH IP. Leave externalips out unless that is so"
+            );
+        }
         // The node's addresses, where no endpoint may be (a hostNetwork
         // pod's): read again at each resync and when they change.
         let client = api.client.clone();
@@ -482,6 +487,21 @@ fn report(notes: &[Note]) {
                 service,
                 class = crate::vocabulary::LB_CLASS,
                 "LoadBalancer Service of this class ignored: it lets Kubernetes open NodePorts on every node; set spec.allocateLoadBalancerNodePorts: false"
+            ),
+            Note::NotGranted {
+                service,
+                port: Some(port),
+            } => tracing::warn!(
+                service,
+                port,
+                "Service lists a port on the SSH IP that the controller did not grant it; that port stays closed to it (the controller puts its own Services back as it made them)"
+            ),
+            Note::NotGranted {
+                service,
+                port: None,
+            } => tracing::info!(
+                service,
+                "Service has the SSH IP in its load-balancer status but no grant from the controller yet; its ports stay closed until the controller grants one"
             ),
             Note::StyleNotHonoured { service, style } => tracing::warn!(
                 service,

@@ -21,6 +21,7 @@ use kube::{
 use serde_json::json;
 
 mod event;
+mod grant;
 
 use super::{
     api_error::{self, Grant},
@@ -30,7 +31,7 @@ use super::{
     plan::{Action, DeleteReason, Problem},
     pod::PodRef,
     reservation::write::{lease_port, release, reserve_port},
-    service::{self, is_managed},
+    service,
     ssh_ips::{self, SshIps},
     warn::Scope,
 };
@@ -213,11 +214,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
                     // waits for the cache (an older Service on the port
                     // would show there).
                     let name = service.metadata.name.as_deref().unwrap_or_default();
-                    let status_failed = if service::is_load_balancer(&service) {
-                        set_ingress(ctx, &pod.namespace, name).await.err()
-                    } else {
-                        None
-                    };
+                    let status_failed = grant::set_grant(ctx, &pod, name, port).await.err();
                     Ok(Outcome::Created {
                         uid: pod.uid,
                         port,
@@ -248,7 +245,13 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             }
             delete(ctx, &namespace, &name, uid, &why).await?;
         }
-        Action::SetIngress { namespace, name } => set_ingress(ctx, &namespace, &name).await?,
+        Action::SetGrant { pod, name, port } => grant::set_grant(ctx, &pod, &name, port).await?,
+        Action::Restore {
+            pod,
+            name,
+            fields,
+            patch,
+        } => grant::restore(ctx, &pod, &name, &fields, &patch).await?,
         Action::Reserve { lease } => {
             let port = lease_port(&lease);
             if reserve_port(&ctx.reservations, &lease, port).await? {
@@ -311,7 +314,9 @@ async fn create(
                 api_error::context(e, what, Grant::Cluster)
             })?;
             Ok(match existing {
-                Some(svc) if !is_managed(&svc) => Created::Taken(name.to_owned()),
+                Some(svc) if service::served_pod(&svc) != Some(&pod.uid) => {
+                    Created::Taken(name.to_owned())
+                }
                 _ => Created::Ours,
             })
         }
@@ -366,21 +371,6 @@ async fn delete(
             Grant::Cluster,
         )),
     }
-}
-
-async fn set_ingress(ctx: &Context, namespace: &str, name: &str) -> anyhow::Result<()> {
-    let api: Api<Unread<Service>> = Api::namespaced(ctx.client.clone(), namespace);
-    let ingress: Vec<serde_json::Value> = (ctx.ssh_ips.all())
-        .map(|ip| json!({"ip": ip.to_string()}))
-        .collect();
-    let status = json!({"status": {"loadBalancer": {"ingress": ingress}}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .map(drop)
-        .map_err(|e| {
-            let what = format!("writing the load-balancer status of Service {namespace}/{name}");
-            api_error::context(e, what, Grant::Cluster)
-        })
 }
 
 async fn publish(

@@ -35,14 +35,17 @@ pub struct ControllerArgs {
     pub service_style: ServiceStyle,
 
     /// The agents' --service-styles: the Service shapes whose SSH IP they
-    /// honour. Others' Services hold a port on the SSH IP only in these
-    /// shapes, as the agents see them; --service-style must be one of them.
+    /// honour; --service-style must be one of them. With `externalips`,
+    /// someone else's externalIPs Service holds the ports it lists that
+    /// nobody was granted (anyone who may write a Service can make one),
+    /// and the controller hands those out to no pod; a port it granted
+    /// stays with its pod whatever such a Service lists.
     #[arg(
         long,
         value_name = "STYLES",
         value_enum,
         value_delimiter = ',',
-        default_value = "loadbalancer,externalips"
+        default_value = "loadbalancer"
     )]
     pub service_styles: Vec<ServiceStyle>,
 

@@ -331,7 +331,7 @@ fn others_selector(selector: &str) -> String {
 }
 
 /// Keeps what the plan reads of a Service: identity, labels, owner, ports,
-/// shape and load-balancer status, and every field the agents' rule
+/// selector, shape and status (the grant), and every field the agents' rule
 /// ([`crate::source::kubernetes::desired`]) weighs, or a Service they route
 /// would look like one they ignore and its port be handed out twice.
 pub(crate) fn prune_service(svc: &mut Service) {
@@ -341,6 +341,8 @@ pub(crate) fn prune_service(svc: &mut Service) {
         *spec = k8s_openapi::api::core::v1::ServiceSpec {
             type_: spec.type_.take(),
             ports: spec.ports.take(),
+            // Compared with what the controller made (`service::drift`).
+            selector: spec.selector.take(),
             external_ips: spec.external_ips.take(),
             load_balancer_class: spec.load_balancer_class.take(),
             allocate_load_balancer_node_ports: spec.allocate_load_balancer_node_ports.take(),

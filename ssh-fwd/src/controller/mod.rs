@@ -112,6 +112,14 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    if args
+        .service_styles
+        .contains(&crate::args::ServiceStyle::Externalips)
+    {
+        tracing::warn!(
+            "--service-styles honours externalips: someone else's externalIPs Service holds the ports it lists that were granted to nobody, and those are handed out to no pod; granted ports stay with their pods"
+        );
+    }
     let ctx = Arc::new(Context {
         reservations: Api::namespaced(client.clone(), &namespace),
         reporter: kube::runtime::events::Reporter {

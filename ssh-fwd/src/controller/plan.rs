@@ -2,17 +2,20 @@
 //! a pure function of the caches, so every rule is a unit test.
 //!
 //! Rules: each pod labelled `ssh-fwd.io/ssh=enabled` that is not finished or
-//! terminating gets one Service on a free port. Two Services holding one port
-//! on the SSH IP: the oldest keeps it (then by name; the agents decide the
-//! same way) and a younger one of ours is deleted, so its pod gets another
-//! port. A pod is told its endpoint only once its Service holds the port
-//! and, for a LoadBalancer, once the cache shows the ingress address written.
-//! Services whose pod is gone or no longer asks are deleted, after the
-//! endpoint is taken off the pod. A pod that cannot be served (bad
-//! target-port annotation, its Service name taken by someone else's, no
-//! free port) gets a Warning instead.
+//! terminating gets one Service on a free port, and the grant of that port
+//! on the Service's status (`k8s::grant`), which is what the agents honour.
+//! The port is the pod's reservation's, never what the Service's spec says:
+//! the spec is its namespace's to write, and where someone changed it, it
+//! is put back ([`publish`]). A Service of ours whose pod holds no
+//! reservation of its port (two grants of one port: never by design, but a
+//! Lease removed by hand can cause it) is deleted, so its pod gets another
+//! port; someone else's Service holds no grant and never moves ours. A pod
+//! is told its endpoint only once the
+//! cache shows its grant written. Services whose pod is gone or no longer
+//! asks are deleted, after the endpoint is taken off the pod. A pod that
+//! cannot be served (bad target-port annotation, its Service name taken by
+//! someone else's, no free port) gets a Warning instead.
 
-use crate::vocabulary;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::apis::meta::v1::Time};
@@ -21,18 +24,17 @@ use rand::Rng;
 pub use super::warn::Problem;
 use super::{
     expect::Expectations,
-    pod::{PodRef, PodView, asks_for_ssh},
+    pod::{PodRef, asks_for_ssh},
     reservation::upkeep::Free,
-    service::{self, Settings},
-    ssh_ips::{self, SshIps},
+    service::Settings,
     world::World,
 };
 pub use action::{Action, DeleteReason};
-use races::retire_port_losers;
+use publish::{Publishing, publish};
 use scope::{PortSet, Scope};
 
 mod action;
-mod races;
+mod publish;
 pub mod scope;
 mod serve;
 
@@ -59,8 +61,7 @@ pub fn compute(
 ) -> Vec<Action> {
     let world = pass.world;
     let mut actions = Vec::new();
-    retire_port_losers(world, pass.scope.ports(world), &mut actions);
-    let (ours, retiring) = sort_out_ours(world, pass.scope, &mut actions);
+    let ours = sort_out_ours(world, pass.scope, &mut actions);
     let taken = PortSet {
         world,
         expected: pass.expected,
@@ -76,17 +77,17 @@ pub fn compute(
             uid: uid.to_owned(),
         };
         if let Some(svc) = ours.get(uid) {
-            let published = pass.expected.published(uid);
-            let to = Target {
-                ips: &settings.ssh_ips,
+            let at = Publishing {
+                world,
+                settings,
                 host: endpoint_host,
+                published: pass.expected.published(uid),
             };
-            publish(svc, pod, pod_ref, published, &to, &mut actions);
+            actions.extend(publish(svc, pod, pod_ref, &at));
             continue;
         }
-        // Retiring: a new port next pass, once the old Service (same name)
-        // is gone. Creating: the cache will show it.
-        if !retiring.contains(uid) && !pass.expected.creating(uid) {
+        // Creating: the cache will show it.
+        if !pass.expected.creating(uid) {
             let mut free = Free {
                 range,
                 taken: &taken,
@@ -104,33 +105,26 @@ pub fn compute(
     actions
 }
 
-/// Where a published endpoint points.
-struct Target<'a> {
-    ips: &'a SshIps,
-    host: &'a str,
-}
-
 /// Our Services by the uid of the pod they serve (the oldest when there are
-/// several), and the uids whose Service is being retired for losing its
-/// port, for the pods the scope names. Services of pods that no longer
+/// several), for the pods the scope names. Services of pods that no longer
 /// ask, and extra ones, are deleted (oldest first).
 fn sort_out_ours<'a>(
     world: &'a World,
     scope: &'a Scope,
     actions: &mut Vec<Action>,
-) -> (BTreeMap<&'a str, &'a Service>, BTreeSet<&'a str>) {
+) -> BTreeMap<&'a str, &'a Service> {
     let mut ours = BTreeMap::new();
-    let mut retiring = BTreeSet::new();
     let mut deletes = Vec::new();
     for uid in scope.groups(world) {
-        let wanted = world.pod(uid).is_some_and(asks_for_ssh);
-        let mut by_age: Vec<&Service> = world.ours_of(uid).collect();
+        let pod = world.pod(uid);
+        let wanted = pod.is_some_and(asks_for_ssh);
+        // An owner reference names a pod of the Service's own namespace:
+        // one elsewhere naming this pod's uid is not ours to keep or delete.
+        let mut by_age: Vec<&Service> = (world.ours_of(uid))
+            .filter(|s| pod.is_none_or(|p| p.metadata.namespace == s.metadata.namespace))
+            .collect();
         by_age.sort_by_cached_key(|s| age(s));
         for svc in by_age {
-            if races::lost(world, svc) {
-                retiring.insert(uid);
-                continue;
-            }
             let why = if !wanted {
                 DeleteReason::PodGone
             } else if ours.contains_key(uid) {
@@ -157,7 +151,7 @@ fn sort_out_ours<'a>(
     }
     deletes.sort_by(|a, b| a.0.cmp(&b.0));
     actions.extend(deletes.into_iter().map(|(_, delete)| delete));
-    (ours, retiring)
+    ours
 }
 
 /// Oldest first, a missing timestamp last, then by name.
@@ -166,79 +160,7 @@ fn age(s: &Service) -> (bool, Option<Time>, String) {
     (created.is_none(), created, full_name(s))
 }
 
-/// What a pod with a Service still needs: the LoadBalancer status, then (in
-/// a later pass, once the cache shows the status) the label, annotation and
-/// event, so "Connected!" is never sent for an address not yet written.
-fn publish(
-    svc: &Service,
-    pod: &PodView,
-    pod_ref: PodRef,
-    published: Option<&str>,
-    to: &Target<'_>,
-    actions: &mut Vec<Action>,
-) {
-    let Some(port) = svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref()?.first())
-        .and_then(|p| u16::try_from(p.port).ok())
-    else {
-        return;
-    };
-    let name = svc.metadata.name.clone().unwrap_or_default();
-    let is_lb = service::is_load_balancer(svc);
-    if is_lb && !has_ingress(svc, to.ips) {
-        actions.push(Action::SetIngress {
-            namespace: pod_ref.namespace.clone(),
-            name,
-        });
-        return;
-    }
-    let endpoint = ssh_ips::endpoint(to.host, port);
-    let meta = &pod.metadata;
-    // Published in a pass the pod cache has not caught up with: done.
-    if published == Some(endpoint.as_str()) {
-        return;
-    }
-    let told = service::told_endpoint(pod) == Some(endpoint.as_str());
-    let annotated = meta.annotation(vocabulary::ENDPOINT) == Some(endpoint.as_str());
-    let labelled = meta.label(vocabulary::SERVICE) == Some(name.as_str());
-    if !(annotated && labelled && told) {
-        actions.push(Action::Publish {
-            pod: pod_ref,
-            service: name,
-            port,
-            announce: !told,
-        });
-    }
-}
-
-/// Whether the LoadBalancer status is exactly what we write, `[{ip:
-/// IP}]` for each SSH IP (in any order); a stale, missing or extra address
-/// is rewritten. Fields the API server fills in itself (`ipMode`) do not
-/// count.
-fn has_ingress(svc: &Service, ips: &SshIps) -> bool {
-    let ingress = svc
-        .status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_deref())
-        .unwrap_or_default();
-    let read: BTreeSet<Option<std::net::IpAddr>> = (ingress.iter())
-        .map(|i| {
-            let plain = i.hostname.as_deref().unwrap_or("").is_empty();
-            // Any text that parses to an SSH IP is as good as its
-            // canonical form.
-            i.ip.as_deref()
-                .and_then(|ip| ip.parse().ok())
-                .filter(|_| plain)
-        })
-        .collect();
-    let ours: BTreeSet<Option<std::net::IpAddr>> = ips.all().map(Some).collect();
-    ingress.len() == ours.len() && read == ours
-}
-
-fn full_name(s: &Service) -> String {
+pub(super) fn full_name(s: &Service) -> String {
     format!(
         "{}/{}",
         s.metadata.namespace.as_deref().unwrap_or(""),

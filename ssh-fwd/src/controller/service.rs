@@ -177,8 +177,29 @@ pub fn is_load_balancer(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
 }
 
+/// Whether `service` carries the controller's `managed-by` label: what
+/// the controller writes on its Services, and anyone who may write a
+/// Service can copy, so never enough to make one ours ([`served_pod`]).
 pub fn is_managed(service: &Service) -> bool {
     label(service, vocabulary::MANAGED_BY_LABEL) == Some(vocabulary::CONTROLLER)
+}
+
+/// The uid of the pod one of our Services serves; `None` for a Service
+/// that is not ours. Ours is named for its pod and owned by it (its
+/// controller owner reference), and carries our grant for that pod or,
+/// until the grant is written, our label. The label alone, which a tenant
+/// may set, makes nothing ours. An owner reference names a pod of the
+/// Service's own namespace (the garbage collector reads it so): the plan
+/// checks the pod's namespace before it acts.
+pub fn served_pod(service: &Service) -> Option<&str> {
+    let owner = (service.metadata.owner_references.iter().flatten())
+        .find(|o| o.kind == "Pod" && o.api_version == "v1" && o.controller == Some(true))?;
+    let named = service.metadata.name.as_deref() == Some(service_name(&owner.name).as_str());
+    if !named || owner.uid.is_empty() {
+        return None;
+    }
+    let granted = (ServiceView::of(service).grant).is_some_and(|g| *g.pod_uid == owner.uid);
+    (granted || is_managed(service)).then_some(owner.uid.as_str())
 }
 
 pub fn label<'a>(service: &'a Service, key: &str) -> Option<&'a str> {
@@ -198,10 +219,14 @@ pub struct Claim {
     /// `namespace/name`
     pub service: String,
     pub uid: Option<String>,
-    pub managed: bool,
+    /// The controller granted it the port (only ours are granted).
+    pub granted: bool,
 }
 
 impl crate::k8s::ownership::Claimant for Claim {
+    fn granted(&self) -> bool {
+        self.granted
+    }
     fn created(&self) -> Option<&Time> {
         self.created.as_ref()
     }
@@ -210,48 +235,32 @@ impl crate::k8s::ownership::Claimant for Claim {
     }
 }
 
-/// The ports a Service holds on the SSH IP. Someone else's holds what the
-/// agents would honour under `policy` (their shapes and load-balancer
-/// class, TCP, in the range: `desired::honoured_addresses` and
-/// `honoured_port`, the one rule for both), so the controller never gives
-/// way to a Service the agents ignore; one this controller made holds every
-/// TCP port it lists.
+/// The ports a Service holds on the SSH IP: what the agents honour under
+/// `policy` ([`desired::frontends`], the one rule for both): the port its
+/// grant names, or, for a Service without one, its `externalIPs` ports
+/// where those are honoured. What a Service's spec lists beyond its grant
+/// holds nothing: a tenant may write the spec, never the grant.
 pub fn claims(service: &Service, policy: &Policy) -> Vec<Claim> {
     let view = ServiceView::of(service);
-    let managed = is_managed(service);
     let mut notes = Vec::new();
-    let ports: Vec<u16> = if managed {
-        // Ours hold their ports from the moment they exist, whatever the
-        // agents make of them yet (a LoadBalancer before its status is
-        // written): a port is never handed out twice.
-        (view.ports.iter())
-            .filter(|p| p.tcp)
-            .filter_map(|p| u16::try_from(p.port).ok())
-            .collect()
-    } else if desired::honoured_addresses(&view, policy, &mut notes).is_some() {
-        let id = view.id.to_string();
-        (view.ports.iter())
-            .filter_map(|p| desired::honoured_port(&id, p, policy, &mut notes))
-            .collect()
-    } else {
-        Vec::new()
-    };
     let key = view.id.to_string();
     let mut claims: Vec<Claim> = Vec::new();
-    for port in ports {
-        if claims.iter().any(|c| c.port == port) {
+    for frontends in desired::frontends(&view, policy, &mut notes) {
+        if claims.iter().any(|c| c.port == frontends.number) {
             continue;
         }
         claims.push(Claim {
-            port,
+            port: frontends.number,
             created: service.metadata.creation_timestamp.clone(),
             service: key.clone(),
             uid: service.metadata.uid.clone(),
-            managed,
+            granted: frontends.granted,
         });
     }
     claims
 }
 
+pub mod drift;
+pub mod grant;
 #[cfg(test)]
 mod tests;

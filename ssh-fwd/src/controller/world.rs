@@ -22,7 +22,6 @@ use super::{
     service::{self, Claim},
 };
 use crate::source::kubernetes::desired::Policy;
-use crate::vocabulary;
 
 use book::{Book, pod_token};
 
@@ -101,10 +100,6 @@ impl World {
 
     pub fn ip(&self) -> IpAddr {
         self.ip
-    }
-
-    pub fn policy(&self) -> &Policy {
-        &self.policy
     }
 
     /// Puts the pod `key` (`namespace`, `name`) as it is now (`None`: gone).
@@ -197,21 +192,25 @@ impl World {
     /// reservations on the SSH IP count.
     pub fn set_lease(&mut self, name: &str, now: Option<&LeaseView>, touched: &mut Touched) {
         if let Some(old) = self.book.remove(name) {
-            Self::touch_reservation(&old, touched);
+            self.touch_reservation(&old, touched);
         }
         let Some(lease) = now else { return };
         if let Some(r) = super::reservation::read(lease, self.ip) {
-            Self::touch_reservation(&r, touched);
+            self.touch_reservation(&r, touched);
             self.book.insert(r);
         }
     }
 
-    /// A reservation's change touches its port. (The pods it is for
-    /// matter only while they have no Service: the plan looks at those
-    /// after every change anyway.)
-    fn touch_reservation(r: &super::reservation::Reservation, touched: &mut Touched) {
+    /// A reservation's change touches its port, and the pods it is for:
+    /// the port a pod's Service is granted is its reservation's.
+    fn touch_reservation(&self, r: &super::reservation::Reservation, touched: &mut Touched) {
         touched.reservations.insert(r.name.clone());
         touched.ports.insert(r.port);
+        touched.pods.extend(r.pod_uid.iter().cloned());
+        if let Some(token) = &r.token {
+            let carriers = self.tokens.get(&(r.namespace.clone(), token.clone()));
+            touched.pods.extend(carriers.into_iter().flatten().cloned());
+        }
     }
 
     pub fn pods(&self) -> impl Iterator<Item = (&str, &PodView)> {
@@ -286,13 +285,10 @@ impl World {
     }
 }
 
-/// The pod one of our Services is for (its uid label); `None` for a
-/// Service that is not ours.
+/// The pod one of our Services is for; `None` for a Service that is not
+/// ours ([`service::served_pod`]).
 pub fn served_pod(svc: &Service) -> Option<&str> {
-    if !service::is_managed(svc) {
-        return None;
-    }
-    Some(service::label(svc, vocabulary::POD_UID).unwrap_or(""))
+    service::served_pod(svc)
 }
 
 /// The policy of a controller on `ip` whose range is every port and whose

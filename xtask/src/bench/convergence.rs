@@ -409,7 +409,7 @@ fn service(i: usize, per_ip: usize) -> Value {
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh", "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": 8000 + i % per_ip, "targetPort": 22, "protocol": "TCP"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": ssh_ip(i / per_ip)}]}}
+        "status": ssh_fwd_tests::grant::status(&[&ssh_ip(i / per_ip)], (8000 + i % per_ip) as u16, &format!("uid-job-{i}"))
     })
 }
 
@@ -422,7 +422,7 @@ fn slice(i: usize, generation: usize) -> Value {
         "metadata": {"name": format!("job-{i}-x"), "namespace": "jobs", "labels": {"kubernetes.io/service-name": format!("job-{i}"), "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "addressType": "IPv4",
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+        "endpoints": [ssh_fwd_tests::grant::endpoint(&ip, "jobs", &format!("job-{i}"), &format!("uid-job-{i}"))]
     })
 }
 

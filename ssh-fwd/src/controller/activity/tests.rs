@@ -42,6 +42,7 @@ fn ours(pod: &PodView, port: u16) -> Arc<Service> {
     let svc = service::build(pod, port, IntOrString::Int(22), &settings);
     let mut value = serde_json::to_value(&svc).unwrap();
     value["metadata"]["creationTimestamp"] = json!(rfc3339(at(0)));
+    value["status"] = crate::k8s::grant::status_json(&["198.18.0.10"], port, "uid-job");
     Arc::new(serde_json::from_value(value).unwrap())
 }
 
@@ -228,14 +229,17 @@ fn activity_from_before_the_service_or_on_a_port_nobody_serves_is_ignored() {
     );
 }
 
+/// Activity goes to the pod the port's owner serves, as the agents judge
+/// it: someone else's Service leads to no pod; one that lists a granted
+/// port, however old, takes nothing from the grant's pod.
 #[test]
-fn a_foreign_service_on_the_port_leads_to_no_pod() {
+fn a_foreign_service_leads_to_no_pod_and_takes_no_granted_ports_activity() {
     let pod = pod(json!({}));
     let foreign: Arc<Service> = Arc::new(
         serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "other",
                          "creationTimestamp": rfc3339(at(0) - MINUTE)},
-            "spec": {"externalIPs": [IP.to_string()], "ports": [{"port": 9000}]},
+            "spec": {"externalIPs": [IP.to_string()], "ports": [{"port": 9000}, {"port": 9001}]},
         }))
         .unwrap(),
     );
@@ -249,7 +253,13 @@ fn a_foreign_service_on_the_port_leads_to_no_pod() {
     let mut mirror = Mirror::new(INTERVAL);
     assert!(
         mirror
-            .due(&world, &merged(&[(9000, 100, 1)]), Instant::now())
+            .due(&world, &merged(&[(9001, 100, 1)]), Instant::now())
             .is_empty()
+    );
+    assert_eq!(
+        mirror
+            .due(&world, &merged(&[(9000, 100, 1)]), Instant::now())
+            .len(),
+        1
     );
 }

@@ -8,7 +8,7 @@ use crate::controller::{pod::PodRef, warn::Problem};
 pub enum Action {
     /// Create the pod's Service on `port`; first, when `reserve` is set,
     /// reserve the port (a create that finds it taken is retried next
-    /// pass). A LoadBalancer's status is written right after it is made.
+    /// pass). Its grant is written right after it is made.
     Create {
         pod: PodRef,
         port: u16,
@@ -36,8 +36,23 @@ pub enum Action {
         why: DeleteReason,
         unpublish: Option<PodRef>,
     },
-    /// Write `status.loadBalancer.ingress` of a LoadBalancer Service.
-    SetIngress { namespace: String, name: String },
+    /// Grant `port` to the pod's Service `name` (in the pod's namespace):
+    /// its status condition, and on a LoadBalancer its ingress with the
+    /// port ([`crate::k8s::grant`]).
+    SetGrant {
+        pod: PodRef,
+        name: String,
+        port: u16,
+    },
+    /// Put the pod's Service `name` back as the controller made it with
+    /// `patch` (a merge patch carrying the Service's uid), and tell the pod
+    /// which `fields` someone changed.
+    Restore {
+        pod: PodRef,
+        name: String,
+        fields: Vec<&'static str>,
+        patch: Box<serde_json::Value>,
+    },
     /// Send the "ssh ..." event (when announcing), then label the pod for
     /// its Service's selector and annotate the endpoint, in one patch.
     Publish {

@@ -2,9 +2,10 @@
 //! it (at start, on a relist, on the periodic resync, after a failed
 //! write); a pass woken by watch changes plans only around what they
 //! touched: the pods changed, the pods whose Services changed, the ports
-//! whose claimants or reservation changed with their reservations, the
-//! reservations the changed pods carried, and the pods still waiting for a
-//! Service (their wait may have ended with any change).
+//! whose claimants or reservation changed with their reservations and the
+//! pods of our Services on them, the reservations the changed pods
+//! carried, and the pods still waiting for a Service (their wait may have
+//! ended with any change).
 //! The rules are the same either way: the plan is one function of the
 //! world, drawn over a smaller or larger part of it, and a property test
 //! holds that every action a change calls for is found around it.
@@ -43,11 +44,15 @@ impl Scope {
             mut reservations,
         } = touched;
         pods.extend(waiting.iter().cloned());
-        // Whether a port's reservation is in use follows its claimants.
+        // Whether a port's reservation is in use follows its claimants; and
+        // the pod of our Service granted a port needs its reservation.
         for port in &ports {
             if let Some(r) = world.book().on_port(*port) {
                 reservations.insert(r.name.clone());
             }
+            let ours = (world.claims_on(*port).iter())
+                .filter_map(|c| crate::controller::world::served_pod(world.service(&c.service)?));
+            pods.extend(ours.map(str::to_owned));
         }
         Self::Around(Around {
             pods,

@@ -35,7 +35,11 @@ pub fn serve_new(
     };
     let name = service::service_name(&pod_ref.name);
     let key = format!("{}/{name}", pod_ref.namespace);
-    match new.world.service(&key).map(service::is_managed) {
+    match new
+        .world
+        .service(&key)
+        .map(|s| service::served_pod(s).is_some())
+    {
         // Ours for an earlier pod of this name: being deleted.
         Some(true) => return Vec::new(),
         Some(false) => return warn(pod_ref, Problem::NameTaken { service: name }),

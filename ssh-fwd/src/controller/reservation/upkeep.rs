@@ -161,7 +161,10 @@ impl Upkeep {
             if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
                 continue;
             }
-            let Some(holder) = ownership::owner(world.claims_on(port)) else {
+            // A granted port is its pod's to reserve (the plan does it
+            // for our Service whose pod holds none).
+            let Some(holder) = ownership::owner(world.claims_on(port)).filter(|c| !c.granted)
+            else {
                 continue;
             };
             actions.push(Action::Reserve {

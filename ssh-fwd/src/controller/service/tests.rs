@@ -194,14 +194,70 @@ fn claims_count_services_on_the_ssh_ip_only() {
             .collect::<Vec<_>>(),
         [8200]
     );
-    // Ours holds its port before its LoadBalancer status is written.
-    let ours = build(
+    // Ours holds its port once granted (before, its reservation holds it).
+    let mut ours = build(
         &pod("job", "u", json!({})),
         9000,
         IntOrString::Int(22),
         &settings(ServiceStyle::Loadbalancer),
     );
-    assert_eq!(claims(&ours, ip)[0].port, 9000);
+    assert!(claims(&ours, ip).is_empty());
+    ours.status =
+        serde_json::from_value(crate::k8s::grant::status_json(&["198.18.0.10"], 9000, "u"))
+            .unwrap();
+    let claimed = claims(&ours, ip);
+    assert_eq!((claimed[0].port, claimed[0].granted), (9000, true));
+}
+
+#[test]
+fn a_service_holds_only_the_port_granted_to_it_whatever_its_spec_lists() {
+    let mut ours = build(
+        &pod("job", "u", json!({})),
+        9000,
+        IntOrString::Int(22),
+        &settings(ServiceStyle::Loadbalancer),
+    );
+    ours.status =
+        serde_json::from_value(crate::k8s::grant::status_json(&["198.18.0.10"], 9000, "u"))
+            .unwrap();
+    let spec = ours.spec.as_mut().unwrap();
+    let mut stolen = spec.ports.as_ref().unwrap()[0].clone();
+    stolen.name = Some("stolen".into());
+    stolen.port = 9001;
+    spec.ports.as_mut().unwrap().push(stolen);
+    let ports: Vec<u16> = claims(&ours, &policy(Styles::ALL))
+        .iter()
+        .map(|c| c.port)
+        .collect();
+    assert_eq!(ports, [9000]);
+}
+
+#[test]
+fn ours_is_known_by_its_owner_and_name_and_never_by_a_label_alone() {
+    let made = build(
+        &pod("job", "u", json!({})),
+        9000,
+        IntOrString::Int(22),
+        &settings(ServiceStyle::Loadbalancer),
+    );
+    assert_eq!(served_pod(&made), Some("u"));
+    let mut labelled_only = made.clone();
+    labelled_only.metadata.owner_references = None;
+    assert_eq!(served_pod(&labelled_only), None, "the label alone");
+    let mut renamed = made.clone();
+    renamed.metadata.name = Some("ssh-other".into());
+    assert_eq!(served_pod(&renamed), None, "named for another pod");
+    let mut unlabelled = made.clone();
+    unlabelled.metadata.labels = None;
+    assert_eq!(served_pod(&unlabelled), None, "neither label nor grant");
+    unlabelled.status =
+        serde_json::from_value(crate::k8s::grant::status_json(&["198.18.0.10"], 9000, "u"))
+            .unwrap();
+    assert_eq!(served_pod(&unlabelled), Some("u"), "its grant");
+    unlabelled.status =
+        serde_json::from_value(crate::k8s::grant::status_json(&["198.18.0.10"], 9000, "v"))
+            .unwrap();
+    assert_eq!(served_pod(&unlabelled), None, "a grant for another pod");
 }
 
 #[test]
@@ -219,7 +275,8 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
             .map(|c| c.port)
             .collect::<Vec<_>>()
     };
-    let on_ip = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
+    let on_ip = crate::k8s::grant::status_json(&["198.18.0.10"], 8300, "u");
+    let ungranted = json!({"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}});
     let legacy = service(
         json!({"externalIPs": ["198.18.0.10"], "ports": [{"port": 8200}, {"port": 20000}]}),
         json!({}),
@@ -239,7 +296,14 @@ fn others_hold_ports_only_as_the_agents_honour_them() {
     );
     let our_class = json!({"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                            "allocateLoadBalancerNodePorts": false, "ports": [{"port": 8300}]});
-    assert_eq!(ports(&service(our_class, on_ip.clone()), lb_only), [8300]);
+    assert_eq!(
+        ports(&service(our_class.clone(), on_ip.clone()), lb_only),
+        [8300]
+    );
+    assert!(
+        ports(&service(our_class, ungranted), lb_only).is_empty(),
+        "an address in the status without the controller's grant"
+    );
     let another_class = json!({"type": "LoadBalancer", "loadBalancerClass": "metallb",
                                "ports": [{"port": 8300}]});
     assert!(

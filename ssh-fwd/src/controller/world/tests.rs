@@ -252,12 +252,28 @@ impl Sim {
                     self.put_service(key, None);
                 }
             }
-            Action::SetIngress { namespace, name } => {
-                let key = format!("{namespace}/{name}");
+            Action::SetGrant { pod, name, port } => {
+                let key = format!("{}/{name}", pod.namespace);
+                if let Some(svc) = self.services.get(&key) {
+                    let grant = crate::k8s::grant::Grant {
+                        port: *port,
+                        pod_uid: pod.uid.as_str().into(),
+                    };
+                    let ips = crate::controller::ssh_ips::SshIps::single(IP);
+                    let now = "2026-01-01T00:00:00Z".parse().unwrap();
+                    let status = service::grant::status(true, &ips, &grant, "x", now);
+                    let mut value = serde_json::to_value(svc.as_ref()).unwrap();
+                    value["status"] = status["status"].clone();
+                    self.put_service(key, Some(serde_json::from_value(value).unwrap()));
+                }
+            }
+            Action::Restore {
+                pod, name, patch, ..
+            } => {
+                let key = format!("{}/{name}", pod.namespace);
                 if let Some(svc) = self.services.get(&key) {
                     let mut value = serde_json::to_value(svc.as_ref()).unwrap();
-                    value["status"] =
-                        json!({"loadBalancer": {"ingress": [{"ip": IP.to_string()}]}});
+                    json_patch::merge(&mut value, patch);
                     self.put_service(key, Some(serde_json::from_value(value).unwrap()));
                 }
             }
@@ -353,6 +369,8 @@ enum Change {
     },
     DeleteService(usize),
     DropIngress(usize),
+    /// A tenant adds a port (maybe another's) to a Service's spec.
+    AddSpecPort(usize, u16),
     AddLease(u16),
     DeleteLease(usize),
 }
@@ -369,6 +387,7 @@ fn change() -> impl Strategy<Value = Change> {
         2 => (port.clone(), -5i64..5).prop_map(|(port, age)| Change::AddForeign { port, age }),
         1 => any::<usize>().prop_map(Change::DeleteService),
         1 => any::<usize>().prop_map(Change::DropIngress),
+        1 => (any::<usize>(), port.clone()).prop_map(|(n, port)| Change::AddSpecPort(n, port)),
         1 => port.prop_map(Change::AddLease),
         1 => any::<usize>().prop_map(Change::DeleteLease),
     ]
@@ -417,6 +436,17 @@ impl Sim {
                 if let Some(key) = nth(&self.services, *n) {
                     let mut value = serde_json::to_value(self.services[&key].as_ref()).unwrap();
                     value["status"] = json!({});
+                    self.put_service(key, Some(serde_json::from_value(value).unwrap()));
+                }
+            }
+            Change::AddSpecPort(n, port) => {
+                if let Some(key) = nth(&self.services, *n) {
+                    let mut value = serde_json::to_value(self.services[&key].as_ref()).unwrap();
+                    let added =
+                        json!({"name": "x", "protocol": "TCP", "port": port, "targetPort": 22});
+                    if let Some(ports) = value["spec"]["ports"].as_array_mut() {
+                        ports.push(added);
+                    }
                     self.put_service(key, Some(serde_json::from_value(value).unwrap()));
                 }
             }

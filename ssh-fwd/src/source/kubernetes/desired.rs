@@ -4,14 +4,20 @@
 //! and the incremental index ([`super::index`]): what one Service claims
 //! ([`claims_of`]), and who owns each claimed frontend ([`resolve`]).
 //!
-//! Rules: a Service counts if it exposes an address in `--ssh-ip`, either
-//! legacy (`spec.externalIPs`) or as a LoadBalancer of class [`vocabulary::LB_CLASS`]
-//! (`status.loadBalancer.ingress[].ip`), each shape only if
-//! `--service-styles` honours it. A LoadBalancer of our class that lets
-//! Kubernetes allocate NodePorts is refused whole. Which Services are seen at
-//! all is decided by the API server: the watches carry `--selector`. Each
-//! TCP port in `--port-range` claims its frontend on each such address. Two
-//! Services claiming one frontend: the oldest owns it, ready or not
+//! Rules: a Service counts if it exposes an address in `--ssh-ip` in a
+//! shape `--service-styles` honours: as a LoadBalancer of class
+//! [`vocabulary::LB_CLASS`] holding the controller's grant
+//! ([`crate::k8s::grant`], in its status, which a tenant cannot write), or
+//! in `spec.externalIPs` (which anyone who may write a Service can set). A
+//! LoadBalancer of our class that lets Kubernetes allocate NodePorts is
+//! refused whole. Which Services are seen at all is decided by the API
+//! server: the watches carry `--selector`. A granted Service claims the
+//! granted port and no other ([`frontends`]): on each ingress address whose
+//! entry lists it, and on its honoured `externalIPs`; and maps it only to
+//! the endpoint of the pod it was granted to. A Service without a grant
+//! claims each TCP port in `--port-range` on its honoured `externalIPs`.
+//! Two Services claiming one frontend: a granted one owns it against any
+//! without a grant, then the oldest owns it, ready or not
 //! ([`ownership::owner`]); the frontend maps to the owner's ready endpoint,
 //! and is closed while the owner has none.
 //!
@@ -40,7 +46,7 @@ use std::{
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::objects::{Id, PortView, ServiceView, SliceView};
+use super::objects::{Id, Ingress, PortView, ServiceView, SliceView};
 use crate::{
     args::ServiceStyle,
     k8s::ownership::{self, Claimant},
@@ -130,6 +136,13 @@ pub enum Note {
         service: String,
         family: Family,
     },
+    /// The Service lists a port on an SSH IP that the controller did not
+    /// grant it (`port`), or has an SSH IP in its load-balancer status but
+    /// no grant at all (`port: None`): those ports stay closed to it.
+    NotGranted {
+        service: String,
+        port: Option<i32>,
+    },
     ManyReadyEndpoints {
         service: String,
         chosen: IpAddr,
@@ -169,6 +182,10 @@ pub struct Claim {
     pub backend: Option<SocketAddr>,
     /// Who may connect, and how fast.
     pub guard: Guard,
+    /// The controller granted the port to the Service
+    /// ([`Grant`](crate::k8s::grant::Grant)): it
+    /// beats every claim without a grant, however old.
+    pub granted: bool,
 }
 
 /// Everything one Service claims, and why it claims less than it asks.
@@ -200,29 +217,27 @@ pub fn claims_of(
 ) -> ServiceClaims {
     let mut out = ServiceClaims::default();
     let id = svc.id.to_string();
-    let Some(ips) = honoured_addresses(svc, policy, &mut out.notes) else {
-        return out;
-    };
     let (guards, guard_problem) = match guard_of(&svc.guard, &rules.guard) {
         Ok(guards) => (guards, None),
         Err(problem) => (Guards::default(), Some(problem)),
     };
-    let families: BTreeSet<Family> = ips.iter().map(|ip| Family::of(*ip)).collect();
     let multi = svc.ports.len() > 1;
-    for port in &svc.ports {
-        let Some(number) = honoured_port(&id, port, policy, &mut out.notes) else {
-            continue;
-        };
+    // A granted port reaches only the pod it was granted to, however
+    // many endpoints the Service's selector finds.
+    let only = svc.grant.as_ref().map(|g| &*g.pod_uid);
+    for honoured in frontends(svc, policy, &mut out.notes) {
+        let (port, number) = (honoured.port, honoured.number);
         let name = match (multi, port.name.is_empty()) {
             (false, _) => id.clone(),
             (true, true) => format!("{id}:{number}"),
             (true, false) => format!("{id}:{}", port.name),
         };
-        let backends = Backends::read(slices, port, &families, &id, &mut out.notes);
+        let families: BTreeSet<Family> = honoured.ips.iter().map(|ip| Family::of(*ip)).collect();
+        let backends = Backends::read(slices, port, &families, only, &id, &mut out.notes);
         for family in &families {
             backends.note_missing(*family, &id, &mut out.notes);
         }
-        for ip in &ips {
+        for ip in &honoured.ips {
             let frontend = SocketAddr::new(*ip, number);
             // A port listed twice (the API server refuses that) claims once.
             if out.claims.iter().any(|c| c.frontend == frontend) {
@@ -238,6 +253,7 @@ pub fn claims_of(
                     draining,
                     ..guards.of(family).clone()
                 },
+                granted: honoured.granted,
             });
         }
     }
@@ -256,30 +272,95 @@ pub fn claims_of(
     out
 }
 
-/// The SSH IPs a Service claims frontends on, in the shapes and the
-/// LoadBalancer class honoured; `None`, with the reason in `notes`, when it
-/// claims none (a LoadBalancer of our class that lets Kubernetes allocate
-/// NodePorts claims none at all). The controller weighs the Services it
-/// does not make by this too, so it and the agents see the same claimants.
-pub fn honoured_addresses(
-    svc: &ServiceView,
+/// One port a Service claims on the SSH IPs.
+pub struct Frontends<'a> {
+    pub port: &'a PortView,
+    pub number: u16,
+    /// The SSH IPs it claims the port on.
+    pub ips: BTreeSet<IpAddr>,
+    /// Whether the controller granted the port.
+    pub granted: bool,
+}
+
+/// The ports a Service claims on the SSH IPs, with the addresses each is
+/// claimed on and whether it is granted; the reasons for what it does not
+/// claim in `notes`. The controller weighs Services by this too, so it and
+/// the agents see the same claimants.
+///
+/// A Service with a grant claims the granted port and no other: on each
+/// ingress address whose entry lists it, and on its `externalIPs` where
+/// those are honoured. A Service without one claims nothing through its
+/// load-balancer status, and its `externalIPs` ports (where honoured)
+/// without a grant: those trust whoever may write the Service, so they
+/// give way to any grant.
+pub fn frontends<'a>(
+    svc: &'a ServiceView,
     policy: &Policy,
     notes: &mut Vec<Note>,
-) -> Option<BTreeSet<IpAddr>> {
+) -> Vec<Frontends<'a>> {
+    let Some((external, ingress)) = honoured_addresses(svc, policy, notes) else {
+        return Vec::new();
+    };
+    let id = svc.id.to_string();
+    if svc.grant.is_none() && !ingress.is_empty() {
+        notes.push(Note::NotGranted {
+            service: id.clone(),
+            port: None,
+        });
+    }
+    let mut out = Vec::new();
+    for port in &svc.ports {
+        let Some(number) = honoured_port(&id, port, policy, notes) else {
+            continue;
+        };
+        let granted = svc.grant.as_ref().map(|g| g.port == number);
+        if granted == Some(false) {
+            notes.push(Note::NotGranted {
+                service: id.clone(),
+                port: Some(port.port),
+            });
+            continue;
+        }
+        let mut ips = external.clone();
+        if granted.is_some() {
+            let listed = ingress.iter().filter(|i| i.ports.contains(&number));
+            ips.extend(listed.map(|i| i.ip));
+        }
+        if !ips.is_empty() {
+            out.push(Frontends {
+                port,
+                number,
+                ips,
+                granted: granted.is_some(),
+            });
+        }
+    }
+    out
+}
+
+/// The SSH IPs a Service exposes in the shapes and the LoadBalancer class
+/// honoured (its `externalIPs`, and its ingress entries); `None`, with the
+/// reason in `notes`, when it exposes none (a LoadBalancer of our class
+/// that lets Kubernetes allocate NodePorts exposes none at all).
+fn honoured_addresses<'a>(
+    svc: &'a ServiceView,
+    policy: &Policy,
+    notes: &mut Vec<Note>,
+) -> Option<(BTreeSet<IpAddr>, Vec<&'a Ingress>)> {
     let id = || svc.id.to_string();
     if svc.ours && !svc.node_ports_off {
         notes.push(Note::NodePortsAllocated { service: id() });
         return None;
     }
     let before = notes.len();
-    let ips = addresses(svc, policy, notes);
-    if ips.is_empty() {
+    let (external, ingress) = addresses(svc, policy, notes);
+    if external.is_empty() && ingress.is_empty() {
         if notes.len() == before {
             notes.push(Note::NoSshIp { service: id() });
         }
         return None;
     }
-    Some(ips)
+    Some((external, ingress))
 }
 
 /// The port number a Service port claims: a TCP port in the range.
@@ -325,28 +406,44 @@ fn danger(claims: &[Claim], rules: &Rules) -> Option<String> {
     })
 }
 
-/// The SSH IPs the Service exposes in the shapes honoured.
-fn addresses(svc: &ServiceView, policy: &Policy, notes: &mut Vec<Note>) -> BTreeSet<IpAddr> {
-    let ours = |ips: &[IpAddr]| -> BTreeSet<IpAddr> {
-        ips.iter()
-            .copied()
-            .filter(|ip| policy.ssh_ips.contains(ip))
-            .collect()
-    };
-    let (mut external, mut ingress) = (ours(&svc.external_ips), ours(&svc.ingress));
-    let mut refuse = |set: &mut BTreeSet<IpAddr>, honoured: bool, style: &'static str| {
-        if !honoured && !set.is_empty() {
-            set.clear();
+/// The SSH IPs the Service exposes in the shapes honoured: its
+/// `externalIPs`, and its ingress entries.
+fn addresses<'a>(
+    svc: &'a ServiceView,
+    policy: &Policy,
+    notes: &mut Vec<Note>,
+) -> (BTreeSet<IpAddr>, Vec<&'a Ingress>) {
+    let mut external: BTreeSet<IpAddr> = (svc.external_ips.iter().copied())
+        .filter(|ip| policy.ssh_ips.contains(ip))
+        .collect();
+    let mut ingress: Vec<&Ingress> = (svc.ingress.iter())
+        .filter(|i| policy.ssh_ips.contains(&i.ip))
+        .collect();
+    let mut refuse = |empty: bool, honoured: bool, style: &'static str| {
+        let refused = !honoured && !empty;
+        if refused {
             notes.push(Note::StyleNotHonoured {
                 service: svc.id.to_string(),
                 style,
             });
         }
+        refused
     };
-    refuse(&mut external, policy.styles.external_ips, "externalIPs");
-    refuse(&mut ingress, policy.styles.load_balancer, "LoadBalancer");
-    external.extend(ingress);
-    external
+    if refuse(
+        external.is_empty(),
+        policy.styles.external_ips,
+        "externalIPs",
+    ) {
+        external.clear();
+    }
+    if refuse(
+        ingress.is_empty(),
+        policy.styles.load_balancer,
+        "LoadBalancer",
+    ) {
+        ingress.clear();
+    }
+    (external, ingress)
 }
 
 /// One Service's claim on a frontend, as the owner rule sees it.
@@ -357,6 +454,9 @@ pub struct Contender<'a> {
 }
 
 impl Claimant for Contender<'_> {
+    fn granted(&self) -> bool {
+        self.claim.granted
+    }
     fn created(&self) -> Option<&Time> {
         self.created
     }
@@ -398,6 +498,7 @@ pub fn resolve<'a>(
         },
         id: owner.id,
         created: owner.created,
+        granted: owner.claim.granted,
     });
     (owned, notes)
 }
@@ -466,6 +567,8 @@ pub fn compute_on<'a>(
 
 #[cfg(test)]
 mod family_tests;
+#[cfg(test)]
+mod grant_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

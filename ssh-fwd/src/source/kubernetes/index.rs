@@ -128,8 +128,8 @@ impl Index {
         let pod = (self.slices_of.get(service).into_iter().flatten())
             .filter_map(|id| self.slices.get(id))
             .flat_map(|s| &s.pods)
-            .find(|(ip, _)| *ip == backend)
-            .map(|(_, pod)| &**pod);
+            .find(|p| p.ip == backend)
+            .map(|p| &*p.name);
         (Some(service), pod)
     }
 
@@ -419,10 +419,12 @@ impl Index {
         let owned: Vec<Owned<'_>> = (self.all.iter())
             .filter_map(|m| {
                 let id = self.owners.get(&m.frontend)?;
+                let claims = &self.claims.get(id)?.claims;
                 Some(Owned {
                     mapping: m.clone(),
                     id,
                     created: self.services.get(id)?.created.as_ref(),
+                    granted: claims.iter().any(|c| c.frontend == m.frontend && c.granted),
                 })
             })
             .collect();

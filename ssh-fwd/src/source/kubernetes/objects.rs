@@ -16,7 +16,7 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
-use crate::{mapping::Family, vocabulary};
+use crate::{k8s::grant::Grant, mapping::Family, vocabulary};
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -50,13 +50,24 @@ pub struct ServiceView {
     /// `spec.allocateLoadBalancerNodePorts` is `false` (the API server
     /// defaults it to true for a LoadBalancer).
     pub node_ports_off: bool,
-    /// `status.loadBalancer.ingress[].ip` of either family, for a Service
-    /// of our class (nobody else's status counts).
-    pub ingress: Vec<IpAddr>,
+    /// `status.loadBalancer.ingress[]` entries with an IP of either
+    /// family, for a Service of our class (nobody else's status counts).
+    pub ingress: Vec<Ingress>,
+    /// The controller's grant in the status ([`Grant`]): the one port
+    /// the Service may have on an SSH IP, and the pod it may reach.
+    pub grant: Option<Grant>,
     pub ports: Vec<PortView>,
     /// Who may connect, as the Service writes it: parsed by the rules,
     /// which refuse the Service if it is wrong.
     pub guard: GuardText,
+}
+
+/// A load-balancer ingress address and the TCP ports its entry lists
+/// (`ports[]`, where the controller writes the port it granted).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ingress {
+    pub ip: IpAddr,
+    pub ports: Box<[u16]>,
 }
 
 /// A Service's source ranges and rate, unparsed.
@@ -103,9 +114,20 @@ pub struct SliceView {
     /// pod in its grace period whose server still runs): what kube-proxy
     /// falls back to when a Service has no ready endpoint.
     pub terminating: Vec<IpAddr>,
-    /// The pods behind those addresses (`targetRef` of kind Pod), as
-    /// `namespace/name`: what the connection log names a backend by.
-    pub pods: Vec<(IpAddr, Box<str>)>,
+    /// The pods behind those addresses (`targetRef` of kind Pod): what
+    /// the connection log names a backend by, and what a granted port
+    /// is checked against (the EndpointSlice controller writes the uid;
+    /// the `edit` role cannot write EndpointSlices).
+    pub pods: Vec<PodAt>,
+}
+
+/// A pod behind an endpoint address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodAt {
+    pub ip: IpAddr,
+    /// `namespace/name`.
+    pub name: Box<str>,
+    pub uid: Option<Box<str>>,
 }
 
 /// A Service off the wire: only what [`ServiceView`] needs is read.
@@ -145,6 +167,7 @@ struct WireServicePort {
 #[serde(rename_all = "camelCase")]
 struct WireServiceStatus {
     load_balancer: Option<WireLoadBalancer>,
+    conditions: Option<Vec<WireCondition>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -155,6 +178,23 @@ struct WireLoadBalancer {
 #[derive(Clone, Debug, Default, Deserialize)]
 struct WireIngress {
     ip: Option<String>,
+    ports: Option<Vec<WirePortStatus>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct WirePortStatus {
+    port: i32,
+    protocol: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+struct WireCondition {
+    #[serde(rename = "type", default)]
+    type_: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    message: String,
 }
 
 /// An EndpointSlice off the wire.
@@ -189,6 +229,7 @@ struct WireTargetRef {
     kind: Option<String>,
     name: Option<String>,
     namespace: Option<String>,
+    uid: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -402,11 +443,16 @@ fn exact<T>(items: impl Iterator<Item = T>) -> Vec<T> {
 impl WireService {
     pub fn view(&self) -> ServiceView {
         let spec = &self.spec;
-        let ingress = self
-            .status
-            .load_balancer
-            .iter()
-            .flat_map(|lb| lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref()));
+        let ingress = (self.status.load_balancer.iter())
+            .flat_map(|lb| lb.ingress.iter().flatten())
+            .filter_map(|i| {
+                let ports = (i.ports.iter().flatten())
+                    .map(|p| (p.port, p.protocol.as_deref().unwrap_or("TCP")));
+                ingress(i.ip.as_deref()?, ports)
+            });
+        let conditions = (self.status.conditions.iter().flatten())
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.message.as_str()));
+        let grant = Grant::of(conditions);
         let ports = spec.ports.iter().flatten().map(|p| {
             port_view(
                 p.name.as_deref(),
@@ -425,7 +471,7 @@ impl WireService {
             &self.metadata,
             spec.load_balancer_source_ranges.iter().flatten(),
         );
-        shape.view(&self.metadata, external_ips, ingress, ports, guard)
+        shape.view(&self.metadata, external_ips, (ingress, grant), ports, guard)
     }
 }
 
@@ -434,10 +480,19 @@ impl ServiceView {
     /// watches), by the same rules as [`WireService::view`].
     pub fn of(svc: &k8s_openapi::api::core::v1::Service) -> Self {
         let spec = svc.spec.as_ref();
-        let ingress = (svc.status.as_ref())
-            .and_then(|s| s.load_balancer.as_ref())
+        let status = svc.status.as_ref();
+        let ingress = (status.and_then(|s| s.load_balancer.as_ref()))
             .into_iter()
-            .flat_map(|lb| lb.ingress.iter().flatten().filter_map(|i| i.ip.as_deref()));
+            .flat_map(|lb| lb.ingress.iter().flatten())
+            .filter_map(|i| {
+                let ports = (i.ports.iter().flatten()).map(|p| (p.port, p.protocol.as_str()));
+                ingress(i.ip.as_deref()?, ports)
+            });
+        let conditions = (status.and_then(|s| s.conditions.as_ref()))
+            .into_iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str(), c.message.as_str()));
+        let grant = Grant::of(conditions);
         let ports = spec
             .and_then(|s| s.ports.as_ref())
             .into_iter()
@@ -463,8 +518,20 @@ impl ServiceView {
             .into_iter()
             .flatten();
         let guard = GuardText::of(&svc.metadata, ranges);
-        shape.view(&svc.metadata, external_ips, ingress, ports, guard)
+        shape.view(&svc.metadata, external_ips, (ingress, grant), ports, guard)
     }
+}
+
+/// An ingress entry as the view keeps it: its IP, if it is one, and the
+/// TCP ports listed.
+fn ingress<'a>(ip: &str, ports: impl Iterator<Item = (i32, &'a str)>) -> Option<Ingress> {
+    let ports = ports
+        .filter(|(_, protocol)| *protocol == "TCP")
+        .filter_map(|(port, _)| u16::try_from(port).ok());
+    Some(Ingress {
+        ip: ip.parse().ok()?,
+        ports: ports.collect(),
+    })
 }
 
 /// The fields of a Service's spec that decide how its addresses count.
@@ -479,7 +546,7 @@ impl Shape<'_> {
         &self,
         meta: &ObjectMeta,
         external_ips: impl Iterator<Item = &'b str>,
-        ingress: impl Iterator<Item = &'b str>,
+        (ingress, grant): (impl Iterator<Item = Ingress>, Option<Grant>),
         ports: impl Iterator<Item = PortView>,
         guard: GuardText,
     ) -> ServiceView {
@@ -491,7 +558,8 @@ impl Shape<'_> {
             ours,
             node_ports_off: self.node_ports == Some(false),
             // Nobody else's load-balancer status counts.
-            ingress: if ours { ips(ingress) } else { Vec::new() },
+            ingress: if ours { exact(ingress) } else { Vec::new() },
+            grant,
             ports: exact(ports),
             guard,
         }
@@ -550,10 +618,13 @@ impl WireSlice {
                 .filter(|t| t.kind.as_deref() == Some("Pod"))
                 .and_then(|t| {
                     let ns = t.namespace.as_deref().unwrap_or(slice_ns);
-                    Some(Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?)))
+                    let name = Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?));
+                    Some((name, t.uid.as_deref().map(Box::<str>::from)))
                 });
-            e.addresses(family)
-                .filter_map(move |ip| Some((ip, pod.clone()?)))
+            e.addresses(family).filter_map(move |ip| {
+                let (name, uid) = pod.clone()?;
+                Some(PodAt { ip, name, uid })
+            })
         }));
         SliceView {
             service,
@@ -625,12 +696,14 @@ mod tests {
         }))
         .unwrap();
         let pods = slice.view().pods;
+        let at = |ip: &str, name: &str| PodAt {
+            ip: ip.parse().unwrap(),
+            name: name.into(),
+            uid: None,
+        };
         assert_eq!(
             pods,
-            [
-                ("10.0.0.1".parse().unwrap(), "jobs/job-1-0".into()),
-                ("10.0.0.4".parse().unwrap(), "other/p".into()),
-            ]
+            [at("10.0.0.1", "jobs/job-1-0"), at("10.0.0.4", "other/p")]
         );
     }
 
@@ -647,7 +720,14 @@ mod tests {
         };
         let ours = service(vocabulary::LB_CLASS).view();
         assert!(ours.ours && !ours.node_ports_off);
-        assert_eq!(ours.ingress, ["198.18.0.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(
+            ours.ingress,
+            [Ingress {
+                ip: "198.18.0.10".parse().unwrap(),
+                ports: [].into()
+            }]
+        );
+        assert_eq!(ours.grant, None);
         assert_eq!(ours.ports[0].numeric_target, None, "named: from the slice");
         assert_eq!(ours.ports[1].numeric_target, Some(8023), "defaults to port");
         assert!(service("metallb.io/x").view().ingress.is_empty());
@@ -671,7 +751,12 @@ mod tests {
             [pod],
             "an address of the other family is no endpoint"
         );
-        assert_eq!(view.pods, [(pod, "jobs/p".into())]);
+        let at = PodAt {
+            ip: pod,
+            name: "jobs/p".into(),
+            uid: None,
+        };
+        assert_eq!(view.pods, [at]);
         let service: WireService = serde_json::from_value(json!({
             "metadata": {"name": "a", "namespace": "jobs"},
             "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
@@ -682,6 +767,50 @@ mod tests {
         let view = service.view();
         let ips = |texts: [&str; 2]| texts.map(|t| t.parse::<IpAddr>().unwrap());
         assert_eq!(view.external_ips, ips(["2001:db8::10", "198.18.0.10"]));
-        assert_eq!(view.ingress, ips(["2001:db8::11", "198.18.0.11"]));
+        let ingress: Vec<IpAddr> = view.ingress.iter().map(|i| i.ip).collect();
+        assert_eq!(ingress, ips(["2001:db8::11", "198.18.0.11"]));
+    }
+
+    #[test]
+    fn the_grant_and_the_ports_each_ingress_lists_are_read_off_the_status() {
+        let grant = Grant {
+            port: 8022,
+            pod_uid: "u-1".into(),
+        };
+        let service: WireService = serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "jobs"},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS},
+            "status": {
+                "loadBalancer": {"ingress": [
+                    {"ip": "198.18.0.10", "ipMode": "VIP",
+                     "ports": [{"port": 8022, "protocol": "TCP"}, {"port": 8023, "protocol": "UDP"}]},
+                    {"ip": "fd00:198::10"}
+                ]},
+                "conditions": [
+                    {"type": "Other", "status": "True", "reason": "X", "message": "m",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                    {"type": vocabulary::GRANTED, "status": "True", "reason": "PortGranted",
+                     "message": grant.message("jobs/job-1"),
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                ]
+            }
+        }))
+        .unwrap();
+        let view = service.view();
+        assert_eq!(view.grant, Some(grant));
+        assert_eq!(&*view.ingress[0].ports, [8022], "TCP ports only");
+        assert!(view.ingress[1].ports.is_empty());
+    }
+
+    #[test]
+    fn an_endpoint_names_its_pod_by_uid_as_the_endpoint_slice_controller_writes_it() {
+        let slice: WireSlice = serde_json::from_value(json!({
+            "metadata": {"name": "s-1", "namespace": "jobs"},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"],
+                           "targetRef": {"kind": "Pod", "name": "job-1", "namespace": "jobs", "uid": "u-1"}}]
+        }))
+        .unwrap();
+        assert_eq!(slice.view().pods[0].uid.as_deref(), Some("u-1"));
     }
 }

@@ -1,5 +1,6 @@
-//! Telling a pod its endpoint: only once its Service holds the port and,
-//! for a LoadBalancer, once the cache shows exactly our ingress address.
+//! Telling a pod its endpoint: only once the cache shows the grant of its
+//! port on its Service: the condition, and for a LoadBalancer exactly one
+//! ingress entry per SSH IP listing the port.
 
 use super::*;
 use crate::vocabulary;
@@ -12,14 +13,37 @@ fn job_1() -> PodRef {
     }
 }
 
+/// `svc` with the grant of port 8123 to job-1 in its status, and
+/// `ingress` as its load-balancer ingress.
 fn with_ingress(svc: &Service, ingress: Value) -> Arc<Service> {
+    let grant = Grant {
+        port: 8123,
+        pod_uid: "uid-job-1".into(),
+    };
+    let now = "2026-01-01T00:00:00Z".parse().unwrap();
     let mut value = serde_json::to_value(svc).unwrap();
-    value["status"] = json!({"loadBalancer": {"ingress": ingress}});
+    value["status"] = service::grant::status(false, &settings().ssh_ips, &grant, "jobs/job-1", now)
+        ["status"]
+        .clone();
+    value["status"]["loadBalancer"] = json!({"ingress": ingress});
     Arc::new(serde_json::from_value(value).unwrap())
 }
 
+fn set_grant() -> Action {
+    Action::SetGrant {
+        pod: job_1(),
+        name: "ssh-job-1".into(),
+        port: 8123,
+    }
+}
+
+/// An ingress entry of `ip` listing port 8123.
+fn listing(ip: &str) -> Value {
+    json!({"ip": ip, "ports": [{"port": 8123, "protocol": "TCP"}]})
+}
+
 #[test]
-fn a_load_balancer_endpoint_is_announced_only_once_its_ingress_is_seen() {
+fn a_load_balancer_endpoint_is_announced_only_once_its_grant_is_seen() {
     let p = pod("job-1", json!({}));
     let fresh = ours(&p, 8123, "2026-11-01T00:00:00Z", false);
     let actions = run(
@@ -29,15 +53,14 @@ fn a_load_balancer_endpoint_is_announced_only_once_its_ingress_is_seen() {
     );
     assert_eq!(
         actions,
-        [Action::SetIngress {
-            namespace: "jobs".into(),
-            name: "ssh-job-1".into()
-        }],
-        "no announcement before the address is written"
+        [set_grant()],
+        "no announcement before the grant is written"
     );
     // The next pass, with the status in the cache (the API server adds
     // ipMode itself).
-    let written = with_ingress(&fresh, json!([{"ip": "198.18.0.10", "ipMode": "VIP"}]));
+    let mut entry = listing("198.18.0.10");
+    entry["ipMode"] = json!("VIP");
+    let written = with_ingress(&fresh, json!([entry]));
     let actions = run(&[p], &[written], 8000..=16000);
     assert_eq!(
         actions,
@@ -55,53 +78,52 @@ fn a_stale_or_extra_ingress_address_is_rewritten_before_anything_is_announced() 
     let p = pod("job-1", json!({}));
     let svc = ours(&p, 8123, "2026-11-01T00:00:00Z", false);
     for wrong in [
-        json!([{"ip": "198.18.0.99"}]),
-        json!([{"ip": "198.18.0.10"}, {"ip": "198.18.0.99"}]),
+        json!([listing("198.18.0.99")]),
+        json!([listing("198.18.0.10"), listing("198.18.0.99")]),
         json!([{"hostname": "lb.example.org"}]),
-        json!([{"ip": "198.18.0.10", "hostname": "lb.example.org"}]),
+        json!([{"ip": "198.18.0.10", "hostname": "lb.example.org",
+                "ports": [{"port": 8123, "protocol": "TCP"}]}]),
+        json!([{"ip": "198.18.0.10"}]),
+        json!([{"ip": "198.18.0.10", "ports": [{"port": 8124, "protocol": "TCP"}]}]),
         json!([]),
     ] {
         let stale = with_ingress(&svc, wrong.clone());
         let actions = run(std::slice::from_ref(&p), &[stale], 8000..=16000);
-        assert_eq!(
-            actions,
-            [Action::SetIngress {
-                namespace: "jobs".into(),
-                name: "ssh-job-1".into()
-            }],
-            "{wrong}"
-        );
+        assert_eq!(actions, [set_grant()], "{wrong}");
     }
 }
 
 #[test]
-fn an_externalips_service_needs_no_ingress_before_the_endpoint_is_published() {
+fn an_externalips_service_needs_its_grant_condition_and_no_ingress() {
     let p = pod("job-1", json!({}));
     let style = Settings {
         style: ServiceStyle::Externalips,
         ..settings()
     };
-    let svc = Arc::new(service::build(&p, 8123, IntOrString::Int(22), &style));
-    let world = World::of(
-        crate::controller::world::policy_for(style.ssh_ips.published()),
-        style.ssh_ips.published(),
-        std::slice::from_ref(&p),
-        &[svc],
-        &[],
-    );
-    let pass = Pass {
-        world: &world,
-        scope: &Scope::All,
-        expected: &Expectations::default(),
-        variable: None,
+    let made = Arc::new(service::build(&p, 8123, IntOrString::Int(22), &style));
+    let plan = |svc: &Arc<Service>| {
+        let services = std::slice::from_ref(svc);
+        let world = World::of(
+            crate::controller::world::policy_for(style.ssh_ips.published()),
+            style.ssh_ips.published(),
+            std::slice::from_ref(&p),
+            services,
+            &reservations_of(services),
+        );
+        let pass = Pass {
+            world: &world,
+            scope: &Scope::All,
+            expected: &Expectations::default(),
+            variable: None,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        compute(&pass, &style, &(8000..=16000), HOST, &mut rng)
     };
-    let actions = compute(
-        &pass,
-        &style,
-        &(8000..=16000),
-        HOST,
-        &mut StdRng::seed_from_u64(1),
-    );
+    assert_eq!(plan(&made), [set_grant()]);
+    let mut granted = serde_json::to_value(&*with_ingress(&made, json!([]))).unwrap();
+    granted["status"]["loadBalancer"] = Value::Null;
+    let granted = Arc::new(serde_json::from_value(granted).unwrap());
+    let actions = plan(&granted);
     assert!(
         matches!(actions.as_slice(), [Action::Publish { announce: true, .. }]),
         "{actions:?}"
@@ -163,7 +185,13 @@ fn run_on(
     };
     let mut policy = crate::controller::world::policy_for(ssh_ips.published());
     policy.ssh_ips = ssh_ips.all().collect();
-    let world = World::of(policy, ssh_ips.published(), pods, services, &[]);
+    let world = World::of(
+        policy,
+        ssh_ips.published(),
+        pods,
+        services,
+        &reservations_on(ssh_ips.published(), services),
+    );
     let pass = Pass {
         world: &world,
         scope: &Scope::All,
@@ -185,9 +213,9 @@ fn a_dual_stack_load_balancer_is_announced_only_once_both_addresses_are_in_its_s
     let p = pod("job-1", json!({}));
     let svc = ours(&p, 8123, "2026-11-01T00:00:00Z", false);
     for partial in [
-        json!([{"ip": "198.18.0.10"}]),
-        json!([{"ip": "2001:db8::10"}]),
-        json!([{"ip": "2001:db8::10"}, {"ip": "2001:db8::10"}]),
+        json!([listing("198.18.0.10")]),
+        json!([listing("2001:db8::10")]),
+        json!([listing("2001:db8::10"), listing("2001:db8::10")]),
     ] {
         let actions = run_on(
             &ips,
@@ -196,12 +224,12 @@ fn a_dual_stack_load_balancer_is_announced_only_once_both_addresses_are_in_its_s
             &[with_ingress(&svc, partial.clone())],
         );
         assert!(
-            matches!(actions.as_slice(), [Action::SetIngress { .. }]),
+            matches!(actions.as_slice(), [Action::SetGrant { .. }]),
             "{partial}: {actions:?}"
         );
     }
     // Either order, and any text of the address, will do.
-    let both = json!([{"ip": "198.18.0.10"}, {"ip": "2001:0db8::0010"}]);
+    let both = json!([listing("198.18.0.10"), listing("2001:0db8::0010")]);
     let actions = run_on(
         &ips,
         HOST,
@@ -224,7 +252,7 @@ fn an_ipv6_endpoint_is_published_in_brackets() {
     );
     let svc = with_ingress(
         &ours(&p, 8123, "2026-11-01T00:00:00Z", true),
-        json!([{"ip": host}]),
+        json!([listing(host)]),
     );
     let actions = run_on(
         &[host],

@@ -20,7 +20,10 @@ use crate::{
 /// pod in its grace period keeps its open sessions, but takes no new
 /// login, since its address may go to another pod before the slice says it
 /// stopped serving. A frontend maps only to a backend of its own family
-/// (no NAT46 or NAT64): a dual-stack Service has a slice of each.
+/// (no NAT46 or NAT64): a dual-stack Service has a slice of each. A
+/// granted port maps only to the endpoint whose `targetRef` is the pod it
+/// was granted to: a pod that joins the Service by its labels is never
+/// the backend.
 pub struct Backends {
     v4: Option<(SocketAddr, bool)>,
     v6: Option<(SocketAddr, bool)>,
@@ -33,6 +36,7 @@ impl Backends {
         slices: &[&SliceView],
         port: &PortView,
         exposed: &BTreeSet<Family>,
+        only: Option<&str>,
         service: &str,
         notes: &mut Vec<Note>,
     ) -> Self {
@@ -43,7 +47,7 @@ impl Backends {
             } else {
                 &mut unexposed
             };
-            usable_backend(slices, port, family, service, notes)
+            usable_backend(slices, port, family, only, service, notes)
         };
         Self {
             v4: backend(Family::V4),
@@ -84,11 +88,13 @@ impl Backends {
     }
 }
 
-/// The backend of `family` for one Service port (see [`Backends`]).
+/// The backend of `family` for one Service port (see [`Backends`]),
+/// among the endpoints of the pod with uid `only` if given.
 fn usable_backend(
     slices: &[&SliceView],
     port: &PortView,
     family: Family,
+    only: Option<&str>,
     service: &str,
     notes: &mut Vec<Note>,
 ) -> Option<(SocketAddr, bool)> {
@@ -102,8 +108,19 @@ fn usable_backend(
             .and_then(|(_, number)| *number)
             .or(port.numeric_target);
         let Some(target) = target else { continue };
-        ready.extend(slice.ready.iter().map(|ip| (*ip, target)));
-        terminating.extend(slice.terminating.iter().map(|ip| (*ip, target)));
+        let of_pod = |ip: &&IpAddr| {
+            only.is_none_or(|uid| {
+                (slice.pods.iter()).any(|p| p.ip == **ip && p.uid.as_deref() == Some(uid))
+            })
+        };
+        ready.extend(slice.ready.iter().filter(of_pod).map(|ip| (*ip, target)));
+        terminating.extend(
+            slice
+                .terminating
+                .iter()
+                .filter(of_pod)
+                .map(|ip| (*ip, target)),
+        );
     }
     let draining = ready.is_empty();
     let candidates = if draining { terminating } else { ready };

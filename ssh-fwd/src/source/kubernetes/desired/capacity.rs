@@ -17,9 +17,13 @@ pub struct Owned<'a> {
     pub mapping: Mapping,
     pub id: &'a Id,
     pub created: Option<&'a Time>,
+    pub granted: bool,
 }
 
 impl Claimant for Owned<'_> {
+    fn granted(&self) -> bool {
+        self.granted
+    }
     fn created(&self) -> Option<&Time> {
         self.created
     }
@@ -28,7 +32,8 @@ impl Claimant for Owned<'_> {
     }
 }
 
-/// The mappings a node can hold: the oldest Services' first (then by
+/// The mappings a node can hold: the granted first, then the oldest
+/// Services' (then by
 /// frontend, so the cut never depends on iteration order), and a note
 /// naming those left out.
 pub fn cap(mut owned: Vec<Owned<'_>>, max: usize) -> (MappingSet, Option<Note>) {

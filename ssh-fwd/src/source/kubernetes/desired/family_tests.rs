@@ -41,22 +41,28 @@ fn legacy(name: &str, external_ips: &[&str], families: &[&str]) -> Value {
 
 /// A LoadBalancer of our class whose status holds `ingress`.
 fn lb(name: &str, ingress: &[&str]) -> Value {
-    let ingress: Vec<Value> = ingress.iter().map(|ip| json!({"ip": ip})).collect();
     json!({
         "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z"},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
                  "allocateLoadBalancerNodePorts": false,
                  "ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "PreferDualStack",
                  "ports": [{"name": "ssh", "port": 9000, "targetPort": "ssh"}]},
-        "status": {"loadBalancer": {"ingress": ingress}}
+        "status": crate::k8s::grant::status_json(ingress, 9000, POD_UID)
     })
 }
+
+/// The uid of the pod every endpoint of these tests names, and the
+/// LoadBalancers' grants are for.
+const POD_UID: &str = "uid-job";
 
 /// The slice of `family` for `service`, with ready `ips` on `port`.
 fn slice(service: &str, family: &str, port: i32, ips: &[&str]) -> Value {
     let endpoints: Vec<Value> = ips
         .iter()
-        .map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}}))
+        .map(|ip| {
+            json!({"addresses": [ip], "conditions": {"ready": true},
+                   "targetRef": {"kind": "Pod", "name": "job", "uid": POD_UID}})
+        })
         .collect();
     json!({
         "metadata": {"name": format!("{service}-{family}"), "namespace": "jobs",

@@ -28,12 +28,18 @@ fn legacy(name: &str, port: i32, created: &str) -> Value {
     })
 }
 
+/// The uid of the pod every ready endpoint of these tests names, and the
+/// LoadBalancers' grants are for.
+const POD_UID: &str = "uid-job";
+
+/// A LoadBalancer of our class granted `port` for the pod [`POD_UID`].
 fn lb(name: &str, port: i32, target: Value) -> Value {
+    let status = crate::k8s::grant::status_json(&[SSH_IP], u16::try_from(port).unwrap(), POD_UID);
     json!({
         "metadata": {"name": name, "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {PROXY_LABEL: "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false,
                  "ports": [{"name": "ssh", "port": port, "targetPort": target}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": SSH_IP}]}}
+        "status": status
     })
 }
 
@@ -47,7 +53,8 @@ fn slice(service: &str, port_name: &str, port: i32, endpoints: Value) -> Value {
 }
 
 fn ready(ip: &str) -> Value {
-    json!({"addresses": [ip], "conditions": {"ready": true}})
+    json!({"addresses": [ip], "conditions": {"ready": true},
+           "targetRef": {"kind": "Pod", "namespace": "jobs", "name": "job", "uid": POD_UID}})
 }
 
 /// The objects as the watches read them.

@@ -13,8 +13,12 @@ use ssh_fwd_common::maps::MAX_MAPPINGS;
 
 use super::*;
 use crate::{
+    k8s::grant::Grant,
     mapping::{Family, Mapping},
-    source::kubernetes::{desired::Styles, objects::PortView},
+    source::kubernetes::{
+        desired::Styles,
+        objects::{Ingress, PodAt, PortView},
+    },
 };
 
 const SSH_IPS: [&str; 3] = ["198.18.0.10", "198.18.0.11", "fd00:198::10"];
@@ -83,17 +87,55 @@ fn port() -> impl Strategy<Value = PortView> {
         })
 }
 
+/// The uid of the pod at a pod address, when the slice names one: two
+/// addresses are the same pod's, so a granted port finds one of several.
+fn pod_uid(ip: &IpAddr) -> Option<Box<str>> {
+    let n = POD_IPS.iter().position(|p| self::ip(p) == *ip)?;
+    (n != 4).then(|| format!("uid-{}", n % 3).into())
+}
+
+/// Ingress entries, each listing some of the ports in the range.
+fn ingress() -> impl Strategy<Value = Vec<Ingress>> {
+    (
+        addresses(),
+        prop::collection::vec(proptest::sample::subsequence(vec![8000u16, 8001], 0..=2), 3),
+    )
+        .prop_map(|(ips, ports)| {
+            (ips.into_iter().zip(ports))
+                .map(|(ip, ports)| Ingress {
+                    ip,
+                    ports: ports.into(),
+                })
+                .collect()
+        })
+}
+
+/// A grant of a port (in the range or not) to one of the pods.
+fn grant() -> impl Strategy<Value = Option<Grant>> {
+    prop::option::of(
+        (
+            prop_oneof![Just(8000u16), Just(8001), Just(7999)],
+            0..3usize,
+        )
+            .prop_map(|(port, n)| Grant {
+                port,
+                pod_uid: format!("uid-{n}").into(),
+            }),
+    )
+}
+
 fn service(n: usize) -> impl Strategy<Value = ServiceView> {
     (
         prop::option::of(0..3i64),
         any::<bool>(),
         prop::bool::weighted(0.8),
         addresses(),
-        addresses(),
+        ingress(),
+        grant(),
         prop::collection::vec(port(), 1..=2),
     )
         .prop_map(
-            move |(age, ours, node_ports_off, external_ips, ingress, ports)| {
+            move |(age, ours, node_ports_off, external_ips, ingress, grant, ports)| {
                 let created = age.map(|days| {
                     let text = format!("2026-01-0{}T00:00:00Z", days + 1);
                     Time(text.parse().expect("time"))
@@ -106,6 +148,7 @@ fn service(n: usize) -> impl Strategy<Value = ServiceView> {
                     ours,
                     node_ports_off,
                     ingress: if ours { ingress } else { Vec::new() },
+                    grant,
                     ports,
                 }
             },
@@ -126,13 +169,23 @@ fn slice() -> impl Strategy<Value = SliceView> {
         proptest::sample::subsequence([&POD_IPS[..], &LOOPBACKS[..]].concat(), 0..=3),
         proptest::sample::subsequence(&POD_IPS[..], 0..=2),
     )
-        .prop_map(|(service, family, ports, ready, terminating)| SliceView {
-            service: service.map(service_id),
-            family,
-            ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
-            ready: of_family(ready, family),
-            terminating: of_family(terminating, family),
-            pods: Vec::new(),
+        .prop_map(|(service, family, ports, ready, terminating)| {
+            let (ready, terminating) = (of_family(ready, family), of_family(terminating, family));
+            let pods = (ready.iter().chain(&terminating))
+                .map(|ip| PodAt {
+                    ip: *ip,
+                    name: format!("jobs/{ip}").into(),
+                    uid: pod_uid(ip),
+                })
+                .collect();
+            SliceView {
+                service: service.map(service_id),
+                family,
+                ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
+                ready,
+                terminating,
+                pods,
+            }
         })
 }
 
@@ -213,6 +266,7 @@ fn view(n: usize, created: &str, port: i32) -> ServiceView {
         ours: false,
         node_ports_off: false,
         ingress: Vec::new(),
+        grant: None,
         ports: vec![PortView {
             name: "".into(),
             port,

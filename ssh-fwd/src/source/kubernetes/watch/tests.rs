@@ -143,7 +143,7 @@ fn service(name: &str, port: i32, rv: &str) -> Value {
         "metadata": {"name": name, "namespace": "jobs", "resourceVersion": rv, "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS, "allocateLoadBalancerNodePorts": false, "ports": [{"name": "ssh", "port": port, "targetPort": 22}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.10"}]}}
+        "status": crate::k8s::grant::status_json(&["198.18.0.10"], u16::try_from(port).expect("port"), &format!("uid-{name}"))
     })
 }
 
@@ -153,7 +153,8 @@ fn slice(service: &str, ip: &str, rv: &str) -> Value {
         "metadata": {"name": format!("{service}-x1"), "namespace": "jobs", "resourceVersion": rv, "labels": {"kubernetes.io/service-name": service, "service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "addressType": "IPv4",
         "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}],
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true},
+                       "targetRef": {"kind": "Pod", "name": service, "uid": format!("uid-{service}")}}]
     })
 }
 
