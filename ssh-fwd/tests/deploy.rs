@@ -13,7 +13,10 @@ use std::{collections::BTreeSet, path::Path};
 use clap::Parser as _;
 use k8s_openapi::{
     api::{
-        admissionregistration::v1::MutatingWebhookConfiguration,
+        admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
+            ValidatingAdmissionPolicyBinding,
+        },
         apps::v1::{DaemonSet, Deployment},
         batch::v1::Job,
         core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount},
@@ -110,6 +113,10 @@ fn check_kind(doc: &Value) -> Result<(), String> {
         "Job" => typed::<Job>(doc).map(drop),
         "Service" => typed::<Service>(doc).map(drop),
         "MutatingWebhookConfiguration" => typed::<MutatingWebhookConfiguration>(doc).map(drop),
+        "ValidatingAdmissionPolicy" => typed::<ValidatingAdmissionPolicy>(doc).map(drop),
+        "ValidatingAdmissionPolicyBinding" => {
+            typed::<ValidatingAdmissionPolicyBinding>(doc).map(drop)
+        }
         other => Err(format!("no check for kind {other}")),
     }
 }
