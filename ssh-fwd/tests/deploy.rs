@@ -233,6 +233,56 @@ fn rbac_grants_exactly_the_api_calls_the_code_makes() {
     }
 }
 
+#[test]
+fn the_admission_policies_load_compile_and_bind_in_the_fake_api_server() {
+    let cluster = ssh_fwd_tests::fake_api::Cluster::deploy().unwrap_or_else(|e| panic!("{e}"));
+    let (pairs, unbound, dangling) = cluster.policies.bound();
+    assert!(
+        unbound.is_empty(),
+        "policies without a binding: {unbound:?}"
+    );
+    assert!(dangling.is_empty(), "bindings of no policy: {dangling:?}");
+    let docs = base();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .collect();
+    assert_eq!(pairs.len(), policies.len());
+    let accounts: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ServiceAccount")
+        .map(|d| {
+            format!(
+                "system:serviceaccount:{NAMESPACE}:{}",
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for policy in policies {
+        let name = &policy["metadata"]["name"];
+        // Each is about one of deploy's own service accounts, named
+        // exactly, and refuses (Fail) when it cannot decide.
+        let conditions = policy["spec"]["matchConditions"].to_string();
+        assert!(
+            accounts
+                .iter()
+                .any(|a| conditions.contains(&format!("'{a}'"))),
+            "{name}: {conditions}"
+        );
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail", "{name}");
+        let binding = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == *name
+            })
+            .unwrap();
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
+        );
+    }
+}
+
 /// The container's arguments as the kubelet expands them: `$(VAR)` from
 /// the ConfigMap (envFrom) and `env`.
 fn expanded_args(container: &Container, config: &ConfigMap) -> Vec<String> {
