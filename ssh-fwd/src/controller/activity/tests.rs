@@ -251,13 +251,16 @@ fn the_time_never_goes_back_and_a_failed_write_is_tried_again() {
 fn activity_from_before_the_service_or_on_a_port_nobody_serves_is_ignored() {
     let world = world(pod(json!({})), 9000);
     let mut mirror = Mirror::new(INTERVAL);
-    let before = merge(&[node("a", &[])], IP, now()).ports.into_iter().chain([(
-        9000,
-        Merged {
-            last: Some(at(0) - MINUTE),
-            open: 0,
-        },
-    )]);
+    let before = merge(&[node("a", &[])], IP, now())
+        .ports
+        .into_iter()
+        .chain([(
+            9000,
+            Merged {
+                last: Some(at(0) - MINUTE),
+                open: 0,
+            },
+        )]);
     assert!(
         mirror
             .due(&world, &before.collect(), Instant::now())
