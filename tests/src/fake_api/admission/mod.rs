@@ -250,7 +250,8 @@ struct Bindings {
 
 impl Bindings {
     fn of(target: &Target<'_>, user: &UserInfo) -> Self {
-        let version = if target.group.is_empty() { "v1" } else { "v1" };
+        // Every kind the fake serves is at v1.
+        let version = "v1";
         let request = json!({
             "uid": "00000000-0000-4000-a000-000000000000",
             "resource": {"group": target.group, "version": version, "resource": target.resource},
