@@ -13,7 +13,10 @@ use std::{collections::BTreeSet, path::Path};
 use clap::Parser as _;
 use k8s_openapi::{
     api::{
-        admissionregistration::v1::MutatingWebhookConfiguration,
+        admissionregistration::v1::{
+            MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
+            ValidatingAdmissionPolicyBinding,
+        },
         apps::v1::{DaemonSet, Deployment},
         batch::v1::Job,
         core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount},
@@ -110,6 +113,10 @@ fn check_kind(doc: &Value) -> Result<(), String> {
         "Job" => typed::<Job>(doc).map(drop),
         "Service" => typed::<Service>(doc).map(drop),
         "MutatingWebhookConfiguration" => typed::<MutatingWebhookConfiguration>(doc).map(drop),
+        "ValidatingAdmissionPolicy" => typed::<ValidatingAdmissionPolicy>(doc).map(drop),
+        "ValidatingAdmissionPolicyBinding" => {
+            typed::<ValidatingAdmissionPolicyBinding>(doc).map(drop)
+        }
         other => Err(format!("no check for kind {other}")),
     }
 }
@@ -222,6 +229,56 @@ fn rbac_grants_exactly_the_api_calls_the_code_makes() {
             granted(&docs, account),
             needed(calls),
             "RBAC of {account} differs from k8s/api_calls.rs (left: granted, right: needed)"
+        );
+    }
+}
+
+#[test]
+fn the_admission_policies_load_compile_and_bind_in_the_fake_api_server() {
+    let cluster = ssh_fwd_tests::fake_api::Cluster::deploy().unwrap_or_else(|e| panic!("{e}"));
+    let (pairs, unbound, dangling) = cluster.policies.bound();
+    assert!(
+        unbound.is_empty(),
+        "policies without a binding: {unbound:?}"
+    );
+    assert!(dangling.is_empty(), "bindings of no policy: {dangling:?}");
+    let docs = base();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .collect();
+    assert_eq!(pairs.len(), policies.len());
+    let accounts: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ServiceAccount")
+        .map(|d| {
+            format!(
+                "system:serviceaccount:{NAMESPACE}:{}",
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    for policy in policies {
+        let name = &policy["metadata"]["name"];
+        // Each is about one of deploy's own service accounts, named
+        // exactly, and refuses (Fail) when it cannot decide.
+        let conditions = policy["spec"]["matchConditions"].to_string();
+        assert!(
+            accounts
+                .iter()
+                .any(|a| conditions.contains(&format!("'{a}'"))),
+            "{name}: {conditions}"
+        );
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail", "{name}");
+        let binding = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "ValidatingAdmissionPolicyBinding" && d["spec"]["policyName"] == *name
+            })
+            .unwrap();
+        assert_eq!(
+            binding["spec"]["validationActions"],
+            serde_json::json!(["Deny"])
         );
     }
 }

@@ -10,10 +10,12 @@
 //! When it last patched each pod lives in memory; a leader that meets a
 //! pod already annotated (a restart, a new term) takes the annotation as
 //! its last patch, made now, so a failover does not patch every pod at
-//! once. The time never goes back: it is at least the annotation's.
+//! once. The time never goes back: it is at least the annotation's; so a
+//! report more than [`CLOCK_SKEW`] ahead of the controller's clock is
+//! ignored, or one forged report would pin a pod as active for good.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     net::IpAddr,
     sync::{
         Arc,
@@ -50,30 +52,63 @@ pub struct Merged {
     pub open: u64,
 }
 
+/// How far ahead of the controller's clock a report's last packet may be
+/// and still be believed. Nodes synchronised by NTP differ by milliseconds;
+/// this leaves room for a node whose clock drifted for a while, and for
+/// the agent's report interval. A report further ahead is either a clock
+/// that is wrong or a forgery (whoever can write a node's ConfigMap, see
+/// `docs/kubernetes.md`): believed, it would keep a pod "active" until
+/// that time, and the annotation never goes back, which defeats an idle
+/// culler.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(30);
+
+/// The agents' reports on one SSH IP, merged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Merge {
+    /// By port: the latest packet, the sum of open connections.
+    pub ports: BTreeMap<u16, Merged>,
+    /// The ConfigMaps with reports ahead of the clock by more than
+    /// [`CLOCK_SKEW`], and how many: those reports were ignored whole.
+    pub ahead: BTreeMap<String, u64>,
+}
+
 /// The agents' reports of the frontends on `ip`, merged by port: the
 /// latest packet, the sum of open connections. A value no agent would
-/// write is skipped.
+/// write is skipped, and so is a report whose last packet is more than
+/// [`CLOCK_SKEW`] after `now` (who wrote it is in [`Merge::ahead`]).
+///
+/// Trust: each ConfigMap is written by one node's agent (deploy/'s
+/// ValidatingAdmissionPolicy holds an agent to its own node's); its
+/// content is that node's word, never a time beyond ours.
 pub fn merge<'a>(
     config_maps: impl IntoIterator<Item = &'a ConfigMap>,
     ip: IpAddr,
-) -> BTreeMap<u16, Merged> {
-    let mut merged = BTreeMap::<u16, Merged>::new();
-    let data = config_maps.into_iter().filter_map(|cm| cm.data.as_ref());
-    for (key, value) in data.flatten() {
-        let Some((addr, port)) = parse_key(key) else {
-            continue;
-        };
-        let Ok(report) = serde_json::from_str::<Report>(value) else {
-            continue;
-        };
-        if addr != ip {
-            continue;
+    now: SystemTime,
+) -> Merge {
+    let mut merge = Merge::default();
+    let latest = now + CLOCK_SKEW;
+    for cm in config_maps {
+        for (key, value) in cm.data.iter().flatten() {
+            let Some((addr, port)) = parse_key(key) else {
+                continue;
+            };
+            let Ok(report) = serde_json::from_str::<Report>(value) else {
+                continue;
+            };
+            if addr != ip {
+                continue;
+            }
+            if report.last().is_some_and(|last| last > latest) {
+                let name = cm.metadata.name.clone().unwrap_or_default();
+                *merge.ahead.entry(name).or_default() += 1;
+                continue;
+            }
+            let m = merge.ports.entry(port).or_default();
+            m.last = m.last.max(report.last());
+            m.open += report.open_connections;
         }
-        let m = merged.entry(port).or_default();
-        m.last = m.last.max(report.last());
-        m.open += report.open_connections;
     }
-    merged
+    merge
 }
 
 /// What a pod's annotations say, or are to say.
@@ -121,6 +156,10 @@ pub struct Mirror {
     patched: BTreeMap<String, (Instant, Option<Annotation>)>,
     /// The earliest a throttled change may be written.
     next_due: Option<Instant>,
+    /// The ConfigMaps already warned of for a report ahead of the clock.
+    warned_ahead: BTreeSet<String>,
+    /// Reports ignored for being ahead of the clock, over every pass.
+    reports_ahead: u64,
 }
 
 impl Mirror {
@@ -129,7 +168,26 @@ impl Mirror {
             interval,
             patched: BTreeMap::new(),
             next_due: None,
+            warned_ahead: BTreeSet::new(),
+            reports_ahead: 0,
         }
+    }
+
+    /// Counts the reports `ahead` of the clock ([`Merge::ahead`]); returns
+    /// the ConfigMaps not warned of before, each told once (a ConfigMap
+    /// keeps its report until the agent writes another).
+    pub fn note_ahead(&mut self, ahead: &BTreeMap<String, u64>) -> Vec<String> {
+        self.reports_ahead += ahead.values().sum::<u64>();
+        ahead
+            .keys()
+            .filter(|name| self.warned_ahead.insert((*name).clone()))
+            .cloned()
+            .collect()
+    }
+
+    /// How many reports were ignored for being ahead of the clock.
+    pub fn reports_ahead(&self) -> u64 {
+        self.reports_ahead
     }
 
     /// The annotations to write now for `merged`, each remembered as
@@ -273,8 +331,20 @@ impl Mirroring {
             return;
         }
         let config_maps = self.store.state();
-        let merged = merge(config_maps.iter().map(AsRef::as_ref), world.ip());
-        let writes = self.mirror.due(world, &merged, now);
+        let merged = merge(
+            config_maps.iter().map(AsRef::as_ref),
+            world.ip(),
+            SystemTime::now(),
+        );
+        for name in self.mirror.note_ahead(&merged.ahead) {
+            tracing::warn!(
+                config_map = name,
+                skew = ?CLOCK_SKEW,
+                ignored_so_far = self.mirror.reports_ahead(),
+                "an activity report is ahead of this clock by more than the skew allowed: ignoring it (a node's clock is wrong, or someone forged its report); told once per ConfigMap"
+            );
+        }
+        let writes = self.mirror.due(world, &merged.ports, now);
         apply(client, &mut self.mirror, writes).await;
     }
 

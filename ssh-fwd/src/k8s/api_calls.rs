@@ -72,11 +72,12 @@ pub const AGENT: &[ApiCall] = &[
 /// The controller (`controller::*`).
 pub const CONTROLLER: &[ApiCall] = &[
     // Watches its own Services and those the agents honour (ports in use);
-    // reads one whose name a create found taken.
+    // reads one whose name a create found taken; puts its own Services'
+    // spec back when someone changed it.
     call(
         "",
         "services",
-        &["get", "list", "watch", "create", "delete"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ),
     // The LoadBalancer ingress it implements.
     call("", "services/status", &["patch"]),

@@ -12,8 +12,10 @@ use tokio::{
 };
 
 use super::{
-    Kind, Request, Shared,
+    Cluster, Kind, Request, Shared, admission,
+    auth::UserInfo,
     paging::Page,
+    rbac::{self, Attributes},
     selector::Selector,
     status::ApiError,
     store::{Change, Deleted},
@@ -157,6 +159,18 @@ async fn serve_one(
     if shared.store().cut {
         return Ok(After::Close);
     }
+    let gate = match gate(shared, &user, parsed.as_ref().map(|(t, _, v, _)| (t, *v))) {
+        Ok(gate) => gate,
+        Err(e) => {
+            if let Some(id) = id {
+                shared.note(id, |r| {
+                    r.handled = Some(std::time::Instant::now());
+                    r.code = Some(e.code);
+                });
+            }
+            return respond(stream, e.code, &e.status().to_string(), close).await;
+        }
+    };
     let Some((target, watch, verb, id)) = parsed else {
         let error = ApiError {
             code: 404,
@@ -166,7 +180,10 @@ async fn serve_one(
         return respond(stream, error.code, &error.status().to_string(), close).await;
     };
     if watch {
-        shared.note(id, |r| r.handled = Some(std::time::Instant::now()));
+        shared.note(id, |r| {
+            r.handled = Some(std::time::Instant::now());
+            r.code = Some(200);
+        });
         watch_stream(stream, shared, &target, &user).await?;
         return Ok(After::Close);
     }
@@ -183,11 +200,13 @@ async fn serve_one(
     }
     let injected = shared.store().injected_failure(target.kind, verb);
     shared.note(id, |r| r.handled = Some(std::time::Instant::now()));
-    let handled = injected.and_then(|()| handle(shared, &method, head, &target, body));
+    let handled =
+        injected.and_then(|()| handle(shared, &method, head, &target, body, gate.as_ref()));
     let (code, answer) = match handled {
         Ok((code, text)) => (code, text),
         Err(e) => (e.code, e.status().to_string()),
     };
+    shared.note(id, |r| r.code = Some(code));
     respond(stream, code, &answer, close).await
 }
 
@@ -258,9 +277,16 @@ fn record(shared: &Shared, user: &str, verb: &'static str, target: &Target) -> u
     if let Some(sub) = &target.subresource {
         resource = format!("{resource}/{sub}");
     }
+    let username = shared
+        .auth()
+        .tokens
+        .authenticate(user)
+        .map(|u| u.username.clone())
+        .unwrap_or_default();
     let mut requests = shared.requests.lock().unwrap_or_else(|p| p.into_inner());
     requests.push(Request {
         user: user.to_owned(),
+        username,
         verb,
         group: target.kind.group().to_owned(),
         resource,
@@ -272,8 +298,89 @@ fn record(shared: &Shared, user: &str, verb: &'static str, target: &Target) -> u
         at: std::time::Instant::now(),
         handled: None,
         given_up: None,
+        code: None,
     });
     requests.len() - 1
+}
+
+/// Who a request is from and what the cluster enforces, while the server
+/// enforces ([`super::FakeApi::enforce`]): the token authenticated (401
+/// `Unauthorized` for one the server did not issue, as the API server
+/// answers any request it cannot authenticate), then RBAC (403). `None`
+/// while the server does not enforce.
+fn gate(
+    shared: &Shared,
+    token: &str,
+    request: Option<(&Target, &'static str)>,
+) -> Result<Option<(UserInfo, Arc<Cluster>)>, ApiError> {
+    let auth = shared.auth();
+    let Some(cluster) = auth.cluster.clone() else {
+        return Ok(None);
+    };
+    let Some(user) = auth.tokens.authenticate(token).cloned() else {
+        return Err(ApiError {
+            code: 401,
+            reason: "Unauthorized",
+            message: "Unauthorized".into(),
+        });
+    };
+    drop(auth);
+    if let Some((target, verb)) = request {
+        let attrs = attributes(target, verb);
+        if !cluster.rbac.allows(&user, &attrs) {
+            return Err(rbac::forbidden(&user, &attrs));
+        }
+    }
+    Ok(Some((user, cluster)))
+}
+
+/// A request as RBAC sees it (a create names nothing: its name is in the
+/// body, which authorization does not read).
+fn attributes(target: &Target, verb: &str) -> Attributes {
+    Attributes {
+        verb: verb.to_owned(),
+        group: target.kind.group().to_owned(),
+        resource: target.kind.resource().to_owned(),
+        subresource: target.subresource.clone().unwrap_or_default(),
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: if verb == "create" {
+            String::new()
+        } else {
+            target.name.clone().unwrap_or_default()
+        },
+    }
+}
+
+/// Validating admission of a write to `target` by `gate`'s user; the
+/// operation follows from what the store passes (no old object: CREATE,
+/// no new one: DELETE). `name` is the request's (for a create, the body's
+/// `metadata.name`, empty with generateName).
+fn admit<'a>(
+    gate: Option<&'a (UserInfo, Arc<Cluster>)>,
+    target: &'a Target,
+    name: String,
+) -> impl FnMut(Option<&Value>, Option<&Value>) -> Result<(), ApiError> + 'a {
+    move |old, new| {
+        let Some((user, cluster)) = gate else {
+            return Ok(());
+        };
+        let operation = match (old, new) {
+            (None, _) => "CREATE",
+            (Some(_), Some(_)) => "UPDATE",
+            (Some(_), None) => "DELETE",
+        };
+        let request = admission::Target {
+            group: target.kind.group(),
+            resource: target.kind.resource(),
+            subresource: target.subresource.as_deref().unwrap_or(""),
+            operation,
+            namespace: target.namespace.as_deref().unwrap_or(""),
+            name: &name,
+            object: new,
+            old,
+        };
+        cluster.policies.admit(&request, user)
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
@@ -335,8 +442,14 @@ fn handle(
     head: &str,
     target: &Target,
     mut body: Value,
+    gate: Option<&(UserInfo, Arc<Cluster>)>,
 ) -> Result<(u16, String), ApiError> {
     let kind = target.kind;
+    let name = match (method, &target.name) {
+        (_, Some(name)) => name.clone(),
+        _ => body["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+    };
+    let mut admit = admit(gate, target, name);
     let ns = target.namespace.clone().unwrap_or_default();
     let key = target.name.as_ref().map(|n| format!("{ns}/{n}"));
     let status_only = target.subresource.as_deref() == Some("status");
@@ -398,17 +511,19 @@ fn handle(
         }
         ("POST", None) => {
             namespace_of_path(&mut body, &ns)?;
-            let (object, changes) = store.create(kind, body)?;
+            let (object, changes) = store.create_admitted(kind, body, &mut admit)?;
             (201, object, changes)
         }
         ("PUT", Some(key)) => {
             namespace_of_path(&mut body, &ns)?;
-            let (object, changes) = store.replace(kind, &key, body, status_only)?;
+            let (object, changes) =
+                store.replace_admitted(kind, &key, body, status_only, &mut admit)?;
             (200, object, changes)
         }
         ("PATCH", Some(key)) => {
             patch_type(head)?;
-            let (object, changes) = store.merge_patch(kind, &key, &body, status_only)?;
+            let (object, changes) =
+                store.merge_patch_admitted(kind, &key, &body, status_only, &mut admit)?;
             (200, object, changes)
         }
         ("DELETE", Some(key)) => {
@@ -418,7 +533,8 @@ fn handle(
                 })?),
                 None => None,
             };
-            let (object, changes, deleted) = store.delete(kind, &key, &body, query_grace)?;
+            let (object, changes, deleted) =
+                store.delete_admitted(kind, &key, &body, query_grace, &mut admit)?;
             if let Deleted::Terminating { uid, grace } = deleted {
                 shared.finish_later(kind, key, uid, grace);
             }

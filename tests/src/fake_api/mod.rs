@@ -10,13 +10,26 @@
 //! removal once its grace is over. Every request is recorded, so tests can
 //! check them against RBAC. Its socket lives on loopback, inside a network
 //! namespace the test made or the test's own.
+//!
+//! By default anyone may do anything, and a bearer token is only a label
+//! telling clients apart ([`FakeApi::kubeconfig_as`]). A test that turns
+//! enforcement on ([`FakeApi::enforce_deploy`], [`FakeApi::enforce`]) gets
+//! what kube-apiserver does with a request before it is served:
+//! authentication of the token ([`FakeApi::service_account_token`],
+//! [`FakeApi::tenant_token`], [`FakeApi::admin_token`]; 401 otherwise),
+//! RBAC (`rbac.rs`, 403) and ValidatingAdmissionPolicy (`admission/`).
 
+mod admission;
+mod auth;
 mod clock;
+mod cluster;
 mod endpoints;
 mod http;
 mod ip_families;
 mod paging;
+mod rbac;
 mod selector;
+mod service_status;
 mod status;
 mod store;
 #[cfg(test)]
@@ -36,8 +49,12 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::NetNs;
+pub use admission::{Policies, Target};
+pub use auth::UserInfo;
+pub use cluster::{Cluster, DEPLOY_NAMESPACE, deploy_base};
 pub use endpoints::Family;
 use ip_families::ClusterFamilies;
+pub use rbac::Attributes;
 pub use selector::{Selector, SelectorError};
 use store::Store;
 pub use store::{Change, CreateHook, key_of};
@@ -135,6 +152,9 @@ pub struct Request {
     /// The bearer token the client sent ([`FakeApi::kubeconfig_as`]); empty
     /// when it sent none.
     pub user: String,
+    /// Who the token authenticates as ([`FakeApi::service_account_token`]
+    /// and the like); empty for a token the server did not issue.
+    pub username: String,
     /// get, list, watch, create, update, patch or delete.
     pub verb: &'static str,
     pub group: String,
@@ -151,6 +171,9 @@ pub struct Request {
     /// When the client closed the connection before an answer (it gave the
     /// request up), if it did while the request waited on a stall or delay.
     pub given_up: Option<std::time::Instant>,
+    /// The status code answered (`None` before the answer, and for one
+    /// never answered).
+    pub code: Option<u16>,
 }
 
 /// Whose requests and watch events wait ([`FakeApi::stall`]).
@@ -168,8 +191,21 @@ impl Stall {
     }
 }
 
+/// Who may do what: the tokens issued, and the cluster's RBAC and
+/// policies once enforced.
+#[derive(Default)]
+struct Auth {
+    tokens: auth::Tokens,
+    /// `Some` while enforcing.
+    cluster: Option<Arc<Cluster>>,
+    /// RoleBindings the test made (a tenant's), kept across
+    /// [`FakeApi::enforce`].
+    bindings: Vec<(String, String, String)>,
+}
+
 struct Shared {
     store: Mutex<Store>,
+    auth: Mutex<Auth>,
     /// Every change; `None` cuts open watches.
     changes: broadcast::Sender<Option<Change>>,
     requests: Mutex<Vec<Request>>,
@@ -182,6 +218,10 @@ struct Shared {
 impl Shared {
     fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn auth(&self) -> MutexGuard<'_, Auth> {
+        self.auth.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the API stalls for `user` (a bearer token).
@@ -291,6 +331,7 @@ impl FakeApi {
         let (changes, _) = broadcast::channel(65_536);
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new()),
+            auth: Mutex::default(),
             changes,
             requests: Mutex::default(),
             stalled: tokio::sync::watch::Sender::new(Stall::default()),
@@ -336,6 +377,74 @@ impl FakeApi {
     /// [`Request::user`] tells this client's requests from others'.
     pub fn kubeconfig_as(&self, user: &str) -> String {
         self.kubeconfig_with_user(format!("{{token: \"{user}\"}}"))
+    }
+
+    /// Turns on authentication, RBAC and validating admission with the
+    /// roles, bindings and policies of `cluster` (and the RoleBindings of
+    /// the tenants made so far): from now on a request needs a token this
+    /// server issued (401 otherwise), RBAC's leave (403) and every policy's
+    /// (as the policy says). The test's own calls (`apply`, `patch`, ...)
+    /// are not checked.
+    pub fn enforce(&self, mut cluster: Cluster) {
+        let mut auth = self.shared.auth();
+        for (namespace, user, role) in &auth.bindings {
+            if let Err(e) = cluster.bind_in(namespace, user, role) {
+                panic!("binding {user} to {role} in {namespace}: {e}");
+            }
+        }
+        auth.cluster = Some(Arc::new(cluster));
+    }
+
+    /// [`FakeApi::enforce`] with what a cluster running deploy/base has:
+    /// Kubernetes' bootstrap roles (cluster-admin, admin, edit, view),
+    /// deploy/base's RBAC and its ValidatingAdmissionPolicies.
+    ///
+    /// # Panics
+    ///
+    /// If deploy/ does not load (a policy that does not compile names
+    /// itself).
+    pub fn enforce_deploy(&self) {
+        match Cluster::deploy() {
+            Ok(cluster) => self.enforce(cluster),
+            Err(e) => panic!("deploy/base does not load: {e}"),
+        }
+    }
+
+    /// A token of service account `namespace/name`, as its pod's projected
+    /// token authenticates: `system:serviceaccount:NS:NAME`, its groups,
+    /// and for a pod on `node` the extra a pod-bound token carries
+    /// (`authentication.kubernetes.io/node-name`, node-uid, pod-name,
+    /// pod-uid, credential-id).
+    pub fn service_account_token(&self, namespace: &str, name: &str, node: Option<&str>) -> String {
+        let mut auth = self.shared.auth();
+        let serial = auth.tokens.issued();
+        let token = format!("sa.{namespace}.{name}.{}.{serial}", node.unwrap_or("-"));
+        let user = UserInfo::service_account(namespace, name, node, serial);
+        auth.tokens.issue(token, user)
+    }
+
+    /// A token of a tenant of `namespace`: user `tenant:NS`, bound to the
+    /// built-in `edit` ClusterRole by a RoleBinding in that namespace, as a
+    /// platform gives a tenant its namespace.
+    pub fn tenant_token(&self, namespace: &str) -> String {
+        let user = format!("tenant:{namespace}");
+        let mut auth = self.shared.auth();
+        auth.bindings
+            .push((namespace.to_owned(), user.clone(), "edit".to_owned()));
+        if let Some(cluster) = auth.cluster.as_mut()
+            && let Err(e) = Arc::make_mut(cluster).bind_in(namespace, &user, "edit")
+        {
+            panic!("binding {user} to edit in {namespace}: {e}");
+        }
+        auth.tokens
+            .issue(format!("tenant.{namespace}"), UserInfo::person(&user, &[]))
+    }
+
+    /// A token of the cluster's administrator (group `system:masters`,
+    /// bound to `cluster-admin`): the test driver's.
+    pub fn admin_token(&self) -> String {
+        let user = UserInfo::person("kubernetes-admin", &[auth::MASTERS]);
+        self.shared.auth().tokens.issue("admin".to_owned(), user)
     }
 
     /// The agent's arguments for Kubernetes mode against this server, the

@@ -16,6 +16,7 @@ use super::{
     ip_families::{self, ClusterFamilies},
     paging::Page,
     selector::Selector,
+    service_status,
     status::{ApiError, check_preconditions},
     validation,
 };
@@ -155,7 +156,19 @@ impl Store {
     pub fn create(
         &mut self,
         kind: Kind,
+        object: Value,
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
+        self.create_admitted(kind, object, &mut admit_all)
+    }
+
+    /// [`Store::create`] with validating admission (`admit` sees the
+    /// object as it is to be stored) after validation, before the name is
+    /// found taken, as the API server orders them.
+    pub fn create_admitted(
+        &mut self,
+        kind: Kind,
         mut object: Value,
+        admit: Admit<'_>,
     ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let mut changes = Vec::new();
         if kind == Kind::Service
@@ -170,6 +183,10 @@ impl Store {
             ip_families::init(&mut object, None, &self.service_families)?;
         }
         let key = key_of(&object);
+        let uid = self.uids + 1;
+        object["metadata"]["uid"] = json!(uid_text(uid));
+        object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+        admit(None, Some(&object))?;
         if self.objects.contains_key(&(kind, key.clone())) {
             return Err(ApiError {
                 code: 409,
@@ -177,18 +194,31 @@ impl Store {
                 message: format!("{} \"{key}\" already exists", kind.resource()),
             });
         }
-        object["metadata"]["uid"] = json!(self.next_uid());
-        object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+        self.uids = uid;
         changes.extend(self.write_with_effects(kind, key.clone(), Some(object)));
         Ok((self.objects[&(kind, key)].clone(), changes))
     }
 
+    #[cfg(test)]
     pub fn replace(
         &mut self,
         kind: Kind,
         key: &str,
         object: Value,
         status_only: bool,
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
+        self.replace_admitted(kind, key, object, status_only, &mut admit_all)
+    }
+
+    /// [`Store::replace`] with validating admission of the object as it is
+    /// to be stored.
+    pub fn replace_admitted(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        object: Value,
+        status_only: bool,
+        admit: Admit<'_>,
     ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let current = self
             .get(kind, key)
@@ -220,6 +250,10 @@ impl Store {
                 }
             }
         }
+        if status_only {
+            service_status::on_status_write(kind, &next)?;
+        }
+        admit(Some(&current), Some(&next))?;
         Ok(self.update(kind, key, next))
     }
 
@@ -229,6 +263,19 @@ impl Store {
         key: &str,
         patch: &Value,
         status_only: bool,
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
+        self.merge_patch_admitted(kind, key, patch, status_only, &mut admit_all)
+    }
+
+    /// [`Store::merge_patch`] with validating admission, which sees the
+    /// patched object (and the current one as `oldObject`).
+    pub fn merge_patch_admitted(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        patch: &Value,
+        status_only: bool,
+        admit: Admit<'_>,
     ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let current = self
             .get(kind, key)
@@ -247,6 +294,10 @@ impl Store {
                 ip_families::init(&mut next, Some(current), &self.service_families)?;
             }
         }
+        if status_only {
+            service_status::on_status_write(kind, &next)?;
+        }
+        admit(Some(current), Some(&next))?;
         Ok(self.update(kind, key, next))
     }
 
@@ -280,10 +331,24 @@ impl Store {
         options: &Value,
         query_grace: Option<u64>,
     ) -> Result<(Arc<Value>, Vec<Change>, Deleted), ApiError> {
+        self.delete_admitted(kind, key, options, query_grace, &mut admit_all)
+    }
+
+    /// [`Store::delete`] with validating admission, which sees the object
+    /// as `oldObject`.
+    pub fn delete_admitted(
+        &mut self,
+        kind: Kind,
+        key: &str,
+        options: &Value,
+        query_grace: Option<u64>,
+        admit: Admit<'_>,
+    ) -> Result<(Arc<Value>, Vec<Change>, Deleted), ApiError> {
         let object = self.shared(kind, key)?;
         let preconditions = &options["preconditions"];
         let (uid, rv) = (&preconditions["uid"], &preconditions["resourceVersion"]);
         check_preconditions(kind, key, &object, uid, rv)?;
+        admit(Some(&object), None)?;
         let asked = options["gracePeriodSeconds"].as_u64().or(query_grace);
         let meta = &object["metadata"];
         let terminating = meta["deletionTimestamp"].is_string();
@@ -468,8 +533,23 @@ impl Store {
 
     fn next_uid(&mut self) -> String {
         self.uids += 1;
-        format!("00000000-0000-4000-8000-{:012x}", self.uids)
+        uid_text(self.uids)
     }
+}
+
+fn uid_text(serial: u64) -> String {
+    format!("00000000-0000-4000-8000-{serial:012x}")
+}
+
+/// Validating admission of a write: called with the object as it is (none
+/// for a create) and as it is to be (none for a delete); an error refuses
+/// the write.
+pub type Admit<'a> = &'a mut dyn FnMut(Option<&Value>, Option<&Value>) -> Result<(), ApiError>;
+
+/// Admits every write (the test's own writes, and a server that does not
+/// enforce).
+pub fn admit_all(_: Option<&Value>, _: Option<&Value>) -> Result<(), ApiError> {
+    Ok(())
 }
 
 /// What a DELETE did.

@@ -378,7 +378,7 @@ fn a_dual_stack_service_gets_a_slice_of_each_family_and_takes_an_ipv6_load_balan
             Kind::Service,
             json!({"metadata": {"name": "dual", "namespace": "jobs"},
                    "spec": {"selector": {"app": "a"}, "ports": [{"port": 22}],
-                            "ipFamilyPolicy": "RequireDualStack"}}),
+                            "ipFamilyPolicy": "RequireDualStack", "type": "LoadBalancer"}}),
         )
         .unwrap();
     assert_eq!(created["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));

@@ -70,8 +70,50 @@ fn node(name: &str, reports: &[(u16, u64, u64)]) -> ConfigMap {
     }
 }
 
+/// The controller's clock in these tests: an hour after the Service was
+/// made.
+fn now() -> SystemTime {
+    at(3600)
+}
+
 fn merged(reports: &[(u16, u64, u64)]) -> BTreeMap<u16, Merged> {
-    merge(&[node("a", reports)], IP)
+    merge(&[node("a", reports)], IP, now()).ports
+}
+
+#[test]
+fn a_report_ahead_of_the_clock_by_more_than_the_skew_is_ignored_and_named() {
+    // Node b's agent (or whoever can write its ConfigMap) says its last
+    // packet is an hour from now: believed, it would keep the pod "active"
+    // for an hour after the session ended, and never go back.
+    let merge = merge(
+        &[
+            node("a", &[(9000, 100, 1)]),
+            node("b", &[(9000, 3600 + 3600, 5), (9001, 3600 + 10, 1)]),
+        ],
+        IP,
+        now(),
+    );
+    assert_eq!(
+        merge.ports[&9000],
+        Merged {
+            last: Some(at(100)),
+            open: 1
+        },
+        "b's report of 9000 is ignored, its connections too"
+    );
+    // Within the skew: a clock a little ahead is believed.
+    assert_eq!(merge.ports[&9001].last, Some(at(3600 + 10)));
+    assert_eq!(merge.ahead, [(config_map_name("b"), 1)].into());
+    assert!(CLOCK_SKEW >= Duration::from_secs(10) && CLOCK_SKEW < Duration::from_secs(300));
+}
+
+#[test]
+fn a_config_map_ahead_of_the_clock_is_warned_of_once() {
+    let mut mirror = Mirror::new(INTERVAL);
+    let ahead = |n| BTreeMap::from([(config_map_name("b"), n)]);
+    assert_eq!(mirror.note_ahead(&ahead(2)), vec![config_map_name("b")]);
+    assert!(mirror.note_ahead(&ahead(1)).is_empty(), "told once");
+    assert_eq!(mirror.reports_ahead(), 3, "every ignored report counted");
 }
 
 #[test]
@@ -82,7 +124,7 @@ fn an_ipv6_ssh_ips_reports_merge_apart_from_the_ipv4_ones() {
         data_key(ip6, 9000),
         serde_json::to_string(&Report::new(Some(at(50)), 4)).unwrap(),
     );
-    let v6 = merge(&[a.clone()], ip6);
+    let v6 = merge(&[a.clone()], ip6, now()).ports;
     assert_eq!(
         v6,
         [(
@@ -94,7 +136,7 @@ fn an_ipv6_ssh_ips_reports_merge_apart_from_the_ipv4_ones() {
         )]
         .into()
     );
-    assert_eq!(merge(&[a], IP)[&9000].open, 1);
+    assert_eq!(merge(&[a], IP, now()).ports[&9000].open, 1);
 }
 
 #[test]
@@ -105,7 +147,7 @@ fn reports_merge_by_port_with_the_latest_packet_and_every_nodes_connections() {
     data.insert(other_ip, r#"{"openConnections":7}"#.into());
     data.insert("junk".into(), "{}".into());
     data.insert(data_key(IP, 9002), "not json".into());
-    let merged = merge(&[node("a", &[(9000, 100, 1)]), b], IP);
+    let merged = merge(&[node("a", &[(9000, 100, 1)]), b], IP, now()).ports;
     assert_eq!(
         merged,
         [
@@ -210,13 +252,16 @@ fn the_time_never_goes_back_and_a_failed_write_is_tried_again() {
 fn activity_from_before_the_service_or_on_a_port_nobody_serves_is_ignored() {
     let world = world(pod(json!({})), 9000);
     let mut mirror = Mirror::new(INTERVAL);
-    let before = merge(&[node("a", &[])], IP).into_iter().chain([(
-        9000,
-        Merged {
-            last: Some(at(0) - MINUTE),
-            open: 0,
-        },
-    )]);
+    let before = merge(&[node("a", &[])], IP, now())
+        .ports
+        .into_iter()
+        .chain([(
+            9000,
+            Merged {
+                last: Some(at(0) - MINUTE),
+                open: 0,
+            },
+        )]);
     assert!(
         mirror
             .due(&world, &before.collect(), Instant::now())
