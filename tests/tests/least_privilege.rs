@@ -25,8 +25,6 @@ mod controller;
 #[path = "least_privilege/running.rs"]
 mod running;
 
-use std::io::{Read as _, Write as _};
-
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::fake_api::{FakeApi, Kind};
@@ -39,33 +37,7 @@ fn call(
     path: &str,
     body: Option<&Value>,
 ) -> (u16, Value) {
-    let mut tcp = std::net::TcpStream::connect(api.addr()).unwrap();
-    tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let content_type = if method == "PATCH" {
-        "application/merge-patch+json"
-    } else {
-        "application/json"
-    };
-    write!(
-        tcp,
-        "{method} {path} HTTP/1.1\r\nHost: fake\r\nAuthorization: Bearer {token}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    tcp.read_to_string(&mut answer).unwrap();
-    let code = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap();
-    let json = answer
-        .split_once("\r\n\r\n")
-        .and_then(|(_, b)| serde_json::from_str(b).ok())
-        .unwrap_or(Value::Null);
-    (code, json)
+    api.call(token, method, path, body)
 }
 
 /// Expects a refusal of `code`; returns its message.

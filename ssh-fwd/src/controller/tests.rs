@@ -250,7 +250,14 @@ async fn externalips_style_lists_the_ssh_ip() {
     let bed = Bed::new();
     let controller = bed.controller(
         "a",
-        &["--service-style", "externalips", "--ssh-user", "alice"],
+        &[
+            "--service-style",
+            "externalips",
+            "--service-styles",
+            "externalips",
+            "--ssh-user",
+            "alice",
+        ],
     );
     bed.pod("job-1");
     bed.annotated("job-1").await;
@@ -408,7 +415,14 @@ async fn with_a_selector_of_its_own_the_controller_still_sees_the_services_the_a
     );
     let controller = bed.controller(
         "a",
-        &["--port-range", "8000-8001", "--selector", "team=hpc"],
+        &[
+            "--port-range",
+            "8000-8001",
+            "--selector",
+            "team=hpc",
+            "--service-styles",
+            "loadbalancer,externalips",
+        ],
     );
     bed.pod("job-1");
     bed.annotated("job-1").await;

@@ -21,6 +21,7 @@
 
 mod admission;
 mod auth;
+mod client;
 mod clock;
 mod cluster;
 mod endpoints;
@@ -285,6 +286,9 @@ pub struct FakeApi {
     shared: Arc<Shared>,
     addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
+    /// The network namespace it listens in (`/run/netns/...`), for
+    /// [`FakeApi::call`]; `None`: the caller's own.
+    netns: Option<String>,
 }
 
 impl FakeApi {
@@ -310,7 +314,9 @@ impl FakeApi {
         })
         .join()
         .map_err(|_| anyhow::anyhow!("listener thread panicked"))??;
-        Self::serve(listener)
+        let mut api = Self::serve(listener)?;
+        api.netns = Some(ns.path());
+        Ok(api)
     }
 
     /// Listens on 127.0.0.1 in the caller's own network namespace.
@@ -361,6 +367,7 @@ impl FakeApi {
             shared,
             addr,
             runtime: Some(runtime),
+            netns: None,
         })
     }
 

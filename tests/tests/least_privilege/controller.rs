@@ -18,6 +18,7 @@ fn pod() -> Value {
 fn ours(namespace: &str, name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
            "metadata": {"name": name, "namespace": namespace,
+                        "labels": {vocabulary::MANAGED_BY_LABEL: vocabulary::CONTROLLER},
                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "job",
                                              "uid": "u1", "controller": true}]},
            "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,

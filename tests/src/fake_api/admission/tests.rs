@@ -184,6 +184,7 @@ fn the_controller_patches_only_its_own_pod_labels_and_annotations() {
 
 fn our_service(name: &str) -> Value {
     json!({"metadata": {"name": name, "namespace": "jobs",
+                        "labels": {"app.kubernetes.io/managed-by": "ssh-fwd-controller"},
                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "job", "uid": "u", "controller": true}]},
            "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh",
                     "selector": {"ssh-fwd.io/service": name}, "ports": [{"port": 9000}]}})
@@ -245,7 +246,45 @@ fn the_controller_writes_only_services_of_its_shape() {
     let mut wide = ours.clone();
     wide["spec"]["selector"]["app"] = json!("other");
     assert!(
-        service_write("jobs", "", Some(ours), Some(wide))
+        service_write("jobs", "", Some(ours.clone()), Some(wide.clone()))
+            .by(&p, &c)
+            .is_err()
+    );
+    // One of ours that a tenant changed is put back, granted and deleted,
+    // and so is one whose label the tenant took off but whose grant stays.
+    assert_eq!(
+        service_write("jobs", "", Some(wide.clone()), Some(ours.clone())).by(&p, &c),
+        Ok(())
+    );
+    assert_eq!(
+        service_write("jobs", "status", Some(wide.clone()), Some(wide.clone())).by(&p, &c),
+        Ok(())
+    );
+    assert_eq!(
+        service_write("jobs", "", Some(wide.clone()), None).by(&p, &c),
+        Ok(())
+    );
+    let mut unlabelled = wide;
+    unlabelled["metadata"]["labels"] = json!({});
+    assert!(
+        service_write("jobs", "", Some(unlabelled.clone()), Some(ours.clone()))
+            .by(&p, &c)
+            .is_err(),
+        "neither label nor grant: not ours"
+    );
+    unlabelled["status"] =
+        json!({"conditions": [{"type": "ssh-fwd.io/Granted", "status": "True"}]});
+    assert_eq!(
+        service_write("jobs", "", Some(unlabelled), Some(ours)).by(&p, &c),
+        Ok(())
+    );
+    // A tenant's Service owned by a pod but not named as ours is not ours.
+    let mut theirs = our_service("web");
+    theirs["spec"]["selector"] = json!({"app": "web"});
+    let mut into_shape = our_service("web");
+    into_shape["metadata"]["name"] = json!("web");
+    assert!(
+        service_write("jobs", "", Some(theirs), Some(into_shape))
             .by(&p, &c)
             .is_err()
     );
