@@ -44,7 +44,10 @@ use super::objects::{Id, PortView, ServiceView, SliceView};
 use crate::{
     args::ServiceStyle,
     k8s::ownership::{self, Claimant},
-    mapping::{Family, Guard, Mapping, MappingSet, guard::Defaults},
+    mapping::{
+        Family, Guard, Mapping, MappingSet,
+        guard::{Cut, Defaults},
+    },
     source::validate::{self, Checker, Rules},
 };
 
@@ -150,6 +153,12 @@ pub enum Note {
         excess: usize,
         left_out: Vec<String>,
     },
+    /// The Service asks for more sources or a higher rate than the agent's
+    /// `--allow` and `--syn-rate` admit: it gets those, not what it asked.
+    Narrowed {
+        service: String,
+        cut: Vec<Cut>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -207,6 +216,12 @@ pub fn claims_of(
         Ok(guards) => (guards, None),
         Err(problem) => (Guards::default(), Some(problem)),
     };
+    if !guards.cut.is_empty() {
+        out.notes.push(Note::Narrowed {
+            service: id.clone(),
+            cut: guards.cut.clone(),
+        });
+    }
     let families: BTreeSet<Family> = ips.iter().map(|ip| Family::of(*ip)).collect();
     let multi = svc.ports.len() > 1;
     for port in &svc.ports {
