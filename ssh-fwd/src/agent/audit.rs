@@ -30,7 +30,7 @@ use crate::datapath::{
 };
 
 use budget::{Budgets, Class};
-use drops::{Dropped, REPORT_EVERY, Stage, Summary};
+use drops::{Dropped, KernelTotals, REPORT_EVERY, Stage, Summary};
 
 /// What the log names a frontend's connections by.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -65,6 +65,16 @@ impl What {
         Self::syn_limited,
         Self::closed,
     ];
+
+    /// The kind of a kernel record.
+    fn of(kind: EventKind) -> Self {
+        match kind {
+            EventKind::Accepted => Self::accepted,
+            EventKind::Denied => Self::denied,
+            EventKind::SynLimited => Self::syn_limited,
+            EventKind::Closed => Self::closed,
+        }
+    }
 
     /// Which budget its lines spend.
     fn class(self) -> Class {
@@ -107,7 +117,8 @@ impl AuditMetrics {
         r.register(
             "connection_records_dropped",
             "Records of the connection log dropped, by kind (accepted, denied, syn_limited, \
-             closed) and stage (log: over --conn-log-rate, each class of line its own budget)",
+             closed) and stage (kernel: not written into the ring, read every 10 s; log: over \
+             --conn-log-rate, each class of line its own budget)",
             self.dropped.family(),
         );
     }
@@ -147,12 +158,7 @@ impl Record {
     /// A kernel record; `None` for a kind this build does not know (a
     /// newer program's).
     pub fn from_event<A: MapFamily>(e: &ConnEvent<Endpoint<A>>) -> Option<Self> {
-        let what = match e.kind()? {
-            EventKind::Accepted => What::accepted,
-            EventKind::Denied => What::denied,
-            EventKind::SynLimited => What::syn_limited,
-            EventKind::Closed => What::closed,
-        };
+        let what = What::of(e.kind()?);
         Some(Self {
             what,
             at_ns: e.time_ns,
@@ -252,6 +258,7 @@ async fn run(
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut summary = Summary::default();
+    let mut kernel = KernelTotals::default();
     let mut events = Vec::new();
     loop {
         tokio::select! {
@@ -276,7 +283,19 @@ async fn run(
                 let next = directory.borrow_and_update().clone();
                 log.relabel(next);
             }
-            _ = report.tick() => summary.tell(&log.metrics.dropped, rate),
+            _ = report.tick() => {
+                match reader.dropped() {
+                    Ok(totals) => kernel.update(
+                        totals.map(|(kind, n)| (What::of(kind), n)),
+                        &log.metrics.dropped,
+                    ),
+                    Err(e) => tracing::debug!(
+                        error = format!("{e:#}"),
+                        "cannot read what the programs dropped of the connection log"
+                    ),
+                }
+                summary.tell(&log.metrics.dropped, rate);
+            }
         }
     }
 }

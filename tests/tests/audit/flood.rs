@@ -161,6 +161,7 @@ fn only_refused_records_were_dropped(bed: &Bed) {
     });
     assert!(seen, "no summary of dropped records: {}", agent.log());
     let counted = dropped(node);
+    println!("dropped by (kind, stage): {counted:?}; summed up in the log: {told:?}");
     let of = |kind: &str| -> u64 {
         (counted.iter())
             .filter(|((k, _), _)| k == kind)

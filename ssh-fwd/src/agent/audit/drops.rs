@@ -1,6 +1,6 @@
-//! What the connection log dropped, per kind of record and per stage:
-//! counted in `/metrics` as it happens, and summed up in one warning every
-//! [`REPORT_EVERY`] rather than a line per record.
+//! What the connection log dropped, per kind of record and per stage (in
+//! the programs, or in the log): counted in `/metrics`, and summed up in
+//! one warning every [`REPORT_EVERY`] rather than a line per record.
 
 use std::time::Duration;
 
@@ -24,6 +24,10 @@ pub const SUMMARY: &str = "connection records dropped since the last such line";
     reason = "the variants are the label values, written as the metric writes them"
 )]
 pub enum Stage {
+    /// Not written into the ring by the programs: over a CPU's budget of
+    /// refused records or their share of the ring, or the ring was full.
+    /// Read from `CONN_EVENTS_DROPPED` every [`REPORT_EVERY`].
+    kernel,
     /// Read from the ring, not written out: over `--conn-log-rate` (its
     /// class's budget), or the sweep's removals found the log's queue
     /// full.
@@ -52,10 +56,39 @@ impl Dropped {
 
     /// Every stage's drops of `kind` so far.
     fn of(&self, kind: What) -> u64 {
-        [Stage::log]
+        [Stage::kernel, Stage::log]
             .into_iter()
             .map(|stage| self.0.get_or_create(&DropLabel { kind, stage }).get())
             .sum()
+    }
+}
+
+/// The programs' totals as last read, to count only what came since.
+#[derive(Debug, Default)]
+pub struct KernelTotals {
+    last: [u64; What::ALL.len()],
+}
+
+impl KernelTotals {
+    /// Adds to `dropped` what the programs dropped since the last call,
+    /// from their totals `now`. The first call counts all they hold,
+    /// records dropped while no agent read the ring included. A total
+    /// below the last is a map made anew: counted from zero.
+    pub fn update(&mut self, now: impl IntoIterator<Item = (What, u64)>, dropped: &Dropped) {
+        for (kind, total) in now {
+            let Some(i) = What::ALL.iter().position(|k| *k == kind) else {
+                continue;
+            };
+            let since = if total >= self.last[i] {
+                total - self.last[i]
+            } else {
+                total
+            };
+            self.last[i] = total;
+            if since > 0 {
+                dropped.add(kind, Stage::kernel, since);
+            }
+        }
     }
 }
 
@@ -97,6 +130,21 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_programs_drops_are_counted_once_and_a_new_map_from_zero() {
+        let dropped = Dropped::default();
+        let mut totals = KernelTotals::default();
+        let mut summary = Summary::default();
+        totals.update([(What::denied, 40), (What::accepted, 0)], &dropped);
+        totals.update([(What::denied, 45), (What::accepted, 0)], &dropped);
+        assert_eq!(summary.since_last(&dropped), [0, 45, 0, 0]);
+        // Torn down and loaded again: 3 since.
+        totals.update([(What::denied, 3)], &dropped);
+        assert_eq!(summary.since_last(&dropped), [0, 3, 0, 0]);
+        dropped.add(What::denied, Stage::log, 2);
+        assert_eq!(summary.since_last(&dropped), [0, 2, 0, 0], "both stages");
+    }
 
     #[test]
     fn each_summary_counts_only_what_came_since_the_last() {
