@@ -169,6 +169,12 @@ pub const CONN_EVENTS_BYTES: u32 = 256 * 1024;
 /// `--conn-log all`; created with the connection, removed with it. Not
 /// preallocated: without `--conn-log all` it is empty and costs nothing.
 pub const CONN_STATS: &str = "CONN_STATS";
+/// The connection log's records the programs did not write, per CPU, by
+/// [`EventKind`] (the index; [`EVENT_KINDS`] entries): over a CPU's
+/// budget of refused ones, refused ones past their share of
+/// [`CONN_EVENTS`], or any kind the full ring had no room for. Read by the
+/// agent for `ssh_fwd_connection_records_dropped_total`.
+pub const CONN_EVENTS_DROPPED: &str = "CONN_EVENTS_DROPPED";
 
 /// `(interface, SSH IP)` -> the MAC to answer ARP requests for it with
 /// ([`Announce`]): `--announce l2`. Written by the agent, read by the
@@ -210,7 +216,7 @@ pub const ANNOUNCE6: &str = "ANNOUNCE6";
 pub const NDP_HEARD: &str = "NDP_HEARD";
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 38] = [
+pub const ALL_MAPS: [&str; 39] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -234,6 +240,7 @@ pub const ALL_MAPS: [&str; 38] = [
     SYN_BUCKETS,
     CONN_EVENTS,
     CONN_STATS,
+    CONN_EVENTS_DROPPED,
     ANNOUNCE,
     ARP_HEARD,
     FRONTENDS6,

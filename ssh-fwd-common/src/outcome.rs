@@ -171,8 +171,9 @@ pub enum Outcome {
     /// lost, the packet goes on.
     EventsLost = 51,
     /// A refused SYN's record was not written: its CPU wrote
-    /// `--conn-log-rate` of them this second already (a flood). The SYN
-    /// is counted per mapping all the same.
+    /// `--conn-log-rate` of them this second already, or they fill their
+    /// half of the ring (a flood; the other half is kept for connections).
+    /// The SYN is counted per mapping all the same.
     EventsThrottled = 52,
     /// `--announce l2`: an ARP request for an SSH IP this node announces
     /// on the interface it came in by was answered (the reply written over

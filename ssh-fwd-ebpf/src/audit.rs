@@ -1,14 +1,17 @@
 //! The connection log: a record in `CONN_EVENTS` for each connection the
 //! server confirms, and with `--conn-log all` for each refused SYN and each
 //! connection the programs remove, with its traffic from `CONN_STATS`.
-//! A full ring loses the record, counted, and never the packet.
+//! A full ring loses the record, counted, and never the packet. Records of
+//! refused SYNs, which anyone can forge, fill at most half of the ring:
+//! the rest is kept for real connections (`ssh_fwd_common::audit`). Every
+//! record not written is counted by kind in `CONN_EVENTS_DROPPED`.
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::bpf_ktime_get_coarse_ns,
 };
 use ssh_fwd_common::{
-    audit::take,
+    audit::{refused_has_room, take},
     maps::{
         CONN_EVENTS_BYTES, Conn, ConnEvent, ConnKey, ConnStats, Ended, Endpoint, EventKind,
         NatTarget,
@@ -21,7 +24,7 @@ use crate::{
     config::{log_accepted, log_all, refused_records},
     counters::{Direction, count},
     family::Family,
-    maps::{AUDIT_BUDGET, CONN_EVENTS},
+    maps::{AUDIT_BUDGET, CONN_EVENTS, CONN_EVENTS_DROPPED},
     packet::Headers,
 };
 
@@ -31,19 +34,37 @@ use crate::{
 /// setup rates.
 const WAKE_AT: u64 = CONN_EVENTS_BYTES as u64 / 4;
 
+/// What the ring holds that the agent has not read, in bytes.
+#[inline(always)]
+fn pending() -> u64 {
+    CONN_EVENTS.query(BPF_RB_AVAIL_DATA as u64)
+}
+
 #[inline(always)]
 fn emit<E: Copy + 'static>(event: ConnEvent<E>) {
     match CONN_EVENTS.reserve::<ConnEvent<E>>(0) {
         Some(mut entry) => {
             entry.write(event);
-            let wake = if CONN_EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKE_AT {
+            let wake = if pending() >= WAKE_AT {
                 BPF_RB_FORCE_WAKEUP
             } else {
                 BPF_RB_NO_WAKEUP
             };
             entry.submit(wake as u64);
         }
-        None => count(Outcome::EventsLost),
+        None => {
+            count(Outcome::EventsLost);
+            dropped(event.kind);
+        }
+    }
+}
+
+/// Counts a record of `kind` (an `EventKind`) that was not written.
+#[inline(always)]
+fn dropped(kind: u8) {
+    if let Some(n) = CONN_EVENTS_DROPPED.get_ptr_mut(u32::from(kind)) {
+        // SAFETY: this CPU's slot, only this program run writes it meanwhile.
+        unsafe { *n += 1 };
     }
 }
 
@@ -54,7 +75,7 @@ fn now() -> u64 {
 }
 
 /// A SYN to `h.destination` (mapped by `target`) refused for `kind`,
-/// within this CPU's budget of such records.
+/// within this CPU's budget of such records and their share of the ring.
 #[inline(always)]
 pub fn refused<A: Family>(h: &Headers<A>, target: &NatTarget<A>, kind: EventKind) {
     if !log_all() {
@@ -64,8 +85,11 @@ pub fn refused<A: Family>(h: &Headers<A>, target: &NatTarget<A>, kind: EventKind
         return;
     };
     // SAFETY: this CPU's slot, only this program run writes it meanwhile.
-    if !take(unsafe { &mut *budget }, now(), refused_records()) {
+    // The budget first: under a flood it spares most SYNs the look at the
+    // ring's positions, which every CPU writes.
+    if !take(unsafe { &mut *budget }, now(), refused_records()) || !refused_has_room(pending()) {
         count(Outcome::EventsThrottled);
+        dropped(kind as u8);
         return;
     }
     emit(ConnEvent {

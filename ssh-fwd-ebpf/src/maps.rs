@@ -11,11 +11,11 @@ use ssh_fwd_common::{
     maps::{
         ANNOUNCE_CAPACITY, Addr6, AgentStatus, AllowData, AllowData6, Announce, AnnounceKey,
         AnnounceKey6, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, Claim6, ClaimKey, ClaimKey6,
-        Conn, Conn6, ConnKey, ConnKey6, ConnStats, Endpoint, Endpoint6, Guard, HALF_OPEN_CAPACITY,
-        HalfOpen, HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY,
-        LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MappingConnCounters,
-        MappingCounters, MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget,
-        SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        Conn, Conn6, ConnKey, ConnKey6, ConnStats, EVENT_KINDS, Endpoint, Endpoint6, Guard,
+        HALF_OPEN_CAPACITY, HalfOpen, HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard,
+        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
+        MappingConnCounters, MappingCounters, MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY,
+        Owner, RecordBudget, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -149,6 +149,11 @@ pub static CONN_EVENTS: RingBuf = RingBuf::pinned(CONN_EVENTS_BYTES, 0);
 /// preallocated: empty costs nothing.
 #[map(name = "CONN_STATS")]
 pub static CONN_STATS: HashMap<ConnKey, ConnStats> = HashMap::pinned(CONN_CAPACITY, NO_PREALLOC);
+
+/// The connection log's records not written, per CPU and kind
+/// (`ssh_fwd_common::maps::CONN_EVENTS_DROPPED`).
+#[map(name = "CONN_EVENTS_DROPPED")]
+pub static CONN_EVENTS_DROPPED: PerCpuArray<u64> = PerCpuArray::pinned(EVENT_KINDS, 0);
 
 /// Each CPU's records of refused SYNs this second (`ssh_fwd_common::audit`).
 /// Not pinned: a new program starts a new second.

@@ -2,8 +2,9 @@
 //! allowlist gets no answer and leaves no state (or with `--deny-action
 //! reset`, a refusal at once), a source over its SYN rate
 //! is held off while another logs in, and the rate a source gets is the
-//! configured one. Every connection stays inside the test's namespaces and
-//! every loop is bounded in count and time.
+//! configured one; in Kubernetes mode a Service only narrows the agent's
+//! guard (`guard/tenants.rs`). Every connection stays inside the test's
+//! namespaces and every loop is bounded in count and time.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +12,8 @@
 )]
 
 mod common;
+#[path = "guard/tenants.rs"]
+mod tenants;
 
 use std::{
     collections::VecDeque,
@@ -250,8 +253,13 @@ fn a_listed_client_logs_in_and_an_unlisted_one_gets_no_answer_and_leaves_no_stat
 /// A blocking TCP connect from `from` in `ns` to the guarded frontend,
 /// given 3 s: its result, and how long it took.
 fn connect_from(ns: &NetNs, from: Ipv4Addr) -> (std::io::Result<()>, Duration) {
+    connect_to(ns, from, 8022)
+}
+
+/// [`connect_from`] to the external IP's `port`.
+fn connect_to(ns: &NetNs, from: Ipv4Addr, port: u16) -> (std::io::Result<()>, Duration) {
     use socket2::{Domain, Socket, Type};
-    let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), 8022);
+    let to = SocketAddrV4::new(EXTERNAL_IP.parse().unwrap(), port);
     std::thread::scope(|s| {
         s.spawn(|| {
             ns.enter_on_this_thread().unwrap();

@@ -19,7 +19,13 @@ pub enum EventKind {
     Closed = 4,
 }
 
+/// Entries of [`CONN_EVENTS_DROPPED`](super::CONN_EVENTS_DROPPED): one
+/// per [`EventKind`], indexed by its value (0 is never counted).
+pub const EVENT_KINDS: u32 = 5;
+
 impl EventKind {
+    pub const ALL: [Self; 4] = [Self::Accepted, Self::Denied, Self::SynLimited, Self::Closed];
+
     pub const fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(Self::Accepted),
@@ -134,6 +140,7 @@ pub struct RecordBudget {
     pub used: u64,
 }
 
+const _: () = assert!(EventKind::Closed as u32 + 1 == EVENT_KINDS);
 const _: () = assert!(size_of::<ConnStats>() == 32);
 const _: () = assert!(size_of::<ConnEvent>() == 80);
 const _: () = assert!(size_of::<ConnEvent6>() == 128);

@@ -1,10 +1,12 @@
 //! The connection log (`--conn-log`): the kernel's records of accepted and
 //! refused connections, and the sweep's of ended ones, written as one line
 //! each (target `ssh_fwd::connections`) with the names an operator looks
-//! for (mapping, Service, pod), within `--conn-log-rate`, and counted in
-//! `/metrics`.
+//! for (mapping, Service, pod), within `--conn-log-rate` for each class of
+//! line (`budget.rs`), and counted in `/metrics`, what was dropped by kind
+//! (`drops.rs`).
 
 mod budget;
+mod drops;
 
 use std::{
     collections::HashMap,
@@ -16,6 +18,7 @@ use std::{
 use prometheus_client::{
     encoding::{EncodeLabelSet, EncodeLabelValue},
     metrics::{counter::Counter, family::Family},
+    registry::Registry,
 };
 use ssh_fwd_common::maps::{ConnEvent, ConnStats, Ended, Endpoint, EventKind};
 use tokio::sync::{mpsc, watch};
@@ -26,7 +29,8 @@ use crate::datapath::{
     family::MapFamily,
 };
 
-use budget::{Budget, REPORT_EVERY};
+use budget::{Budgets, Class};
+use drops::{Dropped, KernelTotals, REPORT_EVERY, Stage, Summary};
 
 /// What the log names a frontend's connections by.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,6 +58,33 @@ pub enum What {
     closed,
 }
 
+impl What {
+    pub const ALL: [Self; 4] = [
+        Self::accepted,
+        Self::denied,
+        Self::syn_limited,
+        Self::closed,
+    ];
+
+    /// The kind of a kernel record.
+    fn of(kind: EventKind) -> Self {
+        match kind {
+            EventKind::Accepted => Self::accepted,
+            EventKind::Denied => Self::denied,
+            EventKind::SynLimited => Self::syn_limited,
+            EventKind::Closed => Self::closed,
+        }
+    }
+
+    /// Which budget its lines spend.
+    fn class(self) -> Class {
+        match self {
+            Self::accepted | Self::closed => Class::Connection,
+            Self::denied | Self::syn_limited => Class::Refused,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RecordLabel {
     pub event: What,
@@ -63,9 +94,40 @@ pub struct RecordLabel {
 #[derive(Clone, Default)]
 pub struct AuditMetrics {
     /// Every record, logged or held back by `--conn-log-rate`.
-    pub records: Family<RecordLabel, Counter>,
-    /// Records not written out: over `--conn-log-rate`.
-    pub unlogged: Counter,
+    records: Family<RecordLabel, Counter>,
+    /// Records not written out (every kind's drops at the `log` stage).
+    unlogged: Counter,
+    /// Records dropped, by kind and stage.
+    dropped: Dropped,
+}
+
+impl AuditMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "connection_records",
+            "Records of the connection log (--conn-log), by event: accepted, denied, \
+             syn_limited, closed; logged or held back by --conn-log-rate",
+            self.records.clone(),
+        );
+        r.register(
+            "connection_records_unlogged",
+            "Records of the connection log not written out: over --conn-log-rate",
+            self.unlogged.clone(),
+        );
+        r.register(
+            "connection_records_dropped",
+            "Records of the connection log dropped, by kind (accepted, denied, syn_limited, \
+             closed) and stage (kernel: not written into the ring, read every 10 s; log: over \
+             --conn-log-rate, each class of line its own budget)",
+            self.dropped.family(),
+        );
+    }
+
+    /// `n` records of `kind` not written out.
+    fn unlogged(&self, kind: What, n: u64) {
+        self.unlogged.inc_by(n);
+        self.dropped.add(kind, Stage::log, n);
+    }
 }
 
 /// One connection's record.
@@ -96,12 +158,7 @@ impl Record {
     /// A kernel record; `None` for a kind this build does not know (a
     /// newer program's).
     pub fn from_event<A: MapFamily>(e: &ConnEvent<Endpoint<A>>) -> Option<Self> {
-        let what = match e.kind()? {
-            EventKind::Accepted => What::accepted,
-            EventKind::Denied => What::denied,
-            EventKind::SynLimited => What::syn_limited,
-            EventKind::Closed => What::closed,
-        };
+        let what = What::of(e.kind()?);
         Some(Self {
             what,
             at_ns: e.time_ns,
@@ -160,7 +217,7 @@ impl ClosedSender {
         }
         let n = gone.len() as u64;
         if tx.try_send(gone).is_err() {
-            self.metrics.unlogged.inc_by(n);
+            self.metrics.unlogged(What::closed, n);
         }
     }
 }
@@ -192,7 +249,7 @@ async fn run(
 ) {
     let mut log = Log {
         level,
-        budget: Budget::new(rate, Instant::now()),
+        budgets: Budgets::new(rate, Instant::now()),
         current: directory.borrow().clone(),
         retired: Directory::new(),
         metrics,
@@ -200,6 +257,8 @@ async fn run(
     let mut directory = directory;
     let mut report = tokio::time::interval(REPORT_EVERY);
     report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut summary = Summary::default();
+    let mut kernel = KernelTotals::default();
     let mut events = Vec::new();
     loop {
         tokio::select! {
@@ -225,17 +284,17 @@ async fn run(
                 log.relabel(next);
             }
             _ = report.tick() => {
-                let held = log.budget.take_held_back();
-                if held > 0 {
-                    tracing::warn!(
-                        target: "ssh_fwd::connections",
-                        held_back = held,
-                        rate,
-                        "connection records not logged in the last 10s: more than --conn-log-rate \
-                         a second (counted in ssh_fwd_connection_records_total); a flood of \
-                         refused SYNs does this, `--conn-log accepted` leaves them out"
-                    );
+                match reader.dropped() {
+                    Ok(totals) => kernel.update(
+                        totals.map(|(kind, n)| (What::of(kind), n)),
+                        &log.metrics.dropped,
+                    ),
+                    Err(e) => tracing::debug!(
+                        error = format!("{e:#}"),
+                        "cannot read what the programs dropped of the connection log"
+                    ),
                 }
+                summary.tell(&log.metrics.dropped, rate);
             }
         }
     }
@@ -243,7 +302,7 @@ async fn run(
 
 struct Log {
     level: ConnLog,
-    budget: Budget,
+    budgets: Budgets,
     /// The names as the source has them now.
     current: Arc<Directory>,
     /// Names of frontends the source no longer has: the records of the
@@ -289,8 +348,8 @@ impl Log {
             .records
             .get_or_create(&RecordLabel { event: r.what })
             .inc();
-        if !self.budget.allow(Instant::now()) {
-            self.metrics.unlogged.inc();
+        if !self.budgets.allow(r.what.class(), Instant::now()) {
+            self.metrics.unlogged(r.what, 1);
             return;
         }
         line(r, &self.label(&r.frontend), wall_time(r.at_ns));
@@ -406,7 +465,7 @@ mod tests {
         let front = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), port));
         let mut log = Log {
             level: ConnLog::All,
-            budget: Budget::new(1, Instant::now()),
+            budgets: Budgets::new(1, Instant::now()),
             current: Arc::new([(front(1), label("a")), (front(2), label("b"))].into()),
             retired: Directory::new(),
             metrics: AuditMetrics::default(),
@@ -419,6 +478,37 @@ mod tests {
         assert_eq!(&*log.label(&front(1)).mapping, "c");
         assert_eq!(&*log.label(&front(2)).mapping, "b", "retired now");
         assert_eq!(&*log.label(&front(3)).mapping, "", "never known");
+    }
+
+    #[test]
+    fn refused_records_over_their_budget_never_cost_a_connection_its_line() {
+        let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+        let mut log = Log {
+            level: ConnLog::All,
+            budgets: Budgets::new(5, Instant::now()),
+            current: Arc::default(),
+            retired: Directory::new(),
+            metrics: AuditMetrics::default(),
+        };
+        let record = |what| Record {
+            what,
+            at_ns: clock_ns(),
+            client: sa("203.0.113.7:4000"),
+            frontend: sa("192.0.2.10:8123"),
+            backend: sa("10.0.0.2:22"),
+            ended: None,
+            opened_ns: 0,
+            stats: None,
+        };
+        for _ in 0..100 {
+            log.write(&record(What::denied));
+        }
+        log.write(&record(What::accepted));
+        log.write(&record(What::closed));
+        let [accepted, denied, syn_limited, closed] =
+            Summary::default().since_last(&log.metrics.dropped);
+        assert_eq!((accepted, denied, syn_limited, closed), (0, 95, 0, 0));
+        assert_eq!(log.metrics.unlogged.get(), 95);
     }
 
     #[test]

@@ -156,17 +156,7 @@ impl AgentMetrics {
             "1 unless --hairpin off: the hairpin programs should be attached to a cgroup",
             self.hairpin_enabled.clone(),
         );
-        r.register(
-            "connection_records",
-            "Records of the connection log (--conn-log), by event: accepted, denied, \
-             syn_limited, closed; logged or held back by --conn-log-rate",
-            self.audit.records.clone(),
-        );
-        r.register(
-            "connection_records_unlogged",
-            "Records of the connection log not written out: over --conn-log-rate",
-            self.audit.unlogged.clone(),
-        );
+        self.audit.register(&mut r);
         r.register_collector(Box::new(DatapathCollector { layout }));
         r
     }

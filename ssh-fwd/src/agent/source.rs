@@ -518,6 +518,16 @@ fn report(notes: &[Note]) {
                 left_out = printable(&left_out.join(", ")),
                 "more mappings than this node holds (--max-mappings); the newest Services' are left out, the rest apply: raise --max-mappings (after `ssh-fwd teardown`) or narrow the port range"
             ),
+            Note::Narrowed { service, cut } => tracing::warn!(
+                service = printable(service),
+                cut = printable(
+                    &cut.iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                "Service asks for more than the agent's --allow or --syn-rate admit: it gets those, narrowed, not what it asked; a Service may only narrow the operator's guard"
+            ),
             other => tracing::debug!(note = ?other, "Service ignored"),
         }
     }

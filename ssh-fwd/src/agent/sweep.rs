@@ -192,9 +192,10 @@ impl IgnoredOptions {
             tracing::warn!(
                 records = n,
                 "connection log records lost in the kernel: its ring buffer was full \
-                 (events_lost); the agent could not keep up, or a flood of refused SYNs filled \
-                 it. The connections themselves are unaffected; `--conn-log accepted` leaves \
-                 refused SYNs out"
+                 (events_lost); the agent did not drain it in time (stopped, starved, or more \
+                 connections than it keeps up with; refused SYNs fill at most half of it). The \
+                 connections themselves are unaffected; ssh_fwd_connection_records_dropped_total \
+                 has the records by kind"
             );
         }
         if let Some(n) = self.forged.rose(now, counter(Outcome::OptionForged)) {

@@ -1,13 +1,14 @@
 //! The connection log as the agent reads it: `--conn-log`, baked into the
 //! programs, and the kernel's records out of the pinned `CONN_EVENTS` ring
 //! buffer, which holds both families' records ([`ConnEvent`], 80 bytes,
-//! and [`ConnEvent6`], 128), told apart by their length.
+//! and [`ConnEvent6`], 128), told apart by their length; and the records
+//! the programs did not write, by kind, from `CONN_EVENTS_DROPPED`.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use aya::maps::{MapData, RingBuf};
-use ssh_fwd_common::maps::{CONN_EVENTS, ConnEvent, ConnEvent6};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use ssh_fwd_common::maps::{CONN_EVENTS, CONN_EVENTS_DROPPED, ConnEvent, ConnEvent6, EventKind};
 use tokio::io::unix::AsyncFd;
 
 use super::{maps::open_pin, pins::PinLayout};
@@ -44,9 +45,11 @@ pub enum Event {
     V6(ConnEvent6),
 }
 
-/// The pinned ring buffer, polled through tokio.
+/// The pinned ring buffer, polled through tokio, and the count of what
+/// the programs dropped.
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
+    dropped: PerCpuArray<MapData, u64>,
 }
 
 impl EventReader {
@@ -59,7 +62,21 @@ impl EventReader {
         // fd stays open exactly as long as it is registered.
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
             .context("polling the connection log's ring buffer")?;
-        Ok(Self { ring })
+        let dropped = open_pin(layout, CONN_EVENTS_DROPPED)?;
+        let dropped = PerCpuArray::try_from(dropped).context(CONN_EVENTS_DROPPED)?;
+        Ok(Self { ring, dropped })
+    }
+
+    /// How many records of each kind the programs did not write since the
+    /// map was created, summed over CPUs.
+    pub fn dropped(&self) -> anyhow::Result<[(EventKind, u64); EventKind::ALL.len()]> {
+        let mut out = EventKind::ALL.map(|kind| (kind, 0));
+        for (kind, n) in &mut out {
+            let per_cpu = (self.dropped.get(&(*kind as u32), 0))
+                .with_context(|| format!("reading {CONN_EVENTS_DROPPED}"))?;
+            *n = per_cpu.iter().sum();
+        }
+        Ok(out)
     }
 
     /// Waits until records are there, then appends up to `max` of them to

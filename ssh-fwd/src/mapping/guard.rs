@@ -3,7 +3,8 @@
 //! ([`SynRate`]), and the [`Guard`] each mapping carries from its source to
 //! the maps. Parsing is strict, and every refusal names the value and how
 //! to write it, because the same parsers read the mappings file, the
-//! agent's flags and Kubernetes objects.
+//! agent's flags and Kubernetes objects. What a tenant writes only narrows
+//! the agent's flags (`floor.rs`).
 
 use std::{
     collections::BTreeSet,
@@ -15,6 +16,10 @@ use std::{
 use ssh_fwd_common::maps::{Guard as Rate, MAX_ALLOW_PER_MAPPING};
 
 use super::{Family, printable};
+
+mod floor;
+
+pub use floor::{Cut, intersect};
 
 /// An address range of either family: an address whose bits past the
 /// prefix are zero.
@@ -306,12 +311,14 @@ pub struct Defaults {
 }
 
 impl Defaults {
-    /// `guard` with the defaults filled in for a mapping of `family`: only
+    /// `guard`, the operator's own (a mappings-file entry), with the
+    /// defaults filled in for a mapping of `family`: only
     /// `Open`, `Only`, `Off` and `Exact` remain. A mapping without a list
     /// of its own gets `--allow`'s ranges of its family; if `--allow` has
     /// ranges only of the other family, none (no source at all: the
     /// operator restricted who may connect, and named no one of this
-    /// family).
+    /// family). An entry's own list or rate replaces the flags'; a tenant's
+    /// goes through [`Defaults::narrow`] instead.
     pub fn resolve(&self, guard: &Guard, family: Family) -> Guard {
         let allow = match &guard.allow {
             Allow::Default if self.allow.is_empty() => Allow::Open,

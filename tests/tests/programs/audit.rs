@@ -1,10 +1,12 @@
 //! The connection log on crafted packets: which segment writes which
 //! record to `CONN_EVENTS`, with what in it, and the traffic counted for a
-//! closed connection's record, at each `--conn-log` level.
+//! closed connection's record, at each `--conn-log` level; refused records
+//! held to their share of the ring, and what is not written counted by
+//! kind.
 
 use std::net::Ipv4Addr;
 
-use aya::maps::{Map, MapData, RingBuf};
+use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
 use ssh_fwd::{
     datapath::{events::ConnLog, object},
     mapping::{
@@ -13,9 +15,13 @@ use ssh_fwd::{
     },
 };
 use ssh_fwd_common::{
+    audit::REFUSED_SHARE,
     conntrack::{TCP_ACK, TCP_RST, TCP_SYN},
     fixtures::Frame,
-    maps::{CONN_EVENTS, CONN_STATS, ConnEvent, ConnKey, ConnStats, Ended, EventKind},
+    maps::{
+        CONN_EVENTS, CONN_EVENTS_BYTES, CONN_EVENTS_DROPPED, CONN_STATS, ConnEvent, ConnKey,
+        ConnStats, Ended, EventKind,
+    },
 };
 use ssh_fwd_tests::privilege;
 
@@ -199,6 +205,64 @@ fn a_cpu_writes_at_most_its_budget_of_refused_records_a_second_and_counts_the_re
         assert!(
             d.contains(&("denied", 5)),
             "{ingress:?}: every SYN counted: {d:?}"
+        );
+    });
+}
+
+/// The records of `kind` the programs did not write, summed over CPUs.
+fn dropped(l: &Loaded, kind: EventKind) -> u64 {
+    let data = MapData::from_pin(l.layout.map(CONN_EVENTS_DROPPED)).expect("pinned");
+    let map: PerCpuArray<MapData, u64> =
+        PerCpuArray::try_from(Map::from_map_data(data).expect("map")).expect("per-CPU array");
+    map.get(&(kind as u32), 0).expect("read").iter().sum()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn refused_records_fill_at_most_half_the_ring_and_a_login_still_finds_room() {
+    privilege::require();
+    // A ring record is the record and an 8-byte header, 8-byte aligned.
+    let slot = (size_of::<ConnEvent>() + 8) as u64;
+    let ring = u64::from(CONN_EVENTS_BYTES) / slot;
+    let syns = 4_000;
+    assert!(syns > ring, "enough SYNs to fill the whole ring");
+    each_ingress(|ingress| {
+        // A budget no flood of this test reaches: only the share holds.
+        let l = loaded_with(object::Settings {
+            conn_log: ConnLog::All,
+            refused_records: 1_000_000,
+            ..object::Settings::default()
+        });
+        let before = counters(&l);
+        for _ in 0..syns {
+            ingress.run(&l, &syn_from(STRANGER));
+        }
+        handshake(&l, ingress, 8022);
+        let records = drain(&l);
+        let denied = records
+            .iter()
+            .filter(|r| r.kind() == Some(EventKind::Denied))
+            .count() as u64;
+        assert_eq!(
+            denied,
+            REFUSED_SHARE.div_ceil(slot),
+            "{ingress:?}: half the ring"
+        );
+        assert_eq!(
+            records.last().and_then(ConnEvent::kind),
+            Some(EventKind::Accepted),
+            "{ingress:?}: the login's record"
+        );
+        assert_eq!(dropped(&l, EventKind::Denied), syns - denied, "{ingress:?}");
+        assert_eq!(dropped(&l, EventKind::Accepted), 0, "{ingress:?}");
+        let d = delta(&before, &counters(&l));
+        assert!(
+            d.contains(&("events_throttled", syns - denied)),
+            "{ingress:?}: {d:?}"
+        );
+        assert!(
+            !d.iter().any(|(k, _)| *k == "events_lost"),
+            "{ingress:?}: {d:?}"
         );
     });
 }

@@ -488,7 +488,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 38] = [
+    let expect: [(&str, u32, usize, usize); 39] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -593,6 +593,7 @@ fn object_maps_agree_with_the_shared_constants() {
             size_of::<maps::ConnKey>(),
             size_of::<maps::ConnStats>(),
         ),
+        (maps::CONN_EVENTS_DROPPED, maps::EVENT_KINDS, 4, 8),
         (
             maps::ANNOUNCE,
             maps::ANNOUNCE_CAPACITY,

@@ -18,12 +18,14 @@ pub struct AuditArgs {
     #[arg(long, value_enum, default_value_t = ConnLog::Accepted)]
     pub conn_log: ConnLog,
 
-    /// The most connection lines a second the log takes, beyond a burst of
-    /// as many: a flood cannot fill the disk. Lines over it are counted
-    /// (`ssh_fwd_connection_records_unlogged_total`) and their number is
-    /// logged every 10 seconds instead. Each CPU also writes at most this
-    /// many records of refused SYNs a second (the rest are counted as
-    /// `events_throttled`).
+    /// The most connection lines a second the log takes of each class,
+    /// beyond a burst of as many: a flood cannot fill the disk. Refused
+    /// SYNs and connections (accepted, closed) have a budget each, so a
+    /// flood of forged SYNs never costs a login its line. Lines over it are
+    /// counted by kind (`ssh_fwd_connection_records_dropped_total`) and
+    /// summed up in the log every 10 seconds instead. Each CPU also writes
+    /// at most this many records of refused SYNs a second (the rest are
+    /// counted as `events_throttled`).
     #[arg(long, value_name = "LINES", default_value_t = 100, value_parser = log_rate)]
     pub conn_log_rate: u32,
 }

@@ -16,14 +16,17 @@ pub const MAX_SYN_BURST: u32 = 1_000_000;
 #[derive(Clone, Debug, clap::Args)]
 pub struct GuardArgs {
     /// A client range (CIDR, or one address; IPv4 or IPv6) that may open
-    /// connections through every mapping that has no list of its own
-    /// (repeat for several); a mapping gets the ranges of its own family,
-    /// and with ranges only of the other family admits no one. A
-    /// mappings-file entry's `allow:`, a Service's
-    /// `spec.loadBalancerSourceRanges` or its `ssh-fwd.io/source-ranges`
-    /// annotation replace it; `allow: []` opens an entry to all. A SYN
-    /// from any other source is dropped before it reaches the pod (counted
-    /// as `denied`). Default: every source.
+    /// connections through every mapping (repeat for several); a mapping
+    /// gets the ranges of its own family, and with ranges only of the
+    /// other family admits no one. In Kubernetes mode this is a floor no
+    /// Service can lower: a Service's `spec.loadBalancerSourceRanges` or
+    /// `ssh-fwd.io/source-ranges` annotation only narrows it (the
+    /// intersection; a Service asking for more gets this list, and a
+    /// warning names it). A mappings-file entry's `allow:`, the operator's
+    /// own, replaces it; `allow: []` opens an entry to all. A SYN from any
+    /// other source is dropped before it reaches the pod (counted as
+    /// `denied`). Default: every source (a Service's list applies as
+    /// written).
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<Cidr>,
 
@@ -47,8 +50,10 @@ pub struct GuardArgs {
     /// The most new connections one client address may open a second
     /// through a mapping (`N/s`), beyond a burst of `--syn-burst`; further
     /// SYNs are dropped (counted as `syn_limited`). A Service's
-    /// `ssh-fwd.io/syn-rate` annotation replaces it. Connections already
-    /// open are never limited. Default: no limit.
+    /// `ssh-fwd.io/syn-rate` annotation may only lower it: the lower of the
+    /// two applies, and `off` leaves this rate in force. Connections
+    /// already open are never limited. Default: no limit (a Service's
+    /// rate applies as written).
     #[arg(long, value_name = "N/s")]
     pub syn_rate: Option<SynRate>,
 

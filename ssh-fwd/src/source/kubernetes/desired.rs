@@ -50,7 +50,10 @@ use super::objects::{Id, Ingress, PortView, ServiceView, SliceView};
 use crate::{
     args::ServiceStyle,
     k8s::ownership::{self, Claimant},
-    mapping::{Family, Guard, Mapping, MappingSet, guard::Defaults},
+    mapping::{
+        Family, Guard, Mapping, MappingSet,
+        guard::{Cut, Defaults},
+    },
     source::validate::{self, Checker, Rules},
 };
 
@@ -163,6 +166,12 @@ pub enum Note {
         excess: usize,
         left_out: Vec<String>,
     },
+    /// The Service asks for more sources or a higher rate than the agent's
+    /// `--allow` and `--syn-rate` admit: it gets those, not what it asked.
+    Narrowed {
+        service: String,
+        cut: Vec<Cut>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -256,6 +265,14 @@ pub fn claims_of(
                 granted: honoured.granted,
             });
         }
+    }
+    // Told only of a Service that claims something: one the rules leave
+    // out was never going to be narrowed.
+    if !guards.cut.is_empty() && !out.claims.is_empty() {
+        out.notes.push(Note::Narrowed {
+            service: id.clone(),
+            cut: guards.cut.clone(),
+        });
     }
     if let Some(problem) = guard_problem.or_else(|| danger(&out.claims, rules)) {
         // Skipped whole, but it keeps its claims, each without a backend:

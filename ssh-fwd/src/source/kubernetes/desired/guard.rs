@@ -4,6 +4,12 @@
 //! annotation [`vocabulary::SYN_RATE`]). A Service that writes either
 //! wrong is refused whole, like any invalid Service: never forwarded with
 //! a guard other than the one it asked for.
+//!
+//! Trust boundary: all three are written by whoever may edit the Service,
+//! a tenant with `edit` in its namespace. They only narrow the agent's
+//! `--allow` and `--syn-rate`, the operator's ([`Defaults::narrow`]): a
+//! Service asking for more is cut to them, not refused, and what was cut
+//! is told once.
 
 use std::collections::BTreeSet;
 
@@ -12,7 +18,7 @@ use ssh_fwd_common::maps::MAX_ALLOW_PER_MAPPING;
 use crate::{
     mapping::{
         Family,
-        guard::{Allow, Cidr, Defaults, Guard, Limit, RangesError},
+        guard::{Allow, Cidr, Cut, Defaults, Guard, Limit, RangesError},
     },
     source::kubernetes::objects::GuardText,
     vocabulary::{SOURCE_RANGES, SYN_RATE},
@@ -25,6 +31,9 @@ use crate::{
 pub struct Guards {
     pub v4: Guard,
     pub v6: Guard,
+    /// What the agent's flags cut from what the Service asked (sorted,
+    /// each once).
+    pub cut: Vec<Cut>,
 }
 
 impl Guards {
@@ -37,8 +46,8 @@ impl Guards {
     }
 }
 
-/// The guards `text` states, with the agent's `defaults` filled in;
-/// `Err`: what is wrong, for the Service's note.
+/// The guards `text` states, narrowed to the agent's `defaults` and with
+/// them filled in; `Err`: what is wrong, for the Service's note.
 pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guards, String> {
     let annotation = (text.ranges_annotation.as_deref())
         .map(str::trim)
@@ -78,18 +87,27 @@ pub fn guard_of(text: &GuardText, defaults: &Defaults) -> Result<Guards, String>
             }),
             None => Allow::Default,
         };
-        let guard = Guard {
+        let asked = Guard {
             allow,
             limit,
             enforce_established: false,
             draining: false,
         };
-        defaults.resolve(&guard, family)
+        let (guard, cut) = defaults.narrow(&asked, family);
+        match guard.ranges().map(BTreeSet::len) {
+            Some(n) if n > MAX_ALLOW_PER_MAPPING as usize => Err(format!(
+                "its {family} source ranges and --allow's meet in {n} ranges; a mapping holds \
+                 at most {MAX_ALLOW_PER_MAPPING}: list fewer, wider ranges"
+            )),
+            _ => Ok((guard, cut)),
+        }
     };
-    Ok(Guards {
-        v4: guard(Family::V4),
-        v6: guard(Family::V6),
-    })
+    let (v4, mut cut) = guard(Family::V4)?;
+    let (v6, cut6) = guard(Family::V6)?;
+    cut.extend(cut6);
+    cut.sort();
+    cut.dedup();
+    Ok(Guards { v4, v6, cut })
 }
 
 /// A list of source ranges split by family (sorted, duplicates merged);
@@ -222,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn the_rate_annotation_overrides_the_agents() {
+    fn the_rate_annotation_only_lowers_the_agents() {
         let d = Defaults {
             syn_rate: Some(SynRate(20)),
             syn_burst: Some(40),
@@ -231,9 +249,91 @@ mod tests {
         let g = guard_of(&text(&[], None, Some("5/s")), &d).unwrap();
         assert_eq!(g.v4.rate(), Some(Rate::new(5, 40)));
         assert_eq!(g.v6.rate(), Some(Rate::new(5, 40)));
+        assert!(g.cut.is_empty(), "{:?}", g.cut);
         let g = guard_of(&text(&[], None, Some("off")), &d).unwrap();
-        assert_eq!(g.v4.rate(), None);
+        assert_eq!(g.v4.rate(), Some(Rate::new(20, 40)), "off: the agent's");
+        assert_eq!(g.v6.rate(), Some(Rate::new(20, 40)));
+        assert_eq!(
+            g.cut,
+            [Cut::Rate {
+                asked: None,
+                kept: SynRate(20)
+            }],
+            "told once, not once per family"
+        );
+        let g = guard_of(&text(&[], None, Some("1000/s")), &d).unwrap();
+        assert_eq!(g.v4.rate(), Some(Rate::new(20, 40)));
         let g = guard_of(&text(&[], None, None), &d).unwrap();
         assert_eq!(g.v6.rate(), Some(Rate::new(20, 40)));
+        // Without --syn-rate, the Service's own, or none.
+        let none = Defaults::default();
+        let g = guard_of(&text(&[], None, Some("5/s")), &none).unwrap();
+        assert_eq!(g.v4.rate(), Some(Rate::new(5, 10)));
+        let g = guard_of(&text(&[], None, Some("off")), &none).unwrap();
+        assert_eq!(g.v4.rate(), None);
+    }
+
+    #[test]
+    fn a_list_of_every_source_in_the_spec_or_the_annotation_drops_to_the_agents_allow() {
+        let d = Defaults {
+            allow: [cidr("192.0.2.2/32"), cidr("2001:db8::2/128")].into(),
+            ..Defaults::default()
+        };
+        for t in [
+            text(&["0.0.0.0/0", "::/0"], None, None),
+            text(&[], Some("0.0.0.0/0, ::/0"), None),
+        ] {
+            let g = guard_of(&t, &d).unwrap();
+            assert_eq!(g.v4.ranges(), Some(&[cidr("192.0.2.2/32")].into()));
+            assert_eq!(g.v6.ranges(), Some(&[cidr("2001:db8::2/128")].into()));
+            assert_eq!(
+                g.cut,
+                [
+                    Cut::Range {
+                        asked: cidr("0.0.0.0/0"),
+                        kept: vec![cidr("192.0.2.2/32")]
+                    },
+                    Cut::Range {
+                        asked: cidr("::/0"),
+                        kept: vec![cidr("2001:db8::2/128")]
+                    }
+                ]
+            );
+        }
+        // A list of one family still admits nobody of the other.
+        let g = guard_of(&text(&[], Some("0.0.0.0/0"), None), &d).unwrap();
+        assert_eq!(g.v6.ranges(), Some(&Default::default()));
+        // A narrower list than the agent's is the Service's to make.
+        let wide = Defaults {
+            allow: [cidr("192.0.2.0/24")].into(),
+            ..Defaults::default()
+        };
+        let g = guard_of(&text(&["192.0.2.7/32"], None, None), &wide).unwrap();
+        assert_eq!(g.v4.ranges(), Some(&[cidr("192.0.2.7/32")].into()));
+        assert!(g.cut.is_empty());
+    }
+
+    #[test]
+    fn an_intersection_past_what_a_mapping_holds_refuses_the_service() {
+        let max = MAX_ALLOW_PER_MAPPING as usize;
+        // The Service's /24s inside 10.0.0.0/8 and the agent's inside
+        // 11.0.0.0/8 each survive: more than a mapping holds together.
+        let asked: Vec<String> = (0..max - 1)
+            .map(|i| format!("10.0.{i}.0/24"))
+            .chain(["11.0.0.0/8".into()])
+            .collect();
+        let d = Defaults {
+            allow: (0..max - 1)
+                .map(|i| cidr(&format!("11.0.{i}.0/24")))
+                .chain([cidr("10.0.0.0/8")])
+                .collect(),
+            ..Defaults::default()
+        };
+        let asked: Vec<&str> = asked.iter().map(String::as_str).collect();
+        let e = guard_of(&text(&asked, None, None), &d).unwrap_err();
+        assert!(
+            e.contains("meet in 126 ranges") && e.contains("list fewer"),
+            "{e}"
+        );
     }
 }

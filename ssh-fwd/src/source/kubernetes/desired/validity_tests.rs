@@ -218,3 +218,59 @@ fn a_service_with_a_bad_guard_is_skipped_with_its_reason_and_a_good_one_carries_
         "{problems:?}"
     );
 }
+
+#[test]
+fn a_service_asking_for_more_than_the_agents_guard_is_narrowed_with_a_note_not_refused() {
+    use crate::{
+        mapping::guard::{Cidr, Cut, Defaults, SynRate},
+        vocabulary::{SOURCE_RANGES, SYN_RATE},
+    };
+    let cidr = |s: &str| s.parse::<Cidr>().unwrap();
+    let t = "2026-01-01T00:00:00Z";
+    let mut wide = service("wide", 8022, t);
+    wide["metadata"]["annotations"] = json!({SOURCE_RANGES: "0.0.0.0/0", SYN_RATE: "off"});
+    let mut narrow = service("narrow", 8023, t);
+    narrow["metadata"]["annotations"] = json!({SOURCE_RANGES: "192.0.2.7", SYN_RATE: "5/s"});
+    let (services, slices) = views(
+        vec![wide, narrow],
+        vec![slice("wide", "10.244.1.5"), slice("narrow", "10.244.1.6")],
+    );
+    let policy = Policy {
+        guard: Defaults {
+            allow: [cidr("192.0.2.0/24")].into(),
+            syn_rate: Some(SynRate(20)),
+            ..Defaults::default()
+        },
+        ..policy()
+    };
+    let d = compute(&services, &slices, &policy);
+    assert_eq!(names(&d), ["jobs/wide", "jobs/narrow"], "both forwarded");
+    let guard = |port: u16| {
+        let frontend = format!("{SSH_IP}:{port}").parse().unwrap();
+        d.mappings.get(&frontend).unwrap().guard.clone()
+    };
+    assert_eq!(guard(8022).ranges(), Some(&[cidr("192.0.2.0/24")].into()));
+    assert_eq!(guard(8022).rate().map(|r| r.rate()), Some(20));
+    assert_eq!(guard(8023).ranges(), Some(&[cidr("192.0.2.7/32")].into()));
+    assert_eq!(guard(8023).rate().map(|r| r.rate()), Some(5));
+    let narrowed: Vec<&Note> = (d.notes.iter())
+        .filter(|n| matches!(n, Note::Narrowed { .. }))
+        .collect();
+    assert_eq!(
+        narrowed,
+        [&Note::Narrowed {
+            service: "jobs/wide".into(),
+            cut: vec![
+                Cut::Range {
+                    asked: cidr("0.0.0.0/0"),
+                    kept: vec![cidr("192.0.2.0/24")],
+                },
+                Cut::Rate {
+                    asked: None,
+                    kept: SynRate(20),
+                },
+            ],
+        }],
+        "only the Service that asked for more, once"
+    );
+}
