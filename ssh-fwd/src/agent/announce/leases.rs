@@ -277,6 +277,18 @@ impl Announcer {
                 .next(spec, synced, ready, heard_other, answered, now);
             self.act(i, action, lease.as_deref()).await;
         }
+        // A claim heard while the writes above were waited for: give way
+        // before the map is made to agree, or it would answer again for a
+        // moment.
+        let heard = self.map.heard()?;
+        let (mono_now, now) = (monotonic_ns(), Instant::now());
+        for i in 0..self.ips.len() {
+            let owner = &self.ips[i].owner;
+            let heard_other = heard_since(heard.get(&self.ips[i].ip), owner.renewed, mono_now, now);
+            if owner.gives_way(heard_other, now) {
+                self.act(i, Action::Withdraw, None).await;
+            }
+        }
         if synced {
             let held: BTreeSet<IpAddr> = self
                 .ips
@@ -312,7 +324,7 @@ impl Announcer {
             Action::Nothing => return,
             Action::Withdraw => {
                 self.ips[i].owner.withdrew();
-                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it", asks(ip));
+                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it (until the Lease shows it free, or its renewal goes through)", asks(ip));
                 return;
             }
             Action::Probe { unicast } => {
@@ -357,7 +369,9 @@ impl Announcer {
                 if std::mem::take(&mut entry.failing) {
                     tracing::info!(ssh_ip = %ip, "the SSH IP's Lease is written again");
                 }
-                if action != Action::Renew && !was_held {
+                if action == Action::Renew && !was_held {
+                    tracing::info!(ssh_ip = %ip, "renewed its Lease again after giving way: still the SSH IP's holder; answering {} for it again", asks(ip));
+                } else if !was_held {
                     self.took_over(ip);
                 }
             }
