@@ -597,6 +597,16 @@ fn a_killed_owner_whose_data_path_stays_gives_way_to_the_new_owner() {
         .wait_for_log("took the SSH IP over", Duration::from_secs(10))
         .unwrap();
     bed.start(1);
+    // Node 1's MACs are on its own Lease, and node 0's agent had a pass
+    // to give its data path them: the only MACs it gives way to.
+    assert!(
+        cmd_wait(Duration::from_secs(10), || bed
+            .api
+            .get(Kind::Lease, "ssh-fwd", "ssh-fwd-announce-node-node1")
+            .is_some()),
+        "node 1 published its MACs"
+    );
+    std::thread::sleep(Duration::from_millis(500));
     bed.agents[0].as_mut().unwrap().kill().unwrap();
     assert!(
         cmd_wait(Duration::from_secs(6), || bed.holder().as_deref()

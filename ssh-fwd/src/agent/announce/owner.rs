@@ -7,8 +7,9 @@
 //!   takes the Lease; one that stops being ready gives it up.
 //! - A holder renews every `--announce-renew`. One that cannot renew
 //!   keeps answering (an API outage must not take the SSH IP down) until
-//!   it hears another MAC claim the SSH IP on the segment, or the API
-//!   shows another holder.
+//!   it hears another agent claim the SSH IP on the segment (a MAC that
+//!   agent published with its Lease; any other claim is foreign and
+//!   changes nothing), or the API shows another holder.
 //! - A holder that stopped answering while the Lease, as last read, still
 //!   names it (it gave way, or was not ready) answers again only once a
 //!   renewal goes through, or the Lease shows it given up: what it last
@@ -116,8 +117,8 @@ impl Owner {
 
     /// The step for the Lease as last read (`synced`: the watch has listed
     /// once, so a missing Lease is really missing), given readiness,
-    /// whether another MAC claimed the SSH IP since our last renewal, and
-    /// when another machine last answered our probe for it.
+    /// whether another agent claimed the SSH IP since our last renewal, and
+    /// when the holder last answered our probe for it.
     pub fn next(
         &mut self,
         lease: Option<&LeaseSpec>,
@@ -231,7 +232,7 @@ impl Owner {
         self.renewed.is_none_or(|at| now >= at + self.renew * 2)
     }
 
-    /// Whether a holder gives way to another MAC's claim heard since its
+    /// Whether a holder gives way to another agent's claim heard since its
     /// last renewal (`heard_other`): only while its renewals fail. One
     /// heard while they go through is a mistake the Lease corrects.
     pub fn gives_way(&self, heard_other: bool, now: Instant) -> bool {
