@@ -214,9 +214,23 @@ pub const ANNOUNCE6: &str = "ANNOUNCE6";
 /// IPv6 SSH IP -> the last other MAC heard advertising it ([`Heard`]):
 /// [`ARP_HEARD`] for IPv6. Written by the ingress programs.
 pub const NDP_HEARD: &str = "NDP_HEARD";
+/// MAC -> whose it is ([`MAC_OF_AGENT`], [`MAC_OF_NODE`]): the MACs the
+/// other agents published with their Leases, the only ones an entry
+/// flagged [`ANNOUNCE_YIELD`] gives way to, and this node's own. A claim
+/// of an SSH IP from any other MAC is foreign: counted, never given way
+/// to. Written by the agent, read by the ingress programs on every claim.
+pub const AGENT_MACS: &str = "AGENT_MACS";
+/// Capacity of [`AGENT_MACS`]: the external interfaces of every node of a
+/// large cluster.
+pub const AGENT_MACS_CAPACITY: u32 = 16_384;
+/// SSH IP -> the claims of it from MACs no agent published ([`Foreign`]),
+/// while this node answers for it. Written by the ingress programs.
+pub const ARP_FOREIGN: &str = "ARP_FOREIGN";
+/// [`ARP_FOREIGN`] for IPv6.
+pub const NDP_FOREIGN: &str = "NDP_FOREIGN";
 
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 39] = [
+pub const ALL_MAPS: [&str; 42] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -256,6 +270,9 @@ pub const ALL_MAPS: [&str; 39] = [
     HAIRPIN_SOCKS6,
     ANNOUNCE6,
     NDP_HEARD,
+    AGENT_MACS,
+    ARP_FOREIGN,
+    NDP_FOREIGN,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -4,24 +4,26 @@
 //! (`ssh_fwd_common::arp::answer`) and sent back out where it came in
 //! (`XDP_TX`, or in tc a redirect to the arrival interface's egress); the
 //! SSH IP itself is on no interface, so the node's own stack never
-//! answers for it. Another MAC claiming an announced SSH IP is recorded in
-//! `ARP_HEARD`. Every other frame passes untouched.
+//! answers for it. Another MAC claiming an announced SSH IP is another
+//! agent's, recorded in `ARP_HEARD`, or foreign, counted in `ARP_FOREIGN`
+//! (`crate::claim`). Every other frame passes untouched.
 
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},
-    helpers::{bpf_ktime_get_ns, bpf_redirect},
+    bindings::{BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},
+    helpers::bpf_redirect,
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
     arp::{self, ARP_FRAME_LEN, ETH_P_ARP},
-    maps::{ANNOUNCE_YIELD, AnnounceKey, Heard},
+    maps::AnnounceKey,
     outcome::Outcome,
     packet::ETH_TYPE_OFF,
 };
 
 use crate::{
+    claim::{self, claimed},
     counters::count,
-    maps::{ANNOUNCE, ARP_HEARD},
+    maps::{ANNOUNCE, ARP_FOREIGN, ARP_HEARD},
     packet::{Packet, bytes_at, read},
 };
 
@@ -96,17 +98,16 @@ fn see<P: Packet>(p: &P) -> Option<Seen> {
             ifindex,
             addr: seen.spa,
         };
+        let maps = claim::Maps {
+            announce: &ANNOUNCE,
+            heard: &ARP_HEARD,
+            foreign: &ARP_FOREIGN,
+        };
         // SAFETY: copied out immediately.
         let ours = unsafe { ANNOUNCE.get(key) }.copied();
         if let Some(ours) = ours
-            && ours.mac != seen.sha
+            && claimed(&maps, &key, &ours, &seen.spa, seen.sha)
         {
-            heard(seen.spa, seen.sha);
-            if ours.flags & ANNOUNCE_YIELD != 0 {
-                // Another node holds it now: stop at once, whether or not
-                // this node's agent is alive to notice.
-                let _ = ANNOUNCE.remove(key);
-            }
             return Some(Seen::Pass(Outcome::ArpHeard));
         }
     }
@@ -125,17 +126,4 @@ fn see<P: Packet>(p: &P) -> Option<Seen> {
     };
     arp::answer(&mut frame, &seen, ours.mac);
     Some(Seen::Answer(frame))
-}
-
-/// Records that `mac` claimed `addr`, now.
-#[inline(always)]
-fn heard(addr: u32, mac: [u8; 6]) {
-    let entry = Heard {
-        mac,
-        _pad: [0; 2],
-        // SAFETY: a helper without arguments.
-        at_ns: unsafe { bpf_ktime_get_ns() },
-    };
-    // A full map loses the news; the counter still has it.
-    let _ = ARP_HEARD.insert(addr, entry, BPF_ANY as u64);
 }

@@ -29,6 +29,7 @@ mod arp;
 mod atomic;
 mod audit;
 mod backend;
+mod claim;
 mod config;
 mod conntrack;
 mod counters;

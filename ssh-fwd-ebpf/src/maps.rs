@@ -9,13 +9,14 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     maps::{
-        ANNOUNCE_CAPACITY, Addr6, AgentStatus, AllowData, AllowData6, Announce, AnnounceKey,
-        AnnounceKey6, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim, Claim6, ClaimKey, ClaimKey6,
-        Conn, Conn6, ConnKey, ConnKey6, ConnStats, EVENT_KINDS, Endpoint, Endpoint6, Guard,
-        HALF_OPEN_CAPACITY, HalfOpen, HalfOpen6, HalfOpenKey, HalfOpenKey6, Heard,
-        LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS,
-        MappingConnCounters, MappingCounters, MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY,
-        Owner, RecordBudget, SCRATCH_LEN, SYN_BUCKET_CAPACITY,
+        AGENT_MACS_CAPACITY, ANNOUNCE_CAPACITY, Addr6, AgentStatus, AllowData, AllowData6,
+        Announce, AnnounceKey, AnnounceKey6, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim,
+        Claim6, ClaimKey, ClaimKey6, Conn, Conn6, ConnKey, ConnKey6, ConnStats, EVENT_KINDS,
+        Endpoint, Endpoint6, Foreign, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpen6, HalfOpenKey,
+        HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING,
+        MAX_IFACES, MAX_MAPPINGS, MacKey, MappingConnCounters, MappingCounters, MappingName,
+        NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
+        SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -165,8 +166,8 @@ pub static AUDIT_BUDGET: PerCpuArray<RecordBudget> = PerCpuArray::with_max_entri
 #[map(name = "ANNOUNCE")]
 pub static ANNOUNCE: HashMap<AnnounceKey, Announce> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
 
-/// SSH IP -> the last other MAC heard claiming it, and when. Written here,
-/// read by the agent.
+/// SSH IP -> the last other agent's MAC heard claiming it, and when.
+/// Written here, read by the agent.
 #[map(name = "ARP_HEARD")]
 pub static ARP_HEARD: HashMap<u32, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
 
@@ -227,6 +228,22 @@ pub static HEADERS6: PerCpuArray<Headers<Addr6>> = PerCpuArray::with_max_entries
 #[map(name = "ANNOUNCE6")]
 pub static ANNOUNCE6: HashMap<AnnounceKey6, Announce> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
 
-/// IPv6 SSH IP -> the last other MAC heard advertising it, and when.
+/// IPv6 SSH IP -> the last other agent's MAC heard advertising it, and
+/// when.
 #[map(name = "NDP_HEARD")]
 pub static NDP_HEARD: HashMap<Addr6, Heard> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// MAC -> another agent's, or this node's own: whom an entry flagged to
+/// yield gives way to (`crate::claim`). Written by the agent; not
+/// preallocated, as only the nodes' interfaces are in it.
+#[map(name = "AGENT_MACS")]
+pub static AGENT_MACS: HashMap<MacKey, u32> = HashMap::pinned(AGENT_MACS_CAPACITY, NO_PREALLOC);
+
+/// SSH IP -> the claims of it from MACs no agent published. Written here,
+/// read by the agent.
+#[map(name = "ARP_FOREIGN")]
+pub static ARP_FOREIGN: HashMap<u32, Foreign> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// [`ARP_FOREIGN`] for IPv6.
+#[map(name = "NDP_FOREIGN")]
+pub static NDP_FOREIGN: HashMap<Addr6, Foreign> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);

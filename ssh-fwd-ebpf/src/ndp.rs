@@ -4,28 +4,31 @@
 //! interface's MAC (`ssh_fwd_common::ndp::answer`), written over the
 //! solicitation and sent back out where it came in (`XDP_TX`, or in tc a
 //! redirect to the arrival interface's egress); another MAC advertising
-//! an announced address is recorded in `NDP_HEARD` (and, for an entry
-//! flagged to yield, the entry removed). Every other frame passes.
+//! an announced address is another agent's, recorded in `NDP_HEARD` (and,
+//! for an entry flagged to yield, the entry removed), or foreign, counted
+//! in `NDP_FOREIGN` (`crate::claim`, as for ARP). Every other frame
+//! passes.
 //!
 //! The entry points run this before the IPv6 path, in a function of its
 //! own: the frame's copy takes stack room the IPv6 path has not got.
 
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},
-    helpers::{bpf_ktime_get_ns, bpf_redirect},
+    bindings::{BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},
+    helpers::bpf_redirect,
     programs::{TcContext, XdpContext},
 };
 use ssh_fwd_common::{
     ipv6::{IPV6_HLEN, IPV6_NEXT_HEADER_OFF, IPV6_PAYLOAD_LEN_OFF, NEXTHDR_ICMPV6},
-    maps::{ANNOUNCE_YIELD, Addr6, AnnounceKey6, Heard},
+    maps::AnnounceKey6,
     ndp::{self, NDP_ADVERT, NDP_FRAME_LEN, NDP_FRAME_LLA_LEN, NDP_SOLICIT},
     outcome::Outcome,
     packet::ETH_HLEN,
 };
 
 use crate::{
+    claim::{self, claimed},
     counters::count,
-    maps::{ANNOUNCE6, NDP_HEARD},
+    maps::{ANNOUNCE6, NDP_FOREIGN, NDP_HEARD},
     packet::{Packet, bytes_at, read},
 };
 
@@ -146,33 +149,19 @@ fn see<P: Packet>(p: &P, frame: &mut [u8; NDP_FRAME_LLA_LEN]) -> Result<usize, O
     // SAFETY: copied out immediately.
     let ours = (unsafe { ANNOUNCE6.get(key) }).copied().ok_or(not_ours)?;
     if seen.claims_target() {
-        if ours.mac == seen.mac {
-            return Err(not_ours);
+        let maps = claim::Maps {
+            announce: &ANNOUNCE6,
+            heard: &NDP_HEARD,
+            foreign: &NDP_FOREIGN,
+        };
+        if claimed(&maps, &key, &ours, &seen.target, seen.mac) {
+            return Err(Outcome::NdpHeard);
         }
-        heard(seen.target, seen.mac);
-        if ours.flags & ANNOUNCE_YIELD != 0 {
-            // Another node holds it now: stop at once, whether or not this
-            // node's agent is alive to notice.
-            let _ = ANNOUNCE6.remove(key);
-        }
-        return Err(Outcome::NdpHeard);
+        return Err(not_ours);
     }
     if !seen.asks() {
         return Err(not_ours);
     }
     ndp::answer(frame, &seen, ours.mac);
     Ok(len)
-}
-
-/// Records that `mac` advertised `addr`, now.
-#[inline(always)]
-fn heard(addr: Addr6, mac: [u8; 6]) {
-    let entry = Heard {
-        mac,
-        _pad: [0; 2],
-        // SAFETY: a helper without arguments.
-        at_ns: unsafe { bpf_ktime_get_ns() },
-    };
-    // A full map loses the news; the counter still has it.
-    let _ = NDP_HEARD.insert(addr, entry, BPF_ANY as u64);
 }

@@ -91,6 +91,14 @@ pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
 pub const ANNOUNCE: &str = "ssh-fwd.io/announce";
 /// The agents' name: the reporting controller of their events.
 pub const AGENT: &str = "ssh-fwd-agent";
+/// Annotation of an announcement Lease: the MACs its holder answers ARP
+/// and neighbour solicitations from (comma-separated, `02:00:5e:00:00:01`),
+/// the only ones the other agents give way to. Written by the holder.
+pub const ANNOUNCE_MACS: &str = "ssh-fwd.io/announce-macs";
+/// Value of [`ANNOUNCE`] on a node's own announcement Lease
+/// (`ssh-fwd-announce-node-NODE`), which publishes its MACs before it
+/// holds any SSH IP.
+pub const ANNOUNCE_NODE: &str = "node";
 
 /// Secret annotation of the self-signed webhook pair: when its serving
 /// certificate ends (Unix seconds).

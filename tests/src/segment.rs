@@ -192,6 +192,48 @@ impl Segment {
             .with_context(|| format!("no MAC in {out:?}"))
     }
 
+    /// Another host of the segment, neither a node nor the client: a
+    /// namespace whose `eth0` is plugged into the bridge, with no address
+    /// (what it sends, it writes whole, as an attacker on the segment
+    /// would). One per segment.
+    pub fn another_host(&self) -> anyhow::Result<NetNs> {
+        let ns = NetNs::new("host")?;
+        ns.veth("eth0", &self.switch, "nb")?;
+        self.switch.ip(&["link", "set", "nb", "master", "br0"])?;
+        Ok(ns)
+    }
+
+    /// The MACs that answer each of `count` ARP requests for `ip` the
+    /// client broadcasts 200 ms apart: one list per request, in order (an
+    /// unanswered one's is empty), each answer's sender as it came.
+    pub fn arping_each(&self, ip: &str, count: u32) -> anyhow::Result<Vec<Vec<String>>> {
+        let limit = std::time::Duration::from_secs(u64::from(count) + 3);
+        let out = self
+            .client
+            .command("timeout")
+            .args([&limit.as_secs().to_string(), "arping", "-i", "eth0"])
+            .args(["-W", "0.2", "-c", &count.to_string(), ip])
+            .output()
+            .context("running arping")?;
+        let mut each = vec![Vec::new(); usize::try_from(count).unwrap_or(0)];
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // "60 bytes from 02:5f:..:01 (198.18.0.10): index=3 time=..."
+            let mac = line
+                .split(" from ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next());
+            let index = line
+                .split("index=")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|i| i.parse::<usize>().ok());
+            if let (Some(mac), Some(slot)) = (mac, index.and_then(|i| each.get_mut(i))) {
+                slot.push(mac.to_owned());
+            }
+        }
+        Ok(each)
+    }
+
     /// The MACs that answer the client's ARP requests for `ip`: `count`
     /// requests 200 ms apart, each answer's sender, in order.
     pub fn arping(&self, ip: &str, count: u32) -> anyhow::Result<Vec<String>> {

@@ -12,9 +12,13 @@
 //! forwarding.
 
 mod answers;
+mod foreign;
 mod garps;
 mod lease_name;
+mod lease_write;
 pub mod leases;
+mod macs;
+mod node_lease;
 mod owner;
 mod routes;
 
@@ -38,8 +42,14 @@ use tokio::{
 pub use garps::Garps;
 
 use super::args::{AgentArgs, AnnounceMode};
+use foreign::ForeignClaims;
+
 use crate::datapath::{
-    announce::{AnnounceAt, Announcements, Desired, mac_text},
+    announce::{
+        AnnounceAt, Announcements, Desired,
+        claimants::{self, AgentMacs},
+        mac_text,
+    },
     garp::GarpSocket,
     netdev::{self, Link, Netlink},
     pins::PinLayout,
@@ -71,11 +81,28 @@ pub struct AnnounceMetrics {
     pub takeovers: Counter,
     /// Kubernetes mode: Lease writes and watches that failed.
     pub lease_errors: Counter,
+    /// Claims of an SSH IP from a MAC no agent published, by family.
+    pub foreign_claims: Family<FamilyLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SshIpLabel {
     pub ssh_ip: String,
+}
+
+/// An SSH IP's address family: `ipv4` or `ipv6`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabel {
+    pub family: String,
+}
+
+impl FamilyLabel {
+    pub fn of(ip: IpAddr) -> Self {
+        let family = if ip.is_ipv4() { "ipv4" } else { "ipv6" };
+        Self {
+            family: family.to_owned(),
+        }
+    }
 }
 
 impl AnnounceMetrics {
@@ -124,6 +151,15 @@ impl AnnounceMetrics {
             "announce_lease_errors",
             "Failed writes and watches of the SSH IPs' Leases (each retried; a holder keeps answering meanwhile)",
             self.lease_errors.clone(),
+        );
+        // Both families from the start, so that a first claim is a rise.
+        for ip in [IpAddr::from([0u8; 4]), IpAddr::from([0u8; 16])] {
+            drop(self.foreign_claims.get_or_create(&FamilyLabel::of(ip)));
+        }
+        r.register(
+            "announce_foreign_claims",
+            "Claims of an SSH IP heard from a MAC no agent published (gratuitous ARPs, ARP replies, neighbour advertisements, answers to a standby's probes), by family: never given way to",
+            self.foreign_claims.clone(),
         );
     }
 }
@@ -203,6 +239,16 @@ pub fn on_interfaces(
                     .map_or_else(|| index.to_string(), |n| (*n).to_owned()),
             )
         })
+        .collect()
+}
+
+/// Pure: the MACs of this node's external interfaces, up or not: what it
+/// publishes as its own, and what no claim from it is news of.
+pub fn own_macs(external: &BTreeSet<String>, links: &[Link]) -> BTreeSet<[u8; 6]> {
+    links
+        .iter()
+        .filter(|l| external.contains(&l.name))
+        .filter_map(|l| l.mac)
         .collect()
 }
 
@@ -329,6 +375,9 @@ pub async fn run(
     metrics: AnnounceMetrics,
 ) -> anyhow::Result<()> {
     let mut map = Announcements::open_pinned(&layout)?;
+    let mut agent_macs = AgentMacs::open_pinned(&layout)?;
+    let claims = claimants::ForeignClaims::open_pinned(&layout)?;
+    let mut foreign = ForeignClaims::new(metrics.foreign_claims.clone());
     let netlink = Netlink::open()?;
     let external: BTreeSet<String> = ifaces.into_iter().collect();
     let mut garps = Garps::new(socket, garp_interval, metrics.clone());
@@ -361,6 +410,9 @@ pub async fn run(
                 continue;
             }
         };
+        // No other agent: only this node's own MACs are no news.
+        agent_macs.set(&macs::agent_macs([], "", &own_macs(&external, &links)))?;
+        foreign.read(&claims.read()?, Instant::now());
         let want = desired(&ssh_ips, &external, &links);
         let plan = map.set(&want, 0, unix_ms(SystemTime::now()))?;
         for (key, entry) in plan.started() {

@@ -8,6 +8,10 @@
 //! One [`FamilyMap`] per address family ([`V4`], [`V6`]: what differs is
 //! the maps' names and key layouts), and [`Announcements`] over both,
 //! keyed by [`AnnounceAt`], for the agent and `ssh-fwd status`.
+//! [`claimants`] keeps whose claims the programs believe (`AGENT_MACS`)
+//! and reads back everyone else's (`ARP_FOREIGN`, `NDP_FOREIGN`).
+
+pub mod claimants;
 
 use std::{
     collections::BTreeMap,
@@ -19,7 +23,8 @@ use std::{
 use anyhow::Context as _;
 use aya::maps::{HashMap, MapData};
 use ssh_fwd_common::maps::{
-    ANNOUNCE, ANNOUNCE6, ARP_HEARD, Addr6, Announce, AnnounceKey, AnnounceKey6, Heard, NDP_HEARD,
+    ANNOUNCE, ANNOUNCE6, ARP_FOREIGN, ARP_HEARD, Addr6, Announce, AnnounceKey, AnnounceKey6, Heard,
+    NDP_FOREIGN, NDP_HEARD,
 };
 
 use super::pins::PinLayout;
@@ -54,6 +59,8 @@ pub trait Family {
     type HeardKey: aya::Pod;
     const ANNOUNCE: &'static str;
     const HEARD: &'static str;
+    /// The foreign claims' map, keyed as the heard map.
+    const FOREIGN: &'static str;
     fn key(ifindex: u32, ip: Self::Ip) -> Self::Key;
     fn at(key: &Self::Key) -> AnnounceAt;
     fn heard_ip(addr: Self::HeardKey) -> Self::Ip;
@@ -74,6 +81,7 @@ impl Family for V4 {
     type HeardKey = u32;
     const ANNOUNCE: &'static str = ANNOUNCE;
     const HEARD: &'static str = ARP_HEARD;
+    const FOREIGN: &'static str = ARP_FOREIGN;
     fn key(ifindex: u32, ip: Ipv4Addr) -> AnnounceKey {
         AnnounceKey::new(ifindex, ip)
     }
@@ -97,6 +105,7 @@ impl Family for V6 {
     type HeardKey = Addr6;
     const ANNOUNCE: &'static str = ANNOUNCE6;
     const HEARD: &'static str = NDP_HEARD;
+    const FOREIGN: &'static str = NDP_FOREIGN;
     fn key(ifindex: u32, ip: Ipv6Addr) -> AnnounceKey6 {
         AnnounceKey6::new(ifindex, ip)
     }
@@ -235,7 +244,7 @@ impl<F: Family> FamilyMap<F> {
         Ok(plan)
     }
 
-    /// The other MACs heard claiming an announced SSH IP, and when.
+    /// The other agents heard claiming an announced SSH IP, and when.
     pub fn heard(&self) -> anyhow::Result<BTreeMap<F::Ip, Heard>> {
         self.heard
             .iter()
@@ -308,7 +317,8 @@ impl Announcements {
         Ok(plan)
     }
 
-    /// The other MACs heard claiming an announced SSH IP of either family.
+    /// The other agents heard claiming an announced SSH IP of either
+    /// family.
     pub fn heard(&self) -> anyhow::Result<BTreeMap<IpAddr, Heard>> {
         let v4 = self.v4.heard()?.into_iter().map(|(ip, h)| (ip.into(), h));
         let v6 = self.v6.heard()?.into_iter().map(|(ip, h)| (ip.into(), h));

@@ -3,17 +3,25 @@
 //! redirect in tc), byte for byte the host reference
 //! (`ssh_fwd_common::arp::answer`) with the frame's padding kept; a
 //! request for any other address, or for the SSH IP on another interface,
-//! passes untouched; another MAC claiming the SSH IP is recorded in
-//! `ARP_HEARD` and counted, ours is not, and an entry flagged to yield is
-//! dropped when it hears one.
+//! passes untouched; another agent's MAC (in `AGENT_MACS`) claiming the
+//! SSH IP is recorded in `ARP_HEARD` and counted, and an entry flagged to
+//! yield is dropped when it hears one; a MAC no agent published is
+//! counted in `ARP_FOREIGN` and given way to by no entry; this node's own
+//! MACs are no news.
 
 use std::net::Ipv4Addr;
 
-use ssh_fwd::datapath::{announce::AnnounceMap, object::PROG_INGRESS_TC};
+use ssh_fwd::datapath::{
+    announce::{
+        AnnounceMap,
+        claimants::{AgentMacs, ForeignClaims, Macs},
+    },
+    object::PROG_INGRESS_TC,
+};
 use ssh_fwd_common::{
     arp::{self, ARP_FRAME_LEN},
     fixtures::arp_request,
-    maps::{ANNOUNCE_YIELD, AnnounceKey},
+    maps::{ANNOUNCE_YIELD, AnnounceKey, MAC_OF_AGENT, MAC_OF_NODE},
 };
 use ssh_fwd_tests::privilege;
 
@@ -30,6 +38,8 @@ const CLIENT: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x02];
 const OTHER_NODE_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x03];
+/// Another external interface of this node.
+const OUR_OTHER_MAC: [u8; 6] = [0x02, 0x5f, 0, 0, 0, 0x04];
 
 /// Which ingress program a frame arriving on `IFINDEX` goes through
 /// (the neighbour discovery tests use it too).
@@ -69,6 +79,13 @@ fn announcing() -> (Loaded, AnnounceMap) {
     let desired = [(AnnounceKey::new(IFINDEX, SSH_IP), NODE_MAC)].into();
     map.set(&desired, 0, 1).expect("announce");
     (l, map)
+}
+
+/// `AGENT_MACS` made to hold `macs`, as the agent writes it.
+pub fn agents(l: &Loaded, macs: &[([u8; 6], u32)]) {
+    let mut map = AgentMacs::open_pinned(&l.layout).expect("AGENT_MACS pinned");
+    map.set(&macs.iter().copied().collect::<Macs>())
+        .expect("write AGENT_MACS");
 }
 
 /// The reply the host reference makes of `request`.
@@ -142,18 +159,24 @@ fn only_the_interface_the_ssh_ip_is_announced_on_answers_and_only_while_it_is() 
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn another_mac_claiming_the_ssh_ip_is_heard_and_our_own_claim_is_not() {
+fn another_agents_claim_is_heard_a_foreign_one_counted_and_our_own_neither() {
     privilege::require();
+    let addr = u32::from_ne_bytes(SSH_IP.octets());
     for ingress in [Ingress::Xdp, Ingress::Tc] {
         let (l, map) = announcing();
-        let ours = arp::gratuitous(NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
-        let before = counters(&l);
-        let (verdict, _) = ingress.run(&l, &pad(&ours));
-        assert_eq!(verdict, ingress.passed(), "{ingress:?}");
-        assert_eq!(delta(&before, &counters(&l)), vec![("not_ip", 1)]);
+        agents(
+            &l,
+            &[(OTHER_NODE_MAC, MAC_OF_AGENT), (OUR_OTHER_MAC, MAC_OF_NODE)],
+        );
+        for ours in [NODE_MAC, OUR_OTHER_MAC] {
+            let before = counters(&l);
+            let (verdict, _) = ingress.run(&l, &pad(&arp::gratuitous(ours, addr)));
+            assert_eq!(verdict, ingress.passed(), "{ingress:?}");
+            assert_eq!(delta(&before, &counters(&l)), vec![("not_ip", 1)]);
+        }
         assert!(map.heard().expect("heard").is_empty(), "{ingress:?}");
 
-        let theirs = arp::gratuitous(OTHER_NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
+        let theirs = arp::gratuitous(OTHER_NODE_MAC, addr);
         let before = counters(&l);
         let (verdict, out) = ingress.run(&l, &pad(&theirs));
         assert_eq!(
@@ -167,7 +190,7 @@ fn another_mac_claiming_the_ssh_ip_is_heard_and_our_own_claim_is_not() {
         assert_eq!(entry.mac, OTHER_NODE_MAC, "{ingress:?}");
         assert!(entry.at_ns > 0);
 
-        // Another node answering a request for the SSH IP is heard too.
+        // Another agent answering a request for the SSH IP is heard too.
         let mut answer: [u8; ARP_FRAME_LEN] = arp_request(CLIENT_MAC, CLIENT, SSH_IP)
             [..ARP_FRAME_LEN]
             .try_into()
@@ -177,6 +200,19 @@ fn another_mac_claiming_the_ssh_ip_is_heard_and_our_own_claim_is_not() {
         let before = counters(&l);
         ingress.run(&l, &pad(&answer));
         assert_eq!(delta(&before, &counters(&l)), vec![("arp_heard", 1)]);
+
+        // A MAC no agent published: counted as foreign, not heard.
+        for n in 1..=3 {
+            ingress.run(&l, &pad(&arp::gratuitous(FORGED_MAC, addr)));
+            let foreign = ForeignClaims::open_pinned(&l.layout)
+                .expect("foreign maps")
+                .read()
+                .expect("read");
+            let claims = foreign.get(&SSH_IP.into()).expect("counted");
+            assert_eq!((claims.mac, claims.claims), (FORGED_MAC, n), "{ingress:?}");
+        }
+        let heard = map.heard().expect("heard");
+        assert_eq!(heard[&SSH_IP].mac, OTHER_NODE_MAC, "{ingress:?}");
     }
 }
 
@@ -187,26 +223,37 @@ fn pad(frame: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A MAC no agent published, claiming the SSH IP.
+const FORGED_MAC: [u8; 6] = [0x02, 0x66, 0x66, 0, 0, 0x01];
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn a_yielding_entry_is_dropped_when_another_mac_claims_the_ssh_ip() {
+fn a_yielding_entry_gives_way_to_another_agents_mac_and_to_no_other() {
     privilege::require();
+    let addr = u32::from_ne_bytes(SSH_IP.octets());
     for ingress in [Ingress::Xdp, Ingress::Tc] {
         let (l, mut map) = announcing();
+        agents(&l, &[(OTHER_NODE_MAC, MAC_OF_AGENT)]);
         let key = AnnounceKey::new(IFINDEX, SSH_IP);
         map.set(&[(key, NODE_MAC)].into(), ANNOUNCE_YIELD, 1)
             .expect("yield");
+        let forged = arp::gratuitous(FORGED_MAC, addr);
+        ingress.run(&l, &pad(&forged));
+        assert_eq!(
+            map.installed().expect("read").len(),
+            1,
+            "{ingress:?}: kept its entry"
+        );
         let request = arp_request(CLIENT_MAC, CLIENT, SSH_IP);
         assert_eq!(
             ingress.run(&l, &request).0,
             ingress.answered(),
-            "{ingress:?}"
+            "{ingress:?}: still answers"
         );
-        let theirs = arp::gratuitous(OTHER_NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
-        ingress.run(&l, &pad(&theirs));
+        ingress.run(&l, &pad(&arp::gratuitous(OTHER_NODE_MAC, addr)));
         assert!(
             map.installed().expect("read").is_empty(),
-            "{ingress:?}: gave way"
+            "{ingress:?}: gave way to the other agent"
         );
         let (verdict, out) = ingress.run(&l, &request);
         assert_eq!(
@@ -217,7 +264,7 @@ fn a_yielding_entry_is_dropped_when_another_mac_claims_the_ssh_ip() {
     }
     // Without the flag (file mode) the node keeps answering.
     let (l, map) = announcing();
-    let theirs = arp::gratuitous(OTHER_NODE_MAC, u32::from_ne_bytes(SSH_IP.octets()));
-    Ingress::Tc.run(&l, &pad(&theirs));
+    agents(&l, &[(OTHER_NODE_MAC, MAC_OF_AGENT)]);
+    Ingress::Tc.run(&l, &pad(&arp::gratuitous(OTHER_NODE_MAC, addr)));
     assert_eq!(map.installed().expect("read").len(), 1);
 }

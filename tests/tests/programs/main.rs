@@ -488,7 +488,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 39] = [
+    let expect: [(&str, u32, usize, usize); 42] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -678,6 +678,24 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::ANNOUNCE_CAPACITY,
             size_of::<maps::Addr6>(),
             size_of::<maps::Heard>(),
+        ),
+        (
+            maps::AGENT_MACS,
+            maps::AGENT_MACS_CAPACITY,
+            size_of::<maps::MacKey>(),
+            4,
+        ),
+        (
+            maps::ARP_FOREIGN,
+            maps::ANNOUNCE_CAPACITY,
+            4,
+            size_of::<maps::Foreign>(),
+        ),
+        (
+            maps::NDP_FOREIGN,
+            maps::ANNOUNCE_CAPACITY,
+            size_of::<maps::Addr6>(),
+            size_of::<maps::Foreign>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);

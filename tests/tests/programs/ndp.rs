@@ -3,23 +3,25 @@
 //! interface's MAC (XDP_TX in XDP, a redirect in tc), byte for byte the
 //! host reference (`ssh_fwd_common::ndp::answer`), with or without the
 //! link-layer address option; one for another address, or from the
-//! unspecified address, passes untouched; another MAC advertising the SSH
-//! IP is recorded in `NDP_HEARD` and counted, and an entry flagged to
-//! yield is dropped when it hears one.
+//! unspecified address, passes untouched; another agent's MAC advertising
+//! the SSH IP is recorded in `NDP_HEARD` and counted, and an entry flagged
+//! to yield is dropped when it hears one; a MAC no agent published is
+//! counted in `NDP_FOREIGN` and given way to by no entry.
 
 use std::net::Ipv6Addr;
 
 use aya::maps::{HashMap, Map, MapData};
+use ssh_fwd::datapath::announce::claimants::ForeignClaims;
 use ssh_fwd_common::{
     fixtures6::{neighbour_advert, neighbour_solicitation},
-    maps::{self, ANNOUNCE_YIELD, Addr6, Announce, AnnounceKey6, Heard},
+    maps::{self, ANNOUNCE_YIELD, Addr6, Announce, AnnounceKey6, Heard, MAC_OF_AGENT},
     ndp::{self, NDP_FRAME_LLA_LEN},
 };
 use ssh_fwd_tests::privilege;
 
 use super::{
     Loaded,
-    arp::{IFINDEX, Ingress},
+    arp::{IFINDEX, Ingress, agents},
     counters, delta, load,
 };
 
@@ -117,7 +119,7 @@ fn solicitations_for_the_ipv6_ssh_ip_are_answered_and_others_pass() {
 
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
-fn another_mac_advertising_the_ipv6_ssh_ip_is_heard_and_a_yielding_entry_goes() {
+fn another_agent_advertising_the_ipv6_ssh_ip_is_heard_and_a_yielding_entry_goes() {
     privilege::require();
     for (ingress, flags) in [
         (Ingress::Xdp, 0),
@@ -126,6 +128,7 @@ fn another_mac_advertising_the_ipv6_ssh_ip_is_heard_and_a_yielding_entry_goes() 
         (Ingress::Tc, ANNOUNCE_YIELD),
     ] {
         let l = announcing(flags);
+        agents(&l, &[(OTHER_NODE_MAC, MAC_OF_AGENT)]);
         let advert = neighbour_advert(OTHER_NODE_MAC, ssh_ip());
         let before = counters(&l);
         let (verdict, out) = ingress.run(&l, &advert);
@@ -144,5 +147,41 @@ fn another_mac_advertising_the_ipv6_ssh_ip_is_heard_and_a_yielding_entry_goes() 
             flags == 0,
             "{ingress:?} flags {flags}: yields only when told"
         );
+    }
+}
+
+/// A MAC no agent published, advertising the SSH IP.
+const FORGED_MAC: [u8; 6] = [0x02, 0x66, 0x66, 0, 0, 0x01];
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn a_yielding_ipv6_entry_gives_way_to_no_mac_an_agent_did_not_publish() {
+    privilege::require();
+    for ingress in [Ingress::Xdp, Ingress::Tc] {
+        let l = announcing(ANNOUNCE_YIELD);
+        agents(&l, &[(OTHER_NODE_MAC, MAC_OF_AGENT)]);
+        let before = counters(&l);
+        ingress.run(&l, &neighbour_advert(FORGED_MAC, ssh_ip()));
+        assert_eq!(delta(&before, &counters(&l)), vec![("ndp_heard", 1)]);
+        let still = announce_map(&l)
+            .get(&AnnounceKey6::new(IFINDEX, ssh_ip()), 0)
+            .is_ok();
+        assert!(still, "{ingress:?}: kept its entry");
+        let request = neighbour_solicitation(CLIENT_MAC, client(), ssh_ip(), true);
+        assert_eq!(
+            ingress.run(&l, &request).0,
+            ingress.answered(),
+            "{ingress:?}: still answers"
+        );
+        let foreign = ForeignClaims::open_pinned(&l.layout)
+            .expect("foreign maps")
+            .read()
+            .expect("read");
+        let claims = foreign.get(&ssh_ip().into()).expect("counted");
+        assert_eq!((claims.mac, claims.claims), (FORGED_MAC, 1), "{ingress:?}");
+        let data = MapData::from_pin(l.layout.map(maps::NDP_HEARD)).expect("NDP_HEARD pinned");
+        let heard: HashMap<_, Addr6, Heard> =
+            HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash map");
+        assert!(heard.get(&Addr6::new(ssh_ip()), 0).is_err(), "not heard");
     }
 }

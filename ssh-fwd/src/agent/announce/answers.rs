@@ -1,7 +1,10 @@
 //! The answers to a standby's probes of a holder's data path, in either
 //! family: ARP replies and neighbour advertisements another machine sent
 //! for an SSH IP on one of this node's external interfaces that are up,
-//! and when each SSH IP was last answered, by which MAC. [`super::owner`]
+//! and when each SSH IP was last answered, by which MAC. Only a MAC the
+//! holder published ([`super::macs`]) answers for it: one no agent
+//! published is foreign, so a host of the segment that answers in the
+//! holder's place cannot keep a dead holder alive. [`super::owner`]
 //! judges the holder by the time; the next probe goes to the MAC.
 
 use std::{
@@ -11,12 +14,16 @@ use std::{
     time::Instant,
 };
 
-use ssh_fwd_common::{arp::Arp, ndp::Ndp};
+use ssh_fwd_common::{arp::Arp, maps::MAC_OF_AGENT, ndp::Ndp};
 
 use crate::datapath::{
-    announce::{AnnounceAt, Desired},
+    announce::{AnnounceAt, Desired, claimants::Macs},
     garp::{ArpListener, NdpListener, ndp_answered_by_other},
 };
+
+/// Each SSH IP another node holds, with the MACs its holder published
+/// (none from an agent older than the annotation: then any MAC answers).
+pub type Holders = BTreeMap<IpAddr, Vec<[u8; 6]>>;
 
 /// The listeners, one per family with an SSH IP, and what they heard.
 pub struct Answers {
@@ -49,16 +56,33 @@ impl Answers {
         }
     }
 
-    /// Reads what arrived since the last look, as of `now`.
-    pub fn hear(&mut self, local: &Desired, now: Instant) {
+    /// Reads what arrived since the last look, as of `now`: the answers
+    /// for the SSH IPs in `holders`, each from a MAC its holder published,
+    /// are kept; those from a MAC no agent published (none in `agents`)
+    /// are returned, foreign.
+    pub fn hear(
+        &mut self,
+        local: &Desired,
+        holders: &Holders,
+        agents: &Macs,
+        now: Instant,
+    ) -> Vec<(IpAddr, [u8; 6])> {
         let arp = drain(self.arp.as_ref().map(ArpListener::drain), "ARP replies");
         let ndp = drain(
             self.ndp.as_ref().map(NdpListener::drain),
             "neighbour advertisements",
         );
+        let mut foreign = Vec::new();
         for (ip, mac) in answered(local, &arp, &ndp) {
-            self.last.insert(ip, (now, mac));
+            match judge(holders, agents, ip, mac) {
+                Answer::Holder => {
+                    self.last.insert(ip, (now, mac));
+                }
+                Answer::Foreign => foreign.push((ip, mac)),
+                Answer::Neither => {}
+            }
         }
+        foreign
     }
 
     /// When another machine last answered for `ip`, and with which MAC.
@@ -86,6 +110,27 @@ fn drain<T>(frames: Option<io::Result<Vec<T>>>, what: &str) -> Vec<T> {
             Vec::new()
         }
         None => Vec::new(),
+    }
+}
+
+/// What an answer for an SSH IP from a MAC is.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// The holder's.
+    Holder,
+    /// From a MAC no agent published.
+    Foreign,
+    /// Another agent's, or for an SSH IP no other node holds.
+    Neither,
+}
+
+/// Pure: what `mac`'s answer for `ip` is.
+fn judge(holders: &Holders, agents: &Macs, ip: IpAddr, mac: [u8; 6]) -> Answer {
+    match holders.get(&ip) {
+        None => Answer::Neither,
+        Some(published) if published.is_empty() || published.contains(&mac) => Answer::Holder,
+        Some(_) if agents.get(&mac) == Some(&MAC_OF_AGENT) => Answer::Neither,
+        Some(_) => Answer::Foreign,
     }
 }
 
@@ -168,6 +213,29 @@ mod tests {
         assert_eq!(
             heard,
             vec![(IpAddr::V4(V4), HOLDER), (IpAddr::V6(V6), HOLDER)]
+        );
+    }
+
+    #[test]
+    fn only_a_mac_the_holder_published_answers_for_it_and_one_no_agent_published_is_foreign() {
+        const FORGED: [u8; 6] = [2, 0x66, 0x66, 0, 0, 1];
+        const AGENT: [u8; 6] = [2, 0, 0, 0, 0, 3];
+        let (v4, v6) = (IpAddr::V4(V4), IpAddr::V6(V6));
+        let holders = Holders::from([(v4, vec![HOLDER]), (v6, vec![])]);
+        let agents = Macs::from([(HOLDER, MAC_OF_AGENT), (AGENT, MAC_OF_AGENT)]);
+        assert_eq!(judge(&holders, &agents, v4, HOLDER), Answer::Holder);
+        assert_eq!(judge(&holders, &agents, v4, FORGED), Answer::Foreign);
+        assert_eq!(judge(&holders, &agents, v4, AGENT), Answer::Neither);
+        assert_eq!(
+            judge(&holders, &agents, v6, FORGED),
+            Answer::Holder,
+            "a holder that published nothing: any MAC, as before"
+        );
+        let other = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 11));
+        assert_eq!(
+            judge(&holders, &agents, other, FORGED),
+            Answer::Neither,
+            "ours, or nobody's"
         );
     }
 

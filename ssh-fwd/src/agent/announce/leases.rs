@@ -10,6 +10,12 @@
 //! its Leases back, and answers until it hears the new holder's
 //! gratuitous ARP or neighbour advertisement (bounded by the Lease
 //! duration): a drain hands over without a gap.
+//!
+//! Every holder publishes the MACs it answers from on its Lease, and every
+//! agent its own on a Lease of its own ([`super::node_lease`]); the data
+//! path gives way only to those MACs (`AGENT_MACS`), and a standby
+//! believes only the holder's answers to its probes. Claims from any
+//! other MAC are foreign: counted and told ([`ForeignClaims`]).
 
 use std::{
     collections::BTreeSet,
@@ -23,12 +29,7 @@ use std::{
 
 use anyhow::Context as _;
 use k8s_openapi::{
-    api::{
-        coordination::v1::{Lease, LeaseSpec},
-        core::v1::{Node, ObjectReference},
-        events::v1::Event,
-    },
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    api::{coordination::v1::Lease, core::v1::Node, events::v1::Event},
     jiff::Timestamp,
 };
 use kube::{
@@ -41,16 +42,24 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     AnnounceMetrics, Garps,
-    answers::Answers,
+    answers::{Answers, Holders},
     asks, desired,
-    lease_name::{label_value, lease_name},
+    foreign::ForeignClaims,
+    lease_name::lease_name,
+    lease_write::{LeaseWrite, Write, takeover_event},
+    macs,
+    node_lease::NodeLease,
+    own_macs,
     owner::Action,
     owner::Owner,
     record, sleep_until,
 };
 use crate::{
     datapath::{
-        announce::{Announcements, Desired},
+        announce::{
+            Announcements, Desired,
+            claimants::{self, AgentMacs, Macs},
+        },
         garp::GarpSocket,
         netdev::{self, Netlink},
         pins::PinLayout,
@@ -102,9 +111,20 @@ struct Announcer {
     ips: Vec<Ip>,
     /// What this node could announce: its external interfaces that are up.
     local: Desired,
-    /// The answers to our probes: when another machine last answered for
-    /// each SSH IP, and its MAC.
+    /// The answers to our probes: when the holder last answered for each
+    /// SSH IP, and its MAC.
     answers: Answers,
+    /// This node's external interfaces' MACs, up or not: what its own
+    /// Lease publishes.
+    own: BTreeSet<[u8; 6]>,
+    node_lease: NodeLease,
+    /// `AGENT_MACS`, and what it should hold as of the last pass.
+    agent_macs: AgentMacs,
+    macs: Macs,
+    /// `ARP_FOREIGN` and `NDP_FOREIGN`, and what they and the probes'
+    /// answers came to.
+    foreign_maps: claimants::ForeignClaims,
+    foreign: ForeignClaims,
 }
 
 /// Runs until `stop` turns true, then hands the Leases back.
@@ -161,13 +181,19 @@ pub async fn run(
         map: Announcements::open_pinned(&layout)?,
         local: Desired::new(),
         answers: Answers::open(&settings.ssh_ips),
+        own: BTreeSet::new(),
+        node_lease: NodeLease::new(&me, api.clone(), nodes.clone()),
+        agent_macs: AgentMacs::open_pinned(&layout)?,
+        macs: Macs::new(),
+        foreign_maps: claimants::ForeignClaims::open_pinned(&layout)?,
+        foreign: ForeignClaims::new(metrics.foreign_claims.clone()),
         api,
         store,
         synced,
         metrics,
         settings,
     };
-    a.local = a.read_links(&netlink).await;
+    a.read_links(&netlink).await;
     let mut eligible = a.settings.nodes.is_none();
     let mut node_read: Option<Instant> = None;
     let mut tick = tokio::time::interval(a.settings.renew / 10);
@@ -177,7 +203,7 @@ pub async fn run(
         tokio::select! {
             _ = tick.tick() => {}
             () = changes.changed() => {}
-            Some(()) = links_changed.recv() => a.local = a.read_links(&netlink).await,
+            Some(()) = links_changed.recv() => a.read_links(&netlink).await,
             () = sleep_until(a.garps.next_due()) => {
                 a.garps.send_due(Instant::now());
                 continue;
@@ -185,7 +211,7 @@ pub async fn run(
             _ = stop.changed() => break,
         }
         if links_read.elapsed() >= Duration::from_secs(1) {
-            a.local = a.read_links(&netlink).await;
+            a.read_links(&netlink).await;
             links_read = Instant::now();
         }
         if let Some(selector) = &a.settings.nodes
@@ -237,16 +263,20 @@ fn keep(mut lease: Lease) -> Lease {
 }
 
 impl Announcer {
-    /// This node's external interfaces that are up, with each SSH IP.
-    async fn read_links(&self, netlink: &Netlink) -> Desired {
+    /// This node's external interfaces that are up, with each SSH IP, and
+    /// the MACs of all of them.
+    async fn read_links(&mut self, netlink: &Netlink) {
         match netlink.links().await {
-            Ok(links) => desired(&self.settings.ssh_ips, &self.settings.external, &links),
+            Ok(links) => {
+                self.local = desired(&self.settings.ssh_ips, &self.settings.external, &links);
+                self.own = own_macs(&self.settings.external, &links);
+            }
             Err(e) => {
                 tracing::warn!(
                     error = format!("{e:#}"),
                     "cannot read interfaces; taken as down"
                 );
-                Desired::new()
+                self.local = Desired::new();
             }
         }
     }
@@ -255,8 +285,11 @@ impl Announcer {
     async fn pass(&mut self, ready: bool) -> anyhow::Result<()> {
         let ready = ready && !self.local.is_empty();
         let synced = self.synced.load(Ordering::Relaxed);
+        if synced {
+            self.publish(Instant::now())?;
+        }
+        self.listen(Instant::now())?;
         let heard = self.map.heard()?;
-        self.answers.hear(&self.local, Instant::now());
         let mono_now = monotonic_ns();
         for i in 0..self.ips.len() {
             let now = Instant::now();
@@ -277,6 +310,18 @@ impl Announcer {
                 .next(spec, synced, ready, heard_other, answered, now);
             self.act(i, action, lease.as_deref()).await;
         }
+        // Another agent's claim heard while the writes above were waited
+        // for: give way before the map is made to agree, or it would
+        // answer again for a moment.
+        let heard = self.map.heard()?;
+        let (mono_now, now) = (monotonic_ns(), Instant::now());
+        for i in 0..self.ips.len() {
+            let owner = &self.ips[i].owner;
+            let heard_other = heard_since(heard.get(&self.ips[i].ip), owner.renewed, mono_now, now);
+            if owner.gives_way(heard_other, now) {
+                self.act(i, Action::Withdraw, None).await;
+            }
+        }
         if synced {
             let held: BTreeSet<IpAddr> = self
                 .ips
@@ -287,6 +332,51 @@ impl Announcer {
             self.apply(&held)?;
         }
         Ok(())
+    }
+
+    /// This node's MACs on its own Lease, and every other agent's, as
+    /// their Leases publish them, in `AGENT_MACS`.
+    fn publish(&mut self, now: Instant) -> anyhow::Result<()> {
+        let leases = self.store.state();
+        self.macs = macs::agent_macs(
+            leases.iter().map(AsRef::as_ref),
+            &self.settings.me,
+            &self.own,
+        );
+        self.agent_macs.set(&self.macs)?;
+        if let Some(name) = self.node_lease.lease_name() {
+            let current = self
+                .store
+                .get(&ObjectRef::new(name).within(&self.settings.namespace));
+            let own = macs::format(self.own.iter().copied());
+            self.node_lease.keep(current.as_deref(), &own, now);
+        }
+        Ok(())
+    }
+
+    /// The answers to this node's probes since the last look, and the
+    /// foreign claims the data path counted.
+    fn listen(&mut self, now: Instant) -> anyhow::Result<()> {
+        let holders = self.holders();
+        for (ip, mac) in self.answers.hear(&self.local, &holders, &self.macs, now) {
+            self.foreign.answered(ip, mac, now);
+        }
+        self.foreign.read(&self.foreign_maps.read()?, now);
+        Ok(())
+    }
+
+    /// Each SSH IP another node holds, with the MACs its holder published.
+    fn holders(&self) -> Holders {
+        let me = self.settings.me.as_str();
+        self.ips
+            .iter()
+            .filter_map(|i| {
+                let at = ObjectRef::new(&i.name).within(&self.settings.namespace);
+                let lease = self.store.get(&at)?;
+                let (holder, macs) = macs::holder(&lease)?;
+                (holder != me).then_some((i.ip, macs))
+            })
+            .collect()
     }
 
     /// Makes `ANNOUNCE` and `ANNOUNCE6` hold the SSH IPs in `held` on every
@@ -312,7 +402,7 @@ impl Announcer {
             Action::Nothing => return,
             Action::Withdraw => {
                 self.ips[i].owner.withdrew();
-                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it", asks(ip));
+                tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it (until the Lease shows it free, or its renewal goes through)", asks(ip));
                 return;
             }
             Action::Probe { unicast } => {
@@ -357,7 +447,9 @@ impl Announcer {
                 if std::mem::take(&mut entry.failing) {
                     tracing::info!(ssh_ip = %ip, "the SSH IP's Lease is written again");
                 }
-                if action != Action::Renew && !was_held {
+                if action == Action::Renew && !was_held {
+                    tracing::info!(ssh_ip = %ip, "renewed its Lease again after giving way: still the SSH IP's holder; answering {} for it again", asks(ip));
+                } else if !was_held {
                     self.took_over(ip);
                 }
             }
@@ -386,42 +478,22 @@ impl Announcer {
         ip: IpAddr,
         how: Write,
     ) -> anyhow::Result<()> {
-        let now = MicroTime(Timestamp::now());
-        let seconds = i32::try_from(self.settings.duration.as_secs()).unwrap_or(i32::MAX);
+        let macs = macs::answering(&self.local, ip);
+        let write = LeaseWrite {
+            name,
+            ip,
+            me: &self.settings.me,
+            seconds: i32::try_from(self.settings.duration.as_secs()).unwrap_or(i32::MAX),
+            macs: &macs,
+            now: Timestamp::now(),
+        };
+        let body = write.lease(lease, how);
         let params = PostParams::default();
         let call = async {
-            let Some(lease) = lease else {
-                let fresh = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_owned()),
-                        labels: Some([(vocabulary::ANNOUNCE.to_owned(), label_value(ip))].into()),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(LeaseSpec {
-                        holder_identity: Some(self.settings.me.clone()),
-                        lease_duration_seconds: Some(seconds),
-                        acquire_time: Some(now.clone()),
-                        renew_time: Some(now),
-                        lease_transitions: Some(0),
-                        ..LeaseSpec::default()
-                    }),
-                };
-                return self.api.create(&params, &fresh).await.map(drop);
-            };
-            let mut lease = lease.clone();
-            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-            match how {
-                Write::Take => {
-                    spec.holder_identity = Some(self.settings.me.clone());
-                    spec.acquire_time = Some(now.clone());
-                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-                }
-                Write::Renew => {}
-                Write::Release => spec.holder_identity = None,
+            match lease {
+                None => self.api.create(&params, &body).await.map(drop),
+                Some(_) => self.api.replace(name, &params, &body).await.map(drop),
             }
-            spec.lease_duration_seconds = Some(seconds);
-            spec.renew_time = Some(now);
-            self.api.replace(name, &params, &lease).await.map(drop)
         };
         tokio::time::timeout(self.settings.renew, call)
             .await
@@ -434,7 +506,13 @@ impl Announcer {
     fn took_over(&self, ip: IpAddr) {
         self.metrics.takeovers.inc();
         tracing::info!(ssh_ip = %ip, node = %self.settings.me, "took the SSH IP over; answering {} for it", asks(ip));
-        let event = takeover_event(&self.settings, &lease_name(ip), ip, Timestamp::now());
+        let event = takeover_event(
+            &self.settings.namespace,
+            &self.settings.me,
+            &lease_name(ip),
+            ip,
+            Timestamp::now(),
+        );
         let events = self.events.clone();
         tokio::spawn(async move {
             let params = PostParams::default();
@@ -489,43 +567,10 @@ impl Announcer {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Write {
-    Take,
-    Renew,
-    Release,
-}
-
-/// The takeover told on the SSH IP's Lease (`kubectl events`).
-fn takeover_event(settings: &Settings, lease: &str, ip: IpAddr, now: Timestamp) -> Event {
-    Event {
-        metadata: ObjectMeta {
-            name: Some(format!("{lease}.{:x}", now.as_nanosecond())),
-            namespace: Some(settings.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        event_time: Some(MicroTime(now)),
-        type_: Some("Normal".into()),
-        reason: Some(vocabulary::reason::SSH_IP_TAKEN_OVER.into()),
-        action: Some(vocabulary::action::TAKE_OVER.into()),
-        note: Some(format!("{} answers {} for {ip} now", settings.me, asks(ip))),
-        regarding: Some(ObjectReference {
-            api_version: Some("coordination.k8s.io/v1".into()),
-            kind: Some("Lease".into()),
-            name: Some(lease.into()),
-            namespace: Some(settings.namespace.clone()),
-            ..ObjectReference::default()
-        }),
-        reporting_controller: Some(vocabulary::AGENT.into()),
-        reporting_instance: Some(settings.me.clone()),
-        ..Event::default()
-    }
-}
-
-/// Pure: whether another MAC claimed the SSH IP (`heard`, from `ARP_HEARD`
-/// or `NDP_HEARD`, stamped on CLOCK_MONOTONIC) after our last good
-/// renewal, `renewed`; `mono_now` and `now` are the same moment on both
-/// clocks.
+/// Pure: whether another agent claimed the SSH IP (`heard`, from
+/// `ARP_HEARD` or `NDP_HEARD`, stamped on CLOCK_MONOTONIC) after our last
+/// good renewal, `renewed`; `mono_now` and `now` are the same moment on
+/// both clocks.
 fn heard_since(
     heard: Option<&Heard>,
     renewed: Option<Instant>,

@@ -7,8 +7,14 @@
 //!   takes the Lease; one that stops being ready gives it up.
 //! - A holder renews every `--announce-renew`. One that cannot renew
 //!   keeps answering (an API outage must not take the SSH IP down) until
-//!   it hears another MAC claim the SSH IP on the segment, or the API
-//!   shows another holder.
+//!   it hears another agent claim the SSH IP on the segment (a MAC that
+//!   agent published with its Lease; any other claim is foreign and
+//!   changes nothing), or the API shows another holder.
+//! - A holder that stopped answering while the Lease, as last read, still
+//!   names it (it gave way, or was not ready) answers again only once a
+//!   renewal goes through, or the Lease shows it given up: what it last
+//!   read may be long out of date (a partition stalls the watch too), and
+//!   taking the SSH IP back from it would fight the new holder.
 //! - A standby watches the holder's data path: an ARP probe (a neighbour
 //!   solicitation for an IPv6 SSH IP) every fifth of a period, to the MAC
 //!   that answered last. A holder that leaves [`PROBES`] in a row
@@ -62,6 +68,11 @@ pub struct Owner {
     /// API comes back, the holder's renewal, retried all along, comes
     /// first, and the SSH IP does not move for nothing.
     hold_off: Option<Instant>,
+    /// Stopped answering and written nothing since: a Lease that still
+    /// names us is renewed before we answer for it again.
+    withdrawn: bool,
+    /// The last renewal tried while [`Owner::withdrawn`].
+    retried: Option<Instant>,
     /// The watch on another node's holding.
     watch: Watch,
 }
@@ -93,6 +104,8 @@ impl Owner {
             held: false,
             renewed: None,
             hold_off: None,
+            withdrawn: false,
+            retried: None,
             watch: Watch::default(),
         }
     }
@@ -104,8 +117,8 @@ impl Owner {
 
     /// The step for the Lease as last read (`synced`: the watch has listed
     /// once, so a missing Lease is really missing), given readiness,
-    /// whether another MAC claimed the SSH IP since our last renewal, and
-    /// when another machine last answered our probe for it.
+    /// whether another agent claimed the SSH IP since our last renewal, and
+    /// when the holder last answered our probe for it.
     pub fn next(
         &mut self,
         lease: Option<&LeaseSpec>,
@@ -118,6 +131,11 @@ impl Owner {
         let step = decide(lease, &self.me, &mut self.observed, now);
         if !matches!(step, Step::Wait { .. }) || !ready {
             self.watch = Watch::default();
+        }
+        if step != Step::Renew {
+            // The Lease moved on from us: nothing of it to take back.
+            self.withdrawn = false;
+            self.retried = None;
         }
         if !ready {
             return if self.held {
@@ -132,12 +150,14 @@ impl Owner {
             Step::Create if synced => Action::Create,
             Step::Create => Action::Nothing,
             Step::Take => Action::Take,
+            Step::Renew if self.withdrawn => self.retry(now),
             Step::Renew if !self.held => {
-                // Ours from before a restart: answer again, and say so.
+                // Ours from before a restart, as the first list showed it:
+                // answer again, and say so.
                 self.held = true;
                 Action::Renew
             }
-            Step::Renew if heard_other && self.renew_failing(now) => Action::Withdraw,
+            Step::Renew if self.gives_way(heard_other, now) => Action::Withdraw,
             Step::Renew if self.renewed.is_none_or(|at| now >= at + self.renew) => Action::Renew,
             Step::Renew => Action::Nothing,
             Step::Wait { .. } if self.held => Action::Withdraw,
@@ -212,17 +232,36 @@ impl Owner {
         self.renewed.is_none_or(|at| now >= at + self.renew * 2)
     }
 
+    /// Whether a holder gives way to another agent's claim heard since its
+    /// last renewal (`heard_other`): only while its renewals fail. One
+    /// heard while they go through is a mistake the Lease corrects.
+    pub fn gives_way(&self, heard_other: bool, now: Instant) -> bool {
+        self.held && heard_other && self.renew_failing(now)
+    }
+
+    /// A withdrawn holder's renewal, tried once a period.
+    fn retry(&mut self, now: Instant) -> Action {
+        if self.retried.is_some_and(|at| now < at + self.renew) {
+            return Action::Nothing;
+        }
+        self.retried = Some(now);
+        Action::Renew
+    }
+
     /// A write that makes or keeps us holder went through; it was sent at
     /// `sent`.
     pub fn wrote(&mut self, sent: Instant) {
         self.held = true;
         self.renewed = Some(sent);
+        self.withdrawn = false;
+        self.retried = None;
     }
 
     /// We answer no more.
     pub fn withdrew(&mut self) {
         self.held = false;
         self.renewed = None;
+        self.withdrawn = true;
     }
 }
 
@@ -485,6 +524,62 @@ mod tests {
                 Action::Nothing
             );
         }
+    }
+
+    #[test]
+    fn a_holder_that_gave_way_answers_again_only_once_a_renewal_goes_through() {
+        let t0 = Instant::now();
+        let mut a = Owner::new("a", RENEW);
+        a.wrote(t0);
+        // The Lease as its stalled watch last showed it, for as long as the
+        // partition lasts.
+        let cached = held_by("a");
+        let late = t0 + RENEW * 4;
+        assert_eq!(
+            a.next(Some(&cached), true, true, true, None, late),
+            Action::Withdraw
+        );
+        a.withdrew();
+        let mut tries = 0;
+        for n in 1..=40 {
+            let action = a.next(Some(&cached), true, true, true, None, late + ms(50 * n));
+            assert!(
+                matches!(action, Action::Nothing | Action::Renew),
+                "{n}: {action:?}"
+            );
+            tries += u32::from(action == Action::Renew);
+            assert!(!a.held, "{n}: answering again from a Lease it cannot renew");
+        }
+        assert!((4..=5).contains(&tries), "one try a period: {tries}");
+        // A renewal goes through: the Lease was ours after all.
+        a.wrote(late + ms(2_000));
+        assert!(a.held);
+        assert_eq!(
+            a.next(Some(&cached), true, true, false, None, late + ms(2_100)),
+            Action::Nothing
+        );
+    }
+
+    #[test]
+    fn a_holder_that_gave_way_takes_a_lease_given_up_and_waits_for_another_holder() {
+        let t0 = Instant::now();
+        let late = t0 + RENEW * 4;
+        let gave_way = |lease: &LeaseSpec| {
+            let mut a = Owner::new("a", RENEW);
+            a.wrote(t0);
+            assert_eq!(
+                a.next(Some(&held_by("a")), true, true, true, None, late),
+                Action::Withdraw
+            );
+            a.withdrew();
+            a.next(Some(lease), true, true, true, None, late + ms(50))
+        };
+        assert_eq!(gave_way(&held_by("")), Action::Take, "given up");
+        assert_eq!(
+            gave_way(&held_by("b")),
+            BROADCAST,
+            "b holds it: a watches b"
+        );
     }
 
     #[test]
