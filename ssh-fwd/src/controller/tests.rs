@@ -343,7 +343,8 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
                "spec": {"containers": [{"name": "main", "image": "nginx"}]},
                "status": {"phase": "Running", "podIP": "10.244.0.9"}}),
     );
-    let controller = bed.controller("a", &["--port-range", "8000-8001"]);
+    let styles = ["--service-styles", "loadbalancer,externalips"];
+    let controller = bed.controller("a", &[&["--port-range", "8000-8001"][..], &styles].concat());
     bed.pod("job-1");
     bed.annotated("job-1").await;
     assert_eq!(bed.port_of("job-1"), Some(8001));
