@@ -301,7 +301,16 @@ async fn a_reserved_port_stays_with_its_pod_against_an_older_service_without_a_g
                                  "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
                     "spec": {"externalIPs": ["198.18.0.10"], "ports": [{"port": port}]}}))
     }));
-    let controller = bed.controller("a", &["--port-range", "9000-9003"]);
+    // The rival is of a shape the agents honour here.
+    let controller = bed.controller(
+        "a",
+        &[
+            "--port-range",
+            "9000-9003",
+            "--service-styles",
+            "loadbalancer,externalips",
+        ],
+    );
     bed.pod("job-1");
     bed.annotated("job-1").await;
     let rival_port = raced.lock().unwrap().expect("the hook ran") as u16;
