@@ -9,6 +9,7 @@ mod failover;
 mod grace;
 mod retries;
 mod self_signed;
+mod squat;
 mod warnings;
 mod webhook;
 

@@ -1,14 +1,17 @@
 //! The leader's side of port reservations: which port a pod without a
 //! Service gets, which ports held by Services still need a reservation,
-//! and which reservations are no longer in use.
+//! which reservations made at admission to bind to their pod, and which
+//! reservations are no longer in use.
 //!
-//! A reservation is in use while a Service holds its port, while a live
-//! labelled pod carries its token or uid, or while a Service create on its
-//! port is pending. One this leader has never seen in use is kept for the
-//! grace after its grace started (time for an admitted pod to come into
-//! existence): when this process first saw it, by any of its terms, or
-//! earlier for an old one first seen in a list ([`FirstSeen`]). One that
-//! was in use is released as soon as it is not.
+//! A reservation is in use while a Service holds its port, while the live
+//! labelled pod it is for exists ([`binding::pod_of`]: its uid, or for a
+//! provisional one its token's first carrier), or while a Service create
+//! on its port is pending. A provisional one whose pod exists is bound to
+//! that pod's uid. One this leader has never seen in use lapses once the
+//! grace is over (time for an admitted pod to come into existence,
+//! `--reservation-grace`): counted from when this process first saw it,
+//! by any of its terms, or earlier for an old one first seen in a list
+//! ([`FirstSeen`]). One that was in use is released as soon as it is not.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -18,7 +21,7 @@ use std::{
 
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::{FirstSeen, Holder, Reservation};
+use super::{FirstSeen, Holder, Reservation, binding};
 use crate::{
     controller::{
         expect::Expectations,
@@ -26,7 +29,7 @@ use crate::{
             Action,
             scope::{PortSet, Scope},
         },
-        pod::{PodRef, PodView, asks_for_ssh},
+        pod::{PodRef, PodView},
         ports,
         world::{World, book::pod_token},
     },
@@ -143,9 +146,9 @@ impl Upkeep {
     }
 
     /// Reservations for ports Services hold without one (someone else's
-    /// Service, or ours from before reservations), and releases of
-    /// reservations no longer in use: of the ports and reservations
-    /// `scope` names.
+    /// Service, or ours from before reservations), bindings of provisional
+    /// reservations to their pods, and releases of reservations no longer
+    /// in use: of the ports and reservations `scope` names.
     pub fn actions(
         &self,
         world: &World,
@@ -154,29 +157,23 @@ impl Upkeep {
         range: &std::ops::RangeInclusive<u16>,
         now: Instant,
     ) -> Vec<Action> {
+        let mut actions = reserve_held_ports(world, scope, expected, range);
         let book = world.book();
-        let ip = world.ip();
-        let mut actions = Vec::new();
-        for port in scope.ports(world) {
-            if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+        let named: Vec<&Reservation> = match scope.reservations() {
+            None => book.all().collect(),
+            Some(names) => names.iter().filter_map(|name| book.get(name)).collect(),
+        };
+        for r in named {
+            if let Some(pod) = binding::pod_of(world, r) {
+                if let Some(lease) = binding::bound(world.ip(), r, pod) {
+                    actions.push(Action::Bind {
+                        lease: Box::new(lease),
+                    });
+                }
                 continue;
             }
-            let Some(holder) = ownership::owner(world.claims_on(port)) else {
-                continue;
-            };
-            actions.push(Action::Reserve {
-                lease: Box::new(super::build(
-                    ip,
-                    port,
-                    &Holder::Service {
-                        key: holder.service.clone(),
-                    },
-                )),
-            });
-        }
-        let mut release = |r: &Reservation| {
             if in_use(world, expected, r) || self.within_grace(&r.name, now) {
-                return;
+                continue;
             }
             actions.push(Action::Release {
                 name: r.name.clone(),
@@ -184,16 +181,39 @@ impl Upkeep {
                 uid: r.uid.clone(),
                 resource_version: r.resource_version.clone(),
             });
-        };
-        match scope.reservations() {
-            None => book.all().for_each(&mut release),
-            Some(names) => names
-                .iter()
-                .filter_map(|name| book.get(name))
-                .for_each(&mut release),
         }
         actions
     }
+}
+
+/// Reservations for the ports of `scope` that a Service holds without
+/// one.
+fn reserve_held_ports(
+    world: &World,
+    scope: &Scope,
+    expected: &Expectations,
+    range: &std::ops::RangeInclusive<u16>,
+) -> Vec<Action> {
+    let book = world.book();
+    let mut actions = Vec::new();
+    for port in scope.ports(world) {
+        if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+            continue;
+        }
+        let Some(holder) = ownership::owner(world.claims_on(port)) else {
+            continue;
+        };
+        actions.push(Action::Reserve {
+            lease: Box::new(super::build(
+                world.ip(),
+                port,
+                &Holder::Service {
+                    key: holder.service.clone(),
+                },
+            )),
+        });
+    }
+    actions
 }
 
 /// How a pod without a Service gets its port.
@@ -228,10 +248,12 @@ impl<R> Free<'_, R> {
     }
 }
 
-/// The port for `pod` (which has no Service): its own reservation if it
-/// has one whose port no Service holds; else the port it was told, if its
-/// reservation vanished and the port is still free (reserved again under
-/// its token); else a fresh one from [`ports::pick_free`].
+/// The port for `pod` (which has no Service): its own reservation
+/// ([`binding::reservation_of`]) if it has one whose port no Service
+/// holds; else the port it was told, if it carries a token but no
+/// reservation (the reservation lapsed before the pod was created) and
+/// the port is still free (reserved again, bound to its uid); else a
+/// fresh one from [`ports::pick_free`].
 pub fn choose(
     pod: &PodView,
     pod_ref: &PodRef,
@@ -239,7 +261,7 @@ pub fn choose(
     free: &mut Free<'_, impl rand::Rng>,
 ) -> Choice {
     let ip = world.ip();
-    let own = world.book().of_pod(pod);
+    let own = binding::reservation_of(world, pod);
     if let Some(own) = own
         && !world.is_claimed(own.port)
         && free.handed.insert(own.port)
@@ -253,10 +275,11 @@ pub fn choose(
         && !free.used(port)
     {
         free.handed.insert(port);
-        let holder = Holder::Admitted {
+        let holder = Holder::Pod {
             namespace: pod_ref.namespace.clone(),
             name: pod_ref.name.clone(),
-            token: token.to_owned(),
+            uid: pod_ref.uid.clone(),
+            token: Some(token.to_owned()),
         };
         return Choice::Fresh {
             port,
@@ -278,6 +301,7 @@ pub fn choose(
         namespace: pod_ref.namespace.clone(),
         name: pod_ref.name.clone(),
         uid: pod_ref.uid.clone(),
+        token: None,
     };
     Choice::Fresh {
         port,
@@ -288,18 +312,10 @@ pub fn choose(
 }
 
 /// Whether a reservation is in use now (its grace aside): a Service holds
-/// its port, a create on its port is pending, or a live labelled pod
-/// carries its token or uid (in the reservation's namespace).
+/// its port, a create on its port is pending, or the live labelled pod it
+/// is for exists ([`binding::pod_of`]).
 pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
-    let namespace = r.namespace.as_deref();
-    let carried = r
-        .token
-        .as_deref()
-        .is_some_and(|token| world.pods_with_token(namespace, token).any(asks_for_ssh))
-        || r.pod_uid.as_deref().is_some_and(|uid| {
-            world
-                .pod(uid)
-                .is_some_and(|p| p.metadata.namespace.as_deref() == namespace && asks_for_ssh(p))
-        });
-    world.is_claimed(r.port) || expected.is_creating_on(r.port) || carried
+    world.is_claimed(r.port)
+        || expected.is_creating_on(r.port)
+        || binding::pod_of(world, r).is_some()
 }
