@@ -36,6 +36,9 @@ pub struct ControllerMetrics {
     pub ports_used: Gauge,
     /// Failed attempts to renew the leader's Lease.
     pub lease_renewal_errors: Counter,
+    /// Reservations made at admission released because no pod came for
+    /// them within the grace (the leader's; `reservation::upkeep`).
+    pub reservations_lapsed: Counter,
     /// Warning events sent to pods, by reason.
     pub warnings: Family<ReasonLabel, Counter>,
     /// The admission webhook's.
@@ -64,6 +67,7 @@ impl ControllerMetrics {
             port_range_size: Gauge::default(),
             ports_used: Gauge::default(),
             lease_renewal_errors: Counter::default(),
+            reservations_lapsed: Counter::default(),
             warnings,
             admission: super::webhook::AdmissionMetrics::default(),
         }
@@ -107,6 +111,13 @@ impl ControllerMetrics {
             "lease_renewal_errors",
             "Failed attempts to renew the leader's Lease (each retried until the term ends)",
             self.lease_renewal_errors.clone(),
+        );
+        r.register(
+            "reservations_lapsed",
+            "Ports reserved at admission and released because no pod carrying their token \
+             came within --reservation-grace (a pod refused by a later admission step, or a \
+             forged review); counted by the leader",
+            self.reservations_lapsed.clone(),
         );
         r.register(
             "warnings",

@@ -20,8 +20,12 @@ use std::{
 };
 
 use k8s_openapi::api::coordination::v1::Lease;
+use prometheus_client::metrics::counter::Counter;
 
-use super::{FirstSeen, Holder, Reservation, binding};
+use super::{
+    FirstSeen, Holder, Reservation,
+    binding::{self, Stage},
+};
 use crate::{
     controller::{
         expect::Expectations,
@@ -36,6 +40,12 @@ use crate::{
     k8s::ownership,
     vocabulary,
 };
+
+/// The shortest time between two passes woken by lapses: under a flood of
+/// forged reviews (up to `--provisional-cap-total` lapsing per grace), a
+/// pass over everything for each lapse would keep the leader busy; taken
+/// a second at a time, a reservation lapses at most this after its grace.
+pub const LAPSE_BATCH: Duration = Duration::from_secs(1);
 
 /// The port a pod was told at admission, from its endpoint annotation.
 fn told_port(pod: &PodView) -> Option<u16> {
@@ -57,6 +67,8 @@ pub struct Upkeep {
     /// after it, even during a later pass that did not look at that
     /// reservation, is one to wake up for.
     last_full: Option<Instant>,
+    /// Provisional reservations released because no pod came for them.
+    lapsed: Counter,
 }
 
 #[derive(Debug)]
@@ -65,6 +77,8 @@ struct Sighting {
     uid: Option<String>,
     since: Instant,
     used: bool,
+    /// Its lapse is counted (a release that fails is planned again).
+    lapse_counted: bool,
 }
 
 impl Upkeep {
@@ -74,7 +88,14 @@ impl Upkeep {
             first_seen,
             grace,
             last_full: None,
+            lapsed: Counter::default(),
         }
+    }
+
+    /// Counts the provisional reservations that lapse in `lapsed` (the
+    /// controller's metric).
+    pub fn count_lapses_in(&mut self, lapsed: Counter) {
+        self.lapsed = lapsed;
     }
 
     /// Notes the reservations `scope` names (all of them for a full pass)
@@ -101,6 +122,7 @@ impl Upkeep {
                             uid: r.uid.clone(),
                             since,
                             used: in_use,
+                            lapse_counted: false,
                         },
                     )),
                 }
@@ -131,10 +153,15 @@ impl Upkeep {
 
     /// How long until a reservation's grace ends (a change to act on): at
     /// once for one that ended since the last pass over everything looked
-    /// (a long pass may have ended past it).
+    /// (a long pass may have ended past it), but never sooner than
+    /// [`LAPSE_BATCH`] after that pass.
     pub fn until_due(&self, now: Instant) -> Option<Duration> {
-        self.next_due(self.last_full.unwrap_or(now))
-            .map(|due| due.saturating_duration_since(now))
+        let due = self.next_due(self.last_full.unwrap_or(now))?;
+        let due = match self.last_full {
+            Some(last) => due.max(last + LAPSE_BATCH),
+            None => due,
+        };
+        Some(due.saturating_duration_since(now))
     }
 
     fn within_grace(&self, name: &str, now: Instant) -> bool {
@@ -150,7 +177,7 @@ impl Upkeep {
     /// reservations to their pods, and releases of reservations no longer
     /// in use: of the ports and reservations `scope` names.
     pub fn actions(
-        &self,
+        &mut self,
         world: &World,
         scope: &Scope,
         expected: &Expectations,
@@ -175,6 +202,7 @@ impl Upkeep {
             if in_use(world, expected, r) || self.within_grace(&r.name, now) {
                 continue;
             }
+            self.count_lapse(r);
             actions.push(Action::Release {
                 name: r.name.clone(),
                 port: r.port,
@@ -183,6 +211,21 @@ impl Upkeep {
             });
         }
         actions
+    }
+
+    /// Counts `r`'s release as a lapse, once, if it is a provisional
+    /// reservation never seen in use.
+    fn count_lapse(&mut self, r: &Reservation) {
+        let Stage::Provisional { .. } = r.stage() else {
+            return;
+        };
+        if let Some(s) = self.by_name.get_mut(&r.name)
+            && !s.used
+            && !s.lapse_counted
+        {
+            s.lapse_counted = true;
+            self.lapsed.inc();
+        }
     }
 }
 
@@ -319,3 +362,6 @@ pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
         || expected.is_creating_on(r.port)
         || binding::pod_of(world, r).is_some()
 }
+
+#[cfg(test)]
+mod tests;

@@ -84,11 +84,16 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = crate::args::duration)]
     pub webhook_deadline: Duration,
 
-    /// How long a port reservation whose pod does not exist is kept before
-    /// it is released, from when a controller replica first saw it, or
-    /// from its creation for an old one a controller that just started
-    /// finds (then at least 60s, plus 20s for the clocks); at most 90s.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    /// How long a port reserved at admission waits for its pod before it
+    /// lapses and the port is free again: from when a controller replica
+    /// first saw the reservation, or from its creation for an old one a
+    /// controller that just started finds (then at least 60s, plus 20s
+    /// for the clocks); at most 90s. Shorter frees the ports of pods that
+    /// never come (refused by a later admission step, or forged reviews)
+    /// sooner; a pod the API server creates later than this after its
+    /// admission (slow later webhooks or storage) keeps its port only if
+    /// it is still free, else gets another and an SSHEnvMissing warning.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
     pub reservation_grace: Duration,
 }
 
