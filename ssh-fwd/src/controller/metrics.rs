@@ -159,7 +159,14 @@ mod tests {
             let sample = format!("ssh_fwd_controller_warnings_total{{reason=\"{reason}\"}} 0\n");
             assert!(text.contains(&sample), "{sample} missing from:\n{text}");
         }
-        for outcome in ["Reserved", "NoPort", "DryRun", "Skipped", "Malformed"] {
+        for outcome in [
+            "Reserved",
+            "NoPort",
+            "Capped",
+            "DryRun",
+            "Skipped",
+            "Malformed",
+        ] {
             let sample =
                 format!("ssh_fwd_controller_admissions_total{{outcome=\"{outcome}\"}} 0\n");
             assert!(text.contains(&sample), "{sample} missing from:\n{text}");

@@ -1,8 +1,184 @@
-//! Admission cannot be used to squat ports: a pod that copies another's
+//! Admission cannot be used to squat ports: a flood of forged
+//! AdmissionReviews holds at most the provisional cap, each for the lapse
+//! only, and a real pod still gets its port; a pod that copies another's
 //! reservation token neither takes nor holds its port.
+//!
+//! The flood comes over real TLS connections from this process. The
+//! webhook does not look at where a review comes from (only a
+//! NetworkPolicy or a client certificate can), so sending it from a pod's
+//! network namespace would add nothing but set-up.
 
-use super::*;
-use crate::controller::reservation::{self, Holder};
+use std::{
+    collections::BTreeSet,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+};
+
+use super::{
+    webhook::{
+        Connection, create_pod, free_port, patched, post, reservation_count, review, serving,
+        told_port, trusting, write_pair,
+    },
+    *,
+};
+use crate::controller::{
+    reservation::{self, Holder},
+    webhook::mutate::tests::job_pod,
+};
+
+/// The provisional cap of a controller with the default flags and a range
+/// of 200 ports: `--provisional-cap-total` (256) is held to half the
+/// range, so that a flood leaves the other half to the pods the leader
+/// serves.
+const CAP: usize = 100;
+
+/// A review of a labelled pod in `namespace` that will never be created:
+/// anyone who can reach the webhook can send one, naming any namespace.
+fn forged(uid: &str, namespace: &str) -> Value {
+    let mut pod = job_pod();
+    pod["metadata"]["namespace"] = json!(namespace);
+    pod["metadata"]["generateName"] = json!("forged-");
+    let mut body = review(uid, &pod);
+    body["request"]["namespace"] = json!(namespace);
+    body
+}
+
+/// Whether a Lease is a reservation made at admission that no pod was
+/// bound to yet.
+fn is_provisional(lease: &Value) -> bool {
+    let annotations = &lease["metadata"]["annotations"];
+    lease["metadata"]["labels"][vocabulary::PORT_RESERVATION] == "198.18.0.10"
+        && annotations[vocabulary::TOKEN].is_string()
+        && annotations[vocabulary::POD_UID].is_null()
+}
+
+/// The most provisional reservations held at once so far, from every
+/// change the API server made to Leases (not a sample).
+fn most_provisional_held(bed: &Bed) -> usize {
+    let (changes, _) = bed.api.changes_after(Kind::Lease, 0);
+    let mut held = BTreeSet::new();
+    let mut most = 0;
+    for change in changes {
+        let name = |l: &Value| l["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if let Some(old) = &change.old {
+            held.remove(&name(old));
+        }
+        if let Some(new) = change.new.as_deref().filter(|l| is_provisional(l)) {
+            held.insert(name(new));
+        }
+        most = most.max(held.len());
+    }
+    most
+}
+
+fn provisional_now(bed: &Bed) -> usize {
+    bed.api.count(Kind::Lease, is_provisional)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_forged_reviews_hold_at_most_the_cap_and_a_real_pod_gets_its_port_in_10_s() {
+    let bed = Arc::new(Bed::new());
+    let certs = tempfile::tempdir().unwrap();
+    let ca = write_pair(certs.path());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let dir = certs.path().display().to_string();
+    // The production grace and caps: only the range is small, 200 ports
+    // for 300 reviews.
+    let argv = [
+        "--webhook-addr",
+        &addr,
+        "--webhook-cert-dir",
+        &dir,
+        "--image",
+        "ssh-fwd:test",
+        "--port-range",
+        "9000-9199",
+    ];
+    let controller = bed.controller("a", &argv);
+    serving(port, &ca).await;
+    // 300 reviews over 20 connections, a third naming the real pod's
+    // namespace, the rest spread over 40 others.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let config = trusting(&ca).unwrap();
+    let flood: Vec<_> = (0..20)
+        .map(|c| {
+            let (config, answered) = (config.clone(), answered.clone());
+            tokio::spawn(async move {
+                let mut connection = Connection::open(port, "localhost", config).await.unwrap();
+                for i in 0..15 {
+                    let n = c * 15 + i;
+                    let namespace = match n % 3 {
+                        0 => "jobs".to_owned(),
+                        _ => format!("tenant-{}", n % 40),
+                    };
+                    let (status, _) = connection
+                        .review(&forged(&format!("forged-{n}"), &namespace))
+                        .await
+                        .unwrap();
+                    assert_eq!(status, 200);
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    // Once most of it is answered (more than the range holds), the API
+    // server admits a real pod and stores it.
+    eventually("most of the flood is answered", || {
+        answered.load(Ordering::Relaxed) >= 250
+    })
+    .await;
+    let pod = job_pod();
+    let (_, answer) = post(port, &ca, &review("real-1", &pod)).await.unwrap();
+    let admitted = patched(&answer, &pod);
+    create_pod(&bed, &admitted, "job-real");
+    let created = tokio::time::Instant::now();
+    for task in flood {
+        task.await.unwrap();
+    }
+    let flood_over = tokio::time::Instant::now();
+    let most = most_provisional_held(&bed);
+    println!(
+        "most provisional reservations held at once: {most}; the real pod was told {:?}",
+        told_port(&admitted)
+    );
+    assert!(
+        most <= CAP,
+        "{most} reservations made at admission were held at once, more than the cap of {CAP}"
+    );
+    while bed.endpoint("job-real").is_none() {
+        assert!(
+            created.elapsed() < Duration::from_secs(10),
+            "the real pod has no endpoint 10 s after it was created (told {:?}, {} reservations held)",
+            told_port(&admitted),
+            reservation_count(&bed)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let published = bed.port_of("job-real").unwrap();
+    println!("the real pod was published in {:?}", created.elapsed());
+    let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-real").unwrap();
+    assert_eq!(svc["spec"]["ports"][0]["port"], published);
+    // The forged ones lapse: the grace (10 s) after the leader saw them,
+    // and at most a second more (lapses are taken a second at a time).
+    while provisional_now(&bed) > 0 {
+        assert!(
+            flood_over.elapsed() < Duration::from_secs(15),
+            "{} forged reservations still held 15 s after the flood",
+            provisional_now(&bed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "the forged reservations lapsed {:?} after the flood",
+        flood_over.elapsed()
+    );
+    assert_eq!(reservation_count(&bed), 1, "only the real pod's is left");
+    bed.assert_requests_listed();
+    controller.abort();
+}
 
 /// A pod in namespace jobs carrying `token` and told `port`, made at
 /// `created` with `uid` (as the API server would have made it).

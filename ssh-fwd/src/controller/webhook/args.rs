@@ -95,6 +95,22 @@ pub struct AdmissionArgs {
     /// it is still free, else gets another and an SSHEnvMissing warning.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
     pub reservation_grace: Duration,
+
+    /// How many pods of one namespace (as the review names it) may have
+    /// been admitted with a reserved port and not exist yet. Past it a pod
+    /// is admitted without a port (its ssh-fwd.io/admission annotation
+    /// says why) and the controller gives it one once it exists, without
+    /// the endpoint variable: raise it for namespaces that create more SSH
+    /// pods than this at once.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub provisional_cap: u32,
+
+    /// The same in all namespaces together, held to half of --port-range.
+    /// A forged review can name any namespace, so this is what bounds the
+    /// ports anyone who can reach the webhook holds: the rest of the range
+    /// stays to the pods the controller serves.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub provisional_cap_total: u32,
 }
 
 /// The longest `--reservation-grace`: a reservation whose pod never came

@@ -7,6 +7,7 @@
 
 mod admit;
 mod args;
+mod budget;
 pub mod keys;
 mod metrics;
 pub mod mutate;
@@ -82,6 +83,14 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
             interval: args.keys_watch_interval,
         },
     };
+    let total = budget::total_for(args.provisional_cap_total as usize, &shared.range);
+    if total < args.provisional_cap_total as usize {
+        tracing::info!(
+            asked = args.provisional_cap_total,
+            total,
+            "--provisional-cap-total is held to half of --port-range"
+        );
+    }
     let admitter = Arc::new(Admitter {
         injection,
         reservations: Api::namespaced(shared.client.clone(), &shared.namespace),
@@ -89,6 +98,7 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         ssh_ip: shared.ssh_ip,
         range: shared.range,
         deadline: args.webhook_deadline,
+        budget: budget::Budget::new(args.provisional_cap as usize, total, args.reservation_grace),
         metrics: shared.metrics,
     });
     tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
