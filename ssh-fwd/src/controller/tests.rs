@@ -4,6 +4,7 @@
 //! checking every request made against the API-call list the RBAC is built
 //! from.
 
+mod client_cert;
 mod env_missing;
 mod failover;
 mod grace;

@@ -39,6 +39,16 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "NAME", default_value = "ssh-fwd")]
     pub webhook_configuration: String,
 
+    /// A PEM file of CA certificates: when given, the webhook serves only
+    /// clients presenting a certificate one of them signed, and refuses
+    /// every other connection in its TLS handshake. The API server
+    /// presents one only if the cluster admin gives it one for this
+    /// webhook (an AdmissionConfiguration whose kubeConfigFile has a user
+    /// named ssh-fwd-webhook.ssh-fwd.svc with client-certificate and
+    /// client-key); see docs/controller.md. Read at start.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_client_ca: Option<PathBuf>,
+
     /// How often the certificate files or Secret are checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
     pub webhook_reload_interval: Duration,

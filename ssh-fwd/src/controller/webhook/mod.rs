@@ -68,6 +68,22 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         None => own_image(&shared.client, &shared.namespace).await?,
     };
     let (certs, follow) = certificates(args, &shared).await?;
+    let clients = match &args.webhook_client_ca {
+        Some(path) => Some(tls::client_verifier(path).with_context(|| {
+            format!(
+                "--webhook-client-ca {}: the webhook cannot check its clients; give a PEM file of the CA that signed the API server's client certificate",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
+    let clients_shown = match &args.webhook_client_ca {
+        Some(path) => format!(
+            "only clients with a certificate signed by {}",
+            path.display()
+        ),
+        None => "any client (no --webhook-client-ca)".to_owned(),
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {addr}; is the port in use?"))?;
@@ -101,11 +117,11 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         budget: budget::Budget::new(args.provisional_cap as usize, total, args.reservation_grace),
         metrics: shared.metrics,
     });
-    tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
+    tracing::info!(%addr, variable = %args.env_name, clients = %clients_shown, "serving the admission webhook (HTTPS, POST /mutate)");
     let handshakes = tls::Handshakes::new(admitter.metrics.handshake_timeouts.clone());
     let server = tokio::spawn(tls::serve(
         listener,
-        tls::server_config(certs),
+        tls::server_config(certs, clients),
         router(admitter),
         handshakes,
     ));
