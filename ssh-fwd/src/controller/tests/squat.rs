@@ -85,8 +85,9 @@ async fn three_hundred_forged_reviews_hold_at_most_the_cap_and_a_real_pod_gets_i
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let dir = certs.path().display().to_string();
-    // The production grace and caps: only the range is small, 200 ports
-    // for 300 reviews.
+    // The production grace, caps and Lease (a 2 s Lease may change hands
+    // on a loaded machine, and each new term costs seconds): only the
+    // range is small, 200 ports for 300 reviews.
     let argv = [
         "--webhook-addr",
         &addr,
@@ -96,6 +97,8 @@ async fn three_hundred_forged_reviews_hold_at_most_the_cap_and_a_real_pod_gets_i
         "ssh-fwd:test",
         "--port-range",
         "9000-9199",
+        "--lease-duration",
+        "15s",
     ];
     let controller = bed.controller("a", &argv);
     serving(port, &ca).await;
@@ -217,7 +220,8 @@ async fn a_pod_copying_another_pods_token_neither_takes_nor_holds_its_port() {
         Kind::Pod,
         carrier("copier", "u-copier", "2026-01-01T00:00:01Z", token, 9042),
     );
-    let controller = bed.controller("a", &["--port-range", "9000-9099"]);
+    let argv = ["--port-range", "9000-9099", "--lease-duration", "15s"];
+    let controller = bed.controller("a", &argv);
     let service_port = |pod: &str| {
         let svc = bed.api.get(Kind::Service, "jobs", &format!("ssh-{pod}"))?;
         svc["spec"]["ports"][0]["port"].as_u64()

@@ -171,9 +171,10 @@ impl Admitter {
         started: Instant,
         budget: Duration,
     ) -> (Port, Outcome) {
-        let watched = self.watched();
-        let used: BTreeSet<u16> = watched.iter().map(|r| r.port).collect();
+        let ports =
+            |watched: &[Reservation]| -> BTreeSet<u16> { watched.iter().map(|r| r.port).collect() };
         if request.dry_run {
+            let used = ports(&self.watched());
             let port = ports::pick_free(&self.range, &|p| used.contains(&p), &mut rand::rng());
             return match port {
                 Some(port) => (Port::DryRun { port }, Outcome::DryRun),
@@ -181,16 +182,16 @@ impl Admitter {
             };
         }
         let token = reservation::new_token();
-        let slot = match self
-            .budget
-            .take(&watched, namespace, &token, Instant::now())
-        {
+        let (watched, slot) =
+            (self.budget).take(|| self.watched(), namespace, &token, Instant::now());
+        let slot = match slot {
             Ok(slot) => slot,
             Err(capped) => {
                 let why = capped.to_string();
                 return (Port::None { why }, Outcome::Capped);
             }
         };
+        let used = ports(&watched);
         drop(watched);
         let holder = Holder::Admitted {
             namespace: namespace.to_owned(),

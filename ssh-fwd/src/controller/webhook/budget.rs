@@ -125,11 +125,29 @@ impl Budget {
     }
 
     /// A place for a reservation of `token` in `namespace`, at `now`, if
-    /// neither cap is reached by the provisional reservations `watched`
-    /// (the watch's) and those this replica makes.
-    pub fn take<'r>(
+    /// neither cap is reached by the provisional reservations the watch
+    /// shows (`watched`, read under the budget's lock: a snapshot taken
+    /// before another admission pruned what a fresher one showed would
+    /// miss a reservation) and those this replica makes. Also returns what
+    /// `watched` gave, for the ports in use.
+    pub fn take(
         &self,
-        watched: impl IntoIterator<Item = &'r Reservation>,
+        watched: impl FnOnce() -> Vec<Reservation>,
+        namespace: &str,
+        token: &str,
+        now: Instant,
+    ) -> (Vec<Reservation>, Result<Slot<'_>, Capped>) {
+        let mut pending = self.lock();
+        let watched = watched();
+        let verdict = self.admit(&mut pending, &watched, namespace, token, now);
+        drop(pending);
+        (watched, verdict)
+    }
+
+    fn admit(
+        &self,
+        pending: &mut Pending,
+        watched: &[Reservation],
         namespace: &str,
         token: &str,
         now: Instant,
@@ -146,7 +164,6 @@ impl Budget {
                 provisional.push(r.namespace.as_deref().unwrap_or_default());
             }
         }
-        let mut pending = self.lock();
         // Made and shown by the watch (in whatever stage), or too old to
         // wait for: the watch's count is the one.
         pending.by_id.retain(|_, m| {

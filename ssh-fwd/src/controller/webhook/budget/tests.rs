@@ -4,6 +4,19 @@ use crate::controller::reservation::{self, Holder};
 const IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 18, 0, 10));
 const WAIT: Duration = Duration::from_secs(10);
 
+/// [`Budget::take`] with the watch showing `shown`.
+fn take<'b>(
+    budget: &'b Budget,
+    shown: &[Reservation],
+    namespace: &str,
+    token: &str,
+    now: Instant,
+) -> Result<Slot<'b>, Capped> {
+    let (watched, slot) = budget.take(|| shown.to_vec(), namespace, token, now);
+    assert_eq!(watched, shown);
+    slot
+}
+
 /// A reservation as the watch shows it, made at admission for `token` in
 /// `namespace`, bound to a pod when `bound`.
 fn watched(port: u16, namespace: &str, token: &str, bound: bool) -> Reservation {
@@ -30,22 +43,22 @@ fn a_namespace_gets_its_cap_and_the_others_keep_theirs() {
     let budget = Budget::new(2, 10, WAIT);
     let now = Instant::now();
     let shown = [watched(9000, "jobs", "a", false)];
-    let slot = budget.take(&shown, "jobs", "b", now).unwrap();
+    let slot = take(&budget, &shown, "jobs", "b", now).unwrap();
     slot.made("ssh-port-198.18.0.10-9001".into());
     assert_eq!(
-        budget.take(&shown, "jobs", "c", now).err(),
+        take(&budget, &shown, "jobs", "c", now).err(),
         Some(Capped::Namespace {
             namespace: "jobs".into(),
             cap: 2
         })
     );
-    assert!(budget.take(&shown, "other", "d", now).is_ok());
+    assert!(take(&budget, &shown, "other", "d", now).is_ok());
     // Bound reservations wait for nothing: they do not count.
     let bound = [
         watched(9000, "jobs", "a", true),
         watched(9001, "jobs", "b", true),
     ];
-    assert!(budget.take(&bound, "jobs", "e", now).is_ok());
+    assert!(take(&budget, &bound, "jobs", "e", now).is_ok());
 }
 
 #[test]
@@ -53,13 +66,11 @@ fn the_total_holds_however_many_namespaces_a_forger_names() {
     let budget = Budget::new(2, 5, WAIT);
     let now = Instant::now();
     for i in 0..5 {
-        let slot = budget
-            .take([], &format!("ns-{i}"), &format!("t{i}"), now)
-            .unwrap();
+        let slot = take(&budget, &[], &format!("ns-{i}"), &format!("t{i}"), now).unwrap();
         slot.made(format!("lease-{i}"));
     }
     assert_eq!(
-        budget.take([], "ns-new", "x", now).err(),
+        take(&budget, &[], "ns-new", "x", now).err(),
         Some(Capped::Total { cap: 5 })
     );
     let message = Capped::Total { cap: 5 }.to_string();
@@ -75,34 +86,33 @@ fn a_reservation_counts_while_being_made_and_once_made_until_the_watch_shows_it(
     let budget = Budget::new(1, 10, WAIT);
     let t0 = Instant::now();
     // In flight: counts; given back when the reservation failed.
-    let slot = budget.take([], "jobs", "a", t0).unwrap();
-    assert!(budget.take([], "jobs", "b", t0).is_err());
+    let slot = take(&budget, &[], "jobs", "a", t0).unwrap();
+    assert!(take(&budget, &[], "jobs", "b", t0).is_err());
     drop(slot);
-    let slot = budget.take([], "jobs", "b", t0).unwrap();
+    let slot = take(&budget, &[], "jobs", "b", t0).unwrap();
     slot.made("ssh-port-198.18.0.10-9001".into());
     assert!(
-        budget.take([], "jobs", "c", t0).is_err(),
+        take(&budget, &[], "jobs", "c", t0).is_err(),
         "made, not yet watched"
     );
     // The watch shows another reservation of that name (an old one not yet
     // gone from it): still ours to count.
     let stale = [watched(9001, "other", "old", true)];
-    assert!(budget.take(&stale, "jobs", "c", t0).is_err());
+    assert!(take(&budget, &stale, "jobs", "c", t0).is_err());
     // It shows ours, already bound to its pod: nothing waits.
     let shown = [watched(9001, "jobs", "b", true)];
-    assert!(budget.take(&shown, "jobs", "c", t0).is_ok());
+    assert!(take(&budget, &shown, "jobs", "c", t0).is_ok());
 }
 
 #[test]
 fn a_made_reservation_the_watch_never_shows_stops_counting_after_the_grace() {
     let budget = Budget::new(1, 10, WAIT);
     let t0 = Instant::now();
-    budget
-        .take([], "jobs", "a", t0)
+    take(&budget, &[], "jobs", "a", t0)
         .unwrap()
         .made("lease-a".into());
-    assert!(budget.take([], "jobs", "b", t0 + WAIT / 2).is_err());
-    assert!(budget.take([], "jobs", "b", t0 + WAIT).is_ok());
+    assert!(take(&budget, &[], "jobs", "b", t0 + WAIT / 2).is_err());
+    assert!(take(&budget, &[], "jobs", "b", t0 + WAIT).is_ok());
 }
 
 #[test]
