@@ -161,8 +161,8 @@ impl Admitter {
         )
     }
 
-    /// The port for a pod being admitted: none for a namespace, or a
-    /// replica, past its provisional cap ([`Budget`]).
+    /// The port for a pod being admitted: none past a provisional cap
+    /// ([`Budget`]).
     async fn port(
         &self,
         request: &Request,
