@@ -20,6 +20,7 @@ use k8s_openapi::{
         apps::v1::{DaemonSet, Deployment},
         batch::v1::Job,
         core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount},
+        networking::v1::NetworkPolicy,
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     serde::{Serialize, de::DeserializeOwned},
@@ -117,6 +118,7 @@ fn check_kind(doc: &Value) -> Result<(), String> {
         "ValidatingAdmissionPolicyBinding" => {
             typed::<ValidatingAdmissionPolicyBinding>(doc).map(drop)
         }
+        "NetworkPolicy" => typed::<NetworkPolicy>(doc).map(drop),
         other => Err(format!("no check for kind {other}")),
     }
 }
@@ -619,6 +621,67 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
     assert_eq!(args.admission.webhook_service, target.name);
     assert_eq!(args.admission.webhook_configuration, "ssh-fwd");
     assert_eq!(args.admission.check(), Ok(()));
+}
+
+#[test]
+fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresses() {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let docs = base();
+    let policy: NetworkPolicy = typed(find(&docs, "NetworkPolicy", "ssh-fwd-controller")).unwrap();
+    let spec = policy.spec.unwrap();
+    let (args, deployment) = controller_cli(&docs);
+    let template = deployment.spec.unwrap().template;
+    let labels = template.metadata.unwrap().labels.unwrap();
+    let selected = spec.pod_selector.unwrap().match_labels.unwrap();
+    assert!(!selected.is_empty() && selected.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_owned()][..])
+    );
+    // The named ports are the container's, on --webhook-addr and
+    // --metrics-addr.
+    let container = &template.spec.unwrap().containers[0];
+    let number = |port: &IntOrString| {
+        let IntOrString::String(name) = port else {
+            panic!("{port:?}: name the container's port")
+        };
+        let found = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_ref() == Some(name));
+        found
+            .unwrap_or_else(|| panic!("no container port {name}"))
+            .container_port
+    };
+    let rules = spec.ingress.unwrap();
+    let [webhook, metrics] = rules.as_slice() else {
+        panic!("two rules: the webhook's and the metrics'")
+    };
+    let port_of = |rule: &k8s_openapi::api::networking::v1::NetworkPolicyIngressRule| {
+        let ports = rule.ports.as_deref().unwrap();
+        assert_eq!(ports.len(), 1);
+        number(ports[0].port.as_ref().unwrap())
+    };
+    let webhook_addr = args.admission.webhook_addr.expect("--webhook-addr");
+    assert_eq!(port_of(webhook), i32::from(webhook_addr.port()));
+    let from = webhook.from.as_deref().unwrap();
+    assert!(
+        from.len() == 1 && from[0].ip_block.is_some() && from[0].pod_selector.is_none(),
+        "the webhook port only from an ipBlock: {from:?}"
+    );
+    assert_eq!(
+        port_of(metrics),
+        i32::from(args.metrics_addr.unwrap().port())
+    );
+    assert!(metrics.from.is_none(), "Prometheus scrapes from anywhere");
+    // The kind overlay admits kind's docker network.
+    let kind = overlay("kind");
+    let patched = find(&kind, "NetworkPolicy", "ssh-fwd-controller");
+    assert_eq!(
+        patched["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"],
+        "172.18.0.0/16"
+    );
 }
 
 /// The base with the overlay's JSON patches applied, as kustomize would.

@@ -30,7 +30,7 @@ use super::{
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, Problem},
     pod::PodRef,
-    reservation::write::{lease_port, release, reserve_port},
+    reservation::write::{bind, lease_port, release, reserve_port},
     service,
     ssh_ips::{self, SshIps},
     warn::Scope,
@@ -258,6 +258,7 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
                 tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
             }
         }
+        Action::Bind { lease } => bind(&ctx.reservations, &lease).await?,
         Action::Release {
             name,
             port,

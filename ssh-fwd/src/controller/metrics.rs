@@ -36,6 +36,9 @@ pub struct ControllerMetrics {
     pub ports_used: Gauge,
     /// Failed attempts to renew the leader's Lease.
     pub lease_renewal_errors: Counter,
+    /// Reservations made at admission released because no pod came for
+    /// them within the grace (the leader's; `reservation::upkeep`).
+    pub reservations_lapsed: Counter,
     /// Warning events sent to pods, by reason.
     pub warnings: Family<ReasonLabel, Counter>,
     /// The admission webhook's.
@@ -64,6 +67,7 @@ impl ControllerMetrics {
             port_range_size: Gauge::default(),
             ports_used: Gauge::default(),
             lease_renewal_errors: Counter::default(),
+            reservations_lapsed: Counter::default(),
             warnings,
             admission: super::webhook::AdmissionMetrics::default(),
         }
@@ -109,6 +113,13 @@ impl ControllerMetrics {
             self.lease_renewal_errors.clone(),
         );
         r.register(
+            "reservations_lapsed",
+            "Ports reserved at admission and released because no pod carrying their token \
+             came within --reservation-grace (a pod refused by a later admission step, or a \
+             forged review); counted by the leader",
+            self.reservations_lapsed.clone(),
+        );
+        r.register(
             "warnings",
             "Warning events sent to pods, by reason (NoFreePort, SSHEnvMissing...)",
             self.warnings.clone(),
@@ -148,7 +159,14 @@ mod tests {
             let sample = format!("ssh_fwd_controller_warnings_total{{reason=\"{reason}\"}} 0\n");
             assert!(text.contains(&sample), "{sample} missing from:\n{text}");
         }
-        for outcome in ["Reserved", "NoPort", "DryRun", "Skipped", "Malformed"] {
+        for outcome in [
+            "Reserved",
+            "NoPort",
+            "Capped",
+            "DryRun",
+            "Skipped",
+            "Malformed",
+        ] {
             let sample =
                 format!("ssh_fwd_controller_admissions_total{{outcome=\"{outcome}\"}} 0\n");
             assert!(text.contains(&sample), "{sample} missing from:\n{text}");

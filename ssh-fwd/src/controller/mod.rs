@@ -162,6 +162,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // webhook never needs them).
     let mut reservations = early;
     let mut upkeep = Upkeep::new(args.admission.reservation_grace, Some(first_seen.clone()));
+    upkeep.count_lapses_in(metrics.reservations_lapsed.clone());
     loop {
         tokio::select! {
             acquired = elector.acquire() => acquired?,

@@ -48,6 +48,9 @@ pub struct PodMeta {
     pub namespace: Option<String>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// The API server's: of the pods carrying one reservation token, the
+    /// oldest is the one it was made for (`reservation::binding`).
+    pub creation_timestamp: Option<Time>,
     pub deletion_timestamp: Option<Time>,
     labels: Kept,
     annotations: Kept,
@@ -94,6 +97,7 @@ impl From<PodWire> for PodView {
                 namespace: meta.namespace,
                 uid: meta.uid,
                 resource_version: meta.resource_version,
+                creation_timestamp: meta.creation_timestamp,
                 deletion_timestamp: meta.deletion_timestamp,
                 labels: Kept::pick(meta.labels, LABELS),
                 annotations: Kept::pick(meta.annotations, ANNOTATIONS),
@@ -114,6 +118,7 @@ impl From<PodView> for PodWire {
                 namespace: meta.namespace,
                 uid: meta.uid,
                 resource_version: meta.resource_version,
+                creation_timestamp: meta.creation_timestamp,
                 deletion_timestamp: meta.deletion_timestamp,
                 ..ObjectMeta::default()
             },
@@ -177,6 +182,7 @@ mod tests {
     fn keeps_what_the_controller_reads_and_drops_the_rest() {
         let pod: PodView = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
+                         "creationTimestamp": "2026-11-24T00:00:00Z",
                          "deletionTimestamp": "2026-11-25T00:00:00Z",
                          "labels": {vocabulary::SSH: "enabled", "app": "job"},
                          "annotations": {vocabulary::ENDPOINT: "h:8000",
@@ -193,6 +199,7 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&pod).unwrap(),
             json!({"metadata": {"name": "p", "namespace": "jobs", "uid": "u", "resourceVersion": "7",
+                                "creationTimestamp": "2026-11-24T00:00:00Z",
                                 "deletionTimestamp": "2026-11-25T00:00:00Z",
                                 "labels": {vocabulary::SSH: "enabled"},
                                 "annotations": {vocabulary::ENDPOINT: "h:8000"}},

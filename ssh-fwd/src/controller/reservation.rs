@@ -10,12 +10,16 @@
 //! the pod's name may not exist yet), by the leader for a pod that was not
 //! admitted with a port (it carries the pod's uid), or by the leader for a
 //! port some Service already holds (it carries the Service's name), so that
-//! the reservations alone tell the webhook every port in use.
+//! the reservations alone tell the webhook every port in use. One made at
+//! admission is provisional until the leader binds it to the uid of the
+//! pod it was made for ([`binding`]), and lapses if no such pod appears
+//! within the grace ([`upkeep`]).
 //!
 //! Everything about them is here: the Lease's format (this file), what the
 //! caches keep of it ([`view`]), its watch ([`watch`]) and when this process
-//! first saw each ([`first_seen`]), the leader's rules for making and
-//! releasing them ([`upkeep`]) and its writes ([`write`](mod@write)). The world's index
+//! first saw each ([`first_seen`]), which pod each is for ([`binding`]),
+//! the leader's rules for making, binding and releasing them ([`upkeep`])
+//! and its writes ([`write`](mod@write)). The world's index
 //! of them is [`Book`](crate::controller::world::book::Book).
 
 use std::{collections::BTreeSet, net::IpAddr, ops::RangeInclusive};
@@ -31,6 +35,7 @@ use rand::Rng;
 use super::ports;
 use crate::vocabulary;
 
+pub mod binding;
 pub(crate) mod first_seen;
 pub mod upkeep;
 mod view;
@@ -50,11 +55,14 @@ pub enum Holder {
         name: String,
         token: String,
     },
-    /// A pod the leader gave a port after admission.
+    /// The pod with this uid, and no other: one the leader gave a port
+    /// after admission, or the one a reservation made at admission was
+    /// bound to (then `token` is the admission's, kept for the record).
     Pod {
         namespace: String,
         name: String,
         uid: String,
+        token: Option<String>,
     },
     /// A Service already holding the port.
     Service { key: String },
@@ -104,8 +112,12 @@ pub fn build(ip: IpAddr, port: u16, holder: &Holder) -> Lease {
             namespace,
             name,
             uid,
+            token,
         } => {
             annotations.insert(vocabulary::POD_UID.into(), uid.clone());
+            if let Some(token) = token {
+                annotations.insert(vocabulary::TOKEN.into(), token.clone());
+            }
             annotations.insert(vocabulary::NAMESPACE.into(), namespace.clone());
             format!("pod {namespace}/{name}")
         }
@@ -323,6 +335,7 @@ mod tests {
                 namespace: "jobs".into(),
                 name: "job-1".into(),
                 uid: "u-1".into(),
+                token: None,
             },
             Holder::Service {
                 key: "jobs/job-1-ssh".into(),

@@ -4,11 +4,13 @@
 //! checking every request made against the API-call list the RBAC is built
 //! from.
 
+mod client_cert;
 mod env_missing;
 mod failover;
 mod grace;
 mod retries;
 mod self_signed;
+mod squat;
 mod warnings;
 mod webhook;
 

@@ -96,11 +96,12 @@ pub const CONTROLLER: &[ApiCall] = &[
     },
     // Port reservations (`controller::reservation`), one Lease per port in
     // its own namespace: watched by every replica's webhook, created at
-    // admission and by the leader, released by the leader.
+    // admission and by the leader, bound to their pod (update) and
+    // released by the leader.
     ApiCall {
         group: "coordination.k8s.io",
         resource: "leases",
-        verbs: &["list", "watch", "create", "delete"],
+        verbs: &["list", "watch", "create", "update", "delete"],
         own_namespace: true,
     },
     // --webhook-self-signed: the CA and serving certificate, kept in a

@@ -18,6 +18,10 @@ pub enum Action {
     /// Reserve a port a Service already holds (an existing reservation of
     /// it is as good).
     Reserve { lease: Box<Lease> },
+    /// Bind a reservation made at admission to its pod's uid: update it
+    /// to `lease`, only if it is still the one read (its uid and
+    /// resourceVersion).
+    Bind { lease: Box<Lease> },
     /// Delete a reservation no longer in use, if it is still this one.
     Release {
         name: String,

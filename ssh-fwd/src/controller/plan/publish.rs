@@ -9,7 +9,7 @@ use super::{Action, DeleteReason, full_name, split};
 use crate::{
     controller::{
         pod::{PodRef, PodView},
-        reservation::{self, Holder},
+        reservation::{self, Holder, binding},
         service::{self, Settings, drift, grant},
         ssh_ips,
         world::World,
@@ -85,8 +85,12 @@ pub fn publish(svc: &Service, pod: &PodView, pod_ref: PodRef, at: &Publishing<'_
 /// the Service lists, if the pod has several). Never a port only the spec
 /// names: the spec is the namespace's to write.
 fn port_for(world: &World, svc: &Service, pod: &PodView) -> Option<u16> {
-    let reserved: Vec<u16> = world.book().all_of_pod(pod).map(|r| r.port).collect();
     let uid = pod.metadata.uid.as_deref();
+    // Those the one rule says are this pod's (a copied token's are not).
+    let reserved: Vec<u16> = (world.book().all_of_pod(pod))
+        .filter(|r| binding::pod_of(world, r).and_then(|p| p.metadata.uid.as_deref()) == uid)
+        .map(|r| r.port)
+        .collect();
     let granted = ServiceView::of(svc)
         .grant
         .filter(|g| Some(&*g.pod_uid) == uid)
@@ -114,6 +118,7 @@ fn unreserved(world: &World, svc: &Service, pod: &PodRef) -> Vec<Action> {
                 namespace: pod.namespace.clone(),
                 name: pod.name.clone(),
                 uid: pod.uid.clone(),
+                token: None,
             };
             vec![Action::Reserve {
                 lease: Box::new(reservation::build(world.ip(), port, &holder)),

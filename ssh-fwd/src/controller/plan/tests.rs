@@ -88,6 +88,7 @@ fn reservations_on(ip: std::net::IpAddr, services: &[Arc<Service>]) -> Vec<Arc<L
                 namespace: svc.metadata.namespace.clone()?,
                 name: "x".into(),
                 uid: uid.to_owned(),
+                token: None,
             };
             let mut lease = reservation::build(ip, port, &holder);
             lease.metadata.uid = Some(format!("lease-{port}"));

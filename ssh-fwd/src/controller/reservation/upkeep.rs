@@ -1,14 +1,17 @@
 //! The leader's side of port reservations: which port a pod without a
 //! Service gets, which ports held by Services still need a reservation,
-//! and which reservations are no longer in use.
+//! which reservations made at admission to bind to their pod, and which
+//! reservations are no longer in use.
 //!
-//! A reservation is in use while a Service holds its port, while a live
-//! labelled pod carries its token or uid, or while a Service create on its
-//! port is pending. One this leader has never seen in use is kept for the
-//! grace after its grace started (time for an admitted pod to come into
-//! existence): when this process first saw it, by any of its terms, or
-//! earlier for an old one first seen in a list ([`FirstSeen`]). One that
-//! was in use is released as soon as it is not.
+//! A reservation is in use while a Service holds its port, while the live
+//! labelled pod it is for exists ([`binding::pod_of`]: its uid, or for a
+//! provisional one its token's first carrier), or while a Service create
+//! on its port is pending. A provisional one whose pod exists is bound to
+//! that pod's uid. One this leader has never seen in use lapses once the
+//! grace is over (time for an admitted pod to come into existence,
+//! `--reservation-grace`): counted from when this process first saw it,
+//! by any of its terms, or earlier for an old one first seen in a list
+//! ([`FirstSeen`]). One that was in use is released as soon as it is not.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,8 +20,12 @@ use std::{
 };
 
 use k8s_openapi::api::coordination::v1::Lease;
+use prometheus_client::metrics::counter::Counter;
 
-use super::{FirstSeen, Holder, Reservation};
+use super::{
+    FirstSeen, Holder, Reservation,
+    binding::{self, Stage},
+};
 use crate::{
     controller::{
         expect::Expectations,
@@ -26,13 +33,19 @@ use crate::{
             Action,
             scope::{PortSet, Scope},
         },
-        pod::{PodRef, PodView, asks_for_ssh},
+        pod::{PodRef, PodView},
         ports,
         world::{World, book::pod_token},
     },
     k8s::ownership,
     vocabulary,
 };
+
+/// The shortest time between two passes woken by lapses: under a flood of
+/// forged reviews (up to `--provisional-cap-total` lapsing per grace), a
+/// pass over everything for each lapse would keep the leader busy; taken
+/// a second at a time, a reservation lapses at most this after its grace.
+pub const LAPSE_BATCH: Duration = Duration::from_secs(1);
 
 /// The port a pod was told at admission, from its endpoint annotation.
 fn told_port(pod: &PodView) -> Option<u16> {
@@ -54,6 +67,8 @@ pub struct Upkeep {
     /// after it, even during a later pass that did not look at that
     /// reservation, is one to wake up for.
     last_full: Option<Instant>,
+    /// Provisional reservations released because no pod came for them.
+    lapsed: Counter,
 }
 
 #[derive(Debug)]
@@ -62,6 +77,8 @@ struct Sighting {
     uid: Option<String>,
     since: Instant,
     used: bool,
+    /// Its lapse is counted (a release that fails is planned again).
+    lapse_counted: bool,
 }
 
 impl Upkeep {
@@ -71,7 +88,14 @@ impl Upkeep {
             first_seen,
             grace,
             last_full: None,
+            lapsed: Counter::default(),
         }
+    }
+
+    /// Counts the provisional reservations that lapse in `lapsed` (the
+    /// controller's metric).
+    pub fn count_lapses_in(&mut self, lapsed: Counter) {
+        self.lapsed = lapsed;
     }
 
     /// Notes the reservations `scope` names (all of them for a full pass)
@@ -98,6 +122,7 @@ impl Upkeep {
                             uid: r.uid.clone(),
                             since,
                             used: in_use,
+                            lapse_counted: false,
                         },
                     )),
                 }
@@ -128,10 +153,15 @@ impl Upkeep {
 
     /// How long until a reservation's grace ends (a change to act on): at
     /// once for one that ended since the last pass over everything looked
-    /// (a long pass may have ended past it).
+    /// (a long pass may have ended past it), but never sooner than
+    /// [`LAPSE_BATCH`] after that pass.
     pub fn until_due(&self, now: Instant) -> Option<Duration> {
-        self.next_due(self.last_full.unwrap_or(now))
-            .map(|due| due.saturating_duration_since(now))
+        let due = self.next_due(self.last_full.unwrap_or(now))?;
+        let due = match self.last_full {
+            Some(last) => due.max(last + LAPSE_BATCH),
+            None => due,
+        };
+        Some(due.saturating_duration_since(now))
     }
 
     fn within_grace(&self, name: &str, now: Instant) -> bool {
@@ -143,60 +173,92 @@ impl Upkeep {
     }
 
     /// Reservations for ports Services hold without one (someone else's
-    /// Service, or ours from before reservations), and releases of
-    /// reservations no longer in use: of the ports and reservations
-    /// `scope` names.
+    /// Service, or ours from before reservations), bindings of provisional
+    /// reservations to their pods, and releases of reservations no longer
+    /// in use: of the ports and reservations `scope` names.
     pub fn actions(
-        &self,
+        &mut self,
         world: &World,
         scope: &Scope,
         expected: &Expectations,
         range: &std::ops::RangeInclusive<u16>,
         now: Instant,
     ) -> Vec<Action> {
+        let mut actions = reserve_held_ports(world, scope, expected, range);
         let book = world.book();
-        let ip = world.ip();
-        let mut actions = Vec::new();
-        for port in scope.ports(world) {
-            if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+        let named: Vec<&Reservation> = match scope.reservations() {
+            None => book.all().collect(),
+            Some(names) => names.iter().filter_map(|name| book.get(name)).collect(),
+        };
+        for r in named {
+            if let Some(pod) = binding::pod_of(world, r) {
+                if let Some(lease) = binding::bound(world.ip(), r, pod) {
+                    actions.push(Action::Bind {
+                        lease: Box::new(lease),
+                    });
+                }
                 continue;
             }
-            // A granted port is its pod's to reserve (the plan does it
-            // for our Service whose pod holds none).
-            let Some(holder) = ownership::owner(world.claims_on(port)).filter(|c| !c.granted)
-            else {
-                continue;
-            };
-            actions.push(Action::Reserve {
-                lease: Box::new(super::build(
-                    ip,
-                    port,
-                    &Holder::Service {
-                        key: holder.service.clone(),
-                    },
-                )),
-            });
-        }
-        let mut release = |r: &Reservation| {
             if in_use(world, expected, r) || self.within_grace(&r.name, now) {
-                return;
+                continue;
             }
+            self.count_lapse(r);
             actions.push(Action::Release {
                 name: r.name.clone(),
                 port: r.port,
                 uid: r.uid.clone(),
                 resource_version: r.resource_version.clone(),
             });
-        };
-        match scope.reservations() {
-            None => book.all().for_each(&mut release),
-            Some(names) => names
-                .iter()
-                .filter_map(|name| book.get(name))
-                .for_each(&mut release),
         }
         actions
     }
+
+    /// Counts `r`'s release as a lapse, once, if it is a provisional
+    /// reservation never seen in use.
+    fn count_lapse(&mut self, r: &Reservation) {
+        let Stage::Provisional { .. } = r.stage() else {
+            return;
+        };
+        if let Some(s) = self.by_name.get_mut(&r.name)
+            && !s.used
+            && !s.lapse_counted
+        {
+            s.lapse_counted = true;
+            self.lapsed.inc();
+        }
+    }
+}
+
+/// Reservations for the ports of `scope` that a Service holds without
+/// one.
+fn reserve_held_ports(
+    world: &World,
+    scope: &Scope,
+    expected: &Expectations,
+    range: &std::ops::RangeInclusive<u16>,
+) -> Vec<Action> {
+    let book = world.book();
+    let mut actions = Vec::new();
+    for port in scope.ports(world) {
+        if !range.contains(&port) || book.has(port) || expected.is_creating_on(port) {
+            continue;
+        }
+        // A granted port is its pod's to reserve (the plan does it for our
+        // Service whose pod holds none).
+        let Some(holder) = ownership::owner(world.claims_on(port)).filter(|c| !c.granted) else {
+            continue;
+        };
+        actions.push(Action::Reserve {
+            lease: Box::new(super::build(
+                world.ip(),
+                port,
+                &Holder::Service {
+                    key: holder.service.clone(),
+                },
+            )),
+        });
+    }
+    actions
 }
 
 /// How a pod without a Service gets its port.
@@ -231,10 +293,12 @@ impl<R> Free<'_, R> {
     }
 }
 
-/// The port for `pod` (which has no Service): its own reservation if it
-/// has one whose port no Service holds; else the port it was told, if its
-/// reservation vanished and the port is still free (reserved again under
-/// its token); else a fresh one from [`ports::pick_free`].
+/// The port for `pod` (which has no Service): its own reservation
+/// ([`binding::reservation_of`]) if it has one whose port no Service
+/// holds; else the port it was told, if it carries a token but no
+/// reservation (the reservation lapsed before the pod was created) and
+/// the port is still free (reserved again, bound to its uid); else a
+/// fresh one from [`ports::pick_free`].
 pub fn choose(
     pod: &PodView,
     pod_ref: &PodRef,
@@ -242,7 +306,7 @@ pub fn choose(
     free: &mut Free<'_, impl rand::Rng>,
 ) -> Choice {
     let ip = world.ip();
-    let own = world.book().of_pod(pod);
+    let own = binding::reservation_of(world, pod);
     if let Some(own) = own
         && !world.is_claimed(own.port)
         && free.handed.insert(own.port)
@@ -256,10 +320,11 @@ pub fn choose(
         && !free.used(port)
     {
         free.handed.insert(port);
-        let holder = Holder::Admitted {
+        let holder = Holder::Pod {
             namespace: pod_ref.namespace.clone(),
             name: pod_ref.name.clone(),
-            token: token.to_owned(),
+            uid: pod_ref.uid.clone(),
+            token: Some(token.to_owned()),
         };
         return Choice::Fresh {
             port,
@@ -281,6 +346,7 @@ pub fn choose(
         namespace: pod_ref.namespace.clone(),
         name: pod_ref.name.clone(),
         uid: pod_ref.uid.clone(),
+        token: None,
     };
     Choice::Fresh {
         port,
@@ -291,18 +357,13 @@ pub fn choose(
 }
 
 /// Whether a reservation is in use now (its grace aside): a Service holds
-/// its port, a create on its port is pending, or a live labelled pod
-/// carries its token or uid (in the reservation's namespace).
+/// its port, a create on its port is pending, or the live labelled pod it
+/// is for exists ([`binding::pod_of`]).
 pub fn in_use(world: &World, expected: &Expectations, r: &Reservation) -> bool {
-    let namespace = r.namespace.as_deref();
-    let carried = r
-        .token
-        .as_deref()
-        .is_some_and(|token| world.pods_with_token(namespace, token).any(asks_for_ssh))
-        || r.pod_uid.as_deref().is_some_and(|uid| {
-            world
-                .pod(uid)
-                .is_some_and(|p| p.metadata.namespace.as_deref() == namespace && asks_for_ssh(p))
-        });
-    world.is_claimed(r.port) || expected.is_creating_on(r.port) || carried
+    world.is_claimed(r.port)
+        || expected.is_creating_on(r.port)
+        || binding::pod_of(world, r).is_some()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,10 +1,11 @@
 //! The leader's reservation writes: reserving a port (created only if
-//! absent) and releasing one (only if it is still the one read).
+//! absent), binding one made at admission to its pod, and releasing one
+//! (both only if it is still the one read).
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
     Api,
-    api::{DeleteParams, Preconditions},
+    api::{DeleteParams, PostParams, Preconditions},
 };
 
 use crate::{
@@ -27,6 +28,37 @@ pub fn lease_port(lease: &Lease) -> u16 {
         .and_then(|a| a.get(vocabulary::PORT))
         .and_then(|p| p.parse().ok())
         .unwrap_or(0)
+}
+
+/// Updates a reservation to `lease` (bound to its pod,
+/// [`super::binding::bound`]) if it is still the one read: `lease`
+/// carries the uid and resourceVersion read.
+pub async fn bind(api: &Api<Lease>, lease: &Lease) -> anyhow::Result<()> {
+    let name = lease.metadata.name.as_deref().unwrap_or_default();
+    let port = lease_port(lease);
+    match api.replace(name, &PostParams::default(), lease).await {
+        Ok(_) => {
+            let holder = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref());
+            tracing::info!(
+                port,
+                reservation = name,
+                holder,
+                "bound the reservation made at admission to its pod"
+            );
+            Ok(())
+        }
+        // Released, or changed since it was read: the next pass reads it
+        // again.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
+        Err(e) => Err(api_error::context(
+            e,
+            format!("binding the reservation {name} to its pod"),
+            Grant::Lease,
+        )),
+    }
 }
 
 /// Deletes a reservation if it is still the one read (uid and version).

@@ -200,7 +200,7 @@ pub fn review(uid: &str, pod: &Value) -> Value {
 /// (the mutation must leave a pod it takes), stored under `name` (as if
 /// made from generateName), then running (the controller watches it
 /// appear).
-fn create_pod(bed: &Bed, pod: &Value, name: &str) {
+pub(super) fn create_pod(bed: &Bed, pod: &Value, name: &str) {
     let mut pod = pod.clone();
     pod["metadata"]["name"] = json!(name);
     if let Err((code, message)) = bed.api.create(Kind::Pod, pod) {
@@ -290,7 +290,12 @@ async fn two_replicas_admit_500_pods_at_once_with_500_distinct_ports_and_service
         // A debug build on a busy machine may not answer 500 at once within
         // the production 4 s; this test is about the ports handed out (the
         // reviews say the longest timeoutSeconds an API server sends, 30 s).
-        args.extend(["--port-range", "9000-9599", "--webhook-deadline", "60s"].map(str::to_owned));
+        args.extend(["--port-range", "9000-9999", "--webhook-deadline", "60s"].map(str::to_owned));
+        // All 500 in one namespace at once, each with its port: past the
+        // default caps (32 a namespace) they would be admitted without.
+        args.extend(
+            ["--provisional-cap", "500", "--provisional-cap-total", "500"].map(str::to_owned),
+        );
         // The production Lease: a 2 s one may change hands on a loaded
         // machine, and a new leader waits the grace anew before releasing
         // (failover has tests of its own).

@@ -18,6 +18,7 @@ use kube::{Api, runtime::reflector::Store};
 use serde_json::{Value, json};
 
 use super::{
+    budget::Budget,
     metrics::{AdmissionMetrics, Outcome},
     mutate::{self, Injection, Port},
     review::{self, Request},
@@ -26,7 +27,7 @@ use crate::{
     controller::{
         api_error::{self, Grant},
         ports,
-        reservation::{self, Holder, LeaseView, ReserveError},
+        reservation::{self, Holder, LeaseView, Reservation, ReserveError},
     },
     vocabulary,
 };
@@ -41,6 +42,8 @@ pub struct Admitter {
     pub range: RangeInclusive<u16>,
     /// How long a reservation may take before the pod is admitted without.
     pub deadline: Duration,
+    /// How many reservations may wait for their pod at once.
+    pub budget: Budget,
     pub metrics: AdmissionMetrics,
 }
 
@@ -134,6 +137,11 @@ impl Admitter {
             Port::DryRun { port } => {
                 tracing::debug!(pod = %format!("{namespace}/{shown}"), port, "dry run: nothing reserved")
             }
+            // Past a cap under a flood of forged reviews, a warning each
+            // would flood the log too: the metric counts them.
+            Port::None { why } if outcome == Outcome::Capped => {
+                tracing::debug!(pod = %format!("{namespace}/{shown}"), %why, "admitted without a port")
+            }
             Port::None { why } => {
                 tracing::warn!(pod = %format!("{namespace}/{shown}"), %why, "admitted without a port; the controller assigns one once the pod exists")
             }
@@ -153,7 +161,8 @@ impl Admitter {
         )
     }
 
-    /// The port for a pod being admitted.
+    /// The port for a pod being admitted: none past a provisional cap
+    /// ([`Budget`]).
     async fn port(
         &self,
         request: &Request,
@@ -162,8 +171,10 @@ impl Admitter {
         started: Instant,
         budget: Duration,
     ) -> (Port, Outcome) {
-        let used = self.ports_in_use();
+        let ports =
+            |watched: &[Reservation]| -> BTreeSet<u16> { watched.iter().map(|r| r.port).collect() };
         if request.dry_run {
+            let used = ports(&self.watched());
             let port = ports::pick_free(&self.range, &|p| used.contains(&p), &mut rand::rng());
             return match port {
                 Some(port) => (Port::DryRun { port }, Outcome::DryRun),
@@ -171,6 +182,17 @@ impl Admitter {
             };
         }
         let token = reservation::new_token();
+        let (watched, slot) =
+            (self.budget).take(|| self.watched(), namespace, &token, Instant::now());
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(capped) => {
+                let why = capped.to_string();
+                return (Port::None { why }, Outcome::Capped);
+            }
+        };
+        let used = ports(&watched);
+        drop(watched);
         let holder = Holder::Admitted {
             namespace: namespace.to_owned(),
             name: shown.to_owned(),
@@ -178,7 +200,10 @@ impl Admitter {
         };
         let left = budget.saturating_sub(started.elapsed());
         match tokio::time::timeout(left, self.reserve(used, &holder)).await {
-            Ok(Ok(port)) => (Port::Reserved { port, token }, Outcome::Reserved),
+            Ok(Ok(port)) => {
+                slot.made(reservation::name(self.ssh_ip, port));
+                (Port::Reserved { port, token }, Outcome::Reserved)
+            }
             Ok(Err(ReserveError::Full(_))) => (Port::None { why: self.full() }, Outcome::NoPort),
             Ok(Err(ReserveError::Api { port, source })) => (
                 Port::None {
@@ -223,13 +248,12 @@ impl Admitter {
         }
     }
 
-    /// Ports reserved, as last watched.
-    fn ports_in_use(&self) -> BTreeSet<u16> {
+    /// The reservations, as last watched.
+    fn watched(&self) -> Vec<Reservation> {
         self.store
             .state()
             .iter()
             .filter_map(|lease| reservation::read(lease, self.ssh_ip))
-            .map(|r| r.port)
             .collect()
     }
 

@@ -39,6 +39,16 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "NAME", default_value = "ssh-fwd")]
     pub webhook_configuration: String,
 
+    /// A PEM file of CA certificates: when given, the webhook serves only
+    /// clients presenting a certificate one of them signed, and refuses
+    /// every other connection in its TLS handshake. The API server
+    /// presents one only if the cluster admin gives it one for this
+    /// webhook (an AdmissionConfiguration whose kubeConfigFile has a user
+    /// named ssh-fwd-webhook.ssh-fwd.svc with client-certificate and
+    /// client-key); see docs/controller.md. Read at start.
+    #[arg(long, value_name = "FILE")]
+    pub webhook_client_ca: Option<PathBuf>,
+
     /// How often the certificate files or Secret are checked for changes.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
     pub webhook_reload_interval: Duration,
@@ -84,12 +94,33 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = crate::args::duration)]
     pub webhook_deadline: Duration,
 
-    /// How long a port reservation whose pod does not exist is kept before
-    /// it is released, from when a controller replica first saw it, or
-    /// from its creation for an old one a controller that just started
-    /// finds (then at least 60s, plus 20s for the clocks); at most 90s.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    /// How long a port reserved at admission waits for its pod before it
+    /// lapses and the port is free again: from when a controller replica
+    /// first saw the reservation, or from its creation for an old one a
+    /// controller that just started finds (then at least 60s, plus 20s
+    /// for the clocks); at most 90s. Shorter frees the ports of pods that
+    /// never come (refused by a later admission step, or forged reviews)
+    /// sooner; a pod the API server creates later than this after its
+    /// admission (slow later webhooks or storage) keeps its port only if
+    /// it is still free, else gets another and an SSHEnvMissing warning.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::args::duration)]
     pub reservation_grace: Duration,
+
+    /// How many pods of one namespace (as the review names it) may have
+    /// been admitted with a reserved port and not exist yet. Past it a pod
+    /// is admitted without a port (its ssh-fwd.io/admission annotation
+    /// says why) and the controller gives it one once it exists, without
+    /// the endpoint variable: raise it for namespaces that create more SSH
+    /// pods than this at once.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub provisional_cap: u32,
+
+    /// The same in all namespaces together, held to half of --port-range.
+    /// A forged review can name any namespace, so this is what bounds the
+    /// ports anyone who can reach the webhook holds: the rest of the range
+    /// stays to the pods the controller serves.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub provisional_cap_total: u32,
 }
 
 /// The longest `--reservation-grace`: a reservation whose pod never came

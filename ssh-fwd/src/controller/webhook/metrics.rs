@@ -15,6 +15,9 @@ pub enum Outcome {
     Reserved,
     /// Admitted without a port (deadline, full range, API failures).
     NoPort,
+    /// Admitted without a port: too many pods admitted with one do not
+    /// exist yet, in the review's namespace or in all (`budget`).
+    Capped,
     /// A dry run: mutated, nothing reserved.
     DryRun,
     /// Not ours to change (not a labelled pod being created).
@@ -64,6 +67,7 @@ impl Default for AdmissionMetrics {
         for outcome in [
             Outcome::Reserved,
             Outcome::NoPort,
+            Outcome::Capped,
             Outcome::DryRun,
             Outcome::Skipped,
             Outcome::Malformed,

@@ -7,6 +7,7 @@
 
 mod admit;
 mod args;
+mod budget;
 pub mod keys;
 mod metrics;
 pub mod mutate;
@@ -67,6 +68,22 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         None => own_image(&shared.client, &shared.namespace).await?,
     };
     let (certs, follow) = certificates(args, &shared).await?;
+    let clients = match &args.webhook_client_ca {
+        Some(path) => Some(tls::client_verifier(path).with_context(|| {
+            format!(
+                "--webhook-client-ca {}: the webhook cannot check its clients; give a PEM file of the CA that signed the API server's client certificate",
+                path.display()
+            )
+        })?),
+        None => None,
+    };
+    let clients_shown = match &args.webhook_client_ca {
+        Some(path) => format!(
+            "only clients with a certificate signed by {}",
+            path.display()
+        ),
+        None => "any client (no --webhook-client-ca)".to_owned(),
+    };
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on --webhook-addr {addr}; is the port in use?"))?;
@@ -82,6 +99,14 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
             interval: args.keys_watch_interval,
         },
     };
+    let total = budget::total_for(args.provisional_cap_total as usize, &shared.range);
+    if total < args.provisional_cap_total as usize {
+        tracing::info!(
+            asked = args.provisional_cap_total,
+            total,
+            "--provisional-cap-total is held to half of --port-range"
+        );
+    }
     let admitter = Arc::new(Admitter {
         injection,
         reservations: Api::namespaced(shared.client.clone(), &shared.namespace),
@@ -89,13 +114,14 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         ssh_ip: shared.ssh_ip,
         range: shared.range,
         deadline: args.webhook_deadline,
+        budget: budget::Budget::new(args.provisional_cap as usize, total, args.reservation_grace),
         metrics: shared.metrics,
     });
-    tracing::info!(%addr, variable = %args.env_name, "serving the admission webhook (HTTPS, POST /mutate)");
+    tracing::info!(%addr, variable = %args.env_name, clients = %clients_shown, "serving the admission webhook (HTTPS, POST /mutate)");
     let handshakes = tls::Handshakes::new(admitter.metrics.handshake_timeouts.clone());
     let server = tokio::spawn(tls::serve(
         listener,
-        tls::server_config(certs),
+        tls::server_config(certs, clients),
         router(admitter),
         handshakes,
     ));

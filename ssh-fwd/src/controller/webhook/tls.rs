@@ -1,7 +1,9 @@
 //! HTTPS for the webhook: rustls (on the ring provider kube's client already
 //! uses) with a certificate resolver whose key pair is swapped in place when
 //! new files or a renewed Secret arrive, so a renewal needs no restart and
-//! drops no connection. The accept loop is the few lines hyper's own
+//! drops no connection. With `--webhook-client-ca`, only clients with a
+//! certificate one of its CAs signed (the API server, when an
+//! AdmissionConfiguration gives it one) complete the handshake. The accept loop is the few lines hyper's own
 //! examples have, on the accept loop `/metrics` uses too: axum-server would
 //! do it as well, but its rustls feature brings a second crypto provider
 //! (aws-lc) into the build. Handshakes take turns (`pacing`), so a burst of
@@ -17,9 +19,9 @@ use std::{
 use hyper_util::service::TowerToHyperService;
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use rustls::{
-    ServerConfig,
+    RootCertStore, ServerConfig,
     pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _},
-    server::{ClientHello, ResolvesServerCert},
+    server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier, danger::ClientCertVerifier},
     sign::CertifiedKey,
 };
 use tokio::net::TcpListener;
@@ -49,6 +51,8 @@ pub enum TlsError {
         #[source]
         source: rustls::Error,
     },
+    #[error("{what} holds no CA certificate rustls takes: {detail}")]
+    ClientCa { what: String, detail: String },
 }
 
 /// A certificate chain and key from PEM, checked to belong together.
@@ -101,15 +105,50 @@ impl ResolvesServerCert for Swappable {
     }
 }
 
-pub fn server_config(certs: Arc<Swappable>) -> Arc<ServerConfig> {
+/// The server's TLS configuration: its key pair from `certs`, and, when
+/// `clients` is given, a client certificate it accepts required of every
+/// client.
+pub fn server_config(
+    certs: Arc<Swappable>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     // The ring provider supports the safe default protocol versions.
     let builder = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap_or_else(|_| ServerConfig::builder());
-    let mut config = builder.with_no_client_auth().with_cert_resolver(certs);
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(certs);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Arc::new(config)
+}
+
+/// A verifier of client certificates signed by one of the CAs in the PEM
+/// file `path` (`--webhook-client-ca`): a client without one is refused
+/// in the handshake, before anything it sends is read.
+pub fn client_verifier(path: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let what = path.display().to_string();
+    let pem = CertDir::read(path)?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem).filter_map(Result::ok) {
+        roots.add(cert).map_err(|e| TlsError::ClientCa {
+            what: what.clone(),
+            detail: e.to_string(),
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoCertificate { what });
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| TlsError::ClientCa {
+            what,
+            detail: e.to_string(),
+        })
 }
 
 /// `tls.crt` and `tls.key` in `dir`, as cert-manager's Secret has them.

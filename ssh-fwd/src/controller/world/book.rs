@@ -83,15 +83,11 @@ impl Book {
         self.all.get(self.by_port.get(&port)?)
     }
 
-    /// The reservation made for `pod`: the one whose token it carries (in
+    /// Every reservation that may be `pod`'s: whose token it carries (in
     /// its own namespace: a token copied into another namespace counts for
-    /// nothing), or the one made for its uid; the first by name when there
-    /// are several.
-    pub fn of_pod(&self, pod: &PodView) -> Option<&Reservation> {
-        self.all_of_pod(pod).min_by(|a, b| a.name.cmp(&b.name))
-    }
-
-    /// Every reservation made for `pod`, by token or by uid.
+    /// nothing) or made for its uid. Which of them is its own is
+    /// [`binding::reservation_of`](crate::controller::reservation::binding::reservation_of)'s
+    /// to say: a token can be copied onto another pod of the namespace.
     pub fn all_of_pod<'a>(&'a self, pod: &PodView) -> impl Iterator<Item = &'a Reservation> {
         let namespace = &pod.metadata.namespace;
         let find = |index: &'a BTreeMap<(Option<String>, String), BTreeSet<String>>,

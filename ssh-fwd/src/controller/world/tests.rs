@@ -296,6 +296,12 @@ impl Sim {
                     self.put_lease(name, Some(lease));
                 }
             }
+            Action::Bind { lease } => {
+                let name = lease.metadata.name.clone().unwrap();
+                if self.leases.get(&name).and_then(|l| l.uid.clone()) == lease.metadata.uid {
+                    self.put_lease(name, Some(lease.as_ref().clone()));
+                }
+            }
             Action::Release { name, uid, .. } => {
                 if self.leases.get(name).and_then(|l| l.uid.clone()) == *uid {
                     self.put_lease(name.clone(), None);

@@ -127,16 +127,22 @@ fn an_admitted_pod_gets_its_service_on_the_port_it_was_told_without_a_new_reserv
     let pods = [admitted_pod("job-x1", 9042, "tok")];
     let leases = [lease(9042, &admitted("jobs", "tok"))];
     let actions = pass(&pods, &[], &leases).at(t0, t0);
-    assert!(
-        matches!(
-            actions.as_slice(),
-            [Action::Create {
-                port: 9042,
-                reserve: None,
-                ..
-            }]
-        ),
-        "{actions:?}"
+    let [
+        Action::Create {
+            port: 9042,
+            reserve: None,
+            ..
+        },
+        Action::Bind { lease },
+    ] = actions.as_slice()
+    else {
+        panic!("{actions:?}")
+    };
+    // The reservation made at admission is bound to the pod it was for.
+    let bound = reservation::read(&reservation::kept(lease), ip()).unwrap();
+    assert_eq!(
+        (bound.port, bound.pod_uid.as_deref()),
+        (9042, Some("uid-job-x1"))
     );
 }
 

@@ -39,6 +39,7 @@ pub async fn admitter(api: &FakeApi, range: RangeInclusive<u16>, deadline: Durat
         ssh_ip: "198.18.0.10".parse().unwrap(),
         range,
         deadline,
+        budget: Budget::new(1000, 1000, Duration::from_secs(10)),
         metrics: AdmissionMetrics::default(),
     }
 }
@@ -345,6 +346,56 @@ async fn a_refused_reservation_is_answered_at_once_and_a_busy_api_server_is_trie
         "{patched}"
     );
     assert_eq!(reservations(&api).len(), 1);
+}
+
+#[tokio::test]
+async fn past_a_cap_a_pod_is_admitted_without_a_port_saying_which_and_nothing_is_reserved() {
+    let api = FakeApi::start_on_loopback().unwrap();
+    let mut admitter = admitter(&api, 9000..=9099, DEADLINE_FOR_TESTS).await;
+    admitter.budget = Budget::new(2, 3, Duration::from_secs(10));
+    let pod = job_pod();
+    let in_namespace = |uid: &str, namespace: &str| {
+        let mut body = review_of(uid, &pod, false);
+        body["request"]["namespace"] = json!(namespace);
+        body
+    };
+    let why = |body: &Value| {
+        let (_, patched) = outcome(body, &pod);
+        let annotations = &patched["metadata"]["annotations"];
+        assert_eq!(
+            annotations[vocabulary::ENDPOINT].is_string(),
+            annotations[vocabulary::ADMISSION].is_null()
+        );
+        annotations[vocabulary::ADMISSION]
+            .as_str()
+            .map(str::to_owned)
+    };
+    for (uid, namespace, capped) in [
+        ("u-1", "jobs", None),
+        ("u-2", "jobs", None),
+        ("u-3", "jobs", Some("2 pods of namespace jobs")),
+        ("u-4", "other", None),
+        ("u-5", "third", Some("--provisional-cap-total 3")),
+    ] {
+        let (_, body) = answer(&admitter, &in_namespace(uid, namespace)).await;
+        let why = why(&body);
+        match capped {
+            None => assert_eq!(why, None, "{uid}"),
+            Some(says) => assert!(
+                why.as_deref().unwrap_or("").contains(says),
+                "{uid}: {why:?}"
+            ),
+        }
+    }
+    assert_eq!(reservations(&api).len(), 3);
+    let capped = admitter
+        .metrics
+        .admissions
+        .get_or_create(&super::super::metrics::OutcomeLabel {
+            outcome: Outcome::Capped,
+        })
+        .get();
+    assert_eq!(capped, 2);
 }
 
 const DEADLINE_FOR_TESTS: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@ use crate::controller::webhook::self_signed;
 
 /// A TLS client trusting `ca` (PEM), as the API server is.
 fn client_config(ca: &str) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
+    let mut roots = RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(ca.as_bytes()).expect("CA PEM"))
         .expect("CA");
@@ -51,7 +51,7 @@ async fn the_webhook_answers_over_tls_through_the_shared_accept_loop() {
     let handshakes = Handshakes::new(Counter::default());
     tokio::spawn(serve(
         listener,
-        server_config(Swappable::new(key)),
+        server_config(Swappable::new(key), None),
         router,
         handshakes,
     ));
@@ -77,7 +77,7 @@ async fn clients_stalled_in_their_handshake_hold_no_turn_and_their_timeouts_are_
     let timeout = Duration::from_secs(3);
     let timeouts = Counter::default();
     let handshakes = Handshakes::with(1, timeout, timeouts.clone());
-    let config = server_config(Swappable::new(key));
+    let config = server_config(Swappable::new(key), None);
     tokio::spawn(serve(listener, config, router, handshakes));
     // Three clients send their ClientHello and never answer the server's.
     let mut stalled = Vec::new();
@@ -117,4 +117,22 @@ async fn clients_stalled_in_their_handshake_hold_no_turn_and_their_timeouts_are_
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(timeouts.get(), 3);
+}
+
+#[test]
+fn a_client_ca_file_that_is_missing_or_holds_no_certificate_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.crt");
+    let error = client_verifier(&missing).expect_err("missing");
+    assert!(error.to_string().contains("missing.crt"), "{error}");
+    let garbage = dir.path().join("garbage.crt");
+    std::fs::write(&garbage, "not a certificate").expect("write");
+    let error = client_verifier(&garbage).expect_err("garbage");
+    assert!(matches!(error, TlsError::NoCertificate { .. }), "{error}");
+    let (pem, _, _) =
+        self_signed::generate(&["localhost".to_owned()], time::OffsetDateTime::now_utc())
+            .expect("pair");
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, pem.ca).expect("write");
+    assert!(client_verifier(&ca).is_ok());
 }

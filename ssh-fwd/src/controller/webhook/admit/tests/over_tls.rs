@@ -75,7 +75,7 @@ async fn the_deadline_counts_from_the_accept_and_a_shorter_api_server_timeout_is
     // for 1.5 s: ours waits for it.
     let handshakes = tls::Handshakes::with(1, Duration::from_secs(10), Counter::default());
     let turn = handshakes.hold_turn().await;
-    let config = tls::server_config(tls::Swappable::new(key));
+    let config = tls::server_config(tls::Swappable::new(key), None);
     tokio::spawn(tls::serve(listener, config, router(admitter), handshakes));
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
