@@ -150,6 +150,29 @@ fn an_agent_writes_only_announcement_leases_held_by_itself_or_nobody() {
 }
 
 #[test]
+fn an_agent_writes_only_its_own_nodes_lease_of_macs() {
+    let p = deploy();
+    let node1 = agent(Some("node1"));
+    let labels = json!({"ssh-fwd.io/announce": "node"});
+    let own = lease("ssh-fwd-announce-node-node1", labels.clone(), "node1");
+    assert_eq!(
+        lease_write("ssh-fwd-announce-node-node1", None, Some(own)).by(&p, &node1),
+        Ok(())
+    );
+    // Another node's, even held by itself: the MACs there are node2's to
+    // say, and the other agents give way to them.
+    let theirs = lease("ssh-fwd-announce-node-node2", labels.clone(), "node2");
+    let mine_now = lease("ssh-fwd-announce-node-node2", labels, "node1");
+    let taken = lease_write("ssh-fwd-announce-node-node2", Some(theirs), Some(mine_now));
+    assert!(
+        taken
+            .by(&p, &node1)
+            .unwrap_err()
+            .contains("only its own node Lease"),
+    );
+}
+
+#[test]
 fn the_controller_patches_only_its_own_pod_labels_and_annotations() {
     let p = deploy();
     let pod = json!({"metadata": {"name": "job", "namespace": "jobs",
