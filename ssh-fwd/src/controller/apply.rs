@@ -359,7 +359,7 @@ async fn delete(
                     tracing::warn!(service = %format!("{namespace}/{name}"), "deleted an extra SSH Service for a pod that has an older one")
                 }
                 DeleteReason::LostPort { port, holder } => {
-                    tracing::warn!(service = %format!("{namespace}/{name}"), port, %holder, "deleted the SSH Service: an older Service holds its port; its pod gets another")
+                    tracing::warn!(service = %format!("{namespace}/{name}"), port, %holder, "deleted the SSH Service: its pod holds no reservation of its port, which is reserved for another; its pod gets another")
                 }
             }
             Ok(())

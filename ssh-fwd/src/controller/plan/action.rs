@@ -75,6 +75,8 @@ pub enum DeleteReason {
     PodGone,
     /// A second Service for a pod that has one.
     Duplicate,
+    /// Its pod holds no reservation of `port`; `holder`, the reservation
+    /// (Lease) that does.
     LostPort {
         port: u16,
         holder: String,

@@ -307,8 +307,10 @@ pub fn choose(
 ) -> Choice {
     let ip = world.ip();
     let own = binding::reservation_of(world, pod);
+    // The reservation is the one authority: someone else's Service
+    // listing the port holds no grant, and one of ours granted it without
+    // the reservation is replaced in the same pass.
     if let Some(own) = own
-        && !world.is_claimed(own.port)
         && free.handed.insert(own.port)
     {
         return Choice::Reserved(own.port);

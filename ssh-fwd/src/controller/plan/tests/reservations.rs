@@ -359,12 +359,41 @@ fn a_pod_whose_reservation_vanished_reserves_its_told_port_again_under_its_token
 }
 
 #[test]
-fn a_pod_whose_told_port_another_service_took_gets_another_and_a_warning_naming_the_lost_port() {
+fn a_pod_keeps_its_reserved_port_against_an_older_service_without_a_grant() {
     let t0 = Instant::now();
     let pods = [admitted_pod("job-4", 9004, "tok4")];
     let leases = [lease(9004, &admitted("jobs", "tok4"))];
     let rival = foreign("rival", 9004, "2026-10-01T00:00:00Z");
     let actions = pass(&pods, &[rival], &leases).at(t0, t0);
+    assert_eq!(created(&actions), [9004]);
+    assert!(warnings(&actions).is_empty(), "{actions:?}");
+}
+
+/// Another pod's Service granted the port without its reservation (a
+/// Lease replaced by hand): the reservation decides, the pod keeps its
+/// port and the other Service goes.
+#[test]
+fn a_pod_keeps_its_reserved_port_and_a_grant_without_the_reservation_goes() {
+    let t0 = Instant::now();
+    let pods = [admitted_pod("job-4", 9004, "tok4"), pod("job-x", json!({}))];
+    let leases = [lease(9004, &admitted("jobs", "tok4"))];
+    let rival = ours(&pods[1], 9004, "2026-10-01T00:00:00Z", true);
+    let actions = pass(&pods, &[rival], &leases).at(t0, t0);
+    assert_eq!(created(&actions), [9004]);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Delete { name, why: DeleteReason::LostPort { port: 9004, .. }, .. } if name == "ssh-job-x")),
+        "{actions:?}"
+    );
+    assert!(warnings(&actions).is_empty(), "{actions:?}");
+}
+
+#[test]
+fn a_pod_whose_told_port_is_reserved_for_another_gets_another_and_a_warning_naming_the_lost_port() {
+    let t0 = Instant::now();
+    let pods = [admitted_pod("job-4", 9004, "tok4")];
+    // Its reservation vanished, and the port was reserved for another.
+    let leases = [lease(9004, &admitted("jobs", "someone-else"))];
+    let actions = pass(&pods, &[], &leases).at(t0, t0);
     let ports = created(&actions);
     assert_eq!(ports.len(), 1);
     assert_ne!(ports[0], 9004);
