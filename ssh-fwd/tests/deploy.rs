@@ -626,8 +626,19 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
 #[test]
 fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresses() {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    let docs = base();
+    let component = Path::new(DEPLOY).join("components/webhook-network-policy");
+    let mut docs = base();
+    docs.extend(component_docs(&component));
     let policy: NetworkPolicy = typed(find(&docs, "NetworkPolicy", "ssh-fwd-controller")).unwrap();
+    assert_eq!(
+        policy.metadata.namespace.as_deref(),
+        Some("ssh-fwd"),
+        "the controller's namespace, whatever the overlay sets"
+    );
+    assert!(
+        !base().iter().any(|d| d["kind"] == "NetworkPolicy"),
+        "not in the base: its ipBlock must be set for the cluster first"
+    );
     let spec = policy.spec.unwrap();
     let (args, deployment) = controller_cli(&docs);
     let template = deployment.spec.unwrap().template;
@@ -684,7 +695,17 @@ fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresse
     );
 }
 
-/// The base with the overlay's JSON patches applied, as kustomize would.
+/// What a kustomize Component in `dir` adds: its resources.
+fn component_docs(dir: &Path) -> Vec<Value> {
+    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
+    assert_eq!(kustomization["kind"], "Component", "{}", dir.display());
+    (kustomization["resources"].as_array().unwrap().iter())
+        .flat_map(|r| documents(&dir.join(r.as_str().unwrap())))
+        .collect()
+}
+
+/// The base with the overlay's components added and its JSON patches
+/// applied, as kustomize would.
 fn overlay(name: &str) -> Vec<Value> {
     let dir = Path::new(DEPLOY).join("overlays").join(name);
     let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
@@ -694,6 +715,9 @@ fn overlay(name: &str) -> Vec<Value> {
         if !resource.starts_with("..") {
             docs.extend(documents(&dir.join(resource)));
         }
+    }
+    for component in kustomization["components"].as_array().into_iter().flatten() {
+        docs.extend(component_docs(&dir.join(component.as_str().unwrap())));
     }
     for patch in kustomization["patches"].as_array().unwrap() {
         let target = &patch["target"];
