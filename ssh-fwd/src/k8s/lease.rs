@@ -42,6 +42,12 @@ impl Observed {
             }
         }
     }
+
+    /// Notes the Lease as read afresh from the API at `now`: it has read
+    /// so since `now`, whatever an older read said.
+    pub fn read_at(&mut self, spec: &LeaseSpec, now: Instant) {
+        self.last = Some((spec.clone(), now));
+    }
 }
 
 pub fn decide(spec: Option<&LeaseSpec>, me: &str, observed: &mut Observed, now: Instant) -> Step {

@@ -400,6 +400,18 @@ impl Announcer {
         let sent = Instant::now();
         let result = match action {
             Action::Nothing => return,
+            Action::Read => {
+                let name = &self.ips[i].name;
+                let read = tokio::time::timeout(self.settings.renew, self.api.get_opt(name)).await;
+                let owner = &mut self.ips[i].owner;
+                match read {
+                    Ok(Ok(lease)) => {
+                        owner.read(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now())
+                    }
+                    _ => owner.read_failed(Instant::now()),
+                }
+                return;
+            }
             Action::Withdraw => {
                 self.ips[i].owner.withdrew();
                 tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it (until the Lease shows it free, or its renewal goes through)", asks(ip));
@@ -459,7 +471,7 @@ impl Announcer {
                     action,
                     Action::Create | Action::Take | Action::TakeFromSilent { .. }
                 ) {
-                    entry.owner.take_failed(sent, self.settings.duration);
+                    entry.owner.take_failed(sent);
                 }
                 if !std::mem::replace(&mut entry.failing, true)
                     && (entry.owner.held || action != Action::Renew)

@@ -22,6 +22,10 @@
 //!   taken over then, without waiting for the Lease to expire; one that
 //!   answers is alive with its API away, and keeps the SSH IP until the
 //!   Lease expires.
+//! - A standby whose take failed reads the Lease before it takes again,
+//!   and counts its duration from that read: a take sent while the API
+//!   is away would land when it comes back, maybe before the holder's
+//!   renewal, and move the SSH IP for nothing.
 
 use std::time::{Duration, Instant};
 
@@ -49,6 +53,8 @@ pub enum Action {
         unicast: bool,
     },
     Renew,
+    /// Read the Lease from the API.
+    Read,
     /// Hand the Lease back (holder cleared) and stop answering.
     Release,
     /// Stop answering: another node holds it, or was heard announcing.
@@ -64,10 +70,12 @@ pub struct Owner {
     pub held: bool,
     /// When the last write that made or kept us holder was sent.
     pub renewed: Option<Instant>,
-    /// A take failed (the API away): no other try before this. When the
-    /// API comes back, the holder's renewal, retried all along, comes
-    /// first, and the SSH IP does not move for nothing.
-    hold_off: Option<Instant>,
+    /// A take failed: the Lease is read from the API (no sooner than
+    /// this) before any other take. A take sent while the API is away
+    /// could land when it comes back, before the holder's renewal, and
+    /// move the SSH IP for nothing; and a Lease read with the API back
+    /// gives its holder a full duration, from then, to renew.
+    verify: Option<Instant>,
     /// Stopped answering and written nothing since: a Lease that still
     /// names us is renewed before we answer for it again.
     withdrawn: bool,
@@ -103,16 +111,42 @@ impl Owner {
             observed: Observed::default(),
             held: false,
             renewed: None,
-            hold_off: None,
+            verify: None,
             withdrawn: false,
             retried: None,
             watch: Watch::default(),
         }
     }
 
-    /// A Create or Take was refused or not answered, at `now`.
-    pub fn take_failed(&mut self, now: Instant, duration: Duration) {
-        self.hold_off = Some(now + duration);
+    /// A Create or Take was refused or not answered, at `now`: read the
+    /// Lease a period later, and take nothing before.
+    pub fn take_failed(&mut self, now: Instant) {
+        self.verify = Some(now + self.renew);
+    }
+
+    /// The Lease as the API answered a [`Action::Read`] at `now` (`None`:
+    /// there is none). Its duration counts from now: time the API was
+    /// away is no proof that its holder is gone.
+    pub fn read(&mut self, lease: Option<&LeaseSpec>, now: Instant) {
+        self.verify = None;
+        match lease {
+            Some(spec) => self.observed.read_at(spec, now),
+            None => self.observed = Observed::default(),
+        }
+    }
+
+    /// A [`Action::Read`] failed at `now`: the next one a period later.
+    pub fn read_failed(&mut self, now: Instant) {
+        self.verify = Some(now + self.renew);
+    }
+
+    /// The read owed after a failed take, once it is due.
+    fn verify_now(&mut self, due: Instant, now: Instant) -> Action {
+        if now < due {
+            return Action::Nothing;
+        }
+        self.verify = Some(now + self.renew);
+        Action::Read
     }
 
     /// The step for the Lease as last read (`synced`: the watch has listed
@@ -144,9 +178,11 @@ impl Owner {
                 Action::Nothing
             };
         }
-        let held_off = self.hold_off.is_some_and(|until| now < until);
         match step {
-            Step::Create | Step::Take if held_off => Action::Nothing,
+            Step::Wait { .. } if self.held => Action::Withdraw,
+            Step::Create | Step::Take | Step::Wait { .. } if let Some(due) = self.verify => {
+                self.verify_now(due, now)
+            }
             Step::Create if synced => Action::Create,
             Step::Create => Action::Nothing,
             Step::Take => Action::Take,
@@ -160,8 +196,6 @@ impl Owner {
             Step::Renew if self.gives_way(heard_other, now) => Action::Withdraw,
             Step::Renew if self.renewed.is_none_or(|at| now >= at + self.renew) => Action::Renew,
             Step::Renew => Action::Nothing,
-            Step::Wait { .. } if self.held => Action::Withdraw,
-            Step::Wait { .. } if held_off => Action::Nothing,
             Step::Wait { holder, for_ } => {
                 let seconds = lease.and_then(|l| l.lease_duration_seconds).unwrap_or(0);
                 let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
@@ -368,7 +402,7 @@ mod tests {
     }
 
     #[test]
-    fn a_standby_whose_take_failed_waits_a_duration_before_the_next() {
+    fn a_standby_whose_take_failed_reads_the_lease_before_it_takes_again() {
         let t0 = Instant::now();
         let mut b = Owner::new("b", RENEW);
         let free = held_by("");
@@ -376,16 +410,67 @@ mod tests {
             b.next(Some(&free), true, true, false, None, t0),
             Action::Take
         );
-        b.take_failed(t0, Duration::from_secs(2));
-        let soon = t0 + Duration::from_secs(1);
+        b.take_failed(t0);
         assert_eq!(
-            b.next(Some(&free), true, true, false, None, soon),
-            Action::Nothing
+            b.next(Some(&free), true, true, false, None, t0 + ms(100)),
+            Action::Nothing,
+            "one try a period"
         );
-        let later = t0 + Duration::from_secs(2);
         assert_eq!(
-            b.next(Some(&free), true, true, false, None, later),
+            b.next(Some(&free), true, true, false, None, t0 + RENEW),
+            Action::Read
+        );
+        b.read(Some(&free), t0 + RENEW);
+        assert_eq!(
+            b.next(Some(&free), true, true, false, None, t0 + RENEW),
+            Action::Take,
+            "a free Lease, read again: taken at once"
+        );
+    }
+
+    #[test]
+    fn a_standby_whose_take_failed_sends_no_take_that_could_land_when_the_api_comes_back() {
+        let t0 = Instant::now();
+        let mut b = Owner::new("b", RENEW);
+        // The API stalls for everyone at t0: a's renewals stop reaching it,
+        // b's watch shows nothing new, and b's take is not answered.
+        let lease = held_by("a");
+        b.next(Some(&lease), true, true, false, None, t0);
+        let expired = t0 + ms(2_000);
+        assert_eq!(
+            b.next(Some(&lease), true, true, false, None, expired),
             Action::Take
+        );
+        b.take_failed(expired);
+        let mut reads = 0;
+        for n in 1..=120 {
+            let now = expired + ms(250 * n);
+            match b.next(Some(&lease), true, true, false, None, now) {
+                Action::Read => {
+                    reads += 1;
+                    b.read_failed(now);
+                }
+                Action::Nothing => {}
+                action => panic!("{action:?} {} ms into the outage", 2_000 + 250 * n),
+            }
+        }
+        assert!((50..=65).contains(&reads), "a read a period: {reads}");
+        // The API is back and shows the Lease as it was: the holder gets a
+        // full duration, from now, to renew before it is taken.
+        let back = expired + ms(30_500);
+        assert_eq!(
+            b.next(Some(&lease), true, true, false, None, back),
+            Action::Read
+        );
+        b.read(Some(&lease), back);
+        assert!(matches!(
+            b.next(Some(&lease), true, true, false, None, back + ms(1_900)),
+            Action::Probe { .. } | Action::Nothing
+        ));
+        assert_eq!(
+            b.next(Some(&lease), true, true, false, None, back + ms(2_000)),
+            Action::Take,
+            "a holder that did not renew with the API back is gone"
         );
     }
 
