@@ -2,12 +2,16 @@
 //! own module (`agent::AgentArgs`, `controller::ControllerArgs`, ...). Doc
 //! comments here are the `--help` text.
 
+pub mod config_check;
+pub mod config_file;
+
 use std::ffi::OsString;
 
 use clap::{Parser, Subcommand, ValueEnum as _};
 
 use crate::{
     agent::AgentArgs,
+    cli::config_check::ConfigArgs,
     commands::{
         install_keys::InstallKeysArgs, list::ListArgs, status::StatusArgs, teardown::TeardownArgs,
     },
@@ -59,6 +63,10 @@ pub enum Command {
     /// With --watch, keep it up to date as the Secret changes (the webhook
     /// runs it as an init container and as a native sidecar).
     InstallKeys(InstallKeysArgs),
+    /// Work with a configuration file (`--config`): `ssh-fwd config check
+    /// FILE` checks every key and value as the agent and the controller
+    /// would, without starting anything.
+    Config(ConfigArgs),
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.
     Teardown(TeardownArgs),

@@ -1,6 +1,6 @@
 //! `ssh-fwd`: see `ssh-fwd --help`.
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, Parser as _};
 use ssh_fwd::{
     agent,
     cli::{self, Cli, Command},
@@ -9,7 +9,17 @@ use ssh_fwd::{
 };
 
 fn main() -> std::process::ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv = std::env::args_os().collect();
+    let argv = match cli::config_file::expand(&Cli::command(), argv, |name| std::env::var_os(name))
+    {
+        Ok(argv) => argv,
+        Err(e) => {
+            let format = cli::log_format_in(std::env::args_os()).unwrap_or(LogFormat::Text);
+            logging::early_error(format, &e.to_string());
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => usage_error(&e),
     };
@@ -30,6 +40,7 @@ fn main() -> std::process::ExitCode {
         Command::List(args) => commands::list::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Teardown(args) => commands::teardown::run(args),
+        Command::Config(args) => cli::config_check::run(args),
         Command::InstallKeys(args) => commands::install_keys::run(args),
     };
     match result {

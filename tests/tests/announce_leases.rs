@@ -100,6 +100,20 @@ struct Bed {
     _dir: tempfile::TempDir,
 }
 
+impl Drop for Bed {
+    /// A failed test shows what each agent said: these tests fail on
+    /// timing, and the logs say which side moved.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for (n, agent) in self.agents.iter().enumerate() {
+                if let Some(agent) = agent {
+                    eprintln!("--- node{n}'s agent:\n{}", agent.log());
+                }
+            }
+        }
+    }
+}
+
 impl Bed {
     /// Two nodes, a pod on each, the API on the bridge; no agent yet.
     fn new() -> Self {

@@ -247,6 +247,9 @@ pub struct AgentArgs {
     pub bpffs: BpffsArg,
 
     #[command(flatten)]
+    pub config: crate::cli::config_file::ConfigFlag,
+
+    #[command(flatten)]
     pub guard: GuardArgs,
 
     #[command(flatten)]

@@ -105,6 +105,9 @@ pub struct ControllerArgs {
 
     #[command(flatten)]
     pub admission: super::webhook::AdmissionArgs,
+
+    #[command(flatten)]
+    pub config: crate::cli::config_file::ConfigFlag,
 }
 
 /// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and

@@ -17,7 +17,7 @@ mod api_error;
 mod apply;
 mod args;
 mod expect;
-mod flags;
+pub mod flags;
 mod leader;
 mod lease;
 mod metrics;

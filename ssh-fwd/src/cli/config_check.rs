@@ -1,0 +1,218 @@
+//! `ssh-fwd config check FILE`: a configuration file checked as the agent
+//! and the controller would read it, without starting either.
+
+use std::path::PathBuf;
+
+use clap::CommandFactory as _;
+
+use super::{
+    Cli,
+    config_file::{COMMANDS, ConfigFile},
+};
+use crate::controller;
+
+#[derive(Debug, clap::Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub action: ConfigAction,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigAction {
+    /// Check every key (a flag name of `ssh-fwd agent` or `ssh-fwd
+    /// controller`) and every value with that flag's own parser, then each
+    /// command's whole configuration as it would start with only the file
+    /// (settings the file leaves to the command line are listed). Exits 1
+    /// on the first error, naming the key and the fix.
+    Check {
+        /// The YAML file.
+        file: PathBuf,
+    },
+}
+
+pub fn run(args: ConfigArgs) -> anyhow::Result<()> {
+    let ConfigAction::Check { file } = args.action;
+    print!("{}", check(&file)?);
+    Ok(())
+}
+
+/// The report for a good file; the first error of a bad one.
+pub fn check(path: &std::path::Path) -> anyhow::Result<String> {
+    let cli = Cli::command();
+    let file = ConfigFile::read(path)?;
+    file.check_keys(&cli)?;
+    let mut report = String::new();
+    for command in COMMANDS {
+        let taken = file.check_values(&cli, command)?;
+        let flags = file.flags_for(&cli, command, &[], |_| false)?;
+        let argv = ["ssh-fwd", command]
+            .into_iter()
+            .map(Into::into)
+            .chain(flags);
+        let line = match Cli::command().try_get_matches_from(argv) {
+            Ok(matches) => match whole(command, &matches) {
+                Some(e) => anyhow::bail!("{}: {command}: {e}", path.display()),
+                None => "ok".to_owned(),
+            },
+            Err(e) if e.kind() == clap::error::ErrorKind::MissingRequiredArgument => format!(
+                "ok; still to come from the command line or the environment: {}",
+                missing(&e)
+            ),
+            Err(e) => anyhow::bail!("{}: {command}: {}", path.display(), first_line(&e)),
+        };
+        report.push_str(&format!(
+            "{command}: {taken} settings from the file: {line}\n"
+        ));
+    }
+    Ok(format!("{}: good\n{report}", path.display()))
+}
+
+/// The checks a command makes of its flags together, past clap's.
+fn whole(command: &str, matches: &clap::ArgMatches) -> Option<String> {
+    use clap::FromArgMatches as _;
+    let cli = Cli::from_arg_matches(matches).ok()?;
+    match (command, cli.command) {
+        ("controller", crate::cli::Command::Controller(args)) => {
+            controller::flags::check(&args).err().map(|e| e.to_string())
+        }
+        _ => None,
+    }
+}
+
+fn missing(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(args)) => args.join(", "),
+        _ => first_line(e),
+    }
+}
+
+fn first_line(e: &clap::Error) -> String {
+    e.render()
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ")
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(text: &str) -> Result<String, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh-fwd.yaml");
+        std::fs::write(&path, text).unwrap();
+        check(&path).map_err(|e| format!("{e:#}"))
+    }
+
+    const GOOD: &str = "\
+ssh-ip: [198.18.0.10, 2001:db8::10]
+port-range: 9000-9999
+iface: [eno1]
+kubernetes: true
+ssh-hostname: ssh.example.org
+resync-interval: 30s
+provisional-cap: 16
+service-styles: [loadbalancer, externalips]
+";
+
+    #[test]
+    fn a_good_file_is_good_for_both_commands() {
+        let report = checked(GOOD).unwrap();
+        assert!(report.contains(": good\n"), "{report}");
+        assert!(
+            report.contains("agent: 6 settings from the file: ok\n"),
+            "{report}"
+        );
+        assert!(
+            report.contains("controller: 6 settings from the file: ok\n"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn what_the_file_leaves_to_the_command_line_is_listed() {
+        let report = checked("port-range: 9000-9999\n").unwrap();
+        assert!(
+            report.contains("controller: 1 settings from the file: ok; still to come from the command line or the environment: --ssh-ip <IP>"),
+            "{report}"
+        );
+    }
+
+    /// One bad value of each kind of setting, and what the error says.
+    #[test]
+    fn every_kind_of_bad_value_names_its_key() {
+        for (line, said) in [
+            ("kubernetes: maybe", "`kubernetes`: is a switch"),
+            (
+                "port-range: 9000-80",
+                "`port-range`: invalid value '9000-80'",
+            ),
+            (
+                "resync-interval: 0s",
+                "`resync-interval`: invalid value '0s'",
+            ),
+            ("resync-interval: soon", "is not a duration"),
+            (
+                "ssh-ip: 198.18.0.300",
+                "`ssh-ip`: invalid value '198.18.0.300'",
+            ),
+            (
+                "ssh-ip: [198.18.0.10, nope]",
+                "`ssh-ip`: invalid value 'nope'",
+            ),
+            (
+                "service-style: nodeport",
+                "`service-style`: invalid value 'nodeport'",
+            ),
+            ("provisional-cap: 0", "`provisional-cap`: invalid value '0'"),
+            ("provisional-cap: -3", "`provisional-cap`"),
+            (
+                "port-range: [9000, 9999]",
+                "`port-range`: takes one value, not a list",
+            ),
+            ("port_range: 9000-9999", "did you mean `port-range`?"),
+            (
+                "nonsense: 1",
+                "`nonsense` is not a setting of ssh-fwd agent or controller",
+            ),
+            ("ssh-ip: {a: 1}", "is not YAML mapping flag names to values"),
+            ("- port-range", "is not YAML mapping flag names to values"),
+        ] {
+            let err = checked(line).expect_err(line);
+            assert!(err.contains(said), "{line}: {err}");
+            assert!(err.contains("ssh-fwd.yaml"), "names the file: {err}");
+        }
+    }
+
+    #[test]
+    fn settings_that_cannot_go_together_are_refused_as_the_controller_would() {
+        let err = checked(
+            "ssh-ip: 198.18.0.10\nservice-style: externalips\nservice-styles: [loadbalancer]\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("controller:"), "{err}");
+        let err = checked("ssh-ip: 198.18.0.10\nssh-user: -oProxyCommand=x\n").unwrap_err();
+        assert!(err.contains("controller:"), "{err}");
+        let err =
+            checked("mappings: m.yaml\nkubernetes: true\niface: [eth0]\nssh-ip: 198.18.0.10\n")
+                .unwrap_err();
+        assert!(
+            err.contains("agent:") && err.contains("--mappings"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let err = check(std::path::Path::new("/nonexistent/ssh-fwd.yaml")).unwrap_err();
+        assert!(
+            format!("{err:#}")
+                .contains("cannot read the configuration file /nonexistent/ssh-fwd.yaml"),
+            "{err:#}"
+        );
+    }
+}

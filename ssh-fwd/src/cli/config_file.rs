@@ -1,0 +1,582 @@
+//! `--config FILE`: the flags of `ssh-fwd agent` and `ssh-fwd controller`
+//! from one YAML file whose keys are the flag names (`port-range: 9000-9999`,
+//! `iface: [eno1, eno2]`, `kubernetes: true`), the way Cilium reads its
+//! ConfigMap. One file serves both commands: each takes the keys that are
+//! its flags, and a key that is neither's is refused with the nearest name.
+//!
+//! What wins, first to last: a flag on the command line, its environment
+//! variable, the file, the default. The file's settings become flags put
+//! in front of the command line's, so clap checks them as it checks any
+//! flag, and a setting the command line or the environment gives is not
+//! taken from the file at all (a repeatable flag is replaced, not added
+//! to).
+
+use std::{
+    collections::BTreeMap,
+    ffi::{OsStr, OsString},
+    path::{Path, PathBuf},
+};
+
+use clap::{Arg, ArgAction, Command};
+
+/// The environment variable that names the file, like `--config`.
+pub const ENV: &str = "SSH_FWD_CONFIG";
+/// The commands that read the file.
+pub const COMMANDS: [&str; 2] = ["agent", "controller"];
+
+/// A file that cannot be used, or a key or value in it that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the configuration file {path} is not YAML mapping flag names to values (like `port-range: 9000-9999`): {reason}"
+    )]
+    Parse { path: PathBuf, reason: String },
+    #[error("{path}: `{key}` is not a setting of ssh-fwd agent or controller{hint}")]
+    Unknown {
+        path: PathBuf,
+        key: String,
+        hint: String,
+    },
+    #[error("{path}: `{key}`: {reason}")]
+    Value {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+}
+
+/// A YAML value as a flag takes it.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+enum Value {
+    Bool(bool),
+    Integer(i64),
+    Float(f64),
+    Text(String),
+    List(Vec<Scalar>),
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+enum Scalar {
+    Bool(bool),
+    Integer(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Self::Bool(b) => b.to_string(),
+            Self::Integer(n) => n.to_string(),
+            Self::Float(x) => x.to_string(),
+            Self::Text(s) => s.clone(),
+        }
+    }
+}
+
+/// A configuration file, read.
+#[derive(Debug)]
+pub struct ConfigFile {
+    path: PathBuf,
+    keys: BTreeMap<String, Value>,
+}
+
+impl ConfigFile {
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let parse = |reason: String| ConfigError::Parse {
+            path: path.to_owned(),
+            reason,
+        };
+        let keys = if text.trim().is_empty() {
+            BTreeMap::new()
+        } else {
+            serde_saphyr::from_str::<Option<BTreeMap<String, Value>>>(text)
+                .map_err(|e| parse(e.to_string()))?
+                .unwrap_or_default()
+        };
+        Ok(Self {
+            path: path.to_owned(),
+            keys,
+        })
+    }
+
+    /// Refuses a key that no command takes, naming the nearest that one
+    /// does; `flags` gives each command's flags.
+    pub fn check_keys(&self, cli: &Command) -> Result<(), ConfigError> {
+        let known = known_names(cli);
+        for key in self.keys.keys() {
+            if !known.contains_key(key.as_str()) {
+                return Err(ConfigError::Unknown {
+                    path: self.path.clone(),
+                    key: key.clone(),
+                    hint: hint(key, known.keys().copied()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The flags this file gives `command` (a subcommand of `cli`), but
+    /// those that `given` (the command line after the subcommand's name)
+    /// already has or whose environment variable `env` says is set.
+    pub fn flags_for(
+        &self,
+        cli: &Command,
+        command: &str,
+        given: &[OsString],
+        env: impl Fn(&str) -> bool,
+    ) -> Result<Vec<OsString>, ConfigError> {
+        let Some(sub) = cli.find_subcommand(command) else {
+            return Ok(Vec::new());
+        };
+        let args: Vec<&Arg> = sub
+            .get_arguments()
+            .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+            .collect();
+        let mut flags = Vec::new();
+        for (key, value) in &self.keys {
+            let Some(arg) = args.iter().find(|a| a.get_long() == Some(key.as_str())) else {
+                continue;
+            };
+            if on_command_line(arg, given)
+                || arg
+                    .get_env()
+                    .and_then(OsStr::to_str)
+                    .is_some_and(&env)
+            {
+                continue;
+            }
+            flags.extend(self.flag(key, arg, value)?);
+        }
+        Ok(flags)
+    }
+
+    /// Checks every value this file gives `command` with the flag's own
+    /// parser, one key at a time, so an error names the key; returns how
+    /// many keys are the command's.
+    pub fn check_values(&self, cli: &Command, command: &str) -> Result<usize, ConfigError> {
+        use clap::error::ErrorKind;
+        let Some(sub) = cli.find_subcommand(command) else {
+            return Ok(0);
+        };
+        let mut taken = 0;
+        for (key, value) in &self.keys {
+            let Some(arg) = sub
+                .get_arguments()
+                .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+                .find(|a| a.get_long() == Some(key.as_str()))
+            else {
+                continue;
+            };
+            taken += 1;
+            let argv = ["ssh-fwd", command]
+                .into_iter()
+                .map(OsString::from)
+                .chain(self.flag(key, arg, value)?);
+            // A value is parsed as the flag is read, before clap looks at
+            // what else is missing or conflicts: those are the whole
+            // configuration's to say.
+            if let Err(e) = cli.clone().try_get_matches_from(argv)
+                && matches!(
+                    e.kind(),
+                    ErrorKind::InvalidValue
+                        | ErrorKind::ValueValidation
+                        | ErrorKind::WrongNumberOfValues
+                        | ErrorKind::TooManyValues
+                        | ErrorKind::TooFewValues
+                        | ErrorKind::InvalidUtf8
+                )
+            {
+                return Err(self.value_error(key, &e));
+            }
+        }
+        Ok(taken)
+    }
+
+    /// The command-line words for `key: value`.
+    fn flag(&self, key: &str, arg: &Arg, value: &Value) -> Result<Vec<OsString>, ConfigError> {
+        let name = OsString::from(format!("--{key}"));
+        let wrong = |reason: String| ConfigError::Value {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            reason,
+        };
+        if matches!(arg.get_action(), ArgAction::SetTrue) {
+            return match value {
+                Value::Bool(true) => Ok(vec![name]),
+                Value::Bool(false) => Ok(Vec::new()),
+                _ => Err(wrong("is a switch: write `true` or `false`".to_owned())),
+            };
+        }
+        let repeatable = matches!(arg.get_action(), ArgAction::Append);
+        let values: Vec<String> = match value {
+            Value::List(items) if repeatable => items.iter().map(Scalar::text).collect(),
+            Value::List(items) => match arg.get_value_delimiter() {
+                Some(delimiter) => vec![
+                    items
+                        .iter()
+                        .map(Scalar::text)
+                        .collect::<Vec<_>>()
+                        .join(&delimiter.to_string()),
+                ],
+                None => {
+                    return Err(wrong(
+                        "takes one value, not a list (write `key: value`)".to_owned(),
+                    ));
+                }
+            },
+            Value::Bool(b) => vec![b.to_string()],
+            Value::Integer(n) => vec![n.to_string()],
+            Value::Float(x) => vec![x.to_string()],
+            Value::Text(s) => vec![s.clone()],
+        };
+        // `--key=value`: a value that starts with a dash stays a value.
+        Ok(values
+            .into_iter()
+            .map(|v| OsString::from(format!("--{key}={v}")))
+            .collect())
+    }
+
+    fn value_error(&self, key: &str, e: &clap::Error) -> ConfigError {
+        let text = e.render().to_string();
+        let reason = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim_start_matches("error: ")
+            .to_owned();
+        ConfigError::Value {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// Every flag a command that reads the file has, by its long name.
+fn known_names(cli: &Command) -> BTreeMap<&str, ()> {
+    COMMANDS
+        .iter()
+        .filter_map(|name| cli.find_subcommand(name))
+        .flat_map(Command::get_arguments)
+        .chain(cli.get_arguments().filter(|a| a.is_global_set()))
+        .filter_map(Arg::get_long)
+        .filter(|long| !matches!(*long, "help" | "version" | "config"))
+        .map(|long| (long, ()))
+        .collect()
+}
+
+/// The nearest known name to `key`, as a hint for the message.
+fn hint<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> String {
+    if key == "config" {
+        return " (a configuration file cannot name another)".to_owned();
+    }
+    let bare = key.trim_start_matches('-').replace('_', "-").to_lowercase();
+    let nearest = known
+        .map(|name| (strsim::jaro_winkler(&bare, name), name))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match nearest {
+        Some((score, name)) if score >= 0.85 => format!(
+            " (did you mean `{name}`? Keys are the flag names without the dashes)"
+        ),
+        _ => " (keys are the flag names without the dashes: see `ssh-fwd agent --help` and `ssh-fwd controller --help`)".to_owned(),
+    }
+}
+
+/// The flag naming the file, in both commands' `--help`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConfigFlag {
+    /// A YAML file of settings whose keys are this command's flag names
+    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`); the
+    /// agent and the controller can share one. A flag on the command line,
+    /// or its environment variable, wins over the file. Check a file with
+    /// `ssh-fwd config check FILE`.
+    #[arg(long = "config", env = ENV, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+}
+
+/// `argv` with the flags of the file named by `--config` (or
+/// [`ENV`], through `env`) put in after the command's name: what clap then
+/// parses. A command line of another command, or with no file, is
+/// returned as it is.
+pub fn expand(
+    cli: &Command,
+    argv: Vec<OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<Vec<OsString>, ConfigError> {
+    let Some(at) = command_at(&argv) else {
+        return Ok(argv);
+    };
+    let given = &argv[at + 1..];
+    let named = file_named(given).or_else(|| env(ENV).filter(|v| !v.is_empty()));
+    let Some(path) = named else {
+        return Ok(argv);
+    };
+    let file = ConfigFile::read(Path::new(&path))?;
+    file.check_keys(cli)?;
+    let command = argv[at].to_string_lossy().into_owned();
+    let set = |name: &str| env(name).is_some_and(|v| !v.is_empty());
+    let flags = file.flags_for(cli, &command, given, set)?;
+    let mut out = argv[..=at].to_vec();
+    out.extend(flags);
+    out.extend_from_slice(given);
+    Ok(out)
+}
+
+/// Where the command's name is in `argv` (after the program's name and
+/// the global flags), if it is one that reads the file.
+fn command_at(argv: &[OsString]) -> Option<usize> {
+    let mut words = argv.iter().enumerate().skip(1);
+    while let Some((i, word)) = words.next() {
+        let word = word.to_str()?;
+        match word {
+            "--log" | "--log-format" => {
+                words.next();
+            }
+            _ if word.starts_with('-') => {}
+            _ => return COMMANDS.contains(&word).then_some(i),
+        }
+    }
+    None
+}
+
+/// The value of `--config` in `given`.
+fn file_named(given: &[OsString]) -> Option<OsString> {
+    let mut words = given.iter();
+    while let Some(word) = words.next() {
+        match word.to_str() {
+            Some("--") => return None,
+            Some("--config") => return words.next().cloned(),
+            Some(w) if w.starts_with("--config=") => {
+                return Some(OsString::from(&w["--config=".len()..]));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether `given` sets `arg` (by its long name, an alias or its short
+/// name; `--` ends the flags).
+fn on_command_line(arg: &Arg, given: &[OsString]) -> bool {
+    let longs: Vec<&str> = arg
+        .get_long()
+        .into_iter()
+        .chain(arg.get_all_aliases().unwrap_or_default())
+        .collect();
+    let shorts: Vec<char> = arg
+        .get_short()
+        .into_iter()
+        .chain(arg.get_all_short_aliases().unwrap_or_default())
+        .collect();
+    for word in given.iter().map(|w| w.to_string_lossy()) {
+        if word == "--" {
+            break;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let name = long.split_once('=').map_or(long, |(name, _)| name);
+            if longs.contains(&name) {
+                return true;
+            }
+        } else if let Some(short) = word.strip_prefix('-')
+            && short.chars().next().is_some_and(|c| shorts.contains(&c))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+    use crate::cli::{Cli, Command as Run};
+
+    const FILE: &str = "\
+ssh-ip: 198.18.0.10
+port-range: 9000-9999
+iface: [eno1, eno2]
+kubernetes: true
+ssh-user: alice
+";
+
+    fn with(file: &str, argv: &[&str], env: &[(&str, &str)]) -> Result<Cli, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh-fwd.yaml");
+        std::fs::write(&path, file).unwrap();
+        let argv: Vec<OsString> = argv
+            .iter()
+            .map(|w| OsString::from(w.replace("FILE", path.to_str().unwrap())))
+            .collect();
+        let env = |name: &str| {
+            env.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| OsString::from(v.replace("FILE", path.to_str().unwrap())))
+        };
+        let argv = expand(&Cli::command(), argv, env).map_err(|e| e.to_string())?;
+        Cli::try_parse_from_argv(argv)
+    }
+
+    impl Cli {
+        fn try_parse_from_argv(argv: Vec<OsString>) -> Result<Self, String> {
+            use clap::Parser as _;
+            Self::try_parse_from(argv).map_err(|e| e.to_string())
+        }
+    }
+
+    fn agent(cli: Cli) -> Box<crate::agent::AgentArgs> {
+        match cli.command {
+            Run::Agent(a) => a,
+            other => panic!("not the agent: {other:?}"),
+        }
+    }
+
+    fn controller(cli: Cli) -> Box<crate::controller::ControllerArgs> {
+        match cli.command {
+            Run::Controller(c) => c,
+            other => panic!("not the controller: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_command_takes_its_own_keys_from_one_file() {
+        let a = agent(with(FILE, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap());
+        assert_eq!(a.ifaces, ["eno1", "eno2"]);
+        assert!(a.kubernetes);
+        assert_eq!(a.port_range, 9000..=9999);
+        let c = controller(with(FILE, &["ssh-fwd", "controller", "--config=FILE"], &[]).unwrap());
+        assert_eq!(c.ssh_user, "alice");
+        assert_eq!(c.port_range, 9000..=9999);
+    }
+
+    #[test]
+    fn the_command_line_and_the_environment_win_over_the_file() {
+        let argv = [
+            "ssh-fwd",
+            "--log",
+            "debug",
+            "agent",
+            "--config",
+            "FILE",
+            "--iface",
+            "bond0",
+            "--port-range=7000-7999",
+        ];
+        let a = agent(with(FILE, &argv, &[]).unwrap());
+        assert_eq!(a.ifaces, ["bond0"], "a repeatable flag is replaced");
+        assert_eq!(a.port_range, 7000..=7999);
+        // The test's environment, not the process's: the file's key is left
+        // out for it, so clap's default shows.
+        let file = format!("{FILE}log: debug\n");
+        let cli = with(
+            &file,
+            &["ssh-fwd", "controller"],
+            &[(ENV, "FILE"), ("SSH_FWD_LOG", "warn")],
+        )
+        .unwrap();
+        assert_eq!(
+            cli.log, "info",
+            "the file's log was left to the environment"
+        );
+        assert_eq!(controller(cli).ssh_user, "alice", "the file named by {ENV}");
+    }
+
+    #[test]
+    fn switches_lists_and_global_flags() {
+        let file = "kubernetes: false\nmappings: /etc/m.yaml\niface: eth0\nlog: debug\n";
+        let cli = with(file, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap();
+        assert_eq!(cli.log, "debug");
+        let a = agent(cli);
+        assert!(!a.kubernetes);
+        assert_eq!(a.ifaces, ["eth0"]);
+        let wrong = with(
+            "kubernetes: 3\n",
+            &["ssh-fwd", "agent", "--config", "FILE"],
+            &[],
+        );
+        assert!(wrong.unwrap_err().contains("`kubernetes`: is a switch"));
+        let list = with(
+            "port-range: [1, 2]\n",
+            &["ssh-fwd", "agent", "--config", "FILE"],
+            &[],
+        );
+        assert!(list.unwrap_err().contains("`port-range`: takes one value"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_the_nearest_name() {
+        for (key, said) in [
+            ("port_range", "did you mean `port-range`?"),
+            ("--ssh-ip", "did you mean `ssh-ip`?"),
+            ("portrange", "did you mean `port-range`?"),
+            ("config", "a configuration file cannot name another"),
+            ("help", "keys are the flag names"),
+        ] {
+            let file = format!("{key}: x\n");
+            let err = with(&file, &["ssh-fwd", "controller", "--config", "FILE"], &[]).unwrap_err();
+            assert!(err.contains(&format!("`{key}` is not a setting")), "{err}");
+            assert!(err.contains(said), "{key}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_mapping_is_refused_and_none_leaves_the_command_line_alone() {
+        let err = with("- a\n", &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap_err();
+        assert!(
+            err.contains("is not YAML mapping flag names to values"),
+            "{err}"
+        );
+        let argv: Vec<OsString> = ["ssh-fwd", "list", "--config", "x"]
+            .map(Into::into)
+            .to_vec();
+        assert_eq!(
+            expand(&Cli::command(), argv.clone(), |_| None).unwrap(),
+            argv
+        );
+        let missing = expand(
+            &Cli::command(),
+            ["ssh-fwd", "agent", "--config", "/nonexistent/ssh-fwd.yaml"]
+                .map(Into::into)
+                .to_vec(),
+            |_| None,
+        )
+        .unwrap_err();
+        assert!(
+            missing
+                .to_string()
+                .contains("cannot read the configuration file /nonexistent/ssh-fwd.yaml")
+        );
+        let empty = with(
+            "",
+            &[
+                "ssh-fwd",
+                "agent",
+                "--config",
+                "FILE",
+                "--iface",
+                "x",
+                "--mappings",
+                "m",
+            ],
+            &[],
+        );
+        assert!(empty.is_ok(), "an empty file sets nothing");
+    }
+}
