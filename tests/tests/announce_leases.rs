@@ -110,6 +110,27 @@ impl Drop for Bed {
                     eprintln!("--- node{n}'s agent:\n{}", agent.log());
                 }
             }
+            // The Lease writes as the API saw them: when each arrived, how
+            // long it waited, and what came of it.
+            let (now, wall) = (Instant::now(), std::time::SystemTime::now());
+            let at = |i: Instant| {
+                let t = wall - now.duration_since(i);
+                humantime::format_rfc3339_millis(t).to_string()
+            };
+            eprintln!("--- the API's Lease writes:");
+            for r in self.api.requests() {
+                if r.resource == "leases" && matches!(r.verb, "create" | "update") {
+                    let waited = r.handled.map(|h| h.duration_since(r.at));
+                    eprintln!(
+                        "{} {} {} waited {waited:?} code {:?} given up {}",
+                        at(r.at),
+                        r.user,
+                        r.verb,
+                        r.code,
+                        r.given_up.map(at).unwrap_or_default()
+                    );
+                }
+            }
         }
     }
 }

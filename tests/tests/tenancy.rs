@@ -320,6 +320,13 @@ fn a_tenants_older_external_ips_service_takes_nothing_by_default() {
         None,
         "an externalIPs Service is not honoured unless --service-styles says so"
     );
+    eventually("the tenant told why, on its Service", || {
+        bed.api.list(Kind::Event).into_iter().find(|e| {
+            e["metadata"]["namespace"] == ATTACKER_NS
+                && e["regarding"]["name"] == "sneaky"
+                && e["reason"] == ssh_fwd::agent::source::events::reason::STYLE_NOT_HONOURED
+        })
+    });
 }
 
 /// With `externalips` honoured (a cluster that trusts every Service

@@ -17,7 +17,7 @@ mod cross_node_key;
 mod metrics;
 mod reconcile;
 mod repair;
-mod source;
+pub mod source;
 pub mod sweep;
 
 use std::{

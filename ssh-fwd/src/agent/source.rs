@@ -10,6 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub mod events;
+
 use anyhow::Context as _;
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
@@ -30,6 +32,7 @@ use crate::{
         },
         validate::Rules,
     },
+    vocabulary,
 };
 
 /// What the source asks of the reconciler.
@@ -351,6 +354,8 @@ pub struct KubeFollower {
     /// A change was returned already (the first is the complete lists).
     started: bool,
     metrics: AgentMetrics,
+    /// Events on the Services skipped or served in part.
+    events: events::Events,
 }
 
 impl KubeFollower {
@@ -385,8 +390,13 @@ impl KubeFollower {
             selector = args.selector,
             "waiting for complete lists of Services and EndpointSlices; until then the maps stay as they are"
         );
+        let node = args
+            .node_name
+            .clone()
+            .unwrap_or_else(|| vocabulary::AGENT.to_owned());
         Ok(Self {
             source,
+            events: events::Events::start(client.clone(), node),
             client,
             selector: args.selector.clone(),
             started: false,
@@ -447,7 +457,11 @@ impl KubeFollower {
     /// Logs the notes raised and sets the gauges of Services skipped and
     /// mappings left out.
     fn report(&mut self) {
-        report(&self.source.take_notes());
+        let notes = self.source.take_notes();
+        report(&notes);
+        for note in &notes {
+            self.events.note(note);
+        }
         let invalid = i64::try_from(self.source.invalid_services()).unwrap_or(i64::MAX);
         let left_out = i64::try_from(self.source.left_out()).unwrap_or(i64::MAX);
         self.metrics.invalid_services.set(invalid);
@@ -485,7 +499,7 @@ fn report(notes: &[Note]) {
             ),
             Note::NodePortsAllocated { service } => tracing::warn!(
                 service,
-                class = crate::vocabulary::LB_CLASS,
+                class = vocabulary::LB_CLASS,
                 "LoadBalancer Service of this class ignored: it lets Kubernetes open NodePorts on every node; set spec.allocateLoadBalancerNodePorts: false"
             ),
             Note::NotGranted {

@@ -154,10 +154,7 @@ impl ConfigFile {
                 continue;
             };
             if on_command_line(arg, given)
-                || arg
-                    .get_env()
-                    .and_then(OsStr::to_str)
-                    .is_some_and(&env)
+                || arg.get_env().and_then(OsStr::to_str).is_some_and(&env)
             {
                 continue;
             }

@@ -53,20 +53,17 @@ pub const AGENT: &[ApiCall] = &[
     call("", "nodes", &["get"]),
     // --announce l2: one Lease per SSH IP in --lease-namespace, watched by
     // every agent, written by the one that takes it, renews it or hands it
-    // back (`agent::announce::leases`).
+    // back, read by a standby whose take failed (`agent::announce::leases`).
     ApiCall {
         group: "coordination.k8s.io",
         resource: "leases",
-        verbs: &["list", "watch", "create", "update"],
+        verbs: &["get", "list", "watch", "create", "update"],
         own_namespace: true,
     },
-    // --announce l2: each takeover told on the SSH IP's Lease.
-    ApiCall {
-        group: "events.k8s.io",
-        resource: "events",
-        verbs: &["create"],
-        own_namespace: true,
-    },
+    // --announce l2: each takeover told on the SSH IP's Lease; and in every
+    // namespace, an Event on each Service the agents skip or serve in part
+    // (`agent::source::events`).
+    call("events.k8s.io", "events", &["create"]),
 ];
 
 /// The controller (`controller::*`).
