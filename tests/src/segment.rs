@@ -30,6 +30,9 @@ pub struct Segment {
     pub keys: SshKeys,
 }
 
+/// The bridge's MAC, set when it is made (see [`Segment::new`]).
+const BRIDGE_MAC: &str = "02:00:00:00:02:01";
+
 /// Node `n`'s address on the segment.
 pub fn node_ip(n: usize) -> String {
     format!("192.0.2.{}", 10 + n)
@@ -45,7 +48,14 @@ impl Segment {
     pub fn new(nodes: usize) -> anyhow::Result<Self> {
         let keys = SshKeys::generate()?;
         let switch = NetNs::new("switch")?;
-        switch.ip(&["link", "add", "br0", "type", "bridge"])?;
+        // An address of its own: a bridge without one takes the lowest MAC
+        // of its ports, and a port plugged in later (`another_host`) would
+        // change it under the neighbour caches of everyone who talks to an
+        // address on it (the fake API server's), cutting them off for
+        // seconds.
+        switch.ip(&[
+            "link", "add", "br0", "address", BRIDGE_MAC, "type", "bridge",
+        ])?;
         switch.ip(&["link", "set", "br0", "up"])?;
         let client = NetNs::new("client")?;
         client.veth("eth0", &switch, "cl")?;

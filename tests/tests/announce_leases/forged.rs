@@ -27,6 +27,21 @@ impl Bed {
         }
     }
 
+    /// A host of the segment that is no node, plugged into the bridge now,
+    /// with the agents running. The bridge keeps its MAC: were it to take
+    /// the new port's (a bridge without an address of its own takes the
+    /// lowest of its ports'), the nodes' neighbour entries for the API
+    /// server's address would name a MAC nobody answers to any more, their
+    /// renewals would stop reaching it for seconds, and the standby would
+    /// take the SSH IP over at expiry, whatever the forger does.
+    fn plug_in_a_host(&self) -> NetNs {
+        let bridge = Segment::mac(&self.seg.switch, "br0").unwrap();
+        let neighbour = self.seg.another_host().unwrap();
+        let now = Segment::mac(&self.seg.switch, "br0").unwrap();
+        assert_eq!(now, bridge, "plugging a host in changed the bridge's MAC");
+        neighbour
+    }
+
     /// Node `n`'s count of foreign claims of the SSH IP's family.
     fn foreign_claims(&self, n: usize) -> f64 {
         let series = format!("{FOREIGN_CLAIMS}{{family=\"{}\"}}", self.family());
@@ -43,7 +58,7 @@ fn forged_claims_leave_the_holder_answering(mut bed: Bed, outage: bool) {
         bed.api.stall();
         std::thread::sleep(Duration::from_millis(2_500));
     }
-    let neighbour = bed.seg.another_host().unwrap();
+    let neighbour = bed.plug_in_a_host();
     let forger = Forger::start(&neighbour, bed.forged_claim(), RATE);
     std::thread::sleep(Duration::from_millis(300));
     let answers = bed.probe_each(12);
@@ -117,7 +132,7 @@ const FAST_TAKEOVER: Duration = Duration::from_millis(1_400);
 fn forged_probe_answers_do_not_hold_back_the_takeover(mut bed: Bed) {
     bed.node0_holds_node1_watches();
     let mac1 = bed.mac(1);
-    let neighbour = bed.seg.another_host().unwrap();
+    let neighbour = bed.plug_in_a_host();
     // Answers to node 1's probes from a MAC node 0 never published: ARP
     // replies to node 1, or advertisements to all nodes.
     let forged = match bed.ssh_ip.parse::<std::net::Ipv4Addr>() {
