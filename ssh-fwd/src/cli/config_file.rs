@@ -303,7 +303,7 @@ pub struct ConfigFlag {
     /// agent and the controller can share one. A flag on the command line,
     /// or its environment variable, wins over the file. Check a file with
     /// `ssh-fwd config check FILE`.
-    #[arg(long = "config", env = ENV, value_name = "FILE")]
+    #[arg(long = "config", env = ENV, value_name = "FILE", help_heading = "Configuration file")]
     pub file: Option<PathBuf>,
 }
 

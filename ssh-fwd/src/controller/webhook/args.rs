@@ -5,6 +5,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Admission webhook and keys")]
 pub struct AdmissionArgs {
     /// Serve the mutating admission webhook over HTTPS on this address (on
     /// every replica): pods labelled ssh-fwd.io/ssh=enabled get their port,
