@@ -1,7 +1,8 @@
 //! Value types of flags that several commands share, parsed the same way
-//! everywhere: port ranges, durations and Service shapes.
+//! everywhere: port ranges, durations and Service shapes; and `--config`,
+//! which the agent and the controller both take.
 
-use std::{ops::RangeInclusive, time::Duration};
+use std::{ops::RangeInclusive, path::PathBuf, time::Duration};
 
 /// Parses `8000-16000`.
 pub fn port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
@@ -75,4 +76,20 @@ mod tests {
         assert!(port_range("0-10").is_err());
         assert!(port_range("8000").unwrap_err().contains("like 8000-16000"));
     }
+}
+
+/// The environment variable that names the configuration file, like
+/// `--config`.
+pub const CONFIG_ENV: &str = "SSH_FWD_CONFIG";
+
+/// The flag naming the file, in both commands' `--help`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConfigFlag {
+    /// A YAML file of settings whose keys are this command's flag names
+    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`); the
+    /// agent and the controller can share one. A flag on the command line,
+    /// or its environment variable, wins over the file. Check a file with
+    /// `ssh-fwd config check FILE`.
+    #[arg(long = "config", env = CONFIG_ENV, value_name = "FILE", help_heading = "Configuration file")]
+    pub file: Option<PathBuf>,
 }

@@ -247,7 +247,7 @@ pub struct AgentArgs {
     pub bpffs: BpffsArg,
 
     #[command(flatten)]
-    pub config: crate::cli::config_file::ConfigFlag,
+    pub config: crate::args::ConfigFlag,
 
     #[command(flatten)]
     pub guard: GuardArgs,

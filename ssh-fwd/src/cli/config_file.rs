@@ -19,8 +19,7 @@ use std::{
 
 use clap::{Arg, ArgAction, Command};
 
-/// The environment variable that names the file, like `--config`.
-pub const ENV: &str = "SSH_FWD_CONFIG";
+pub use crate::args::CONFIG_ENV as ENV;
 /// The commands that read the file.
 pub const COMMANDS: [&str; 2] = ["agent", "controller"];
 
@@ -293,18 +292,6 @@ fn hint<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> String {
         ),
         _ => " (keys are the flag names without the dashes: see `ssh-fwd agent --help` and `ssh-fwd controller --help`)".to_owned(),
     }
-}
-
-/// The flag naming the file, in both commands' `--help`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct ConfigFlag {
-    /// A YAML file of settings whose keys are this command's flag names
-    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`); the
-    /// agent and the controller can share one. A flag on the command line,
-    /// or its environment variable, wins over the file. Check a file with
-    /// `ssh-fwd config check FILE`.
-    #[arg(long = "config", env = ENV, value_name = "FILE", help_heading = "Configuration file")]
-    pub file: Option<PathBuf>,
 }
 
 /// `argv` with the flags of the file named by `--config` (or

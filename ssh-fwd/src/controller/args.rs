@@ -107,7 +107,7 @@ pub struct ControllerArgs {
     pub admission: super::webhook::AdmissionArgs,
 
     #[command(flatten)]
-    pub config: crate::cli::config_file::ConfigFlag,
+    pub config: crate::args::ConfigFlag,
 }
 
 /// Parses `ssh-fwd controller`'s flags alone (`argv` without the program and
