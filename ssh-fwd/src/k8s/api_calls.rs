@@ -53,11 +53,11 @@ pub const AGENT: &[ApiCall] = &[
     call("", "nodes", &["get"]),
     // --announce l2: one Lease per SSH IP in --lease-namespace, watched by
     // every agent, written by the one that takes it, renews it or hands it
-    // back (`agent::announce::leases`).
+    // back, and read again after a failed take (`agent::announce::leases`).
     ApiCall {
         group: "coordination.k8s.io",
         resource: "leases",
-        verbs: &["list", "watch", "create", "update"],
+        verbs: &["get", "list", "watch", "create", "update"],
         own_namespace: true,
     },
     // --announce l2: each takeover told on the SSH IP's Lease.
