@@ -338,7 +338,8 @@ fn capability_mask(names: &[String]) -> u64 {
     names
         .iter()
         .map(|n| match n.as_str() {
-            "NET_ADMIN" => 1u64 << 12,
+            "NET_BROADCAST" => 1u64 << 11,
+            "NET_ADMIN" => 1 << 12,
             "PERFMON" => 1 << 38,
             "BPF" => 1 << 39,
             other => panic!("capability {other}: add its bit here"),
