@@ -11,19 +11,13 @@
 use std::{collections::BTreeSet, path::Path};
 
 use clap::Parser as _;
-use k8s_openapi::{
-    api::{
-        admissionregistration::v1::{
-            MutatingWebhookConfiguration, ValidatingAdmissionPolicy,
-            ValidatingAdmissionPolicyBinding,
-        },
-        apps::v1::{DaemonSet, Deployment},
-        batch::v1::Job,
-        core::v1::{ConfigMap, Container, Namespace, Pod, Service, ServiceAccount},
-        networking::v1::NetworkPolicy,
-        rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
-    },
-    serde::{Serialize, de::DeserializeOwned},
+use k8s_openapi::api::{
+    admissionregistration::v1::MutatingWebhookConfiguration,
+    apps::v1::{DaemonSet, Deployment},
+    batch::v1::Job,
+    core::v1::{ConfigMap, Container, Service},
+    networking::v1::NetworkPolicy,
+    rbac::v1::{PolicyRule, Role},
 };
 use serde_json::Value;
 
@@ -34,99 +28,40 @@ use ssh_fwd::{
     vocabulary,
 };
 
-const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
-const NAMESPACE: &str = "ssh-fwd";
+mod combinations;
+mod config;
+mod render;
 
-fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
-}
+use render::{DEPLOY, NAMESPACE, check_kind, documents, find, render, shared_config, typed};
 
-/// Parses `doc` as `T` and fails on any field `T` does not have: whatever
-/// the typed round trip drops was unknown (a typo, or a wrong level).
-fn typed<T: DeserializeOwned + Serialize>(doc: &Value) -> Result<T, String> {
-    let parsed: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
-    let back = serde_json::to_value(&parsed).map_err(|e| e.to_string())?;
-    known_fields(doc, &back, "")?;
-    Ok(parsed)
-}
-
-fn known_fields(original: &Value, round: &Value, at: &str) -> Result<(), String> {
-    match (original, round) {
-        (Value::Object(a), Value::Object(b)) => a.iter().try_for_each(|(k, v)| match b.get(k) {
-            Some(w) => known_fields(v, w, &format!("{at}.{k}")),
-            None => Err(format!("unknown field {at}.{k}")),
-        }),
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
-            .iter()
-            .zip(b)
-            .enumerate()
-            .try_for_each(|(i, (v, w))| known_fields(v, w, &format!("{at}[{i}]"))),
-        (a, b) if a == b => Ok(()),
-        // Scalars the type normalises (e.g. a port given as a string).
-        (Value::String(a), b) if b.as_str().is_none() && a == &b.to_string() => Ok(()),
-        (a, b) => Err(format!("{at}: {a} became {b}")),
-    }
-}
-
-/// Every document of the base, checked against its type.
+/// deploy/base as `kubectl apply -k deploy/base` sends it.
 fn base() -> Vec<Value> {
+    render("base")
+}
+
+#[test]
+fn the_base_kustomization_lists_every_file_of_its_directory() {
     let dir = Path::new(DEPLOY).join("base");
     let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
-    let listed: BTreeSet<String> = kustomization["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_str().unwrap().to_owned())
-        .collect();
+    let strings = |v: &Value| -> Vec<String> {
+        (v.as_array().into_iter().flatten())
+            .map(|r| r.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut listed: BTreeSet<String> = strings(&kustomization["resources"]).into_iter().collect();
+    for generator in kustomization["configMapGenerator"].as_array().unwrap() {
+        listed.extend(strings(&generator["envs"]));
+    }
     let present: BTreeSet<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml")
+        .filter(|n| n != "kustomization.yaml")
         .collect();
     assert_eq!(
         listed, present,
-        "deploy/base/kustomization.yaml must list every manifest"
+        "deploy/base/kustomization.yaml must list every file"
     );
     assert_eq!(kustomization["namespace"], NAMESPACE);
-    listed
-        .iter()
-        .flat_map(|f| documents(&dir.join(f)))
-        .collect()
-}
-
-fn check_kind(doc: &Value) -> Result<(), String> {
-    match doc["kind"].as_str().unwrap_or("") {
-        "Namespace" => typed::<Namespace>(doc).map(drop),
-        "ConfigMap" => typed::<ConfigMap>(doc).map(drop),
-        "ServiceAccount" => typed::<ServiceAccount>(doc).map(drop),
-        "ClusterRole" => typed::<ClusterRole>(doc).map(drop),
-        "ClusterRoleBinding" => typed::<ClusterRoleBinding>(doc).map(drop),
-        "Role" => typed::<Role>(doc).map(drop),
-        "RoleBinding" => typed::<RoleBinding>(doc).map(drop),
-        "DaemonSet" => typed::<DaemonSet>(doc).map(drop),
-        "Deployment" => typed::<Deployment>(doc).map(drop),
-        "Pod" => typed::<Pod>(doc).map(drop),
-        "Job" => typed::<Job>(doc).map(drop),
-        "Service" => typed::<Service>(doc).map(drop),
-        "MutatingWebhookConfiguration" => typed::<MutatingWebhookConfiguration>(doc).map(drop),
-        "ValidatingAdmissionPolicy" => typed::<ValidatingAdmissionPolicy>(doc).map(drop),
-        "ValidatingAdmissionPolicyBinding" => {
-            typed::<ValidatingAdmissionPolicyBinding>(doc).map(drop)
-        }
-        "NetworkPolicy" => typed::<NetworkPolicy>(doc).map(drop),
-        other => Err(format!("no check for kind {other}")),
-    }
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/base"))
 }
 
 #[test]
@@ -141,8 +76,6 @@ fn every_manifest_parses_into_its_kubernetes_type_with_no_unknown_fields() {
         check_kind(doc)
             .unwrap_or_else(|e| panic!("{} {}: {e}", doc["kind"], doc["metadata"]["name"]));
     }
-    let overlay = documents(&Path::new(DEPLOY).join("overlays/kind/kustomization.yaml"));
-    assert_eq!(overlay[0]["resources"][0], "../../base");
 }
 
 #[test]
@@ -334,7 +267,7 @@ fn probe_ports(container: &Container) -> Vec<(String, i32)> {
 #[test]
 fn workload_arguments_parse_with_the_real_cli() {
     let docs = base();
-    let config: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let config = shared_config(&docs);
     let ds: DaemonSet = typed(find(&docs, "DaemonSet", "ssh-fwd-agent")).unwrap();
     let ds_spec = ds.spec.unwrap().template.spec.unwrap();
     let agent = &ds_spec.containers[0];
@@ -398,77 +331,67 @@ fn workload_arguments_parse_with_the_real_cli() {
     );
 }
 
-#[test]
-fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
-    let ds: DaemonSet = typed(find(&base(), "DaemonSet", "ssh-fwd-agent")).unwrap();
-    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
-    let security = container.security_context.as_ref().unwrap();
+/// The agent's DaemonSet and its arguments as the CLI parses them.
+fn agent_cli(docs: &[Value]) -> (ssh_fwd::agent::AgentArgs, DaemonSet) {
+    let config = shared_config(docs);
+    let ds: DaemonSet = typed(find(docs, "DaemonSet", "ssh-fwd-agent")).unwrap();
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let cli = Cli::try_parse_from(expanded_args(&pod.containers[0], &config))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let Command::Agent(args) = cli.command else {
+        panic!("the DaemonSet must run `ssh-fwd agent`")
+    };
+    (*args, ds)
+}
+
+/// The capabilities the agent's container adds, after dropping all.
+fn added_capabilities(ds: &DaemonSet) -> BTreeSet<String> {
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let security = pod.containers[0].security_context.as_ref().unwrap();
     let caps = security.capabilities.as_ref().unwrap();
     assert_eq!(caps.drop.as_deref(), Some(&["ALL".to_owned()][..]));
-    let added: BTreeSet<&str> = caps.add.iter().flatten().map(String::as_str).collect();
-    let asked: BTreeSet<&str> = ssh_fwd::datapath::preflight::capability_names(false)
-        .into_iter()
-        .collect();
-    assert_eq!(added, asked);
+    assert_ne!(security.privileged, Some(true));
+    caps.add.iter().flatten().cloned().collect()
+}
+
+/// What the agent asks for, run as `args` say.
+fn asked_capabilities(args: &ssh_fwd::agent::AgentArgs) -> BTreeSet<String> {
+    let l2 = args.announce.announce == ssh_fwd::agent::AnnounceMode::L2;
+    (ssh_fwd::datapath::preflight::capability_names(l2).into_iter())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_agent_gets_the_capabilities_it_checks_for_and_no_others() {
+    let (args, ds) = agent_cli(&base());
+    assert_eq!(args.announce.announce, ssh_fwd::agent::AnnounceMode::Off);
+    let added = added_capabilities(&ds);
+    assert_eq!(added, asked_capabilities(&args));
     // The link and address events of pods' namespaces: without it every
     // agent warns at start.
     assert!(added.contains("NET_BROADCAST"), "{added:?}");
-    assert_ne!(security.privileged, Some(true));
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let security = pod.containers[0].security_context.as_ref().unwrap();
     // bpf(2) with CAP_BPF and not CAP_SYS_ADMIN: some runtimes' default
     // seccomp profiles refuse it (see the manifest's comment).
     let seccomp = security.seccomp_profile.as_ref().map(|p| p.type_.as_str());
     assert_eq!(seccomp, Some("Unconfined"));
 }
 
-/// The DaemonSet of deploy/base with the overlay's JSON patches applied,
-/// as kustomize applies them.
-fn agent_with_overlay(overlay: &str) -> (DaemonSet, ConfigMap) {
-    let kustomization = &documents(&Path::new(DEPLOY).join(overlay).join("kustomization.yaml"))[0];
-    assert_eq!(kustomization["resources"][0], "../../base");
-    let docs = base();
-    let config: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-fwd-config")).unwrap();
-    let mut ds = find(&docs, "DaemonSet", "ssh-fwd-agent").clone();
-    let patches = kustomization["patches"].as_array().unwrap();
-    assert!(!patches.is_empty());
-    for p in patches {
-        assert_eq!(p["target"]["kind"], "DaemonSet");
-        assert_eq!(p["target"]["name"], "ssh-fwd-agent");
-        let ops: Value = serde_saphyr::from_str(p["patch"].as_str().unwrap()).unwrap();
-        let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
-        json_patch::patch(&mut ds, &ops).unwrap_or_else(|e| panic!("{overlay}: {e}"));
-    }
-    (typed(&ds).unwrap(), config)
-}
-
 #[test]
 fn the_announce_overlay_turns_announcing_on_with_the_capability_it_needs() {
-    let (ds, config) = agent_with_overlay("overlays/announce-l2");
-    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
-    let cli =
-        Cli::try_parse_from(expanded_args(container, &config)).unwrap_or_else(|e| panic!("{e}"));
-    let Command::Agent(agent) = cli.command else {
-        panic!("the DaemonSet must run `ssh-fwd agent`")
-    };
+    let docs = render("overlays/announce-l2");
+    let (agent, ds) = agent_cli(&docs);
     assert_eq!(agent.announce.announce, ssh_fwd::agent::AnnounceMode::L2);
     ssh_fwd::agent::check_announce(&agent).unwrap_or_else(|e| panic!("{e}"));
-    let caps = container.security_context.as_ref().unwrap();
-    let added: BTreeSet<&str> = caps
-        .capabilities
-        .as_ref()
-        .unwrap()
-        .add
-        .iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
-    let asked: BTreeSet<&str> = ssh_fwd::datapath::preflight::capability_names(true)
-        .into_iter()
-        .collect();
-    assert_eq!(added, asked);
+    let added = added_capabilities(&ds);
+    assert_eq!(added, asked_capabilities(&agent));
     assert!(
         added.contains("NET_RAW"),
         "the packet socket needs NET_RAW: {added:?}"
     );
+    let container = &ds.spec.unwrap().template.spec.unwrap().containers[0];
     let pod_namespace = container
         .env
         .iter()
@@ -477,8 +400,16 @@ fn the_announce_overlay_turns_announcing_on_with_the_capability_it_needs() {
         .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
         .map(|f| f.field_path.as_str());
     assert_eq!(pod_namespace, Some("metadata.namespace"));
+    // The env the base gives is still there: the patch merges by name.
+    assert!(
+        container
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "NODE_NAME")
+    );
     // The Leases' Role is granted in that namespace.
-    let role: Role = typed(find(&base(), "Role", "ssh-fwd-agent-announce")).unwrap();
+    let role: Role = typed(find(&docs, "Role", "ssh-fwd-agent-announce")).unwrap();
     let lease_rule = role
         .rules
         .iter()
@@ -487,51 +418,39 @@ fn the_announce_overlay_turns_announcing_on_with_the_capability_it_needs() {
     assert!(lease_rule.is_some(), "{role:?}");
 }
 
-/// What kustomize's `images:` rules make of `image` (name and tag).
-fn set_image(rules: &Value, image: &str) -> String {
-    let (name, tag) = match image.rsplit_once(':') {
-        Some((name, tag)) if !tag.contains('/') => (name, Some(tag)),
-        _ => (image, None),
-    };
-    let rule = rules
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|r| r["name"] == name);
-    let Some(rule) = rule else {
-        return image.to_owned();
-    };
-    let name = rule["newName"].as_str().unwrap_or(name);
-    match rule["newTag"].as_str().or(tag) {
-        Some(tag) => format!("{name}:{tag}"),
-        None => name.to_owned(),
-    }
-}
-
 #[test]
 fn the_kind_overlay_runs_the_image_cargo_xtask_image_builds() {
     use ssh_fwd_tests::image::{DEV_TAG, qualified};
-    let images = |file: &str| documents(&Path::new(DEPLOY).join(file))[0]["images"].clone();
-    let (base_rules, kind_rules) = (
-        images("base/kustomization.yaml"),
-        images("overlays/kind/kustomization.yaml"),
-    );
-    let docs = base();
-    for (kind, name) in [
+    let (base, kind) = (base(), render("overlays/kind"));
+    for (workload, name) in [
         ("DaemonSet", "ssh-fwd-agent"),
         ("Deployment", "ssh-fwd-controller"),
     ] {
-        let containers = &find(&docs, kind, name)["spec"]["template"]["spec"]["containers"];
-        let image = containers[0]["image"].as_str().unwrap();
-        let released = set_image(&base_rules, image);
-        assert_ne!(released, image, "{kind} {name}: the base names the release");
-        let dev = set_image(&kind_rules, &released);
-        assert_eq!(qualified(&dev), qualified(DEV_TAG), "{kind} {name}");
+        let image = |docs: &[Value]| {
+            let containers = &find(docs, workload, name)["spec"]["template"]["spec"]["containers"];
+            containers[0]["image"].as_str().unwrap().to_owned()
+        };
+        assert!(
+            image(&base).starts_with("ghcr.io/ssh-fwd/ssh-fwd:"),
+            "{workload} {name}: the base names the release, not {}",
+            image(&base)
+        );
+        assert_eq!(
+            qualified(&image(&kind)),
+            qualified(DEV_TAG),
+            "{workload} {name}"
+        );
     }
+    // The SSH IP of the README's kind steps, for both.
+    let (agent, _) = agent_cli(&kind);
+    let (controller, _) = controller_cli(&kind);
+    let ip: std::net::IpAddr = "172.18.255.10".parse().unwrap();
+    assert_eq!(agent.ssh_ips, [ip]);
+    assert_eq!(controller.ssh_ips, agent.ssh_ips);
 }
 
 fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deployment) {
-    let config: ConfigMap = typed(find(docs, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let config = shared_config(docs);
     let deployment: Deployment = typed(find(docs, "Deployment", "ssh-fwd-controller")).unwrap();
     let pod_spec = deployment.spec.clone().unwrap().template.spec.unwrap();
     let cli = Cli::try_parse_from(expanded_args(&pod_spec.containers[0], &config))
@@ -628,11 +547,30 @@ fn the_webhook_configuration_sends_only_ssh_pods_to_the_controllers_webhook_port
 
 #[test]
 fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresses() {
+    // The component as shipped (a documentation range), and as the kind
+    // overlay patches it (kind's docker network): the patch keeps both
+    // rules.
+    let shipped = render::render_kustomization(
+        "webhook-network-policy",
+        "resources: [DEPLOY/base]\ncomponents: [DEPLOY/components/webhook-network-policy]\n",
+    )
+    .unwrap();
+    for (docs, cidr) in [
+        (shipped, "192.0.2.0/24"),
+        (render("overlays/kind"), "172.18.0.0/16"),
+    ] {
+        check_network_policy(&docs);
+        let policy = find(&docs, "NetworkPolicy", "ssh-fwd-controller");
+        assert_eq!(
+            policy["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"],
+            cidr
+        );
+    }
+}
+
+fn check_network_policy(docs: &[Value]) {
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    let component = Path::new(DEPLOY).join("components/webhook-network-policy");
-    let mut docs = base();
-    docs.extend(component_docs(&component));
-    let policy: NetworkPolicy = typed(find(&docs, "NetworkPolicy", "ssh-fwd-controller")).unwrap();
+    let policy: NetworkPolicy = typed(find(docs, "NetworkPolicy", "ssh-fwd-controller")).unwrap();
     assert_eq!(
         policy.metadata.namespace.as_deref(),
         Some("ssh-fwd"),
@@ -643,7 +581,7 @@ fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresse
         "not in the base: its ipBlock must be set for the cluster first"
     );
     let spec = policy.spec.unwrap();
-    let (args, deployment) = controller_cli(&docs);
+    let (args, deployment) = controller_cli(docs);
     let template = deployment.spec.unwrap().template;
     let labels = template.metadata.unwrap().labels.unwrap();
     let selected = spec.pod_selector.unwrap().match_labels.unwrap();
@@ -689,56 +627,34 @@ fn the_network_policy_admits_the_webhook_port_only_from_the_api_servers_addresse
         i32::from(args.metrics_addr.unwrap().port())
     );
     assert!(metrics.from.is_none(), "Prometheus scrapes from anywhere");
-    // The kind overlay admits kind's docker network.
-    let kind = overlay("kind");
-    let patched = find(&kind, "NetworkPolicy", "ssh-fwd-controller");
-    assert_eq!(
-        patched["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"],
-        "172.18.0.0/16"
-    );
-}
-
-/// What a kustomize Component in `dir` adds: its resources.
-fn component_docs(dir: &Path) -> Vec<Value> {
-    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
-    assert_eq!(kustomization["kind"], "Component", "{}", dir.display());
-    (kustomization["resources"].as_array().unwrap().iter())
-        .flat_map(|r| documents(&dir.join(r.as_str().unwrap())))
-        .collect()
-}
-
-/// The base with the overlay's components added and its JSON patches
-/// applied, as kustomize would.
-fn overlay(name: &str) -> Vec<Value> {
-    let dir = Path::new(DEPLOY).join("overlays").join(name);
-    let kustomization = &documents(&dir.join("kustomization.yaml"))[0];
-    let mut docs = base();
-    for resource in kustomization["resources"].as_array().unwrap() {
-        let resource = resource.as_str().unwrap();
-        if !resource.starts_with("..") {
-            docs.extend(documents(&dir.join(resource)));
-        }
-    }
-    for component in kustomization["components"].as_array().into_iter().flatten() {
-        docs.extend(component_docs(&dir.join(component.as_str().unwrap())));
-    }
-    for patch in kustomization["patches"].as_array().unwrap() {
-        let target = &patch["target"];
-        let ops: json_patch::Patch =
-            serde_saphyr::from_str(patch["patch"].as_str().unwrap()).unwrap();
-        let doc = docs
-            .iter_mut()
-            .find(|d| d["kind"] == target["kind"] && d["metadata"]["name"] == target["name"])
-            .unwrap();
-        json_patch::patch(doc, &ops).unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
-    docs
 }
 
 #[test]
 fn the_cert_manager_overlay_serves_the_certificate_cainjector_vouches_for() {
-    let docs = overlay("cert-manager");
+    let docs = render("overlays/cert-manager");
     let (args, deployment) = controller_cli(&docs);
+    // Its patch restates the base's arguments (a list is replaced whole):
+    // all of them, with the certificate's source swapped.
+    let arguments = |docs: &[Value]| {
+        let deployment = find(docs, "Deployment", "ssh-fwd-controller");
+        let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+        serde_json::from_value::<Vec<String>>(args.clone()).unwrap()
+    };
+    let swapped: Vec<String> = arguments(&base())
+        .into_iter()
+        .map(|a| match a.as_str() {
+            "--webhook-self-signed" => format!(
+                "--webhook-cert-dir={}",
+                args.admission.webhook_cert_dir.as_ref().unwrap().display()
+            ),
+            _ => a,
+        })
+        .collect();
+    assert_eq!(
+        arguments(&docs),
+        swapped,
+        "components/cert-manager/controller.yaml"
+    );
     assert!(!args.admission.webhook_self_signed);
     let dir = args
         .admission
@@ -810,7 +726,7 @@ fn the_batch_example_runs_sshd_as_the_keys_owner_reading_the_installed_file_itse
     // that sshd runs as (StrictModes).
     let docs = documents(&Path::new(DEPLOY).join("examples/ssh-batch-job.yaml"));
     let base = base();
-    let shared: ConfigMap = typed(find(&base, "ConfigMap", "ssh-fwd-config")).unwrap();
+    let shared = shared_config(&base);
     let shared = shared.data.unwrap();
     let installed = format!("{}/{}", shared["KEYS_DIR"], shared["KEYS_FILE"]);
     let sshd: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-batch-demo-sshd")).unwrap();
