@@ -7,11 +7,12 @@
 
 use std::{collections::BTreeSet, path::Path};
 
+use k8s_openapi::api::{apps::v1::Deployment, policy::v1::PodDisruptionBudget};
 use serde_json::Value;
 
 use super::{
     DEPLOY, NAMESPACE, added_capabilities, agent_cli, asked_capabilities, check_kind,
-    controller_cli, granted, needed, render,
+    controller_cli, granted, needed, render, typed,
 };
 use ssh_fwd::k8s::api_calls;
 
@@ -145,6 +146,7 @@ fn check_install(docs: &[Value], chosen: &[&str]) -> Result<(), String> {
             ));
         }
     }
+    check_disruption_budget(docs, &deployment)?;
     // Least privilege, whatever is added.
     for (account, calls) in [
         ("ssh-fwd-agent", api_calls::AGENT),
@@ -168,6 +170,68 @@ fn check_install(docs: &[Value], chosen: &[&str]) -> Result<(), String> {
         return Err(format!(
             "admission policies: {pairs:?} bound, {unbound:?} unbound, {dangling:?} dangling"
         ));
+    }
+    Ok(())
+}
+
+/// A voluntary disruption leaves a controller replica, and the replicas
+/// prefer different nodes.
+fn check_disruption_budget(docs: &[Value], deployment: &Deployment) -> Result<(), String> {
+    let budget: PodDisruptionBudget = typed(super::find(
+        docs,
+        "PodDisruptionBudget",
+        "ssh-fwd-controller",
+    ))?;
+    let spec = deployment.spec.as_ref().unwrap();
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    let budget = budget.spec.unwrap();
+    let selected = budget.selector.unwrap().match_labels.unwrap();
+    if selected.is_empty() || !selected.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+        return Err(format!(
+            "the budget selects {selected:?}, not the controller's pods"
+        ));
+    }
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let replicas = spec.replicas.unwrap_or(1);
+    if budget.min_available != Some(IntOrString::Int(1)) || replicas < 2 {
+        return Err(format!(
+            "minAvailable {:?} of {replicas} replicas: one may go, one stays",
+            budget.min_available
+        ));
+    }
+    let pod = spec.template.spec.as_ref().unwrap();
+    let terms = (pod.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .ok_or("no preferred pod anti-affinity")?;
+    let apart = terms.iter().any(|t| {
+        let term = &t.pod_affinity_term;
+        let selects = (term.label_selector.as_ref())
+            .and_then(|s| s.match_labels.as_ref())
+            .is_some_and(|m| !m.is_empty() && m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+        term.topology_key == "kubernetes.io/hostname" && selects
+    });
+    if !apart {
+        return Err(format!("no anti-affinity by hostname among {terms:?}"));
+    }
+    let required = (pod.affinity.as_ref())
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    if required.is_some() {
+        return Err("required anti-affinity leaves a one-node cluster one replica short".into());
     }
     Ok(())
 }
