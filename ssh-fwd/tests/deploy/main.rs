@@ -31,6 +31,7 @@ use ssh_fwd::{
 mod combinations;
 mod config;
 mod render;
+mod uninstall;
 
 use render::{DEPLOY, NAMESPACE, check_kind, documents, find, render, shared_config, typed};
 
