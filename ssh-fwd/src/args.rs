@@ -30,6 +30,14 @@ pub fn duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Parses a duration as [`duration`] does, where `0s` (any zero) means
+/// off: for a period that may be turned off.
+pub fn duration_or_off(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 30s, 5m or 0s (off): {e}"))?;
+    Ok(d)
+}
+
 /// A shape of Service that exposes the SSH IP: the one the controller
 /// creates (`--service-style`), and those whose SSH IP the agents and the
 /// controller honour (`--service-styles`).
@@ -67,6 +75,13 @@ mod tests {
         assert!(duration("0s").unwrap_err().contains("greater than zero"));
         assert!(duration("7").unwrap_err().contains("like 500ms"));
         assert!(duration("5 parsecs").is_err());
+    }
+
+    #[test]
+    fn a_period_that_may_be_off_takes_zero() {
+        assert_eq!(duration_or_off("0s"), Ok(Duration::ZERO));
+        assert_eq!(duration_or_off("5m"), Ok(Duration::from_secs(300)));
+        assert!(duration_or_off("off").unwrap_err().contains("0s (off)"));
     }
 
     #[test]

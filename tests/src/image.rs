@@ -21,7 +21,7 @@ pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 pub const TEST_PROFILE: &str = "dev";
 
 /// The image `cargo xtask image` builds unless told otherwise, and the one
-/// `deploy/overlays/kind` runs (`ssh-fwd/tests/deploy.rs` checks they agree).
+/// `deploy/overlays/kind` runs (`ssh-fwd/tests/deploy` checks they agree).
 pub const DEV_TAG: &str = "ssh-fwd:dev";
 
 /// How long a `podman build` or `podman save` may take.

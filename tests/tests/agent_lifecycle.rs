@@ -166,6 +166,63 @@ fn teardown_removes_the_data_path() {
     assert!(bed.bpffs[0].list().is_err(), "maps still pinned");
 }
 
+/// deploy/uninstall's teardown, with only the capabilities its pod is
+/// granted, removes the data path as root's does, and returns once the
+/// programs are detached.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn teardown_with_the_uninstall_pods_capabilities_removes_the_data_path() {
+    privilege::require();
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/uninstall/teardown-daemonset.yaml"),
+    )
+    .unwrap();
+    let daemonset: serde_json::Value = serde_saphyr::from_str(&manifest).unwrap();
+    let init = &daemonset["spec"]["template"]["spec"]["initContainers"][0];
+    let caps: String = (init["securityContext"]["capabilities"]["add"].as_array())
+        .unwrap()
+        .iter()
+        .map(|c| format!(",+{}", c.as_str().unwrap().to_lowercase()))
+        .collect();
+    assert!(!caps.is_empty());
+    let mut bed = one_mapping_bed(1, &["--attach", "xdp"]);
+    bed.agents[0].stop().unwrap();
+    assert_eq!(bed.hostname_via(8022).unwrap(), "pod-1");
+    let bin = ssh_fwd_tests::agent::binary().unwrap();
+    let said = ssh_fwd_tests::cmd::run(
+        std::process::Command::new("setpriv")
+            .args([
+                "--bounding-set",
+                &format!("-all{caps}"),
+                "--inh-caps",
+                "-all",
+                "--",
+            ])
+            .arg(bin)
+            .arg("teardown")
+            .arg("--bpffs")
+            .arg(bed.bpffs[0].path()),
+    )
+    .unwrap();
+    // It could check that the kernel let go of the links before it
+    // returned (listing them needs CAP_SYS_ADMIN).
+    assert!(!said.contains("cannot list"), "{said}");
+    let link = ssh_fwd_tests::cmd::run(
+        bed.topo.nodes[0]
+            .ns
+            .command("ip")
+            .args(["link", "show", EXT_IFACE]),
+    )
+    .unwrap();
+    assert!(!link.contains("xdp"), "XDP still attached: {link}");
+    assert!(
+        refused(bed.client(), 8022),
+        "after teardown the node itself answers, with a RST"
+    );
+    assert!(bed.bpffs[0].list().is_err(), "maps still pinned");
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn agent_errors_name_the_problem() {

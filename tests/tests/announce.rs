@@ -78,6 +78,14 @@ fn told_and_shown(node: &NetNs, bpffs: &Bpffs, sent: &str, ssh_ip: &str, mac: &s
         series(&text, &format!("ssh_fwd_announcing{{ssh_ip=\"{ssh_ip}\"}}")),
         Some(1.0)
     );
+    // What the alerts compare it with: the SSH IPs an agent announces.
+    assert_eq!(
+        series(
+            &text,
+            &format!("ssh_fwd_announce_configured{{ssh_ip=\"{ssh_ip}\"}}")
+        ),
+        Some(1.0)
+    );
     let bin = binary().unwrap();
     let mut status = node.command(bin.to_str().unwrap());
     status

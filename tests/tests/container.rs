@@ -61,6 +61,19 @@ fn manifest(file: &str) -> Value {
     serde_saphyr::from_str(&text).unwrap()
 }
 
+/// The shared settings, as kustomize's configMapGenerator reads
+/// config.env: `KEY=VALUE` lines, `#` comments.
+fn config() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(Path::new(DEPLOY).join("config.env")).unwrap();
+    (text.lines())
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (key, value) = l.split_once('=').unwrap();
+            (key.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
 fn require_podman() {
     privilege::require();
     if let Some(why) = image::missing_tools() {
@@ -225,13 +238,10 @@ fn strings(list: &Value) -> Vec<String> {
 /// cluster's would not fit the test's namespaces, and a kubeconfig in place
 /// of the in-cluster configuration (the fake API speaks plain HTTP).
 fn environment(c: &Value) -> BTreeMap<String, String> {
-    let config = manifest("config.yaml");
     let mut env = BTreeMap::new();
     for from in c["envFrom"].as_array().unwrap() {
-        assert_eq!(from["configMapRef"]["name"], config["metadata"]["name"]);
-        for (key, value) in config["data"].as_object().unwrap() {
-            env.insert(key.clone(), value.as_str().unwrap().to_owned());
-        }
+        assert_eq!(from["configMapRef"]["name"], "ssh-fwd-config");
+        env.extend(config());
     }
     for var in c["env"].as_array().into_iter().flatten() {
         let field = var["valueFrom"]["fieldRef"]["fieldPath"].as_str();
@@ -338,7 +348,8 @@ fn capability_mask(names: &[String]) -> u64 {
     names
         .iter()
         .map(|n| match n.as_str() {
-            "NET_ADMIN" => 1u64 << 12,
+            "NET_BROADCAST" => 1u64 << 11,
+            "NET_ADMIN" => 1 << 12,
             "PERFMON" => 1 << 38,
             "BPF" => 1 << 39,
             other => panic!("capability {other}: add its bit here"),

@@ -186,12 +186,39 @@ fn agent_runs_with_only_the_daemonset_capabilities() {
         "--bpffs".into(),
         below.display().to_string(),
     ];
-    let _agent = Agent::start_with_capabilities(node, &caps, &[EXT_IFACE], &bpffs, &args).unwrap();
+    let mut agent =
+        Agent::start_with_capabilities(node, &caps, &[EXT_IFACE], &bpffs, &args).unwrap();
     let host = topo
         .ssh()
         .run(&topo.client, EXTERNAL_IP, 8022, "hostname")
         .unwrap();
     assert_eq!(host, topo.pods[0].hostname);
+    // Everything it asks for is granted: no warning of a capability, and
+    // the address events of every namespace (NET_BROADCAST) are heard.
+    let log = agent.log();
+    assert!(
+        !log.contains("no CAP_") && !log.contains("no address events"),
+        "{log}"
+    );
+    agent.stop().unwrap();
+
+    // Without NET_BROADCAST it runs, and says what it does without.
+    let without: Vec<&str> = caps
+        .iter()
+        .copied()
+        .filter(|c| *c != "net_broadcast")
+        .collect();
+    assert_eq!(
+        without.len() + 1,
+        caps.len(),
+        "the DaemonSet grants NET_BROADCAST"
+    );
+    let mut agent =
+        Agent::start_with_capabilities(node, &without, &[EXT_IFACE], &bpffs, &args).unwrap();
+    for warning in ["no CAP_NET_BROADCAST", "no address events"] {
+        agent.wait_for_log(warning, Duration::from_secs(5)).unwrap();
+    }
+    agent.stop().unwrap();
 
     // One capability fewer and the agent names what is missing.
     let fewer: Vec<&str> = caps.iter().copied().filter(|c| *c != "net_admin").collect();

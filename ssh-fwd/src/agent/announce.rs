@@ -62,6 +62,10 @@ const RESCAN: Duration = Duration::from_secs(5);
 /// What `/metrics` shows of the announcements.
 #[derive(Clone, Default)]
 pub struct AnnounceMetrics {
+    /// 1 for each SSH IP this agent announces with `--announce l2`,
+    /// holder or standby: an SSH IP with a series here and no
+    /// [`Self::announcing`] on any node is answered by none.
+    pub configured: Family<SshIpLabel, Gauge>,
     /// 1 for each SSH IP this node answers ARP or neighbour solicitations
     /// for.
     pub announcing: Family<SshIpLabel, Gauge>,
@@ -107,6 +111,11 @@ impl FamilyLabel {
 
 impl AnnounceMetrics {
     pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "announce_configured",
+            "1 for each SSH IP this agent announces (--announce l2), as holder or standby",
+            self.configured.clone(),
+        );
         r.register(
             "announcing",
             "1 for each SSH IP this node answers ARP or neighbour solicitations for (--announce l2)",
@@ -298,6 +307,14 @@ pub fn spawn(
 ) -> Option<Handle> {
     let (stop, stopped) = watch::channel(false);
     let a = &args.announce;
+    if a.announce == AnnounceMode::L2 && socket.is_some() {
+        for ip in &args.ssh_ips {
+            let label = SshIpLabel {
+                ssh_ip: ip.to_string(),
+            };
+            metrics.configured.get_or_create(&label).set(1);
+        }
+    }
     let layout = layout.clone();
     let task: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>> =
         match (a.announce, client, socket) {

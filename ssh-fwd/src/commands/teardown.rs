@@ -100,6 +100,13 @@ fn remove(layout: &PinLayout, forced: bool) -> anyhow::Result<()> {
             println!("removed {}", entry.path().display());
         }
     }
+    if !released::can_list() {
+        println!(
+            "cannot list the kernel's links (that needs CAP_SYS_ADMIN): the programs detach a \
+             moment after this returns, unchecked"
+        );
+        return Ok(());
+    }
     match released::wait_gone(&pinned, !forced, RELEASE_LIMIT) {
         Ok(()) => Ok(()),
         Err(left) if forced => {

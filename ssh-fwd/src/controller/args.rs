@@ -96,7 +96,7 @@ pub struct ControllerArgs {
     /// ssh-fwd.io/last-activity and ssh-fwd.io/ssh-connections annotations,
     /// mirrored from the agents' activity ConfigMaps in the
     /// --lease-namespace; 0s turns the mirror off.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::args::duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::args::duration_or_off)]
     pub activity_interval: Duration,
 
     /// How often everything is reconciled even without changes.

@@ -98,6 +98,21 @@ mod tests {
     }
 
     #[test]
+    fn an_activity_interval_of_0s_turns_the_mirror_off() {
+        // docs/activity.md and --help say so; the leader then watches no
+        // activity ConfigMap (`Leadership::watch_activity`).
+        assert!(
+            args(&["--activity-interval", "0s"])
+                .activity_interval
+                .is_zero()
+        );
+        assert_eq!(
+            args(&[]).activity_interval,
+            std::time::Duration::from_secs(300)
+        );
+    }
+
+    #[test]
     fn the_style_made_must_be_one_the_agents_honour() {
         let lone = args(&["--service-styles", "externalips"]);
         let err = check(&lone).unwrap_err().to_string();

@@ -385,7 +385,9 @@ fn watch(
     if all_namespaces {
         netlink_sys::AsyncSocket::socket_mut(connection.socket_mut())
             .set_listen_all_namespaces(true)
-            .with_context(|| format!("listening to {what} events of every namespace"))?;
+            .with_context(|| {
+                format!("listening to {what} events of every namespace (needs CAP_NET_BROADCAST)")
+            })?;
     }
     tokio::spawn(connection);
     tokio::spawn(async move {

@@ -31,6 +31,24 @@ const BPF_CAPS: [Needed; 3] = [
     },
 ];
 
+/// Not needed to forward: without it the agent works on, later to notice
+/// a change, and says so at start.
+const EVENT_CAPS: [Needed; 1] = [Needed {
+    bit: 11,
+    name: "CAP_NET_BROADCAST",
+    why: "listen to the address events of every network namespace, pods' included; without \
+          it addresses are read again at each resync only",
+}];
+
+/// Needed with `--announce l2` (the gratuitous ARPs, the probes and the
+/// answers to them go through packet and raw sockets); checked when the
+/// socket is opened.
+const PACKET_CAP: Needed = Needed {
+    bit: 13,
+    name: "CAP_NET_RAW",
+    why: "send and hear ARP and neighbour discovery for --announce l2",
+};
+
 /// Needed only when the agent has to mount bpffs itself.
 const MOUNT_CAP: Needed = Needed {
     bit: CAP_SYS_ADMIN,
@@ -67,7 +85,20 @@ pub fn check_capabilities(need_mount: bool) -> anyhow::Result<()> {
             missing.join(", ")
         );
     }
+    for c in EVENT_CAPS.iter().filter(|c| lacks(c)) {
+        tracing::warn!(
+            "no {} (to {}): grant it (in Kubernetes: securityContext.capabilities.add: [{}])",
+            c.name,
+            c.why,
+            short(c.name)
+        );
+    }
     Ok(())
+}
+
+/// A capability as `securityContext.capabilities.add` spells it.
+fn short(name: &'static str) -> &'static str {
+    name.trim_start_matches("CAP_")
 }
 
 /// Kernel release as (major, minor), from uname.
@@ -163,12 +194,14 @@ fn refused_hint(status: &str) -> &'static str {
     }
 }
 
-/// The capabilities the agent needs when bpffs is already mounted, as
-/// `securityContext.capabilities.add` spells them (`BPF`, `NET_ADMIN`, ...).
-pub fn required_capability_names() -> Vec<&'static str> {
-    BPF_CAPS
-        .iter()
-        .map(|c| c.name.trim_start_matches("CAP_"))
+/// Every capability the agent asks for when bpffs is already mounted, as
+/// `securityContext.capabilities.add` spells them (`BPF`, `NET_ADMIN`,
+/// ...): those it needs, those it warns at start without, and with
+/// `packet_sockets` (`--announce l2`) `NET_RAW`.
+pub fn capability_names(packet_sockets: bool) -> Vec<&'static str> {
+    let packet = packet_sockets.then_some(&PACKET_CAP);
+    (BPF_CAPS.iter().chain(&EVENT_CAPS).chain(packet))
+        .map(|c| short(c.name))
         .collect()
 }
 

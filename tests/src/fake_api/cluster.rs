@@ -82,7 +82,9 @@ impl Cluster {
 }
 
 /// deploy/base's objects as `kubectl apply -k` sends them: every file its
-/// kustomization lists, namespaced kinds in its namespace.
+/// kustomization lists, and the ConfigMaps of its configMapGenerator
+/// (`envs` files; named without the hash kustomize appends), namespaced
+/// kinds in its namespace.
 pub fn deploy_base() -> Result<Vec<Value>, String> {
     let dir = Path::new(DEPLOY).join("base");
     let read = |file: &str| {
@@ -102,6 +104,31 @@ pub fn deploy_base() -> Result<Vec<Value>, String> {
             }
             docs.push(doc);
         }
+    }
+    for generator in kustomization["configMapGenerator"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let mut data = serde_json::Map::new();
+        for file in generator["envs"].as_array().into_iter().flatten() {
+            let file = file.as_str().unwrap_or("");
+            for line in read(file)?.lines() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                let (key, value) = line
+                    .split_once('=')
+                    .ok_or_else(|| format!("{file}: `{line}` is not KEY=VALUE"))?;
+                data.insert(key.to_owned(), json!(value));
+            }
+        }
+        docs.push(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": generator["name"], "namespace": namespace},
+            "data": data,
+        }));
     }
     Ok(docs)
 }

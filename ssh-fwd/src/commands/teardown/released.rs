@@ -99,6 +99,12 @@ fn still_loaded(ids: &BTreeSet<u32>, loaded: impl Iterator<Item = u32>) -> BTree
     loaded.filter(|id| ids.contains(id)).collect()
 }
 
+/// Whether this process may list the kernel's links (it needs
+/// CAP_SYS_ADMIN): without, [`wait_gone`] would find none left at once.
+pub fn can_list() -> bool {
+    !loaded_links().any(|r| r.is_err())
+}
+
 fn loaded_link_ids() -> impl Iterator<Item = u32> {
     loaded_links().filter_map(Result::ok).map(|info| info.id())
 }
