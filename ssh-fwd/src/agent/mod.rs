@@ -90,6 +90,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             mode: args.hairpin,
             cgroup_root: args.cgroup_root.clone(),
         },
+        ssh_ips: &args.ssh_ips,
     })
     .await?;
     cross_node_key::apply(key_source, datapath::key::KeyMap::open_pinned(&layout)?)?;
