@@ -22,7 +22,7 @@ pub use guard::*;
 pub use status::*;
 
 /// Default number of mappings (frontends) one node can hold
-/// (`--max-mappings`): the 8000-16000 port range on two SSH IPs. The
+/// (`--max-mappings`): the default 20000-27999 port range on two SSH IPs. The
 /// capacity of [`FRONTENDS`], [`REVERSE`], [`MAPPING_NAMES`],
 /// [`MAPPING_STATS`] and [`MAPPING_CONNS`] in the object; the agent sets it
 /// at load. Each mapping costs about 330 bytes of kernel memory plus 48
