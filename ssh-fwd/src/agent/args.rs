@@ -122,9 +122,11 @@ pub struct AgentArgs {
     /// namespace where `--pod-ifaces` allows), and the reply straight out of
     /// the external interface. The node's IP input and forwarding are
     /// skipped: netfilter's PREROUTING, FORWARD and POSTROUTING hooks (host
-    /// firewall rules, a CNI's NetworkPolicy enforced there), the node's
-    /// connection tracking, rp_filter. What the route cannot settle still
-    /// goes to the stack. With XDP ingress, requests always take the stack.
+    /// firewall rules, drop rules included, and a CNI's NetworkPolicy
+    /// enforced there never see forwarded SSH traffic), the node's
+    /// connection tracking, rp_filter, IPsec policies. What the route cannot
+    /// settle still goes to the stack. With XDP ingress, requests always
+    /// take the stack.
     /// `off`: every translated packet, both ways, takes the kernel's
     /// forwarding path and its netfilter hooks, which see the pod's address
     /// (replies get the frontend back as they leave the external interface);
