@@ -465,12 +465,6 @@ impl FakeApi {
             kubeconfig.display().to_string(),
             "--ssh-ip".into(),
             ssh_ip.into(),
-            // The tests' Services use ports of the former default range
-            // (8000-16000) and the controller's of the current one; the
-            // well-known ports between them are not the test nodes'.
-            "--port-range".into(),
-            "8000-27999".into(),
-            "--allow-port-overlap".into(),
         ]
     }
 
