@@ -19,6 +19,7 @@ pub mod arp;
 pub mod audit;
 pub mod conntrack;
 pub mod csum;
+pub mod exposure;
 #[cfg(any(test, feature = "fixtures"))]
 pub mod fixtures;
 #[cfg(any(test, feature = "fixtures"))]

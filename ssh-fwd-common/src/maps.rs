@@ -22,7 +22,7 @@ pub use guard::*;
 pub use status::*;
 
 /// Default number of mappings (frontends) one node can hold
-/// (`--max-mappings`): the 8000-16000 port range on two SSH IPs. The
+/// (`--max-mappings`): the default 20000-27999 port range on two SSH IPs. The
 /// capacity of [`FRONTENDS`], [`REVERSE`], [`MAPPING_NAMES`],
 /// [`MAPPING_STATS`] and [`MAPPING_CONNS`] in the object; the agent sets it
 /// at load. Each mapping costs about 330 bytes of kernel memory plus 48
@@ -229,8 +229,26 @@ pub const ARP_FOREIGN: &str = "ARP_FOREIGN";
 /// [`ARP_FOREIGN`] for IPv6.
 pub const NDP_FOREIGN: &str = "NDP_FOREIGN";
 
+/// SSH IP -> nothing (0): the addresses that expose only their mapped
+/// ports, every `--ssh-ip` and every frontend's address. A packet to one
+/// that no mapping translated is dropped (`crate::exposure`). Written by
+/// the agent, read by the ingress programs on every packet they pass.
+pub const SSH_IPS: &str = "SSH_IPS";
+/// [`SSH_IPS`] for IPv6 SSH IPs.
+pub const SSH_IPS6: &str = "SSH_IPS6";
+/// Capacity of [`SSH_IPS`] and [`SSH_IPS6`] (not preallocated): a
+/// mappings file may put its frontends on many addresses.
+pub const SSH_IPS_CAPACITY: u32 = 16_384;
+/// Interface index -> its own MAC ([`MacKey`]), for the external and
+/// cluster interfaces: the ingress programs translate only frames
+/// addressed to it (`crate::exposure::addressed`). Written by the agent
+/// before it attaches, and after every link change.
+pub const IFACE_MACS: &str = "IFACE_MACS";
+/// Capacity of [`IFACE_MACS`]: the external and cluster interfaces.
+pub const IFACE_MACS_CAPACITY: u32 = 256;
+
 /// All pinned maps, in the order the agent checks them.
-pub const ALL_MAPS: [&str; 42] = [
+pub const ALL_MAPS: [&str; 45] = [
     FRONTENDS,
     REVERSE,
     CONNS,
@@ -273,6 +291,9 @@ pub const ALL_MAPS: [&str; 42] = [
     AGENT_MACS,
     ARP_FOREIGN,
     NDP_FOREIGN,
+    SSH_IPS,
+    SSH_IPS6,
+    IFACE_MACS,
 ];
 
 /// Maximum number of interfaces in [`IFACES`]: the external ones plus the

@@ -216,6 +216,18 @@ pub enum Outcome {
     /// no state, and its answer would leave the node with the pod's own
     /// address.
     SynUnverified = 62,
+    /// A packet to an SSH IP that no mapping translated (TCP to a port with
+    /// no mapping, UDP or another protocol but ICMP, a fragment; see
+    /// `crate::exposure`): dropped, so the SSH IP exposes only its mapped
+    /// ports, never the node's own services, whatever addresses the node
+    /// holds. Scans of the SSH IP show here.
+    UnmappedPort = 63,
+    /// A frame to another host's MAC (a switch flooding one it has not
+    /// learned, such as a failed holder's after a failover) or to a
+    /// broadcast or multicast MAC: not translated, passed untouched (to an
+    /// SSH IP, a group-addressed one is dropped as
+    /// [`Outcome::UnmappedPort`]).
+    PassNotForNode = 64,
 }
 
 /// How an operator should read an outcome's counter.
@@ -262,7 +274,7 @@ pub fn live_connections(count: impl Fn(Outcome) -> u64) -> u64 {
 }
 
 impl Outcome {
-    pub const COUNT: u32 = 63;
+    pub const COUNT: u32 = 65;
 
     pub const ALL: [Outcome; Self::COUNT as usize] = [
         Self::Dnat,
@@ -328,6 +340,8 @@ impl Outcome {
         Self::NdpHeard,
         Self::NdpFailed,
         Self::SynUnverified,
+        Self::UnmappedPort,
+        Self::PassNotForNode,
     ];
 
     /// Counted by the agent's sweep (it adds to CPU 0's slot); the kernel
@@ -360,6 +374,7 @@ impl Outcome {
             | Self::PassIpv6Extensions
             | Self::PassNoFrontend
             | Self::PassNoBackend
+            | Self::PassNotForNode
             | Self::ReplyUntracked
             | Self::TtlExpired => Class::Passed,
             Self::HalfOpened
@@ -404,7 +419,8 @@ impl Outcome {
             | Self::ArpFailed
             | Self::NdpHeard
             | Self::NdpFailed
-            | Self::SynUnverified => Class::Problem,
+            | Self::SynUnverified
+            | Self::UnmappedPort => Class::Problem,
         }
     }
 
@@ -474,6 +490,8 @@ impl Outcome {
             Self::NdpHeard => "ndp_heard",
             Self::NdpFailed => "ndp_failed",
             Self::SynUnverified => "syn_unverified",
+            Self::UnmappedPort => "unmapped_port",
+            Self::PassNotForNode => "not_for_node",
         }
     }
 }

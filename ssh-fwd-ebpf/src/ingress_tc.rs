@@ -15,6 +15,7 @@ use aya_ebpf::{
 };
 use ssh_fwd_common::{
     conntrack::trust::ttl_expires,
+    exposure::Addressed,
     ipv6::ETH_P_IPV6,
     maps::{Addr6, Endpoint, IFACE_POD_PEER},
     outcome::Outcome,
@@ -25,6 +26,7 @@ use crate::{
     config::no_redirect,
     conntrack,
     counters::{Direction, count, count_mapping},
+    exposure::{self, Exposed},
     family::Family,
     forward::{Routed, Sent, iface_flags, send},
     guard, icmp, icmp6,
@@ -78,7 +80,25 @@ fn ipv4(ctx: &TcContext) -> i32 {
     if let Some(action) = arp::tc(ctx) {
         return action;
     }
+    if let Some(action) = not_for_node::<u32>(ctx) {
+        return action;
+    }
     act(ctx, ingress(ctx))
+}
+
+/// A frame for another host's MAC, or a group one, is not translated
+/// (`crate::exposure`); `None`: the frame is the node's.
+#[inline(always)]
+fn not_for_node<A: Family + Routed + Exposed>(ctx: &TcContext) -> Option<i32> {
+    match exposure::frame(ctx) {
+        Addressed::Node => None,
+        Addressed::Other => {
+            count(Outcome::PassNotForNode);
+            Some(TC_ACT_UNSPEC)
+        }
+        // The pass is checked against the SSH IPs.
+        Addressed::Group => Some(act(ctx, Verdict::<A>::Pass(Outcome::PassNotForNode))),
+    }
 }
 
 /// IPv6 as a dispatcher of small frames, as in `crate::ingress_xdp`: the
@@ -86,6 +106,9 @@ fn ipv4(ctx: &TcContext) -> i32 {
 /// acts, in a function of its own.
 #[inline(never)]
 fn ipv6(ctx: &TcContext) -> i32 {
+    if let Some(action) = not_for_node::<Addr6>(ctx) {
+        return action;
+    }
     let h = match parse6_scratch(ctx) {
         Ok(h) => h,
         Err(outcome) => return act(ctx, Verdict::<Addr6>::Pass(outcome)),
@@ -141,7 +164,7 @@ fn backend6(ctx: &TcContext, h: &Headers<Addr6>) -> i32 {
 
 /// The tc action of `verdict`, counted.
 #[inline(always)]
-fn act<A: Family + Routed>(ctx: &TcContext, verdict: Verdict<A>) -> i32 {
+fn act<A: Family + Routed + Exposed>(ctx: &TcContext, verdict: Verdict<A>) -> i32 {
     match verdict {
         Verdict::Forward { client, backend } => {
             if no_redirect() {
@@ -161,10 +184,17 @@ fn act<A: Family + Routed>(ctx: &TcContext, verdict: Verdict<A>) -> i32 {
             action
         }
         // UNSPEC lets later tc programs on the interface run, as tcx expects.
-        Verdict::Pass(outcome) => {
-            count(outcome);
-            TC_ACT_UNSPEC
-        }
+        Verdict::Pass(outcome) => match exposure::closed::<A, _>(ctx, outcome) {
+            // To an SSH IP, and no mapping's: the node's services stay off it.
+            Outcome::UnmappedPort => {
+                count(Outcome::UnmappedPort);
+                TC_ACT_SHOT
+            }
+            outcome => {
+                count(outcome);
+                TC_ACT_UNSPEC
+            }
+        },
         Verdict::Drop(outcome) => {
             count(outcome);
             TC_ACT_SHOT

@@ -11,6 +11,7 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use ssh_fwd_common::{
     conntrack::trust::ttl_expires,
     csum,
+    exposure::Addressed,
     ipv6::{ETH_P_IPV6, IPV6_DADDR_OFF, words_diff},
     maps::{Addr6, Endpoint, Endpoint6},
     outcome::Outcome,
@@ -22,6 +23,7 @@ use ssh_fwd_common::{
 use crate::{
     arp, backend, conntrack,
     counters::{Direction, count, count_mapping},
+    exposure::{self, Exposed},
     family::Family,
     guard, icmp, icmp6,
     maps::{FRONTENDS, HEADERS6, REVERSE},
@@ -57,11 +59,25 @@ fn ipv4(ctx: &XdpContext) -> u32 {
     if let Some(action) = arp::xdp(ctx) {
         return action;
     }
+    if let Some(action) = not_for_node::<u32>(ctx) {
+        return action;
+    }
     // A translated ICMP error was counted as such already.
     let Some(outcome) = ingress(ctx) else {
         return xdp_action::XDP_PASS;
     };
-    act(outcome)
+    act(exposure::closed::<u32, _>(ctx, outcome))
+}
+
+/// A frame for another host's MAC, or a group one, is not translated
+/// (`crate::exposure`); `None`: the frame is the node's.
+#[inline(always)]
+fn not_for_node<A: Exposed>(ctx: &XdpContext) -> Option<u32> {
+    match exposure::frame(ctx) {
+        Addressed::Node => None,
+        Addressed::Other => Some(act(Outcome::PassNotForNode)),
+        Addressed::Group => Some(act(exposure::closed::<A, _>(ctx, Outcome::PassNotForNode))),
+    }
 }
 
 /// IPv6 as a dispatcher of small frames: the headers go to a per-CPU
@@ -71,9 +87,12 @@ fn ipv4(ctx: &XdpContext) -> u32 {
 /// neither can sit in a frame that holds the other, or the headers.
 #[inline(never)]
 fn ipv6(ctx: &XdpContext) -> u32 {
+    if let Some(action) = not_for_node::<Addr6>(ctx) {
+        return action;
+    }
     let h = match parse6_scratch(ctx) {
         Ok(h) => h,
-        Err(outcome) => return act(outcome),
+        Err(outcome) => return act(closed6(ctx, outcome)),
     };
     let outcome = match h.transport {
         Transport::Tcp => match to_frontend6(ctx, h) {
@@ -88,7 +107,13 @@ fn ipv6(ctx: &XdpContext) -> u32 {
             None => return xdp_action::XDP_PASS,
         },
     };
-    act(outcome)
+    act(closed6(ctx, outcome))
+}
+
+/// [`exposure::closed`] for IPv6, in a frame of its own.
+#[inline(never)]
+fn closed6(ctx: &XdpContext, outcome: Outcome) -> Outcome {
+    exposure::closed::<Addr6, _>(&Reloaded(ctx), outcome)
 }
 
 /// The packet's IPv6 headers, parsed into this CPU's scratch.
@@ -154,7 +179,9 @@ fn act(outcome: Outcome) -> u32 {
         | Outcome::IcmpOutOfWindow
         | Outcome::RewriteError
         | Outcome::SynUnverified
-        | Outcome::ResetFailed => xdp_action::XDP_DROP,
+        | Outcome::ResetFailed
+        // To an SSH IP, and no mapping's: the node's services stay off it.
+        | Outcome::UnmappedPort => xdp_action::XDP_DROP,
         // The frame now holds the RST that answers it.
         Outcome::DeniedReset => xdp_action::XDP_TX,
         // Every other outcome passes: a packet we do not own is the stack's

@@ -35,6 +35,7 @@ mod conntrack;
 mod counters;
 mod destopt;
 mod egress_tc;
+mod exposure;
 mod family;
 mod forward;
 mod guard;

@@ -13,10 +13,10 @@ use ssh_fwd_common::{
         Announce, AnnounceKey, AnnounceKey6, Bucket, CONN_CAPACITY, CONN_EVENTS_BYTES, Claim,
         Claim6, ClaimKey, ClaimKey6, Conn, Conn6, ConnKey, ConnKey6, ConnStats, EVENT_KINDS,
         Endpoint, Endpoint6, Foreign, Guard, HALF_OPEN_CAPACITY, HalfOpen, HalfOpen6, HalfOpenKey,
-        HalfOpenKey6, Heard, LEGACY_CONN_CAPACITY, LoadedSettings, MAX_ALLOW_PER_MAPPING,
-        MAX_IFACES, MAX_MAPPINGS, MacKey, MappingConnCounters, MappingCounters, MappingName,
-        NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget, SCRATCH_LEN,
-        SYN_BUCKET_CAPACITY,
+        HalfOpenKey6, Heard, IFACE_MACS_CAPACITY, LEGACY_CONN_CAPACITY, LoadedSettings,
+        MAX_ALLOW_PER_MAPPING, MAX_IFACES, MAX_MAPPINGS, MacKey, MappingConnCounters,
+        MappingCounters, MappingName, NatTarget, NatTarget6, OWNERS_CAPACITY, Owner, RecordBudget,
+        SCRATCH_LEN, SSH_IPS_CAPACITY, SYN_BUCKET_CAPACITY,
     },
     outcome::Outcome,
 };
@@ -247,3 +247,17 @@ pub static ARP_FOREIGN: HashMap<u32, Foreign> = HashMap::pinned(ANNOUNCE_CAPACIT
 /// [`ARP_FOREIGN`] for IPv6.
 #[map(name = "NDP_FOREIGN")]
 pub static NDP_FOREIGN: HashMap<Addr6, Foreign> = HashMap::pinned(ANNOUNCE_CAPACITY, 0);
+
+/// SSH IP -> 0: the addresses that expose only their mapped ports
+/// (`crate::exposure`). Written by the agent; not preallocated.
+#[map(name = "SSH_IPS")]
+pub static SSH_IPS: HashMap<u32, u32> = HashMap::pinned(SSH_IPS_CAPACITY, NO_PREALLOC);
+
+/// [`SSH_IPS`] for IPv6.
+#[map(name = "SSH_IPS6")]
+pub static SSH_IPS6: HashMap<Addr6, u32> = HashMap::pinned(SSH_IPS_CAPACITY, NO_PREALLOC);
+
+/// Interface index -> its own MAC: only frames for it are translated
+/// (`crate::exposure`). Written by the agent.
+#[map(name = "IFACE_MACS")]
+pub static IFACE_MACS: HashMap<u32, MacKey> = HashMap::pinned(IFACE_MACS_CAPACITY, 0);

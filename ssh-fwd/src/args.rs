@@ -1,12 +1,15 @@
 //! Value types of flags that several commands share, parsed the same way
-//! everywhere: port ranges, durations and Service shapes; and `--config`,
-//! which the agent and the controller both take.
+//! everywhere: port ranges (and the node's ports they must avoid,
+//! `node_ports`), durations and Service shapes; and `--config`, which the
+//! agent and the controller both take.
 
 use std::{ops::RangeInclusive, path::PathBuf, time::Duration};
 
-/// Parses `8000-16000`.
+pub mod node_ports;
+
+/// Parses `20000-27999`.
 pub fn port_range(s: &str) -> Result<RangeInclusive<u16>, String> {
-    let bad = || format!("`{s}` is not a port range like 8000-16000");
+    let bad = || format!("`{s}` is not a port range like 20000-27999");
     let (first, last) = s.split_once('-').ok_or_else(bad)?;
     let first: u16 = first.trim().parse().map_err(|_| bad())?;
     let last: u16 = last.trim().parse().map_err(|_| bad())?;
@@ -89,7 +92,7 @@ mod tests {
         assert_eq!(port_range("9000-9100"), Ok(9000..=9100));
         assert!(port_range("9000-8000").is_err());
         assert!(port_range("0-10").is_err());
-        assert!(port_range("8000").unwrap_err().contains("like 8000-16000"));
+        assert!(port_range("8000").unwrap_err().contains("like 20000-27999"));
     }
 }
 

@@ -158,7 +158,7 @@ mod tests {
         let Command::Controller(c) = cli.command else {
             panic!("not controller")
         };
-        assert_eq!(c.port_range, 8000..=16000);
+        assert_eq!(c.port_range, 20000..=27999);
         assert_eq!(c.ssh_user, "ucloud");
         assert_eq!(c.ssh_hostname, None);
         assert_eq!(c.service_style, ServiceStyle::Loadbalancer);

@@ -252,6 +252,16 @@ impl Agent {
         {
             argv.extend(["--hairpin", "off"].map(Into::into));
         }
+        // The tests' Services use ports of the former default range
+        // (8000-16000) and the controller's come from the current one; the
+        // well-known ports between them are not the test nodes'. A build
+        // from before the check (a benchmark's "before") has no such flag.
+        if args.iter().any(|a| a == "--kubernetes")
+            && !args.iter().any(|a| a == "--port-range")
+            && agent_knows("--allow-port-overlap")?
+        {
+            argv.extend(["--port-range", "8000-27999", "--allow-port-overlap"].map(Into::into));
+        }
         for iface in ifaces {
             argv.extend(["--iface".into(), (*iface).into()]);
         }

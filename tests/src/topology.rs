@@ -148,8 +148,8 @@ impl Topology {
         client.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"])?;
         client.ip(&["route", "add", "default", "via", "192.0.2.1"])?;
         node.ip(&["addr", "add", "192.0.2.1/24", "dev", EXT_IFACE])?;
-        // The node owns the external IP, so unmapped ports answer with a RST
-        // (connection refused) instead of a timeout.
+        // The node owns the external IP, as on a node with the SSH IP on
+        // `lo`; the data path keeps its unmapped ports closed (no answer).
         node.ip(&["addr", "add", &format!("{EXTERNAL_IP}/32"), "dev", "lo"])?;
         node.sysctl("net.ipv4.ip_forward", "1")?;
         let mut topo = Self {

@@ -92,7 +92,8 @@ pub struct Heard {
     pub at_ns: u64,
 }
 
-/// Key of [`AGENT_MACS`](super::AGENT_MACS): a MAC, padded to 8 bytes.
+/// A MAC, padded to 8 bytes: the key of [`AGENT_MACS`](super::AGENT_MACS),
+/// the value of [`IFACE_MACS`](super::IFACE_MACS).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MacKey {

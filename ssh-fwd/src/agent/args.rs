@@ -8,6 +8,7 @@ use ssh_fwd_common::maps::{
 
 pub use crate::args::ServiceStyle;
 use crate::{
+    args::node_ports::DEFAULT_PORT_RANGE,
     datapath::{hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode, pins::BpffsArg},
     source::kubernetes::desired::Styles,
 };
@@ -52,9 +53,21 @@ pub struct AgentArgs {
     #[arg(long = "ssh-ip", value_name = "IP")]
     pub ssh_ips: Vec<std::net::IpAddr>,
 
-    /// Frontend ports honoured, inclusive.
-    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = crate::args::port_range)]
+    /// Frontend ports honoured, inclusive. The default lies above every
+    /// Kubernetes component's port and below the NodePort range. With
+    /// --kubernetes, a range that covers a node service's well-known port
+    /// (22, 2379-2381, 6443, 9100, 10248-10260, NodePorts 30000-32767, ...)
+    /// or a port a socket listens on in the node's network namespace is
+    /// refused, unless --allow-port-overlap.
+    #[arg(long, value_name = "FIRST-LAST", default_value = DEFAULT_PORT_RANGE, value_parser = crate::args::port_range)]
     pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// Start even though --port-range covers well-known node ports or ports
+    /// the node listens on (they are named in a warning instead). The SSH
+    /// IP still exposes only mapped ports; a node service on a granted port
+    /// is unreachable on the SSH IP.
+    #[arg(long)]
+    pub allow_port_overlap: bool,
 
     /// Label selector a Service must match. The default is the standard label
     /// that makes kube-proxy and Cilium leave a Service alone.
@@ -109,9 +122,11 @@ pub struct AgentArgs {
     /// namespace where `--pod-ifaces` allows), and the reply straight out of
     /// the external interface. The node's IP input and forwarding are
     /// skipped: netfilter's PREROUTING, FORWARD and POSTROUTING hooks (host
-    /// firewall rules, a CNI's NetworkPolicy enforced there), the node's
-    /// connection tracking, rp_filter. What the route cannot settle still
-    /// goes to the stack. With XDP ingress, requests always take the stack.
+    /// firewall rules, drop rules included, and a CNI's NetworkPolicy
+    /// enforced there never see forwarded SSH traffic), the node's
+    /// connection tracking, rp_filter, IPsec policies. What the route cannot
+    /// settle still goes to the stack. With XDP ingress, requests always
+    /// take the stack.
     /// `off`: every translated packet, both ways, takes the kernel's
     /// forwarding path and its netfilter hooks, which see the pod's address
     /// (replies get the frontend back as they leave the external interface);

@@ -14,6 +14,7 @@ pub mod announce;
 mod args;
 pub mod audit;
 mod cross_node_key;
+mod listeners;
 mod metrics;
 mod reconcile;
 mod repair;
@@ -61,6 +62,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     metrics.hairpin_enabled.set(i64::from(
         args.hairpin != datapath::hairpin::HairpinMode::Off,
     ));
+    // The range matters only where Services are granted ports from it.
+    if args.kubernetes {
+        listeners::check(&args.port_range, args.allow_port_overlap)?;
+    }
     let mut source = Source::open(&args, &metrics).await?;
     let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
@@ -90,6 +95,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             mode: args.hairpin,
             cgroup_root: args.cgroup_root.clone(),
         },
+        ssh_ips: &args.ssh_ips,
     })
     .await?;
     cross_node_key::apply(key_source, datapath::key::KeyMap::open_pinned(&layout)?)?;

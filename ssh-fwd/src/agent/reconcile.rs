@@ -169,6 +169,9 @@ impl Reconciler {
                 (planned.steps, After::Whole(planned.tables, left_out))
             }
         };
+        // Its frontends' addresses are SSH IPs before they go live.
+        let frontend_ips = || desired.iter().map(|m| m.frontend.ip());
+        datapath.ssh_ips.widen(frontend_ips())?;
         let mappings = desired.len()
             - match &after {
                 After::Whole(_, left_out) => *left_out,
@@ -177,7 +180,7 @@ impl Reconciler {
         if steps.iter().all(Plan::is_empty) {
             tracing::debug!(why, mappings = desired.len(), "maps already match");
             self.keep(installed, after);
-            return Ok(());
+            return datapath.ssh_ips.sync(frontend_ips());
         }
         log_changes(&installed, desired, &steps);
         let mut applied = Applied::default();
@@ -203,6 +206,8 @@ impl Reconciler {
             self.closed.send(gone);
         }
         self.keep(installed, after);
+        // Once the frontends that left are gone.
+        datapath.ssh_ips.sync(frontend_ips())?;
         datapath.maps.count(Outcome::ConnPurged, purged)?;
         tracing::info!(
             why,

@@ -19,7 +19,9 @@ pub struct ControllerArgs {
     pub ssh_hostname: Option<String>,
 
     /// Ports handed out, inclusive; must lie within the agents' --port-range.
-    #[arg(long, value_name = "FIRST-LAST", default_value = "8000-16000", value_parser = crate::args::port_range)]
+    /// The default avoids the node's well-known ports and the NodePort
+    /// range, as the agents' does.
+    #[arg(long, value_name = "FIRST-LAST", default_value = crate::args::node_ports::DEFAULT_PORT_RANGE, value_parser = crate::args::port_range)]
     pub port_range: std::ops::RangeInclusive<u16>,
 
     /// The user name shown in the published ssh command.

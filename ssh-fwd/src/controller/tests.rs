@@ -192,7 +192,7 @@ async fn labelled_pod_gets_a_service_its_endpoint_and_the_ssh_command() {
     bed.pod("job-1");
     bed.annotated("job-1").await;
     let port = bed.port_of("job-1").unwrap();
-    assert!((8000..=16000).contains(&port));
+    assert!((20000..=27999).contains(&port));
     let svc = bed.api.get(Kind::Service, "jobs", "ssh-job-1").unwrap();
     assert_eq!(svc["spec"]["ports"][0]["port"], port);
     assert_eq!(svc["spec"]["loadBalancerClass"], vocabulary::LB_CLASS);

@@ -34,11 +34,12 @@ pub mod pod_links;
 pub mod preflight;
 pub mod repair;
 pub mod routes;
+pub mod ssh_ips;
 pub mod stats;
 pub mod status;
 pub mod upgrade;
 
-use std::{collections::BTreeSet, path::PathBuf, time::Duration};
+use std::{collections::BTreeSet, net::IpAddr, path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, bail};
 use aya::Ebpf;
@@ -53,6 +54,7 @@ use pins::PinLayout;
 use pod_links::PodLinks;
 use repair::MapPins;
 use ssh_fwd_common::maps::LoadedSettings;
+use ssh_ips::SshIps;
 use status::{SettingsMap, StatusMap};
 use upgrade::Takeover;
 
@@ -74,6 +76,9 @@ pub struct Config<'a> {
     pub legacy_grace: Duration,
     /// Hairpin for in-cluster clients (`--hairpin`, `--cgroup-root`).
     pub hairpin: hairpin::Settings,
+    /// `--ssh-ip`: closed to all but their mapped ports before any
+    /// program runs.
+    pub ssh_ips: &'a [IpAddr],
 }
 
 /// The loaded object, its maps and its hooks, for the agent to drive.
@@ -83,6 +88,8 @@ pub struct Datapath {
     pub maps: Maps,
     pub conns: ConnTables,
     pub status: StatusMap,
+    /// The addresses that expose only their mapped ports.
+    pub ssh_ips: SshIps,
     pod_links: PodLinks,
     layout: PinLayout,
     /// Handles to the pinned maps, to pin again one whose pin is deleted.
@@ -159,6 +166,9 @@ impl Datapath {
         if let Some(takeover) = &takeover {
             begin_takeover(takeover, layout, adopted, &mut conns, config.legacy_grace)?;
         }
+        // Before any program of this agent runs: a node's services are
+        // never open on an SSH IP, not even while the agent starts.
+        let ssh_ips = SshIps::from_ebpf(&mut ebpf, config.ssh_ips)?;
         let mut pod_links = PodLinks::new(
             &mut ebpf,
             netlink,
@@ -193,6 +203,7 @@ impl Datapath {
             maps,
             conns,
             status,
+            ssh_ips,
             pod_links,
             layout: layout.clone(),
             map_pins,

@@ -1,7 +1,8 @@
 //! Keeps the reply program on the host end of every pod's interface, and the
 //! `IFACES` map equal to what the kernel programs may rely on: which
 //! interfaces are external, and which pods' veth ends a request may be
-//! handed to directly.
+//! handed to directly; and `IFACE_MACS`, the external and cluster
+//! interfaces' own MACs, the only ones whose frames are translated.
 //!
 //! Pods come and go without telling the agent: the agent rescans on every
 //! rtnetlink link event and on a timer. Nothing here is needed for
@@ -21,7 +22,9 @@ use aya::{
     maps::{HashMap, MapData},
     programs::{SchedClassifier, TcAttachType},
 };
-use ssh_fwd_common::maps::{IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_POD_PEER, IFACE_VIRTUAL, IFACES};
+use ssh_fwd_common::maps::{
+    IFACE_CLUSTER, IFACE_EXTERNAL, IFACE_MACS, IFACE_POD_PEER, IFACE_VIRTUAL, IFACES, MacKey,
+};
 
 use super::{
     hooks,
@@ -34,6 +37,7 @@ use super::{
 /// each pod address (`OWNERS`).
 pub struct PodLinks {
     flags: HashMap<MapData, u32, u32>,
+    macs: HashMap<MapData, u32, MacKey>,
     owners: Owners,
     netlink: Netlink,
     layout: PinLayout,
@@ -65,8 +69,12 @@ impl PodLinks {
         let map = ebpf
             .take_map(IFACES)
             .ok_or_else(|| anyhow!("the eBPF object has no map {IFACES}; rebuild ssh-fwd"))?;
+        let macs = ebpf
+            .take_map(IFACE_MACS)
+            .ok_or_else(|| anyhow!("the eBPF object has no map {IFACE_MACS}; rebuild ssh-fwd"))?;
         Ok(Self {
             flags: HashMap::try_from(map).context(IFACES)?,
+            macs: HashMap::try_from(macs).context(IFACE_MACS)?,
             owners: Owners::new(ebpf)?,
             netlink,
             attached: BTreeSet::new(),
@@ -95,6 +103,7 @@ impl PodLinks {
                 .with_context(|| format!("writing {IFACES}"))?;
         }
         let not_pods: BTreeSet<String> = self.external.union(&self.cluster).cloned().collect();
+        self.write_macs(&desired_macs(links, &not_pods))?;
         self.owners.sync(links, &not_pods).await?;
         Ok(())
     }
@@ -122,6 +131,7 @@ impl PodLinks {
                 tracing::debug!(index, "pod interface gone; link removed");
             }
         }
+        self.write_macs(&desired_macs(&links, &not_pods))?;
         self.attached.retain(|index| pods.contains_key(index));
         self.refused.retain(|index| pods.contains_key(index));
         // Owners first, whatever --pod-ifaces says: a reply program that
@@ -198,6 +208,32 @@ impl PodLinks {
         self.layout.pod_links_dir().join(index.to_string())
     }
 
+    /// Makes `IFACE_MACS` hold exactly `desired`.
+    fn write_macs(&mut self, desired: &BTreeMap<u32, [u8; 6]>) -> anyhow::Result<()> {
+        let current: BTreeMap<u32, MacKey> = self
+            .macs
+            .iter()
+            .collect::<Result<_, _>>()
+            .context("reading IFACE_MACS")?;
+        for (index, mac) in desired {
+            if current.get(index).map(|m| m.mac) != Some(*mac) {
+                self.macs
+                    .insert(index, MacKey::new(*mac), 0)
+                    .with_context(|| format!("writing IFACE_MACS[{index}]"))?;
+            }
+        }
+        for index in current.keys().filter(|i| !desired.contains_key(i)) {
+            self.macs
+                .remove(index)
+                .or_else(|e| match e {
+                    aya::maps::MapError::KeyNotFound => Ok(()),
+                    e => Err(e),
+                })
+                .with_context(|| format!("removing IFACE_MACS[{index}]"))?;
+        }
+        Ok(())
+    }
+
     /// Makes `IFACES` hold exactly `desired`: new flags first, then removals.
     fn write_flags(&mut self, desired: &BTreeMap<u32, u32>) -> anyhow::Result<()> {
         let current: BTreeMap<u32, u32> = self
@@ -223,6 +259,16 @@ impl PodLinks {
         }
         Ok(())
     }
+}
+
+/// The MACs of the external and cluster interfaces (`ours`) that have
+/// one, by index: only frames for them are translated.
+pub fn desired_macs(links: &[Link], ours: &BTreeSet<String>) -> BTreeMap<u32, [u8; 6]> {
+    links
+        .iter()
+        .filter(|l| ours.contains(&l.name))
+        .filter_map(|l| Some((l.index, l.mac?)))
+        .collect()
 }
 
 /// The flags the kernel programs should see: external and cluster
@@ -268,6 +314,37 @@ fn ignore_missing(e: std::io::Error) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::datapath::netdev::Kind;
+
+    #[test]
+    fn only_external_and_cluster_interfaces_with_a_mac_have_one_written() {
+        let mac = |b| Some([0x02, 0, 0, 0, 0, b]);
+        let links = [
+            Link {
+                index: 2,
+                name: "eth0".into(),
+                mac: mac(2),
+                ..Link::default()
+            },
+            Link {
+                index: 3,
+                name: "wg0".into(),
+                mac: None,
+                ..Link::default()
+            },
+            Link {
+                index: 9,
+                name: "veth9".into(),
+                mac: mac(9),
+                ..Link::default()
+            },
+        ];
+        let ours = BTreeSet::from(["eth0".to_owned(), "wg0".to_owned()]);
+        assert_eq!(
+            desired_macs(&links, &ours),
+            BTreeMap::from([(2, [0x02, 0, 0, 0, 0, 2])]),
+            "a device without a MAC translates every unicast frame; a pod's is not ours"
+        );
+    }
 
     #[test]
     fn external_interfaces_and_pods_get_their_flags_and_nothing_else_does() {

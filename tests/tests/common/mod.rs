@@ -175,24 +175,33 @@ pub fn mapping_counters(bpffs: &Bpffs, frontend: &str) -> anyhow::Result<(u64, u
     ))
 }
 
-/// Whether a TCP connect to the external IP and `port` is refused.
+/// Whether a TCP connect to the external IP and `port` gets no
+/// connection within 3 s: a port with no mapping on an SSH IP gets no
+/// answer at all (the data path drops it, `unmapped_port`); a segment
+/// the programs refuse, a RST.
 pub fn refused(ns: &NetNs, port: u16) -> bool {
-    refused_at(ns, EXTERNAL_IP, port)
+    !matches!(connect(ns, EXTERNAL_IP, port, 3), Ok(o) if o.status.success())
 }
 
 /// Whether a TCP connect from `ns` to `host` (an IPv6 address bare) and
 /// `port` is refused (a RST came back).
 pub fn refused_at(ns: &NetNs, host: &str, port: u16) -> bool {
-    let out = ns
-        .command("timeout")
+    matches!(
+        connect(ns, host, port, 5),
+        Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused")
+    )
+}
+
+/// A TCP connect from `ns` to `host` and `port`, given up after `secs`.
+fn connect(ns: &NetNs, host: &str, port: u16, secs: u32) -> std::io::Result<std::process::Output> {
+    ns.command("timeout")
         .args([
-            "5",
+            &secs.to_string(),
             "bash",
             "-c",
             &format!("exec 3<>/dev/tcp/{host}/{port}"),
         ])
-        .output();
-    matches!(out, Ok(o) if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("refused"))
+        .output()
 }
 
 /// 64 MiB of random bytes sent up through the frontend on `host`:8022 and

@@ -258,6 +258,7 @@ mod arp;
 mod audit;
 mod capacity;
 mod conntrack;
+mod exposure;
 mod guard;
 mod icmp;
 mod ipv6;
@@ -488,7 +489,7 @@ fn tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections() {
 fn object_maps_agree_with_the_shared_constants() {
     privilege::require();
     let l = load(&[]);
-    let expect: [(&str, u32, usize, usize); 42] = [
+    let expect: [(&str, u32, usize, usize); 45] = [
         (
             maps::FRONTENDS,
             maps::MAX_MAPPINGS,
@@ -696,6 +697,19 @@ fn object_maps_agree_with_the_shared_constants() {
             maps::ANNOUNCE_CAPACITY,
             size_of::<maps::Addr6>(),
             size_of::<maps::Foreign>(),
+        ),
+        (maps::SSH_IPS, maps::SSH_IPS_CAPACITY, 4, 4),
+        (
+            maps::SSH_IPS6,
+            maps::SSH_IPS_CAPACITY,
+            size_of::<maps::Addr6>(),
+            4,
+        ),
+        (
+            maps::IFACE_MACS,
+            maps::IFACE_MACS_CAPACITY,
+            4,
+            size_of::<maps::MacKey>(),
         ),
     ];
     assert_eq!(expect.map(|e| e.0), maps::ALL_MAPS);

@@ -18,8 +18,10 @@ use ssh_fwd_tests::{
     topology::EXT_IFACE,
 };
 
-/// Frontend ports per SSH IP (the default --port-range 8000-16000).
-const PORTS_PER_IP: usize = 8001;
+/// Frontend ports per SSH IP (the default --port-range 20000-27999), from
+/// [`FIRST_PORT`].
+const PORTS_PER_IP: usize = 8000;
+const FIRST_PORT: usize = 20_000;
 
 /// What to measure.
 #[derive(clap::Args, Debug)]
@@ -277,7 +279,7 @@ fn measure_with(bin: &Path, scenario: Scenario) -> anyhow::Result<Figures> {
     }
     args.extend([
         "--port-range".into(),
-        "8000-16000".into(),
+        "20000-27999".into(),
         "--resync-interval".into(),
         "10m".into(),
     ]);
@@ -399,7 +401,7 @@ fn change_delays(
 }
 
 fn frontend(i: usize, per_ip: usize) -> String {
-    format!("{}:{}", ssh_ip(i / per_ip), 8000 + i % per_ip)
+    format!("{}:{}", ssh_ip(i / per_ip), FIRST_PORT + i % per_ip)
 }
 
 fn service(i: usize, per_ip: usize) -> Value {
@@ -408,8 +410,8 @@ fn service(i: usize, per_ip: usize) -> Value {
         "metadata": {"name": format!("job-{i}"), "namespace": "jobs", "creationTimestamp": "2026-01-01T00:00:00Z",
                      "labels": {"service.kubernetes.io/service-proxy-name": "ssh-fwd"}},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": "ssh-fwd.io/ssh", "allocateLoadBalancerNodePorts": false,
-                 "ports": [{"name": "ssh", "port": 8000 + i % per_ip, "targetPort": 22, "protocol": "TCP"}]},
-        "status": ssh_fwd_tests::grant::status(&[&ssh_ip(i / per_ip)], (8000 + i % per_ip) as u16, &format!("uid-job-{i}"))
+                 "ports": [{"name": "ssh", "port": FIRST_PORT + i % per_ip, "targetPort": 22, "protocol": "TCP"}]},
+        "status": ssh_fwd_tests::grant::status(&[&ssh_ip(i / per_ip)], (FIRST_PORT + i % per_ip) as u16, &format!("uid-job-{i}"))
     })
 }
 
