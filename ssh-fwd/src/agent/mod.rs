@@ -14,6 +14,7 @@ pub mod announce;
 mod args;
 pub mod audit;
 mod cross_node_key;
+mod iface;
 mod metrics;
 mod reconcile;
 mod repair;
@@ -62,12 +63,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.hairpin != datapath::hairpin::HairpinMode::Off,
     ));
     let mut source = Source::open(&args, &metrics).await?;
+    let ifaces = iface::choose(&args, source.kube_client(), &metrics.external_ifaces).await?;
     let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,
-        ifaces: &args.ifaces,
+        ifaces: &ifaces,
         cluster_ifaces: &args.cluster_ifaces,
         mode: args.attach,
         pod_ifaces: args.pod_ifaces == PodIfacesMode::Auto,
@@ -122,6 +124,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let ready = metrics.clone();
     let announcer = announce::spawn(
         &args,
+        &ifaces,
         &layout,
         garp_socket,
         source.kube_client(),

@@ -44,6 +44,13 @@ impl fmt::Display for IfaceRule {
     }
 }
 
+/// A rule equals the text that reads as it (`auto:192.0.2.1`, `bond+`).
+impl PartialEq<&str> for IfaceRule {
+    fn eq(&self, written: &&str) -> bool {
+        written.parse::<Self>().is_ok_and(|rule| rule == *self)
+    }
+}
+
 const AUTO: &str = "auto";
 
 /// The longest interface name Linux takes (`IFNAMSIZ` less the NUL).
@@ -201,6 +208,7 @@ mod tests {
         }
         for written in ["eth0", "eno*", "bond+", "auto", "auto:2001:db8::1"] {
             assert_eq!(rule(written).to_string(), written);
+            assert_eq!(rule(written), written);
         }
     }
 
