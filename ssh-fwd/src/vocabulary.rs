@@ -100,6 +100,13 @@ pub const ANNOUNCE_MACS: &str = "ssh-fwd.io/announce-macs";
 /// holds any SSH IP.
 pub const ANNOUNCE_NODE: &str = "node";
 
+/// Node annotation: this node's external interfaces, in `--iface`'s forms
+/// (`bond0`, `eno*`, `auto`, `auto:ADDR`), comma-separated; replaces the
+/// agent's `--iface` there. An annotation, not a label: a label's value
+/// cannot hold `*`, `+` or `:`. Written by cluster administrators (and
+/// the node's kubelet), read by the agent at start.
+pub const IFACE: &str = "ssh-fwd.io/iface";
+
 /// Secret annotation of the self-signed webhook pair: when its serving
 /// certificate ends (Unix seconds).
 pub const NOT_AFTER: &str = "ssh-fwd.io/not-after";

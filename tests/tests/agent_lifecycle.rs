@@ -245,6 +245,9 @@ fn agent_errors_name_the_problem() {
             // Never the machine's cgroup, should a check let it through.
             "--hairpin".into(),
             "off".into(),
+            // A missing interface fails at once, not after waiting for it.
+            "--iface-wait".into(),
+            "0s".into(),
         ]
     };
     let run = |a: Vec<String>| {

@@ -28,7 +28,7 @@ use ssh_fwd_tests::{
     fake_api::{FakeApi, Kind},
     image::{self, Image},
     privilege,
-    topology::EXT_IFACE,
+    topology::CLIENT_IP,
 };
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/base");
@@ -128,6 +128,12 @@ struct Cluster {
 impl Cluster {
     fn start(pods: usize) -> Self {
         let topo = Topology::single_node(pods).unwrap();
+        // A node's default route, out of its uplink: the ConfigMap's IFACE
+        // (auto) finds the external interface by it, as on a real node.
+        topo.nodes[0]
+            .ns
+            .ip(&["route", "add", "default", "via", CLIENT_IP])
+            .unwrap();
         let api = FakeApi::start(&topo.nodes[0].ns).unwrap();
         let service_account = tempfile::tempdir().unwrap();
         std::fs::write(service_account.path().join("ca.crt"), CA_PEM).unwrap();
@@ -254,7 +260,6 @@ fn environment(c: &Value) -> BTreeMap<String, String> {
         };
         env.insert(var["name"].as_str().unwrap().to_owned(), value.to_owned());
     }
-    env.insert("IFACE".into(), EXT_IFACE.into());
     env.insert("SSH_IP".into(), EXTERNAL_IP.into());
     env.insert("KUBECONFIG".into(), format!("{SERVICE_ACCOUNT}/kubeconfig"));
     env
@@ -383,6 +388,11 @@ fn the_image_run_as_the_daemonset_runs_it_forwards_a_real_ssh_login_and_outlives
     container
         .wait_for_log("agent ready", Duration::from_secs(30))
         .unwrap();
+    let logs = container.logs();
+    assert!(
+        logs.contains("external interface ext0: the IPv4 default route leaves through it"),
+        "the ConfigMap's IFACE finds the uplink: {logs}"
+    );
 
     // The kernel sees exactly what the pod spec grants.
     let status = process_status(container.pid().unwrap());

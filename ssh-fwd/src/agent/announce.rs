@@ -296,9 +296,10 @@ impl Handle {
 /// Kubernetes mode (a `client`) ownership by Lease, else unconditional.
 /// `ready`: the agent has attached and synced. An error stops announcing
 /// changes, never the agent: the data path keeps answering as it was last
-/// told.
+/// told. `external`: the external interfaces chosen (`--iface`).
 pub fn spawn(
     args: &AgentArgs,
+    external: &[String],
     layout: &PinLayout,
     socket: Option<GarpSocket>,
     client: Option<kube::Client>,
@@ -321,7 +322,7 @@ pub fn spawn(
             (AnnounceMode::Route, _, _) => Box::pin(routes::run(
                 a.announce_table.unwrap_or_default(),
                 args.ssh_ips.clone(),
-                args.ifaces.iter().cloned().collect(),
+                external.iter().cloned().collect(),
                 ready,
                 stopped,
             )),
@@ -330,7 +331,7 @@ pub fn spawn(
                 layout,
                 leases::Settings {
                     ssh_ips: args.ssh_ips.clone(),
-                    external: args.ifaces.iter().cloned().collect(),
+                    external: external.iter().cloned().collect(),
                     duration: a.announce_lease_duration,
                     renew: a.announce_renew,
                     namespace: a.lease_namespace.clone(),
@@ -347,7 +348,7 @@ pub fn spawn(
             (AnnounceMode::L2, None, Some(socket)) => Box::pin(run(
                 layout,
                 args.ssh_ips.clone(),
-                args.ifaces.clone(),
+                external.to_vec(),
                 a.announce_garp_interval,
                 socket,
                 metrics,

@@ -9,7 +9,10 @@ use ssh_fwd_common::maps::{
 pub use crate::args::ServiceStyle;
 use crate::{
     args::node_ports::DEFAULT_PORT_RANGE,
-    datapath::{hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode, pins::BpffsArg},
+    datapath::{
+        external_iface::IfaceRule, hairpin::HairpinMode, hooks::AttachMode, object::RedirectMode,
+        pins::BpffsArg,
+    },
     source::kubernetes::desired::Styles,
 };
 
@@ -17,9 +20,31 @@ use crate::{
 pub struct AgentArgs {
     /// External interface to attach to (repeat for several). Packets for a
     /// frontend are DNATed where they arrive; replies are reverse-NATed where
-    /// they leave.
+    /// they leave. One of:
+    /// a name (`eth0`);
+    /// a pattern (`eno*`, `bond+`: `*` any run of characters, a trailing
+    /// `+` any suffix), which must match exactly one interface that is up
+    /// and not a port of a bond or bridge;
+    /// `auto`, the interfaces of the default routes (of the `--ssh-ip`
+    /// families; the lowest metric; every hop of a multipath route);
+    /// `auto:ADDR`, the interface of the route to ADDR, an address of the
+    /// clients' network (for nodes whose default route is not where
+    /// clients come from).
+    /// With --kubernetes and --node-name, the Node's annotation
+    /// `ssh-fwd.io/iface` (the same forms, comma-separated) replaces this
+    /// flag on that node. Chosen once at start; the log and the metric
+    /// `ssh_fwd_external_interface_info` say which and why.
     #[arg(long = "iface", value_name = "IFACE", required = true)]
-    pub ifaces: Vec<String>,
+    pub ifaces: Vec<IfaceRule>,
+
+    /// How long the agent waits at start for the external interface: one
+    /// that does not exist yet, a pattern with no match that is up, no
+    /// default route (a bond still negotiating, a DHCP lease to come). It
+    /// retries every second, then fails naming the interfaces present.
+    /// Keep it below the liveness probe's allowance (30 s in deploy/).
+    /// 0s: one look.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = iface_wait)]
+    pub iface_wait: Duration,
 
     /// Static mappings file (YAML), reloaded when it changes and on SIGHUP.
     /// A bad file is rejected as a whole and the running mappings stay.
@@ -343,6 +368,19 @@ fn confirm_timeout(s: &str) -> Result<Duration, String> {
         return Err(format!(
             "`{s}`: use between 1s and 10m (a pod answers an ACK within milliseconds; a claim \
              lives at most this long)"
+        ));
+    }
+    Ok(d)
+}
+
+/// `--iface-wait`: zero (one look) to ten minutes.
+fn iface_wait(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 0s, 20s or 2m: {e}"))?;
+    if d > Duration::from_secs(600) {
+        return Err(format!(
+            "`{s}`: use at most 10m (an agent that waits is not ready, nor alive to a liveness \
+             probe)"
         ));
     }
     Ok(d)

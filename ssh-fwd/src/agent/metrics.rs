@@ -15,6 +15,7 @@ use prometheus_client::{
     metrics::{
         MetricType,
         counter::{ConstCounter, Counter},
+        family::Family,
         gauge::{ConstGauge, Gauge},
         histogram::Histogram,
     },
@@ -23,7 +24,7 @@ use prometheus_client::{
 
 use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
-use super::{activity::Board, announce::AnnounceMetrics, audit::AuditMetrics};
+use super::{activity::Board, announce::AnnounceMetrics, audit::AuditMetrics, iface::IfaceLabels};
 use crate::{
     datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
@@ -51,6 +52,8 @@ pub struct AgentMetrics {
     pub connection_table_size: Gauge,
     /// 1 unless `--hairpin off`.
     pub hairpin_enabled: Gauge,
+    /// 1 for each external interface, by the rule that chose it.
+    pub external_ifaces: Family<IfaceLabels, Gauge>,
     /// The connection log's records.
     pub audit: AuditMetrics,
     /// `--announce`.
@@ -73,6 +76,7 @@ impl AgentMetrics {
             pins_restored: Counter::default(),
             connection_table_size: Gauge::default(),
             hairpin_enabled: Gauge::default(),
+            external_ifaces: Family::default(),
             audit: AuditMetrics::default(),
             announce: AnnounceMetrics::default(),
             ready: Arc::default(),
@@ -155,6 +159,13 @@ impl AgentMetrics {
             "hairpin_enabled",
             "1 unless --hairpin off: the hairpin programs should be attached to a cgroup",
             self.hairpin_enabled.clone(),
+        );
+        r.register(
+            "external_interface_info",
+            "1 for each external interface the agent attached to, by the rule that chose it \
+             (chosen_by: name, pattern, default-route, route-to; rule: as written; source: flag \
+             or node-annotation)",
+            self.external_ifaces.clone(),
         );
         self.audit.register(&mut r);
         r.register_collector(Box::new(DatapathCollector { layout }));

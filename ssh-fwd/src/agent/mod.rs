@@ -14,6 +14,7 @@ pub mod announce;
 mod args;
 pub mod audit;
 mod cross_node_key;
+mod iface;
 mod listeners;
 mod metrics;
 mod reconcile;
@@ -67,12 +68,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         listeners::check(&args.port_range, args.allow_port_overlap)?;
     }
     let mut source = Source::open(&args, &metrics).await?;
+    let ifaces = iface::choose(&args, source.kube_client(), &metrics.external_ifaces).await?;
     let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,
-        ifaces: &args.ifaces,
+        ifaces: &ifaces,
         cluster_ifaces: &args.cluster_ifaces,
         mode: args.attach,
         pod_ifaces: args.pod_ifaces == PodIfacesMode::Auto,
@@ -128,6 +130,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let ready = metrics.clone();
     let announcer = announce::spawn(
         &args,
+        &ifaces,
         &layout,
         garp_socket,
         source.kube_client(),

@@ -16,6 +16,7 @@ mod batch;
 pub mod cgroup;
 pub mod conntrack;
 pub mod events;
+pub mod external_iface;
 pub mod family;
 pub mod garp;
 pub mod hairpin;

@@ -343,6 +343,29 @@ impl Netlink {
         routes.extend(v6);
         Ok(routes)
     }
+
+    /// The kernel's route to `addr` (`ip route get ADDR`), or `None` if it
+    /// has none (the network is unreachable).
+    pub async fn route_to(&self, addr: IpAddr) -> anyhow::Result<Option<RouteMessage>> {
+        let message = match addr {
+            IpAddr::V4(v4) => RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(v4, 32)
+                .build(),
+            IpAddr::V6(v6) => RouteMessageBuilder::<Ipv6Addr>::new()
+                .destination_prefix(v6, 128)
+                .build(),
+        };
+        let answer = self.handle.route().get(message).execute().try_next().await;
+        match answer {
+            Ok(route) => Ok(route),
+            Err(rtnetlink::Error::NetlinkError(e))
+                if e.raw_code() == -libc::ENETUNREACH || e.raw_code() == -libc::EHOSTUNREACH =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e).with_context(|| format!("rtnetlink route lookup of {addr}")),
+        }
+    }
 }
 
 /// Sends a unit on `changed` whenever an interface appears, changes or

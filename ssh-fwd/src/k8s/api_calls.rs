@@ -49,7 +49,8 @@ pub const AGENT: &[ApiCall] = &[
         own_namespace: true,
     },
     // Its own Node: its uid, to make that ConfigMap the node's; its labels
-    // for --announce-nodes.
+    // for --announce-nodes; its annotation ssh-fwd.io/iface, which chooses
+    // the external interface (`agent::iface`).
     call("", "nodes", &["get"]),
     // --announce l2: one Lease per SSH IP in --lease-namespace, watched by
     // every agent, written by the one that takes it, renews it or hands it
