@@ -214,6 +214,19 @@ mod tests {
     }
 
     #[test]
+    fn every_agent_flag_is_under_the_heading_of_its_concern() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let agent = cli.find_subcommand("agent").unwrap();
+        let loose: Vec<&str> = agent
+            .get_arguments()
+            .filter(|a| a.get_help_heading().is_none())
+            .filter_map(|a| a.get_long())
+            .collect();
+        assert!(loose.is_empty(), "flags without a heading: {loose:?}");
+    }
+
+    #[test]
     fn clap_definition_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();

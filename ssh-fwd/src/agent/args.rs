@@ -34,7 +34,12 @@ pub struct AgentArgs {
     /// `ssh-fwd.io/iface` (the same forms, comma-separated) replaces this
     /// flag on that node. Chosen once at start; the log and the metric
     /// `ssh_fwd_external_interface_info` say which and why.
-    #[arg(long = "iface", value_name = "IFACE", required = true)]
+    #[arg(
+        help_heading = "Data path",
+        long = "iface",
+        value_name = "IFACE",
+        required = true
+    )]
     pub ifaces: Vec<IfaceRule>,
 
     /// How long the agent waits at start for the external interface: one
@@ -43,12 +48,13 @@ pub struct AgentArgs {
     /// retries every second, then fails naming the interfaces present.
     /// Keep it below the liveness probe's allowance (30 s in deploy/).
     /// 0s: one look.
-    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = iface_wait)]
+    #[arg(help_heading = "Data path", long, value_name = "DURATION", default_value = "20s", value_parser = iface_wait)]
     pub iface_wait: Duration,
 
     /// Static mappings file (YAML), reloaded when it changes and on SIGHUP.
     /// A bad file is rejected as a whole and the running mappings stay.
     #[arg(
+        help_heading = "Where the mappings come from",
         long,
         value_name = "FILE",
         required_unless_present = "kubernetes",
@@ -59,12 +65,21 @@ pub struct AgentArgs {
     /// Take the mappings from Kubernetes Services (spec.externalIPs, or type
     /// LoadBalancer with loadBalancerClass ssh-fwd.io/ssh) and their
     /// EndpointSlices. Uses the in-cluster config, KUBECONFIG, or --kubeconfig.
-    #[arg(long, requires = "ssh_ips")]
+    #[arg(
+        help_heading = "Where the mappings come from",
+        long,
+        requires = "ssh_ips"
+    )]
     pub kubernetes: bool,
 
     /// Kubeconfig file for --kubernetes (default: in-cluster, then KUBECONFIG,
     /// then ~/.kube/config).
-    #[arg(long, value_name = "FILE", requires = "kubernetes")]
+    #[arg(
+        help_heading = "Where the mappings come from",
+        long,
+        value_name = "FILE",
+        requires = "kubernetes"
+    )]
     pub kubeconfig: Option<PathBuf>,
 
     /// External SSH IP this agent serves, IPv4 or IPv6 (repeatable: one of
@@ -75,7 +90,11 @@ pub struct AgentArgs {
     /// mappings file, every frontend must be on one; without the flag, a
     /// frontend on an address of one of the node's interfaces (other than
     /// lo and dummy devices) is refused. `--announce` attracts them all.
-    #[arg(long = "ssh-ip", value_name = "IP")]
+    #[arg(
+        help_heading = "Where the mappings come from",
+        long = "ssh-ip",
+        value_name = "IP"
+    )]
     pub ssh_ips: Vec<std::net::IpAddr>,
 
     /// Frontend ports honoured, inclusive. The default lies above every
@@ -84,19 +103,19 @@ pub struct AgentArgs {
     /// (22, 2379-2381, 6443, 9100, 10248-10260, NodePorts 30000-32767, ...)
     /// or a port a socket listens on in the node's network namespace is
     /// refused, unless --allow-port-overlap.
-    #[arg(long, value_name = "FIRST-LAST", default_value = DEFAULT_PORT_RANGE, value_parser = crate::args::port_range)]
+    #[arg(help_heading = "Where the mappings come from", long, value_name = "FIRST-LAST", default_value = DEFAULT_PORT_RANGE, value_parser = crate::args::port_range)]
     pub port_range: std::ops::RangeInclusive<u16>,
 
     /// Start even though --port-range covers well-known node ports or ports
     /// the node listens on (they are named in a warning instead). The SSH
     /// IP still exposes only mapped ports; a node service on a granted port
     /// is unreachable on the SSH IP.
-    #[arg(long)]
+    #[arg(help_heading = "Where the mappings come from", long)]
     pub allow_port_overlap: bool,
 
     /// Label selector a Service must match. The default is the standard label
     /// that makes kube-proxy and Cilium leave a Service alone.
-    #[arg(long, value_name = "SELECTOR", default_value = crate::vocabulary::DEFAULT_SELECTOR)]
+    #[arg(help_heading = "Where the mappings come from", long, value_name = "SELECTOR", default_value = crate::vocabulary::DEFAULT_SELECTOR)]
     pub selector: String,
 
     /// The Service shapes honoured, comma-separated. `loadbalancer`: type
@@ -110,6 +129,7 @@ pub struct AgentArgs {
     /// deprecated since Kubernetes 1.36). A Service of a shape left out is
     /// ignored and logged.
     #[arg(
+        help_heading = "Where the mappings come from",
         long,
         value_name = "STYLES",
         value_enum,
@@ -120,12 +140,12 @@ pub struct AgentArgs {
     pub service_styles: Vec<ServiceStyle>,
 
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
-    #[arg(long, value_name = "ADDR:PORT")]
+    #[arg(help_heading = "Telemetry", long, value_name = "ADDR:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
     /// Where the DNAT program hooks in. `auto` picks native XDP where the
     /// driver supports it and tc ingress otherwise (and on veth), and logs why.
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    #[arg(help_heading = "Data path", long, value_enum, default_value_t = AttachMode::Auto)]
     pub attach: AttachMode,
 
     /// `auto`: also attach a program to the host end of every pod's
@@ -138,7 +158,7 @@ pub struct AgentArgs {
     /// the pods is never touched.
     /// `off`: replies are reverse-NATed on the external interfaces only,
     /// after the node has routed them.
-    #[arg(long, value_enum, default_value_t = PodIfacesMode::Auto)]
+    #[arg(help_heading = "Data path", long, value_enum, default_value_t = PodIfacesMode::Auto)]
     pub pod_ifaces: PodIfacesMode,
 
     /// How a translated packet reaches the pod, and its reply the client.
@@ -157,14 +177,18 @@ pub struct AgentArgs {
     /// (replies get the frontend back as they leave the external interface);
     /// no reply program on pods' interfaces. Slower; choose it when the
     /// node's firewall or NetworkPolicy must apply to forwarded SSH traffic.
-    #[arg(long, value_enum, default_value_t = RedirectMode::Auto)]
+    #[arg(help_heading = "Data path", long, value_enum, default_value_t = RedirectMode::Auto)]
     pub redirect: RedirectMode,
     /// An interface that carries traffic to other nodes (repeatable), if it
     /// is not an external one: requests other nodes translated arrive
     /// there, and translated SYNs leave there for other nodes. Without the
     /// flag, the interfaces of the routes with a gateway (to other nodes'
     /// pods, the default route) are used.
-    #[arg(long = "cluster-iface", value_name = "IFACE")]
+    #[arg(
+        help_heading = "Data path",
+        long = "cluster-iface",
+        value_name = "IFACE"
+    )]
     pub cluster_ifaces: Vec<String>,
 
     /// How the frontend of a connection reaches the pod's node when the
@@ -176,7 +200,7 @@ pub struct AgentArgs {
     /// has no state for such connections and restores the backend's primary
     /// frontend (wrong for a pod behind several frontends), and replies of
     /// in-cluster traffic routed out of an external interface get it too.
-    #[arg(long, value_enum, default_value_t = CrossNode::Option)]
+    #[arg(help_heading = "Data path", long, value_enum, default_value_t = CrossNode::Option)]
     pub cross_node: CrossNode,
 
     /// A file holding the cluster's key (32 hex digits: `openssl rand -hex
@@ -187,13 +211,19 @@ pub struct AgentArgs {
     /// believed only on an interface nothing but other nodes reach (a
     /// --cluster-iface that is not an external one). With --kubernetes the
     /// key is kept in a Secret instead (--cross-node-key-secret).
-    #[arg(long, value_name = "FILE", conflicts_with = "cross_node_key_secret")]
+    #[arg(
+        help_heading = "Data path",
+        long,
+        value_name = "FILE",
+        conflicts_with = "cross_node_key_secret"
+    )]
     pub cross_node_key: Option<PathBuf>,
 
     /// With --kubernetes: the Secret of the agent's namespace that holds the
     /// cluster's key (see --cross-node-key); the first agent creates it with
     /// a random key.
     #[arg(
+        help_heading = "Data path",
         long,
         value_name = "NAME",
         requires = "kubernetes",
@@ -208,12 +238,17 @@ pub struct AgentArgs {
     /// only in /metrics and `ssh-fwd list`. With `--announce l2` it is also
     /// the holder's name in the SSH IPs' Leases (default there: the host
     /// name).
-    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    #[arg(
+        help_heading = "Where the mappings come from",
+        long,
+        value_name = "NAME",
+        env = "NODE_NAME"
+    )]
     pub node_name: Option<String>,
 
     /// The shortest time between two writes of the activity ConfigMap
     /// (written only when what it holds changed).
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
+    #[arg(help_heading = "Telemetry", long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub activity_interval: Duration,
 
     /// A connection whose server sent nothing for this long is forgotten
@@ -222,7 +257,7 @@ pub struct AgentArgs {
     /// through the frontend and the server answers. One whose server or
     /// client alone has closed goes after two minutes without a segment
     /// from the server.
-    #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "DURATION", default_value = "24h", value_parser = crate::args::duration)]
     pub conn_idle_timeout: Duration,
 
     /// How long a client's ACK through a frontend waits for the server to
@@ -230,7 +265,7 @@ pub struct AgentArgs {
     /// counts for nothing. Only a confirmed connection takes room in the
     /// connection table, so handshakes the pod never accepts (a wrong
     /// checksum, a TTL that dies at the node) leave nothing behind.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = confirm_timeout)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "DURATION", default_value = "10s", value_parser = confirm_timeout)]
     pub conn_confirm_timeout: Duration,
 
     /// How many open connections one client address may hold on this node;
@@ -240,7 +275,7 @@ pub struct AgentArgs {
     /// longer counts, so a client that opens and closes sessions one after
     /// another is never held back. 0: no limit. Raise it for clients behind
     /// one NAT address that keep many sessions open at once.
-    #[arg(long, value_name = "CONNECTIONS", default_value_t = CONNS_PER_SOURCE)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "CONNECTIONS", default_value_t = CONNS_PER_SOURCE)]
     pub conns_per_source: u32,
 
     /// How many mappings (frontends) this node can hold: the capacity of the
@@ -249,21 +284,21 @@ pub struct AgentArgs {
     /// cut: a mappings file is refused, in Kubernetes mode the newest
     /// Services are left out. Changing it on a node needs `ssh-fwd teardown`
     /// first (the pinned tables cannot be resized while they forward).
-    #[arg(long, value_name = "ENTRIES", default_value_t = MAX_MAPPINGS, value_parser = mappings_size)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "ENTRIES", default_value_t = MAX_MAPPINGS, value_parser = mappings_size)]
     pub max_mappings: u32,
 
     /// Capacity of the connection table (entries of 60 bytes plus the
     /// kernel's overhead, allocated up front), and of the table counting
     /// what each client holds. Only connections the server confirmed take
     /// an entry.
-    #[arg(long, value_name = "ENTRIES", default_value_t = CONN_CAPACITY, value_parser = table_size)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "ENTRIES", default_value_t = CONN_CAPACITY, value_parser = table_size)]
     pub conn_table_size: u32,
 
     /// Capacity of the half-open table (SYNs waiting for their SYN-ACK) and
     /// of the claims table (ACKs waiting for their server's confirmation).
     /// Floods churn them, by design: each entry is needed only for the
     /// pod's own answer time.
-    #[arg(long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
+    #[arg(help_heading = "Connection tracking and capacity", long, value_name = "ENTRIES", default_value_t = HALF_OPEN_CAPACITY, value_parser = table_size)]
     pub half_open_table_size: u32,
 
     /// Hairpin: let clients inside the cluster (pods, the nodes' own
@@ -273,17 +308,17 @@ pub struct AgentArgs {
     /// application the address it dialled; without a cgroup v2 hierarchy,
     /// run without (the log says why). `off`: no hairpin; a previous
     /// agent's hooks are removed.
-    #[arg(long, value_enum, default_value_t = HairpinMode::Auto)]
+    #[arg(help_heading = "Data path", long, value_enum, default_value_t = HairpinMode::Auto)]
     pub hairpin: HairpinMode,
 
     /// The cgroup v2 directory the hairpin programs attach to: every
     /// process in it or below is served. Default: the first cgroup2 mount
     /// in /proc/mounts (`/sys/fs/cgroup` on a unified host,
     /// `/sys/fs/cgroup/unified` on a hybrid one).
-    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = "Data path", long, value_name = "DIR")]
     pub cgroup_root: Option<PathBuf>,
 
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Data path")]
     pub bpffs: BpffsArg,
 
     #[command(flatten)]
@@ -301,17 +336,17 @@ pub struct AgentArgs {
     /// How often the maps are re-read and repaired if anything changed them
     /// behind the agent's back, and deleted pins put back (a map pinned
     /// again, a link attached and pinned again).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
+    #[arg(help_heading = "Where the mappings come from", long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,
 
     /// How often the mappings file is checked for changes.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
+    #[arg(help_heading = "Where the mappings come from", long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
     pub watch_interval: Duration,
 
     /// A changed mappings file is read only once it stayed the same for
     /// this long, so a file rewritten in place is never read half-written
     /// (writing a new file and renaming it over the old one is better).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
+    #[arg(help_heading = "Where the mappings come from", long, value_name = "DURATION", default_value = "1s", value_parser = crate::args::duration)]
     pub settle_interval: Duration,
 }
 

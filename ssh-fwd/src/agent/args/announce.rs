@@ -21,6 +21,7 @@ pub enum AnnounceMode {
 }
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Announcing the SSH IP")]
 pub struct AnnounceArgs {
     /// How the SSH IPs reach this node. `off`: your network routes them
     /// here. `l2`: the data path answers ARP requests (IPv4) and neighbour

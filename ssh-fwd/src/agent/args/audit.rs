@@ -6,6 +6,7 @@ use crate::datapath::events::ConnLog;
 const MAX_LOG_RATE: u32 = 100_000;
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Connection log")]
 pub struct AuditArgs {
     /// Which connections are logged, one line each (target
     /// `ssh_fwd::connections`): who connected from where, through which

@@ -14,6 +14,7 @@ use crate::{
 pub const MAX_SYN_BURST: u32 = 1_000_000;
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Guard: who may connect, and how fast")]
 pub struct GuardArgs {
     /// A client range (CIDR, or one address; IPv4 or IPv6) that may open
     /// connections through every mapping (repeat for several); a mapping
