@@ -52,7 +52,8 @@ BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEAjNMUaDFSD61Y+qqVa5W8/f37BBNg\n\
 2VihF4r6MgcTF00CIQDj/HuVfLC7ktVo7bgoqXaTuEnw65VMYdCMlFy4otgUQg==\n\
 -----END CERTIFICATE-----\n\
 ";
-const PORT: u16 = 8123;
+/// A port in the shipped `PORT_RANGE`: the agent honours no other.
+const PORT: u16 = 20_123;
 /// The node the DaemonSet's pod runs on, as the kubelet would tell it.
 const NODE_NAME: &str = "node-1";
 
