@@ -12,7 +12,7 @@
 //! to).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     ffi::{OsStr, OsString},
     path::{Path, PathBuf},
 };
@@ -115,15 +115,15 @@ impl ConfigFile {
     }
 
     /// Refuses a key that no command takes, naming the nearest that one
-    /// does; `flags` gives each command's flags.
+    /// does.
     pub fn check_keys(&self, cli: &Command) -> Result<(), ConfigError> {
         let known = known_names(cli);
         for key in self.keys.keys() {
-            if !known.contains_key(key.as_str()) {
+            if !known.contains(key.as_str()) {
                 return Err(ConfigError::Unknown {
                     path: self.path.clone(),
                     key: key.clone(),
-                    hint: hint(key, known.keys().copied()),
+                    hint: hint(key, known.iter().copied()),
                 });
             }
         }
@@ -265,7 +265,7 @@ impl ConfigFile {
 }
 
 /// Every flag a command that reads the file has, by its long name.
-fn known_names(cli: &Command) -> BTreeMap<&str, ()> {
+fn known_names(cli: &Command) -> BTreeSet<&str> {
     COMMANDS
         .iter()
         .filter_map(|name| cli.find_subcommand(name))
@@ -273,7 +273,6 @@ fn known_names(cli: &Command) -> BTreeMap<&str, ()> {
         .chain(cli.get_arguments().filter(|a| a.is_global_set()))
         .filter_map(Arg::get_long)
         .filter(|long| !matches!(*long, "help" | "version" | "config"))
-        .map(|long| (long, ()))
         .collect()
 }
 
