@@ -43,6 +43,7 @@ fn fifty_nodes_skipping_a_service_make_one_event_the_tenant_sees() {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         while answered(&api) < nodes.len() && Instant::now() < deadline {
+            // The poll's pace; the deadline is the loop's condition.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });

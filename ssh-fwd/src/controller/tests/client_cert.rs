@@ -103,6 +103,7 @@ async fn with_a_client_ca_only_reviews_from_a_client_it_signed_are_served() {
             Ok(answered) => break answered,
             Err(e) => assert!(start.elapsed() < LIMIT, "never served: {e:#}"),
         }
+        // The poll's pace; the deadline is the assertion above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status, 200);

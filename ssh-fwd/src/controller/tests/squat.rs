@@ -176,6 +176,7 @@ async fn flood(replicas: usize) {
             told_port(&admitted),
             reservation_count(&bed)
         );
+        // The poll's pace; the deadline is the assertion above.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let published = bed.port_of("job-real").unwrap();
@@ -190,6 +191,7 @@ async fn flood(replicas: usize) {
             "{} forged reservations still held 15 s after the flood",
             provisional_now(&bed)
         );
+        // The poll's pace; the deadline is the assertion above.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
@@ -273,6 +275,8 @@ async fn a_pod_copying_another_pods_token_neither_takes_nor_holds_its_port() {
         bed.api.get(Kind::Lease, "ssh-fwd", &name).is_none()
     })
     .await;
+    // A window in which the copier's port must not move: the leader's
+    // passes after the release would move it if it took the victim's.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(service_port("copier"), copier_port);
     let ours: Vec<u64> = (bed.our_services().iter())
