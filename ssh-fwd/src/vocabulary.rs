@@ -59,6 +59,12 @@ pub const ACTIVITY: &str = "ssh-fwd.io/activity";
 pub const ACTIVITY_FROM: &str = "agent";
 /// The name of an agent's activity ConfigMap, before its node's name.
 pub const ACTIVITY_PREFIX: &str = "ssh-fwd-activity-";
+/// ConfigMap label of an agent's served report (what its node's data
+/// path holds); the controller's watch selects on it, with the value
+/// [`ACTIVITY_FROM`].
+pub const SERVED: &str = "ssh-fwd.io/served";
+/// The name of an agent's served report, before its node's name.
+pub const SERVED_PREFIX: &str = "ssh-fwd-served-";
 
 /// Service annotation: the client ranges that may connect through an
 /// externalIPs Service's ports, comma-separated CIDRs (a LoadBalancer
@@ -129,6 +135,9 @@ pub const DEFAULT_SELECTOR: &str = "service.kubernetes.io/service-proxy-name=ssh
 pub mod reason {
     /// Normal: the pod's SSH endpoint is live; the note holds the command.
     pub const SSH_READY: &str = "SSHReady";
+    /// Warning beside [`SSH_READY`] when `--publish-wait` passed before the
+    /// agents reported the pod's mapping.
+    pub const SSH_UNCONFIRMED: &str = "SSHUnconfirmed";
     /// Warning: every port in the range is taken.
     pub const NO_FREE_PORT: &str = "NoFreePort";
     /// Warning: the target-port annotation names no port the pod can have.

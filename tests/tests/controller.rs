@@ -142,6 +142,111 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     });
 }
 
+/// The ssh command is told only once the node's data path maps the port
+/// to the pod: with the agent started late, the pod waits (granted, in
+/// its Service's endpoints, no SSHReady); once the agent reports the
+/// mapping, the command is told and works at the first try.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_ssh_command_is_told_only_once_the_data_path_maps_the_port() {
+    privilege::require();
+    let topo = Topology::single_node(1).unwrap();
+    let node = &topo.nodes[0].ns;
+    let api = FakeApi::start(node).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
+    let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
+    let controller_args: Vec<String> = [
+        "--kubeconfig",
+        &kubeconfig,
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--ssh-user",
+        "root",
+        "--identity",
+        "e2e",
+        "--lease-namespace",
+        "ssh-fwd",
+        "--publish-wait",
+        "120s",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _controller =
+        Agent::start_controller(node, dir.path().join("controller.log"), &controller_args).unwrap();
+    api.apply(
+        Kind::Pod,
+        pod(
+            "job-8-rank-0",
+            &topo.pods[0].ip,
+            json!({vocabulary::SSH: "enabled"}),
+        ),
+    );
+    eventually("the grant and the selector label", || {
+        let pod = api.get(Kind::Pod, "jobs", "job-8-rank-0")?;
+        (pod["metadata"]["labels"][vocabulary::SERVICE] == "ssh-job-8-rank-0").then_some(())
+    });
+    let ready_events = || {
+        api.list(Kind::Event)
+            .into_iter()
+            .filter(|e| e["reason"] == vocabulary::reason::SSH_READY)
+            .count()
+    };
+    // No agent yet: nothing forwards the port, so nothing is told.
+    let quiet_until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < quiet_until {
+        assert_eq!(ready_events(), 0, "told before any node maps the port");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let bpffs = Bpffs::new().unwrap();
+    let agent_args: Vec<String> = [
+        "--kubernetes",
+        "--kubeconfig",
+        &kubeconfig,
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--node-name",
+        "e2e-node",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();
+    let event: Value = eventually("the SSHReady event", || {
+        api.list(Kind::Event)
+            .into_iter()
+            .find(|e| e["reason"] == vocabulary::reason::SSH_READY)
+    });
+    let report = api
+        .get(Kind::ConfigMap, "ssh-fwd", "ssh-fwd-served-e2e-node")
+        .expect("the agent's served report");
+    let command = event["note"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("SSH: Connected! Available at: ")
+        .unwrap()
+        .to_owned();
+    let port: u16 = command.rsplit_once(" -p ").unwrap().1.parse().unwrap();
+    assert_eq!(
+        report["data"][format!("{EXTERNAL_IP}_{port}")],
+        format!("{}:22", topo.pods[0].ip),
+        "{report}"
+    );
+    assert_eq!(report["data"]["receives"], EXTERNAL_IP, "{report}");
+    // Told means it works: the first try lands.
+    let landed = topo
+        .ssh()
+        .run_pasted(&topo.client, &command, "hostname")
+        .unwrap();
+    assert_eq!(landed, topo.pods[0].hostname);
+    let warned: Vec<Value> = api
+        .list(Kind::Event)
+        .into_iter()
+        .filter(|e| e["reason"] == vocabulary::reason::SSH_UNCONFIRMED)
+        .collect();
+    assert!(warned.is_empty(), "{warned:?}");
+}
+
 /// The agent runs with exactly the capabilities the DaemonSet grants, with
 /// the host's bpffs mounted and its own directory not yet made.
 #[test]

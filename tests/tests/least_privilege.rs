@@ -169,6 +169,19 @@ fn one_agents_token_writes_its_own_nodes_objects_and_nothing_of_another_or_the_c
         ),
         "ssh-fwd-agent-activity",
     );
+    // Another node's served report: the controller would believe that
+    // node maps a port it does not.
+    let forged = config_map("ssh-fwd-served-node2");
+    denied_by(
+        call(
+            &api,
+            &agent,
+            "POST",
+            &format!("{NS}/configmaps"),
+            Some(&forged),
+        ),
+        "ssh-fwd-agent-activity",
+    );
     let leader = holding(&api, "ssh-fwd-controller", "node1");
     let leader_at = format!("{LEASES}/ssh-fwd-controller");
     denied_by(
@@ -214,6 +227,13 @@ fn one_agents_token_writes_its_own_nodes_objects_and_nothing_of_another_or_the_c
         "PATCH",
         &at("ssh-fwd-activity-node1"),
         Some(&own),
+    ));
+    taken(call(
+        &api,
+        &agent,
+        "POST",
+        &format!("{NS}/configmaps"),
+        Some(&config_map("ssh-fwd-served-node1")),
     ));
     taken(call(
         &api,

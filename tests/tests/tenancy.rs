@@ -71,7 +71,9 @@ impl Bed {
         let mut agent_args: Vec<String> = ["--kubernetes", "--kubeconfig", &agent_config]
             .map(String::from)
             .to_vec();
+        // The node its token names, as the DaemonSet passes NODE_NAME.
         agent_args.extend(["--ssh-ip".into(), EXTERNAL_IP.into()]);
+        agent_args.extend(["--node-name".into(), "node".into()]);
         agent_args.extend(styles.iter().cloned());
         let bpffs = Bpffs::new().unwrap();
         let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();

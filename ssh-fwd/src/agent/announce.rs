@@ -370,7 +370,7 @@ pub fn spawn(
 }
 
 /// This node's name in the Leases: `--node-name`, else the host name.
-fn identity(node_name: Option<&str>) -> String {
+pub fn identity(node_name: Option<&str>) -> String {
     node_name.map_or_else(
         || {
             std::fs::read_to_string("/proc/sys/kernel/hostname")

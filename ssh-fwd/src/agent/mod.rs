@@ -17,8 +17,10 @@ mod cross_node_key;
 mod iface;
 mod listeners;
 mod metrics;
+mod node_config_map;
 mod reconcile;
 mod repair;
+mod served;
 pub mod source;
 pub mod sweep;
 
@@ -139,6 +141,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     let repair = PinRepair::new(metrics.pins_restored.clone());
     let mut reconciler = Reconciler::new(metrics, &source.describe(), closed.clone());
+    let reporter = served::spawn(&args, source.kube_client(), &layout, &reconciler.served());
     let sweeps = sweep::Shared::default();
     let sweeper = tokio::spawn(sweep::run(
         layout.clone(),
@@ -160,6 +163,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     .await;
     sweeper.abort();
     publisher.inspect(tokio::task::JoinHandle::abort);
+    reporter.inspect(tokio::task::JoinHandle::abort);
     if let Some(announcer) = announcer {
         announcer.stop().await;
     }

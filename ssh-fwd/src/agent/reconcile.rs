@@ -12,7 +12,7 @@ use ssh_fwd_common::{
     outcome::Outcome,
 };
 
-use super::{audit::ClosedSender, metrics::AgentMetrics, source::Change, sweep};
+use super::{audit::ClosedSender, metrics::AgentMetrics, served, source::Change, sweep};
 use crate::{
     datapath::{
         Datapath,
@@ -43,6 +43,8 @@ pub struct Reconciler {
     /// The connection log, told of the connections a retired mapping took
     /// with it.
     closed: ClosedSender,
+    /// What the maps serve, for the controller.
+    served: served::Board,
 }
 
 impl Reconciler {
@@ -57,7 +59,13 @@ impl Reconciler {
             exact: false,
             status,
             closed,
+            served: served::Board::default(),
         }
+    }
+
+    /// What the maps serve, kept as each apply succeeds.
+    pub fn served(&self) -> served::Board {
+        self.served.clone()
     }
 
     /// Makes the maps hold exactly `desired`; failures are logged and
@@ -234,10 +242,23 @@ impl Reconciler {
     /// Keeps the tables the maps hold after a successful apply.
     fn keep(&mut self, installed: Installed, after: After) {
         let (tables, exact) = match after {
-            After::Whole(tables, left_out) => (tables, left_out == 0),
+            After::Whole(tables, left_out) => {
+                let backends = tables.frontends.iter().map(|(f, t)| (*f, t.endpoint));
+                self.served.replace(backends);
+                (tables, left_out == 0)
+            }
             After::Local(local) => {
+                let touched = local.frontends();
                 let mut tables = installed;
                 local.commit(&mut tables);
+                let now = |f: &SocketAddr| tables.frontends.get(f).map(|t| (*f, t.endpoint));
+                self.served.apply(
+                    touched.iter().filter_map(now),
+                    touched
+                        .iter()
+                        .filter(|f| !tables.frontends.contains_key(f))
+                        .copied(),
+                );
                 (tables, true)
             }
         };

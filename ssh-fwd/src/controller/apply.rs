@@ -270,13 +270,41 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             service,
             port,
             announce,
+            unconfirmed,
         } => {
+            if let Some(why) = unconfirmed
+                && announce
+            {
+                let note = format!(
+                    "publishing the ssh command without the agents' word that port {port} reaches this pod: {why}"
+                );
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), "{note}");
+                let reason = vocabulary::reason::SSH_UNCONFIRMED;
+                ctx.metrics
+                    .warnings
+                    .get_or_create(&super::metrics::ReasonLabel { reason })
+                    .inc();
+                event(
+                    ctx,
+                    &pod,
+                    EventType::Warning,
+                    vocabulary::reason::SSH_UNCONFIRMED,
+                    vocabulary::action::PUBLISH,
+                    note,
+                )
+                .await?;
+            }
             let endpoint = publish(ctx, &pod, &service, port, announce).await?;
             return Ok(Outcome::Done(Done::Published {
                 uid: pod.uid,
                 endpoint,
             }));
         }
+        Action::Label { pod, service, why } => {
+            label(ctx, &pod, &service).await?;
+            tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), ?why, "labelled into its Service; the ssh command waits");
+        }
+        Action::Await { .. } => {}
         Action::Warn { pod, problem } => {
             warn(ctx, &pod, &problem).await?;
             return Ok(Outcome::Warned(pod.uid, problem));
@@ -428,6 +456,21 @@ async fn publish(
     }))
     .await?;
     Ok(endpoint)
+}
+
+/// Puts the pod in its Service's endpoints: the selector label alone,
+/// before its endpoint may be told.
+async fn label(ctx: &Context, pod: &PodRef, service: &str) -> anyhow::Result<()> {
+    let api: Api<Unread<Pod>> = Api::namespaced(ctx.client.clone(), &pod.namespace);
+    // The uid makes the patch fail on a namesake made since.
+    let patch = json!({"metadata": {"uid": pod.uid, "labels": {vocabulary::SERVICE: service}}});
+    api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(|e| {
+            let what = format!("labelling pod {}/{}", pod.namespace, pod.name);
+            api_error::context(e, what, Grant::Cluster)
+        })
 }
 
 /// Takes the endpoint off a pod whose Service goes; a pod that is gone, or

@@ -105,6 +105,23 @@ pub struct ControllerArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = crate::args::duration)]
     pub resync_interval: Duration,
 
+    /// When a pod's ssh command is published (the SSHReady event, the
+    /// endpoint annotation). `served`: once the pod is Ready and every
+    /// node that receives the SSH IP reports the port mapped to it in its
+    /// data path (the agents' ConfigMaps ssh-fwd-served-NODE in the
+    /// --lease-namespace). `ready`: once the pod is Ready. `granted`: once
+    /// the port is granted, before either.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = super::served::PublishWhen::Served)]
+    pub publish_when: super::served::PublishWhen,
+
+    /// With --publish-when served: how long a Ready pod's ssh command waits
+    /// for the agents' reports before it is published anyway, with a
+    /// Warning event (SSHUnconfirmed) naming the nodes that did not report
+    /// it (agents down, older than the controller, or not in Kubernetes
+    /// mode).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = crate::args::duration)]
+    pub publish_wait: Duration,
+
     #[command(flatten)]
     pub admission: super::webhook::AdmissionArgs,
 

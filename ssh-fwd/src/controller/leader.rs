@@ -30,6 +30,7 @@ use super::{
     pod::{PodView, PodWire},
     reservation::{LeaseView, upkeep::Upkeep},
     retry,
+    served::{Gate, PublishWhen, watch::Reports},
     world::{
         World,
         dirty::{DirtyLog, Stores},
@@ -55,6 +56,10 @@ pub struct Leadership<'a> {
     pub reservations: Store<LeaseView>,
 }
 
+/// How often the pods whose endpoint waits are planned for again without
+/// a change: what they wait on also passes with time.
+const AWAIT_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Writes in one pass, or changed objects it took, past which its peak of
 /// memory is handed back.
 const BIG_PASS: usize = 256;
@@ -78,6 +83,18 @@ impl Leadership<'_> {
         let mut watches = tokio::task::JoinSet::new();
         let stores = self.watch_term(&mut watches).await?;
         let mut mirror = self.watch_activity(&mut watches);
+        let mut reports = (args.publish_when == PublishWhen::Served).then(|| {
+            Reports::watch(
+                self.client.clone(),
+                &args.lease_namespace,
+                changes,
+                &ctx.metrics.api_errors,
+                &mut watches,
+            )
+        });
+        // Pods whose endpoint waits to be told (not Ready, or not yet
+        // served): every pass plans for them again.
+        let mut awaiting = std::collections::BTreeSet::new();
         tracing::info!(ssh_ip = %ctx.ssh_ips.published(), ports = %format!("{}-{}", ctx.range.start(), ctx.range.end()), "controller ready");
         let mut resync = interval(args.resync_interval);
         resync.set_missed_tick_behavior(MissedTickBehavior::Skip);
@@ -100,7 +117,9 @@ impl Leadership<'_> {
                 Scope::All
             } else {
                 let touched = stores.refresh(&mut world, &changed);
-                Scope::around(&world, touched, waiting.uids())
+                let mut again = waiting.uids().clone();
+                again.extend(awaiting.iter().cloned());
+                Scope::around(&world, touched, &again)
             };
             expected.settle(&world, started);
             forget_gone(&mut warned, &world);
@@ -110,9 +129,26 @@ impl Leadership<'_> {
                 scope: &scope,
                 expected: &expected,
                 variable: variable.as_deref(),
+                gate: Gate {
+                    when: args.publish_when,
+                    wait: args.publish_wait,
+                    served: reports
+                        .as_mut()
+                        .map_or(&super::served::NONE, Reports::refresh),
+                    now: std::time::SystemTime::now(),
+                },
             };
             let mut actions =
                 plan::compute(&pass, &ctx.settings(), &ctx.range, &ctx.host, &mut rng);
+            awaiting = actions
+                .iter()
+                .filter_map(plan::Action::awaiting)
+                .map(str::to_owned)
+                .collect();
+            actions.retain(|a| !matches!(a, plan::Action::Await { .. }));
+            ctx.metrics
+                .pods_awaiting
+                .set(i64::try_from(awaiting.len()).unwrap_or(i64::MAX));
             actions.extend(upkeep.actions(&world, &scope, &expected, &ctx.range, started));
             let writes = actions.len();
             let Applied {
@@ -159,7 +195,10 @@ impl Leadership<'_> {
             .into_iter()
             .flatten()
             .min();
-            everything = next_wake(changes, &mut resync, until_due, retry.due_in(now)).await;
+            // A pod waits on time too (the reports' age, --publish-wait).
+            let again_in = (!awaiting.is_empty()).then_some(AWAIT_POLL);
+            everything =
+                next_wake(changes, &mut resync, until_due, retry.due_in(now), again_in).await;
         }
     }
 
@@ -292,15 +331,19 @@ fn rebuild(world: &mut World, stores: &Stores, policy: &Policy) {
 /// Waits for what wakes the next pass: `true` when it is to plan for
 /// everything (a reservation's grace or a remembered write running out
 /// after `due`, the periodic resync, a retry after `retry_in`), `false`
-/// for changes, which it plans around. Changes wake it at once: events
-/// that arrive during a pass wake the next one, which takes them all.
+/// for changes, which it plans around, and after `again_in` (the pods
+/// waiting to be told, which every pass plans for). Changes wake it at
+/// once: events that arrive during a pass wake the next one, which takes
+/// them all.
 async fn next_wake(
     changes: &Changes,
     resync: &mut tokio::time::Interval,
     due: Option<std::time::Duration>,
     retry_in: Option<std::time::Duration>,
+    again_in: Option<std::time::Duration>,
 ) -> bool {
     tokio::select! {
+        () = tokio::time::sleep(again_in.unwrap_or_default()), if again_in.is_some() => false,
         () = tokio::time::sleep(due.unwrap_or_default()), if due.is_some() => true,
         () = changes.changed() => {
             changes.take_since();

@@ -34,6 +34,9 @@ pub struct ControllerMetrics {
     /// Ports of `--port-range` held by a Service or a reservation, as of
     /// the leader's last pass.
     pub ports_used: Gauge,
+    /// Pods whose ssh command waits to be published (`--publish-when`),
+    /// as of the leader's last pass.
+    pub pods_awaiting: Gauge,
     /// Failed attempts to renew the leader's Lease.
     pub lease_renewal_errors: Counter,
     /// Reservations made at admission released because no pod came for
@@ -55,6 +58,7 @@ impl ControllerMetrics {
             vocabulary::reason::INVALID_TARGET_PORT,
             vocabulary::reason::SERVICE_NAME_TAKEN,
             vocabulary::reason::SSH_ENV_MISSING,
+            vocabulary::reason::SSH_UNCONFIRMED,
         ] {
             drop(warnings.get_or_create(&ReasonLabel { reason }));
         }
@@ -66,6 +70,7 @@ impl ControllerMetrics {
             pass_duration: metrics::seconds_histogram(),
             port_range_size: Gauge::default(),
             ports_used: Gauge::default(),
+            pods_awaiting: Gauge::default(),
             lease_renewal_errors: Counter::default(),
             reservations_lapsed: Counter::default(),
             warnings,
@@ -106,6 +111,12 @@ impl ControllerMetrics {
             "Ports of --port-range held by a Service or a reservation, as of the leader's last \
              pass (0 on a standby that never led)",
             self.ports_used.clone(),
+        );
+        r.register(
+            "pods_awaiting_publication",
+            "Pods whose ssh command waits to be published (--publish-when): not Ready, or not yet \
+             reported in the data path of the nodes receiving the SSH IP",
+            self.pods_awaiting.clone(),
         );
         r.register(
             "lease_renewal_errors",

@@ -26,6 +26,7 @@ mod pod;
 mod ports;
 mod reservation;
 mod retry;
+mod served;
 mod service;
 mod ssh_ips;
 mod warn;

@@ -48,6 +48,8 @@ pub struct Pass<'a> {
     /// The endpoint variable the webhook sets, when it runs: a pod that
     /// gets its port only now is warned that it lacks it.
     pub variable: Option<&'a str>,
+    /// When a pod's endpoint may be told (`--publish-when`).
+    pub gate: super::served::Gate<'a>,
 }
 
 /// The writes that make the part of the world `pass.scope` names agree
@@ -82,6 +84,7 @@ pub fn compute(
                 settings,
                 host: endpoint_host,
                 published: pass.expected.published(uid),
+                gate: pass.gate,
             };
             actions.extend(publish(svc, pod, pod_ref, &at));
             continue;

@@ -1,7 +1,8 @@
 //! A pod as the controller keeps it: its identity, the labels and
-//! annotations the plan reads, whether it is being deleted, and its phase.
+//! annotations the plan reads, whether it is being deleted, its phase,
+//! addresses and readiness.
 //!
-//! The watch decodes [`PodWire`] (metadata and phase only: k8s-openapi's
+//! The watch decodes [`PodWire`] (metadata and that much status: k8s-openapi's
 //! `Pod` holds room for a whole spec and status inline even when they are
 //! empty, about 4.8 KB a pod), and the cache keeps the [`PodView`] made of
 //! it: a pod's label and annotation maps alone were 1.8 KB, and a real
@@ -81,11 +82,72 @@ pub struct PodWire {
     pub status: Option<PodPhase>,
 }
 
-/// Of a pod's status, its phase.
+/// Of a pod's status, its phase, its addresses, and its Ready condition
+/// (the others are dropped as the watch decodes them).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PodPhase {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "ready_only"
+    )]
+    pub conditions: Vec<PodCondition>,
+    #[serde(default, rename = "podIP", skip_serializing_if = "Option::is_none")]
+    pub pod_ip: Option<String>,
+    #[serde(default, rename = "podIPs", skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<PodIp>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct PodIp {
+    pub ip: String,
+}
+
+fn ready_only<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<PodCondition>, D::Error> {
+    let all = Option::<Vec<PodCondition>>::deserialize(d)?.unwrap_or_default();
+    Ok(all.into_iter().filter(|c| c.type_ == "Ready").collect())
+}
+
+impl PodView {
+    /// Since when the kubelet has reported the pod Ready; `None`: not
+    /// Ready. A condition without its time counts from the pod's creation
+    /// (`Some(None)`: neither is known).
+    pub fn ready_since(&self) -> Option<Option<std::time::SystemTime>> {
+        let ready = (self.status.iter())
+            .flat_map(|s| &s.conditions)
+            .find(|c| c.type_ == "Ready" && c.status == "True")?;
+        let at =
+            (ready.last_transition_time.as_ref()).or(self.metadata.creation_timestamp.as_ref());
+        Some(at.map(|t| std::time::SystemTime::from(t.0)))
+    }
+
+    /// The pod's addresses, of both families.
+    pub fn ips(&self) -> Vec<std::net::IpAddr> {
+        let Some(status) = &self.status else {
+            return Vec::new();
+        };
+        let listed = status.pod_ips.iter().map(|p| p.ip.as_str());
+        let mut ips: Vec<std::net::IpAddr> = (status.pod_ip.as_deref().into_iter())
+            .chain(listed)
+            .filter_map(|ip| ip.parse().ok())
+            .collect();
+        ips.sort_unstable();
+        ips.dedup();
+        ips
+    }
 }
 
 impl From<PodWire> for PodView {
@@ -188,7 +250,10 @@ mod tests {
                          "annotations": {vocabulary::ENDPOINT: "h:8000",
                                          "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
             "spec": {"containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1"}}))
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "Initialized", "status": "True"},
+                                      {"type": "Ready", "status": "True",
+                                       "lastTransitionTime": "2026-11-24T00:00:05Z"}]}}))
         .unwrap();
         assert_eq!(pod.metadata.label(vocabulary::SSH), Some("enabled"));
         assert_eq!(
@@ -203,7 +268,17 @@ mod tests {
                                 "deletionTimestamp": "2026-11-25T00:00:00Z",
                                 "labels": {vocabulary::SSH: "enabled"},
                                 "annotations": {vocabulary::ENDPOINT: "h:8000"}},
-                   "status": {"phase": "Running"}})
+                   "status": {"phase": "Running", "podIP": "10.0.0.1",
+                              "conditions": [{"type": "Ready", "status": "True",
+                                              "lastTransitionTime": "2026-11-24T00:00:05Z"}]}})
+        );
+        assert_eq!(
+            pod.ips(),
+            vec!["10.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+        );
+        assert_eq!(
+            pod.ready_since(),
+            Some(crate::k8s::activity::parse_rfc3339("2026-11-24T00:00:05Z"))
         );
     }
 

@@ -8,6 +8,7 @@ mod client_cert;
 mod env_missing;
 mod failover;
 mod grace;
+mod publish_gate;
 mod retries;
 mod self_signed;
 mod squat;
@@ -62,6 +63,10 @@ impl Bed {
         if !extra.contains(&"--lease-duration") {
             argv.extend(["--lease-duration", "2s"]);
         }
+        // No agents here but in `publish_gate`'s tests, which play them.
+        if !extra.contains(&"--publish-when") {
+            argv.extend(["--publish-when", "ready"]);
+        }
         argv.extend_from_slice(extra);
         let args = super::args::parse(argv).unwrap();
         tokio::spawn(super::run(args))
@@ -79,7 +84,8 @@ impl Bed {
                                 "labels": {vocabulary::SSH: "enabled"},
                                 "annotations": annotations},
                    "spec": {"containers": [{"name": "main", "image": "sshd"}]},
-                   "status": {"phase": "Running", "podIP": "10.244.0.5"}}),
+                   "status": {"phase": "Running", "podIP": "10.244.0.5",
+                              "conditions": [{"type": "Ready", "status": "True"}]}}),
         );
     }
 

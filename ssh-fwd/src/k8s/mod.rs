@@ -14,3 +14,4 @@ pub mod lease;
 pub mod ownership;
 pub mod reflector;
 pub mod selector;
+pub mod served;

@@ -57,8 +57,9 @@ fn controller(
     node: &ssh_fwd_tests::NetNs,
     dir: &std::path::Path,
     token: &str,
+    extra: &[&str],
 ) -> Agent {
-    let args: Vec<String> = [
+    let mut args: Vec<String> = [
         "--kubeconfig",
         &kubeconfig(api, dir, token),
         "--ssh-ip",
@@ -72,6 +73,7 @@ fn controller(
     ]
     .map(String::from)
     .to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     Agent::start_controller(node, dir.join("controller.log"), &args).unwrap()
 }
 
@@ -123,7 +125,7 @@ fn the_real_agent_and_controller_do_their_job_with_their_own_tokens_under_deploy
     .map(String::from)
     .to_vec();
     let _agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();
-    let _controller = controller(&api, node, dir.path(), &controller_token);
+    let _controller = controller(&api, node, dir.path(), &controller_token, &[]);
 
     api.apply(Kind::Pod, pod(&topo.pods[0].ip));
     let port = port_of_pod(&api);
@@ -193,7 +195,14 @@ fn an_activity_report_from_the_future_does_not_pin_the_pod_as_active() {
     let node = &topo.nodes[0].ns;
     let api = FakeApi::start(node).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let controller = controller(&api, node, dir.path(), "controller");
+    // No agent here: the command is told once the pod is Ready.
+    let controller = controller(
+        &api,
+        node,
+        dir.path(),
+        "controller",
+        &["--publish-when", "ready"],
+    );
     api.apply(Kind::Pod, pod(&topo.pods[0].ip));
     let port = port_of_pod(&api);
     let key = format!("{EXTERNAL_IP}_{port}");

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 
-use crate::controller::{pod::PodRef, warn::Problem};
+use crate::controller::{pod::PodRef, served::Wait, warn::Problem};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -65,7 +65,20 @@ pub enum Action {
         port: u16,
         /// The endpoint is new to the pod: tell the user.
         announce: bool,
+        /// Told without the agents' word that the port reaches the pod
+        /// (`--publish-wait` passed): why, for a Warning beside it.
+        unconfirmed: Option<String>,
     },
+    /// Put the pod in its Service's endpoints (the selector label) before
+    /// its endpoint may be told, so the agents can map it.
+    Label {
+        pod: PodRef,
+        service: String,
+        why: Wait,
+    },
+    /// No write: the pod's endpoint waits for `why`. The leader plans for
+    /// it again at every pass until it is told.
+    Await { pod: PodRef, why: Wait },
     /// The pod cannot be served: tell it why (once) and what fixes it.
     Warn { pod: PodRef, problem: Problem },
 }
@@ -81,4 +94,14 @@ pub enum DeleteReason {
         port: u16,
         holder: String,
     },
+}
+
+impl Action {
+    /// The uid of the pod whose endpoint this action leaves waiting.
+    pub fn awaiting(&self) -> Option<&str> {
+        match self {
+            Self::Label { pod, .. } | Self::Await { pod, .. } => Some(&pod.uid),
+            _ => None,
+        }
+    }
 }

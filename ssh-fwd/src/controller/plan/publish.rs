@@ -1,7 +1,10 @@
 //! A pod with one of our Services: the port it is for (its pod's
 //! reservation), the Service's spec put back where someone changed it,
-//! the grant written to its status, and then, once the cache shows the
-//! grant, the endpoint published to the pod.
+//! the grant written to its status, then, once the cache shows the grant,
+//! the pod labelled into its Service's endpoints, and the endpoint
+//! published to the pod once `--publish-when` says (by default, once the
+//! pod is Ready and the nodes receiving the SSH IP forward the port to
+//! it: [`crate::controller::served`]).
 
 use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::util::intstr::IntOrString};
 
@@ -10,6 +13,7 @@ use crate::{
     controller::{
         pod::{PodRef, PodView},
         reservation::{self, Holder, binding},
+        served::{Gate, Verdict},
         service::{self, Settings, drift, grant},
         ssh_ips,
         world::World,
@@ -28,6 +32,8 @@ pub struct Publishing<'a> {
     /// The endpoint this leader published in a pass the pod cache has not
     /// caught up with.
     pub published: Option<&'a str>,
+    /// When the endpoint may be told.
+    pub gate: Gate<'a>,
 }
 
 /// What one of our Services and its pod still need, in order: the spec
@@ -69,14 +75,37 @@ pub fn publish(svc: &Service, pod: &PodView, pod_ref: PodRef, at: &Publishing<'_
     let told = service::told_endpoint(pod) == Some(endpoint.as_str());
     let annotated = meta.annotation(vocabulary::ENDPOINT) == Some(endpoint.as_str());
     let labelled = meta.label(vocabulary::SERVICE) == Some(name.as_str());
-    if !(annotated && labelled && told) {
-        actions.push(Action::Publish {
-            pod: pod_ref,
-            service: name,
-            port,
-            announce: !told,
-        });
+    if annotated && labelled && told {
+        return actions;
     }
+    let mut unconfirmed = None;
+    if !told {
+        match at.gate.verdict(pod, at.world.ip(), port) {
+            Verdict::Open => {}
+            Verdict::Late(why) => unconfirmed = Some(why.text(at.world.ip(), port)),
+            // The label first: it puts the pod in its Service's
+            // endpoints, which is what the agents map.
+            Verdict::Wait(why) if !labelled => {
+                actions.push(Action::Label {
+                    pod: pod_ref,
+                    service: name,
+                    why,
+                });
+                return actions;
+            }
+            Verdict::Wait(why) => {
+                actions.push(Action::Await { pod: pod_ref, why });
+                return actions;
+            }
+        }
+    }
+    actions.push(Action::Publish {
+        pod: pod_ref,
+        service: name,
+        port,
+        announce: !told,
+        unconfirmed,
+    });
     actions
 }
 

@@ -133,6 +133,7 @@ fn run_expecting(
         scope: &Scope::All,
         expected,
         variable: None,
+        gate: crate::controller::served::Gate::granted(),
     };
     compute(
         &pass,
@@ -316,6 +317,7 @@ fn of_two_grants_of_one_port_the_one_without_the_reservation_is_replaced() {
         scope: &Scope::All,
         expected: &Expectations::default(),
         variable: None,
+        gate: crate::controller::served::Gate::granted(),
     };
     let actions = compute(
         &pass,
@@ -453,6 +455,7 @@ fn the_port_granted_is_the_pods_reservation_never_what_the_spec_lists() {
         scope: &Scope::All,
         expected: &Expectations::default(),
         variable: None,
+        gate: crate::controller::served::Gate::granted(),
     };
     let actions = compute(
         &pass,

@@ -215,7 +215,8 @@ fn carrier(name: &str, uid: &str, created: &str, token: &str, port: u16) -> Valu
                         "annotations": {vocabulary::RESERVATION: token,
                                         vocabulary::ENDPOINT: format!("ssh.example.org:{port}")}},
            "spec": {"containers": [{"name": "main", "image": "sshd"}]},
-           "status": {"phase": "Running", "podIP": "10.244.0.5"}})
+           "status": {"phase": "Running", "podIP": "10.244.0.5",
+                      "conditions": [{"type": "Ready", "status": "True"}]}})
 }
 
 #[tokio::test]

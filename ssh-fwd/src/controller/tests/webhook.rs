@@ -210,7 +210,8 @@ pub(super) fn create_pod(bed: &Bed, pod: &Value, name: &str) {
         Kind::Pod,
         "jobs",
         name,
-        &json!({"status": {"phase": "Running", "podIP": "10.244.0.5"}}),
+        &json!({"status": {"phase": "Running", "podIP": "10.244.0.5",
+                           "conditions": [{"type": "Ready", "status": "True"}]}}),
     );
 }
 

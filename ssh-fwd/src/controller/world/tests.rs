@@ -179,6 +179,7 @@ impl Sim {
             scope: &scope,
             expected: &expected,
             variable: None,
+            gate: crate::controller::served::Gate::granted(),
         };
         let mut actions = plan::compute(&pass, &settings(), &RANGE, HOST, &mut self.rng);
         actions.extend((self.upkeep).actions(&self.world, &scope, &expected, &RANGE, self.now));
@@ -288,6 +289,13 @@ impl Sim {
                     v["metadata"]["annotations"][vocabulary::ANNOUNCED] = json!(endpoint);
                 });
             }
+            Action::Label { pod, service, .. } => {
+                let key = (pod.namespace.clone(), pod.name.clone());
+                self.patch_pod(&key, |v| {
+                    v["metadata"]["labels"][vocabulary::SERVICE] = json!(service);
+                });
+            }
+            Action::Await { .. } => {}
             Action::Reserve { lease } => {
                 let name = lease.metadata.name.clone().unwrap();
                 if !self.leases.contains_key(&name) {

@@ -93,6 +93,13 @@ pub fn plan_local(
 
 impl Local {
     /// The tables once the steps are applied: the part replaced.
+    /// The frontends the part planned holds, before or after: those whose
+    /// entries the steps may write or remove.
+    pub fn frontends(&self) -> BTreeSet<SocketAddr> {
+        let after = self.part.frontends.keys();
+        self.frontends.iter().chain(after).copied().collect()
+    }
+
     pub fn commit(self, tables: &mut Installed) {
         let mut slots = BTreeSet::new();
         for f in &self.frontends {

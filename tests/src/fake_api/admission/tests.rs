@@ -102,7 +102,7 @@ fn an_agent_writes_only_its_own_nodes_activity_config_map() {
         .unwrap_err();
     assert_eq!(
         other,
-        "configmaps \"ssh-fwd-activity-node2\" is forbidden: ValidatingAdmissionPolicy 'ssh-fwd-agent-activity' with binding 'ssh-fwd-agent-activity' denied request: the agent of node node1 may write only ConfigMap ssh-fwd-activity-node1, not ssh-fwd-activity-node2"
+        "configmaps \"ssh-fwd-activity-node2\" is forbidden: ValidatingAdmissionPolicy 'ssh-fwd-agent-activity' with binding 'ssh-fwd-agent-activity' denied request: the agent of node node1 may write only ConfigMaps ssh-fwd-activity-node1 and ssh-fwd-served-node1, not ssh-fwd-activity-node2"
     );
     assert!(config_map("ssh-fwd-config").by(&p, &node1).is_err());
     let unbound = config_map("ssh-fwd-activity-node1")

@@ -69,6 +69,7 @@ fn a_load_balancer_endpoint_is_announced_only_once_its_grant_is_seen() {
             service: "ssh-job-1".into(),
             port: 8123,
             announce: true,
+            unconfirmed: None,
         }]
     );
 }
@@ -115,6 +116,7 @@ fn an_externalips_service_needs_its_grant_condition_and_no_ingress() {
             scope: &Scope::All,
             expected: &Expectations::default(),
             variable: None,
+            gate: crate::controller::served::Gate::granted(),
         };
         let mut rng = StdRng::seed_from_u64(1);
         compute(&pass, &style, &(8000..=16000), HOST, &mut rng)
@@ -197,6 +199,7 @@ fn run_on(
         scope: &Scope::All,
         expected: &Expectations::default(),
         variable: None,
+        gate: crate::controller::served::Gate::granted(),
     };
     compute(
         &pass,

@@ -79,6 +79,7 @@ impl Pass<'_> {
             scope: &Scope::All,
             expected: &expected,
             variable: self.variable,
+            gate: crate::controller::served::Gate::granted(),
         };
         let mut rng = StdRng::seed_from_u64(3);
         let mut actions = compute(&pass, &settings(), &self.range, HOST, &mut rng);
