@@ -104,10 +104,12 @@ pub const CONFIG_ENV: &str = "SSH_FWD_CONFIG";
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConfigFlag {
     /// A YAML file of settings whose keys are this command's flag names
-    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`); the
-    /// agent and the controller can share one. A flag on the command line,
-    /// or its environment variable, wins over the file. Check a file with
-    /// `ssh-fwd config check FILE`.
-    #[arg(long = "config", env = CONFIG_ENV, value_name = "FILE", help_heading = "Configuration file")]
+    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`), or a
+    /// directory of one file per key holding its value (a ConfigMap mounted
+    /// as a volume; names beginning with `.` are skipped); the agent and the
+    /// controller can share one. A flag on the command line, or its
+    /// environment variable, wins over the file. Check one with `ssh-fwd
+    /// config check PATH`.
+    #[arg(long = "config", env = CONFIG_ENV, value_name = "PATH", help_heading = "Configuration file")]
     pub file: Option<PathBuf>,
 }

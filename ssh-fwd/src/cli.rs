@@ -63,9 +63,9 @@ pub enum Command {
     /// With --watch, keep it up to date as the Secret changes (the webhook
     /// runs it as an init container and as a native sidecar).
     InstallKeys(InstallKeysArgs),
-    /// Work with a configuration file (`--config`): `ssh-fwd config check
-    /// FILE` checks every key and value as the agent and the controller
-    /// would, without starting anything.
+    /// Work with a configuration file or directory (`--config`): `ssh-fwd
+    /// config check PATH` checks every key and value as the agent and the
+    /// controller would, without starting anything.
     Config(ConfigArgs),
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.

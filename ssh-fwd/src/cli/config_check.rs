@@ -1,5 +1,6 @@
-//! `ssh-fwd config check FILE`: a configuration file checked as the agent
-//! and the controller would read it, without starting either.
+//! `ssh-fwd config check PATH`: a configuration file (or directory)
+//! checked as the agent and the controller would read it, without starting
+//! either.
 
 use std::path::PathBuf;
 
@@ -25,7 +26,9 @@ pub enum ConfigAction {
     /// (settings the file leaves to the command line are listed). Exits 1
     /// on the first error, naming the key and the fix.
     Check {
-        /// The YAML file.
+        /// The YAML file, or a directory of one file per key (a mounted
+        /// ConfigMap).
+        #[arg(value_name = "PATH")]
         file: PathBuf,
     },
 }
@@ -204,6 +207,24 @@ service-styles: [loadbalancer, externalips]
             err.contains("agent:") && err.contains("--mappings"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_directory_is_checked_as_a_file_with_its_keys() {
+        let keys = [("ssh-ip", "198.18.0.10\n"), ("port-range", "9000-9999\n")];
+        let dir = crate::cli::config_file::tests::kubelet_volume(&keys);
+        let report = check(dir.path()).unwrap();
+        assert!(
+            report.contains("agent: 2 settings from the file"),
+            "{report}"
+        );
+        let bad = crate::cli::config_file::tests::kubelet_volume(&[("port-range", "9000-80")]);
+        let err = format!("{:#}", check(bad.path()).unwrap_err());
+        assert!(
+            err.contains("`port-range`: invalid value '9000-80'"),
+            "{err}"
+        );
+        assert!(err.contains(&bad.path().display().to_string()), "{err}");
     }
 
     #[test]

@@ -4,6 +4,13 @@
 //! ConfigMap. One file serves both commands: each takes the keys that are
 //! its flags, and a key that is neither's is refused with the nearest name.
 //!
+//! The file may also be a directory in Cilium's config-dir convention,
+//! which is what a ConfigMap mounted as a volume is: each regular file is
+//! named after a flag and holds its value, read as the YAML value the
+//! file form takes (`true`, `[eno1, eno2]`, `20000-27999`). Names that
+//! begin with `.` are skipped: the kubelet writes its `..data` and
+//! `..2026_...` entries there beside the keys.
+//!
 //! What wins, first to last: a flag on the command line, its environment
 //! variable, the file, the default. The file's settings become flags put
 //! in front of the command line's, so clap checks them as it checks any
@@ -35,6 +42,14 @@ pub enum ConfigError {
         "the configuration file {path} is not YAML mapping flag names to values (like `port-range: 9000-9999`): {reason}"
     )]
     Parse { path: PathBuf, reason: String },
+    #[error(
+        "{path}: `{key}`: not a YAML value (a file of a configuration directory holds one value, like `9000-9999` or `[eno1, eno2]`): {reason}"
+    )]
+    Entry {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
     #[error("{path}: `{key}` is not a setting of ssh-fwd agent or controller{hint}")]
     Unknown {
         path: PathBuf,
@@ -80,7 +95,7 @@ impl Scalar {
     }
 }
 
-/// A configuration file, read.
+/// A configuration file or directory, read.
 #[derive(Debug)]
 pub struct ConfigFile {
     path: PathBuf,
@@ -88,7 +103,11 @@ pub struct ConfigFile {
 }
 
 impl ConfigFile {
+    /// Reads `path`: a YAML file, or a directory of one file per key.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        if path.is_dir() {
+            return Self::read_dir(path);
+        }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -104,13 +123,58 @@ impl ConfigFile {
         let keys = if text.trim().is_empty() {
             BTreeMap::new()
         } else {
-            serde_saphyr::from_str::<Option<BTreeMap<String, Value>>>(text)
+            yaml::<Option<BTreeMap<String, Value>>>(text)
                 .map_err(|e| parse(e.to_string()))?
                 .unwrap_or_default()
         };
         Ok(Self {
             path: path.to_owned(),
             keys,
+        })
+    }
+
+    /// A directory of one file per key, as the kubelet mounts a ConfigMap:
+    /// a key is a symbolic link into `..data`, followed here.
+    fn read_dir(dir: &Path) -> Result<Self, ConfigError> {
+        let read = |path: &Path, source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let mut keys = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| read(dir, e))? {
+            let entry = entry.map_err(|e| read(dir, e))?;
+            let name = entry.file_name();
+            let Some(key) = name.to_str() else {
+                return Err(ConfigError::Unknown {
+                    path: dir.to_owned(),
+                    key: name.to_string_lossy().into_owned(),
+                    hint: " (a key is a flag name, in ASCII)".to_owned(),
+                });
+            };
+            let path = entry.path();
+            if key.starts_with('.') || !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| read(&path, e))?;
+            keys.insert(key.to_owned(), Self::entry(dir, key, &text)?);
+        }
+        Ok(Self {
+            path: dir.to_owned(),
+            keys,
+        })
+    }
+
+    /// One file's value: the YAML value `key: TEXT` would give, its
+    /// trailing newline trimmed; an empty file is an empty text.
+    fn entry(dir: &Path, key: &str, text: &str) -> Result<Value, ConfigError> {
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return Ok(Value::Text(String::new()));
+        }
+        yaml::<Value>(text).map_err(|e| ConfigError::Entry {
+            path: dir.to_owned(),
+            key: key.to_owned(),
+            reason: e.to_string(),
         })
     }
 
@@ -264,6 +328,13 @@ impl ConfigFile {
     }
 }
 
+/// `text` as YAML 1.2 reads it: only `true` and `false` are booleans, so
+/// `off`, `on`, `yes` and `no` stay the words that flags such as
+/// `--hairpin` and `--announce` take (YAML 1.1 would make them `false`).
+fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
+}
+
 /// Every flag a command that reads the file has, by its long name.
 fn known_names(cli: &Command) -> BTreeSet<&str> {
     COMMANDS
@@ -386,7 +457,7 @@ fn on_command_line(arg: &Arg, given: &[OsString]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use clap::CommandFactory as _;
 
     use super::*;
@@ -503,6 +574,24 @@ ssh-user: alice
         assert!(list.unwrap_err().contains("`port-range`: takes one value"));
     }
 
+    /// YAML 1.1 reads `off`, `on`, `yes` and `no` as booleans; the flags
+    /// that take them are not switches (`--hairpin off`, `--announce
+    /// off`), so they stay words.
+    #[test]
+    fn off_and_on_are_the_words_the_flags_take() {
+        let file =
+            "hairpin: off\nannounce: off\nkubernetes: true\niface: eth0\nssh-ip: 198.18.0.10\n";
+        let a = agent(with(file, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap());
+        assert_eq!(a.hairpin, crate::datapath::hairpin::HairpinMode::Off);
+        assert_eq!(a.announce.announce, crate::agent::AnnounceMode::Off);
+        let wrong = with(
+            "kubernetes: yes\n",
+            &["ssh-fwd", "agent", "--config", "FILE"],
+            &[],
+        );
+        assert!(wrong.unwrap_err().contains("`kubernetes`: is a switch"));
+    }
+
     #[test]
     fn an_unknown_key_is_refused_with_the_nearest_name() {
         for (key, said) in [
@@ -561,5 +650,85 @@ ssh-user: alice
             &[],
         );
         assert!(empty.is_ok(), "an empty file sets nothing");
+    }
+
+    /// `keys` written as the kubelet mounts a ConfigMap: the files in a
+    /// timestamped directory, `..data` a link to it, each key a link
+    /// through `..data`.
+    pub(crate) fn kubelet_volume(keys: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let stamp = dir.path().join("..2026_12_07_10_00_00.123456789");
+        std::fs::create_dir(&stamp).unwrap();
+        for (key, value) in keys {
+            std::fs::write(stamp.join(key), value).unwrap();
+            let link = Path::new("..data").join(key);
+            std::os::unix::fs::symlink(link, dir.path().join(key)).unwrap();
+        }
+        std::os::unix::fs::symlink(stamp.file_name().unwrap(), dir.path().join("..data")).unwrap();
+        dir
+    }
+
+    fn from_dir(keys: &[(&str, &str)], argv: &[&str]) -> Result<Cli, String> {
+        let dir = kubelet_volume(keys);
+        let argv: Vec<OsString> = argv
+            .iter()
+            .map(|w| OsString::from(w.replace("DIR", dir.path().to_str().unwrap())))
+            .collect();
+        let argv = expand(&Cli::command(), argv, |_| None).map_err(|e| e.to_string())?;
+        Cli::try_parse_from_argv(argv)
+    }
+
+    #[test]
+    fn a_directory_of_one_file_per_key_is_read_as_the_kubelet_mounts_a_configmap() {
+        let keys = [
+            ("ssh-ip", "198.18.0.10"),
+            ("port-range", "20000-27999\n"),
+            ("iface", "[eno1, eno2]\n"),
+            ("kubernetes", "true"),
+            ("ssh-user", "alice"),
+            ("hairpin", "off\n"),
+        ];
+        let a = agent(from_dir(&keys, &["ssh-fwd", "agent", "--config", "DIR"]).unwrap());
+        assert_eq!(a.ifaces, ["eno1", "eno2"]);
+        assert!(a.kubernetes);
+        assert_eq!(a.port_range, 20000..=27999);
+        let c = controller(
+            from_dir(
+                &keys,
+                &["ssh-fwd", "controller", "--config=DIR", "--ssh-user=bob"],
+            )
+            .unwrap(),
+        );
+        assert_eq!(c.ssh_user, "bob", "a flag wins over the directory");
+        assert_eq!(
+            c.ssh_ips,
+            ["198.18.0.10".parse::<std::net::IpAddr>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn a_bad_entry_of_a_directory_names_the_directory_and_the_key() {
+        for (key, value, said) in [
+            ("kubernetes", "3", "`kubernetes`: is a switch"),
+            ("port_range", "9000-9999", "did you mean `port-range`?"),
+            (
+                "port-range",
+                "9000-80",
+                "invalid value '9000-80' for '--port-range",
+            ),
+            ("iface", "[eno1", "`iface`: not a YAML value"),
+        ] {
+            let dir = kubelet_volume(&[(key, value)]);
+            let argv = ["ssh-fwd", "agent", "--config", dir.path().to_str().unwrap()];
+            let argv = argv.map(OsString::from).to_vec();
+            let err = expand(&Cli::command(), argv, |_| None)
+                .map(|argv| Cli::try_parse_from_argv(argv).unwrap_err())
+                .unwrap_or_else(|e| e.to_string());
+            let shown = dir.path().display().to_string();
+            assert!(err.contains(said), "{key}: {err}");
+            if !said.contains("invalid value") {
+                assert!(err.contains(&shown), "names the directory: {err}");
+            }
+        }
     }
 }
