@@ -42,8 +42,8 @@ pub fn duration_or_off(s: &str) -> Result<Duration, String> {
 }
 
 /// A shape of Service that exposes the SSH IP: the one the controller
-/// creates (`--service-style`), and those whose SSH IP the agents and the
-/// controller honour (`--service-styles`).
+/// creates (`--expose-as`), and those whose SSH IP the agents and the
+/// controller honour (`--honour-styles`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServiceStyle {
     /// `type: LoadBalancer` of class `ssh-fwd.io/ssh`, the address in its

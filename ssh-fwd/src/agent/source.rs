@@ -373,7 +373,7 @@ impl KubeFollower {
         };
         if policy.styles.external_ips {
             tracing::warn!(
-                "--service-styles honours externalips: any Service with the SSH IP in spec.externalIPs takes the ports it lists that the controller granted to nobody, forwarded to whatever its selector finds; everyone who may write a Service in any namespace is trusted with the SSH IP. Leave externalips out unless that is so"
+                "--honour-styles honours externalips: any Service with the SSH IP in spec.externalIPs takes the ports it lists that the controller granted to nobody, forwarded to whatever its selector finds; everyone who may write a Service in any namespace is trusted with the SSH IP. Leave externalips out unless that is so"
             );
         }
         // The node's addresses, where no endpoint may be (a hostNetwork
@@ -520,7 +520,7 @@ fn report(notes: &[Note]) {
             Note::StyleNotHonoured { service, style } => tracing::warn!(
                 service,
                 style,
-                "Service ignored: --service-styles does not honour this shape; add it to --service-styles or change the Service"
+                "Service ignored: --honour-styles does not honour this shape; add it to --honour-styles or change the Service"
             ),
             Note::Invalid { service, problem } => tracing::warn!(
                 service = printable(service),

@@ -45,6 +45,9 @@ pub fn check(path: &std::path::Path) -> anyhow::Result<String> {
     let file = ConfigFile::read(path)?;
     file.check_keys(&cli)?;
     let mut report = String::new();
+    for line in file.deprecated() {
+        report.push_str(&format!("{line}\n"));
+    }
     for command in COMMANDS {
         let taken = file.check_values(&cli, command)?;
         let flags = file.flags_for(&cli, command, &[], |_| false)?;
@@ -114,12 +117,12 @@ mod tests {
     const GOOD: &str = "\
 ssh-ip: [198.18.0.10, 2001:db8::10]
 port-range: 9000-9999
-iface: [eno1]
+external-iface: [eno1]
 kubernetes: true
 ssh-hostname: ssh.example.org
 resync-interval: 30s
 provisional-cap: 16
-service-styles: [loadbalancer, externalips]
+honour-styles: [loadbalancer, externalips]
 ";
 
     #[test]
@@ -168,8 +171,8 @@ service-styles: [loadbalancer, externalips]
                 "`ssh-ip`: invalid value 'nope'",
             ),
             (
-                "service-style: nodeport",
-                "`service-style`: invalid value 'nodeport'",
+                "expose-as: nodeport",
+                "`expose-as`: invalid value 'nodeport'",
             ),
             ("provisional-cap: 0", "`provisional-cap`: invalid value '0'"),
             ("provisional-cap: -3", "`provisional-cap`"),
@@ -193,16 +196,16 @@ service-styles: [loadbalancer, externalips]
 
     #[test]
     fn settings_that_cannot_go_together_are_refused_as_the_controller_would() {
-        let err = checked(
-            "ssh-ip: 198.18.0.10\nservice-style: externalips\nservice-styles: [loadbalancer]\n",
-        )
-        .unwrap_err();
+        let err =
+            checked("ssh-ip: 198.18.0.10\nexpose-as: externalips\nhonour-styles: [loadbalancer]\n")
+                .unwrap_err();
         assert!(err.contains("controller:"), "{err}");
         let err = checked("ssh-ip: 198.18.0.10\nssh-user: -oProxyCommand=x\n").unwrap_err();
         assert!(err.contains("controller:"), "{err}");
-        let err =
-            checked("mappings: m.yaml\nkubernetes: true\niface: [eth0]\nssh-ip: 198.18.0.10\n")
-                .unwrap_err();
+        let err = checked(
+            "mappings: m.yaml\nkubernetes: true\nexternal-iface: [eth0]\nssh-ip: 198.18.0.10\n",
+        )
+        .unwrap_err();
         assert!(
             err.contains("agent:") && err.contains("--mappings"),
             "{err}"
@@ -225,6 +228,22 @@ service-styles: [loadbalancer, externalips]
             "{err}"
         );
         assert!(err.contains(&bad.path().display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn an_old_key_is_good_and_said_to_be_deprecated_with_its_new_name() {
+        let report = checked("ssh-ip: 198.18.0.10\nservice-style: loadbalancer\n").unwrap();
+        assert!(report.contains(": good\n"), "{report}");
+        assert!(
+            report.contains(
+                "the key `service-style` is deprecated: it is `expose-as` now (the old key still works)"
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains("controller: 2 settings from the file: ok"),
+            "{report}"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `--config FILE`: the flags of `ssh-fwd agent` and `ssh-fwd controller`
 //! from one YAML file whose keys are the flag names (`port-range: 9000-9999`,
-//! `iface: [eno1, eno2]`, `kubernetes: true`), the way Cilium reads its
+//! `external-iface: [eno1, eno2]`, `kubernetes: true`), the way Cilium reads its
 //! ConfigMap. One file serves both commands: each takes the keys that are
 //! its flags, and a key that is neither's is refused with the nearest name.
 //!
@@ -25,6 +25,8 @@ use std::{
 };
 
 use clap::{Arg, ArgAction, Command};
+
+use super::renamed::{self, RENAMED, Renamed};
 
 pub use crate::args::CONFIG_ENV as ENV;
 /// The commands that read the file.
@@ -100,6 +102,8 @@ impl Scalar {
 pub struct ConfigFile {
     path: PathBuf,
     keys: BTreeMap<String, Value>,
+    /// The renamed flags whose old names were keys, now under their new.
+    renamed: Vec<Renamed>,
 }
 
 impl ConfigFile {
@@ -127,10 +131,43 @@ impl ConfigFile {
                 .map_err(|e| parse(e.to_string()))?
                 .unwrap_or_default()
         };
+        Self::with_keys(path, keys)
+    }
+
+    /// The keys read from `path`, each old name of a renamed flag taken as
+    /// its new one (and noted); both names at once are refused.
+    fn with_keys(path: &Path, mut keys: BTreeMap<String, Value>) -> Result<Self, ConfigError> {
+        let mut renamed = Vec::new();
+        for r in RENAMED {
+            let Some(value) = keys.remove(r.old) else {
+                continue;
+            };
+            if keys.contains_key(r.new) {
+                return Err(ConfigError::Value {
+                    path: path.to_owned(),
+                    key: r.old.to_owned(),
+                    reason: format!(
+                        "is the old name of `{}`, which is given too: keep `{}`",
+                        r.new, r.new
+                    ),
+                });
+            }
+            keys.insert(r.new.to_owned(), value);
+            renamed.push(r);
+        }
         Ok(Self {
             path: path.to_owned(),
             keys,
+            renamed,
         })
+    }
+
+    /// What is said of the old names among the keys: one line each.
+    pub fn deprecated(&self) -> Vec<String> {
+        self.renamed
+            .iter()
+            .map(|r| r.in_config(&self.path))
+            .collect()
     }
 
     /// A directory of one file per key, as the kubelet mounts a ConfigMap:
@@ -158,10 +195,7 @@ impl ConfigFile {
             let text = std::fs::read_to_string(&path).map_err(|e| read(&path, e))?;
             keys.insert(key.to_owned(), Self::entry(dir, key, &text)?);
         }
-        Ok(Self {
-            path: dir.to_owned(),
-            keys,
-        })
+        Self::with_keys(dir, keys)
     }
 
     /// One file's value: the YAML value `key: TEXT` would give, its
@@ -373,23 +407,37 @@ pub fn expand(
     argv: Vec<OsString>,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Vec<OsString>, ConfigError> {
+    expand_noting(cli, argv, env).map(|(argv, _)| argv)
+}
+
+/// [`expand`], and what is to be said at start of the old names of
+/// renamed flags that the command line or the file uses (one line each).
+pub fn expand_noting(
+    cli: &Command,
+    argv: Vec<OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<(Vec<OsString>, Vec<String>), ConfigError> {
     let Some(at) = command_at(&argv) else {
-        return Ok(argv);
+        return Ok((argv, Vec::new()));
     };
     let given = &argv[at + 1..];
+    let mut notes: Vec<String> = (renamed::on_command_line(given).into_iter())
+        .map(Renamed::on_command_line)
+        .collect();
     let named = file_named(given).or_else(|| env(ENV).filter(|v| !v.is_empty()));
     let Some(path) = named else {
-        return Ok(argv);
+        return Ok((argv, notes));
     };
     let file = ConfigFile::read(Path::new(&path))?;
     file.check_keys(cli)?;
     let command = argv[at].to_string_lossy().into_owned();
     let set = |name: &str| env(name).is_some_and(|v| !v.is_empty());
     let flags = file.flags_for(cli, &command, given, set)?;
+    notes.extend(file.deprecated());
     let mut out = argv[..=at].to_vec();
     out.extend(flags);
     out.extend_from_slice(given);
-    Ok(out)
+    Ok((out, notes))
 }
 
 /// Where the command's name is in `argv` (after the program's name and
@@ -466,7 +514,7 @@ pub(crate) mod tests {
     const FILE: &str = "\
 ssh-ip: 198.18.0.10
 port-range: 9000-9999
-iface: [eno1, eno2]
+external-iface: [eno1, eno2]
 kubernetes: true
 ssh-user: alice
 ";
@@ -529,7 +577,7 @@ ssh-user: alice
             "agent",
             "--config",
             "FILE",
-            "--iface",
+            "--external-iface",
             "bond0",
             "--port-range=7000-7999",
         ];
@@ -554,7 +602,7 @@ ssh-user: alice
 
     #[test]
     fn switches_lists_and_global_flags() {
-        let file = "kubernetes: false\nmappings: /etc/m.yaml\niface: eth0\nlog: debug\n";
+        let file = "kubernetes: false\nmappings: /etc/m.yaml\nexternal-iface: eth0\nlog: debug\n";
         let cli = with(file, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap();
         assert_eq!(cli.log, "debug");
         let a = agent(cli);
@@ -579,8 +627,7 @@ ssh-user: alice
     /// off`), so they stay words.
     #[test]
     fn off_and_on_are_the_words_the_flags_take() {
-        let file =
-            "hairpin: off\nannounce: off\nkubernetes: true\niface: eth0\nssh-ip: 198.18.0.10\n";
+        let file = "hairpin: off\nannounce: off\nkubernetes: true\nexternal-iface: eth0\nssh-ip: 198.18.0.10\n";
         let a = agent(with(file, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap());
         assert_eq!(a.hairpin, crate::datapath::hairpin::HairpinMode::Off);
         assert_eq!(a.announce.announce, crate::agent::AnnounceMode::Off);
@@ -590,6 +637,59 @@ ssh-user: alice
             &[],
         );
         assert!(wrong.unwrap_err().contains("`kubernetes`: is a switch"));
+    }
+
+    #[test]
+    fn an_old_name_still_works_as_a_flag_and_as_a_key_and_is_noted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ssh-fwd.yaml");
+        std::fs::write(
+            &path,
+            "iface: [eno1]\npod-ifaces: off\nkubernetes: true\nssh-ip: 198.18.0.10\n",
+        )
+        .unwrap();
+        let argv: Vec<OsString> = ["ssh-fwd", "agent", "--config"]
+            .map(OsString::from)
+            .into_iter()
+            .chain([path.clone().into_os_string()])
+            .chain(["--service-styles=loadbalancer", "--iface", "eno2"].map(OsString::from))
+            .collect();
+        let (argv, notes) = expand_noting(&Cli::command(), argv, |_| None).unwrap();
+        assert_eq!(
+            notes,
+            [
+                "--service-styles is deprecated: it is --honour-styles now (the old name still works)"
+                    .to_owned(),
+                "--iface is deprecated: it is --external-iface now (the old name still works)"
+                    .to_owned(),
+                format!(
+                    "{}: the key `iface` is deprecated: it is `external-iface` now (the old key \
+                     still works)",
+                    path.display()
+                ),
+                format!(
+                    "{}: the key `pod-ifaces` is deprecated: it is `pod-iface-reply` now (the \
+                     old key still works)",
+                    path.display()
+                ),
+            ]
+        );
+        let a = agent(Cli::try_parse_from_argv(argv).unwrap());
+        assert_eq!(
+            a.ifaces,
+            ["eno2"],
+            "the command line's, by its old name, wins"
+        );
+        assert_eq!(a.pod_ifaces, crate::agent::PodIfacesMode::Off);
+        let both = with(
+            "iface: eth0\nexternal-iface: eth1\n",
+            &["ssh-fwd", "agent", "--config", "FILE"],
+            &[],
+        );
+        assert!(
+            both.unwrap_err()
+                .contains("`iface`: is the old name of `external-iface`, which is given too"),
+        );
     }
 
     #[test]
@@ -642,7 +742,7 @@ ssh-user: alice
                 "agent",
                 "--config",
                 "FILE",
-                "--iface",
+                "--external-iface",
                 "x",
                 "--mappings",
                 "m",
@@ -683,7 +783,7 @@ ssh-user: alice
         let keys = [
             ("ssh-ip", "198.18.0.10"),
             ("port-range", "20000-27999\n"),
-            ("iface", "[eno1, eno2]\n"),
+            ("external-iface", "[eno1, eno2]\n"),
             ("kubernetes", "true"),
             ("ssh-user", "alice"),
             ("hairpin", "off\n"),
@@ -716,7 +816,11 @@ ssh-user: alice
                 "9000-80",
                 "invalid value '9000-80' for '--port-range",
             ),
-            ("iface", "[eno1", "`iface`: not a YAML value"),
+            (
+                "external-iface",
+                "[eno1",
+                "`external-iface`: not a YAML value",
+            ),
         ] {
             let dir = kubelet_volume(&[(key, value)]);
             let argv = ["ssh-fwd", "agent", "--config", dir.path().to_str().unwrap()];

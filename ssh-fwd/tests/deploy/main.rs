@@ -128,8 +128,12 @@ fn parsed(pod: &PodSpec, container: &Container, config: &ConfigMap) -> Cli {
         set.contains(name)
             .then(|| OsString::from(format!("<{name}>")))
     };
-    let argv = ssh_fwd::cli::config_file::expand(&Cli::command(), argv, env)
+    let (argv, deprecated) = ssh_fwd::cli::config_file::expand_noting(&Cli::command(), argv, env)
         .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        deprecated.is_empty(),
+        "deploy/ uses the new names: {deprecated:?}"
+    );
     Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"))
 }
 
