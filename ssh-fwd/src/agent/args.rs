@@ -230,6 +230,18 @@ pub struct AgentArgs {
     )]
     pub cross_node_key: Option<PathBuf>,
 
+    /// Start even though, with a mappings file, --cross-node option and no
+    /// --cross-node-key, a backend's route leaves through an external
+    /// interface. The agent refuses that (at start, and at a reload, which
+    /// keeps the running mappings): the backend's node believes a plain
+    /// frontend option only on a cluster interface that is not external,
+    /// so on host-gw or BGP routing it ignores it and logins through this
+    /// node time out. Only for nodes that do receive each other's
+    /// translated SYNs on such an interface although they send them out
+    /// of an external one; a warning says so at each check.
+    #[arg(help_heading = "Data path", long)]
+    pub allow_unsealed_cross_node: bool,
+
     /// With --kubernetes: the Secret of the agent's namespace that holds the
     /// cluster's key (see --cross-node-key); the first agent creates it with
     /// a random key.
