@@ -42,8 +42,8 @@ pub fn duration_or_off(s: &str) -> Result<Duration, String> {
 }
 
 /// A shape of Service that exposes the SSH IP: the one the controller
-/// creates (`--service-style`), and those whose SSH IP the agents and the
-/// controller honour (`--service-styles`).
+/// creates (`--expose-as`), and those whose SSH IP the agents and the
+/// controller honour (`--honour-styles`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ServiceStyle {
     /// `type: LoadBalancer` of class `ssh-fwd.io/ssh`, the address in its
@@ -104,10 +104,12 @@ pub const CONFIG_ENV: &str = "SSH_FWD_CONFIG";
 #[derive(Debug, Clone, clap::Args)]
 pub struct ConfigFlag {
     /// A YAML file of settings whose keys are this command's flag names
-    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`); the
-    /// agent and the controller can share one. A flag on the command line,
-    /// or its environment variable, wins over the file. Check a file with
-    /// `ssh-fwd config check FILE`.
-    #[arg(long = "config", env = CONFIG_ENV, value_name = "FILE", help_heading = "Configuration file")]
+    /// (`port-range: 9000-9999`, `iface: [eno1]`, `kubernetes: true`), or a
+    /// directory of one file per key holding its value (a ConfigMap mounted
+    /// as a volume; names beginning with `.` are skipped); the agent and the
+    /// controller can share one. A flag on the command line, or its
+    /// environment variable, wins over the file. Check one with `ssh-fwd
+    /// config check PATH`.
+    #[arg(long = "config", env = CONFIG_ENV, value_name = "PATH", help_heading = "Configuration file")]
     pub file: Option<PathBuf>,
 }

@@ -4,6 +4,7 @@
 
 pub mod config_check;
 pub mod config_file;
+pub mod renamed;
 
 use std::ffi::OsString;
 
@@ -63,9 +64,9 @@ pub enum Command {
     /// With --watch, keep it up to date as the Secret changes (the webhook
     /// runs it as an init container and as a native sidecar).
     InstallKeys(InstallKeysArgs),
-    /// Work with a configuration file (`--config`): `ssh-fwd config check
-    /// FILE` checks every key and value as the agent and the controller
-    /// would, without starting anything.
+    /// Work with a configuration file or directory (`--config`): `ssh-fwd
+    /// config check PATH` checks every key and value as the agent and the
+    /// controller would, without starting anything.
     Config(ConfigArgs),
     /// Detach the programs and remove every map and link the agent pinned.
     /// Stop the agent first: a running agent keeps its programs attached.
@@ -105,9 +106,9 @@ mod tests {
         let cli = Cli::try_parse_from([
             "ssh-fwd",
             "agent",
-            "--iface",
+            "--external-iface",
             "eth0",
-            "--iface",
+            "--external-iface",
             "eth1",
             "--mappings",
             "/etc/m.yaml",
@@ -124,7 +125,7 @@ mod tests {
 
     #[test]
     fn kubernetes_mode_needs_ssh_ip_and_excludes_a_mappings_file() {
-        let base = ["ssh-fwd", "agent", "--iface", "eth0"];
+        let base = ["ssh-fwd", "agent", "--external-iface", "eth0"];
         let ok = Cli::try_parse_from(base.iter().copied().chain([
             "--kubernetes",
             "--ssh-ip",
@@ -170,7 +171,7 @@ mod tests {
             "198.18.0.10",
             "--ssh-hostname",
             "ssh.example.org",
-            "--service-style",
+            "--expose-as",
             "externalips",
             "--ssh-user",
             "alice",

@@ -10,9 +10,10 @@ use ssh_fwd::{
 
 fn main() -> std::process::ExitCode {
     let argv = std::env::args_os().collect();
-    let argv = match cli::config_file::expand(&Cli::command(), argv, |name| std::env::var_os(name))
-    {
-        Ok(argv) => argv,
+    let expanded =
+        cli::config_file::expand_noting(&Cli::command(), argv, |name| std::env::var_os(name));
+    let (argv, deprecated) = match expanded {
+        Ok(expanded) => expanded,
         Err(e) => {
             let format = cli::log_format_in(std::env::args_os()).unwrap_or(LogFormat::Text);
             logging::early_error(format, &e.to_string());
@@ -31,6 +32,10 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = logging::init(&cli.log, cli.log_format) {
         logging::early_error(cli.log_format, &format!("{e:#}"));
         return std::process::ExitCode::from(2);
+    }
+    // Old names of renamed flags: once each, at start.
+    for note in &deprecated {
+        tracing::warn!("{note}");
     }
     let long_running = matches!(cli.command, Command::Agent(_) | Command::Controller(_));
     let format = cli.log_format;

@@ -106,9 +106,9 @@ pub const ANNOUNCE_MACS: &str = "ssh-fwd.io/announce-macs";
 /// holds any SSH IP.
 pub const ANNOUNCE_NODE: &str = "node";
 
-/// Node annotation: this node's external interfaces, in `--iface`'s forms
+/// Node annotation: this node's external interfaces, in `--external-iface`'s forms
 /// (`bond0`, `eno*`, `auto`, `auto:ADDR`), comma-separated; replaces the
-/// agent's `--iface` there. An annotation, not a label: a label's value
+/// agent's `--external-iface` there. An annotation, not a label: a label's value
 /// cannot hold `*`, `+` or `:`. Written by cluster administrators (and
 /// the node's kubelet), read by the agent at start.
 pub const IFACE: &str = "ssh-fwd.io/iface";

@@ -30,7 +30,7 @@ fn missing_file_agent(format: &str) -> Output {
             "--log-format",
             format,
             "agent",
-            "--iface",
+            "--external-iface",
             "lo",
             "--mappings",
             mappings.to_str().unwrap(),
@@ -107,7 +107,7 @@ fn assert_json_lines(stderr: &str) {
 fn with_json_logs_a_command_line_error_is_one_json_event() {
     for args in [
         &["--log-format", "json", "agent", "--no-such-flag"][..],
-        &["agent", "--log-format=json", "--iface", "lo"],
+        &["agent", "--log-format=json", "--external-iface", "lo"],
         &["--log-format", "json"],
     ] {
         let out = ssh_fwd(args, &[]);
@@ -227,4 +227,35 @@ fn with_json_logs_a_failing_command_reports_its_error_as_one_json_event() {
             "{command:?}: {stderr}"
         );
     }
+}
+
+/// A renamed flag's old name still works (the agent goes on to read its
+/// mappings file), and the agent says once, at start, what it is now.
+#[test]
+fn an_old_flag_name_still_works_and_is_warned_of_once_with_its_new_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("absent.yaml");
+    let out = ssh_fwd(
+        &[
+            "agent",
+            "--iface",
+            "lo",
+            "--iface=lo",
+            "--pod-ifaces",
+            "off",
+            "--mappings",
+            mappings.to_str().unwrap(),
+            "--bpffs",
+            dir.path().join("bpffs").to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for said in [
+        "--iface is deprecated: it is --external-iface now",
+        "--pod-ifaces is deprecated: it is --pod-iface-reply now",
+    ] {
+        assert_eq!(stderr.matches(said).count(), 1, "{said}: {stderr}");
+    }
+    assert!(stderr.contains("absent.yaml"), "parsed and ran: {stderr}");
 }

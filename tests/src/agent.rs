@@ -262,8 +262,15 @@ impl Agent {
         {
             argv.extend(["--port-range", "8000-27999", "--allow-port-overlap"].map(Into::into));
         }
+        // Its name since it was renamed from --iface; a build from before
+        // (a benchmark's "before") knows only the old one.
+        let iface_flag = if ifaces.is_empty() || agent_knows("--external-iface")? {
+            "--external-iface"
+        } else {
+            "--iface"
+        };
         for iface in ifaces {
-            argv.extend(["--iface".into(), (*iface).into()]);
+            argv.extend([iface_flag.into(), (*iface).into()]);
         }
         argv.extend(args.iter().map(Into::into));
         Self::process(node, wrapper, &argv, bpffs.log_path(node.name()))

@@ -306,7 +306,7 @@ mod tests {
                 read_only: false,
             }],
             env: vec![("IFACE".into(), "ext0".into())],
-            args: vec!["agent".into(), "--iface=ext0".into()],
+            args: vec!["agent".into(), "--external-iface=ext0".into()],
         }
     }
 
@@ -334,7 +334,7 @@ mod tests {
         }
         assert_eq!(
             args[args.len() - 3..],
-            ["localhost/ssh-fwd-test:1", "agent", "--iface=ext0"]
+            ["localhost/ssh-fwd-test:1", "agent", "--external-iface=ext0"]
         );
         let cap_drop = args.iter().position(|a| a == "--cap-drop=all");
         let cap_add = args.iter().position(|a| a == "--cap-add=CAP_BPF");

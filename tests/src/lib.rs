@@ -10,6 +10,7 @@ pub mod bird;
 pub mod cgroup;
 pub mod cluster;
 pub mod cmd;
+pub mod config_volume;
 pub mod container;
 pub mod fake_api;
 pub mod flood;

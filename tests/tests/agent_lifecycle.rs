@@ -236,7 +236,7 @@ fn agent_errors_name_the_problem() {
     let args = |iface: &'static str, file: &std::path::Path| -> Vec<String> {
         vec![
             "agent".into(),
-            "--iface".into(),
+            "--external-iface".into(),
             iface.into(),
             "--mappings".into(),
             file.display().to_string(),
@@ -338,7 +338,7 @@ fn a_second_agent_on_the_same_bpffs_exits_naming_the_first_and_teardown_waits_fo
             "agent",
             "--hairpin",
             "off",
-            "--iface",
+            "--external-iface",
             EXT_IFACE,
             "--mappings",
             &mappings,
@@ -412,7 +412,7 @@ fn second_agent_refused(node: &ssh_fwd_tests::NetNs, mappings: &str, root: &str)
             "agent",
             "--hairpin",
             "off",
-            "--iface",
+            "--external-iface",
             EXT_IFACE,
             "--mappings",
             mappings,
@@ -658,7 +658,7 @@ fn max_mappings_sizes_the_tables_and_a_restart_asking_another_size_is_refused_wi
         node,
         &[
             "agent",
-            "--iface",
+            "--external-iface",
             EXT_IFACE,
             "--mappings",
             &mappings,

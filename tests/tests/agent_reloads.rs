@@ -265,7 +265,7 @@ fn a_gone_backend_is_removed_and_a_loopback_service_skipped_while_the_rest_apply
     let bpffs = Bpffs::new().unwrap();
     let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
     // Its Services are externalIPs ones, honoured only when asked for.
-    args.extend(["--service-styles", "loadbalancer,externalips"].map(String::from));
+    args.extend(["--honour-styles", "loadbalancer,externalips"].map(String::from));
     let mut agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();
     let hostname = |port| ssh.run(&topo.client, EXTERNAL_IP, port, "hostname");

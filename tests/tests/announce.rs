@@ -165,7 +165,7 @@ fn announcing_without_an_ssh_ip_or_with_one_on_an_interface_is_refused_with_the_
     let root = bpffs.path().display().to_string();
     let base = [
         "agent",
-        "--iface",
+        "--external-iface",
         EXT_IFACE,
         "--mappings",
         &file,

@@ -282,7 +282,7 @@ fn complete_checksums_are_rewritten_right(mode: &str) {
     let bed = Bed::start(
         topo,
         &[("complete", FRONTEND, "10.244.1.5:22")],
-        &["--attach", mode, "--iface", "vx0"],
+        &["--attach", mode, "--external-iface", "vx0"],
     )
     .unwrap();
     checksums_arrive_right(&bed, "vx0");

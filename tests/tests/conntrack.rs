@@ -215,6 +215,123 @@ fn with_cross_node_plain_a_pod_on_node_b_answers_from_its_frontend_without_the_o
     assert!(bed.counter(1, "reverse_fallback") > 10);
 }
 
+/// In file mode over host-gw routes, node A reaches node B's pods through
+/// its external interface; without a key, B would ignore A's plain option
+/// (it arrives on B's external interface) and every login through A would
+/// time out. A's agent says so at start instead, and exits before it
+/// touches the node.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn over_host_gw_routes_without_a_key_the_agent_refuses_to_start_naming_the_mapping_and_the_fix() {
+    use ssh_fwd_tests::{Agent, Bpffs, agent::write_mappings, topology::EXT_IFACE};
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        host_gw: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    write_mappings(&mappings, &[("job", "198.18.0.10:8022", "10.244.2.5:22")]).unwrap();
+    let bpffs = [Bpffs::new().unwrap(), Bpffs::new().unwrap()];
+    // Node B's own pod is behind a veth: B has nothing to refuse.
+    let _b = Agent::start(&cluster.nodes[1], &[EXT_IFACE], &mappings, &bpffs[1], &[]).unwrap();
+    let args = ["--mappings".to_owned(), mappings.display().to_string()];
+    let mut a = Agent::spawn(&cluster.nodes[0], &[EXT_IFACE], &bpffs[0], &args).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let exited = loop {
+        if let Some(status) = a.exited().unwrap() {
+            break status;
+        }
+        if a.log().contains("agent ready") {
+            let login = cluster_login(&cluster);
+            panic!(
+                "node A's agent started; a login through it: {login}; node B's \
+                 frontend_option_untrusted: {}",
+                bpffs[1].list().unwrap()["counters"]["frontend_option_untrusted"]
+            );
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", a.log());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = a.log();
+    assert!(!exited.success(), "{log}");
+    for said in [
+        "mapping job: its backend 10.244.2.5:22 is reached through the external interface ext0",
+        "frontend_option_untrusted",
+        "--cross-node-key",
+        "--allow-unsealed-cross-node",
+    ] {
+        assert!(log.contains(said), "{said}: {log}");
+    }
+    // Refused before it loaded anything: nothing pinned, nothing mounted.
+    let pinned = std::fs::read_dir(bpffs[0].path()).map_or(0, Iterator::count);
+    assert_eq!(pinned, 0, "node A's bpffs");
+}
+
+/// At a reload, the same: a mappings file that adds a pod on node B over
+/// host-gw routes, without a key, is refused whole, the error logged, and
+/// the running mappings stay.
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn over_host_gw_routes_without_a_key_a_reload_adding_a_pod_on_node_b_keeps_the_running_mappings() {
+    use ssh_fwd_tests::{Agent, Bpffs, agent::write_mappings, topology::EXT_IFACE};
+    privilege::require();
+    let mut cluster = Cluster::new(Wiring {
+        host_gw: true,
+        ..Wiring::default()
+    })
+    .unwrap();
+    cluster.add_pod(0, 1).unwrap();
+    cluster.add_pod(1, 2).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mappings = dir.path().join("mappings.yaml");
+    let local = ("local", "198.18.0.10:8022", "10.244.1.5:22");
+    write_mappings(&mappings, &[local]).unwrap();
+    let bpffs = Bpffs::new().unwrap();
+    let mut a = Agent::start(&cluster.nodes[0], &[EXT_IFACE], &mappings, &bpffs, &[]).unwrap();
+    assert_eq!(cluster_login(&cluster), "pod-1");
+    let remote = ("remote", "198.18.0.10:9022", "10.244.2.5:22");
+    write_mappings(&mappings, &[local, remote]).unwrap();
+    a.hangup();
+    a.wait_for_log("the running mappings stay", Duration::from_secs(10))
+        .unwrap();
+    let log = a.log();
+    assert!(
+        log.contains(
+            "mapping remote: its backend 10.244.2.5:22 is reached through the external interface ext0"
+        ),
+        "{log}"
+    );
+    let frontends: Vec<String> = (bpffs
+        .list_of("mappings")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter())
+    .map(|row| row["frontend"].as_str().unwrap().to_owned())
+    .collect();
+    assert_eq!(frontends, ["198.18.0.10:8022"]);
+    assert_eq!(cluster_login(&cluster), "pod-1");
+}
+
+/// A login from the client through node A's frontend, in at most 10 s:
+/// its output, or what ssh said.
+fn cluster_login(cluster: &Cluster) -> String {
+    let mut login = cluster.ssh().command(
+        &cluster.client,
+        EXTERNAL_IP,
+        8022,
+        "hostname",
+        Duration::from_secs(10),
+    );
+    match cmd::run(login.stdin(Stdio::null())) {
+        Ok(out) => out.trim().to_owned(),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn ranks_reach_each_other_by_pod_ip_over_host_gw_routes_while_the_ssh_mapping_exists() {
@@ -270,10 +387,13 @@ fn ranks_reach_each_other_by_pod_ip_while_an_off_path_sender_sprays_syns_with_a_
     .unwrap();
     cluster.add_pod(0, 1).unwrap(); // rank 1, node A
     cluster.add_pod(1, 2).unwrap(); // rank 0, node B, behind the frontend
+    // Without a key, node A refuses a frontend whose pod it reaches through
+    // its external interface: rank to rank is under test here, not logins
+    // from outside.
     let bed = Bed::start(
         cluster,
         &[("rank0", "198.18.0.10:8022", "10.244.2.5:22")],
-        &[],
+        &["--allow-unsealed-cross-node"],
     );
     // SYNs with rank 1's address, from every source port, to rank 0's
     // frontend: they enter node A, rank 1's node, and fill its half-open

@@ -1,8 +1,9 @@
 //! The agent's container image, run the way `deploy/base/agent-daemonset.yaml`
 //! runs it: the pod spec's user, capabilities, seccomp profile, read-only
 //! root, no-new-privileges, memory limit, host network (the node namespace),
-//! the host's bpffs at /sys/fs/bpf, its arguments with the ConfigMap's
-//! values, watching a (fake) API server and forwarding a real ssh login:
+//! the host's bpffs at /sys/fs/bpf, its arguments and the ConfigMap mounted
+//! as the kubelet mounts it (one file per key, read with `--config`),
+//! watching a (fake) API server and forwarding a real ssh login:
 //! what a kind or minikube user runs. Anything in the pod spec this test
 //! does not know how to give podman fails it, so the two cannot drift.
 
@@ -52,7 +53,7 @@ BAUwAwEB/zAKBggqhkjOPQQDAgNJADBGAiEAjNMUaDFSD61Y+qqVa5W8/f37BBNg\n\
 2VihF4r6MgcTF00CIQDj/HuVfLC7ktVo7bgoqXaTuEnw65VMYdCMlFy4otgUQg==\n\
 -----END CERTIFICATE-----\n\
 ";
-/// A port in the shipped `PORT_RANGE`: the agent honours no other.
+/// A port in the shipped `port-range`: the agent honours no other.
 const PORT: u16 = 20_123;
 /// The node the DaemonSet's pod runs on, as the kubelet would tell it.
 const NODE_NAME: &str = "node-1";
@@ -63,16 +64,13 @@ fn manifest(file: &str) -> Value {
 }
 
 /// The shared settings, as kustomize's configMapGenerator reads
-/// config.env: `KEY=VALUE` lines, `#` comments.
+/// config.env, with the test's SSH IP.
 fn config() -> BTreeMap<String, String> {
     let text = std::fs::read_to_string(Path::new(DEPLOY).join("config.env")).unwrap();
-    (text.lines())
-        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
-        .map(|l| {
-            let (key, value) = l.split_once('=').unwrap();
-            (key.to_owned(), value.to_owned())
-        })
-        .collect()
+    let mut config = ssh_fwd_tests::config_volume::env_file(&text);
+    assert!(config.contains_key("ssh-ip"), "{config:?}");
+    config.insert("ssh-ip".into(), EXTERNAL_IP.into());
+    config
 }
 
 fn require_podman() {
@@ -120,6 +118,8 @@ struct Cluster {
     api: FakeApi,
     /// Stands in for the service account volume: `kubeconfig` and `ca.crt`.
     service_account: tempfile::TempDir,
+    /// Stands in for the ConfigMap volume: one file per key.
+    config: tempfile::TempDir,
     /// Stands in for the host's cgroup v2 hierarchy (hairpin): a child
     /// cgroup of the test's own, never the machine's root.
     cgroup: ssh_fwd_tests::cgroup::TestCgroup,
@@ -129,7 +129,7 @@ struct Cluster {
 impl Cluster {
     fn start(pods: usize) -> Self {
         let topo = Topology::single_node(pods).unwrap();
-        // A node's default route, out of its uplink: the ConfigMap's IFACE
+        // A node's default route, out of its uplink: the ConfigMap's iface
         // (auto) finds the external interface by it, as on a real node.
         topo.nodes[0]
             .ns
@@ -149,11 +149,14 @@ impl Cluster {
         let bpffs = Bpffs::new().unwrap();
         bpffs.mount().unwrap();
         let image = Image::build_for_test(&image::static_binary().unwrap()).unwrap();
+        let config = tempfile::tempdir().unwrap();
+        ssh_fwd_tests::config_volume::write(config.path(), &self::config()).unwrap();
         Self {
             image,
             bpffs,
             api,
             service_account,
+            config,
             cgroup: ssh_fwd_tests::cgroup::TestCgroup::new().unwrap(),
             topo,
         }
@@ -201,7 +204,7 @@ fn daemonset_spec(cluster: &Cluster) -> Spec {
             .as_str()
             .map(|q| memory_bytes(q).unwrap()),
         mounts: volume_mounts(pod, c, cluster),
-        args: expand(c["args"].as_array().unwrap(), &env),
+        args: args(c["args"].as_array().unwrap()),
         env: env.into_iter().collect(),
     };
     security_context(&c["securityContext"], &mut spec);
@@ -241,15 +244,15 @@ fn strings(list: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The ConfigMap (`envFrom`) and `env`, with the node's own values where a
-/// cluster's would not fit the test's namespaces, and a kubeconfig in place
-/// of the in-cluster configuration (the fake API speaks plain HTTP).
+/// `env`, with the node's own values where a cluster's would not fit the
+/// test's namespaces, and a kubeconfig in place of the in-cluster
+/// configuration (the fake API speaks plain HTTP).
 fn environment(c: &Value) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
-    for from in c["envFrom"].as_array().unwrap() {
-        assert_eq!(from["configMapRef"]["name"], "ssh-fwd-config");
-        env.extend(config());
-    }
+    assert!(
+        c["envFrom"].is_null(),
+        "settings come from the ConfigMap's volume: translate envFrom here"
+    );
     for var in c["env"].as_array().into_iter().flatten() {
         let field = var["valueFrom"]["fieldRef"]["fieldPath"].as_str();
         let value = match (var["value"].as_str(), field) {
@@ -261,28 +264,24 @@ fn environment(c: &Value) -> BTreeMap<String, String> {
         };
         env.insert(var["name"].as_str().unwrap().to_owned(), value.to_owned());
     }
-    env.insert("SSH_IP".into(), EXTERNAL_IP.into());
     env.insert("KUBECONFIG".into(), format!("{SERVICE_ACCOUNT}/kubeconfig"));
     env
 }
 
-/// `$(VAR)` in the arguments, as the kubelet expands them.
-fn expand(args: &[Value], env: &BTreeMap<String, String>) -> Vec<String> {
+/// The arguments, which name no variable for the kubelet to expand: the
+/// settings come from the ConfigMap's volume.
+fn args(args: &[Value]) -> Vec<String> {
     args.iter()
         .map(|arg| {
-            let mut arg = arg.as_str().unwrap().to_owned();
-            for (key, value) in env {
-                arg = arg.replace(&format!("$({key})"), value);
-            }
-            assert!(!arg.contains("$("), "{arg}: not in the ConfigMap");
+            let arg = arg.as_str().unwrap().to_owned();
+            assert!(!arg.contains("$("), "{arg}: expand it here");
             arg
         })
         .collect()
 }
 
-/// The host's bpffs and cgroup hierarchy (here the test's own) where the
-/// DaemonSet mounts them,
-/// and the service account.
+/// The host's bpffs and cgroup hierarchy (here the test's own) and the
+/// ConfigMap where the DaemonSet mounts them, and the service account.
 fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
     let mut mounts: Vec<Mount> = c["volumeMounts"]
         .as_array()
@@ -298,6 +297,7 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
             let host = match volume["hostPath"]["path"].as_str() {
                 Some("/sys/fs/bpf") => cluster.bpffs.path(),
                 Some("/sys/fs/cgroup") => cluster.cgroup.path(),
+                _ if volume["configMap"]["name"] == "ssh-fwd-config" => cluster.config.path(),
                 _ => panic!("a volume the test does not stand in for: {volume}"),
             };
             Mount {
@@ -392,7 +392,7 @@ fn the_image_run_as_the_daemonset_runs_it_forwards_a_real_ssh_login_and_outlives
     let logs = container.logs();
     assert!(
         logs.contains("external interface ext0: the IPv4 default route leaves through it"),
-        "the ConfigMap's IFACE finds the uplink: {logs}"
+        "the ConfigMap's iface finds the uplink: {logs}"
     );
 
     // The kernel sees exactly what the pod spec grants.

@@ -1,5 +1,5 @@
 //! The external interface found on nodes whose uplinks have other names
-//! than eth0: `--iface auto` (the default route's interface), patterns
+//! than eth0: `--external-iface auto` (the default route's interface), patterns
 //! (`bond+`, `eno*`), a bond that comes up after the agent, a Node's
 //! `ssh-fwd.io/iface` annotation, and the errors when nothing or several
 //! match. Real OpenSSH logins through the chosen interface.
@@ -157,7 +157,7 @@ fn auto_attaches_to_the_uplink_named_eno1_that_the_default_route_leaves_through(
     // The default route of metric 100 wins over mgmt0's of 500.
     assert!(
         agent.log().contains(
-            "external interface eno1: the IPv4 default route leaves through it (--iface auto)"
+            "external interface eno1: the IPv4 default route leaves through it (--external-iface auto)"
         ),
         "{}",
         agent.log()
@@ -231,7 +231,7 @@ fn an_uplink_bond0_that_appears_after_the_agent_is_waited_for_and_found_by_its_p
     assert!(
         log.contains("the external interface is there")
             && log.contains(
-                "external interface bond0: the one interface up that matches bond+ (--iface bond+)"
+                "external interface bond0: the one interface up that matches bond+ (--external-iface bond+)"
             ),
         "{log}"
     );
@@ -241,7 +241,7 @@ fn an_uplink_bond0_that_appears_after_the_agent_is_waited_for_and_found_by_its_p
     assert!(inbound > 0 && outbound > 0, "in {inbound} out {outbound}");
 }
 
-/// `ssh-fwd agent --iface IFACE` in `node`, expected to fail: its stderr.
+/// `ssh-fwd agent --external-iface IFACE` in `node`, expected to fail: its stderr.
 fn refused(node: &NetNs, bpffs: &Bpffs, mappings: &std::path::Path, args: &[&str]) -> String {
     let mut argv = vec![
         "agent",
@@ -279,38 +279,38 @@ fn a_pattern_or_auto_that_picks_no_single_interface_fails_with_what_is_there_and
     let bpffs = Bpffs::new().unwrap();
     let refused = |args: &[&str]| refused(node, &bpffs, &bed.mappings, args);
 
-    let e = refused(&["--iface", "eth+", "--iface-wait", "0s"]);
+    let e = refused(&["--external-iface", "eth+", "--iface-wait", "0s"]);
     assert!(
         e.contains(
-            "no external interface from --iface: `eth+` matches no interface that is up and not \
+            "no external interface from --external-iface: `eth+` matches no interface that is up and not \
              a port of another (a bond's or a bridge's); present: lo (loopback), mgmt0, pod1, eno1 \
              (port of br0), br0, eno2, eno3, eno4 (down). Name the interface clients \
-             reach this node on (--iface NAME, or the Node annotation ssh-fwd.io/iface), use a \
+             reach this node on (--external-iface NAME, or the Node annotation ssh-fwd.io/iface), use a \
              pattern that matches it, or auto (the default route's interface)"
         ),
         "{e}"
     );
-    let e = refused(&["--iface", "eno*", "--iface-wait", "0s"]);
+    let e = refused(&["--external-iface", "eno*", "--iface-wait", "0s"]);
     assert!(
         e.contains(
-            "no external interface from --iface: `eno*` matches several interfaces that are up: \
-             eno2, eno3. Name the one clients reach this node on (--iface eno2), narrow the \
-             pattern, give each its own --iface if every one is external, or use auto (the \
+            "no external interface from --external-iface: `eno*` matches several interfaces that are up: \
+             eno2, eno3. Name the one clients reach this node on (--external-iface eno2), narrow the \
+             pattern, give each its own --external-iface if every one is external, or use auto (the \
              default route's interface)"
         ),
         "{e}"
     );
     // Waiting cannot help a pattern matching several: it fails at once.
     let started = std::time::Instant::now();
-    refused(&["--iface", "eno*", "--iface-wait", "30s"]);
+    refused(&["--external-iface", "eno*", "--iface-wait", "30s"]);
     assert!(started.elapsed() < Duration::from_secs(10));
 
     let started = std::time::Instant::now();
-    let e = refused(&["--iface", "auto", "--iface-wait", "2s"]);
+    let e = refused(&["--external-iface", "auto", "--iface-wait", "2s"]);
     assert!(started.elapsed() >= Duration::from_secs(2), "it waited");
     assert!(
         e.contains(
-            "no external interface from --iface after waiting 2s (--iface-wait): auto: no \
+            "no external interface from --external-iface after waiting 2s (--iface-wait): auto: no \
              default route (IPv4 or IPv6) in the main table leaves through an interface that is \
              up (`ip route show default`, `ip -6 route show default`); name the interface \
              clients reach this node on, or use auto:ADDR with an address of the clients' \
@@ -319,7 +319,7 @@ fn a_pattern_or_auto_that_picks_no_single_interface_fails_with_what_is_there_and
         "{e}"
     );
     assert!(e.contains("waiting for the external interface"), "{e}");
-    let e = refused(&["--iface", "auto:10.9.0.1", "--iface-wait", "0s"]);
+    let e = refused(&["--external-iface", "auto:10.9.0.1", "--iface-wait", "0s"]);
     assert!(
         e.contains("auto:10.9.0.1: 10.9.0.1 is an address of this node"),
         "{e}"
@@ -330,7 +330,7 @@ fn a_pattern_or_auto_that_picks_no_single_interface_fails_with_what_is_there_and
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_nodes_annotation_replaces_iface_there_and_the_route_to_a_client_address_finds_it() {
     privilege::require();
-    // The cluster-wide --iface names an interface this node lacks; its
+    // The cluster-wide --external-iface names an interface this node lacks; its
     // Node's annotation says where clients come from.
     let bed = Uplinked::new();
     bed.plug("eno1");

@@ -1,4 +1,4 @@
-//! The pod-interface fast path end to end (`--pod-ifaces`): requests handed
+//! The pod-interface fast path end to end (`--pod-iface-reply`): requests handed
 //! straight into the pod's namespace, replies reverse-NATed on the pod's
 //! interface and sent straight out of the external one - and in-cluster
 //! traffic to a mapped pod left alone.

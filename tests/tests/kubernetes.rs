@@ -33,7 +33,7 @@ fn lb_service(name: &str, port: u16) -> Value {
 
 /// The agent's flag that honours [`legacy_service`]s, which trust every
 /// Service writer (the default honours only granted LoadBalancers).
-const EXTERNAL_IPS_TOO: [&str; 2] = ["--service-styles", "loadbalancer,externalips"];
+const EXTERNAL_IPS_TOO: [&str; 2] = ["--honour-styles", "loadbalancer,externalips"];
 
 fn legacy_service(name: &str, port: u16) -> Value {
     json!({

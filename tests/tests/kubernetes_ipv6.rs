@@ -106,7 +106,7 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
     let mut args = api.agent_args(dir.path(), EXTERNAL_IP);
     args.extend(["--ssh-ip".into(), EXTERNAL_IP6.into()]);
     // The second Service is an externalIPs one, honoured only when asked for.
-    args.extend(["--service-styles", "loadbalancer,externalips"].map(String::from));
+    args.extend(["--honour-styles", "loadbalancer,externalips"].map(String::from));
     let bpffs = Bpffs::new().unwrap();
     let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ssh = topo.ssh();

@@ -147,7 +147,7 @@ fn one_agents_token_writes_its_own_nodes_objects_and_nothing_of_another_or_the_c
         message.starts_with("configmaps \"ssh-fwd-activity-node2\" is forbidden: "),
         "{message}"
     );
-    let hostname = json!({"data": {"SSH_HOSTNAME": "attacker.example"}});
+    let hostname = json!({"data": {"ssh-hostname": "attacker.example"}});
     denied_by(
         call(
             &api,
@@ -215,7 +215,7 @@ fn one_agents_token_writes_its_own_nodes_objects_and_nothing_of_another_or_the_c
     assert!(message.contains("not name node2"), "{message}");
     assert_eq!(
         api.get(Kind::ConfigMap, "ssh-fwd", "ssh-fwd-config")
-            .unwrap()["data"]["SSH_HOSTNAME"],
+            .unwrap()["data"]["ssh-hostname"],
         "ssh.example.org"
     );
 

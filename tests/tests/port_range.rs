@@ -37,7 +37,7 @@ fn a_port_range_over_a_port_the_node_listens_on_is_refused_naming_it() {
                 .arg(agent::binary().unwrap())
                 .args([
                     "agent",
-                    "--iface",
+                    "--external-iface",
                     "lo",
                     "--kubernetes",
                     "--kubeconfig",

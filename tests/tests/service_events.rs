@@ -66,7 +66,7 @@ fn fifty_nodes_skipping_a_service_make_one_event_the_tenant_sees() {
     assert_eq!(event["regarding"]["kind"], "Service");
     assert_eq!(event["regarding"]["name"], "sneaky");
     assert!(
-        event["note"].as_str().unwrap().contains("--service-styles"),
+        event["note"].as_str().unwrap().contains("--honour-styles"),
         "the fix: {event}"
     );
     assert_eq!(

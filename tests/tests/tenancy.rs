@@ -49,7 +49,7 @@ struct Bed {
 }
 
 impl Bed {
-    /// `styles`: the agent's and the controller's `--service-styles`, or
+    /// `styles`: the agent's and the controller's `--honour-styles`, or
     /// their defaults.
     fn start(styles: Option<&str>) -> Self {
         let topo = Topology::single_node(3).unwrap();
@@ -65,7 +65,7 @@ impl Bed {
         let agent_token = api.service_account_token("ssh-fwd", "ssh-fwd-agent", Some("node"));
         let controller_token = api.service_account_token("ssh-fwd", "ssh-fwd-controller", None);
         let styles: Vec<String> = styles
-            .map(|s| vec!["--service-styles".into(), s.into()])
+            .map(|s| vec!["--honour-styles".into(), s.into()])
             .unwrap_or_default();
         let agent_config = kubeconfig("agent", &agent_token);
         let mut agent_args: Vec<String> = ["--kubernetes", "--kubeconfig", &agent_config]
@@ -320,7 +320,7 @@ fn a_tenants_older_external_ips_service_takes_nothing_by_default() {
     assert_eq!(
         bed.landed(15_999),
         None,
-        "an externalIPs Service is not honoured unless --service-styles says so"
+        "an externalIPs Service is not honoured unless --honour-styles says so"
     );
     eventually("the tenant told why, on its Service", || {
         bed.api.list(Kind::Event).into_iter().find(|e| {

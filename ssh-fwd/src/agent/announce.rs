@@ -296,7 +296,7 @@ impl Handle {
 /// Kubernetes mode (a `client`) ownership by Lease, else unconditional.
 /// `ready`: the agent has attached and synced. An error stops announcing
 /// changes, never the agent: the data path keeps answering as it was last
-/// told. `external`: the external interfaces chosen (`--iface`).
+/// told. `external`: the external interfaces chosen (`--external-iface`).
 pub fn spawn(
     args: &AgentArgs,
     external: &[String],

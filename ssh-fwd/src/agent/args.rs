@@ -33,10 +33,12 @@ pub struct AgentArgs {
     /// With --kubernetes and --node-name, the Node's annotation
     /// `ssh-fwd.io/iface` (the same forms, comma-separated) replaces this
     /// flag on that node. Chosen once at start; the log and the metric
-    /// `ssh_fwd_external_interface_info` say which and why.
+    /// `ssh_fwd_external_interface_info` say which and why. (Formerly
+    /// --iface, which still works.)
     #[arg(
         help_heading = "Data path",
-        long = "iface",
+        long = "external-iface",
+        alias = "iface",
         value_name = "IFACE",
         required = true
     )]
@@ -127,10 +129,11 @@ pub struct AgentArgs {
     /// granted, forwarded to whatever its selector finds. Add it only where
     /// every Service writer is trusted with the SSH IP (CVE-2020-8554;
     /// deprecated since Kubernetes 1.36). A Service of a shape left out is
-    /// ignored and logged.
+    /// ignored and logged. (Formerly --service-styles, which still works.)
     #[arg(
         help_heading = "Where the mappings come from",
-        long,
+        long = "honour-styles",
+        alias = "service-styles",
         value_name = "STYLES",
         value_enum,
         value_delimiter = ',',
@@ -157,14 +160,22 @@ pub struct AgentArgs {
     /// (so no bandwidth limit or policy is skipped). In-cluster traffic to
     /// the pods is never touched.
     /// `off`: replies are reverse-NATed on the external interfaces only,
-    /// after the node has routed them.
-    #[arg(help_heading = "Data path", long, value_enum, default_value_t = PodIfacesMode::Auto)]
+    /// after the node has routed them. (Formerly --pod-ifaces, which still
+    /// works.)
+    #[arg(
+        help_heading = "Data path",
+        long = "pod-iface-reply",
+        alias = "pod-ifaces",
+        value_name = "MODE",
+        value_enum,
+        default_value_t = PodIfacesMode::Auto
+    )]
     pub pod_ifaces: PodIfacesMode,
 
     /// How a translated packet reaches the pod, and its reply the client.
     /// `auto`: the tc programs route it themselves (a FIB lookup) and send
     /// it straight out of the interface the route uses (into the pod's
-    /// namespace where `--pod-ifaces` allows), and the reply straight out of
+    /// namespace where `--pod-iface-reply` allows), and the reply straight out of
     /// the external interface. The node's IP input and forwarding are
     /// skipped: netfilter's PREROUTING, FORWARD and POSTROUTING hooks (host
     /// firewall rules, drop rules included, and a CNI's NetworkPolicy
@@ -218,6 +229,18 @@ pub struct AgentArgs {
         conflicts_with = "cross_node_key_secret"
     )]
     pub cross_node_key: Option<PathBuf>,
+
+    /// Start even though, with a mappings file, --cross-node option and no
+    /// --cross-node-key, a backend's route leaves through an external
+    /// interface. The agent refuses that (at start, and at a reload, which
+    /// keeps the running mappings): the backend's node believes a plain
+    /// frontend option only on a cluster interface that is not external,
+    /// so on host-gw or BGP routing it ignores it and logins through this
+    /// node time out. Only for nodes that do receive each other's
+    /// translated SYNs on such an interface although they send them out
+    /// of an external one; a warning says so at each check.
+    #[arg(help_heading = "Data path", long)]
+    pub allow_unsealed_cross_node: bool,
 
     /// With --kubernetes: the Secret of the agent's namespace that holds the
     /// cluster's key (see --cross-node-key); the first agent creates it with
@@ -351,7 +374,7 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
-    /// `--service-styles` as the rules take it.
+    /// `--honour-styles` as the rules take it.
     pub fn styles(&self) -> Styles {
         Styles::of(&self.service_styles)
     }
@@ -365,7 +388,7 @@ pub use announce::{AnnounceArgs, AnnounceMode, check as check_announce};
 pub use audit::AuditArgs;
 pub use guard::GuardArgs;
 
-/// `--pod-ifaces`.
+/// `--pod-iface-reply`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PodIfacesMode {
     Auto,
@@ -451,7 +474,7 @@ mod tests {
 
     #[test]
     fn translated_packets_are_redirected_unless_redirect_is_off() {
-        let base = ["--iface", "eth0", "--mappings", "m.yaml"];
+        let base = ["--external-iface", "eth0", "--mappings", "m.yaml"];
         assert_eq!(parse(base).unwrap().redirect, RedirectMode::Auto);
         let off = parse(base.into_iter().chain(["--redirect", "off"])).unwrap();
         assert_eq!(off.redirect, RedirectMode::Off);
@@ -462,7 +485,7 @@ mod tests {
     #[test]
     fn ssh_ips_of_both_families_are_accepted() {
         let argv = [
-            "--iface",
+            "--external-iface",
             "eth0",
             "--mappings",
             "m.yaml",
@@ -480,7 +503,7 @@ mod tests {
             ]
         );
         let e = parse([
-            "--iface",
+            "--external-iface",
             "eth0",
             "--mappings",
             "m",
@@ -492,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_confirm_timeout_outside_a_second_to_ten_minutes_is_refused_with_the_range() {
-        let base = ["--iface", "eth0", "--mappings", "m.yaml"];
+        let base = ["--external-iface", "eth0", "--mappings", "m.yaml"];
         let args = parse(base).unwrap();
         assert_eq!(args.conn_confirm_timeout, Duration::from_secs(10));
         assert_eq!(args.conns_per_source, CONNS_PER_SOURCE);
@@ -508,26 +531,32 @@ mod tests {
 
     #[test]
     fn only_load_balancers_are_honoured_unless_external_ips_are_asked_for() {
-        let base = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        let base = [
+            "--external-iface",
+            "eth0",
+            "--kubernetes",
+            "--ssh-ip",
+            "198.18.0.10",
+        ];
         let only_lb = Styles {
             load_balancer: true,
             external_ips: false,
         };
         assert_eq!(parse(base).unwrap().styles(), only_lb);
-        let named = parse(base.into_iter().chain(["--service-styles", "loadbalancer"])).unwrap();
+        let named = parse(base.into_iter().chain(["--honour-styles", "loadbalancer"])).unwrap();
         assert_eq!(named.styles(), only_lb);
-        let both = ["--service-styles", "externalips,loadbalancer"];
+        let both = ["--honour-styles", "externalips,loadbalancer"];
         assert_eq!(
             parse(base.into_iter().chain(both)).unwrap().styles(),
             Styles::ALL
         );
-        let typo = parse(base.into_iter().chain(["--service-styles", "nodeport"]));
+        let typo = parse(base.into_iter().chain(["--honour-styles", "nodeport"]));
         assert!(typo.unwrap_err().to_string().contains("nodeport"));
     }
 
     #[test]
     fn the_cross_node_key_comes_from_a_file_or_in_kubernetes_mode_from_a_secret() {
-        let file = ["--iface", "eth0", "--mappings", "m.yaml"];
+        let file = ["--external-iface", "eth0", "--mappings", "m.yaml"];
         let args = parse(file).unwrap();
         assert_eq!(
             (args.cross_node_key, args.cross_node_key_secret),
@@ -537,7 +566,13 @@ mod tests {
         assert_eq!(with.cross_node_key, Some(PathBuf::from("/k")));
         let secret = parse(file.into_iter().chain(["--cross-node-key-secret", "s"]));
         assert!(secret.is_err(), "a Secret needs --kubernetes");
-        let kube = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        let kube = [
+            "--external-iface",
+            "eth0",
+            "--kubernetes",
+            "--ssh-ip",
+            "198.18.0.10",
+        ];
         let args = parse(kube).unwrap();
         assert_eq!(
             args.cross_node_key_secret.as_deref(),

@@ -1,6 +1,6 @@
 //! The external interfaces this agent attaches to, chosen once at start:
 //! the rules of its Node's `ssh-fwd.io/iface` annotation (Kubernetes mode
-//! with `--node-name`), else `--iface`'s, applied to the node's interfaces
+//! with `--node-name`), else `--external-iface`'s, applied to the node's interfaces
 //! and routes ([`external_iface`]), waited for up to `--iface-wait`. Each
 //! choice is logged in one line and exported as
 //! `ssh_fwd_external_interface_info`.
@@ -42,7 +42,7 @@ pub struct IfaceLabels {
     pub chosen_by: String,
     /// The rule as written (`bond+`, `auto:192.0.2.1`).
     pub rule: String,
-    /// `flag` (`--iface`) or `node-annotation`.
+    /// `flag` (`--external-iface`) or `node-annotation`.
     pub source: String,
 }
 
@@ -65,14 +65,14 @@ impl Origin {
     /// The rule as the operator wrote it, and where.
     fn written(&self, rule: &IfaceRule) -> String {
         match self {
-            Self::Flag => format!("--iface {rule}"),
+            Self::Flag => format!("--external-iface {rule}"),
             Self::Node(node) => format!("Node {node}'s annotation {IFACE}={rule}"),
         }
     }
 
     fn describe(&self) -> String {
         match self {
-            Self::Flag => "--iface".into(),
+            Self::Flag => "--external-iface".into(),
             Self::Node(node) => format!("Node {node}'s annotation {IFACE}"),
         }
     }
@@ -186,7 +186,7 @@ fn failed(error: &Unresolved, origin: &Origin, waited: Option<Duration>) -> anyh
     let fix = match origin {
         Origin::Flag => String::new(),
         Origin::Node(node) => format!(
-            "; the annotation replaces --iface on this node: change it (`kubectl annotate node \
+            "; the annotation replaces --external-iface on this node: change it (`kubectl annotate node \
              {node} {IFACE}=VALUE --overwrite`) or remove it (`kubectl annotate node {node} \
              {IFACE}-`)"
         ),
@@ -202,7 +202,7 @@ fn round(d: Duration) -> Duration {
 }
 
 /// The rules of the Node's annotation, `None` without one. Read until it
-/// answers or `deadline` passes (at least once): taking `--iface` on a node
+/// answers or `deadline` passes (at least once): taking `--external-iface` on a node
 /// whose annotation could not be read would attach elsewhere, and detach
 /// the previous agent's programs from the interface it names.
 async fn annotated(
@@ -236,7 +236,7 @@ async fn annotated(
         tracing::warn!(
             node,
             "Node {node} not found (is --node-name this node's name?); the external interface \
-             comes from --iface"
+             comes from --external-iface"
         );
         return Ok(None);
     };
@@ -248,13 +248,13 @@ async fn annotated(
     value.map(|v| parse_annotation(node, v)).transpose()
 }
 
-/// The annotation's rules: `--iface`'s forms, comma-separated.
+/// The annotation's rules: `--external-iface`'s forms, comma-separated.
 fn parse_annotation(node: &str, value: &str) -> anyhow::Result<Vec<IfaceRule>> {
     let fix = || {
         format!(
             "fix it (`kubectl annotate node {node} {IFACE}=eno1 --overwrite`: a name, a pattern \
              like eno* or bond+, auto or auto:ADDR, comma-separated) or remove it (`kubectl \
-             annotate node {node} {IFACE}-`) to use --iface"
+             annotate node {node} {IFACE}-`) to use --external-iface"
         )
     };
     let rules: Vec<IfaceRule> = value
@@ -322,7 +322,7 @@ mod tests {
         };
         let flag = failed(&e, &Origin::Flag, None).to_string();
         assert!(
-            flag.starts_with("no external interface from --iface: `eno*` matches"),
+            flag.starts_with("no external interface from --external-iface: `eno*` matches"),
             "{flag}"
         );
         let node = failed(

@@ -13,6 +13,7 @@ mod activity;
 pub mod announce;
 mod args;
 pub mod audit;
+mod cross_node_check;
 mod cross_node_key;
 mod iface;
 mod listeners;
@@ -73,6 +74,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let ifaces = iface::choose(&args, source.kube_client(), &metrics.external_ifaces).await?;
     let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
+    // What cannot work across nodes is refused now, before the node is
+    // touched, and at every reload of the mappings file.
+    let keyed = !matches!(key_source, cross_node_key::KeySource::None);
+    let unsealed = cross_node_check::CrossNodeCheck::new(&args, keyed, &ifaces)?;
+    source.check_cross_node(unsealed).await?;
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,

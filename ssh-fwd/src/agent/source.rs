@@ -18,6 +18,7 @@ use tokio::time::{Interval, MissedTickBehavior, interval};
 use super::{
     args::AgentArgs,
     audit::{Directory, Label},
+    cross_node_check::CrossNodeCheck,
     metrics::AgentMetrics,
 };
 use crate::{
@@ -99,6 +100,22 @@ impl Source {
             Self::File(f) => format!("file {}", f.path.display()),
             Self::Kubernetes(k) => format!("kubernetes, selector {}", k.selector),
         }
+    }
+
+    /// Checks the mappings file's backends against `check` now, and at
+    /// every later load; a refusal now is the agent's start-up error.
+    pub async fn check_cross_node(&mut self, check: Option<CrossNodeCheck>) -> anyhow::Result<()> {
+        let Self::File(f) = self else {
+            return Ok(());
+        };
+        if let Some(check) = &check {
+            check
+                .check(&f.applied)
+                .await
+                .with_context(|| format!("{}", f.path.display()))?;
+        }
+        f.cross_node = check;
+        Ok(())
     }
 
     /// The desired state to apply at start-up, if it is known already.
@@ -200,6 +217,9 @@ pub struct FileSource {
     applied: MappingSet,
     /// The content last loaded (accepted or rejected).
     last_text: Snapshot,
+    /// Backends whose node would ignore the frontend option, refused at
+    /// each load once the external interfaces are known.
+    cross_node: Option<CrossNodeCheck>,
     /// A change seen and when, waiting to stay the same for `settle`.
     pending: Option<(Snapshot, Instant)>,
     settle: Duration,
@@ -243,6 +263,7 @@ impl FileSource {
             guard: args.guard.defaults(),
             applied: MappingSet::default(),
             last_text,
+            cross_node: None,
             pending: None,
             settle: args.settle_interval,
             poll: interval(args.watch_interval),
@@ -260,7 +281,14 @@ impl FileSource {
     async fn load(&self, text: &Snapshot) -> anyhow::Result<MappingSet> {
         let rules = node_rules(&self.ssh_ips, &self.guard).await?;
         let read = text.0.as_deref().map_err(file::clone_io);
-        Ok(file::parse_read(read, &self.path, &rules, self.capacity)?)
+        let set = file::parse_read(read, &self.path, &rules, self.capacity)?;
+        if let Some(check) = &self.cross_node {
+            check
+                .check(&set)
+                .await
+                .with_context(|| format!("{}", self.path.display()))?;
+        }
+        Ok(set)
     }
 
     /// The next change, once it has stayed the same across the settle
@@ -373,7 +401,7 @@ impl KubeFollower {
         };
         if policy.styles.external_ips {
             tracing::warn!(
-                "--service-styles honours externalips: any Service with the SSH IP in spec.externalIPs takes the ports it lists that the controller granted to nobody, forwarded to whatever its selector finds; everyone who may write a Service in any namespace is trusted with the SSH IP. Leave externalips out unless that is so"
+                "--honour-styles honours externalips: any Service with the SSH IP in spec.externalIPs takes the ports it lists that the controller granted to nobody, forwarded to whatever its selector finds; everyone who may write a Service in any namespace is trusted with the SSH IP. Leave externalips out unless that is so"
             );
         }
         // The node's addresses, where no endpoint may be (a hostNetwork
@@ -520,7 +548,7 @@ fn report(notes: &[Note]) {
             Note::StyleNotHonoured { service, style } => tracing::warn!(
                 service,
                 style,
-                "Service ignored: --service-styles does not honour this shape; add it to --service-styles or change the Service"
+                "Service ignored: --honour-styles does not honour this shape; add it to --honour-styles or change the Service"
             ),
             Note::Invalid { service, problem } => tracing::warn!(
                 service = printable(service),

@@ -1,5 +1,6 @@
-//! `ssh-fwd config check FILE`: a configuration file checked as the agent
-//! and the controller would read it, without starting either.
+//! `ssh-fwd config check PATH`: a configuration file (or directory)
+//! checked as the agent and the controller would read it, without starting
+//! either.
 
 use std::path::PathBuf;
 
@@ -25,7 +26,9 @@ pub enum ConfigAction {
     /// (settings the file leaves to the command line are listed). Exits 1
     /// on the first error, naming the key and the fix.
     Check {
-        /// The YAML file.
+        /// The YAML file, or a directory of one file per key (a mounted
+        /// ConfigMap).
+        #[arg(value_name = "PATH")]
         file: PathBuf,
     },
 }
@@ -42,6 +45,9 @@ pub fn check(path: &std::path::Path) -> anyhow::Result<String> {
     let file = ConfigFile::read(path)?;
     file.check_keys(&cli)?;
     let mut report = String::new();
+    for line in file.deprecated() {
+        report.push_str(&format!("{line}\n"));
+    }
     for command in COMMANDS {
         let taken = file.check_values(&cli, command)?;
         let flags = file.flags_for(&cli, command, &[], |_| false)?;
@@ -111,12 +117,12 @@ mod tests {
     const GOOD: &str = "\
 ssh-ip: [198.18.0.10, 2001:db8::10]
 port-range: 9000-9999
-iface: [eno1]
+external-iface: [eno1]
 kubernetes: true
 ssh-hostname: ssh.example.org
 resync-interval: 30s
 provisional-cap: 16
-service-styles: [loadbalancer, externalips]
+honour-styles: [loadbalancer, externalips]
 ";
 
     #[test]
@@ -165,8 +171,8 @@ service-styles: [loadbalancer, externalips]
                 "`ssh-ip`: invalid value 'nope'",
             ),
             (
-                "service-style: nodeport",
-                "`service-style`: invalid value 'nodeport'",
+                "expose-as: nodeport",
+                "`expose-as`: invalid value 'nodeport'",
             ),
             ("provisional-cap: 0", "`provisional-cap`: invalid value '0'"),
             ("provisional-cap: -3", "`provisional-cap`"),
@@ -190,19 +196,53 @@ service-styles: [loadbalancer, externalips]
 
     #[test]
     fn settings_that_cannot_go_together_are_refused_as_the_controller_would() {
-        let err = checked(
-            "ssh-ip: 198.18.0.10\nservice-style: externalips\nservice-styles: [loadbalancer]\n",
-        )
-        .unwrap_err();
+        let err =
+            checked("ssh-ip: 198.18.0.10\nexpose-as: externalips\nhonour-styles: [loadbalancer]\n")
+                .unwrap_err();
         assert!(err.contains("controller:"), "{err}");
         let err = checked("ssh-ip: 198.18.0.10\nssh-user: -oProxyCommand=x\n").unwrap_err();
         assert!(err.contains("controller:"), "{err}");
-        let err =
-            checked("mappings: m.yaml\nkubernetes: true\niface: [eth0]\nssh-ip: 198.18.0.10\n")
-                .unwrap_err();
+        let err = checked(
+            "mappings: m.yaml\nkubernetes: true\nexternal-iface: [eth0]\nssh-ip: 198.18.0.10\n",
+        )
+        .unwrap_err();
         assert!(
             err.contains("agent:") && err.contains("--mappings"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_directory_is_checked_as_a_file_with_its_keys() {
+        let keys = [("ssh-ip", "198.18.0.10\n"), ("port-range", "9000-9999\n")];
+        let dir = crate::cli::config_file::tests::kubelet_volume(&keys);
+        let report = check(dir.path()).unwrap();
+        assert!(
+            report.contains("agent: 2 settings from the file"),
+            "{report}"
+        );
+        let bad = crate::cli::config_file::tests::kubelet_volume(&[("port-range", "9000-80")]);
+        let err = format!("{:#}", check(bad.path()).unwrap_err());
+        assert!(
+            err.contains("`port-range`: invalid value '9000-80'"),
+            "{err}"
+        );
+        assert!(err.contains(&bad.path().display().to_string()), "{err}");
+    }
+
+    #[test]
+    fn an_old_key_is_good_and_said_to_be_deprecated_with_its_new_name() {
+        let report = checked("ssh-ip: 198.18.0.10\nservice-style: loadbalancer\n").unwrap();
+        assert!(report.contains(": good\n"), "{report}");
+        assert!(
+            report.contains(
+                "the key `service-style` is deprecated: it is `expose-as` now (the old key still works)"
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains("controller: 2 settings from the file: ok"),
+            "{report}"
         );
     }
 

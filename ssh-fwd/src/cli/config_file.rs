@@ -1,8 +1,15 @@
 //! `--config FILE`: the flags of `ssh-fwd agent` and `ssh-fwd controller`
 //! from one YAML file whose keys are the flag names (`port-range: 9000-9999`,
-//! `iface: [eno1, eno2]`, `kubernetes: true`), the way Cilium reads its
+//! `external-iface: [eno1, eno2]`, `kubernetes: true`), the way Cilium reads its
 //! ConfigMap. One file serves both commands: each takes the keys that are
 //! its flags, and a key that is neither's is refused with the nearest name.
+//!
+//! The file may also be a directory in Cilium's config-dir convention,
+//! which is what a ConfigMap mounted as a volume is: each regular file is
+//! named after a flag and holds its value, read as the YAML value the
+//! file form takes (`true`, `[eno1, eno2]`, `20000-27999`). Names that
+//! begin with `.` are skipped: the kubelet writes its `..data` and
+//! `..2026_...` entries there beside the keys.
 //!
 //! What wins, first to last: a flag on the command line, its environment
 //! variable, the file, the default. The file's settings become flags put
@@ -18,6 +25,8 @@ use std::{
 };
 
 use clap::{Arg, ArgAction, Command};
+
+use super::renamed::{self, RENAMED, Renamed};
 
 pub use crate::args::CONFIG_ENV as ENV;
 /// The commands that read the file.
@@ -35,6 +44,14 @@ pub enum ConfigError {
         "the configuration file {path} is not YAML mapping flag names to values (like `port-range: 9000-9999`): {reason}"
     )]
     Parse { path: PathBuf, reason: String },
+    #[error(
+        "{path}: `{key}`: not a YAML value (a file of a configuration directory holds one value, like `9000-9999` or `[eno1, eno2]`): {reason}"
+    )]
+    Entry {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
     #[error("{path}: `{key}` is not a setting of ssh-fwd agent or controller{hint}")]
     Unknown {
         path: PathBuf,
@@ -80,15 +97,21 @@ impl Scalar {
     }
 }
 
-/// A configuration file, read.
+/// A configuration file or directory, read.
 #[derive(Debug)]
 pub struct ConfigFile {
     path: PathBuf,
     keys: BTreeMap<String, Value>,
+    /// The renamed flags whose old names were keys, now under their new.
+    renamed: Vec<Renamed>,
 }
 
 impl ConfigFile {
+    /// Reads `path`: a YAML file, or a directory of one file per key.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        if path.is_dir() {
+            return Self::read_dir(path);
+        }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -104,13 +127,88 @@ impl ConfigFile {
         let keys = if text.trim().is_empty() {
             BTreeMap::new()
         } else {
-            serde_saphyr::from_str::<Option<BTreeMap<String, Value>>>(text)
+            yaml::<Option<BTreeMap<String, Value>>>(text)
                 .map_err(|e| parse(e.to_string()))?
                 .unwrap_or_default()
         };
+        Self::with_keys(path, keys)
+    }
+
+    /// The keys read from `path`, each old name of a renamed flag taken as
+    /// its new one (and noted); both names at once are refused.
+    fn with_keys(path: &Path, mut keys: BTreeMap<String, Value>) -> Result<Self, ConfigError> {
+        let mut renamed = Vec::new();
+        for r in RENAMED {
+            let Some(value) = keys.remove(r.old) else {
+                continue;
+            };
+            if keys.contains_key(r.new) {
+                return Err(ConfigError::Value {
+                    path: path.to_owned(),
+                    key: r.old.to_owned(),
+                    reason: format!(
+                        "is the old name of `{}`, which is given too: keep `{}`",
+                        r.new, r.new
+                    ),
+                });
+            }
+            keys.insert(r.new.to_owned(), value);
+            renamed.push(r);
+        }
         Ok(Self {
             path: path.to_owned(),
             keys,
+            renamed,
+        })
+    }
+
+    /// What is said of the old names among the keys: one line each.
+    pub fn deprecated(&self) -> Vec<String> {
+        self.renamed
+            .iter()
+            .map(|r| r.in_config(&self.path))
+            .collect()
+    }
+
+    /// A directory of one file per key, as the kubelet mounts a ConfigMap:
+    /// a key is a symbolic link into `..data`, followed here.
+    fn read_dir(dir: &Path) -> Result<Self, ConfigError> {
+        let read = |path: &Path, source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let mut keys = BTreeMap::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| read(dir, e))? {
+            let entry = entry.map_err(|e| read(dir, e))?;
+            let name = entry.file_name();
+            let Some(key) = name.to_str() else {
+                return Err(ConfigError::Unknown {
+                    path: dir.to_owned(),
+                    key: name.to_string_lossy().into_owned(),
+                    hint: " (a key is a flag name, in ASCII)".to_owned(),
+                });
+            };
+            let path = entry.path();
+            if key.starts_with('.') || !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| read(&path, e))?;
+            keys.insert(key.to_owned(), Self::entry(dir, key, &text)?);
+        }
+        Self::with_keys(dir, keys)
+    }
+
+    /// One file's value: the YAML value `key: TEXT` would give, its
+    /// trailing newline trimmed; an empty file is an empty text.
+    fn entry(dir: &Path, key: &str, text: &str) -> Result<Value, ConfigError> {
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return Ok(Value::Text(String::new()));
+        }
+        yaml::<Value>(text).map_err(|e| ConfigError::Entry {
+            path: dir.to_owned(),
+            key: key.to_owned(),
+            reason: e.to_string(),
         })
     }
 
@@ -264,6 +362,13 @@ impl ConfigFile {
     }
 }
 
+/// `text` as YAML 1.2 reads it: only `true` and `false` are booleans, so
+/// `off`, `on`, `yes` and `no` stay the words that flags such as
+/// `--hairpin` and `--announce` take (YAML 1.1 would make them `false`).
+fn yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    serde_saphyr::from_str_with_options(text, serde_saphyr::options! { strict_booleans: true })
+}
+
 /// Every flag a command that reads the file has, by its long name.
 fn known_names(cli: &Command) -> BTreeSet<&str> {
     COMMANDS
@@ -302,23 +407,37 @@ pub fn expand(
     argv: Vec<OsString>,
     env: impl Fn(&str) -> Option<OsString>,
 ) -> Result<Vec<OsString>, ConfigError> {
+    expand_noting(cli, argv, env).map(|(argv, _)| argv)
+}
+
+/// [`expand`], and what is to be said at start of the old names of
+/// renamed flags that the command line or the file uses (one line each).
+pub fn expand_noting(
+    cli: &Command,
+    argv: Vec<OsString>,
+    env: impl Fn(&str) -> Option<OsString>,
+) -> Result<(Vec<OsString>, Vec<String>), ConfigError> {
     let Some(at) = command_at(&argv) else {
-        return Ok(argv);
+        return Ok((argv, Vec::new()));
     };
     let given = &argv[at + 1..];
+    let mut notes: Vec<String> = (renamed::on_command_line(given).into_iter())
+        .map(Renamed::on_command_line)
+        .collect();
     let named = file_named(given).or_else(|| env(ENV).filter(|v| !v.is_empty()));
     let Some(path) = named else {
-        return Ok(argv);
+        return Ok((argv, notes));
     };
     let file = ConfigFile::read(Path::new(&path))?;
     file.check_keys(cli)?;
     let command = argv[at].to_string_lossy().into_owned();
     let set = |name: &str| env(name).is_some_and(|v| !v.is_empty());
     let flags = file.flags_for(cli, &command, given, set)?;
+    notes.extend(file.deprecated());
     let mut out = argv[..=at].to_vec();
     out.extend(flags);
     out.extend_from_slice(given);
-    Ok(out)
+    Ok((out, notes))
 }
 
 /// Where the command's name is in `argv` (after the program's name and
@@ -386,180 +505,4 @@ fn on_command_line(arg: &Arg, given: &[OsString]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use clap::CommandFactory as _;
-
-    use super::*;
-    use crate::cli::{Cli, Command as Run};
-
-    const FILE: &str = "\
-ssh-ip: 198.18.0.10
-port-range: 9000-9999
-iface: [eno1, eno2]
-kubernetes: true
-ssh-user: alice
-";
-
-    fn with(file: &str, argv: &[&str], env: &[(&str, &str)]) -> Result<Cli, String> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ssh-fwd.yaml");
-        std::fs::write(&path, file).unwrap();
-        let argv: Vec<OsString> = argv
-            .iter()
-            .map(|w| OsString::from(w.replace("FILE", path.to_str().unwrap())))
-            .collect();
-        let env = |name: &str| {
-            env.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| OsString::from(v.replace("FILE", path.to_str().unwrap())))
-        };
-        let argv = expand(&Cli::command(), argv, env).map_err(|e| e.to_string())?;
-        Cli::try_parse_from_argv(argv)
-    }
-
-    impl Cli {
-        fn try_parse_from_argv(argv: Vec<OsString>) -> Result<Self, String> {
-            use clap::Parser as _;
-            Self::try_parse_from(argv).map_err(|e| e.to_string())
-        }
-    }
-
-    fn agent(cli: Cli) -> Box<crate::agent::AgentArgs> {
-        match cli.command {
-            Run::Agent(a) => a,
-            other => panic!("not the agent: {other:?}"),
-        }
-    }
-
-    fn controller(cli: Cli) -> Box<crate::controller::ControllerArgs> {
-        match cli.command {
-            Run::Controller(c) => c,
-            other => panic!("not the controller: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn each_command_takes_its_own_keys_from_one_file() {
-        let a = agent(with(FILE, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap());
-        assert_eq!(a.ifaces, ["eno1", "eno2"]);
-        assert!(a.kubernetes);
-        assert_eq!(a.port_range, 9000..=9999);
-        let c = controller(with(FILE, &["ssh-fwd", "controller", "--config=FILE"], &[]).unwrap());
-        assert_eq!(c.ssh_user, "alice");
-        assert_eq!(c.port_range, 9000..=9999);
-    }
-
-    #[test]
-    fn the_command_line_and_the_environment_win_over_the_file() {
-        let argv = [
-            "ssh-fwd",
-            "--log",
-            "debug",
-            "agent",
-            "--config",
-            "FILE",
-            "--iface",
-            "bond0",
-            "--port-range=7000-7999",
-        ];
-        let a = agent(with(FILE, &argv, &[]).unwrap());
-        assert_eq!(a.ifaces, ["bond0"], "a repeatable flag is replaced");
-        assert_eq!(a.port_range, 7000..=7999);
-        // The test's environment, not the process's: the file's key is left
-        // out for it, so clap's default shows.
-        let file = format!("{FILE}log: debug\n");
-        let cli = with(
-            &file,
-            &["ssh-fwd", "controller"],
-            &[(ENV, "FILE"), ("SSH_FWD_LOG", "warn")],
-        )
-        .unwrap();
-        assert_eq!(
-            cli.log, "info",
-            "the file's log was left to the environment"
-        );
-        assert_eq!(controller(cli).ssh_user, "alice", "the file named by {ENV}");
-    }
-
-    #[test]
-    fn switches_lists_and_global_flags() {
-        let file = "kubernetes: false\nmappings: /etc/m.yaml\niface: eth0\nlog: debug\n";
-        let cli = with(file, &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap();
-        assert_eq!(cli.log, "debug");
-        let a = agent(cli);
-        assert!(!a.kubernetes);
-        assert_eq!(a.ifaces, ["eth0"]);
-        let wrong = with(
-            "kubernetes: 3\n",
-            &["ssh-fwd", "agent", "--config", "FILE"],
-            &[],
-        );
-        assert!(wrong.unwrap_err().contains("`kubernetes`: is a switch"));
-        let list = with(
-            "port-range: [1, 2]\n",
-            &["ssh-fwd", "agent", "--config", "FILE"],
-            &[],
-        );
-        assert!(list.unwrap_err().contains("`port-range`: takes one value"));
-    }
-
-    #[test]
-    fn an_unknown_key_is_refused_with_the_nearest_name() {
-        for (key, said) in [
-            ("port_range", "did you mean `port-range`?"),
-            ("--ssh-ip", "did you mean `ssh-ip`?"),
-            ("portrange", "did you mean `port-range`?"),
-            ("config", "a configuration file cannot name another"),
-            ("help", "keys are the flag names"),
-        ] {
-            let file = format!("{key}: x\n");
-            let err = with(&file, &["ssh-fwd", "controller", "--config", "FILE"], &[]).unwrap_err();
-            assert!(err.contains(&format!("`{key}` is not a setting")), "{err}");
-            assert!(err.contains(said), "{key}: {err}");
-        }
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_mapping_is_refused_and_none_leaves_the_command_line_alone() {
-        let err = with("- a\n", &["ssh-fwd", "agent", "--config", "FILE"], &[]).unwrap_err();
-        assert!(
-            err.contains("is not YAML mapping flag names to values"),
-            "{err}"
-        );
-        let argv: Vec<OsString> = ["ssh-fwd", "list", "--config", "x"]
-            .map(Into::into)
-            .to_vec();
-        assert_eq!(
-            expand(&Cli::command(), argv.clone(), |_| None).unwrap(),
-            argv
-        );
-        let missing = expand(
-            &Cli::command(),
-            ["ssh-fwd", "agent", "--config", "/nonexistent/ssh-fwd.yaml"]
-                .map(Into::into)
-                .to_vec(),
-            |_| None,
-        )
-        .unwrap_err();
-        assert!(
-            missing
-                .to_string()
-                .contains("cannot read the configuration file /nonexistent/ssh-fwd.yaml")
-        );
-        let empty = with(
-            "",
-            &[
-                "ssh-fwd",
-                "agent",
-                "--config",
-                "FILE",
-                "--iface",
-                "x",
-                "--mappings",
-                "m",
-            ],
-            &[],
-        );
-        assert!(empty.is_ok(), "an empty file sets nothing");
-    }
-}
+pub(crate) mod tests;

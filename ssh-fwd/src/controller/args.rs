@@ -32,18 +32,27 @@ pub struct ControllerArgs {
     /// of class ssh-fwd.io/ssh, with this controller writing its status.
     /// `externalips`: spec.externalIPs (deprecated since Kubernetes 1.36; for
     /// clusters that still run an older ssh-fwd agent or other tooling that
-    /// only reads externalIPs).
-    #[arg(long, value_enum, default_value_t = ServiceStyle::Loadbalancer)]
+    /// only reads externalIPs). (Formerly --service-style, which still
+    /// works.)
+    #[arg(
+        long = "expose-as",
+        alias = "service-style",
+        value_name = "STYLE",
+        value_enum,
+        default_value_t = ServiceStyle::Loadbalancer
+    )]
     pub service_style: ServiceStyle,
 
-    /// The agents' --service-styles: the Service shapes whose SSH IP they
-    /// honour; --service-style must be one of them. With `externalips`,
+    /// The agents' --honour-styles: the Service shapes whose SSH IP they
+    /// honour; --expose-as must be one of them. With `externalips`,
     /// someone else's externalIPs Service holds the ports it lists that
     /// nobody was granted (anyone who may write a Service can make one),
     /// and the controller hands those out to no pod; a port it granted
-    /// stays with its pod whatever such a Service lists.
+    /// stays with its pod whatever such a Service lists. (Formerly
+    /// --service-styles, which still works.)
     #[arg(
-        long,
+        long = "honour-styles",
+        alias = "service-styles",
         value_name = "STYLES",
         value_enum,
         value_delimiter = ',',

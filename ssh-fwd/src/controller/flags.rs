@@ -19,7 +19,7 @@ pub enum FlagError {
     )]
     Hostname(String),
     #[error(
-        "--service-style {made} makes Services the agents would not honour (--service-styles {honoured}); add `{made}` to --service-styles here and on the agents, or choose another --service-style"
+        "--expose-as {made} makes Services the agents would not honour (--honour-styles {honoured}); add `{made}` to --honour-styles here and on the agents, or choose another --expose-as"
     )]
     StyleNotHonoured {
         made: ServiceStyle,
@@ -114,14 +114,14 @@ mod tests {
 
     #[test]
     fn the_style_made_must_be_one_the_agents_honour() {
-        let lone = args(&["--service-styles", "externalips"]);
+        let lone = args(&["--honour-styles", "externalips"]);
         let err = check(&lone).unwrap_err().to_string();
-        assert!(err.contains("--service-style loadbalancer"), "{err}");
-        assert!(err.contains("(--service-styles externalips)"), "{err}");
+        assert!(err.contains("--expose-as loadbalancer"), "{err}");
+        assert!(err.contains("(--honour-styles externalips)"), "{err}");
         let legacy = args(&[
-            "--service-styles",
+            "--honour-styles",
             "externalips",
-            "--service-style",
+            "--expose-as",
             "externalips",
         ]);
         assert!(check(&legacy).is_ok());

@@ -118,7 +118,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .contains(&crate::args::ServiceStyle::Externalips)
     {
         tracing::warn!(
-            "--service-styles honours externalips: someone else's externalIPs Service holds the ports it lists that were granted to nobody, and those are handed out to no pod; granted ports stay with their pods"
+            "--honour-styles honours externalips: someone else's externalIPs Service holds the ports it lists that were granted to nobody, and those are handed out to no pod; granted ports stay with their pods"
         );
     }
     let ctx = Arc::new(Context {

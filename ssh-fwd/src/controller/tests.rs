@@ -259,9 +259,9 @@ async fn externalips_style_lists_the_ssh_ip() {
     let controller = bed.controller(
         "a",
         &[
-            "--service-style",
+            "--expose-as",
             "externalips",
-            "--service-styles",
+            "--honour-styles",
             "externalips",
             "--ssh-user",
             "alice",
@@ -315,7 +315,7 @@ async fn a_reserved_port_stays_with_its_pod_against_an_older_service_without_a_g
         &[
             "--port-range",
             "9000-9003",
-            "--service-styles",
+            "--honour-styles",
             "loadbalancer,externalips",
         ],
     );
@@ -360,7 +360,7 @@ async fn the_controller_reads_only_labelled_pods_and_the_services_the_agents_hon
                "spec": {"containers": [{"name": "main", "image": "nginx"}]},
                "status": {"phase": "Running", "podIP": "10.244.0.9"}}),
     );
-    let styles = ["--service-styles", "loadbalancer,externalips"];
+    let styles = ["--honour-styles", "loadbalancer,externalips"];
     let controller = bed.controller("a", &[&["--port-range", "8000-8001"][..], &styles].concat());
     bed.pod("job-1");
     bed.annotated("job-1").await;
@@ -438,7 +438,7 @@ async fn with_a_selector_of_its_own_the_controller_still_sees_the_services_the_a
             "8000-8001",
             "--selector",
             "team=hpc",
-            "--service-styles",
+            "--honour-styles",
             "loadbalancer,externalips",
         ],
     );

@@ -1,4 +1,4 @@
-//! The external interfaces (`--iface`) found on this node, so that one
+//! The external interfaces (`--external-iface`) found on this node, so that one
 //! setting fits nodes whose uplinks have different names: a name is taken
 //! as it is, a pattern (`eno*`, `bond+`) picks the one matching interface
 //! that is up, `auto` takes the default routes' interfaces, `auto:ADDR`
@@ -41,14 +41,14 @@ pub enum Unresolved {
     NoSuchName { name: String, present: String },
     #[error(
         "`{pattern}` matches no interface that is up and not a port of another (a bond's or a \
-         bridge's); present: {present}. Name the interface clients reach this node on (--iface \
+         bridge's); present: {present}. Name the interface clients reach this node on (--external-iface \
          NAME, or the Node annotation ssh-fwd.io/iface), use a pattern that matches it, or auto \
          (the default route's interface)"
     )]
     PatternNone { pattern: String, present: String },
     #[error(
         "`{pattern}` matches several interfaces that are up: {}. Name the one clients reach \
-         this node on (--iface {}), narrow the pattern, give each its own --iface if every one \
+         this node on (--external-iface {}), narrow the pattern, give each its own --external-iface if every one \
          is external, or use auto (the default route's interface)",
         matched.join(", "),
         matched.first().map_or("NAME", String::as_str)

@@ -170,7 +170,7 @@ fn switch_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyh
     attach_xdp(ebpf, links_dir, name, hook)
 }
 
-/// Removes the links of interfaces that are no longer in `--iface`.
+/// Removes the links of interfaces that are no longer in `--external-iface`.
 pub fn detach_others(links_dir: &Path, keep: &BTreeSet<String>) -> anyhow::Result<()> {
     let entries = match std::fs::read_dir(links_dir) {
         Ok(e) => e,
@@ -181,7 +181,10 @@ pub fn detach_others(links_dir: &Path, keep: &BTreeSet<String>) -> anyhow::Resul
         let entry = entry?;
         let iface = iface_from_dir(&entry.file_name().to_string_lossy());
         if !keep.contains(&iface) {
-            tracing::warn!(iface, "detaching from an interface no longer in --iface");
+            tracing::warn!(
+                iface,
+                "detaching from an interface no longer in --external-iface"
+            );
             std::fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing pinned links in {}", entry.path().display()))?;
         }

@@ -62,13 +62,13 @@ use upgrade::Takeover;
 /// What [`Datapath::start`] attaches, and where.
 pub struct Config<'a> {
     pub layout: &'a PinLayout,
-    /// External interfaces (`--iface`).
+    /// External interfaces (`--external-iface`).
     pub ifaces: &'a [String],
     /// Interfaces to other nodes (`--cluster-iface`); empty: those of the
     /// routes with a gateway, other than the external ones.
     pub cluster_ifaces: &'a [String],
     pub mode: AttachMode,
-    /// Attach the reply program to pods' interfaces (`--pod-ifaces auto`).
+    /// Attach the reply program to pods' interfaces (`--pod-iface-reply auto`).
     pub pod_ifaces: bool,
     pub settings: object::Settings,
     /// How long replies of connections an upgraded-from data path forwarded

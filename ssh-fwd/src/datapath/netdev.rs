@@ -36,7 +36,7 @@ pub fn index(name: &str) -> anyhow::Result<u32> {
     if index == 0 {
         bail!(
             "interface {name} does not exist in this network namespace; `ip -br link` lists \
-             the interfaces, pass the external one with --iface"
+             the interfaces, pass the external one with --external-iface"
         );
     }
     Ok(index)

@@ -43,7 +43,7 @@ pub struct PodLinks {
     layout: PinLayout,
     external: BTreeSet<String>,
     cluster: BTreeSet<String>,
-    /// `false` with `--pod-ifaces off`: no reply programs, no peer redirects.
+    /// `false` with `--pod-iface-reply off`: no reply programs, no peer redirects.
     enabled: bool,
     /// Interfaces whose pinned link runs this agent's program, by index.
     /// Links a previous agent pinned are not in it, so the first scan swaps
@@ -134,7 +134,7 @@ impl PodLinks {
         self.write_macs(&desired_macs(&links, &not_pods))?;
         self.attached.retain(|index| pods.contains_key(index));
         self.refused.retain(|index| pods.contains_key(index));
-        // Owners first, whatever --pod-ifaces says: a reply program that
+        // Owners first, whatever --pod-iface-reply says: a reply program that
         // runs before its pod's address is known leaves the pod's replies
         // unrestored, and its client resets the connection.
         self.owners.sync(&links, &not_pods).await?;
@@ -377,7 +377,7 @@ mod tests {
         assert_eq!(
             desired_flags(&links, &external, &none, &BTreeSet::new()),
             BTreeMap::from([(2, IFACE_EXTERNAL)]),
-            "--pod-ifaces off: only the external interfaces"
+            "--pod-iface-reply off: only the external interfaces"
         );
         let cluster = BTreeSet::from(["veth9".to_owned()]);
         assert_eq!(

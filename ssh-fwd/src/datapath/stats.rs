@@ -54,7 +54,7 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingStats>> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
-    /// An external interface (`--iface`).
+    /// An external interface (`--external-iface`).
     Interface,
     /// The host end of a pod's interface.
     PodInterface,

@@ -1,22 +1,33 @@
-//! The shared settings (deploy/base/config.env): each read by a workload
-//! and described in deploy/README.md, and a change rolls the pods.
+//! The shared settings (deploy/base/config.env): each key a flag of a
+//! workload that mounts them, described in deploy/README.md, and a change
+//! rolls the pods.
 
 use std::{collections::BTreeSet, path::Path};
 
+use clap::CommandFactory as _;
 use serde_json::Value;
+use ssh_fwd::cli::Cli;
 
 use super::{DEPLOY, find, render, shared_config};
 
-fn workload_args(docs: &[Value]) -> String {
+/// The workloads' pod specs, as rendered.
+fn workload_pods(docs: &[Value]) -> String {
     [
         ("DaemonSet", "ssh-fwd-agent"),
         ("Deployment", "ssh-fwd-controller"),
     ]
     .iter()
-    .map(|(kind, name)| {
-        find(docs, kind, name)["spec"]["template"]["spec"]["containers"].to_string()
-    })
+    .map(|(kind, name)| find(docs, kind, name)["spec"]["template"]["spec"].to_string())
     .collect()
+}
+
+/// The long flag names of `command`.
+fn flag_names(command: &str) -> BTreeSet<String> {
+    let cli = Cli::command();
+    let sub = cli.find_subcommand(command).unwrap();
+    (sub.get_arguments().filter_map(clap::Arg::get_long))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -24,7 +35,7 @@ fn every_shared_setting_is_read_by_a_workload_and_described_in_the_readme() {
     let docs = render("base");
     let keys: BTreeSet<String> = shared_config(&docs).data.unwrap().into_keys().collect();
     assert!(keys.len() >= 12, "{keys:?}");
-    let used = workload_args(&docs);
+    let (agent, controller) = (flag_names("agent"), flag_names("controller"));
     let readme = std::fs::read_to_string(Path::new(DEPLOY).join("README.md")).unwrap();
     let table = readme
         .split_once("\n## The shared settings\n")
@@ -39,8 +50,8 @@ fn every_shared_setting_is_read_by_a_workload_and_described_in_the_readme() {
         .collect();
     for key in &keys {
         assert!(
-            used.contains(&format!("$({key})")),
-            "{key}: no workload reads it"
+            agent.contains(key) || controller.contains(key),
+            "{key}: a flag of neither the agent nor the controller"
         );
     }
     assert_eq!(
@@ -56,7 +67,7 @@ fn a_changed_setting_rolls_the_agents_and_the_controller() {
         "changed-setting",
         "resources: [DEPLOY/base]\n\
          configMapGenerator:\n\
-         - name: ssh-fwd-config\n  behavior: merge\n  literals: [SSH_IP=192.0.2.11]\n",
+         - name: ssh-fwd-config\n  behavior: merge\n  literals: [ssh-ip=192.0.2.11]\n",
     )
     .unwrap();
     let name = |docs: &[Value]| shared_config(docs).metadata.name.unwrap();
@@ -67,13 +78,13 @@ fn a_changed_setting_rolls_the_agents_and_the_controller() {
     );
     // The pod templates name it, so each workload rolls out.
     for docs in [&before, &after] {
-        let args = workload_args(docs);
+        let pods = workload_pods(docs);
         assert_eq!(
-            args.matches(&format!("\"name\":\"{}\"", name(docs)))
+            pods.matches(&format!("\"name\":\"{}\"", name(docs)))
                 .count(),
             2,
-            "both workloads read the ConfigMap by its hashed name: {args}"
+            "both workloads mount the ConfigMap by its hashed name: {pods}"
         );
     }
-    assert_ne!(workload_args(&before), workload_args(&after));
+    assert_ne!(workload_pods(&before), workload_pods(&after));
 }

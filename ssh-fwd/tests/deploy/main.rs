@@ -8,13 +8,13 @@
     reason = "a test fails by panicking, with the error shown"
 )]
 
-use std::{collections::BTreeSet, path::Path};
+use std::{collections::BTreeSet, ffi::OsString, path::Path};
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, Parser as _};
 use k8s_openapi::api::{
     apps::v1::{DaemonSet, Deployment},
     batch::v1::Job,
-    core::v1::{ConfigMap, Container},
+    core::v1::{ConfigMap, Container, PodSpec},
     rbac::v1::Role,
 };
 use serde_json::Value;
@@ -87,35 +87,54 @@ fn unknown_fields_are_caught() {
     assert!(error.contains("hostNetwrok"), "{error}");
 }
 
-/// The container's arguments as the kubelet expands them: `$(VAR)` from
-/// the ConfigMap (envFrom) and `env`.
-fn expanded_args(container: &Container, config: &ConfigMap) -> Vec<String> {
-    let mut vars = config.data.clone().unwrap_or_default();
-    for env in container.env.iter().flatten() {
-        let value = env
-            .value
-            .clone()
-            .unwrap_or_else(|| format!("<{}>", env.name));
-        vars.insert(env.name.clone(), value);
-    }
-    assert!(container.env_from.iter().flatten().any(|e| {
-        e.config_map_ref
-            .as_ref()
-            .is_some_and(|c| Some(&c.name) == config.metadata.name.as_ref())
-    }));
-    let mut argv = vec!["ssh-fwd".to_owned()];
-    for arg in container.args.iter().flatten() {
-        let mut arg = arg.clone();
-        for (k, v) in &vars {
-            arg = arg.replace(&format!("$({k})"), v);
-        }
-        assert!(
-            !arg.contains("$("),
-            "{arg}: variable not defined in the ConfigMap or env"
-        );
-        argv.push(arg);
-    }
-    argv
+/// The command line the container's binary parses: its arguments, with
+/// `--config` naming where the pod mounts the ConfigMap, which is written
+/// here as the kubelet mounts it (one file per key) and read as the binary
+/// reads it; `ssh-fwd config check` must pass it too. `env` is set for the
+/// binary, so a flag whose variable the container sets is not taken from
+/// the ConfigMap.
+fn parsed(pod: &PodSpec, container: &Container, config: &ConfigMap) -> Cli {
+    let name = config.metadata.name.as_deref();
+    let volume = (pod.volumes.iter().flatten())
+        .find(|v| v.config_map.as_ref().map(|c| c.name.as_str()) == name)
+        .expect("the pod mounts the shared ConfigMap");
+    let mount = (container.volume_mounts.iter().flatten())
+        .find(|m| m.name == volume.name)
+        .expect("the container mounts the shared ConfigMap");
+    let args = container.args.clone().unwrap_or_default();
+    assert!(
+        args.iter().all(|a| !a.contains("$(")),
+        "settings come from the ConfigMap's files, not $(VAR): {args:?}"
+    );
+    let flag = format!("--config={}", mount.mount_path);
+    assert!(args.contains(&flag), "{flag} in {args:?}");
+    let dir = tempfile::tempdir().unwrap();
+    ssh_fwd_tests::config_volume::write(dir.path(), &config.data.clone().unwrap_or_default())
+        .unwrap();
+    ssh_fwd::cli::config_check::check(dir.path())
+        .unwrap_or_else(|e| panic!("config check of the ConfigMap {name:?}: {e:#}"));
+    let local = format!("--config={}", dir.path().display());
+    let argv: Vec<OsString> = std::iter::once("ssh-fwd".into())
+        .chain(
+            args.iter()
+                .map(|a| if *a == flag { local.clone() } else { a.clone() }),
+        )
+        .map(OsString::from)
+        .collect();
+    let set: BTreeSet<String> = (container.env.iter().flatten())
+        .map(|e| e.name.clone())
+        .collect();
+    let env = |name: &str| {
+        set.contains(name)
+            .then(|| OsString::from(format!("<{name}>")))
+    };
+    let (argv, deprecated) = ssh_fwd::cli::config_file::expand_noting(&Cli::command(), argv, env)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        deprecated.is_empty(),
+        "deploy/ uses the new names: {deprecated:?}"
+    );
+    Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn probe_ports(container: &Container) -> Vec<(String, i32)> {
@@ -140,7 +159,7 @@ fn workload_arguments_parse_with_the_real_cli() {
     let ds: DaemonSet = typed(find(&docs, "DaemonSet", "ssh-fwd-agent")).unwrap();
     let ds_spec = ds.spec.unwrap().template.spec.unwrap();
     let agent = &ds_spec.containers[0];
-    let cli = Cli::try_parse_from(expanded_args(agent, &config)).unwrap_or_else(|e| panic!("{e}"));
+    let cli = parsed(&ds_spec, agent, &config);
     let Command::Agent(agent_args) = cli.command else {
         panic!("the DaemonSet must run `ssh-fwd agent`")
     };
@@ -167,8 +186,7 @@ fn workload_arguments_parse_with_the_real_cli() {
     let deployment: Deployment = typed(find(&docs, "Deployment", "ssh-fwd-controller")).unwrap();
     let pod_spec = deployment.spec.unwrap().template.spec.unwrap();
     let controller = &pod_spec.containers[0];
-    let cli =
-        Cli::try_parse_from(expanded_args(controller, &config)).unwrap_or_else(|e| panic!("{e}"));
+    let cli = parsed(&pod_spec, controller, &config);
     let Command::Controller(controller_args) = cli.command else {
         panic!("the Deployment must run `ssh-fwd controller`")
     };
@@ -205,8 +223,7 @@ fn agent_cli(docs: &[Value]) -> (ssh_fwd::agent::AgentArgs, DaemonSet) {
     let config = shared_config(docs);
     let ds: DaemonSet = typed(find(docs, "DaemonSet", "ssh-fwd-agent")).unwrap();
     let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
-    let cli = Cli::try_parse_from(expanded_args(&pod.containers[0], &config))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cli = parsed(pod, &pod.containers[0], &config);
     let Command::Agent(args) = cli.command else {
         panic!("the DaemonSet must run `ssh-fwd agent`")
     };
@@ -322,8 +339,7 @@ fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deplo
     let config = shared_config(docs);
     let deployment: Deployment = typed(find(docs, "Deployment", "ssh-fwd-controller")).unwrap();
     let pod_spec = deployment.spec.clone().unwrap().template.spec.unwrap();
-    let cli = Cli::try_parse_from(expanded_args(&pod_spec.containers[0], &config))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cli = parsed(&pod_spec, &pod_spec.containers[0], &config);
     let Command::Controller(args) = cli.command else {
         panic!("the Deployment must run `ssh-fwd controller`")
     };
@@ -339,7 +355,7 @@ fn the_batch_example_runs_sshd_as_the_keys_owner_reading_the_installed_file_itse
     let base = base();
     let shared = shared_config(&base);
     let shared = shared.data.unwrap();
-    let installed = format!("{}/{}", shared["KEYS_DIR"], shared["KEYS_FILE"]);
+    let installed = format!("{}/{}", shared["keys-dir"], shared["keys-file"]);
     let sshd: ConfigMap = typed(find(&docs, "ConfigMap", "ssh-batch-demo-sshd")).unwrap();
     let sshd_config = &sshd.data.unwrap()["sshd_config"];
     assert!(

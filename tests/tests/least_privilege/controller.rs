@@ -197,7 +197,7 @@ fn a_tenant_with_edit_writes_neither_service_status_nor_endpoint_slices_nor_ssh_
         ),
         "{message}"
     );
-    let hostname = json!({"data": {"SSH_HOSTNAME": "attacker.example"}});
+    let hostname = json!({"data": {"ssh-hostname": "attacker.example"}});
     refused(
         call(
             &api,

@@ -45,7 +45,7 @@ fn a_layout_this_version_cannot_take_over_is_refused_with_the_way_out() {
             "agent",
             "--hairpin",
             "off",
-            "--iface",
+            "--external-iface",
             EXT_IFACE,
             "--mappings",
             &mappings_arg,

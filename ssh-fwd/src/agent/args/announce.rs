@@ -172,7 +172,7 @@ mod tests {
     use super::super::parse;
     use super::*;
 
-    const FILE: [&str; 4] = ["--iface", "eth0", "--mappings", "m.yaml"];
+    const FILE: [&str; 4] = ["--external-iface", "eth0", "--mappings", "m.yaml"];
 
     fn checked(extra: &[&str]) -> Result<(), String> {
         let args =
@@ -208,7 +208,13 @@ mod tests {
 
     #[test]
     fn the_nodes_that_may_announce_are_a_label_selector_in_kubernetes_mode() {
-        let kube = ["--iface", "eth0", "--kubernetes", "--ssh-ip", "198.18.0.10"];
+        let kube = [
+            "--external-iface",
+            "eth0",
+            "--kubernetes",
+            "--ssh-ip",
+            "198.18.0.10",
+        ];
         let with = |extra: &[&str]| {
             let args =
                 parse(kube.into_iter().chain(extra.iter().copied())).map_err(|e| e.to_string())?;

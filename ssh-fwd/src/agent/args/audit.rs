@@ -48,7 +48,7 @@ mod tests {
     use super::super::parse;
     use super::*;
 
-    const BASE: [&str; 4] = ["--iface", "eth0", "--mappings", "m.yaml"];
+    const BASE: [&str; 4] = ["--external-iface", "eth0", "--mappings", "m.yaml"];
 
     fn with(more: [&str; 2]) -> Result<super::super::AgentArgs, clap::Error> {
         parse(BASE.into_iter().chain(more))

@@ -96,7 +96,7 @@ mod tests {
     use super::super::parse;
     use crate::datapath::object::DenyAction;
 
-    const BASE: [&str; 4] = ["--iface", "eth0", "--mappings", "/m.yaml"];
+    const BASE: [&str; 4] = ["--external-iface", "eth0", "--mappings", "/m.yaml"];
 
     #[test]
     fn guard_flags_parse_into_defaults() {

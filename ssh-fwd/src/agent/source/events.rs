@@ -70,7 +70,7 @@ pub fn skips(note: &Note) -> Vec<Skip> {
             service,
             reason::STYLE_NOT_HONOURED,
             format!(
-                "ssh-fwd ignores this Service: its SSH IP is in {style}, a shape the agents' --service-styles leaves out; use the shape the controller makes (type LoadBalancer, loadBalancerClass {})",
+                "ssh-fwd ignores this Service: its SSH IP is in {style}, a shape the agents' --honour-styles leaves out; use the shape the controller makes (type LoadBalancer, loadBalancerClass {})",
                 vocabulary::LB_CLASS
             ),
         )
@@ -286,11 +286,7 @@ mod tests {
             ("team-a", "ssh-job")
         );
         assert_eq!(skip.reason, reason::STYLE_NOT_HONOURED);
-        assert!(
-            skip.message.contains("--service-styles"),
-            "{}",
-            skip.message
-        );
+        assert!(skip.message.contains("--honour-styles"), "{}", skip.message);
         let quiet = Note::NoReadyEndpoint {
             service: "team-a/ssh-job".into(),
         };

@@ -15,7 +15,7 @@ async fn a_rejected_mappings_file_is_handed_to_the_reconciler_as_rejected() {
     )
     .unwrap();
     let args = super::super::args::parse([
-        "--iface",
+        "--external-iface",
         "eth0",
         "--ssh-ip",
         "198.18.0.10",
@@ -41,7 +41,7 @@ async fn a_stalled_api_server_stops_start_up_with_a_message_naming_it() {
     std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
     api.stall();
     let args = super::super::args::parse([
-        "--iface",
+        "--external-iface",
         "eth0",
         "--kubernetes",
         "--ssh-ip",
@@ -107,7 +107,7 @@ async fn the_text_applied_is_the_text_that_stayed_the_same_across_the_settle_int
         |port: u16| format!("  - frontend: 198.18.0.10:{port}\n    backend: 10.244.1.5:22\n");
     std::fs::write(&path, format!("mappings:\n{}", entry(8022))).unwrap();
     let args = super::super::args::parse([
-        "--iface",
+        "--external-iface",
         "eth0",
         "--ssh-ip",
         "198.18.0.10",

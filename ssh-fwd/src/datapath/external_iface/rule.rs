@@ -1,4 +1,4 @@
-//! One `--iface` value (or one entry of a Node's `ssh-fwd.io/iface`
+//! One `--external-iface` value (or one entry of a Node's `ssh-fwd.io/iface`
 //! annotation) as read, and what a name or a pattern picks among the
 //! node's interfaces. Pure.
 
@@ -300,7 +300,7 @@ mod tests {
             e.to_string(),
             "`eth+` matches no interface that is up and not a port of another (a bond's \
              or a bridge's); present: lo (loopback), eno1 (port of bond0), eno2 (port of bond0), \
-             eno3, eno4 (down), bond0. Name the interface clients reach this node on (--iface \
+             eno3, eno4 (down), bond0. Name the interface clients reach this node on (--external-iface \
              NAME, or the Node annotation ssh-fwd.io/iface), use a pattern that matches it, or \
              auto (the default route's interface)"
         );
@@ -315,8 +315,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "`eno*` matches several interfaces that are up: eno3, eno4. Name the one \
-             clients reach this node on (--iface eno3), narrow the pattern, give each its own \
-             --iface if every one is external, or use auto (the default route's interface)"
+             clients reach this node on (--external-iface eno3), narrow the pattern, give each its own \
+             --external-iface if every one is external, or use auto (the default route's interface)"
         );
     }
 }

@@ -5,7 +5,7 @@
 //! ([`claims_of`]), and who owns each claimed frontend ([`resolve`]).
 //!
 //! Rules: a Service counts if it exposes an address in `--ssh-ip` in a
-//! shape `--service-styles` honours: as a LoadBalancer of class
+//! shape `--honour-styles` honours: as a LoadBalancer of class
 //! [`vocabulary::LB_CLASS`] holding the controller's grant
 //! ([`crate::k8s::grant`], in its status, which a tenant cannot write), or
 //! in `spec.externalIPs` (which anyone who may write a Service can set). A
@@ -82,7 +82,7 @@ pub struct Policy {
     pub guard: Defaults,
 }
 
-/// The Service shapes honoured (`--service-styles`).
+/// The Service shapes honoured (`--honour-styles`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Styles {
     /// `type: LoadBalancer` of class `ssh-fwd.io/ssh`.
@@ -97,7 +97,7 @@ impl Styles {
         external_ips: true,
     };
 
-    /// `--service-styles` as the rules take it.
+    /// `--honour-styles` as the rules take it.
     pub fn of(list: &[ServiceStyle]) -> Self {
         Self {
             load_balancer: list.contains(&ServiceStyle::Loadbalancer),
@@ -112,7 +112,7 @@ pub enum Note {
     NoSshIp {
         service: String,
     },
-    /// The Service exposes an SSH IP in a shape `--service-styles` leaves
+    /// The Service exposes an SSH IP in a shape `--honour-styles` leaves
     /// out (`externalIPs` or `LoadBalancer`).
     StyleNotHonoured {
         service: String,
