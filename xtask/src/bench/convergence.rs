@@ -324,6 +324,11 @@ fn measure_with(bin: &Path, scenario: Scenario) -> anyhow::Result<Figures> {
         let kept = Path::new(&dir).join(format!("agent-{services}-{foreign}.log"));
         std::fs::copy(agent.log_path(), &kept)
             .with_context(|| format!("keeping the agent's log as {}", kept.display()))?;
+        // And where its resident memory is, mapping by mapping.
+        let pid = agent.pid().context("agent pid")?;
+        let smaps = Path::new(&dir).join(format!("agent-{services}-{foreign}.smaps"));
+        std::fs::copy(format!("/proc/{pid}/smaps"), &smaps)
+            .with_context(|| format!("keeping the agent's smaps as {}", smaps.display()))?;
     }
     drop(agent);
     Ok(figures)
