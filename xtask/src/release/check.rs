@@ -1,9 +1,16 @@
 //! The arm64 half checked before it is shipped: a static AArch64
 //! executable that starts (`--version` under qemu-user, as the amd64 one
 //! says it), carrying the very eBPF object the amd64 binary carries.
+//!
 //! The kernel programs are one object for every architecture (BPF is its
-//! own target); a difference would mean the two builds did not run the
-//! same eBPF build, and arm64 nodes would run programs nobody tested.
+//! own target), but an object built beside the arm64 userspace is not
+//! byte-equal: aya-build passes the host's architecture as
+//! `bpf_target_arch`, and aya-ebpf-bindings then names the kernel's types
+//! `aarch64::bindings::__sk_buff` instead of `x86_64::...` in the BTF and
+//! the debug info (the programs' instructions are the same). So the
+//! release builds the object once, with amd64, and the arm64 build embeds
+//! that file (`SSH_FWD_EBPF_OBJECT`); this check holds both binaries to
+//! it, so arm64 nodes run the programs that were tested.
 
 use std::path::PathBuf;
 
@@ -17,17 +24,17 @@ pub struct Built {
     pub binary: PathBuf,
 }
 
-/// What the check found: the eBPF object both binaries embed.
+/// What the check found.
 pub struct Checked {
     pub ebpf_len: usize,
     /// What both binaries say to `--version` (the arm64 one under qemu).
     pub version: String,
 }
 
-/// Checks each binary's architecture and linkage, finds the eBPF object
-/// embedded in each, and requires the two to be byte-equal.
-pub fn binaries(amd64: &Built, arm64: &Built) -> anyhow::Result<Checked> {
-    let mut objects = Vec::new();
+/// Checks each binary's architecture and linkage, that the arm64 one
+/// starts, and that it embeds the amd64 one's eBPF object byte for byte
+/// (`object`, from [`ebpf_object`]).
+pub fn binaries(amd64: &Built, arm64: &Built, object: &[u8]) -> anyhow::Result<Checked> {
     for (built, machine) in [(amd64, EM_X86_64), (arm64, EM_AARCH64)] {
         let bytes = std::fs::read(&built.binary)
             .with_context(|| format!("reading {}", built.binary.display()))?;
@@ -43,7 +50,13 @@ pub fn binaries(amd64: &Built, arm64: &Built) -> anyhow::Result<Checked> {
             "{} is not statically linked: the image has no libc",
             built.binary.display()
         );
-        objects.push(embedded_object(built, &bytes)?);
+        ensure!(
+            contains(&bytes, object),
+            "{} does not embed the amd64 build's eBPF object ({} bytes): both binaries must \
+             carry the same programs",
+            built.binary.display(),
+            object.len()
+        );
     }
     let versions = [
         run_version(&mut std::process::Command::new(&amd64.binary))?,
@@ -55,20 +68,8 @@ pub fn binaries(amd64: &Built, arm64: &Built) -> anyhow::Result<Checked> {
         versions[1],
         versions[0]
     );
-    let (amd64_object, arm64_object) = (&objects[0], &objects[1]);
-    if amd64_object.1 != arm64_object.1 {
-        let first = (amd64_object.1.iter().zip(&arm64_object.1)).position(|(a, b)| a != b);
-        bail!(
-            "the eBPF object in the arm64 binary ({}, {} bytes) differs from the amd64 one \
-             ({}, {} bytes), first at byte {first:?}; both must come from one eBPF build",
-            arm64_object.0.display(),
-            arm64_object.1.len(),
-            amd64_object.0.display(),
-            amd64_object.1.len()
-        );
-    }
     Ok(Checked {
-        ebpf_len: amd64_object.1.len(),
+        ebpf_len: object.len(),
         version: versions[0].clone(),
     })
 }
@@ -79,10 +80,12 @@ fn run_version(cmd: &mut std::process::Command) -> anyhow::Result<String> {
     Ok(out.trim().to_owned())
 }
 
-/// The object ssh-fwd's build.rs left for `built` (in
-/// `<target>/release/build/ssh-fwd-*/out/ssh-fwd`) that `binary`
-/// embeds byte for byte.
-fn embedded_object(built: &Built, binary: &[u8]) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+/// The eBPF object ssh-fwd's build.rs left for `built` (in
+/// `<target>/release/build/ssh-fwd-*/out/ssh-fwd`) that its binary
+/// embeds byte for byte: its path and bytes.
+pub fn ebpf_object(built: &Built) -> anyhow::Result<(PathBuf, Vec<u8>)> {
+    let binary = std::fs::read(&built.binary)
+        .with_context(|| format!("reading {}", built.binary.display()))?;
     let build = crate::target_dir()
         .join(built.target)
         .join("release")
@@ -100,7 +103,7 @@ fn embedded_object(built: &Built, binary: &[u8]) -> anyhow::Result<(PathBuf, Vec
             continue;
         };
         candidates += 1;
-        if contains(binary, &object) {
+        if contains(&binary, &object) {
             return Ok((path, object));
         }
     }

@@ -7,8 +7,9 @@
 //! `aarch64-linux-musl-gcc` wrapper). Rust's own aarch64 musl std brings
 //! LLVM's libunwind as `libunwind.a`; build-std does not build it, so it is
 //! compiled here from the same rust-src (`src/llvm-project/libunwind`),
-//! with the flags Rust's bootstrap uses. The eBPF object is built by
-//! ssh-fwd's build.rs as for amd64.
+//! with the flags Rust's bootstrap uses. The eBPF object is not built
+//! again: ssh-fwd's build.rs embeds the amd64 build's (`check.rs` says
+//! why).
 
 use std::{
     path::{Path, PathBuf},
@@ -88,15 +89,22 @@ pub fn preflight(log: &Log) -> anyhow::Result<()> {
     )
 }
 
-/// Where the cross build's own libraries go (`libunwind.a`).
-fn libs_dir() -> PathBuf {
-    crate::target_dir().join("cross")
+/// Where the cross build's own libraries go (`libunwind.a`), as an
+/// absolute path without `..`: it is part of the RUSTFLAGS, and another
+/// spelling of it would rebuild everything.
+fn libs_dir() -> anyhow::Result<PathBuf> {
+    let target = crate::target_dir();
+    std::fs::create_dir_all(&target).with_context(|| format!("creating {}", target.display()))?;
+    let target = target
+        .canonicalize()
+        .with_context(|| format!("resolving {}", target.display()))?;
+    Ok(target.join("cross"))
 }
 
 /// LLVM's libunwind for aarch64 musl from the nightly's rust-src, built
 /// once.
 fn libunwind(log: &Log) -> anyhow::Result<PathBuf> {
-    let dir = libs_dir();
+    let dir = libs_dir()?;
     let archive = dir.join("libunwind.a");
     if archive.exists() {
         return Ok(dir);
@@ -156,9 +164,9 @@ fn libunwind(log: &Log) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Builds the static arm64 `ssh-fwd` with `--release` and returns its
-/// path.
-pub fn build(log: &Log) -> anyhow::Result<PathBuf> {
+/// Builds the static arm64 `ssh-fwd` with `--release` around the eBPF
+/// object at `ebpf` (the amd64 build's) and returns its path.
+pub fn build(log: &Log, ebpf: &Path) -> anyhow::Result<PathBuf> {
     let libs = libunwind(log)?;
     println!("==> building a static ssh-fwd ({TARGET}, release) with the nightly's -Z build-std");
     let upper = TARGET.to_uppercase().replace('-', "_");
@@ -176,6 +184,8 @@ pub fn build(log: &Log) -> anyhow::Result<PathBuf> {
                 libs.display()
             ),
         )
+        // The programs as the amd64 build made them (check.rs says why).
+        .env("SSH_FWD_EBPF_OBJECT", ebpf)
         .args([
             "build",
             "--package",

@@ -69,16 +69,17 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         target: ssh_fwd_tests::image::STATIC_TARGET,
         binary: crate::build_static("release")?,
     };
+    let (ebpf, object) = check::ebpf_object(&amd64)?;
     let arm64 = Built {
         arch: "arm64",
         target: cross::TARGET,
-        binary: cross::build(&log)?,
+        binary: cross::build(&log, &ebpf)?,
     };
     println!(
         "==> checking the arm64 binary: AArch64, static, starts under qemu, the amd64 binary's \
          eBPF object"
     );
-    let checked = check::binaries(&amd64, &arm64)?;
+    let checked = check::binaries(&amd64, &arm64, &object)?;
     println!(
         "    both static, both say {:?}; the eBPF object ({} bytes) is byte-equal in both",
         checked.version, checked.ebpf_len
