@@ -221,11 +221,14 @@ mod tests {
         let api = FakeApi::start_on_loopback().unwrap();
         let monitor = json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
                              "metadata": {"name": "agent", "namespace": "default"}});
-        let error = api.install(&[monitor.clone()], &[]).unwrap_err();
+        let error = api
+            .install(std::slice::from_ref(&monitor), &[])
+            .unwrap_err();
         assert!(error.contains("ensure CRDs are installed first"), "{error}");
         let crd = ApiKind::new("monitoring.coreos.com/v1", "PodMonitor", true);
-        assert!(api.install(&[monitor.clone()], &[crd.clone()]).is_ok());
-        let error = api.install(&[monitor], &[crd]).unwrap_err();
+        let crds = std::slice::from_ref(&crd);
+        assert!(api.install(std::slice::from_ref(&monitor), crds).is_ok());
+        let error = api.install(&[monitor], crds).unwrap_err();
         assert!(error.contains("409 AlreadyExists"), "{error}");
         let error = api.install(&[namespace("Not_A_Name")], &[]).unwrap_err();
         assert!(error.contains("422 Invalid"), "{error}");

@@ -51,6 +51,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| crate::target_dir().join("release").join(version));
+    // Absolute and without `..`, for the messages and the archive's path.
+    let out = std::path::absolute(&out)
+        .with_context(|| format!("resolving {}", out.display()))?
+        .components()
+        .fold(PathBuf::new(), |mut path, part| {
+            match part {
+                std::path::Component::ParentDir => {
+                    path.pop();
+                }
+                part => path.push(part),
+            }
+            path
+        });
     if out.exists() && !options.force {
         bail!(
             "{} exists; pass --force to replace it, or --out DIR",
