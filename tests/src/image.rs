@@ -87,10 +87,21 @@ pub fn qualified(reference: &str) -> String {
     }
 }
 
+/// The licence files deploy/Dockerfile copies from the build context
+/// into the image, from the workspace root.
+pub const LICENSES: [&str; 2] = ["LICENSE-APACHE", "LICENSE-MIT"];
+
 /// Builds `deploy/Dockerfile` around `binary`, tagged `reference`, with
 /// podman and nothing from a registry. The build context is a directory
-/// holding only the binary.
+/// holding only the binary and the licences.
 pub fn build(binary: &Path, reference: &str) -> anyhow::Result<()> {
+    build_for(binary, reference, None)
+}
+
+/// [`build`] for `platform` (`linux/arm64`; `None`: this machine's). The
+/// Dockerfile runs nothing, so another architecture's image needs no
+/// emulator.
+pub fn build_for(binary: &Path, reference: &str, platform: Option<&str>) -> anyhow::Result<()> {
     check_static(binary)?;
     let context = tempfile::Builder::new()
         .prefix("ssh-fwd-image")
@@ -98,14 +109,25 @@ pub fn build(binary: &Path, reference: &str) -> anyhow::Result<()> {
         .context("creating the image build context")?;
     std::fs::copy(binary, context.path().join("ssh-fwd"))
         .with_context(|| format!("copying {} into the build context", binary.display()))?;
-    cmd::run(
-        cmd::bounded(PODMAN_LIMIT, "podman")
-            .args(["build", "--quiet", "--pull=never", "--file"])
-            .arg(dockerfile())
-            .args(["--tag", reference])
-            .arg(context.path()),
-    )
-    .with_context(|| format!("building image {reference} with podman"))?;
+    for license in LICENSES {
+        let from = workspace().join(license);
+        std::fs::copy(&from, context.path().join(license))
+            .with_context(|| format!("copying {} into the build context", from.display()))?;
+    }
+    let mut podman = cmd::bounded(PODMAN_LIMIT, "podman");
+    podman.args(["build", "--quiet", "--pull=never"]);
+    if let Some(platform) = platform {
+        // Podman 4.3's layer cache ignores the platform of a `FROM
+        // scratch` build: without --no-cache the second architecture
+        // would get the first one's image.
+        podman.args(["--platform", platform, "--no-cache"]);
+    }
+    podman
+        .arg("--file")
+        .arg(dockerfile())
+        .args(["--tag", reference])
+        .arg(context.path());
+    cmd::run(&mut podman).with_context(|| format!("building image {reference} with podman"))?;
     Ok(())
 }
 
@@ -143,6 +165,26 @@ fn check_static(binary: &Path) -> anyhow::Result<()> {
         ),
         Some(false) => Ok(()),
     }
+}
+
+/// The ELF machine of x86-64 (amd64).
+pub const EM_X86_64: u16 = 62;
+/// The ELF machine of AArch64 (arm64).
+pub const EM_AARCH64: u16 = 183;
+
+/// The machine (`e_machine`) of a 64-bit little-endian ELF file; `None`
+/// if the bytes are not one.
+pub fn elf_machine(elf: &[u8]) -> Option<u16> {
+    if elf.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    Some(u16::from_le_bytes(elf.get(18..20)?.try_into().ok()?))
+}
+
+/// Whether a 64-bit little-endian ELF executable is static (names no
+/// dynamic loader); `None` if the bytes are not one.
+pub fn is_static(elf: &[u8]) -> Option<bool> {
+    has_interpreter(elf).map(|dynamic| !dynamic)
 }
 
 /// Whether an ELF64 executable names a dynamic loader (a `PT_INTERP`
@@ -231,6 +273,10 @@ mod tests {
         elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
         // No program headers at all: nothing names a loader.
         assert_eq!(has_interpreter(&elf), Some(false));
+        assert_eq!(is_static(&elf), Some(true));
+        elf[18..20].copy_from_slice(&EM_AARCH64.to_le_bytes());
+        assert_eq!(elf_machine(&elf), Some(EM_AARCH64));
+        assert_eq!(elf_machine(b"#!/bin/sh\n"), None);
         // A PT_INTERP entry at offset 64.
         elf[32..40].copy_from_slice(&64u64.to_le_bytes());
         elf[54..56].copy_from_slice(&56u16.to_le_bytes());

@@ -19,6 +19,7 @@ pub mod grant;
 pub mod handshakes;
 pub mod image;
 pub mod leftovers;
+pub mod manifest;
 pub mod netns;
 pub mod privilege;
 pub mod prometheus;

@@ -14,6 +14,7 @@ const FILES: &[&str] = &[
     "README.md",
     "ARCHITECTURE.md",
     "CONTRIBUTING.md",
+    "CHANGELOG.md",
     "deploy/README.md",
 ];
 const FOLDERS: &[&str] = &["docs"];

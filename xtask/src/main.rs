@@ -7,6 +7,7 @@ mod docs;
 mod image;
 #[cfg(test)]
 mod module_graph;
+mod release;
 mod setup;
 mod test;
 
@@ -40,6 +41,12 @@ enum Task {
     /// Build the container image (deploy/Dockerfile) offline: a static
     /// ssh-fwd (musl) in an otherwise empty image, with podman; no registry.
     Image(image::Options),
+    /// Everything a site installs, built here into target/release/VERSION
+    /// (or --out DIR): the image for amd64 and arm64 as one OCI archive,
+    /// one install manifest per combination of deploy/'s components pinned
+    /// to the image's digest, CHANGELOG.md, the licences and SHA256SUMS
+    /// (docs/release.md). VERSION must be the workspace's.
+    Release(release::Options),
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
     /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
     /// webhook`.
@@ -118,6 +125,7 @@ fn main() -> std::process::ExitCode {
         } => setup::run().and_then(|()| bench::progs::run(options)),
         Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Image(options) => setup::run().and_then(|()| image::run(&options)),
+        Task::Release(options) => setup::run().and_then(|()| release::run(&options)),
         Task::Test(options) => test::run(&options),
     };
     match result {
@@ -149,7 +157,23 @@ pub fn run(cmd: &mut std::process::Command) -> anyhow::Result<()> {
 /// otherwise rebuild, with everything above it (rustls, kube), on every
 /// `cargo xtask test`, and again on the next plain `cargo build`.
 fn cargo() -> std::process::Command {
-    let mut cmd = std::process::Command::new(env!("CARGO"));
+    in_workspace(std::process::Command::new(env!("CARGO")))
+}
+
+/// [`cargo`] through rustup's proxy, with `toolchain` (`nightly`).
+fn cargo_on(toolchain: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("cargo");
+    cmd.arg(format!("+{toolchain}"));
+    let mut cmd = in_workspace(cmd);
+    cmd.env("RUSTUP_TOOLCHAIN", toolchain)
+        .env_remove("RUSTC")
+        .env_remove("RUSTDOC");
+    cmd
+}
+
+/// `cmd` (a cargo) run in the workspace without the variables `cargo run`
+/// sets for xtask.
+fn in_workspace(mut cmd: std::process::Command) -> std::process::Command {
     for (name, _) in std::env::vars_os() {
         let set_by_cargo_run = name.to_str().is_some_and(|n| {
             ["CARGO_PKG_", "CARGO_MANIFEST_"]
@@ -183,11 +207,14 @@ pub fn build_ssh_fwd_profile(release: bool) -> anyhow::Result<std::path::PathBuf
         cmd.arg("--release");
     }
     run(&mut cmd)?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or(workspace_root().join("target"), Into::into);
-    Ok(target
+    Ok(target_dir()
         .join(if release { "release" } else { "debug" })
         .join("ssh-fwd"))
+}
+
+/// Cargo's target directory.
+pub fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or(workspace_root().join("target"), Into::into)
 }
 
 /// Builds the static `ssh-fwd` the container image carries (musl, with

@@ -53,12 +53,12 @@ pub fn run() -> anyhow::Result<()> {
 }
 
 /// Where the installers' output goes.
-struct Log {
+pub struct Log {
     path: PathBuf,
 }
 
 impl Log {
-    fn new() -> anyhow::Result<Self> {
+    pub fn new() -> anyhow::Result<Self> {
         let dir = crate::workspace_root().join("target");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(Self {
@@ -68,7 +68,7 @@ impl Log {
 
     /// Runs one step: prints `==> what ... `, then `done` or the failure
     /// with the step's output.
-    fn step(&self, what: &str, cmd: &mut Command) -> anyhow::Result<()> {
+    pub fn step(&self, what: &str, cmd: &mut Command) -> anyhow::Result<()> {
         print!("==> {what} ... ");
         let _ = std::io::stdout().flush();
         let file = std::fs::OpenOptions::new()
@@ -139,7 +139,7 @@ fn apt_packages(log: &Log) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn nightly_sysroot() -> anyhow::Result<String> {
+pub fn nightly_sysroot() -> anyhow::Result<String> {
     let out = Command::new("rustc")
         .args(["+nightly", "--print", "sysroot"])
         .output()

@@ -56,6 +56,9 @@ pub struct Store {
     /// Status codes to answer the next requests of a kind and verb with,
     /// last first.
     pub failures: BTreeMap<(Kind, &'static str), Vec<u16>>,
+    /// Objects of kinds the server does not model, as an install created
+    /// them (`install.rs`), by (apiVersion, kind, namespace/name).
+    pub others: BTreeMap<(String, String, String), Value>,
 }
 
 pub fn key_of(object: &Value) -> String {

@@ -89,7 +89,7 @@ fn event(event: &Value) -> Vec<String> {
 
 /// `metadata.name` as Pods, Leases (and most kinds) need it: a lowercase
 /// RFC 1123 subdomain of at most 253 characters.
-fn dns_subdomain(name: &str) -> Vec<String> {
+pub(super) fn dns_subdomain(name: &str) -> Vec<String> {
     let label_ok = |l: &str| {
         !l.is_empty()
             && l.bytes()
