@@ -82,11 +82,10 @@ impl Feature {
             Feature::PerCpuLru => "4.10",
             Feature::CgroupConnect => "4.17 (connect6 with IPv4-mapped addresses: 4.17)",
             Feature::CgroupGetpeername => "5.8",
-            // The newest helper the programs call: bpf_ringbuf_reserve and
-            // bpf_skb_adjust_room's flags are older; bpf_redirect_neigh
-            // (5.10) and bpf_redirect_peer (5.10) are the newest.
-            Feature::TcHelpers => "5.10",
-            Feature::XdpHelpers => "5.8",
+            // The newest helper each group calls: bpf_check_mtu (5.12)
+            // from tc, bpf_xdp_load_bytes (5.18) from XDP.
+            Feature::TcHelpers => "5.12",
+            Feature::XdpHelpers => "5.18",
             Feature::HairpinHelpers => "5.8",
         }
     }

@@ -4,7 +4,7 @@
 //! (`is_map_supported`, `is_program_supported`, `is_helper_supported`)
 //! where they exist; the bpf(2) calls aya has no probe for (tcx and XDP
 //! links, batch operations, an LRU's flags, getpeername's attach type) are
-//! made here, as libbpf's and cilium/ebpf's probes make them.
+//! made here.
 //!
 //! Only the XDP link probe touches anything outside itself: a
 //! pass-everything XDP program on `lo` in generic mode, detached as its
@@ -172,7 +172,7 @@ fn helpers(program: ProgramType, helpers: &[BpfHelper]) -> io::Result<Result<(),
 }
 
 /// A tcx link to an interface that does not exist: ENODEV where tcx is
-/// known, EINVAL where the attach type is not (cilium/ebpf's probe).
+/// known, EINVAL where the attach type is not.
 fn tcx() -> io::Result<Result<(), String>> {
     let prog = prog_load(PROG_TYPE_SCHED_CLS, 0)?;
     match link_create(&prog, u32::MAX, ATTACH_TCX_INGRESS, 0) {
