@@ -281,7 +281,10 @@ pub fn verifier_to_debug(name: &str, e: ProgramError) -> anyhow::Error {
             verifier_log,
         } => {
             tracing::debug!(program = name, %verifier_log, "the verifier's log of a refused load");
-            anyhow::Error::new(io_error).context(format!(
+            // The kernel's answer as text, not as the io::Error: the
+            // verifier's EACCES is no missing permission, which
+            // `preflight::with_hint` would take it for.
+            anyhow::anyhow!("{io_error}").context(format!(
                 "the kernel refused program {name} (its verifier's log is logged with \
                  --log debug); a kernel that lacks a feature the program needs refuses it \
                  so: see docs/kernels.md"
