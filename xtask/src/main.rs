@@ -9,6 +9,7 @@ mod image;
 mod module_graph;
 mod setup;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
