@@ -66,12 +66,25 @@ pub trait Checked: Packet {
     fn load(&self, offset: usize, buf: &mut Buf, len: usize) -> bool;
 }
 
+/// `len` if it is in `1..=CHECKED_MAX`, computed so that the verifier
+/// knows the bounds from the arithmetic: a 6.1 verifier learns nothing
+/// from `len != 0` about a scalar whose range starts at 0, and refuses the
+/// load helper's size as possibly zero.
+#[inline(always)]
+fn bounded(len: usize) -> Option<usize> {
+    const _: () = assert!(CHECKED_MAX.is_power_of_two());
+    if len == 0 || len > CHECKED_MAX {
+        return None;
+    }
+    Some(((len - 1) & (CHECKED_MAX - 1)) + 1)
+}
+
 impl Checked for XdpContext {
     #[inline(always)]
     fn load(&self, offset: usize, buf: &mut Buf, len: usize) -> bool {
-        if len == 0 || len > CHECKED_MAX {
+        let Some(len) = bounded(len) else {
             return false;
-        }
+        };
         // SAFETY: the frame of this program run, and `len` bytes of room.
         unsafe {
             bpf_xdp_load_bytes(
@@ -87,9 +100,9 @@ impl Checked for XdpContext {
 impl Checked for TcContext {
     #[inline(always)]
     fn load(&self, offset: usize, buf: &mut Buf, len: usize) -> bool {
-        if len == 0 || len > CHECKED_MAX {
+        let Some(len) = bounded(len) else {
             return false;
-        }
+        };
         // SAFETY: the skb of this program run, and `len` bytes of room.
         unsafe {
             bpf_skb_load_bytes(

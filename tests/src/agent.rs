@@ -181,6 +181,25 @@ impl Agent {
         Self::start_with(node, ifaces, bpffs, &args)
     }
 
+    /// [`Agent::start`] with `env` (`NAME=VALUE` each) in the agent's
+    /// environment: the test-only switches, such as
+    /// `SSH_FWD_TEST_PRETEND_MISSING=tcx`.
+    pub fn start_env(
+        node: &NetNs,
+        env: &[&str],
+        ifaces: &[&str],
+        mappings: &Path,
+        bpffs: &Bpffs,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args = vec!["--mappings".to_owned(), mappings.display().to_string()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let wrapper: Vec<&str> = std::iter::once("env").chain(env.iter().copied()).collect();
+        let mut agent = Self::launch(node, &wrapper, ifaces, bpffs, &args)?;
+        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
     /// Starts the agent with its source in `args` (`--mappings F` or
     /// `--kubernetes ...`) and waits for its first reconcile.
     pub fn start_with(

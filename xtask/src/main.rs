@@ -10,6 +10,7 @@ mod module_graph;
 mod release;
 mod setup;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 

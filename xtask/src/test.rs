@@ -27,6 +27,14 @@ pub struct Options {
     /// setup` installs (the nightly's rust-src and bpf-linker).
     #[arg(long)]
     unprivileged: bool,
+    /// Run a chosen set of the privileged tests in a VM on this Debian
+    /// kernel instead (`6.1`, Debian 12's own): the programs on crafted
+    /// packets, a login through clsact, a restart keeping a session, the
+    /// kernel-feature tests. Boots under emulation with virtme-ng; installs
+    /// what it needs (qemu-system-x86, busybox-static, kmod, virtme-ng) and
+    /// downloads the kernel package into target/kernels/.
+    #[arg(long, value_name = "VERSION")]
+    kernel: Option<String>,
     /// Extra arguments for `cargo test` (e.g. a test name filter).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
@@ -37,6 +45,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return unprivileged(options);
     }
     crate::setup::run()?;
+    if let Some(kernel) = &options.kernel {
+        return crate::vm::run(kernel);
+    }
     all(options)
 }
 

@@ -30,6 +30,18 @@ use crate::{
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
 };
 
+/// `ssh_fwd_kernel_feature`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct FeatureLabels {
+    pub feature: String,
+}
+
+/// `ssh_fwd_tc_attach_info`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct MechanismLabels {
+    pub mechanism: String,
+}
+
 /// What the reconcile loop records.
 #[derive(Clone)]
 pub struct AgentMetrics {
@@ -54,6 +66,10 @@ pub struct AgentMetrics {
     pub hairpin_enabled: Gauge,
     /// 1 for each external interface, by the rule that chose it.
     pub external_ifaces: Family<IfaceLabels, Gauge>,
+    /// Each kernel feature the agent probed at start: 1 present, 0 missing.
+    pub kernel_features: Family<FeatureLabels, Gauge>,
+    /// 1 for the mechanism the tc programs are attached with.
+    pub tc_mechanism: Family<MechanismLabels, Gauge>,
     /// The connection log's records.
     pub audit: AuditMetrics,
     /// `--announce`.
@@ -77,10 +93,31 @@ impl AgentMetrics {
             connection_table_size: Gauge::default(),
             hairpin_enabled: Gauge::default(),
             external_ifaces: Family::default(),
+            kernel_features: Family::default(),
+            tc_mechanism: Family::default(),
             audit: AuditMetrics::default(),
             announce: AnnounceMetrics::default(),
             ready: Arc::default(),
             ready_gauge: Gauge::default(),
+        }
+    }
+
+    /// What the kernel has, as probed at start.
+    pub fn set_kernel(&self, kernel: &crate::datapath::Kernel) {
+        for (feature, present) in kernel.probed.iter() {
+            self.kernel_features
+                .get_or_create(&FeatureLabels {
+                    feature: feature.name().into(),
+                })
+                .set(i64::from(present));
+        }
+        self.tc_mechanism
+            .get_or_create(&MechanismLabels {
+                mechanism: kernel.plan.tc.name().into(),
+            })
+            .set(1);
+        if !kernel.plan.hairpin {
+            self.hairpin_enabled.set(0);
         }
     }
 
@@ -166,6 +203,18 @@ impl AgentMetrics {
              (chosen_by: name, pattern, default-route, route-to; rule: as written; source: flag \
              or node-annotation)",
             self.external_ifaces.clone(),
+        );
+        r.register(
+            "kernel_feature",
+            "Each kernel feature the agent probed at start: 1 present, 0 missing (and its \
+             fallback taken; docs/kernels.md)",
+            self.kernel_features.clone(),
+        );
+        r.register(
+            "tc_attach_info",
+            "1 for the mechanism the tc programs are attached with: tcx, or clsact where the \
+             kernel has no tcx",
+            self.tc_mechanism.clone(),
         );
         self.audit.register(&mut r);
         r.register_collector(Box::new(DatapathCollector { layout }));

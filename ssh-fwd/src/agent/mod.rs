@@ -108,6 +108,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         ssh_ips: &args.ssh_ips,
     })
     .await?;
+    metrics.set_kernel(&datapath.kernel);
     cross_node_key::apply(key_source, datapath::key::KeyMap::open_pinned(&layout)?)?;
     // Loading built the object's maps and programs in memory (freed now).
     telemetry::memory::release_freed();

@@ -411,8 +411,8 @@ fn conns_table(listing: &ConnsListing) -> String {
 
 fn hooks_table(rows: &Vec<Hook>) -> String {
     let mut out = format!(
-        "{:<14}  {:<16}  {:>7}  {}\n",
-        "WHERE", "IFACE", "IFINDEX", "HOOK"
+        "{:<14}  {:<16}  {:>7}  {:<9}  {}\n",
+        "WHERE", "IFACE", "IFINDEX", "MECHANISM", "HOOK"
     );
     for h in rows {
         let target = match h.target {
@@ -427,8 +427,8 @@ fn hooks_table(rows: &Vec<Hook>) -> String {
         };
         let index = h.ifindex.map_or("-".into(), |i| i.to_string());
         out.push_str(&format!(
-            "{target:<14}  {iface:<16}  {index:>7}  {}\n",
-            h.hook
+            "{target:<14}  {iface:<16}  {index:>7}  {:<9}  {}\n",
+            h.mechanism, h.hook
         ));
     }
     if rows.is_empty() {

@@ -16,10 +16,12 @@ use super::output::{Output, print};
 use crate::{
     datapath::{
         announce::{Announcements, mac_text},
+        features,
         maps::Maps,
         netdev,
         object::{DenyAction, RedirectMode},
         pins::{BpffsArg, PinLayout},
+        preflight,
         stats::{self, Hook, Target},
         status::{SettingsMap, StatusMap, unix_ms},
     },
@@ -50,6 +52,14 @@ pub struct Status {
     pub started_unix_ms: u64,
     pub heartbeat_age_seconds: Option<f64>,
     pub hooks: Vec<Hook>,
+    /// `uname -r`.
+    pub kernel: String,
+    /// How the tc programs on interfaces are attached: `tcx`, `clsact`, or
+    /// `none` (nothing attached).
+    pub tc_mechanism: &'static str,
+    /// The kernel features this kernel lacks, probed now, each with what
+    /// the agent does without it (docs/kernels.md).
+    pub missing_features: Vec<MissingFeature>,
     /// `--redirect` the running programs were loaded with: `auto`, `off`,
     /// or `unknown` (not recorded).
     pub redirect: &'static str,
@@ -79,6 +89,14 @@ pub struct Status {
     /// The last other MAC heard claiming an SSH IP this node announced
     /// (by ARP, or a neighbour advertisement for an IPv6 one).
     pub arp_heard: Vec<Heard>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissingFeature {
+    pub feature: &'static str,
+    /// The upstream release that has it.
+    pub since: &'static str,
+    pub lost: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -125,13 +143,17 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
             .find(|(k, _)| *k == o)
             .map_or(0, |(_, n)| *n)
     };
+    let hooks = stats::hooks(layout);
     Ok(Status {
         agent: liveness(&agent, heartbeat),
         pid: agent.pid,
         source: text(&agent.source),
         started_unix_ms: agent.started_ms,
         heartbeat_age_seconds: heartbeat,
-        hooks: stats::hooks(layout),
+        tc_mechanism: tc_mechanism(&hooks),
+        hooks,
+        kernel: preflight::kernel_release().unwrap_or_default(),
+        missing_features: missing_features(),
         redirect: loaded.map_or("unknown", |loaded| RedirectMode::of(loaded).name()),
         deny_action: loaded.map_or("unknown", |loaded| DenyAction::of(loaded).name()),
         mappings: maps.read_installed()?.frontends.len(),
@@ -151,6 +173,30 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         announcing: announcing(layout),
         arp_heard: heard(layout),
     })
+}
+
+/// The mechanism of the interfaces' tc hooks.
+fn tc_mechanism(hooks: &[Hook]) -> &'static str {
+    hooks
+        .iter()
+        .filter(|h| h.target == Target::Interface && h.mechanism != "link")
+        .map(|h| h.mechanism)
+        .next()
+        .unwrap_or("none")
+}
+
+/// What this kernel lacks, probed as the agent probes at start.
+fn missing_features() -> Vec<MissingFeature> {
+    let (probed, _) = features::probe::probe_all();
+    probed
+        .iter()
+        .filter(|(_, present)| !present)
+        .map(|(f, _)| MissingFeature {
+            feature: f.name(),
+            since: f.since(),
+            lost: f.fallback().lost(),
+        })
+        .collect()
 }
 
 /// `ANNOUNCE` and `ANNOUNCE6`, empty where the pins predate them.
@@ -272,6 +318,7 @@ fn table(s: &Status) -> String {
     format!(
         "agent:           {agent}\n\
          source:          {}\n\
+         kernel:          {}\n\
          hooks:           {}; reply program on {pods} pod interface(s)\n\
          hairpin:         {hairpin}\n\
          redirect:        {}\n\
@@ -283,6 +330,7 @@ fn table(s: &Status) -> String {
          connections:     {} established; {} half-open, {} SYNs not completed (sweep {})\n\
          announcing:      {}{}\n",
         if s.source.is_empty() { "-" } else { &s.source },
+        kernel_line(s),
         if interfaces.is_empty() {
             "none".to_owned()
         } else {
@@ -305,6 +353,21 @@ fn table(s: &Status) -> String {
         announcing_line(&s.announcing, unix_ms(SystemTime::now())),
         heard_note(s),
     )
+}
+
+/// The kernel, how tc programs are attached, and what it lacks.
+fn kernel_line(s: &Status) -> String {
+    let missing = if s.missing_features.is_empty() {
+        "every feature present".to_owned()
+    } else {
+        let names: Vec<String> = s
+            .missing_features
+            .iter()
+            .map(|m| format!("{} (since {})", m.feature, m.since))
+            .collect();
+        format!("missing {}", names.join(", "))
+    };
+    format!("{}, tc through {}; {missing}", s.kernel, s.tc_mechanism)
 }
 
 /// Other MACs heard claiming an SSH IP this node announced.

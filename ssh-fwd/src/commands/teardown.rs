@@ -77,6 +77,11 @@ fn remove(layout: &PinLayout, forced: bool) -> anyhow::Result<()> {
     for (iface, link) in hooks::attached(&layout.links_dir()) {
         println!("detaching {link} from {iface}");
     }
+    // Filters on clsact qdiscs (kernels without tcx) are not held by their
+    // pins: each is deleted from the slot its pin names.
+    for (iface, hook) in hooks::detach_filters(layout)? {
+        println!("deleting tc filter {hook} from {iface}");
+    }
     pins::remove_tree(&layout.links_dir())?;
     let pods = layout.pod_links();
     if !pods.is_empty() {

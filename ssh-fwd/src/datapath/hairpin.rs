@@ -144,6 +144,7 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout, root: &Path) -> anyhow::Result<()
     for (program, pin_name) in PROGRAMS {
         let prog = program_mut(ebpf, program)?;
         super::object::retrying(|| prog.load())
+            .map_err(|e| super::object::verifier_to_debug(program, e))
             .with_context(|| format!("loading cgroup program {program}"))?;
         let link = attach_link(prog, program, &cgroup, root)?;
         let pin = dir.join(pin_name);

@@ -6,6 +6,11 @@
 //! that holds it, so removing the pin detaches the program (what `ssh-fwd
 //! teardown` relies on), and a pin deleted behind the agent's back is found
 //! missing and attached anew ([`restore_interface`]).
+//!
+//! Where the kernel has no tcx ([`TcMechanism::Clsact`]), the tc programs
+//! go into cls_bpf filters ssh-fwd owns on a clsact qdisc instead
+//! ([`super::clsact`]); their pins (`*-clsact`) are the programs, not
+//! links, and removing one does not detach: the filter is deleted first.
 
 use std::{
     collections::BTreeSet,
@@ -24,6 +29,8 @@ use aya::{
 };
 
 use super::{
+    clsact::{self, Slot},
+    features::{Plan, TcMechanism},
     netdev::{self, Kind},
     object::{PROG_EGRESS_TC, PROG_INGRESS_TC, PROG_REPLY_TC, classifier, loaded_xdp},
 };
@@ -38,7 +45,9 @@ pub enum AttachMode {
     Xdp,
     /// Generic (skb) XDP: works everywhere, mostly for testing.
     XdpGeneric,
-    /// tc ingress (tcx).
+    /// tc ingress: through tcx links, or where the kernel has no tcx
+    /// (before 6.6) through cls_bpf filters on a clsact qdisc;
+    /// `ssh-fwd list hooks` shows which.
     Tc,
 }
 
@@ -67,6 +76,8 @@ impl Hook {
 }
 
 const EGRESS_PIN: &str = "egress-tc";
+/// What a pin of a program in a clsact filter adds to its hook's name.
+const CLSACT_SUFFIX: &str = "-clsact";
 
 /// bpffs rejects dots in names (EPERM), but interface names may hold them
 /// (`eth0.100`); Linux never allows `:` in an interface name, so the escape is
@@ -89,29 +100,44 @@ pub fn attach_interface(
     name: &str,
     kind: Kind,
     mode: AttachMode,
+    plan: &Plan,
 ) -> anyhow::Result<Hook> {
     netdev::index(name)?;
     let links_dir = &iface_dir(links_dir, name);
     std::fs::create_dir_all(links_dir)
         .with_context(|| format!("creating {}", links_dir.display()))?;
+    let tc = plan.tc;
     // Egress first: replies must be handled before the first request is.
-    attach_tc(ebpf, links_dir, name, TcSpec::EGRESS)?;
+    attach_tc(ebpf, links_dir, name, TcSpec::EGRESS, tc)?;
     let hook = match mode {
-        AttachMode::Xdp => switch_xdp(ebpf, links_dir, name, Hook::XdpNative)?,
-        AttachMode::XdpGeneric => switch_xdp(ebpf, links_dir, name, Hook::XdpGeneric)?,
-        AttachMode::Tc => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?,
-        AttachMode::Auto => attach_auto(ebpf, links_dir, name, kind)?,
-    };
-    for other in Hook::ALL.into_iter().filter(|h| *h != hook) {
-        let pin = links_dir.join(other.pin_name());
-        if pin.exists() {
+        AttachMode::Xdp => switch_xdp(ebpf, links_dir, name, Hook::XdpNative, tc)?,
+        AttachMode::XdpGeneric => switch_xdp(ebpf, links_dir, name, Hook::XdpGeneric, tc)?,
+        AttachMode::Tc => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc)?,
+        AttachMode::Auto if !plan.xdp => {
             tracing::info!(
                 iface = name,
-                old = other.name(),
-                new = hook.name(),
-                "replacing previous ingress hook"
+                hook = "tc",
+                "attach mode chosen: tc ingress, because this kernel cannot attach the XDP \
+                 program (see the missing kernel feature logged at start)"
             );
-            unpin(&pin)?;
+            attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc)?
+        }
+        AttachMode::Auto => attach_auto(ebpf, links_dir, name, kind, tc)?,
+    };
+    for other in Hook::ALL.into_iter().filter(|h| *h != hook) {
+        for pin in [
+            links_dir.join(other.pin_name()),
+            links_dir.join(format!("{}{CLSACT_SUFFIX}", other.pin_name())),
+        ] {
+            if pin.exists() {
+                tracing::info!(
+                    iface = name,
+                    old = other.name(),
+                    new = hook.name(),
+                    "replacing previous ingress hook"
+                );
+                remove_pin(name, &pin)?;
+            }
         }
     }
     Ok(hook)
@@ -126,20 +152,24 @@ pub fn restore_interface(
     links_dir: &Path,
     name: &str,
     hook: Hook,
+    tc: TcMechanism,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let links_dir = &iface_dir(links_dir, name);
     std::fs::create_dir_all(links_dir)
         .with_context(|| format!("creating {}", links_dir.display()))?;
     let mut restored = Vec::new();
-    let egress = links_dir.join(TcSpec::EGRESS.pin_name());
+    let egress = links_dir.join(TcSpec::EGRESS.pin_name(tc));
     if !egress.exists() {
-        attach_tc(ebpf, links_dir, name, TcSpec::EGRESS)?;
+        attach_tc(ebpf, links_dir, name, TcSpec::EGRESS, tc)?;
         restored.push(egress);
     }
-    let ingress = links_dir.join(hook.pin_name());
+    let ingress = match hook {
+        Hook::TcIngress => links_dir.join(TcSpec::INGRESS.pin_name(tc)),
+        Hook::XdpNative | Hook::XdpGeneric => links_dir.join(hook.pin_name()),
+    };
     if !ingress.exists() {
         match hook {
-            Hook::TcIngress => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?,
+            Hook::TcIngress => attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc)?,
             Hook::XdpNative | Hook::XdpGeneric => attach_xdp(ebpf, links_dir, name, hook)?,
         };
         restored.push(ingress);
@@ -150,7 +180,13 @@ pub fn restore_interface(
 /// Attaches XDP in `hook`'s mode. Native and generic XDP cannot share an
 /// interface, so a switch between them bridges through tc ingress: forwarding
 /// never stops, it only takes the slower hook for a moment.
-fn switch_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyhow::Result<Hook> {
+fn switch_xdp(
+    ebpf: &mut Ebpf,
+    links_dir: &Path,
+    name: &str,
+    hook: Hook,
+    tc: TcMechanism,
+) -> anyhow::Result<Hook> {
     let other = if hook == Hook::XdpNative {
         Hook::XdpGeneric
     } else {
@@ -164,7 +200,7 @@ fn switch_xdp(ebpf: &mut Ebpf, links_dir: &Path, name: &str, hook: Hook) -> anyh
             new = hook.name(),
             "switching XDP mode through tc ingress"
         );
-        attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)?;
+        attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc)?;
         unpin(&other_pin)?;
     }
     attach_xdp(ebpf, links_dir, name, hook)
@@ -185,6 +221,13 @@ pub fn detach_others(links_dir: &Path, keep: &BTreeSet<String>) -> anyhow::Resul
                 iface,
                 "detaching from an interface no longer in --external-iface"
             );
+            for pin in std::fs::read_dir(entry.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                remove_pin(&iface, &pin.path())?;
+            }
             std::fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing pinned links in {}", entry.path().display()))?;
         }
@@ -214,6 +257,63 @@ pub fn attached(links_dir: &Path) -> Vec<(String, String)> {
 
 fn unpin(pin: &Path) -> anyhow::Result<()> {
     std::fs::remove_file(pin).with_context(|| format!("removing pinned link {}", pin.display()))
+}
+
+/// Removes a hook's pin of `iface`; a clsact one's filter is deleted
+/// first, since its pin holds the program, not the attachment.
+fn remove_pin(iface: &str, pin: &Path) -> anyhow::Result<()> {
+    let name = pin.file_name().unwrap_or_default().to_string_lossy();
+    if let Some(hook) = name.strip_suffix(CLSACT_SUFFIX) {
+        let spec = if hook == EGRESS_PIN {
+            TcSpec::EGRESS
+        } else {
+            TcSpec::INGRESS
+        };
+        // A vanished interface took its filters with it.
+        if let Ok(index) = netdev::index(iface) {
+            clsact::detach(index, spec.slot())
+                .with_context(|| format!("deleting ssh-fwd's tc filter on {iface}"))?;
+        }
+    }
+    match std::fs::remove_file(pin) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", pin.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Deletes the clsact filters the pins under `layout` name (teardown), on
+/// external and cluster interfaces and pods' alike, and returns `(interface,
+/// hook)` of each; the pins stay for the caller to remove. Filters of
+/// tcx links need nothing: removing their pins detaches them.
+pub fn detach_filters(layout: &super::pins::PinLayout) -> anyhow::Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for (iface, pin) in attached(&layout.links_dir()) {
+        if mechanism_of(&pin) == TcMechanism::Clsact {
+            remove_pin(&iface, &iface_dir(&layout.links_dir(), &iface).join(&pin))?;
+            out.push((iface, pin));
+        }
+    }
+    for index in layout.pod_links() {
+        let pin = layout.pod_links_dir().join(index.to_string());
+        if clsact::holds_program(&pin) && clsact::detach(index, TcSpec::REPLY.slot())? {
+            out.push((
+                netdev::name_of(index).unwrap_or_default(),
+                "reply-tc-clsact".into(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Which mechanism a hook's pin name says: a clsact filter or a link.
+pub fn mechanism_of(pin_name: &str) -> TcMechanism {
+    if pin_name.ends_with(CLSACT_SUFFIX) {
+        TcMechanism::Clsact
+    } else {
+        TcMechanism::Tcx
+    }
 }
 
 /// Opens a link pinned by a previous agent, if any.
@@ -322,28 +422,90 @@ impl TcSpec {
         egress: false,
     };
 
-    fn pin_name(&self) -> String {
-        if self.egress {
+    fn pin_name(&self, tc: TcMechanism) -> String {
+        let base = if self.egress {
             EGRESS_PIN.into()
         } else {
             Hook::TcIngress.pin_name()
+        };
+        match tc {
+            TcMechanism::Tcx => base,
+            TcMechanism::Clsact => format!("{base}{CLSACT_SUFFIX}"),
+        }
+    }
+
+    /// Its slot on a clsact qdisc: both NAT programs first, since a filter
+    /// that ends the chain keeps the later ones from running (see
+    /// [`clsact`]); the reply program last, as with tcx.
+    fn slot(&self) -> Slot {
+        Slot {
+            attach: self.attach,
+            priority: if self.first || self.egress {
+                clsact::FIRST_PRIORITY
+            } else {
+                clsact::LAST_PRIORITY
+            },
         }
     }
 }
 
-fn attach_tc(ebpf: &mut Ebpf, links_dir: &Path, name: &str, spec: TcSpec) -> anyhow::Result<Hook> {
-    attach_tc_pinned(ebpf, &links_dir.join(spec.pin_name()), name, spec)?;
+fn attach_tc(
+    ebpf: &mut Ebpf,
+    links_dir: &Path,
+    name: &str,
+    spec: TcSpec,
+    tc: TcMechanism,
+) -> anyhow::Result<Hook> {
+    let pin = links_dir.join(spec.pin_name(tc));
+    attach_tc_pinned(ebpf, &pin, name, spec, tc)?;
+    // The other mechanism's attachment, from an agent on another kernel
+    // or told otherwise, goes once this one is in place.
+    let other = match tc {
+        TcMechanism::Tcx => TcMechanism::Clsact,
+        TcMechanism::Clsact => TcMechanism::Tcx,
+    };
+    let other_pin = links_dir.join(spec.pin_name(other));
+    if other_pin.exists() {
+        remove_pin(name, &other_pin)?;
+    }
     Ok(Hook::TcIngress)
 }
 
 /// Attaches the reply program to the host end of a pod's interface, pinned
-/// at `pin`, or swaps it into the link a previous agent pinned there.
-pub fn attach_reply(ebpf: &mut Ebpf, pin: &Path, name: &str) -> anyhow::Result<()> {
-    attach_tc_pinned(ebpf, pin, name, TcSpec::REPLY)
+/// at `pin`, or swaps it into the link (or filter) a previous agent left
+/// there.
+pub fn attach_reply(
+    ebpf: &mut Ebpf,
+    pin: &Path,
+    name: &str,
+    tc: TcMechanism,
+) -> anyhow::Result<()> {
+    attach_tc_pinned(ebpf, pin, name, TcSpec::REPLY, tc)
 }
 
-fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> anyhow::Result<()> {
+fn attach_tc_pinned(
+    ebpf: &mut Ebpf,
+    pin: &Path,
+    name: &str,
+    spec: TcSpec,
+    tc: TcMechanism,
+) -> anyhow::Result<()> {
     let prog = classifier(ebpf, spec.program)?;
+    if tc == TcMechanism::Clsact {
+        // A tcx link pinned here (a pod's pin has one name for both) is
+        // unpinned, which detaches it, once the filter is in place.
+        return clsact::attach(prog, name, spec.slot(), pin);
+    }
+    if clsact::holds_program(pin) {
+        // A clsact filter's program pinned here: its filter goes once the
+        // link below is in place; until then both run, and each passes
+        // what the other translated.
+        let index = netdev::index(name)?;
+        unpin(pin)?;
+        attach_tcx(prog, pin, name, spec)?;
+        clsact::detach(index, spec.slot())?;
+        return Ok(());
+    }
     if let Some(old) = adopt(pin)? {
         match SchedClassifierLink::try_from(old)
             .map_err(anyhow::Error::from)
@@ -362,6 +524,15 @@ fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> an
             }
         }
     }
+    attach_tcx(prog, pin, name, spec)
+}
+
+fn attach_tcx(
+    prog: &mut aya::programs::SchedClassifier,
+    pin: &Path,
+    name: &str,
+    spec: TcSpec,
+) -> anyhow::Result<()> {
     let order = if spec.first {
         LinkOrder::first()
     } else {
@@ -383,7 +554,13 @@ fn attach_tc_pinned(ebpf: &mut Ebpf, pin: &Path, name: &str, spec: TcSpec) -> an
     Ok(())
 }
 
-fn attach_auto(ebpf: &mut Ebpf, links_dir: &Path, name: &str, kind: Kind) -> anyhow::Result<Hook> {
+fn attach_auto(
+    ebpf: &mut Ebpf,
+    links_dir: &Path,
+    name: &str,
+    kind: Kind,
+    tc: TcMechanism,
+) -> anyhow::Result<Hook> {
     if kind == Kind::Veth {
         tracing::info!(
             iface = name,
@@ -391,7 +568,7 @@ fn attach_auto(ebpf: &mut Ebpf, links_dir: &Path, name: &str, kind: Kind) -> any
             "attach mode chosen: tc ingress, because native XDP on a veth turns every skb \
              into an XDP frame and back, which costs more than tc"
         );
-        return attach_tc(ebpf, links_dir, name, TcSpec::INGRESS);
+        return attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc);
     }
     match attach_xdp(ebpf, links_dir, name, Hook::XdpNative) {
         Ok(hook) => {
@@ -411,7 +588,7 @@ fn attach_auto(ebpf: &mut Ebpf, links_dir: &Path, name: &str, kind: Kind) -> any
                 "attach mode chosen: tc ingress, because the interface's driver refused \
                  native XDP"
             );
-            attach_tc(ebpf, links_dir, name, TcSpec::INGRESS)
+            attach_tc(ebpf, links_dir, name, TcSpec::INGRESS, tc)
         }
     }
 }

@@ -14,10 +14,12 @@
 pub mod announce;
 mod batch;
 pub mod cgroup;
+pub mod clsact;
 pub mod conntrack;
 pub mod events;
 pub mod external_iface;
 pub mod family;
+pub mod features;
 pub mod garp;
 pub mod hairpin;
 pub mod hooks;
@@ -91,6 +93,8 @@ pub struct Datapath {
     pub status: StatusMap,
     /// The addresses that expose only their mapped ports.
     pub ssh_ips: SshIps,
+    /// What this kernel has, and what the agent runs with for it.
+    pub kernel: Kernel,
     pod_links: PodLinks,
     layout: PinLayout,
     /// Handles to the pinned maps, to pin again one whose pin is deleted.
@@ -116,7 +120,8 @@ impl Datapath {
     pub async fn start(config: &Config<'_>) -> anyhow::Result<Self> {
         let layout = config.layout;
         preflight::check_capabilities(pins::needs_mount(layout.root()))?;
-        preflight::check_kernel()?;
+        let kernel = Kernel::probe(config)?;
+        let plan = &kernel.plan;
         let previous = Takeover::dir(layout);
         if let Some(other) = layout
             .other_versions()
@@ -147,6 +152,7 @@ impl Datapath {
         for iface in config.ifaces {
             attach.push((iface.clone(), kind_of(iface)?, config.mode));
         }
+        let hairpin_root = if plan.hairpin { hairpin_root } else { None };
         for iface in &cluster {
             attach.push((iface.clone(), kind_of(iface)?, AttachMode::Tc));
         }
@@ -178,12 +184,19 @@ impl Datapath {
             &cluster,
             pod_ifaces(config),
         )?;
+        pod_links.tc = plan.tc;
         pod_links.prime(&links).await?;
         let mut hooks = Vec::new();
         for (iface, kind, mode) in &attach {
-            let hook = hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode)
-                .with_context(|| format!("attaching to interface {iface}"))?;
-            tracing::info!(iface, ingress = hook.name(), "attached");
+            let hook =
+                hooks::attach_interface(&mut ebpf, &layout.links_dir(), iface, *kind, *mode, plan)
+                    .with_context(|| format!("attaching to interface {iface}"))?;
+            tracing::info!(
+                iface,
+                ingress = hook.name(),
+                tc = plan.tc.name(),
+                "attached"
+            );
             hooks.push((iface.clone(), hook));
         }
         let keep: BTreeSet<String> = attach.iter().map(|(iface, ..)| iface.clone()).collect();
@@ -205,6 +218,7 @@ impl Datapath {
             conns,
             status,
             ssh_ips,
+            kernel,
             pod_links,
             layout: layout.clone(),
             map_pins,
@@ -338,4 +352,68 @@ async fn cluster_ifaces(
         tracing::info!(ifaces = ?found, "cluster interfaces: those of the routes with a gateway");
     }
     Ok(found)
+}
+
+/// The kernel as the agent found it at start.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// `uname -r`.
+    pub release: String,
+    pub probed: features::Probed,
+    pub plan: features::Plan,
+}
+
+/// The variable that makes the agent take listed features as missing
+/// (comma-separated names, `tcx,xdp_link`), so the tests prove each
+/// fallback on a kernel that has them all. For tests only: an operator
+/// gains nothing from it, and the agent warns when it is set.
+pub const PRETEND_MISSING_ENV: &str = "SSH_FWD_TEST_PRETEND_MISSING";
+
+impl Kernel {
+    /// Probes every feature, logs one line for each one missing (the
+    /// feature, the kernel, what is lost), and decides the fallbacks; fails
+    /// where the data path cannot run, or where the flags insist on what
+    /// is missing.
+    fn probe(config: &Config<'_>) -> anyhow::Result<Self> {
+        let release = preflight::kernel_release().unwrap_or_else(|| "unknown".into());
+        let (mut probed, findings) = features::probe::probe_all();
+        for finding in findings.iter().filter(|f| !f.present) {
+            tracing::debug!(
+                feature = finding.feature.name(),
+                detail = finding.detail,
+                "probe"
+            );
+        }
+        if let Some(names) = std::env::var_os(PRETEND_MISSING_ENV) {
+            let names = names.to_string_lossy();
+            let named = probed
+                .pretend_missing(&names)
+                .map_err(|e| anyhow::anyhow!("{PRETEND_MISSING_ENV}: {e}"))?;
+            tracing::warn!(
+                features = ?named.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                "{PRETEND_MISSING_ENV} is set: taking these kernel features as missing (for tests)"
+            );
+        }
+        let asked = features::Asked {
+            xdp_only: matches!(config.mode, AttachMode::Xdp | AttachMode::XdpGeneric),
+            hairpin: config.hairpin.mode != hairpin::HairpinMode::Off,
+        };
+        let plan = features::plan(&probed, asked).with_context(|| format!("kernel {release}"))?;
+        for (feature, fallback) in &plan.missing {
+            tracing::warn!(
+                feature = feature.name(),
+                kernel = release,
+                since = feature.since(),
+                lost = fallback.lost(),
+                "kernel feature missing: {feature} (upstream Linux {}); {}",
+                feature.since(),
+                fallback.lost()
+            );
+        }
+        Ok(Self {
+            release,
+            probed,
+            plan,
+        })
+    }
 }

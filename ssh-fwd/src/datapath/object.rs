@@ -264,9 +264,34 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
 pub fn load_programs(ebpf: &mut Ebpf) -> anyhow::Result<()> {
     for name in [PROG_INGRESS_TC, PROG_EGRESS_TC, PROG_REPLY_TC] {
         let prog = classifier(ebpf, name)?;
-        retrying(|| prog.load()).with_context(|| format!("loading tc program {name}"))?;
+        retrying(|| prog.load())
+            .map_err(|e| verifier_to_debug(name, e))
+            .with_context(|| format!("loading tc program {name}"))?;
     }
     Ok(())
+}
+
+/// A refused load as the user's error: the kernel's answer and where to
+/// look, with the verifier's log (hundreds of lines) kept for the debug
+/// log, where a developer reads it.
+pub fn verifier_to_debug(name: &str, e: ProgramError) -> anyhow::Error {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            tracing::debug!(program = name, %verifier_log, "the verifier's log of a refused load");
+            // The kernel's answer as text, not as the io::Error: the
+            // verifier's EACCES is no missing permission, which
+            // `preflight::with_hint` would take it for.
+            anyhow::anyhow!("{io_error}").context(format!(
+                "the kernel refused program {name} (its verifier's log is logged with \
+                 --log debug); a kernel that lacks a feature the program needs refuses it \
+                 so: see docs/kernels.md"
+            ))
+        }
+        other => other.into(),
+    }
 }
 
 /// How often a program load the kernel interrupted is tried again.
@@ -301,7 +326,7 @@ pub fn loaded_xdp(ebpf: &mut Ebpf) -> anyhow::Result<&mut Xdp> {
     let prog = xdp(ebpf)?;
     if prog.fd().is_err() {
         retrying(|| prog.load())
-            .map_err(anyhow::Error::from)
+            .map_err(|e| verifier_to_debug(PROG_INGRESS_XDP, e))
             .map_err(preflight::with_hint)
             .context("loading the XDP program")?;
     }

@@ -27,6 +27,7 @@ use ssh_fwd_common::maps::{
 };
 
 use super::{
+    features::TcMechanism,
     hooks,
     netdev::{self, Link, Netlink},
     owners::Owners,
@@ -52,6 +53,8 @@ pub struct PodLinks {
     /// Interfaces that refused the program; tried again only if they come
     /// back under a new index, so a refusal is logged once.
     refused: BTreeSet<u32>,
+    /// How the reply program is attached (tcx, or clsact without it).
+    pub tc: TcMechanism,
 }
 
 impl PodLinks {
@@ -83,6 +86,7 @@ impl PodLinks {
             cluster: cluster.iter().cloned().collect(),
             enabled,
             refused: BTreeSet::new(),
+            tc: TcMechanism::Tcx,
         })
     }
 
@@ -146,7 +150,7 @@ impl PodLinks {
                 continue;
             }
             let attached = pins::create_pin_dir(&self.layout, &self.layout.pod_links_dir())
-                .and_then(|()| hooks::attach_reply(ebpf, &pin, name));
+                .and_then(|()| hooks::attach_reply(ebpf, &pin, name, self.tc));
             match attached {
                 Ok(()) if lost => restored.push(pin),
                 Ok(()) => {

@@ -103,8 +103,14 @@ impl Datapath {
         self.map_pins.restore(&mut restored);
         let links_dir = self.layout.links_dir();
         for (iface, hook) in &self.hooks {
-            let result = hooks::restore_interface(&mut self.ebpf, &links_dir, iface, *hook)
-                .with_context(|| format!("restoring the links of interface {iface}"));
+            let result = hooks::restore_interface(
+                &mut self.ebpf,
+                &links_dir,
+                iface,
+                *hook,
+                self.kernel.plan.tc,
+            )
+            .with_context(|| format!("restoring the links of interface {iface}"));
             restored.record(result);
         }
         if let Some(root) = &self.hairpin_root {

@@ -71,7 +71,20 @@ pub struct Hook {
     pub iface: String,
     pub ifindex: Option<u32>,
     /// The pinned link's name: `ingress-tc`, `egress-tc`, `reply-tc`...
+    /// (`ingress-tc-clsact`, `egress-tc-clsact` for clsact filters).
     pub hook: String,
+    /// How it is attached: `tcx`, `clsact` (a cls_bpf filter, where the
+    /// kernel has no tcx), or `link` (XDP's and cgroups' bpf_link).
+    pub mechanism: &'static str,
+}
+
+/// The mechanism of an interface's hook, from its pin's name.
+fn interface_mechanism(hook: &str) -> &'static str {
+    if hook.starts_with("ingress-xdp") {
+        "link"
+    } else {
+        hooks::mechanism_of(hook).name()
+    }
 }
 
 /// Every hook pinned under `layout`.
@@ -82,6 +95,7 @@ pub fn hooks(layout: &PinLayout) -> Vec<Hook> {
             target: Target::Interface,
             ifindex: netdev::index(&iface).ok(),
             iface,
+            mechanism: interface_mechanism(&hook),
             hook,
         });
     let pods = layout.pod_links().into_iter().map(|index| Hook {
@@ -89,6 +103,13 @@ pub fn hooks(layout: &PinLayout) -> Vec<Hook> {
         iface: netdev::name_of(index).unwrap_or_default(),
         ifindex: Some(index),
         hook: "reply-tc".into(),
+        // A clsact filter's pin holds the program; a tcx one, the link.
+        mechanism: if super::clsact::holds_program(&layout.pod_links_dir().join(index.to_string()))
+        {
+            "clsact"
+        } else {
+            "tcx"
+        },
     });
     let cgroups = hairpin::attached(layout)
         .into_iter()
@@ -97,6 +118,7 @@ pub fn hooks(layout: &PinLayout) -> Vec<Hook> {
             iface: cgroup.display().to_string(),
             ifindex: None,
             hook,
+            mechanism: "link",
         });
     let mut all: Vec<Hook> = interfaces.chain(pods).chain(cgroups).collect();
     all.sort();

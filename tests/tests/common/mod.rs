@@ -69,6 +69,39 @@ impl Bed {
         Ok(bed)
     }
 
+    /// [`Bed::start`] with `env` (`NAME=VALUE`) in every agent's
+    /// environment ([`Agent::start_env`]).
+    pub fn start_env(
+        topo: Topology,
+        entries: &[(&str, &str, &str)],
+        env: &[&str],
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("ssh-fwd-e2e").tempdir()?;
+        let mappings = dir.path().join("mappings.yaml");
+        write_mappings(&mappings, entries)?;
+        let mut bed = Self {
+            agents: vec![],
+            bpffs: vec![],
+            mappings,
+            topo,
+            _dir: dir,
+        };
+        for i in 0..bed.topo.nodes.len() {
+            bed.bpffs.push(Bpffs::new()?);
+            let agent = Agent::start_env(
+                &bed.topo.nodes[i].ns,
+                env,
+                &[EXT_IFACE],
+                &bed.mappings,
+                &bed.bpffs[i],
+                extra,
+            )?;
+            bed.agents.push(agent);
+        }
+        Ok(bed)
+    }
+
     pub fn ssh(&self) -> SshClient {
         self.topo.ssh()
     }
