@@ -101,6 +101,15 @@ pub struct Finding {
 pub fn probe_all() -> (Probed, Vec<Finding>) {
     let mut probed = Probed::all_present();
     let mut findings = Vec::new();
+    // bpf(2) refused outright (seccomp, no CAP_BPF): every probe would
+    // fail, and a feature "missing" would hide the cause, which the
+    // preflight and the load name.
+    if let Err(e) = map_create(MAP_TYPE_HASH, 0)
+        && matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES))
+    {
+        tracing::debug!(error = %e, "bpf(2) refused; kernel features not probed");
+        return (probed, findings);
+    }
     for feature in Feature::ALL {
         let (present, detail) = match probe(feature) {
             Ok(Ok(())) => (true, String::new()),
@@ -134,7 +143,10 @@ fn probe(feature: Feature) -> io::Result<Result<(), String>> {
         Feature::BatchMapOps => batch(),
         Feature::PerCpuLru => match map_create(MAP_TYPE_LRU_HASH, BPF_F_NO_COMMON_LRU) {
             Ok(_map) => Ok(Ok(())),
-            Err(e) => Ok(Err(format!("LRU hash with BPF_F_NO_COMMON_LRU: {e}"))),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Ok(Err(format!("LRU hash with BPF_F_NO_COMMON_LRU: {e}")))
+            }
+            Err(e) => Err(e),
         },
         Feature::CgroupConnect => {
             let ok = is_program_supported(ProgramType::CgroupSockAddr).map_err(io::Error::other)?;
