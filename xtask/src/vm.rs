@@ -134,7 +134,8 @@ fn guest_script(
     let mut s = format!(
         "#!/bin/sh\nexec > {out}/guest.log 2>&1\nuname -r > {out}/uname\n\
          sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow && mount --bind /tmp/shadow /etc/shadow\n\
-         export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0\n\
+         export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
+         SSH_FWD_TEST_TIME_SCALE=6\n\
          cd {tests}\n",
         out = out.display(),
         bin = bin.display(),
