@@ -196,7 +196,7 @@ impl Agent {
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let wrapper: Vec<&str> = std::iter::once("env").chain(env.iter().copied()).collect();
         let mut agent = Self::launch(node, &wrapper, ifaces, bpffs, &args)?;
-        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        agent.wait_for_log("agent ready", cmd::scaled(Duration::from_secs(20)))?;
         Ok(agent)
     }
 
@@ -209,7 +209,7 @@ impl Agent {
         args: &[String],
     ) -> anyhow::Result<Self> {
         let mut agent = Self::spawn(node, ifaces, bpffs, args)?;
-        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        agent.wait_for_log("agent ready", cmd::scaled(Duration::from_secs(20)))?;
         Ok(agent)
     }
 
@@ -245,7 +245,7 @@ impl Agent {
             "--",
         ];
         let mut agent = Self::launch(node, &wrapper, ifaces, bpffs, args)?;
-        agent.wait_for_log("agent ready", Duration::from_secs(20))?;
+        agent.wait_for_log("agent ready", cmd::scaled(Duration::from_secs(20)))?;
         Ok(agent)
     }
 

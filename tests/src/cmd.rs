@@ -42,3 +42,15 @@ pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
     check()
 }
+
+/// `limit` stretched for a slow machine: times `SSH_FWD_TEST_TIME_SCALE`
+/// (a whole number; 1 when unset), which `cargo xtask test --kernel` sets
+/// in its emulated VM, where the verifier alone takes seconds per program.
+pub fn scaled(limit: Duration) -> Duration {
+    let scale = std::env::var("SSH_FWD_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    limit * scale
+}

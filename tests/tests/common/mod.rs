@@ -181,8 +181,8 @@ impl Session {
         self.stdin.flush()?;
         let got = self
             .lines
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| anyhow::anyhow!("session did not echo {word:?} within 10 s"))?;
+            .recv_timeout(ssh_fwd_tests::cmd::scaled(Duration::from_secs(10)))
+            .map_err(|_| anyhow::anyhow!("session did not echo {word:?} within 10 s (scaled)"))?;
         anyhow::ensure!(got == format!("got-{word}"), "unexpected echo {got:?}");
         Ok(())
     }
