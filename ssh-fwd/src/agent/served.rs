@@ -31,6 +31,15 @@ use crate::{
 pub const RENEW: Duration = Duration::from_secs(20);
 /// The least time between two writes: a burst of changes is one write.
 const BATCH: Duration = Duration::from_millis(500);
+/// The longest wait after failed writes (doubling from a second): a
+/// report the API server keeps refusing, such as one past a ConfigMap's
+/// 1 MiB, is not sent again twice a second.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The wait after a failed write, from the one before (zero: none yet).
+fn backoff(previous: Duration) -> Duration {
+    (previous * 2).clamp(Duration::from_secs(1), MAX_BACKOFF)
+}
 
 /// The frontends the maps hold, each with its backend, shared by the
 /// reconciler and the publisher.
@@ -171,6 +180,7 @@ async fn run(target: NodeConfigMap, receives: Receives, board: Board) {
     let mut failing = false;
     let mut told: Option<BTreeSet<IpAddr>> = None;
     let mut renewed = Instant::now();
+    let mut wait = Duration::ZERO;
     loop {
         let due = renewed + RENEW;
         tokio::select! {
@@ -228,6 +238,7 @@ async fn run(target: NodeConfigMap, receives: Receives, board: Board) {
                     );
                 }
                 failing = false;
+                wait = Duration::ZERO;
             }
             Err(e) => {
                 if !failing {
@@ -242,9 +253,10 @@ async fn run(target: NodeConfigMap, receives: Receives, board: Board) {
                 failing = true;
                 whole = true;
                 told = None;
+                wait = backoff(wait);
             }
         }
-        tokio::time::sleep(BATCH).await;
+        tokio::time::sleep(BATCH.max(wait)).await;
     }
 }
 
@@ -260,6 +272,17 @@ mod tests {
 
     fn pod(n: u8) -> SocketAddr {
         SocketAddr::from((Ipv4Addr::new(10, 0, 1, n), 22))
+    }
+
+    #[test]
+    fn failed_writes_back_off_to_a_minute() {
+        let mut wait = Duration::ZERO;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            wait = backoff(wait);
+            waits.push(wait.as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);
     }
 
     #[test]
