@@ -253,6 +253,7 @@ fn over_host_gw_routes_without_a_key_the_agent_refuses_to_start_naming_the_mappi
             );
         }
         assert!(std::time::Instant::now() < deadline, "{}", a.log());
+        // The poll's pace; the deadline is the assertion above.
         std::thread::sleep(Duration::from_millis(100));
     };
     let log = a.log();

@@ -32,6 +32,32 @@ fn pod(name: &str, ip: &str, labels: Value) -> Value {
     })
 }
 
+/// The controller in `node`, reading the fake API through `kubeconfig`,
+/// its log in `dir`, with `extra` flags.
+fn controller(
+    node: &ssh_fwd_tests::NetNs,
+    dir: &std::path::Path,
+    kubeconfig: &str,
+    extra: &[&str],
+) -> Agent {
+    let mut args: Vec<String> = [
+        "--kubeconfig",
+        kubeconfig,
+        "--ssh-ip",
+        EXTERNAL_IP,
+        "--ssh-user",
+        "root",
+        "--identity",
+        "e2e",
+        "--lease-namespace",
+        "ssh-fwd",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Agent::start_controller(node, dir.join("controller.log"), &args).unwrap()
+}
+
 fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let mut found = None;
     let done = cmd::wait_until(Duration::from_secs(20), || {
@@ -64,22 +90,7 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     .map(String::from)
     .to_vec();
     let _agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();
-    let controller_args: Vec<String> = [
-        "--kubeconfig",
-        &kubeconfig,
-        "--ssh-ip",
-        EXTERNAL_IP,
-        "--ssh-user",
-        "root",
-        "--identity",
-        "e2e",
-        "--lease-namespace",
-        "ssh-fwd",
-    ]
-    .map(String::from)
-    .to_vec();
-    let _controller =
-        Agent::start_controller(node, dir.path().join("controller.log"), &controller_args).unwrap();
+    let _controller = controller(node, dir.path(), &kubeconfig, &[]);
 
     // A two-rank job: rank 0 asks for SSH, rank 1 does not.
     api.apply(
@@ -157,24 +168,7 @@ fn the_ssh_command_is_told_only_once_the_data_path_maps_the_port() {
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig()).unwrap();
     let kubeconfig = kubeconfig.to_str().unwrap().to_owned();
-    let controller_args: Vec<String> = [
-        "--kubeconfig",
-        &kubeconfig,
-        "--ssh-ip",
-        EXTERNAL_IP,
-        "--ssh-user",
-        "root",
-        "--identity",
-        "e2e",
-        "--lease-namespace",
-        "ssh-fwd",
-        "--publish-wait",
-        "120s",
-    ]
-    .map(String::from)
-    .to_vec();
-    let _controller =
-        Agent::start_controller(node, dir.path().join("controller.log"), &controller_args).unwrap();
+    let _controller = controller(node, dir.path(), &kubeconfig, &["--publish-wait", "120s"]);
     api.apply(
         Kind::Pod,
         pod(
@@ -197,6 +191,7 @@ fn the_ssh_command_is_told_only_once_the_data_path_maps_the_port() {
     let quiet_until = std::time::Instant::now() + Duration::from_secs(3);
     while std::time::Instant::now() < quiet_until {
         assert_eq!(ready_events(), 0, "told before any node maps the port");
+        // The pace of checks in a window where the event must not come.
         std::thread::sleep(Duration::from_millis(100));
     }
     let bpffs = Bpffs::new().unwrap();

@@ -80,6 +80,7 @@ async fn not_told_for(bed: &Bed, pod: &str, for_: Duration, why: &str) {
     while tokio::time::Instant::now() < until {
         assert!(!bed.told(pod), "told before {why}");
         assert!(bed.endpoint(pod).is_none(), "annotated before {why}");
+        // The pace of checks in a window where the command must not come.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -132,13 +133,12 @@ async fn the_command_waits_for_readiness_then_for_every_node_receiving_the_ssh_i
 async fn past_the_wait_the_command_is_told_with_a_warning_naming_the_late_node() {
     let bed = Bed::new();
     let controller = bed.controller("a", &["--publish-when", "served", "--publish-wait", "3s"]);
+    // node-b's report is in before the pod exists, so before it is Ready:
+    // node-a's alone would do otherwise.
+    bed.report("node-b", true, &[]);
     bed.unready_pod("job-1");
     let port = bed.granted_port("job-1").await;
     bed.report("node-a", true, &[(port, &format!("{POD_IP}:22"))]);
-    bed.report("node-b", true, &[]);
-    // The reports and the pod come by separate watches: node-b's must be
-    // in before the pod is Ready, or node-a's alone would do.
-    tokio::time::sleep(Duration::from_millis(500)).await;
     bed.set_ready("job-1");
     // The wait counts from the Ready condition's time, to the second.
     not_told_for(
