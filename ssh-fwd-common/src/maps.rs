@@ -25,8 +25,8 @@ pub use status::*;
 /// (`--max-mappings`): the default 20000-27999 port range on two SSH IPs. The
 /// capacity of [`FRONTENDS`], [`REVERSE`], [`MAPPING_NAMES`],
 /// [`MAPPING_STATS`] and [`MAPPING_CONNS`] in the object; the agent sets it
-/// at load. Each mapping costs about 330 bytes of kernel memory plus 48
-/// bytes per CPU (its counters).
+/// at load. Each mapping costs about 380 bytes of kernel memory (620 where
+/// IPv6 is served), whatever the CPU count.
 pub const MAX_MAPPINGS: u32 = 16_384;
 
 /// The most `--max-mappings` may ask for: every port of four SSH IPs.
@@ -71,9 +71,11 @@ pub const SOURCES: &str = "SOURCES";
 /// Pod IPv4 address -> its [`Owner`]: the only interfaces its packets may
 /// come in by. Written by the agent from the pods' own interfaces.
 pub const OWNERS: &str = "OWNERS";
-/// Per-CPU packet and byte counters, indexed by mapping slot.
+/// Packet and byte counters, indexed by mapping slot; one copy shared by
+/// the CPUs, added to atomically.
 pub const MAPPING_STATS: &str = "MAPPING_STATS";
-/// Per-CPU connection counters ([`MappingConnCounters`]), indexed by
+/// Connection counters ([`MappingConnCounters`]), shared as
+/// [`MAPPING_STATS`], indexed by
 /// mapping slot.
 pub const MAPPING_CONNS: &str = "MAPPING_CONNS";
 /// Per-CPU counters indexed by [`crate::outcome::Outcome`].

@@ -64,13 +64,15 @@ pub static SOURCES: HashMap<u32, u64> = HashMap::pinned(CONN_CAPACITY, 0);
 #[map(name = "OWNERS")]
 pub static OWNERS: HashMap<u32, Owner> = HashMap::pinned(OWNERS_CAPACITY, 0);
 
-/// Per-mapping packet/byte counters, indexed by slot.
+/// Per-mapping packet/byte counters, indexed by slot; shared by the CPUs
+/// (`crate::counters` says why).
 #[map(name = "MAPPING_STATS")]
-pub static MAPPING_STATS: PerCpuArray<MappingCounters> = PerCpuArray::pinned(MAX_MAPPINGS, 0);
+pub static MAPPING_STATS: Array<MappingCounters> = Array::pinned(MAX_MAPPINGS, 0);
 
-/// Per-mapping connection counters, indexed by slot.
+/// Per-mapping connection counters, indexed by slot; shared, as
+/// `MAPPING_STATS`.
 #[map(name = "MAPPING_CONNS")]
-pub static MAPPING_CONNS: PerCpuArray<MappingConnCounters> = PerCpuArray::pinned(MAX_MAPPINGS, 0);
+pub static MAPPING_CONNS: Array<MappingConnCounters> = Array::pinned(MAX_MAPPINGS, 0);
 
 /// The buffer a segment is copied into to be summed (`crate::verify`).
 /// Not pinned: nothing in it outlives a program run.

@@ -337,3 +337,130 @@ fn what_the_data_path_cannot_load_without_is_refused_naming_the_feature() {
     // Refused before anything was made.
     assert!(!std::path::Path::new("/sys/fs/bpf/ssh-fwd-kernels-refused").exists());
 }
+
+/// Each table's bytes in `ssh-fwd status`, by name.
+fn table_memory(status: &Value) -> std::collections::BTreeMap<String, u64> {
+    status["table_memory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["table"].as_str().unwrap().to_owned(),
+                t["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// What the estimate says every pinned table takes on this machine: as
+/// made, but for `SSH_IPS` and `SSH_IPS6`, which grow, and hold the SSH
+/// IPv4 address and, with IPv6, the IPv6 one (the tables not pinned are not
+/// in `status`).
+fn estimated(ipv6: bool) -> std::collections::BTreeMap<String, u64> {
+    use ssh_fwd::datapath::{footprint::estimate, object::Settings};
+    use ssh_fwd_common::maps::{ALL_MAPS, SSH_IPS, SSH_IPS6};
+    let cpus = u32::try_from(aya::util::nr_cpus().unwrap()).unwrap();
+    let defs = estimate::definitions(&Settings {
+        ipv6,
+        ..Settings::default()
+    })
+    .unwrap();
+    defs.iter()
+        .filter(|(name, _)| ALL_MAPS.contains(&name.as_str()))
+        .map(|(name, d)| {
+            let held = if name == SSH_IPS || (ipv6 && name == SSH_IPS6) {
+                d.per_entry(cpus)
+            } else {
+                0
+            };
+            (name.clone(), d.bytes(cpus) + held)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_tables_take_what_the_estimate_says_and_ipv6_ones_only_where_served() {
+    privilege::require();
+    let mut bed = Bed::start(
+        Topology::single_node(1).unwrap(),
+        &[("job", FRONTEND, "10.244.1.5:22")],
+        &["--metrics-addr", METRICS],
+    )
+    .unwrap();
+    // No IPv6 --ssh-ip or mapping: the IPv6 tables are made with one entry.
+    let first = status(&bed);
+    let counted = table_memory(&first);
+    assert_eq!(counted, estimated(false), "{first}");
+    assert!(
+        counted["CONNS6"] < 4096 && counted["HALF_OPEN6"] < 4096,
+        "{counted:?}"
+    );
+    let text = scrape(&bed.topo.nodes[0].ns);
+    let line = format!(
+        "ssh_fwd_table_memory_bytes{{table=\"CONNS\"}} {}",
+        counted["CONNS"]
+    );
+    assert!(text.contains(&line), "{line} in\n{text}");
+    assert!(
+        bed.agents[0].log().contains("kernel memory of the tables:"),
+        "{}",
+        bed.agents[0].log()
+    );
+
+    // Serving IPv6 from the next start makes them at full size, under a
+    // session that keeps flowing.
+    let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    bed.agents[0].stop().unwrap();
+    let v4 = common::EXTERNAL_IP;
+    let v6 = ssh_fwd_tests::topology::EXTERNAL_IP6;
+    bed.agents[0] = Agent::start(
+        &bed.topo.nodes[0].ns,
+        &[EXT_IFACE],
+        &bed.mappings,
+        &bed.bpffs[0],
+        &["--ssh-ip", v4, "--ssh-ip", v6],
+    )
+    .unwrap();
+    session.echo("ipv6-on").unwrap();
+    assert_eq!(table_memory(&status(&bed)), estimated(true));
+    assert!(
+        bed.agents[0].log().contains("IPv6 is served now"),
+        "{}",
+        bed.agents[0].log()
+    );
+
+    // And back.
+    bed.agents[0].stop().unwrap();
+    bed.agents[0] = Agent::start(
+        &bed.topo.nodes[0].ns,
+        &[EXT_IFACE],
+        &bed.mappings,
+        &bed.bpffs[0],
+        &[],
+    )
+    .unwrap();
+    session.echo("ipv6-off").unwrap();
+    assert_eq!(table_memory(&status(&bed)), estimated(false));
+    // A file that gains an IPv6 mapping now is refused, naming the fix,
+    // and the running mappings stay.
+    agent::write_mappings(
+        &bed.mappings,
+        &[
+            ("job", FRONTEND, "10.244.1.5:22"),
+            ("job6", "[fd00:198::10]:8022", "[fd00:244:1::5]:22"),
+        ],
+    )
+    .unwrap();
+    bed.agents[0]
+        .wait_for_log("mappings file rejected", std::time::Duration::from_secs(10))
+        .unwrap();
+    let log = bed.agents[0].log();
+    assert!(
+        log.contains("mapping job6 has the IPv6 frontend")
+            && log.contains("restart the agent to make them"),
+        "{log}"
+    );
+    session.echo("still").unwrap();
+}

@@ -29,12 +29,17 @@ pub struct Options {
     unprivileged: bool,
     /// Run a chosen set of the privileged tests in a VM on this Debian
     /// kernel instead (`6.1`, Debian 12's own): the programs on crafted
-    /// packets, a login through clsact, a restart keeping a session, the
-    /// kernel-feature tests. Boots under emulation with virtme-ng; installs
+    /// packets, a login through clsact, a restart keeping a session,
+    /// hairpin, the announcement, the kernel-feature tests. Boots under emulation with virtme-ng; installs
     /// what it needs (qemu-system-x86, busybox-static, kmod, virtme-ng) and
     /// downloads the kernel package into target/kernels/.
     #[arg(long, value_name = "VERSION")]
     kernel: Option<String>,
+    /// With --kernel: only the program tests on crafted packets, which put
+    /// every program through that kernel's verifier (what CI runs; about
+    /// two minutes).
+    #[arg(long, requires = "kernel")]
+    quick: bool,
     /// Extra arguments for `cargo test` (e.g. a test name filter).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
@@ -46,7 +51,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     crate::setup::run()?;
     if let Some(kernel) = &options.kernel {
-        return crate::vm::run(kernel);
+        return crate::vm::run(kernel, options.quick);
     }
     all(options)
 }

@@ -1,7 +1,8 @@
 //! Per-mapping counters: the values of [`MAPPING_STATS`](super::MAPPING_STATS)
-//! and [`MAPPING_CONNS`](super::MAPPING_CONNS), one per CPU and slot.
+//! and [`MAPPING_CONNS`](super::MAPPING_CONNS), one per slot, shared by the
+//! CPUs (each field is added to atomically).
 
-/// Value of [`MAPPING_STATS`](super::MAPPING_STATS), per CPU.
+/// Value of [`MAPPING_STATS`](super::MAPPING_STATS).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MappingCounters {
@@ -13,7 +14,7 @@ pub struct MappingCounters {
     pub bytes_out: u64,
 }
 
-/// Value of [`MAPPING_CONNS`](super::MAPPING_CONNS), per CPU: what happened
+/// Value of [`MAPPING_CONNS`](super::MAPPING_CONNS): what happened
 /// to the connections of one mapping, counted on the pod's node.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -303,7 +303,7 @@ pub struct AgentArgs {
 
     /// How many mappings (frontends) this node can hold: the capacity of the
     /// frontend, reverse, name and counter tables, allocated up front (about
-    /// 330 bytes each plus 32 bytes per CPU). A desired state beyond it is
+    /// 380 bytes each, 620 where IPv6 is served). A desired state beyond it is
     /// cut: a mappings file is refused, in Kubernetes mode the newest
     /// Services are left out. Changing it on a node needs `ssh-fwd teardown`
     /// first (the pinned tables cannot be resized while they forward).

@@ -26,7 +26,7 @@ use ssh_fwd_common::outcome::{Class, Outcome, live_connections};
 
 use super::{activity::Board, announce::AnnounceMetrics, audit::AuditMetrics, iface::IfaceLabels};
 use crate::{
-    datapath::{hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
+    datapath::{footprint::Footprint, hairpin, maps::Maps, pins::PinLayout, status::StatusMap},
     telemetry::{http::Endpoints, metrics, snapshot::Snapshot},
 };
 
@@ -279,6 +279,17 @@ impl Collector for DatapathCollector {
             None,
             attached.metric_type(),
         )?)?;
+        let mut family = encoder.encode_descriptor(
+            "table_memory_bytes",
+            "Kernel memory each pinned table takes in bytes, as the kernel counts it (charged \
+             to the agent's memory cgroup).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (table, bytes) in Footprint::read(&self.layout).tables {
+            ConstGauge::new(i64::try_from(bytes).unwrap_or(i64::MAX))
+                .encode(family.encode_family(&[("table", table)])?)?;
+        }
         if let Ok(outcomes) = maps.outcome_counters() {
             let mut family = encoder.encode_descriptor(
                 "packets",

@@ -79,6 +79,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let keyed = !matches!(key_source, cross_node_key::KeySource::None);
     let unsealed = cross_node_check::CrossNodeCheck::new(&args, keyed, &ifaces)?;
     source.check_cross_node(unsealed).await?;
+    let ipv6 = source.serves_ipv6(&args.ssh_ips);
     let layout = PinLayout::new(&args.bpffs.bpffs);
     let mut datapath = Datapath::start(&datapath::Config {
         layout: &layout,
@@ -99,6 +100,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             conn_log: args.audit.conn_log,
             refused_records: args.audit.conn_log_rate,
             deny_action: args.guard.deny_action,
+            ipv6,
         },
         legacy_grace: args.conn_idle_timeout,
         hairpin: datapath::hairpin::Settings {
@@ -109,6 +111,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     })
     .await?;
     metrics.set_kernel(&datapath.kernel);
+    let footprint = datapath::footprint::Footprint::read(&layout);
+    tracing::info!(
+        bytes = footprint.total(),
+        ipv6,
+        "kernel memory of the tables: {}; charged to this agent's memory cgroup, so its memory \
+         limit must hold it (docs/kernels.md#footprint)",
+        footprint.summary()
+    );
     cross_node_key::apply(key_source, datapath::key::KeyMap::open_pinned(&layout)?)?;
     // Loading built the object's maps and programs in memory (freed now).
     telemetry::memory::release_freed();

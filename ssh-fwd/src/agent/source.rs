@@ -12,7 +12,7 @@ use std::{
 
 pub mod events;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use tokio::time::{Interval, MissedTickBehavior, interval};
 
 use super::{
@@ -24,7 +24,7 @@ use super::{
 use crate::{
     datapath::netdev::{self, Netlink},
     k8s,
-    mapping::{Mapping, MappingSet, guard::Defaults, printable},
+    mapping::{Family, Mapping, MappingSet, guard::Defaults, printable},
     source::{
         file,
         kubernetes::{
@@ -116,6 +116,23 @@ impl Source {
         }
         f.cross_node = check;
         Ok(())
+    }
+
+    /// Whether this node serves IPv6, which sizes its IPv6 tables: with an
+    /// IPv6 `--ssh-ip`, or, for a mappings file without `--ssh-ip`, with an
+    /// IPv6 mapping in it at start. From then on a file's IPv6 mapping is
+    /// refused where IPv6 is off (Services of addresses not on `--ssh-ip`
+    /// are ignored anyway).
+    pub fn serves_ipv6(&mut self, ssh_ips: &[IpAddr]) -> bool {
+        let by_flag = ssh_ips.iter().any(IpAddr::is_ipv6);
+        match self {
+            Self::Kubernetes(_) => by_flag,
+            Self::File(f) => {
+                f.ipv6 = by_flag
+                    || (ssh_ips.is_empty() && f.applied.iter().any(|m| m.family() == Family::V6));
+                f.ipv6
+            }
+        }
     }
 
     /// The desired state to apply at start-up, if it is known already.
@@ -220,6 +237,9 @@ pub struct FileSource {
     /// Backends whose node would ignore the frontend option, refused at
     /// each load once the external interfaces are known.
     cross_node: Option<CrossNodeCheck>,
+    /// Whether the data path was made to serve IPv6 ([`Source::serves_ipv6`]);
+    /// without it, an IPv6 mapping is refused at each load.
+    ipv6: bool,
     /// A change seen and when, waiting to stay the same for `settle`.
     pending: Option<(Snapshot, Instant)>,
     settle: Duration,
@@ -264,6 +284,7 @@ impl FileSource {
             applied: MappingSet::default(),
             last_text,
             cross_node: None,
+            ipv6: true,
             pending: None,
             settle: args.settle_interval,
             poll: interval(args.watch_interval),
@@ -282,6 +303,16 @@ impl FileSource {
         let rules = node_rules(&self.ssh_ips, &self.guard).await?;
         let read = text.0.as_deref().map_err(file::clone_io);
         let set = file::parse_read(read, &self.path, &rules, self.capacity)?;
+        if !self.ipv6
+            && let Some(m) = set.iter().find(|m| m.family() == Family::V6)
+        {
+            bail!(
+                "{}: mapping {} has the IPv6 frontend {}, but this agent started without IPv6                  (no IPv6 --ssh-ip, and no IPv6 mapping in the file at start), so its IPv6                  tables hold nothing; restart the agent to make them (open sessions are kept),                  or give it an IPv6 --ssh-ip",
+                self.path.display(),
+                m.name,
+                m.frontend
+            );
+        }
         if let Some(check) = &self.cross_node {
             check
                 .check(&set)

@@ -17,6 +17,7 @@ use crate::{
     datapath::{
         announce::{Announcements, mac_text},
         features,
+        footprint::Footprint,
         maps::Maps,
         netdev,
         object::{DenyAction, RedirectMode},
@@ -67,6 +68,10 @@ pub struct Status {
     /// `reset`, or `unknown` (not recorded).
     pub deny_action: &'static str,
     pub mappings: usize,
+    /// The kernel memory the pinned tables take, in bytes, as the kernel
+    /// counts it, by table.
+    pub table_memory_bytes: u64,
+    pub table_memory: Vec<TableMemory>,
     pub reconciles: u64,
     pub last_reconcile_age_seconds: Option<f64>,
     pub last_reconcile_seconds: f64,
@@ -89,6 +94,12 @@ pub struct Status {
     /// The last other MAC heard claiming an SSH IP this node announced
     /// (by ARP, or a neighbour advertisement for an IPv6 one).
     pub arp_heard: Vec<Heard>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TableMemory {
+    pub table: &'static str,
+    pub bytes: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -144,6 +155,7 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
             .map_or(0, |(_, n)| *n)
     };
     let hooks = stats::hooks(layout);
+    let footprint = Footprint::read(layout);
     Ok(Status {
         agent: liveness(&agent, heartbeat),
         pid: agent.pid,
@@ -157,6 +169,12 @@ pub fn collect(layout: &PinLayout, now: SystemTime) -> anyhow::Result<Status> {
         redirect: loaded.map_or("unknown", |loaded| RedirectMode::of(loaded).name()),
         deny_action: loaded.map_or("unknown", |loaded| DenyAction::of(loaded).name()),
         mappings: maps.read_installed()?.frontends.len(),
+        table_memory_bytes: footprint.total(),
+        table_memory: footprint
+            .tables
+            .iter()
+            .map(|&(table, bytes)| TableMemory { table, bytes })
+            .collect(),
         reconciles: agent.reconciles,
         last_reconcile_age_seconds: age(agent.last_reconcile_ms),
         last_reconcile_seconds: agent.last_reconcile_micros as f64 / 1e6,
@@ -319,6 +337,7 @@ fn table(s: &Status) -> String {
         "agent:           {agent}\n\
          source:          {}\n\
          kernel:          {}\n\
+         kernel memory:   {}\n\
          hooks:           {}; reply program on {pods} pod interface(s)\n\
          hairpin:         {hairpin}\n\
          redirect:        {}\n\
@@ -331,6 +350,7 @@ fn table(s: &Status) -> String {
          announcing:      {}{}\n",
         if s.source.is_empty() { "-" } else { &s.source },
         kernel_line(s),
+        memory_line(s),
         if interfaces.is_empty() {
             "none".to_owned()
         } else {
@@ -353,6 +373,14 @@ fn table(s: &Status) -> String {
         announcing_line(&s.announcing, unix_ms(SystemTime::now())),
         heard_note(s),
     )
+}
+
+/// The tables' kernel memory.
+fn memory_line(s: &Status) -> String {
+    Footprint {
+        tables: s.table_memory.iter().map(|t| (t.table, t.bytes)).collect(),
+    }
+    .summary()
 }
 
 /// The kernel, how tc programs are attached, and what it lacks.

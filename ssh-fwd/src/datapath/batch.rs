@@ -96,28 +96,6 @@ pub fn update<K: Pod, V: Pod>(map: &MapData, keys: &[K], values: &[V]) -> Result
     }
 }
 
-/// [`update`] for a per-CPU map: `values` holds, for each key, one `V` per
-/// possible CPU, each padded to 8 bytes as the kernel lays them out.
-pub fn update_per_cpu<K: Pod, V: Pod>(
-    map: &MapData,
-    keys: &[K],
-    values: &[V],
-    cpus: usize,
-) -> Result<(), BatchError> {
-    assert_eq!(size_of::<V>() % 8, 0, "per-CPU values are 8-byte aligned");
-    assert_eq!(keys.len() * cpus, values.len(), "one value per key and CPU");
-    // SAFETY: as in `update`; each key's value is `cpus` consecutive `V`s,
-    // which is the per-CPU layout when `V` is a multiple of 8 bytes long.
-    unsafe {
-        update_raw(
-            map,
-            keys.as_ptr().cast(),
-            values.as_ptr().cast(),
-            keys.len(),
-        )
-    }
-}
-
 /// # Safety
 /// `keys` and `values` must point at `count` keys and values of the sizes
 /// the map holds, valid for the call.

@@ -13,7 +13,6 @@ use aya::{
         Array, HashMap, IterableMap as _, Map, MapData, PerCpuArray, PerCpuValues,
         lpm_trie::{Key, LpmTrie},
     },
-    util::nr_cpus,
 };
 use ssh_fwd_common::{
     maps::{
@@ -41,8 +40,8 @@ pub struct Maps {
     frontends6: HashMap<MapData, Endpoint6, NatTarget6>,
     reverse6: HashMap<MapData, Endpoint6, NatTarget6>,
     allowlist6: LpmTrie<MapData, AllowData6, u8>,
-    mapping_stats: PerCpuArray<MapData, MappingCounters>,
-    mapping_conns: PerCpuArray<MapData, MappingConnCounters>,
+    mapping_stats: Array<MapData, MappingCounters>,
+    mapping_conns: Array<MapData, MappingConnCounters>,
     global_stats: PerCpuArray<MapData, u64>,
     names: Array<MapData, MappingName>,
     allowlist: LpmTrie<MapData, AllowData, u8>,
@@ -114,8 +113,8 @@ impl Maps {
         Ok(Self {
             frontends: HashMap::try_from(frontends).context(FRONTENDS)?,
             reverse: HashMap::try_from(reverse).context(REVERSE)?,
-            mapping_stats: PerCpuArray::try_from(mapping_stats).context(MAPPING_STATS)?,
-            mapping_conns: PerCpuArray::try_from(mapping_conns).context(MAPPING_CONNS)?,
+            mapping_stats: Array::try_from(mapping_stats).context(MAPPING_STATS)?,
+            mapping_conns: Array::try_from(mapping_conns).context(MAPPING_CONNS)?,
             global_stats: PerCpuArray::try_from(global_stats).context(GLOBAL_STATS)?,
             names: Array::try_from(names).context(MAPPING_NAMES)?,
             allowlist: LpmTrie::try_from(allowlist).context(ALLOWLIST)?,
@@ -192,7 +191,6 @@ impl Maps {
     /// old or the new entry, never a mix.
     /// Each step is done for both families before the next begins.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<Applied> {
-        let cpus = cpus()?;
         // Split first: a plan that cannot be written is refused before
         // anything is.
         let reverse_upserts = split_entries(&plan.reverse_upserts)?;
@@ -201,11 +199,11 @@ impl Maps {
         self.remove_reverse(&plan.reverse_deletes_first)?;
         // New slots: counters zeroed, names written (each in one batch).
         let slots: Vec<u32> = plan.new_slots.iter().map(|(slot, _)| *slot).collect();
-        let zeros = vec![MappingCounters::default(); slots.len() * cpus];
-        batch::update_per_cpu(self.mapping_stats.map(), &slots, &zeros, cpus)
+        let zeros = vec![MappingCounters::default(); slots.len()];
+        batch::update(self.mapping_stats.map(), &slots, &zeros)
             .map_err(|e| batch_error(e, MAPPING_STATS, &slots, |s| format!("slot {s}")))?;
-        let zeros = vec![MappingConnCounters::default(); slots.len() * cpus];
-        batch::update_per_cpu(self.mapping_conns.map(), &slots, &zeros, cpus)
+        let zeros = vec![MappingConnCounters::default(); slots.len()];
+        batch::update(self.mapping_conns.map(), &slots, &zeros)
             .map_err(|e| batch_error(e, MAPPING_CONNS, &slots, |s| format!("slot {s}")))?;
         let named = plan.new_slots.iter().chain(&plan.renamed);
         let (slots, names): (Vec<u32>, Vec<MappingName>) = named
@@ -303,36 +301,18 @@ impl Maps {
         Ok(())
     }
 
-    /// A mapping's counters summed over CPUs.
+    /// A mapping's packet and byte counters.
     pub fn mapping_counters(&self, slot: u32) -> anyhow::Result<MappingCounters> {
-        let per_cpu = self
-            .mapping_stats
+        self.mapping_stats
             .get(&slot, 0)
-            .with_context(|| format!("reading counters of slot {slot}"))?;
-        Ok(per_cpu
-            .iter()
-            .fold(MappingCounters::default(), |a, c| MappingCounters {
-                packets_in: a.packets_in + c.packets_in,
-                bytes_in: a.bytes_in + c.bytes_in,
-                packets_out: a.packets_out + c.packets_out,
-                bytes_out: a.bytes_out + c.bytes_out,
-            }))
+            .with_context(|| format!("reading counters of slot {slot}"))
     }
 
-    /// A mapping's connection counters summed over CPUs.
+    /// A mapping's connection counters.
     pub fn mapping_conn_counters(&self, slot: u32) -> anyhow::Result<MappingConnCounters> {
-        let per_cpu = self
-            .mapping_conns
+        self.mapping_conns
             .get(&slot, 0)
-            .with_context(|| format!("reading connection counters of slot {slot}"))?;
-        Ok(per_cpu
-            .iter()
-            .fold(MappingConnCounters::default(), |a, c| MappingConnCounters {
-                opened: a.opened + c.opened,
-                source_limited: a.source_limited + c.source_limited,
-                denied: a.denied + c.denied,
-                syn_limited: a.syn_limited + c.syn_limited,
-            }))
+            .with_context(|| format!("reading connection counters of slot {slot}"))
     }
 
     /// Global outcome counters summed over CPUs, in [`Outcome::ALL`] order.
@@ -453,10 +433,6 @@ fn batch_error<K>(
 ) -> anyhow::Error {
     let at = keys.get(e.written).map(show).unwrap_or_default();
     anyhow::Error::new(e).context(format!("writing {map} entry for {at}"))
-}
-
-fn cpus() -> anyhow::Result<usize> {
-    nr_cpus().map_err(|(what, e)| anyhow!("cannot count CPUs ({what}): {e}"))
 }
 
 /// `IP:PORT` of an endpoint, for messages.

@@ -13,6 +13,7 @@
 
 pub mod announce;
 mod batch;
+pub mod capacity;
 pub mod cgroup;
 pub mod clsact;
 pub mod conntrack;
@@ -20,6 +21,7 @@ pub mod events;
 pub mod external_iface;
 pub mod family;
 pub mod features;
+pub mod footprint;
 pub mod garp;
 pub mod hairpin;
 pub mod hooks;
@@ -183,6 +185,7 @@ impl Datapath {
             config.ifaces,
             &cluster,
             pod_ifaces(config),
+            config.settings.ipv6,
         )?;
         pod_links.tc = plan.tc;
         pod_links.prime(&links).await?;

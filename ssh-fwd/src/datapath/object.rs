@@ -10,11 +10,9 @@ use aya::{
 use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
-        ALLOWLIST, ALLOWLIST6, CLAIMS, CLAIMS6, CONN_CAPACITY, CONN_STATS, CONN_STATS6, CONNS,
-        CONNS_PER_SOURCE, CONNS6, FRONTENDS, FRONTENDS6, GUARDS, HALF_OPEN, HALF_OPEN_CAPACITY,
-        HALF_OPEN6, LOADED_DENY_RESET, LOADED_NO_REDIRECT, LoadedSettings, MAPPING_CONNS,
-        MAPPING_NAMES, MAPPING_STATS, MAX_ALLOW_PER_MAPPING, MAX_MAPPINGS, REVERSE, REVERSE6,
-        SOURCES, SOURCES6, SYN_BUCKET_CAPACITY, SYN_BUCKETS, SYN_BUCKETS6,
+        CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_DENY_RESET,
+        LOADED_NO_REDIRECT, LoadedSettings, MAPPING_NAMES, MAX_MAPPINGS, SYN_BUCKET_CAPACITY,
+        SYN_BUCKETS,
     },
 };
 
@@ -60,9 +58,23 @@ pub struct Settings {
     pub refused_records: u32,
     /// What a segment the allowlist denies gets.
     pub deny_action: DenyAction,
+    /// Whether this node serves IPv6: its tables are made at their full
+    /// size only then (`super::capacity`).
+    pub ipv6: bool,
 }
 
 impl Settings {
+    /// What the flags say of the tables' sizes.
+    pub fn sizes(&self) -> super::capacity::Sizes {
+        super::capacity::Sizes {
+            max_mappings: self.max_mappings,
+            conn_table_size: self.conn_table_size,
+            half_open_table_size: self.half_open_table_size,
+            syn_bucket_table_size: self.syn_bucket_table_size,
+            ipv6: self.ipv6,
+        }
+    }
+
     /// What the pinned `LOADED_SETTINGS` map records of these.
     pub fn recorded(&self) -> LoadedSettings {
         let redirect = match self.redirect {
@@ -153,6 +165,7 @@ impl Default for Settings {
             conn_log: ConnLog::Accepted,
             refused_records: 100,
             deny_action: DenyAction::Drop,
+            ipv6: true,
         }
     }
 }
@@ -164,47 +177,23 @@ impl Default for Settings {
 /// setting without effect.
 pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
     raise_memlock_limit();
-    super::outdated::replace(layout)?;
+    let carried = super::outdated::replace(layout)?;
+    super::capacity::replace_ipv6(layout, settings.ipv6)?;
     let plain = u8::from(settings.cross_node_plain);
     let no_redirect = u8::from(settings.redirect == RedirectMode::Off);
     let conn_log = settings.conn_log.kernel_level();
     let deny_reset = u8::from(settings.deny_action == DenyAction::Reset);
-    let ebpf = EbpfLoader::new()
+    let mut loader = EbpfLoader::new();
+    for (map, entries) in super::capacity::capacities(&settings.sizes()) {
+        loader.map_max_entries(map, entries);
+    }
+    let mut ebpf = loader
         // The programs read only UAPI structures (packets, `__sk_buff`,
         // `bpf_sock_addr`) and have no CO-RE relocation, so the kernel's
         // BTF, which aya would otherwise parse whole at every start (about
         // 150 ms and 10 MiB), is not needed.
         .btf(None)
         .default_map_pin_directory(layout.maps_dir())
-        .map_max_entries(FRONTENDS, settings.max_mappings)
-        .map_max_entries(REVERSE, settings.max_mappings)
-        .map_max_entries(MAPPING_NAMES, settings.max_mappings)
-        .map_max_entries(MAPPING_STATS, settings.max_mappings)
-        .map_max_entries(MAPPING_CONNS, settings.max_mappings)
-        .map_max_entries(CONNS, settings.conn_table_size)
-        .map_max_entries(SOURCES, settings.conn_table_size)
-        .map_max_entries(CONN_STATS, settings.conn_table_size)
-        .map_max_entries(HALF_OPEN, settings.half_open_table_size)
-        .map_max_entries(CLAIMS, settings.half_open_table_size)
-        .map_max_entries(GUARDS, settings.max_mappings)
-        .map_max_entries(
-            ALLOWLIST,
-            settings.max_mappings.saturating_mul(MAX_ALLOW_PER_MAPPING),
-        )
-        .map_max_entries(SYN_BUCKETS, settings.syn_bucket_table_size)
-        // Each IPv6 table is sized as its IPv4 twin.
-        .map_max_entries(FRONTENDS6, settings.max_mappings)
-        .map_max_entries(REVERSE6, settings.max_mappings)
-        .map_max_entries(CONNS6, settings.conn_table_size)
-        .map_max_entries(SOURCES6, settings.conn_table_size)
-        .map_max_entries(CONN_STATS6, settings.conn_table_size)
-        .map_max_entries(HALF_OPEN6, settings.half_open_table_size)
-        .map_max_entries(CLAIMS6, settings.half_open_table_size)
-        .map_max_entries(
-            ALLOWLIST6,
-            settings.max_mappings.saturating_mul(MAX_ALLOW_PER_MAPPING),
-        )
-        .map_max_entries(SYN_BUCKETS6, settings.syn_bucket_table_size)
         .override_global("CROSS_NODE_PLAIN", &plain, true)
         .override_global("NO_REDIRECT", &no_redirect, true)
         .override_global("DENY_RESET", &deny_reset, true)
@@ -256,6 +245,7 @@ pub fn load(layout: &PinLayout, settings: &Settings) -> anyhow::Result<Ebpf> {
             );
         }
     }
+    carried.write(&mut ebpf)?;
     Ok(ebpf)
 }
 

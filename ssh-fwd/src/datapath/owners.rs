@@ -97,6 +97,9 @@ fn pod_peers<'a>(
 pub struct Owners {
     map: HashMap<MapData, u32, Owner>,
     map6: HashMap<MapData, Addr6, Owner>,
+    /// Whether the node serves IPv6; if not, `OWNERS6` has no room and
+    /// pods' IPv6 addresses, never backends, are not written.
+    ipv6: bool,
     netlink: Netlink,
     /// Disputed addresses already logged.
     warned: BTreeSet<IpAddr>,
@@ -104,7 +107,7 @@ pub struct Owners {
 
 impl Owners {
     /// Takes the maps out of the loaded object.
-    pub fn new(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    pub fn new(ebpf: &mut Ebpf, ipv6: bool) -> anyhow::Result<Self> {
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))
@@ -112,6 +115,7 @@ impl Owners {
         Ok(Self {
             map: HashMap::try_from(take(OWNERS)?).context(OWNERS)?,
             map6: HashMap::try_from(take(OWNERS6)?).context(OWNERS6)?,
+            ipv6,
             netlink: Netlink::open_strict()?,
             warned: BTreeSet::new(),
         })
@@ -176,7 +180,8 @@ impl Owners {
         for (addr, owner) in owners {
             match addr {
                 IpAddr::V4(ip) => v4.insert(u32::from_ne_bytes(ip.octets()), *owner),
-                IpAddr::V6(ip) => v6.insert(Addr6::new(*ip), *owner),
+                IpAddr::V6(ip) if self.ipv6 => v6.insert(Addr6::new(*ip), *owner),
+                IpAddr::V6(_) => None,
             };
         }
         write_map(&mut self.map, &v4, OWNERS, |k| {

@@ -68,6 +68,7 @@ impl PodLinks {
         external: &[String],
         cluster: &[String],
         enabled: bool,
+        ipv6: bool,
     ) -> anyhow::Result<Self> {
         let map = ebpf
             .take_map(IFACES)
@@ -78,7 +79,7 @@ impl PodLinks {
         Ok(Self {
             flags: HashMap::try_from(map).context(IFACES)?,
             macs: HashMap::try_from(macs).context(IFACE_MACS)?,
-            owners: Owners::new(ebpf)?,
+            owners: Owners::new(ebpf, ipv6)?,
             netlink,
             attached: BTreeSet::new(),
             layout: layout.clone(),
