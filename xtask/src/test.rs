@@ -51,7 +51,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     crate::setup::run()?;
     if let Some(kernel) = &options.kernel {
-        return crate::vm::run(kernel, options.quick);
+        return crate::vm::run(kernel, options.quick, &options.args);
     }
     all(options)
 }

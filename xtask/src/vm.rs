@@ -92,12 +92,25 @@ fn package_pattern(kernel: &str) -> anyhow::Result<&'static str> {
     }
 }
 
-pub fn run(kernel: &str, quick: bool) -> anyhow::Result<()> {
+/// Runs the chosen set on `kernel`: only its program tests with `quick`,
+/// and only the tests whose `target::name` contains one of `filters`, if
+/// any are given.
+pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     let chosen: Vec<&Chosen> = CHOSEN
         .iter()
         .filter(|c| !quick || QUICK.contains(&c.target))
+        .filter(|c| {
+            let full = format!("{}::{}", c.target, c.name);
+            filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str()))
+        })
         .collect();
+    if chosen.is_empty() {
+        bail!(
+            "no test of the {kernel} set matches {filters:?}; `cargo xtask test --kernel {kernel}` \
+             lists them as it runs them"
+        );
+    }
     preflight()?;
     let dir = target_dir().join("kernels").join(kernel);
     let vmlinuz = fetch_kernel(kernel, &dir)?;
@@ -145,6 +158,10 @@ pub fn run(kernel: &str, quick: bool) -> anyhow::Result<()> {
 /// its own with root locked (`!`), which an sshd without PAM refuses even
 /// a key for ("account is locked"); a copy unlocked as this machine's is
 /// (`*`: no password, keys only) is mounted over it, in the guest only.
+/// A root shell that runs `pyenv init` (as this machine's does) waits a
+/// minute for a lock in a shims directory it cannot write in the guest,
+/// longer than the tests wait for an ssh command: a writable copy is
+/// mounted over it.
 fn guest_script(
     chosen: &[&Chosen],
     out: &Path,
@@ -155,6 +172,8 @@ fn guest_script(
     let mut s = format!(
         "#!/bin/sh\nexec > {out}/guest.log 2>&1\nuname -r > {out}/uname\n\
          sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow && mount --bind /tmp/shadow /etc/shadow\n\
+         if [ -d /root/.pyenv/shims ]; then cp -a /root/.pyenv/shims /tmp/pyenv-shims && \
+         mount --bind /tmp/pyenv-shims /root/.pyenv/shims; fi\n\
          export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
          SSH_FWD_TEST_TIME_SCALE=6\n\
          cd {tests}\n",
@@ -215,7 +234,11 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
         };
         println!("    {verdict:<24} {full} ({secs} s)");
     }
-    let skipped = if quick { &[][..] } else { SKIPPED };
+    let skipped: Vec<&(&str, &str)> = SKIPPED
+        .iter()
+        .filter(|(name, _)| chosen.iter().any(|c| name.starts_with(c.target)))
+        .filter(|_| !quick)
+        .collect();
     for (name, why) in skipped {
         println!("    {:<24} {name}: {why}", "skipped");
     }
