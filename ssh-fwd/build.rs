@@ -40,5 +40,54 @@ fn main() -> anyhow::Result<()> {
     .context(
         "building the eBPF programs failed; run `cargo xtask setup` to install the nightly \
          rust-src and bpf-linker they need",
-    )
+    )?;
+    let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR unset")?);
+    strip_dwarf(&out.join("ssh-fwd"))
+}
+
+/// Removes the DWARF sections (`.debug_*`, and the relocations of them)
+/// from the object, in place. bpf-linker needs DWARF to write the BTF,
+/// and the BTF is what the kernel and aya read (`.BTF`, and `.BTF.ext`
+/// with its function and line records, which the verifier's messages
+/// quote); the DWARF itself is read by nobody at load. It was three
+/// quarters of the object's 3.9 MB, all of it mapped and resident in every
+/// agent, since the binary embeds the object and aya reads it whole.
+fn strip_dwarf(path: &std::path::Path) -> anyhow::Result<()> {
+    let data = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut builder = object::build::elf::Builder::read(&*data)
+        .with_context(|| format!("parsing the eBPF object {}", path.display()))?;
+    let is_dwarf = |name: &[u8]| {
+        [&b".debug_"[..], b".rel.debug_", b".rela.debug_"]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+    };
+    let dwarf: Vec<_> = (builder.sections.iter())
+        .filter(|s| is_dwarf(s.name.as_slice()))
+        .map(|s| s.id())
+        .collect();
+    for section in builder.sections.iter_mut() {
+        let of_dwarf = section
+            .sh_info_section
+            .is_some_and(|id| dwarf.contains(&id));
+        if dwarf.contains(&section.id()) || of_dwarf {
+            section.delete = true;
+        }
+    }
+    builder.delete_orphans();
+    // LLVM names the sections from `.strtab`, the symbols' string table;
+    // the writer wants a section-name table of its own.
+    let has_shstrtab = (builder.sections.iter())
+        .any(|s| matches!(s.data, object::build::elf::SectionData::SectionString));
+    if !has_shstrtab {
+        let names = builder.sections.add();
+        names.name = b".shstrtab"[..].into();
+        names.sh_type = object::elf::SHT_STRTAB;
+        names.sh_addralign = 1;
+        names.data = object::build::elf::SectionData::SectionString;
+    }
+    let mut stripped = Vec::new();
+    builder
+        .write(&mut stripped)
+        .with_context(|| format!("writing the eBPF object {} without DWARF", path.display()))?;
+    std::fs::write(path, stripped).with_context(|| format!("writing {}", path.display()))
 }

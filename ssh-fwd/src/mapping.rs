@@ -7,6 +7,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     net::{IpAddr, SocketAddr},
+    sync::Arc,
 };
 
 pub mod guard;
@@ -19,8 +20,10 @@ pub use guard::Guard;
 /// (`source::validate`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mapping {
-    /// Free-form label; may be empty.
-    pub name: String,
+    /// Free-form label; may be empty. Shared: a Service's mapping is
+    /// named by the Service's own `namespace/name`, and the index, the
+    /// reconciler and the connection log all keep it.
+    pub name: Arc<str>,
     pub frontend: SocketAddr,
     pub backend: SocketAddr,
     /// Who may connect, and how fast.
@@ -94,6 +97,14 @@ impl MappingSet {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// Builds the tree again with full nodes. Inserting in ascending
+    /// order, as a whole list is resolved, leaves each node just over half
+    /// full: at 10,000 mappings about 1.5 MB more than the set needs, for
+    /// as long as it is kept.
+    pub fn pack(&mut self) {
+        self.0 = std::mem::take(&mut self.0).into_iter().collect();
+    }
 }
 
 /// `text` with control and format characters escaped (`\u{1b}`,
@@ -145,4 +156,23 @@ pub fn unprintable(c: char) -> bool {
         || FORMAT
             .iter()
             .any(|(first, last)| (*first..=*last).contains(&c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_set_holds_what_it_held_in_order() {
+        let set = MappingSet::from_unique((0..300u16).map(|n| Mapping {
+            name: format!("m{n}").into(),
+            frontend: SocketAddr::from(([198, 18, 0, 10], 20000 + n)),
+            backend: SocketAddr::from(([10, 0, 0, 1], 22)),
+            guard: Guard::default(),
+        }));
+        let mut packed = set.clone();
+        packed.pack();
+        assert_eq!(packed, set);
+        assert!(packed.iter().map(|m| m.frontend).is_sorted());
+    }
 }

@@ -106,7 +106,7 @@ impl CrossNodeCheck {
             };
             if let Some(iface) = oif.and_then(|i| self.external.get(&i)) {
                 found.push(Unsealed {
-                    mapping: mapping.name.clone(),
+                    mapping: mapping.name.to_string(),
                     backend: mapping.backend,
                     iface: iface.clone(),
                 });

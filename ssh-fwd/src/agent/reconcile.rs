@@ -242,7 +242,8 @@ impl Reconciler {
     /// Keeps the tables the maps hold after a successful apply.
     fn keep(&mut self, installed: Installed, after: After) {
         let (tables, exact) = match after {
-            After::Whole(tables, left_out) => {
+            After::Whole(mut tables, left_out) => {
+                tables.pack();
                 let backends = tables.frontends.iter().map(|(f, t)| (*f, t.endpoint));
                 self.served.replace(backends);
                 (tables, left_out == 0)
@@ -384,7 +385,7 @@ mod tests {
         let desired = MappingSet::from_unique((0..over).map(|i| {
             Mapping {
                 guard: Default::default(),
-                name: format!("m{i}"),
+                name: format!("m{i}").into(),
                 frontend: SocketAddrV4::new(
                     [198, 18, (i / 250) as u8, (i % 250) as u8 + 1].into(),
                     8022,

@@ -6,7 +6,6 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
     path::PathBuf,
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -160,10 +159,11 @@ impl Source {
                 Self::File(_) => (None, None),
                 Self::Kubernetes(k) => k.source.owner_of(m.frontend, m.backend.ip()),
             };
+            // The Service's and the pod's names are the source's own.
             Label {
-                mapping: m.name.as_str().into(),
-                service: service.map(|s| Arc::from(&**s)),
-                pod: pod.map(Arc::from),
+                mapping: m.name.clone(),
+                service: service.cloned(),
+                pod: pod.cloned(),
             }
         };
         self.desired()

@@ -13,6 +13,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
+    sync::Arc,
 };
 
 use ssh_fwd_common::maps::{
@@ -57,6 +58,19 @@ pub struct Installed {
     pub allow: BTreeSet<(u32, Cidr)>,
     /// GUARDS for the slots whose frontend carries `FLAG_SYN_LIMIT`.
     pub rates: BTreeMap<u32, Rate>,
+}
+
+impl Installed {
+    /// Builds the tables again with full nodes, for keeping: they are
+    /// filled in ascending order, which leaves each node just over half
+    /// full (at 10,000 mappings about 1.5 MB more than they need).
+    pub fn pack(&mut self) {
+        self.frontends = std::mem::take(&mut self.frontends).into_iter().collect();
+        self.reverse = std::mem::take(&mut self.reverse).into_iter().collect();
+        self.names = std::mem::take(&mut self.names).into_iter().collect();
+        self.allow = std::mem::take(&mut self.allow).into_iter().collect();
+        self.rates = std::mem::take(&mut self.rates).into_iter().collect();
+    }
 }
 
 /// Map writes, to be applied in field order (see [`super::maps::Maps::apply`]).
@@ -238,7 +252,10 @@ fn installed_subset(
             .iter()
             .filter(|(f, t)| keep(f, t))
             .map(|(f, t)| Mapping {
-                name: installed.names.get(&t.slot).cloned().unwrap_or_default(),
+                name: installed
+                    .names
+                    .get(&t.slot)
+                    .map_or_else(Arc::default, |n| n.as_str().into()),
                 frontend: *f,
                 backend: t.endpoint,
                 guard: installed_guard(installed, t),

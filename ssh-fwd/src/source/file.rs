@@ -265,7 +265,7 @@ pub fn parse(
             ..Guard::default()
         };
         mappings.push(Mapping {
-            name,
+            name: name.into(),
             frontend,
             backend,
             guard: rules.guard.resolve(&guard, family),

@@ -18,7 +18,7 @@ fn nth(i: usize, g: u8) -> Mapping {
     let backend = Ipv4Addr::new(10, 200 + g, (i / 250) as u8, (i % 250 + 1) as u8);
     Mapping {
         guard: Default::default(),
-        name: format!("m{i}"),
+        name: format!("m{i}").into(),
         frontend: SocketAddrV4::new(ip, port).into(),
         backend: SocketAddrV4::new(backend, 22).into(),
     }

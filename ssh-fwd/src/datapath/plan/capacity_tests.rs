@@ -29,7 +29,7 @@ fn nth(i: usize, g: u8) -> Mapping {
     );
     Mapping {
         guard: Default::default(),
-        name: format!("m{i}"),
+        name: format!("m{i}").into(),
         frontend: frontend.into(),
         backend: backend.into(),
     }
@@ -45,7 +45,7 @@ fn nth6(i: usize, g: u8) -> Mapping {
     let pod = Ipv6Addr::new(0xfd00, 200 + u16::from(g), 0, 0, 0, 0, 0, i as u16 + 1);
     Mapping {
         guard: Default::default(),
-        name: format!("v6-{i}"),
+        name: format!("v6-{i}").into(),
         frontend: frontend.into(),
         backend: (pod, 22).into(),
     }

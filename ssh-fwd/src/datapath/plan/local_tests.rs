@@ -32,7 +32,7 @@ fn mapping(f: u16, b: u8, n: u8) -> Mapping {
     };
     Mapping {
         guard: Default::default(),
-        name: format!("jobs/s{n}"),
+        name: format!("jobs/s{n}").into(),
         frontend,
         backend,
     }
@@ -125,7 +125,7 @@ fn nth(i: usize, g: u8) -> Mapping {
     let port = 8000 + u16::try_from(i % 20_000).expect("port");
     Mapping {
         guard: Default::default(),
-        name: format!("m{i}"),
+        name: format!("m{i}").into(),
         frontend: SocketAddrV4::new(Ipv4Addr::new(198, 18, 0, 10 + (i / 20_000) as u8), port)
             .into(),
         backend: SocketAddrV4::new(

@@ -392,3 +392,17 @@ fn a_rate_is_written_with_its_flag_and_read_back_unchanged() {
 }
 
 mod v6;
+
+#[test]
+fn packed_tables_hold_what_they_held() {
+    let desired = MappingSet::from_unique((0..500u16).map(|n| {
+        let frontend = format!("198.18.0.10:{}", 20000 + n);
+        let backend = format!("10.0.{}.{}:22", n / 200, n % 200);
+        m(&format!("job-{n}"), &frontend, &backend)
+    }));
+    let tables = plan_steps(&Installed::default(), &desired, CAP).tables;
+    let mut packed = tables.clone();
+    packed.pack();
+    assert_eq!(packed, tables);
+    assert_eq!(packed.frontends.len(), 500);
+}

@@ -23,10 +23,10 @@ fn documented_example_parses() {
     .unwrap();
     let all: Vec<_> = set.iter().cloned().collect();
     assert_eq!(all.len(), 2);
-    assert_eq!(all[0].name, "job-4711");
+    assert_eq!(&*all[0].name, "job-4711");
     assert_eq!(all[0].frontend, "198.18.0.10:8022".parse().unwrap());
     assert_eq!(all[0].backend, "10.244.1.5:22".parse().unwrap());
-    assert_eq!(all[1].name, "");
+    assert_eq!(&*all[1].name, "");
 }
 
 #[test]

@@ -26,7 +26,7 @@ fn ipv6_entries_parse_beside_ipv4_ones() {
     let v6 = set
         .get(&"[2001:db8::10]:8022".parse().unwrap())
         .expect("the IPv6 entry");
-    assert_eq!(v6.name, "job-4712");
+    assert_eq!(&*v6.name, "job-4712");
     assert_eq!(v6.backend, "[fd00:10:244::5]:22".parse().unwrap());
     assert_eq!(v6.family(), Family::V6);
     assert_eq!(

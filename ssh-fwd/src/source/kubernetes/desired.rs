@@ -42,6 +42,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
     ops::RangeInclusive,
+    sync::Arc,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -186,8 +187,9 @@ pub struct Desired {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Claim {
     pub frontend: SocketAddr,
-    /// The mapping's name.
-    pub name: String,
+    /// The mapping's name (the Service's id, shared, for a Service of one
+    /// port).
+    pub name: Arc<str>,
     /// The ready endpoint, of the frontend's family; `None` while there is
     /// none (the claim still holds the frontend, closed).
     pub backend: Option<SocketAddr>,
@@ -238,10 +240,10 @@ pub fn claims_of(
     let only = svc.grant.as_ref().map(|g| &*g.pod_uid);
     for honoured in frontends(svc, policy, &mut out.notes) {
         let (port, number) = (honoured.port, honoured.number);
-        let name = match (multi, port.name.is_empty()) {
-            (false, _) => id.clone(),
-            (true, true) => format!("{id}:{number}"),
-            (true, false) => format!("{id}:{}", port.name),
+        let name: Arc<str> = match (multi, port.name.is_empty()) {
+            (false, _) => svc.id.clone(),
+            (true, true) => format!("{id}:{number}").into(),
+            (true, false) => format!("{id}:{}", port.name).into(),
         };
         let families: BTreeSet<Family> = honoured.ips.iter().map(|ip| Family::of(*ip)).collect();
         let backends = Backends::read(slices, port, &families, only, &id, &mut out.notes);

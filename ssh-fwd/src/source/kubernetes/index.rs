@@ -14,6 +14,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     net::{IpAddr, SocketAddr},
+    sync::Arc,
 };
 
 use super::{
@@ -36,13 +37,19 @@ pub enum Update {
     Slices(Vec<(Id, SliceView)>),
 }
 
+/// Frontends resolved at once past which the mappings' tree is built
+/// again with full nodes ([`MappingSet::pack`]), if they are most of it.
+const PACK_AFTER: usize = 1024;
+
 #[derive(Debug)]
 pub struct Index {
     policy: Policy,
     /// [`desired::rules`] of this node.
     rules: Rules,
-    services: HashMap<Id, ServiceView>,
-    slices: HashMap<Id, SliceView>,
+    /// Boxed, as are the slices: a table has room for up to twice its
+    /// entries, and a view is 120 to 200 bytes against a pointer's 8.
+    services: HashMap<Id, Box<ServiceView>>,
+    slices: HashMap<Id, Box<SliceView>>,
     /// Slice ids by the Service they name (known or not yet); a Service
     /// has one or a few, and the rules do not depend on their order.
     slices_of: HashMap<Id, Vec<Id>>,
@@ -121,7 +128,11 @@ impl Index {
     /// The Service owning `frontend`, and the pod at `backend` among its
     /// EndpointSlices', if they name one: what the connection log names a
     /// connection by.
-    pub fn owner_of(&self, frontend: SocketAddr, backend: IpAddr) -> (Option<&Id>, Option<&str>) {
+    pub fn owner_of(
+        &self,
+        frontend: SocketAddr,
+        backend: IpAddr,
+    ) -> (Option<&Id>, Option<&Arc<str>>) {
         let Some(service) = self.owners.get(&frontend) else {
             return (None, None);
         };
@@ -129,7 +140,7 @@ impl Index {
             .filter_map(|id| self.slices.get(id))
             .flat_map(|s| &s.pods)
             .find(|p| p.ip == backend)
-            .map(|p| &*p.name);
+            .map(|p| &p.name);
         (Some(service), pod)
     }
 
@@ -219,8 +230,14 @@ impl Index {
         for service in dirty {
             self.recompute(service, &mut frontends, &mut raised);
         }
+        // A whole list (or most of one) fills the mappings in ascending
+        // order, which leaves their tree's nodes half empty.
+        let most = frontends.len() >= PACK_AFTER && frontends.len() * 2 >= self.all.len();
         for frontend in frontends {
             self.resolve(frontend, &mut raised);
+        }
+        if most {
+            self.all.pack();
         }
         if !dirty.is_empty() {
             self.cut(&mut raised);
@@ -231,8 +248,8 @@ impl Index {
     /// The desired state recomputed from scratch from what the index holds.
     pub fn full(&self) -> Desired {
         desired::compute_on(
-            self.services.values(),
-            self.slices.values(),
+            self.services.values().map(|s| &**s),
+            self.slices.values().map(|s| &**s),
             &self.policy,
             &self.rules,
         )
@@ -253,9 +270,9 @@ impl Index {
             + (mine.iter())
                 .filter(|m| full.get(&m.frontend).is_none())
                 .count();
-        let services: Vec<ServiceView> = self.services.values().cloned().collect();
+        let services: Vec<ServiceView> = self.services.values().map(|s| (**s).clone()).collect();
         let slices: Vec<(Id, SliceView)> = (self.slices.iter())
-            .map(|(id, s)| (id.clone(), s.clone()))
+            .map(|(id, s)| (id.clone(), (**s).clone()))
             .collect();
         let generation = self.generation + 1;
         *self = Self::on_node(self.policy.clone(), self.rules.all_node_addrs.clone());
@@ -265,21 +282,24 @@ impl Index {
     }
 
     fn set_service(&mut self, id: Id, view: Option<ServiceView>, dirty: &mut BTreeSet<Id>) {
-        let changed = match view {
-            Some(view) if self.services.get(&id) == Some(&view) => false,
-            Some(view) => {
-                self.services.insert(id.clone(), view);
-                true
+        match view {
+            Some(view) if self.services.get(&id).is_some_and(|now| **now == view) => {}
+            Some(mut view) => {
+                let id = self.shared(id);
+                view.id = id.clone();
+                self.services.insert(id.clone(), Box::new(view));
+                dirty.insert(id);
             }
-            None => self.services.remove(&id).is_some(),
-        };
-        if changed {
-            dirty.insert(id);
+            None => {
+                if self.services.remove(&id).is_some() {
+                    dirty.insert(id);
+                }
+            }
         }
     }
 
-    fn set_slice(&mut self, id: Id, view: Option<SliceView>, dirty: &mut BTreeSet<Id>) {
-        if self.slices.get(&id) == view.as_ref() {
+    fn set_slice(&mut self, id: Id, mut view: Option<SliceView>, dirty: &mut BTreeSet<Id>) {
+        if self.slices.get(&id).map(|now| &**now) == view.as_ref() {
             return;
         }
         if let Some(old) = self.slices.remove(&id)
@@ -293,6 +313,10 @@ impl Index {
             }
             dirty.insert(service);
         }
+        if let Some(view) = &mut view {
+            // The Service's name once in memory, not once per slice too.
+            view.service = view.service.take().map(|s| self.shared(s));
+        }
         if let Some(view) = view {
             if let Some(service) = &view.service {
                 // Most Services have one slice, most frontends one
@@ -304,8 +328,16 @@ impl Index {
                 }
                 dirty.insert(service.clone());
             }
-            self.slices.insert(id, view);
+            self.slices.insert(id, Box::new(view));
         }
+    }
+
+    /// `id` as the index holds it already, if it does: a Service's name
+    /// is kept once, not once by the Service and again by each slice.
+    fn shared(&self, id: Id) -> Id {
+        (self.services.get_key_value(&id).map(|(known, _)| known))
+            .or_else(|| self.slices_of.get_key_value(&id).map(|(known, _)| known))
+            .map_or(id, Clone::clone)
     }
 
     /// Recomputes what `service` claims; notes the frontends whose owner
@@ -320,7 +352,7 @@ impl Index {
             Some(svc) => {
                 let slices: Vec<&SliceView> = (self.slices_of.get(service).into_iter())
                     .flatten()
-                    .filter_map(|id| self.slices.get(id))
+                    .filter_map(|id| self.slices.get(id).map(|s| &**s))
                     .collect();
                 desired::claims_of(svc, &slices, &self.policy, &self.rules)
             }

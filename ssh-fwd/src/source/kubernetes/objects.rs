@@ -125,8 +125,8 @@ pub struct SliceView {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodAt {
     pub ip: IpAddr,
-    /// `namespace/name`.
-    pub name: Box<str>,
+    /// `namespace/name`, shared with the connection log's names.
+    pub name: Arc<str>,
     pub uid: Option<Box<str>>,
 }
 
@@ -618,7 +618,7 @@ impl WireSlice {
                 .filter(|t| t.kind.as_deref() == Some("Pod"))
                 .and_then(|t| {
                     let ns = t.namespace.as_deref().unwrap_or(slice_ns);
-                    let name = Box::<str>::from(format!("{ns}/{}", t.name.as_deref()?));
+                    let name = Arc::<str>::from(format!("{ns}/{}", t.name.as_deref()?));
                     Some((name, t.uid.as_deref().map(Box::<str>::from)))
                 });
             e.addresses(family).filter_map(move |ip| {

@@ -199,7 +199,11 @@ impl KubeSource {
     }
 
     /// See [`Index::owner_of`].
-    pub fn owner_of(&self, frontend: SocketAddr, backend: IpAddr) -> (Option<&Id>, Option<&str>) {
+    pub fn owner_of(
+        &self,
+        frontend: SocketAddr,
+        backend: IpAddr,
+    ) -> (Option<&Id>, Option<&std::sync::Arc<str>>) {
         self.index.owner_of(frontend, backend)
     }
 

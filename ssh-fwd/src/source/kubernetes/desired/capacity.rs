@@ -47,7 +47,10 @@ pub fn cap(mut owned: Vec<Owned<'_>>, max: usize) -> (MappingSet, Option<Note>) 
     let newest = owned.split_off(max);
     let note = Note::OverCapacity {
         excess: newest.len(),
-        left_out: newest.into_iter().map(|o| o.mapping.name).collect(),
+        left_out: newest
+            .into_iter()
+            .map(|o| o.mapping.name.to_string())
+            .collect(),
     };
     (
         MappingSet::from_unique(owned.into_iter().map(|o| o.mapping)),

@@ -84,7 +84,7 @@ fn pairs(d: &Desired) -> Vec<(String, String, String)> {
         .iter()
         .map(|m| {
             (
-                m.name.clone(),
+                m.name.to_string(),
                 m.frontend.to_string(),
                 m.backend.to_string(),
             )

@@ -35,7 +35,7 @@ fn slice(service: &str, ip: &str) -> Value {
 }
 
 fn names(d: &Desired) -> Vec<String> {
-    d.mappings.iter().map(|m| m.name.clone()).collect()
+    d.mappings.iter().map(|m| m.name.to_string()).collect()
 }
 
 #[test]

@@ -403,7 +403,7 @@ fn over_capacity_the_index_leaves_out_the_newest_and_takes_them_back_when_room_f
     assert!(raised.iter().any(
         |n| matches!(n, Note::OverCapacity { left_out, .. } if *left_out == [newest.clone()])
     ));
-    assert!(index.mappings().iter().all(|m| m.name != newest));
+    assert!(index.mappings().iter().all(|m| *m.name != *newest));
     assert_eq!(index.mappings(), &index.full().mappings);
     index.take_touched();
     index.apply([Update::Service(service_id(0), None)]);
@@ -414,7 +414,7 @@ fn over_capacity_the_index_leaves_out_the_newest_and_takes_them_back_when_room_f
     );
     assert_eq!(index.left_out(), 0);
     assert_eq!(index.mappings().len(), max);
-    assert!(index.mappings().iter().any(|m| m.name == newest));
+    assert!(index.mappings().iter().any(|m| *m.name == *newest));
     assert_eq!(index.check(), Ok(()));
 }
 
@@ -447,5 +447,49 @@ fn an_address_the_node_gains_is_refused_as_a_backend_from_then_on() {
     index.set_node_addrs(BTreeMap::new());
     assert_eq!(index.mappings().len(), 1);
     assert_eq!(index.invalid_services(), 0);
+    assert_eq!(index.check(), Ok(()));
+}
+
+#[test]
+fn a_services_name_is_kept_once_whether_its_slice_or_itself_comes_first() {
+    for slice_first in [true, false] {
+        let service = Update::Service(service_id(0), Some(view(0, "2026-01-01T00:00:00Z", 8000)));
+        let slice = Update::Slice(slice_id(0), Some(ready(0, POD_IPS[0])));
+        let mut index = Index::new(policy(Styles::ALL));
+        if slice_first {
+            index.apply([slice, service]);
+        } else {
+            index.apply([service, slice]);
+        }
+        let (key, view) = index.services.iter().next().expect("the Service");
+        let named = index.slices[&slice_id(0)]
+            .service
+            .as_ref()
+            .expect("its Service");
+        assert!(Arc::ptr_eq(key, &view.id), "slice first: {slice_first}");
+        assert!(Arc::ptr_eq(key, named), "slice first: {slice_first}");
+        assert_eq!(index.mappings().len(), 1);
+    }
+}
+
+#[test]
+fn a_whole_list_packed_equals_the_full_recompute() {
+    let services = (0..2 * PACK_AFTER)
+        .map(|n| {
+            let mut v = view(n, "2026-01-01T00:00:00Z", 8000);
+            v.external_ips = vec![ip(SSH_IPS[n % 2])];
+            v.ports[0].port = 8000 + i32::try_from(n / 2).expect("port");
+            v
+        })
+        .collect();
+    let slices = (0..2 * PACK_AFTER)
+        .map(|n| (slice_id(n), ready(n, POD_IPS[n % 3])))
+        .collect();
+    let mut index = Index::new(Policy {
+        ports: 8000..=9999,
+        ..policy(Styles::ALL)
+    });
+    index.apply([Update::Services(services), Update::Slices(slices)]);
+    assert_eq!(index.mappings().len(), 2 * PACK_AFTER);
     assert_eq!(index.check(), Ok(()));
 }
