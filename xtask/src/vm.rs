@@ -239,7 +239,7 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
         .filter(|(name, _)| chosen.iter().any(|c| name.starts_with(c.target)))
         .filter(|_| !quick)
         .collect();
-    for (name, why) in skipped {
+    for (name, why) in &skipped {
         println!("    {:<24} {name}: {why}", "skipped");
     }
     println!(
