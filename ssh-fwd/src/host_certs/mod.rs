@@ -1,0 +1,16 @@
+//! OpenSSH host certificates for jobs: the controller's host CA
+//! ([`ca`]), the key and certificate each SSH pod gets ([`issue`]), and
+//! what users trust, one `@cert-authority` line ([`trust`]).
+//!
+//! Keys, certificates and their encodings are the `ssh-key` crate's
+//! (RustCrypto); nothing here encodes by hand. Pure: no I/O, no clock of
+//! its own (the time is passed in), so every rule is a unit test; the
+//! controller reads and writes the Secrets and the ConfigMap, and
+//! `install-keys` the pod's files. Depends on nothing in the crate.
+
+pub mod ca;
+pub mod issue;
+pub mod trust;
+
+pub use ca::{Ca, CaError};
+pub use issue::{Issued, Subject, Validity, ValidityError};
