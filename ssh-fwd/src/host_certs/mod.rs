@@ -13,4 +13,12 @@ pub mod issue;
 pub mod trust;
 
 pub use ca::{Ca, CaError};
+
+/// The host key's file name: in the per-pod Secret, and in the keys
+/// directory install-keys writes.
+pub const KEY_FILE: &str = "ssh_host_ed25519_key";
+/// The certificate's, as `ssh-keygen -s` names it.
+pub const CERT_FILE: &str = "ssh_host_ed25519_key-cert.pub";
+/// The `sshd_config` snippet's (`HostKey`, `HostCertificate`).
+pub const SNIPPET_FILE: &str = "sshd_config";
 pub use issue::{Issued, Subject, Validity, ValidityError};
