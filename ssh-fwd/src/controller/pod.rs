@@ -28,6 +28,8 @@ const ANNOTATIONS: &[&str] = &[
     vocabulary::RESERVATION,
     vocabulary::ADMISSION,
     vocabulary::KEYS_SECRET,
+    vocabulary::HOST_KEY_SECRET,
+    vocabulary::HOST_CERTIFICATE,
     vocabulary::LAST_ACTIVITY,
     vocabulary::SSH_CONNECTIONS,
 ];

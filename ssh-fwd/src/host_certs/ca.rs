@@ -125,16 +125,18 @@ mod tests {
 
     #[test]
     fn a_key_that_is_not_ed25519_is_refused_naming_its_type() {
-        let error = Ca::from_openssh(ECDSA_KEY.as_bytes(), WHAT).unwrap_err();
+        let error = Ca::from_openssh(ECDSA_TEST_KEY.as_bytes(), WHAT).unwrap_err();
         let CaError::NotEd25519 { algorithm, .. } = &error else {
             panic!("{error:?}");
         };
         assert!(algorithm.contains("ecdsa"), "{algorithm}");
         assert!(error.to_string().contains("must be Ed25519"), "{error}");
     }
+}
 
-    /// `ssh-keygen -t ecdsa -b 256 -N '' -C throwaway` (made for this test).
-    const ECDSA_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+/// `ssh-keygen -t ecdsa -b 256 -N '' -C throwaway` (made for tests).
+#[cfg(test)]
+pub(crate) const ECDSA_TEST_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
 b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAaAAAABNlY2RzYS
 1zaGEyLW5pc3RwMjU2AAAACG5pc3RwMjU2AAAAQQSVLkE9W4GSfpAmmu03vc+v2V1wGkh0
 KJjzncGgIPxnNc/T9sMwvRum+b9OqIsjR61dZMwXZOSsP/pd3GSNE1FvAAAAqFD1VbRQ9V
@@ -144,4 +146,3 @@ W0AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBJUuQT1bgZJ+kCaa
 BAUGBw==
 -----END OPENSSH PRIVATE KEY-----
 ";
-}

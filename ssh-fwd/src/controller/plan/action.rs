@@ -76,6 +76,14 @@ pub enum Action {
         service: String,
         why: Wait,
     },
+    /// Issue the pod's host key and certificate into the Secret `secret`
+    /// of its namespace (created only if absent), for `port`, then mark
+    /// the pod as issued.
+    IssueHostKey {
+        pod: PodRef,
+        secret: String,
+        port: u16,
+    },
     /// No write: the pod's endpoint waits for `why`. The leader plans for
     /// it again at every pass until it is told.
     Await { pod: PodRef, why: Wait },
