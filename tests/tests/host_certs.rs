@@ -317,7 +317,7 @@ fn jobs_on_one_port_are_trusted_by_the_published_line_and_impostors_are_refused(
     let ca = Ca::generate("ssh-fwd host CA").unwrap();
     let published = trust::known_hosts(HOST, &ca.public_line(), None, SystemTime::now());
     assert_eq!(published.lines().count(), 1, "{published}");
-    let kh = known_hosts(&root.path(), "user", &published);
+    let kh = known_hosts(root.path(), "user", &published);
 
     // A job whose sshd includes the snippet.
     let first = job(&net, root.path(), &keys, &ca, "job-1", true);

@@ -96,6 +96,19 @@ pub fn public_line(key: &PublicKey) -> String {
         .unwrap_or_default()
 }
 
+/// `ssh-keygen -t ecdsa -b 256 -N '' -C throwaway` (made for tests).
+#[cfg(test)]
+pub(crate) const ECDSA_TEST_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAaAAAABNlY2RzYS
+1zaGEyLW5pc3RwMjU2AAAACG5pc3RwMjU2AAAAQQSVLkE9W4GSfpAmmu03vc+v2V1wGkh0
+KJjzncGgIPxnNc/T9sMwvRum+b9OqIsjR61dZMwXZOSsP/pd3GSNE1FvAAAAqFD1VbRQ9V
+W0AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBJUuQT1bgZJ+kCaa
+7Te9z6/ZXXAaSHQomPOdwaAg/Gc1z9P2wzC9G6b5v06oiyNHrV1kzBdk5Kw/+l3cZI0TUW
+8AAAAgEIKqbNYkfIdiymZACNZ1X71m6R/nzNUtu+Y5xpUSOyUAAAAJdGhyb3dhd2F5AQID
+BAUGBw==
+-----END OPENSSH PRIVATE KEY-----
+";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,16 +146,3 @@ mod tests {
         assert!(error.to_string().contains("must be Ed25519"), "{error}");
     }
 }
-
-/// `ssh-keygen -t ecdsa -b 256 -N '' -C throwaway` (made for tests).
-#[cfg(test)]
-pub(crate) const ECDSA_TEST_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
-b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAaAAAABNlY2RzYS
-1zaGEyLW5pc3RwMjU2AAAACG5pc3RwMjU2AAAAQQSVLkE9W4GSfpAmmu03vc+v2V1wGkh0
-KJjzncGgIPxnNc/T9sMwvRum+b9OqIsjR61dZMwXZOSsP/pd3GSNE1FvAAAAqFD1VbRQ9V
-W0AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBJUuQT1bgZJ+kCaa
-7Te9z6/ZXXAaSHQomPOdwaAg/Gc1z9P2wzC9G6b5v06oiyNHrV1kzBdk5Kw/+l3cZI0TUW
-8AAAAgEIKqbNYkfIdiymZACNZ1X71m6R/nzNUtu+Y5xpUSOyUAAAAJdGhyb3dhd2F5AQID
-BAUGBw==
------END OPENSSH PRIVATE KEY-----
-";
