@@ -307,8 +307,13 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), ?why, "labelled into its Service; the ssh command waits");
         }
         Action::Await { .. } => {}
-        Action::IssueHostKey { pod, secret, port } => match &ctx.host_certs {
-            Some(certs) => certs.issue(&ctx.client, &pod, &secret, port).await?,
+        Action::IssueHostKey {
+            pod,
+            secret,
+            port,
+            deadline,
+        } => match &ctx.host_certs {
+            Some(certs) => (certs.issue(&ctx.client, &pod, &secret, port, deadline)).await?,
             None => {
                 tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), "the pod asks for a host key, but this controller runs without --host-certs")
             }

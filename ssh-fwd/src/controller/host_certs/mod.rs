@@ -150,6 +150,7 @@ impl HostCerts {
         pod: &PodRef,
         secret: &str,
         port: u16,
+        deadline: Option<super::pod::Deadline>,
     ) -> anyhow::Result<()> {
         let at = format!("{}/{}", pod.namespace, pod.name);
         if !is_ours(secret) {
@@ -163,7 +164,9 @@ impl HostCerts {
             uid: pod.uid.clone(),
             port,
         };
-        let issued = issue(&self.ca, &subject, SystemTime::now(), None, self.validity)?;
+        let now = SystemTime::now();
+        let expected_end = deadline.map(|d| d.end(now));
+        let issued = issue(&self.ca, &subject, now, expected_end, self.validity)?;
         let object = Secret {
             metadata: ObjectMeta {
                 name: Some(secret.to_owned()),

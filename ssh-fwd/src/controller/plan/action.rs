@@ -83,6 +83,8 @@ pub enum Action {
         pod: PodRef,
         secret: String,
         port: u16,
+        /// The pod's deadline, which the certificate does not outlive.
+        deadline: Option<crate::controller::pod::Deadline>,
     },
     /// No write: the pod's endpoint waits for `why`. The leader plans for
     /// it again at every pass until it is told.

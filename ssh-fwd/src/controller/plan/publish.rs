@@ -78,6 +78,7 @@ pub fn publish(svc: &Service, pod: &PodView, pod_ref: PodRef, at: &Publishing<'_
             pod: pod_ref.clone(),
             secret: secret.to_owned(),
             port,
+            deadline: pod.deadline(),
         });
     }
     let endpoint = ssh_ips::endpoint(at.host, port);

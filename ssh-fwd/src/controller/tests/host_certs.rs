@@ -294,6 +294,37 @@ async fn each_pod_gets_a_certificate_from_the_published_ca_in_a_secret_it_owns()
     assert!(bed.api.get(Kind::Secret, "jobs", "db-password").is_none());
     let job2 = bed.api.get(Kind::Pod, "jobs", "job-2").unwrap();
     assert!(job2["metadata"]["annotations"][vocabulary::HOST_CERTIFICATE].is_null());
+    // A pod with a deadline: its certificate ends with it.
+    bed.api.apply(
+        Kind::Pod,
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": "job-4", "namespace": "jobs",
+                            "labels": {vocabulary::SSH: "enabled"},
+                            "annotations": {vocabulary::HOST_KEY_SECRET: "ssh-fwd-host-key-four"}},
+               "spec": {"activeDeadlineSeconds": 3600, "containers": [{"name": "main", "image": "sshd"}]},
+               "status": {"phase": "Running", "podIP": "10.244.0.6",
+                          "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    eventually("job-4's host key Secret is issued", || {
+        bed.api
+            .get(Kind::Secret, "jobs", "ssh-fwd-host-key-four")
+            .is_some()
+    })
+    .await;
+    let four = bed
+        .api
+        .get(Kind::Secret, "jobs", "ssh-fwd-host-key-four")
+        .unwrap();
+    let cert = Certificate::from_openssh(field(&four, CERT_FILE).unwrap().trim()).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let end = cert.valid_before();
+    assert!(
+        end <= now + 600 + 3600 && end > now + 3600,
+        "{end} vs {now}"
+    );
     controller.abort();
     bed.assert_requests_listed();
 }
