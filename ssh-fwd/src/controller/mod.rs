@@ -75,6 +75,11 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     }
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
     k8s::selector::check(&client, &args.selector).await?;
+    if args.admission.host_certs && args.admission.webhook_addr.is_none() {
+        tracing::warn!(
+            "--host-certs without --webhook-addr: the CA is published, but no pod is given a host key Secret to issue into (the webhook names it); serve the webhook too"
+        );
+    }
     // The host CA before the webhook admits a pod that would need it.
     let (host_certs, _republish) = if args.admission.host_certs {
         let ips = ssh_ips.all().collect::<Vec<_>>();

@@ -109,6 +109,18 @@ BAUGBw==
 -----END OPENSSH PRIVATE KEY-----
 ";
 
+/// `ssh-keygen -t ed25519 -N passphrase -C throwaway` (made for tests).
+#[cfg(test)]
+const ENCRYPTED_TEST_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAACmFlczI1Ni1jdHIAAAAGYmNyeXB0AAAAGAAAABBnw54Igs
+Y4vvdRYLrQ1q9UAAAAEAAAAAEAAAAzAAAAC3NzaC1lZDI1NTE5AAAAIGKxASKvRXlyhLJJ
+LM/cUOjqVjc8WLR77DbeyajtZCBcAAAAkLMr3edIJgb6VuuCPU1F/7/Z4NabonN+l8nBfW
+peRxR463ELRNLMkzxSxU5Qx/6P/+DsiOwgCP9Ws6N4AHa351Qu547jn3el9A4YfpDNUEi+
+VGe51/krHXuVdVwMwZggFX8utRjQKFrZvwUKKQElC+lu3P4mq8qwBaxSipDVZeaYNvG6u6
+/3ZulBtTQ+XxQg8A==
+-----END OPENSSH PRIVATE KEY-----
+";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +146,13 @@ mod tests {
         assert!(message.starts_with(WHAT), "{message}");
         assert!(message.contains("ssh-keygen -t ed25519"), "{message}");
         assert!(message.contains("delete the Secret"), "{message}");
+    }
+
+    #[test]
+    fn an_encrypted_key_is_refused_saying_how_to_remove_the_passphrase() {
+        let error = Ca::from_openssh(ENCRYPTED_TEST_KEY.as_bytes(), WHAT).unwrap_err();
+        assert!(matches!(error, CaError::Encrypted { .. }), "{error:?}");
+        assert!(error.to_string().contains("ssh-keygen -p -N ''"), "{error}");
     }
 
     #[test]
