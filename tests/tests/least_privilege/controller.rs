@@ -354,6 +354,19 @@ fn the_controllers_token_creates_only_pods_host_key_secrets_outside_its_namespac
         &format!("{NS}/configmaps"),
         Some(&line),
     ));
+    // No other ConfigMap: an agent's served report is its word, not ours.
+    let forged_report = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": "ssh-fwd-served-node9"}, "data": {}});
+    denied_by(
+        call(
+            &api,
+            &controller,
+            "POST",
+            &format!("{NS}/configmaps"),
+            Some(&forged_report),
+        ),
+        "ssh-fwd-controller-config-maps",
+    );
     // Every tenant reads the line, and writes neither it nor the CA.
     let tenant = api.tenant_token("jobs");
     let at = format!("{NS}/configmaps/{}", vocabulary::HOST_CA_CONFIG_MAP);
