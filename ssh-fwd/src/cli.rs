@@ -14,7 +14,8 @@ use crate::{
     agent::AgentArgs,
     cli::config_check::ConfigArgs,
     commands::{
-        install_keys::InstallKeysArgs, list::ListArgs, status::StatusArgs, teardown::TeardownArgs,
+        install_keys::InstallKeysArgs, known_hosts::KnownHostsArgs, list::ListArgs,
+        status::StatusArgs, teardown::TeardownArgs,
     },
     controller::ControllerArgs,
     telemetry::logging::LogFormat,
@@ -64,6 +65,11 @@ pub enum Command {
     /// With --watch, keep it up to date as the Secret changes (the webhook
     /// runs it as an init container and as a native sidecar).
     InstallKeys(InstallKeysArgs),
+    /// Print the line to put in ~/.ssh/known_hosts to trust every job's
+    /// host certificate (`@cert-authority [HOST]:* ssh-ed25519 ...`), from
+    /// the ConfigMap the controller publishes (--host-certs); with
+    /// --ssh-config, also an ssh_config block for the host.
+    KnownHosts(KnownHostsArgs),
     /// Work with a configuration file or directory (`--config`): `ssh-fwd
     /// config check PATH` checks every key and value as the agent and the
     /// controller would, without starting anything.

@@ -9,7 +9,7 @@
 //! source                   where mappings come from: file, Kubernetes
 //! datapath                 the kernel side: load, attach, pins, maps, plan
 //! k8s  telemetry           Kubernetes plumbing; logs, metrics, HTTP
-//! mapping  args  vocabulary  the shared vocabulary and flag values
+//! mapping  args  vocabulary  host_certs  the shared vocabulary and flag values; host certificates
 //! ssh-fwd-common           (crate) map layouts and packet math, shared with the kernel
 //! ```
 //!
@@ -21,6 +21,7 @@ pub mod cli;
 pub mod commands;
 pub mod controller;
 pub mod datapath;
+pub mod host_certs;
 pub mod k8s;
 pub mod mapping;
 pub mod source;

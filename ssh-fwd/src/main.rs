@@ -47,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::Teardown(args) => commands::teardown::run(args),
         Command::Config(args) => cli::config_check::run(args),
         Command::InstallKeys(args) => commands::install_keys::run(args),
+        Command::KnownHosts(args) => block_on(commands::known_hosts::run(args)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -117,6 +117,27 @@ pub const IFACE: &str = "ssh-fwd.io/iface";
 /// certificate ends (Unix seconds).
 pub const NOT_AFTER: &str = "ssh-fwd.io/not-after";
 
+/// The default Secret (in the controller's namespace) of the host CA that
+/// signs jobs' host certificates (`--host-ca-secret`).
+pub const HOST_CA_SECRET: &str = "ssh-fwd-host-ca";
+/// Its key holding the CA's private key (OpenSSH format, Ed25519).
+pub const HOST_CA_SECRET_KEY: &str = "ssh_host_ca_key";
+/// The ConfigMap (in the controller's namespace) the host CA's trust line
+/// is published in, readable by every authenticated user.
+pub const HOST_CA_CONFIG_MAP: &str = "ssh-fwd-host-ca";
+/// Pod annotation the webhook sets: the Secret (in the pod's namespace)
+/// the controller issues the pod's host key and certificate into. The
+/// pod's creator can change it; the controller only ever creates a Secret
+/// of this name starting with [`HOST_KEY_SECRET_PREFIX`], owned by the pod.
+pub const HOST_KEY_SECRET: &str = "ssh-fwd.io/host-key-secret";
+/// The name every per-pod host key Secret starts with.
+pub const HOST_KEY_SECRET_PREFIX: &str = "ssh-fwd-host-key-";
+/// The type of a per-pod host key Secret.
+pub const HOST_KEY_SECRET_TYPE: &str = "ssh-fwd.io/host-key";
+/// Pod annotation the controller sets once it issued the pod's host
+/// certificate: its serial and end (`SERIAL until RFC3339`).
+pub const HOST_CERTIFICATE: &str = "ssh-fwd.io/host-certificate";
+
 /// The controller's name: the `app.kubernetes.io/managed-by` value of what
 /// it creates, and the reporting controller of its events.
 pub const CONTROLLER: &str = "ssh-fwd-controller";

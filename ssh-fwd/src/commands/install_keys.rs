@@ -12,8 +12,12 @@
 //! optional: without the Secret (or its key) the source is absent, which
 //! installs an empty file (no keys) with a warning naming the Secret, and
 //! the watch installs the keys once the Secret appears.
+//!
+//! With `--host-key-source` it also writes the job's host key, its
+//! certificate and an `sshd_config` snippet loading them (`host_key.rs`).
 
 mod authorized;
+pub mod host_key;
 
 use std::{
     fs::{self, File, OpenOptions},
@@ -33,9 +37,21 @@ pub use authorized::{Parsed, parse};
 
 #[derive(Debug, clap::Args)]
 pub struct InstallKeysArgs {
-    /// The keys to install: the keys Secret's `authorized_keys`, as mounted.
-    #[arg(long, value_name = "FILE")]
-    pub source: PathBuf,
+    /// The keys to install: the keys Secret's `authorized_keys`, as mounted
+    /// (none: no authorized_keys is written).
+    #[arg(long, value_name = "FILE", required_unless_present = "host_key_source")]
+    pub source: Option<PathBuf>,
+
+    /// The job's host key Secret as mounted (ssh_host_ed25519_key and
+    /// ssh_host_ed25519_key-cert.pub): both are written into --dir with
+    /// an sshd_config snippet loading them.
+    #[arg(long, value_name = "DIR", requires = "mounted_at")]
+    pub host_key_source: Option<PathBuf>,
+
+    /// Where the job's containers see --dir: the paths the sshd_config
+    /// snippet names.
+    #[arg(long, value_name = "DIR")]
+    pub mounted_at: Option<PathBuf>,
 
     /// The directory the file goes in; made if absent, then mode 0700 and
     /// owned by --uid.
@@ -230,9 +246,23 @@ pub fn run(args: InstallKeysArgs) -> anyhow::Result<()> {
         "--file `{}` must be a file name without '/'",
         target.file
     );
+    let host_key = (args.host_key_source.clone())
+        .zip(args.mounted_at.clone())
+        .map(|(dir, mounted_at)| host_key::HostKeySource { dir, mounted_at });
     let mut last = None;
     loop {
-        match once(&args.source, args.secret.as_deref(), &target, &mut last) {
+        let round = |last: &mut _| {
+            if let Some(source) = &args.source {
+                once(source, args.secret.as_deref(), &target, last)?;
+            }
+            if let Some(host_key) = &host_key
+                && host_key::sync(host_key, &target)?
+            {
+                tracing::info!(dir = %target.dir.display(), "installed the host key, its certificate and the sshd_config snippet");
+            }
+            anyhow::Ok(())
+        };
+        match round(&mut last) {
             Ok(()) => {}
             Err(e) if !args.watch => return Err(e),
             Err(e) => {
@@ -321,7 +351,9 @@ mod tests {
     fn args(tmp: &Path, watch: bool) -> InstallKeysArgs {
         let (uid, gid) = me();
         InstallKeysArgs {
-            source: tmp.join("secret/authorized_keys"),
+            source: Some(tmp.join("secret/authorized_keys")),
+            host_key_source: None,
+            mounted_at: None,
             dir: tmp.join("ssh"),
             file: "authorized_keys".into(),
             uid,
@@ -359,7 +391,7 @@ mod tests {
     fn the_watch_installs_the_keys_of_a_secret_that_appears_later() {
         let tmp = tempfile::tempdir().unwrap();
         let args = args(tmp.path(), true);
-        let (source, target) = (args.source.clone(), args.target());
+        let (source, target) = (args.source.clone().unwrap(), args.target());
         let mut last = None;
         once(&source, args.secret.as_deref(), &target, &mut last).unwrap();
         assert_eq!(fs::read_to_string(target.path()).unwrap(), "");

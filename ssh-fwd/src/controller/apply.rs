@@ -56,6 +56,8 @@ pub struct Context {
     pub metrics: ControllerMetrics,
     /// This replica's term as leader: every write is bounded by it.
     pub term: Arc<Term>,
+    /// `--host-certs`: the CA the pods' host certificates are issued by.
+    pub host_certs: Option<Arc<super::host_certs::HostCerts>>,
 }
 
 impl Context {
@@ -305,6 +307,17 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), ?why, "labelled into its Service; the ssh command waits");
         }
         Action::Await { .. } => {}
+        Action::IssueHostKey {
+            pod,
+            secret,
+            port,
+            deadline,
+        } => match &ctx.host_certs {
+            Some(certs) => (certs.issue(&ctx.client, &pod, &secret, port, deadline)).await?,
+            None => {
+                tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), "the pod asks for a host key, but this controller runs without --host-certs")
+            }
+        },
         Action::Warn { pod, problem } => {
             warn(ctx, &pod, &problem).await?;
             return Ok(Outcome::Warned(pod.uid, problem));
@@ -435,10 +448,16 @@ async fn publish(
     // after the event; the endpoint slice and the agents take longer than
     // that anyway.
     if announce {
-        let note = format!(
+        let mut note = format!(
             "SSH: Connected! Available at: {}",
             ssh_ips::command(&ctx.user, &ctx.host, port)
         );
+        if let Some(certs) = &ctx.host_certs {
+            note += &format!(
+                ". Trust its host key once, with this line in ~/.ssh/known_hosts: {}",
+                certs.trust.line()
+            );
+        }
         event(
             ctx,
             pod,

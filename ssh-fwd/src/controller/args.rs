@@ -135,6 +135,9 @@ pub struct ControllerArgs {
     pub admission: super::webhook::AdmissionArgs,
 
     #[command(flatten)]
+    pub host_ca: super::host_certs::HostCaArgs,
+
+    #[command(flatten)]
     pub config: crate::args::ConfigFlag,
 }
 

@@ -18,6 +18,7 @@ mod apply;
 mod args;
 mod expect;
 pub mod flags;
+mod host_certs;
 mod leader;
 mod lease;
 mod metrics;
@@ -68,8 +69,28 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
                 "no --identity or POD_NAME, and the host name is unreadable; pass --identity",
             )?,
     };
+    // Refused before anything is read or written.
+    if args.admission.host_certs {
+        args.host_ca.validity()?;
+    }
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
     k8s::selector::check(&client, &args.selector).await?;
+    if args.admission.host_certs && args.admission.webhook_addr.is_none() {
+        tracing::warn!(
+            "--host-certs without --webhook-addr: the CA is published, but no pod is given a host key Secret to issue into (the webhook names it); serve the webhook too"
+        );
+    }
+    // The host CA before the webhook admits a pod that would need it.
+    let (host_certs, _republish) = if args.admission.host_certs {
+        let ips = ssh_ips.all().collect::<Vec<_>>();
+        let namespace = &args.lease_namespace;
+        let (certs, task) = host_certs::start(&args.host_ca, &client, namespace, &host, ips)
+            .await
+            .context("--host-certs")?;
+        (Some(certs), Some(AbortOnDrop(task)))
+    } else {
+        (None, None)
+    };
     let metrics = ControllerMetrics::new();
     metrics
         .port_range_size
@@ -144,6 +165,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         range: args.port_range.clone(),
         metrics: metrics.clone(),
         term: term.clone(),
+        host_certs,
     });
     if let Some(addr) = args.metrics_addr {
         telemetry::http::serve(addr, metrics.endpoints()).await?;

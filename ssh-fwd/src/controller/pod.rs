@@ -28,6 +28,8 @@ const ANNOTATIONS: &[&str] = &[
     vocabulary::RESERVATION,
     vocabulary::ADMISSION,
     vocabulary::KEYS_SECRET,
+    vocabulary::HOST_KEY_SECRET,
+    vocabulary::HOST_CERTIFICATE,
     vocabulary::LAST_ACTIVITY,
     vocabulary::SSH_CONNECTIONS,
 ];
@@ -40,6 +42,10 @@ const ANNOTATIONS: &[&str] = &[
 pub struct PodView {
     pub metadata: PodMeta,
     pub status: Option<PodPhase>,
+    /// `spec.activeDeadlineSeconds`: how long the pod may run; its host
+    /// certificate ends with it (the pod's creator sets it, so it only
+    /// shortens what `--host-cert-validity` allows).
+    pub active_deadline_seconds: Option<i64>,
 }
 
 /// Of a pod's metadata, what the controller reads.
@@ -74,13 +80,43 @@ impl PodMeta {
     }
 }
 
-/// What the watch decodes of a pod: its metadata and phase.
+/// What the watch decodes of a pod: its metadata, its deadline and phase.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 pub struct PodWire {
     pub metadata: ObjectMeta,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PodDeadline>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodPhase>,
 }
+
+/// Of a pod's spec, its deadline (the rest is dropped as it is decoded).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDeadline {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+}
+
+/// A pod's `activeDeadlineSeconds`, and its creation it counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadline {
+    pub created: Option<std::time::SystemTime>,
+    pub after: std::time::Duration,
+}
+
+impl Deadline {
+    /// When the pod is expected to end: its creation (else `now`), the
+    /// allowance for starting, and the deadline.
+    pub fn end(self, now: std::time::SystemTime) -> std::time::SystemTime {
+        self.created.unwrap_or(now) + START_ALLOWANCE + self.after
+    }
+}
+
+/// How long after its creation a pod with a deadline may still be
+/// starting (scheduled, images pulled) before the deadline's clock, which
+/// starts when the kubelet takes it, runs.
+pub const START_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Of a pod's status, its phase, its addresses, and its Ready condition
 /// (the others are dropped as the watch decodes them).
@@ -134,6 +170,16 @@ impl PodView {
         Some(at.map(|t| std::time::SystemTime::from(t.0)))
     }
 
+    /// The pod's deadline, `None` without one.
+    pub fn deadline(&self) -> Option<Deadline> {
+        let seconds = u64::try_from(self.active_deadline_seconds?).ok()?;
+        Some(Deadline {
+            created: (self.metadata.creation_timestamp.as_ref())
+                .map(|t| std::time::SystemTime::from(t.0)),
+            after: std::time::Duration::from_secs(seconds),
+        })
+    }
+
     /// The pod's addresses, of both families.
     pub fn ips(&self) -> Vec<std::net::IpAddr> {
         let Some(status) = &self.status else {
@@ -165,6 +211,7 @@ impl From<PodWire> for PodView {
                 annotations: Kept::pick(meta.annotations, ANNOTATIONS),
             },
             status: pod.status,
+            active_deadline_seconds: pod.spec.and_then(|s| s.active_deadline_seconds),
         }
     }
 }
@@ -184,6 +231,9 @@ impl From<PodView> for PodWire {
                 deletion_timestamp: meta.deletion_timestamp,
                 ..ObjectMeta::default()
             },
+            spec: (pod.active_deadline_seconds).map(|d| PodDeadline {
+                active_deadline_seconds: Some(d),
+            }),
             status: pod.status,
         }
     }
@@ -280,6 +330,26 @@ mod tests {
             pod.ready_since(),
             Some(crate::k8s::activity::parse_rfc3339("2026-11-24T00:00:05Z"))
         );
+    }
+
+    #[test]
+    fn a_pods_deadline_is_kept_and_gives_its_expected_end() {
+        let pod: PodView = serde_json::from_value(json!({
+            "metadata": {"name": "p", "creationTimestamp": "2026-11-24T00:00:00Z"},
+            "spec": {"activeDeadlineSeconds": 3600, "containers": [{"name": "c"}]}}))
+        .unwrap();
+        let created = crate::k8s::activity::parse_rfc3339("2026-11-24T00:00:00Z").unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let end = pod
+            .deadline()
+            .map(|d| d.end(std::time::SystemTime::UNIX_EPOCH));
+        assert_eq!(end, Some(created + START_ALLOWANCE + hour));
+        assert_eq!(
+            serde_json::to_value(&pod).unwrap()["spec"],
+            json!({"activeDeadlineSeconds": 3600}),
+            "the deadline alone"
+        );
+        assert_eq!(PodView::default().deadline(), None);
     }
 
     #[test]

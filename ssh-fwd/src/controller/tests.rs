@@ -8,6 +8,7 @@ mod client_cert;
 mod env_missing;
 mod failover;
 mod grace;
+mod host_certs;
 mod publish_gate;
 mod retries;
 mod self_signed;

@@ -222,6 +222,7 @@ mod tests {
                 annotations: Some(annotations),
                 ..ObjectMeta::default()
             },
+            spec: None,
             status: None,
         };
         PodView::from(pod).metadata

@@ -103,10 +103,23 @@ pub const CONTROLLER: &[ApiCall] = &[
         own_namespace: true,
     },
     // --webhook-self-signed: the CA and serving certificate, kept in a
-    // Secret of its own namespace.
+    // Secret of its own namespace; --host-certs: the host CA's Secret,
+    // read, or created when absent (`controller::host_certs`).
     ApiCall {
         group: "",
         resource: "secrets",
+        verbs: &["get", "create", "update"],
+        own_namespace: true,
+    },
+    // --host-certs: each SSH pod's host key Secret, created in the pod's
+    // namespace, never read (deploy/'s admission policy holds it to that
+    // shape: ssh-fwd-controller-secrets).
+    call("", "secrets", &["create"]),
+    // --host-certs: the host CA's known_hosts line, published in a
+    // ConfigMap of its own namespace.
+    ApiCall {
+        group: "",
+        resource: "configmaps",
         verbs: &["get", "create", "update"],
         own_namespace: true,
     },

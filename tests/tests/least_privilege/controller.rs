@@ -236,3 +236,151 @@ fn a_tenant_with_edit_writes_neither_service_status_nor_endpoint_slices_nor_ssh_
         Some(&status),
     ));
 }
+
+/// A pod's host key Secret as the controller makes one.
+fn host_key_secret(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name,
+                        "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "job",
+                                             "uid": "u1", "controller": true}]},
+           "type": vocabulary::HOST_KEY_SECRET_TYPE,
+           "data": {"ssh_host_ed25519_key": "a2V5"}})
+}
+
+#[test]
+fn the_controllers_token_creates_only_pods_host_key_secrets_outside_its_namespace() {
+    let api = cluster();
+    api.apply(
+        Kind::Secret,
+        json!({"metadata": {"name": "db-password", "namespace": "jobs"}, "data": {"p": "cA=="}}),
+    );
+    let controller = api.service_account_token("ssh-fwd", "ssh-fwd-controller", None);
+    let jobs = "/api/v1/namespaces/jobs/secrets";
+    taken(call(
+        &api,
+        &controller,
+        "POST",
+        jobs,
+        Some(&host_key_secret("ssh-fwd-host-key-abc")),
+    ));
+    let policy = "ssh-fwd-controller-secrets";
+    // Another name, another type (a service-account token the token
+    // controller would fill in), no owner: refused.
+    denied_by(
+        call(
+            &api,
+            &controller,
+            "POST",
+            jobs,
+            Some(&host_key_secret("db-password2")),
+        ),
+        policy,
+    );
+    let mut token = host_key_secret("ssh-fwd-host-key-tok");
+    token["type"] = json!("kubernetes.io/service-account-token");
+    token["metadata"]["annotations"] = json!({"kubernetes.io/service-account.name": "default"});
+    denied_by(
+        call(
+            &api,
+            &controller,
+            "POST",
+            "/api/v1/namespaces/kube-system/secrets",
+            Some(&token),
+        ),
+        policy,
+    );
+    let mut orphan = host_key_secret("ssh-fwd-host-key-orphan");
+    orphan["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    denied_by(call(&api, &controller, "POST", jobs, Some(&orphan)), policy);
+    // Never read, changed or deleted there: RBAC.
+    refused(
+        call(
+            &api,
+            &controller,
+            "GET",
+            &format!("{jobs}/db-password"),
+            None,
+        ),
+        403,
+    );
+    let change = json!({"data": {"p": "eA=="}});
+    refused(
+        call(
+            &api,
+            &controller,
+            "PATCH",
+            &format!("{jobs}/db-password"),
+            Some(&change),
+        ),
+        403,
+    );
+    refused(
+        call(
+            &api,
+            &controller,
+            "DELETE",
+            &format!("{jobs}/ssh-fwd-host-key-abc"),
+            None,
+        ),
+        403,
+    );
+    // In its own namespace: its host CA, read; the published line, written.
+    let ca = json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": vocabulary::HOST_CA_SECRET}, "data": {"k": "aw=="}});
+    taken(call(
+        &api,
+        &controller,
+        "POST",
+        &format!("{NS}/secrets"),
+        Some(&ca),
+    ));
+    taken(call(
+        &api,
+        &controller,
+        "GET",
+        &format!("{NS}/secrets/{}", vocabulary::HOST_CA_SECRET),
+        None,
+    ));
+    let line = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": vocabulary::HOST_CA_CONFIG_MAP},
+                      "data": {"known_hosts": "@cert-authority [h]:* ssh-ed25519 AAAA\n"}});
+    taken(call(
+        &api,
+        &controller,
+        "POST",
+        &format!("{NS}/configmaps"),
+        Some(&line),
+    ));
+    // No other ConfigMap: an agent's served report is its word, not ours.
+    let forged_report = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                               "metadata": {"name": "ssh-fwd-served-node9"}, "data": {}});
+    denied_by(
+        call(
+            &api,
+            &controller,
+            "POST",
+            &format!("{NS}/configmaps"),
+            Some(&forged_report),
+        ),
+        "ssh-fwd-controller-config-maps",
+    );
+    // Every tenant reads the line, and writes neither it nor the CA.
+    let tenant = api.tenant_token("jobs");
+    let at = format!("{NS}/configmaps/{}", vocabulary::HOST_CA_CONFIG_MAP);
+    taken(call(&api, &tenant, "GET", &at, None));
+    let forged = json!({"data": {"known_hosts": "@cert-authority * ssh-ed25519 EVIL\n"}});
+    refused(call(&api, &tenant, "PATCH", &at, Some(&forged)), 403);
+    refused(
+        call(
+            &api,
+            &tenant,
+            "GET",
+            &format!("{NS}/secrets/{}", vocabulary::HOST_CA_SECRET),
+            None,
+        ),
+        403,
+    );
+}

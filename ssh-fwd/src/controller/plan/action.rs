@@ -76,6 +76,16 @@ pub enum Action {
         service: String,
         why: Wait,
     },
+    /// Issue the pod's host key and certificate into the Secret `secret`
+    /// of its namespace (created only if absent), for `port`, then mark
+    /// the pod as issued.
+    IssueHostKey {
+        pod: PodRef,
+        secret: String,
+        port: u16,
+        /// The pod's deadline, which the certificate does not outlive.
+        deadline: Option<crate::controller::pod::Deadline>,
+    },
     /// No write: the pod's endpoint waits for `why`. The leader plans for
     /// it again at every pass until it is told.
     Await { pod: PodRef, why: Wait },

@@ -67,11 +67,24 @@ pub fn publish(svc: &Service, pod: &PodView, pod_ref: PodRef, at: &Publishing<'_
         });
         return actions;
     }
+    // The host certificate once the port is the pod's: its pod cannot
+    // start before (its volume waits for the Secret), so neither waits
+    // for the other.
+    let meta = &pod.metadata;
+    if let Some(secret) = meta.annotation(vocabulary::HOST_KEY_SECRET)
+        && meta.annotation(vocabulary::HOST_CERTIFICATE).is_none()
+    {
+        actions.push(Action::IssueHostKey {
+            pod: pod_ref.clone(),
+            secret: secret.to_owned(),
+            port,
+            deadline: pod.deadline(),
+        });
+    }
     let endpoint = ssh_ips::endpoint(at.host, port);
     if at.published == Some(endpoint.as_str()) {
         return actions;
     }
-    let meta = &pod.metadata;
     let told = service::told_endpoint(pod) == Some(endpoint.as_str());
     let annotated = meta.annotation(vocabulary::ENDPOINT) == Some(endpoint.as_str());
     let labelled = meta.label(vocabulary::SERVICE) == Some(name.as_str());

@@ -89,6 +89,20 @@ pub struct AdmissionArgs {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = crate::args::duration)]
     pub keys_watch_interval: Duration,
 
+    /// Give every SSH pod a fresh host key and a host certificate signed by
+    /// the host CA (--host-ca-secret), installed by the install-keys
+    /// containers next to the keys with an sshd_config snippet that loads
+    /// them; users trust every job with one known_hosts line (`ssh-fwd
+    /// known-hosts`). A pod starts once its certificate is issued.
+    #[arg(long)]
+    pub host_certs: bool,
+
+    /// With --host-certs: the variable every container of an SSH pod gets,
+    /// naming the sshd_config snippet (in --keys-dir) that loads the job's
+    /// host key and certificate.
+    #[arg(long, value_name = "NAME", default_value = "SSH_FWD_SSHD_CONFIG")]
+    pub sshd_config_env_name: String,
+
     /// How long a port reservation may take at admission before the pod is
     /// admitted without a port; must stay under the webhook's
     /// timeoutSeconds (5 in deploy/).
@@ -142,7 +156,7 @@ pub enum AdmissionFlagError {
     )]
     NoCertificate,
     #[error(
-        "--env-name `{0}` is not a variable name Kubernetes takes: letters, digits, '_', '-' and '.', not starting with a digit"
+        "--env-name or --sshd-config-env-name `{0}` is not a variable name Kubernetes takes: letters, digits, '_', '-' and '.', not starting with a digit"
     )]
     EnvName(String),
     #[error("--keys-dir `{0}` must be an absolute path, e.g. /etc/ssh-fwd")]
@@ -165,14 +179,17 @@ impl AdmissionArgs {
         {
             return Err(AdmissionFlagError::NoCertificate);
         }
-        let name = &self.env_name;
-        let env_ok = !name.is_empty()
-            && !name.starts_with(|c: char| c.is_ascii_digit())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if !env_ok {
-            return Err(AdmissionFlagError::EnvName(name.clone()));
+        let env_ok = |name: &str| {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        };
+        for name in [&self.env_name, &self.sshd_config_env_name] {
+            if !env_ok(name) {
+                return Err(AdmissionFlagError::EnvName(name.clone()));
+            }
         }
         if !self.keys_dir.starts_with('/') || self.keys_dir.contains(['\n', '\0']) {
             return Err(AdmissionFlagError::KeysDir(self.keys_dir.clone()));

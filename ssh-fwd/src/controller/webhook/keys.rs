@@ -18,6 +18,14 @@
 //! since Pod Security admission checks the pod after every mutating
 //! webhook, whatever its failurePolicy. Keys owned by root are installed
 //! as root with CHOWN alone (the group may be one root is not in).
+//!
+//! With `--host-certs`, the same containers also install the job's host
+//! key and certificate (and the `sshd_config` snippet loading them) from
+//! the per-pod Secret the leader issues once the pod has its port
+//! ([`HOST_KEY_VOLUME`]), mounted in the install-keys containers only.
+//! That volume is not optional: the pod starts once its certificate is
+//! issued (a FailedMount until then), so no job's sshd starts with a host
+//! key its users' known_hosts would refuse.
 
 use std::time::Duration;
 
@@ -36,6 +44,8 @@ pub const KEYS_MOUNT: &str = "/var/run/ssh-fwd/keys";
 /// The directory of the keys volume that holds the file, mounted at
 /// `--keys-dir` in every other container.
 pub const KEYS_SUBDIR: &str = "keys";
+pub const HOST_KEY_VOLUME: &str = "ssh-fwd-host-key";
+pub const HOST_KEY_DIR: &str = "/var/run/ssh-fwd/host-key";
 pub const INSTALL_CONTAINER: &str = "ssh-fwd-install-keys";
 pub const WATCH_CONTAINER: &str = "ssh-fwd-keys-watch";
 
@@ -51,16 +61,36 @@ pub struct Keys {
     pub interval: Duration,
 }
 
+/// What install-keys installs in one pod: the keys Secret's authorized
+/// keys, the host key Secret's pair, or both.
+struct Sources<'a> {
+    keys: Option<String>,
+    host_key: Option<&'a str>,
+}
+
 /// Adds the keys volumes, mounts and containers when the pod names a
-/// Secret; a reason it cannot is a warning, and the pod is left without.
-pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String>) {
+/// Secret or gets a host key (`host_key`: its Secret's name); a reason it
+/// cannot is a warning, and the pod is left without.
+pub fn inject(
+    pod: &Value,
+    keys: &Keys,
+    host_key: Option<&str>,
+    ops: &mut Ops,
+    warnings: &mut Vec<String>,
+) {
     let secret = match secret_name(pod, keys) {
-        Ok(Some(secret)) => secret,
-        Ok(None) => return,
+        Ok(secret) => secret,
         Err(why) => {
             warnings.push(format!("ssh-fwd: no SSH keys installed: {why}"));
-            return;
+            None
         }
+    };
+    if secret.is_none() && host_key.is_none() {
+        return;
+    }
+    let sources = Sources {
+        keys: secret,
+        host_key,
     };
     if let Some(clash) = clash(pod) {
         warnings.push(format!(
@@ -89,18 +119,26 @@ pub fn inject(pod: &Value, keys: &Keys, ops: &mut Ops, warnings: &mut Vec<String
         );
     }
     let spec = &pod["spec"];
-    let keys_volume = json!({"name": KEYS_VOLUME, "emptyDir": {"medium": "Memory"}});
+    let mut volumes = vec![json!({"name": KEYS_VOLUME, "emptyDir": {"medium": "Memory"}})];
     // Optional: a missing Secret (or key) must not keep the pod from
     // starting (FailedMount); install-keys says what is missing, and the
     // sidecar installs the keys once the Secret appears.
-    let source = json!({"name": SOURCE_VOLUME, "secret": {
-        "secretName": secret, "defaultMode": 0o444, "optional": true,
-        "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}});
-    ops.push_all(spec, &["spec", "volumes"], vec![keys_volume, source]);
+    if let Some(secret) = &sources.keys {
+        volumes.push(json!({"name": SOURCE_VOLUME, "secret": {
+            "secretName": secret, "defaultMode": 0o444, "optional": true,
+            "items": [{"key": SECRET_KEY, "path": SECRET_KEY}]}}));
+    }
+    if let Some(host_key) = sources.host_key {
+        use crate::host_certs::{CERT_FILE, KEY_FILE};
+        volumes.push(json!({"name": HOST_KEY_VOLUME, "secret": {
+            "secretName": host_key, "defaultMode": 0o444,
+            "items": [{"key": KEY_FILE, "path": KEY_FILE}, {"key": CERT_FILE, "path": CERT_FILE}]}}));
+    }
+    ops.push_all(spec, &["spec", "volumes"], volumes);
     let (uid, gid) = owner(pod, keys);
     let (install, watch) = (
-        install_container(keys, &secret, uid, gid),
-        watch_container(keys, &secret, uid, gid),
+        install_container(keys, &sources, uid, gid),
+        watch_container(keys, &sources, uid, gid),
     );
     if spec["initContainers"].is_array() {
         // Each at the front, the watcher first: install-keys ends up first.
@@ -145,7 +183,7 @@ fn clash(pod: &Value) -> Option<String> {
             .as_array()
             .is_some_and(|items| items.iter().any(|i| i["name"] == name))
     };
-    for name in [KEYS_VOLUME, SOURCE_VOLUME] {
+    for name in [KEYS_VOLUME, SOURCE_VOLUME, HOST_KEY_VOLUME] {
         if has("volumes", name) {
             return Some(format!("a volume named {name}"));
         }
@@ -208,30 +246,46 @@ fn sshd_container(pod: &Value) -> &Value {
     containers.chain(sidecars).find(declares).unwrap_or(first)
 }
 
-fn args(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Vec<String> {
-    let source = format!("{SOURCE_DIR}/{SECRET_KEY}");
-    [
-        "install-keys",
-        "--source",
-        &source,
-        "--dir",
-        &format!("{KEYS_MOUNT}/{KEYS_SUBDIR}"),
-        "--file",
-        &keys.file,
-        "--uid",
-        &uid.to_string(),
-        "--gid",
-        &gid.to_string(),
-        "--secret",
-        secret,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+fn args(keys: &Keys, sources: &Sources<'_>, uid: i64, gid: i64) -> Vec<String> {
+    let mut args = vec!["install-keys".to_owned()];
+    if sources.keys.is_some() {
+        args.extend(["--source".to_owned(), format!("{SOURCE_DIR}/{SECRET_KEY}")]);
+    }
+    args.extend(
+        [
+            "--dir",
+            &format!("{KEYS_MOUNT}/{KEYS_SUBDIR}"),
+            "--file",
+            &keys.file,
+            "--uid",
+            &uid.to_string(),
+            "--gid",
+            &gid.to_string(),
+        ]
+        .map(str::to_owned),
+    );
+    if let Some(secret) = &sources.keys {
+        args.extend(["--secret".to_owned(), secret.clone()]);
+    }
+    if sources.host_key.is_some() {
+        args.extend(["--host-key-source".to_owned(), HOST_KEY_DIR.to_owned()]);
+        args.extend(["--mounted-at".to_owned(), keys.dir.clone()]);
+    }
+    args
 }
 
-fn mounts() -> Value {
-    json!([{"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR, "readOnly": true},
-           {"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT}])
+fn mounts(sources: &Sources<'_>) -> Value {
+    let mut mounts = vec![json!({"name": KEYS_VOLUME, "mountPath": KEYS_MOUNT})];
+    if sources.keys.is_some() {
+        mounts.insert(
+            0,
+            json!({"name": SOURCE_VOLUME, "mountPath": SOURCE_DIR, "readOnly": true}),
+        );
+    }
+    if sources.host_key.is_some() {
+        mounts.push(json!({"name": HOST_KEY_VOLUME, "mountPath": HOST_KEY_DIR, "readOnly": true}));
+    }
+    Value::Array(mounts)
 }
 
 /// Small, with limits as well as requests: a namespace whose ResourceQuota
@@ -255,23 +309,23 @@ fn security_context(uid: i64, gid: i64, chown: bool) -> Value {
            "capabilities": capabilities, "seccompProfile": {"type": "RuntimeDefault"}})
 }
 
-fn install_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
+fn install_container(keys: &Keys, sources: &Sources<'_>, uid: i64, gid: i64) -> Value {
     json!({
-        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, secret, uid, gid),
-        "volumeMounts": mounts(), "resources": resources(),
+        "name": INSTALL_CONTAINER, "image": keys.image, "args": args(keys, sources, uid, gid),
+        "volumeMounts": mounts(sources), "resources": resources(),
         "securityContext": security_context(uid, gid, true),
     })
 }
 
 /// The sidecar writes in the directory install-keys made its owner's: it
 /// needs no capability.
-fn watch_container(keys: &Keys, secret: &str, uid: i64, gid: i64) -> Value {
-    let mut args = args(keys, secret, uid, gid);
+fn watch_container(keys: &Keys, sources: &Sources<'_>, uid: i64, gid: i64) -> Value {
+    let mut args = args(keys, sources, uid, gid);
     let interval = humantime::format_duration(keys.interval).to_string();
     args.extend(["--watch".to_owned(), "--interval".to_owned(), interval]);
     json!({
         "name": WATCH_CONTAINER, "image": keys.image, "args": args, "restartPolicy": "Always",
-        "volumeMounts": mounts(), "resources": resources(),
+        "volumeMounts": mounts(sources), "resources": resources(),
         "securityContext": security_context(uid, gid, false),
     })
 }

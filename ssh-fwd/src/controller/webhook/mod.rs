@@ -98,6 +98,7 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
             default_secret: args.default_keys_secret.clone(),
             interval: args.keys_watch_interval,
         },
+        host_certs: (args.host_certs).then(|| args.sshd_config_env_name.clone()),
     };
     let total = budget::total_for(args.provisional_cap_total as usize, &shared.range);
     if total < args.provisional_cap_total as usize {

@@ -21,6 +21,10 @@ pub struct Injection {
     /// `HOST` of `HOST:PORT`: `--ssh-hostname`, else the SSH IP.
     pub host: String,
     pub keys: keys::Keys,
+    /// `--host-certs`: the variable (`--sshd-config-env-name`) every
+    /// container gets, naming the `sshd_config` snippet that loads the
+    /// job's host key and certificate.
+    pub host_certs: Option<String>,
 }
 
 /// The port decided for a pod.
@@ -46,7 +50,10 @@ pub struct Mutation {
 pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
     let mut ops = Ops::default();
     let mut warnings = Vec::new();
-    annotate(pod, port, injection, &mut ops);
+    // A name of our making, whatever the pod says: the leader issues into
+    // the Secret this annotation names (`controller::host_certs`).
+    let host_key = injection.host_certs.as_ref().map(|_| host_key_secret());
+    annotate(pod, port, injection, host_key.as_deref(), &mut ops);
     let endpoint = match port {
         Port::Reserved { port, .. } | Port::DryRun { port } => {
             Some(crate::controller::ssh_ips::endpoint(&injection.host, *port))
@@ -56,21 +63,51 @@ pub fn mutate(pod: &Value, port: &Port, injection: &Injection) -> Mutation {
     if let Some(endpoint) = &endpoint {
         set_variable(pod, &injection.variable, endpoint, &mut ops, &mut warnings);
     }
+    if let Some(variable) = &injection.host_certs {
+        let snippet = format!(
+            "{}/{}",
+            injection.keys.dir.trim_end_matches('/'),
+            crate::host_certs::SNIPPET_FILE
+        );
+        set_variable(pod, variable, &snippet, &mut ops, &mut warnings);
+    }
     // Last: it inserts init containers at the front, which shifts the
     // indices the operations above use.
-    keys::inject(pod, &injection.keys, &mut ops, &mut warnings);
+    let host_key = host_key.as_deref();
+    keys::inject(pod, &injection.keys, host_key, &mut ops, &mut warnings);
     Mutation {
         patch: ops.into_patch(),
         warnings,
     }
 }
 
-/// The endpoint and reservation annotations; values a client set in ours
-/// are replaced or removed, so none can be smuggled in.
-fn annotate(pod: &Value, port: &Port, injection: &Injection, ops: &mut Ops) {
+/// A new host key Secret's name: the prefix and 16 random lowercase
+/// letters and digits (the pod's own name may not be known yet).
+fn host_key_secret() -> String {
+    use rand::{Rng as _, distr::Alphanumeric};
+    let suffix: String = (rand::rng().sample_iter(&Alphanumeric))
+        .map(|c| char::from(c).to_ascii_lowercase())
+        .take(16)
+        .collect();
+    format!("{}{suffix}", vocabulary::HOST_KEY_SECRET_PREFIX)
+}
+
+/// The endpoint, reservation and host key annotations; values a client set
+/// in ours are replaced or removed, so none can be smuggled in.
+fn annotate(
+    pod: &Value,
+    port: &Port,
+    injection: &Injection,
+    host_key: Option<&str>,
+    ops: &mut Ops,
+) {
     let current = pod["metadata"]["annotations"].as_object();
     let mut ours: Vec<(&str, String)> = Vec::new();
-    let mut remove: Vec<&str> = vec![vocabulary::ANNOUNCED];
+    let mut remove: Vec<&str> = vec![vocabulary::ANNOUNCED, vocabulary::HOST_CERTIFICATE];
+    match host_key {
+        Some(name) => ours.push((vocabulary::HOST_KEY_SECRET, name.to_owned())),
+        None => remove.push(vocabulary::HOST_KEY_SECRET),
+    }
     match port {
         Port::Reserved { port, token } => {
             ours.push((

@@ -296,6 +296,8 @@ impl Sim {
                 });
             }
             Action::Await { .. } => {}
+            // The simulated pods carry no host key annotation.
+            Action::IssueHostKey { .. } => unreachable!("no host keys here"),
             Action::Reserve { lease } => {
                 let name = lease.metadata.name.clone().unwrap();
                 if !self.leases.contains_key(&name) {

@@ -33,6 +33,7 @@ pub async fn admitter(api: &FakeApi, range: RangeInclusive<u16>, deadline: Durat
                 default_secret: None,
                 interval: Duration::from_secs(2),
             },
+            host_certs: None,
         },
         reservations: Api::namespaced(client, "ssh-fwd"),
         store,

@@ -20,6 +20,7 @@ fn injection() -> Injection {
             default_secret: Some("keys".into()),
             interval: Duration::from_secs(2),
         },
+        host_certs: None,
     }
 }
 

@@ -22,6 +22,7 @@ fn injection(default_secret: Option<&str>, uid: Option<i64>) -> Injection {
             default_secret: default_secret.map(str::to_owned),
             interval: Duration::from_secs(2),
         },
+        host_certs: None,
     }
 }
 
@@ -350,4 +351,62 @@ fn patch_paths_escape_the_slash_in_annotation_names() {
         text.contains("/metadata/annotations/ssh-fwd.io~1endpoint"),
         "{text}"
     );
+}
+
+#[test]
+fn with_host_certs_the_pod_gets_its_host_key_secret_name_volume_and_variable_even_without_keys() {
+    let mut pod = job_pod();
+    // A client's own value is replaced: the name is ours, random.
+    pod["metadata"]["annotations"] = json!({vocabulary::HOST_KEY_SECRET: "db-password",
+                                            vocabulary::HOST_CERTIFICATE: "forged"});
+    let with = Injection {
+        host_certs: Some("SSH_FWD_SSHD_CONFIG".into()),
+        ..injection(None, None)
+    };
+    let out = applied(&pod, &mutate(&pod, &reserved(), &with));
+    let annotations = &out["metadata"]["annotations"];
+    let secret = annotations[vocabulary::HOST_KEY_SECRET].as_str().unwrap();
+    assert!(
+        secret.starts_with(vocabulary::HOST_KEY_SECRET_PREFIX),
+        "{secret}"
+    );
+    assert!(crate::controller::host_certs::is_ours(secret), "{secret}");
+    assert!(
+        annotations[vocabulary::HOST_CERTIFICATE].is_null(),
+        "{annotations}"
+    );
+    let again = applied(&pod, &mutate(&pod, &reserved(), &with));
+    assert_ne!(
+        again["metadata"]["annotations"][vocabulary::HOST_KEY_SECRET],
+        secret
+    );
+    // Its Secret as a volume the pod waits for (not optional), mounted in
+    // the install-keys containers only.
+    let volume = (out["spec"]["volumes"].as_array().unwrap().iter())
+        .find(|v| v["name"] == keys::HOST_KEY_VOLUME)
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], secret);
+    assert!(volume["secret"]["optional"].is_null(), "{volume}");
+    let inits = out["spec"]["initContainers"].as_array().unwrap();
+    let install = &inits[0];
+    assert_eq!(install["name"], keys::INSTALL_CONTAINER);
+    let args: Vec<&str> = (install["args"].as_array().unwrap().iter())
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(!args.contains(&"--source"), "no keys Secret: {args:?}");
+    let at = args.iter().position(|a| *a == "--host-key-source").unwrap();
+    assert_eq!(args[at + 1], keys::HOST_KEY_DIR);
+    let at = args.iter().position(|a| *a == "--mounted-at").unwrap();
+    assert_eq!(args[at + 1], "/etc/ucloud/ssh");
+    for container in out["spec"]["containers"].as_array().unwrap() {
+        let mounts = container["volumeMounts"].to_string();
+        assert!(!mounts.contains(keys::HOST_KEY_VOLUME), "{mounts}");
+        assert_eq!(
+            env_of(container, "SSH_FWD_SSHD_CONFIG").as_deref(),
+            Some("/etc/ucloud/ssh/sshd_config")
+        );
+    }
+    // Without --host-certs, a client's value is taken off.
+    let off = applied(&pod, &mutate(&pod, &reserved(), &injection(None, None)));
+    assert!(off["metadata"]["annotations"][vocabulary::HOST_KEY_SECRET].is_null());
 }
