@@ -9,6 +9,7 @@ mod env_missing;
 mod failover;
 mod grace;
 mod publish_gate;
+mod quarantine;
 mod retries;
 mod self_signed;
 mod squat;
