@@ -91,6 +91,14 @@ pub const PORT: &str = "ssh-fwd.io/port";
 pub const TOKEN: &str = "ssh-fwd.io/token";
 /// Lease annotation of a reservation: the namespace of the pod it is for.
 pub const NAMESPACE: &str = "ssh-fwd.io/namespace";
+/// Lease annotation of a quarantined reservation: when the job that held
+/// its port ended (RFC 3339); no other job gets the port for
+/// `--port-reuse-after` after it unless the range is otherwise exhausted.
+pub const RELEASED_AT: &str = "ssh-fwd.io/released-at";
+/// Lease annotation of a reservation made at admission on a port whose
+/// quarantine gave way: when the port's previous job ended (RFC 3339), for
+/// the leader to tell the pod once it binds the reservation.
+pub const QUARANTINE_CUT: &str = "ssh-fwd.io/quarantine-cut";
 
 /// Lease label of an SSH IP's ownership (`--announce l2` in Kubernetes
 /// mode): the SSH IP. The agents watch the Leases carrying it.
@@ -169,6 +177,9 @@ pub mod reason {
     /// Warning: the pod was created without its endpoint variable, or its
     /// variable names a port it no longer has.
     pub const SSH_ENV_MISSING: &str = "SSHEnvMissing";
+    /// Warning: the pod got a port another job left within
+    /// `--port-reuse-after`, every other port of the range being taken.
+    pub const PORT_QUARANTINE_CUT: &str = "PortQuarantineCut";
     /// Warning: the pod's Service was changed by someone else (its
     /// ports, selector or shape); the controller put it back.
     pub const SERVICE_RESTORED: &str = "SSHServiceRestored";

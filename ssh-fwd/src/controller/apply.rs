@@ -20,6 +20,7 @@ use kube::{
 };
 use serde_json::json;
 
+mod cut;
 mod event;
 mod grant;
 
@@ -30,7 +31,7 @@ use super::{
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, Problem},
     pod::PodRef,
-    reservation::write::{bind, lease_port, release, reserve_port},
+    reservation::write::{self, lease_port, release, reserve_port},
     service,
     ssh_ips::{self, SshIps},
     warn::Scope,
@@ -202,12 +203,18 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
             port,
             service,
             reserve,
+            reclaim,
         } => {
-            if let Some(lease) = reserve
-                && !reserve_port(&ctx.reservations, &lease, port).await?
-            {
-                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
-                return Ok(Outcome::Raced);
+            if let Some(lease) = reserve {
+                let reclaimed = match reclaim {
+                    Some(r) => write::reclaim(&ctx.reservations, &r).await?,
+                    None => true,
+                };
+                if !reclaimed || !reserve_port(&ctx.reservations, &lease, port).await? {
+                    tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), port, "the port was reserved by someone else a moment ago; the next pass picks another");
+                    return Ok(Outcome::Raced);
+                }
+                cut::tell(ctx, &pod, &lease).await;
             }
             return match create(ctx, &pod, port, &service).await? {
                 Created::New => {
@@ -260,7 +267,12 @@ async fn run(ctx: &Context, action: Action, told_taken: bool) -> anyhow::Result<
                 tracing::info!(port, holder = ?lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()), "reserved a port a Service holds");
             }
         }
-        Action::Bind { lease } => bind(&ctx.reservations, &lease).await?,
+        Action::Bind { lease, pod } => {
+            if write::bind(&ctx.reservations, &lease).await? {
+                cut::tell(ctx, &pod, &lease).await;
+            }
+        }
+        Action::Quarantine { lease } => drop(write::quarantine(&ctx.reservations, &lease).await?),
         Action::Release {
             name,
             port,

@@ -4,6 +4,28 @@ use std::{path::PathBuf, time::Duration};
 
 use crate::{args::ServiceStyle, vocabulary};
 
+/// The longest `--port-reuse-after`: a day is past any client's retry,
+/// and with a longer one every port of a busy range stays quarantined, so
+/// every job would get one cut short.
+pub const MAX_PORT_REUSE_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `--port-reuse-after`: 0 (off), or from a second to a day.
+pub fn port_reuse_after(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 10m, 1h or 0 (no quarantine): {e}"))?;
+    if !d.is_zero() && d < Duration::from_secs(1) {
+        return Err(format!(
+            "`{s}` is under a second, which quarantines nothing: give at least 1s, or 0 to turn the quarantine off"
+        ));
+    }
+    if d > MAX_PORT_REUSE_AFTER {
+        return Err(format!(
+            "`{s}` is over a day: a busy range would keep every port quarantined and cut each quarantine short; give at most 24h"
+        ));
+    }
+    Ok(d)
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
     /// The external SSH IP the Services expose (one of the agents'
@@ -23,6 +45,16 @@ pub struct ControllerArgs {
     /// range, as the agents' does.
     #[arg(long, value_name = "FIRST-LAST", default_value = crate::args::node_ports::DEFAULT_PORT_RANGE, value_parser = crate::args::port_range)]
     pub port_range: std::ops::RangeInclusive<u16>,
+
+    /// How long the port of an SSH job that ended goes to no other job (its
+    /// quarantine), so that a client coming back for the old job does not
+    /// reach the next one; kept on the port's reservation, so a restart or
+    /// failover keeps it. When every other port is taken, the port
+    /// quarantined longest is handed out all the same, and its pod gets a
+    /// PortQuarantineCut Warning. 0 turns the quarantine off: a freed port
+    /// may go to the next job at once.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = port_reuse_after)]
+    pub port_reuse_after: Duration,
 
     /// The user name shown in the published ssh command.
     #[arg(long, value_name = "USER", default_value = "ucloud")]
@@ -152,4 +184,41 @@ pub fn parse<'a>(argv: impl IntoIterator<Item = &'a str>) -> Result<ControllerAr
         args: ControllerArgs,
     }
     Only::try_parse_from(std::iter::once("controller").chain(argv)).map(|o| o.args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_port_quarantine_is_ten_minutes_unless_told_and_zero_turns_it_off() {
+        let base = ["--ssh-ip", "198.18.0.10"];
+        assert_eq!(
+            parse(base).unwrap().port_reuse_after,
+            Duration::from_secs(600)
+        );
+        let with = |value| parse(base.into_iter().chain(["--port-reuse-after", value]));
+        assert_eq!(with("0").unwrap().port_reuse_after, Duration::ZERO);
+        assert_eq!(with("24h").unwrap().port_reuse_after, MAX_PORT_REUSE_AFTER);
+    }
+
+    #[test]
+    fn a_port_quarantine_that_means_nothing_is_refused_naming_the_flag_and_the_fix() {
+        let with = |value| {
+            let flag = format!("--port-reuse-after={value}");
+            parse(["--ssh-ip", "198.18.0.10", &flag])
+                .unwrap_err()
+                .to_string()
+        };
+        for (value, fix) in [
+            ("500ms", "at least 1s, or 0 to turn the quarantine off"),
+            ("2d", "at most 24h"),
+            ("ten minutes", "a duration like 10m"),
+            ("-5m", "a duration like 10m"),
+        ] {
+            let error = with(value);
+            assert!(error.contains("--port-reuse-after"), "{value}: {error}");
+            assert!(error.contains(fix), "{value}: {error}");
+        }
+    }
 }

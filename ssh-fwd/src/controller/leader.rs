@@ -10,7 +10,10 @@ use std::{
     time::Instant,
 };
 
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::{
+    api::core::v1::{ConfigMap, Service},
+    jiff::Timestamp,
+};
 use kube::{
     Api,
     runtime::{reflector::Store, watcher},
@@ -28,6 +31,7 @@ use super::{
         scope::{Scope, Waiting},
     },
     pod::{PodView, PodWire},
+    ports::Quarantine,
     reservation::{LeaseView, upkeep::Upkeep},
     retry,
     served::{Gate, PublishWhen, watch::Reports},
@@ -137,6 +141,10 @@ impl Leadership<'_> {
                         .map_or(&super::served::NONE, Reports::refresh),
                     now: std::time::SystemTime::now(),
                 },
+                quarantine: Quarantine {
+                    after: args.port_reuse_after,
+                    now: Timestamp::now(),
+                },
             };
             let mut actions =
                 plan::compute(&pass, &ctx.settings(), &ctx.range, &ctx.host, &mut rng);
@@ -149,7 +157,8 @@ impl Leadership<'_> {
             ctx.metrics
                 .pods_awaiting
                 .set(i64::try_from(awaiting.len()).unwrap_or(i64::MAX));
-            actions.extend(upkeep.actions(&world, &scope, &expected, &ctx.range, started));
+            let wall = pass.quarantine.now;
+            actions.extend(upkeep.actions(&world, &scope, &expected, &ctx.range, (started, wall)));
             let writes = actions.len();
             let Applied {
                 done,

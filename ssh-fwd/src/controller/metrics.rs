@@ -59,6 +59,7 @@ impl ControllerMetrics {
             vocabulary::reason::SERVICE_NAME_TAKEN,
             vocabulary::reason::SSH_ENV_MISSING,
             vocabulary::reason::SSH_UNCONFIRMED,
+            vocabulary::reason::PORT_QUARANTINE_CUT,
         ] {
             drop(warnings.get_or_create(&ReasonLabel { reason }));
         }

@@ -127,6 +127,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
                 ssh_ip: published,
                 host: host.clone(),
                 range: args.port_range.clone(),
+                reuse_after: args.port_reuse_after,
                 store: store.clone(),
                 metrics: metrics.admission.clone(),
             };
@@ -184,7 +185,8 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // Kept from one term to the next once made (a standby without a
     // webhook never needs them).
     let mut reservations = early;
-    let mut upkeep = Upkeep::new(args.admission.reservation_grace, Some(first_seen.clone()));
+    let mut upkeep = Upkeep::new(args.admission.reservation_grace, Some(first_seen.clone()))
+        .quarantine_for(args.port_reuse_after);
     upkeep.count_lapses_in(metrics.reservations_lapsed.clone());
     loop {
         tokio::select! {

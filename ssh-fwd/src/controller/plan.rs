@@ -50,6 +50,8 @@ pub struct Pass<'a> {
     pub variable: Option<&'a str>,
     /// When a pod's endpoint may be told (`--publish-when`).
     pub gate: super::served::Gate<'a>,
+    /// `--port-reuse-after`, and now: which port a pod without one gets.
+    pub quarantine: super::ports::Quarantine,
 }
 
 /// The writes that make the part of the world `pass.scope` names agree
@@ -93,6 +95,7 @@ pub fn compute(
         if !pass.expected.creating(uid) {
             let mut free = Free {
                 range,
+                quarantine: &pass.quarantine,
                 taken: &taken,
                 handed: &mut handed,
                 rng: &mut *rng,

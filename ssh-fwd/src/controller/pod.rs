@@ -273,6 +273,17 @@ pub struct PodRef {
     pub uid: String,
 }
 
+impl PodRef {
+    /// How the API addresses `pod`.
+    pub fn of(pod: &PodView) -> Self {
+        Self {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+        }
+    }
+}
+
 /// Labelled, not terminating, not finished.
 pub fn asks_for_ssh(pod: &PodView) -> bool {
     let labelled = pod.metadata.label(vocabulary::SSH) == Some(vocabulary::SSH_ENABLED);

@@ -15,21 +15,32 @@
 //! pod it was made for ([`binding`]), and lapses if no such pod appears
 //! within the grace ([`upkeep`]).
 //!
+//! When the job holding a port ends, its reservation is not deleted but
+//! **quarantined** (its holder replaced by the time it ended,
+//! [`vocabulary::RELEASED_AT`]) for `--port-reuse-after`, so every replica
+//! sees the port as in use and no other job gets it straight away; the
+//! leader deletes it once the quarantine is over. When no port is free, an
+//! allocation takes the port quarantined longest ([`ports::pick`]) by
+//! deleting that reservation, only if it is still the one read (uid and
+//! resourceVersion), then creating its own as for any port
+//! ([`reclaim`]): of two replicas taking it, one delete fails (409), and
+//! the create is still what the API server arbitrates.
+//!
 //! Everything about them is here: the Lease's format (this file), what the
 //! caches keep of it ([`view`]), its watch ([`watch`]) and when this process
 //! first saw each ([`first_seen`]), which pod each is for ([`binding`]),
 //! the leader's rules for making, binding and releasing them ([`upkeep`])
-//! and its writes ([`write`](mod@write)). The world's index
+//! and its writes ([`write`](mod@write)), and taking a port (`take.rs`:
+//! from the webhook, or from a quarantine). The world's index
 //! of them is [`Book`](crate::controller::world::book::Book).
 
-use std::{collections::BTreeSet, net::IpAddr, ops::RangeInclusive};
+use std::{collections::BTreeMap, net::IpAddr};
 
 use k8s_openapi::{
     api::coordination::v1::{Lease, LeaseSpec},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
     jiff::Timestamp,
 };
-use kube::Api;
 use rand::Rng;
 
 use super::ports;
@@ -37,12 +48,14 @@ use crate::vocabulary;
 
 pub mod binding;
 pub(crate) mod first_seen;
+mod take;
 pub mod upkeep;
 mod view;
 pub mod watch;
 pub mod write;
 
 pub use first_seen::FirstSeen;
+pub use take::{ReserveError, build_picked, create, reclaim, reserve_free};
 pub use view::LeaseView;
 
 /// Who a reservation is for.
@@ -66,6 +79,9 @@ pub enum Holder {
     },
     /// A Service already holding the port.
     Service { key: String },
+    /// Nobody: the job that held the port ended at `since`, and no other
+    /// gets it for `--port-reuse-after` after, unless no port is free.
+    Quarantined { since: Timestamp },
 }
 
 /// The Lease name for a port: `ssh-port-<ip>-<port>` (a DNS subdomain),
@@ -96,8 +112,7 @@ pub fn new_token() -> String {
 
 /// The reservation of `port` on `ip` for `holder`.
 pub fn build(ip: IpAddr, port: u16, holder: &Holder) -> Lease {
-    let mut annotations =
-        std::collections::BTreeMap::from([(vocabulary::PORT.to_owned(), port.to_string())]);
+    let mut annotations = BTreeMap::from([(vocabulary::PORT.to_owned(), port.to_string())]);
     let shown = match holder {
         Holder::Admitted {
             namespace,
@@ -125,11 +140,15 @@ pub fn build(ip: IpAddr, port: u16, holder: &Holder) -> Lease {
             annotations.insert(vocabulary::SERVICE.into(), key.clone());
             format!("service {key}")
         }
+        Holder::Quarantined { since } => {
+            annotations.insert(vocabulary::RELEASED_AT.into(), since.to_string());
+            format!("quarantined since {since}")
+        }
     };
     Lease {
         metadata: ObjectMeta {
             name: Some(name(ip, port)),
-            labels: Some(std::collections::BTreeMap::from([
+            labels: Some(BTreeMap::from([
                 (vocabulary::PORT_RESERVATION.to_owned(), ip_key(ip)),
                 (
                     vocabulary::MANAGED_BY_LABEL.to_owned(),
@@ -160,8 +179,23 @@ pub struct Reservation {
     pub token: Option<String>,
     pub namespace: Option<String>,
     pub pod_uid: Option<String>,
+    /// Quarantined: when the job that held the port ended.
+    pub released_at: Option<Timestamp>,
+    /// Made at admission on a port whose quarantine gave way: when its
+    /// previous job ended.
+    pub quarantine_cut: Option<Timestamp>,
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+}
+
+impl Reservation {
+    /// The port as [`ports::pick`] takes it when quarantined.
+    pub fn resting(&self) -> Option<ports::Resting> {
+        Some(ports::Resting {
+            port: self.port,
+            since: self.released_at?,
+        })
+    }
 }
 
 /// Reads a reservation; `None` for a Lease that is not a well-formed one
@@ -180,6 +214,8 @@ pub fn read(lease: &LeaseView, ip: IpAddr) -> Option<Reservation> {
         token: annotation(vocabulary::TOKEN),
         namespace: annotation(vocabulary::NAMESPACE),
         pod_uid: annotation(vocabulary::POD_UID),
+        released_at: annotation(vocabulary::RELEASED_AT).and_then(|t| t.parse().ok()),
+        quarantine_cut: annotation(vocabulary::QUARANTINE_CUT).and_then(|t| t.parse().ok()),
         uid: lease.uid.clone(),
         resource_version: lease.resource_version.clone(),
     })
@@ -189,57 +225,6 @@ pub fn read(lease: &LeaseView, ip: IpAddr) -> Option<Reservation> {
 #[cfg(test)]
 pub fn kept(lease: &Lease) -> LeaseView {
     LeaseView::from(lease.clone())
-}
-
-/// Creates `lease` only if its name is free: `Ok(true)` when this call made
-/// it, `Ok(false)` when the port is already reserved (409 AlreadyExists).
-pub async fn create(api: &Api<Lease>, lease: &Lease) -> Result<bool, kube::Error> {
-    match crate::k8s::answer::create(api, lease).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.is_already_exists() => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Why no port could be reserved.
-#[derive(Debug, thiserror::Error)]
-pub enum ReserveError {
-    #[error("every port of {}-{} is taken", .0.start(), .0.end())]
-    Full(RangeInclusive<u16>),
-    #[error("reserving port {port}: {source}")]
-    Api {
-        port: u16,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// Reserves a free port of `range` for `holder`: a random port not in
-/// `used` ([`ports::pick_free`], the one allocation rule), created only if
-/// absent; a port found taken joins `used` and another is tried, until
-/// the range is exhausted. API failures other than a conflict end it (the
-/// caller decides whether to try again).
-pub async fn reserve_free(
-    api: &Api<Lease>,
-    ip: IpAddr,
-    range: &RangeInclusive<u16>,
-    mut used: BTreeSet<u16>,
-    holder: &Holder,
-) -> Result<u16, ReserveError> {
-    loop {
-        let port = {
-            let mut rng = rand::rng();
-            ports::pick_free(range, &|p| used.contains(&p), &mut rng)
-                .ok_or_else(|| ReserveError::Full(range.clone()))?
-        };
-        match create(api, &build(ip, port, holder)).await {
-            Ok(true) => return Ok(port),
-            Ok(false) => {
-                used.insert(port);
-            }
-            Err(source) => return Err(ReserveError::Api { port, source }),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -355,7 +340,7 @@ mod tests {
                     namespace, token, ..
                 } => (Some(token), Some(namespace), None),
                 Holder::Pod { namespace, uid, .. } => (None, Some(namespace), Some(uid)),
-                Holder::Service { .. } => (None, None, None),
+                Holder::Service { .. } | Holder::Quarantined { .. } => (None, None, None),
             };
             let expected = Reservation {
                 name: "ssh-port-198.18.0.10-8123".into(),
@@ -363,6 +348,8 @@ mod tests {
                 token,
                 namespace,
                 pod_uid,
+                released_at: None,
+                quarantine_cut: None,
                 uid: Some("lease-uid".into()),
                 resource_version: Some("42".into()),
             };

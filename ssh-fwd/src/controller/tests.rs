@@ -10,6 +10,7 @@ mod failover;
 mod grace;
 mod host_certs;
 mod publish_gate;
+mod quarantine;
 mod retries;
 mod self_signed;
 mod squat;

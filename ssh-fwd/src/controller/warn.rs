@@ -178,6 +178,25 @@ impl Problem {
     }
 }
 
+/// The note of a pod whose port `port` was taken from a quarantine that
+/// gave way: the previous job on it ended at `since`, it is `now`.
+pub fn quarantine_cut(
+    port: u16,
+    since: k8s_openapi::jiff::Timestamp,
+    now: k8s_openapi::jiff::Timestamp,
+    scope: &Scope<'_>,
+) -> String {
+    let ago = now.duration_since(since).unsigned_abs();
+    let ago = humantime::format_duration(std::time::Duration::from_secs(ago.as_secs()));
+    bounded(format!(
+        "The quarantine of port {port} gave way: this pod got it {ago} after the job that held it ended, within --port-reuse-after, because every other port of {}-{} on {} is taken. Clients that knew the previous job at {}:{port} may see its host key change. An operator can widen --port-range (and the agents' --port-range).",
+        scope.range.start(),
+        scope.range.end(),
+        scope.ssh_ip,
+        scope.ssh_ip,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -266,6 +285,24 @@ mod tests {
         let lost = meta(&[(vocabulary::RESERVATION, "tok")]);
         assert_eq!(Admission::of(&lost), Admission::WithPort);
         assert!(note(&lost).contains("reservation from admission is gone"));
+    }
+
+    #[test]
+    fn a_quarantine_cut_short_names_the_port_how_long_ago_and_the_fix() {
+        let range = 9000..=9001;
+        let scope = Scope {
+            ssh_ip: "198.18.0.10".parse().unwrap(),
+            range: &range,
+            namespace: "jobs",
+        };
+        let since = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let now = k8s_openapi::jiff::Timestamp::from_second(1_800_000_125).unwrap();
+        let note = quarantine_cut(9001, since, now, &scope);
+        assert!(note.contains("quarantine of port 9001 gave way"), "{note}");
+        assert!(note.contains("2m 5s after the job"), "{note}");
+        assert!(note.contains("--port-reuse-after"), "{note}");
+        assert!(note.contains("9000-9001 on 198.18.0.10"), "{note}");
+        assert!(note.contains("widen --port-range"), "{note}");
     }
 
     #[test]

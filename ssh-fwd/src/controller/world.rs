@@ -254,10 +254,12 @@ impl World {
     /// How many ports of `range` a Service claims or a reservation holds.
     pub fn ports_used(&self, range: &std::ops::RangeInclusive<u16>) -> usize {
         let claimed = self.claims.range(range.clone()).count();
+        // A quarantined port is not used: a job gets it when none is free.
         let reserved_only = self
             .book
             .ports_in(range)
             .filter(|port| !self.claims.contains_key(port))
+            .filter(|port| (self.book.on_port(*port)).is_some_and(|r| r.released_at.is_none()))
             .count();
         claimed + reserved_only
     }

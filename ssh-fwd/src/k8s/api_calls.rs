@@ -94,8 +94,9 @@ pub const CONTROLLER: &[ApiCall] = &[
     },
     // Port reservations (`controller::reservation`), one Lease per port in
     // its own namespace: watched by every replica's webhook, created at
-    // admission and by the leader, bound to their pod (update) and
-    // released by the leader.
+    // admission and by the leader, bound to their pod and quarantined when
+    // their job ends (update), deleted to take a quarantined port (the
+    // webhook and the leader) and released by the leader.
     ApiCall {
         group: "coordination.k8s.io",
         resource: "leases",

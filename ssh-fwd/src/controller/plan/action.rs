@@ -2,26 +2,35 @@
 
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
 
-use crate::controller::{pod::PodRef, served::Wait, warn::Problem};
+use crate::controller::{pod::PodRef, reservation::Reservation, served::Wait, warn::Problem};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
     /// Create the pod's Service on `port`; first, when `reserve` is set,
     /// reserve the port (a create that finds it taken is retried next
-    /// pass). Its grant is written right after it is made.
+    /// pass), after deleting `reclaim`, the port's quarantined reservation,
+    /// when it is taken from one. Its grant is written right after it is
+    /// made. A reservation that records a quarantine cut short
+    /// ([`vocabulary::QUARANTINE_CUT`](crate::vocabulary::QUARANTINE_CUT))
+    /// is told to the pod.
     Create {
         pod: PodRef,
         port: u16,
         service: Box<Service>,
         reserve: Option<Box<Lease>>,
+        reclaim: Option<Box<Reservation>>,
     },
     /// Reserve a port a Service already holds (an existing reservation of
     /// it is as good).
     Reserve { lease: Box<Lease> },
     /// Bind a reservation made at admission to its pod's uid: update it
     /// to `lease`, only if it is still the one read (its uid and
-    /// resourceVersion).
-    Bind { lease: Box<Lease> },
+    /// resourceVersion); then tell `pod` if its port was taken from a
+    /// quarantine that gave way.
+    Bind { lease: Box<Lease>, pod: PodRef },
+    /// Quarantine a reservation whose job ended: update it to `lease`
+    /// (held by nobody since a time), only if it is still the one read.
+    Quarantine { lease: Box<Lease> },
     /// Delete a reservation no longer in use, if it is still this one.
     Release {
         name: String,

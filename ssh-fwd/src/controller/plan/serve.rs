@@ -45,13 +45,14 @@ pub fn serve_new(
         Some(false) => return warn(pod_ref, Problem::NameTaken { service: name }),
         None => {}
     }
-    let (port, reserve, missing) = match upkeep::choose(pod, &pod_ref, new.world, free) {
-        Choice::Reserved(port) => (port, None, None),
+    let (port, reserve, reclaim, missing) = match upkeep::choose(pod, &pod_ref, new.world, free) {
+        Choice::Reserved(port) => (port, None, None, None),
         Choice::Fresh {
             port,
             lease,
             told,
             admitted,
+            reclaim,
         } => {
             let missing = new
                 .variable
@@ -61,7 +62,7 @@ pub fn serve_new(
                     told,
                     admission: Admission::of(&pod.metadata),
                 });
-            (port, Some(lease), missing)
+            (port, Some(lease), reclaim, missing)
         }
         Choice::Full => return warn(pod_ref, Problem::NoFreePort),
     };
@@ -77,6 +78,7 @@ pub fn serve_new(
         pod: pod_ref,
         port,
         reserve,
+        reclaim,
     });
     actions
 }

@@ -129,6 +129,7 @@ fn run_expecting(
         &reservations_of(services),
     );
     let pass = Pass {
+        quarantine: crate::controller::ports::Quarantine::off(),
         world: &world,
         scope: &Scope::All,
         expected,
@@ -163,6 +164,7 @@ fn a_labelled_pod_gets_a_service_on_a_port_in_range() {
             port,
             service,
             reserve: Some(lease),
+            ..
         },
     ] = actions.as_slice()
     else {
@@ -313,6 +315,7 @@ fn of_two_grants_of_one_port_the_one_without_the_reservation_is_replaced() {
         &leases,
     );
     let pass = Pass {
+        quarantine: crate::controller::ports::Quarantine::off(),
         world: &world,
         scope: &Scope::All,
         expected: &Expectations::default(),
@@ -451,6 +454,7 @@ fn the_port_granted_is_the_pods_reservation_never_what_the_spec_lists() {
         &leases,
     );
     let pass = Pass {
+        quarantine: crate::controller::ports::Quarantine::off(),
         world: &world,
         scope: &Scope::All,
         expected: &Expectations::default(),

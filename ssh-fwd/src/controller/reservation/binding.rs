@@ -15,7 +15,8 @@
 //! it, or gets its port.
 //!
 //! A reservation made by the leader for a pod is bound from the start; one
-//! made for a Service's port is the Service's.
+//! made for a Service's port is the Service's; a quarantined one is for
+//! nobody.
 //!
 //! Trust boundary: the token, the endpoint annotation and a pod's name are
 //! the pod creator's to write; the uid and creationTimestamp are the API
@@ -23,12 +24,15 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 
 use super::{Holder, Reservation};
-use crate::controller::{
-    pod::{PodView, asks_for_ssh},
-    world::World,
+use crate::{
+    controller::{
+        pod::{PodView, asks_for_ssh},
+        world::World,
+    },
+    vocabulary,
 };
 
 /// Where a reservation stands.
@@ -40,10 +44,15 @@ pub enum Stage<'a> {
     Bound { uid: &'a str },
     /// For a Service's port.
     Service,
+    /// For nobody: its job ended at `since` ([`Holder::Quarantined`]).
+    Quarantined { since: Timestamp },
 }
 
 impl Reservation {
     pub fn stage(&self) -> Stage<'_> {
+        if let Some(since) = self.released_at {
+            return Stage::Quarantined { since };
+        }
         match (&self.pod_uid, &self.token) {
             (Some(uid), _) => Stage::Bound { uid },
             (None, Some(token)) => Stage::Provisional { token },
@@ -72,7 +81,7 @@ pub fn pod_of<'w>(world: &'w World, r: &Reservation) -> Option<&'w PodView> {
             .pod(uid)
             .filter(|p| p.metadata.namespace.as_deref() == namespace)?,
         Stage::Provisional { token } => first_carrier(world.pods_with_token(namespace, token))?,
-        Stage::Service => return None,
+        Stage::Service | Stage::Quarantined { .. } => return None,
     };
     asks_for_ssh(pod).then_some(pod)
 }
@@ -91,8 +100,8 @@ pub fn reservation_of<'w>(world: &'w World, pod: &PodView) -> Option<&'w Reserva
 /// The provisional reservation `r` bound to `pod`, as the Lease to update
 /// it with: the same name, port and token, the pod's uid, and `r`'s uid
 /// and resourceVersion, so that the update fails (409) on a reservation
-/// changed or made anew since it was read. `None` for one that is not
-/// provisional.
+/// changed or made anew since it was read; a quarantine cut short for it
+/// stays recorded. `None` for one that is not provisional.
 pub fn bound(ip: IpAddr, r: &Reservation, pod: &PodView) -> Option<Lease> {
     let Stage::Provisional { token } = r.stage() else {
         return None;
@@ -104,6 +113,10 @@ pub fn bound(ip: IpAddr, r: &Reservation, pod: &PodView) -> Option<Lease> {
         token: Some(token.to_owned()),
     };
     let mut lease = super::build(ip, r.port, &holder);
+    if let Some(since) = r.quarantine_cut {
+        (lease.metadata.annotations.get_or_insert_default())
+            .insert(vocabulary::QUARANTINE_CUT.into(), since.to_string());
+    }
     lease.metadata.uid = r.uid.clone();
     lease.metadata.resource_version = r.resource_version.clone();
     Some(lease)

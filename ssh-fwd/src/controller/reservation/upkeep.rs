@@ -11,7 +11,9 @@
 //! grace is over (time for an admitted pod to come into existence,
 //! `--reservation-grace`): counted from when this process first saw it,
 //! by any of its terms, or earlier for an old one first seen in a list
-//! ([`FirstSeen`]). One that was in use is released as soon as it is not.
+//! ([`FirstSeen`]). One that was in use is quarantined as soon as it is
+//! not (`--port-reuse-after`; released at once when that is 0), and
+//! released at the first pass over everything after its quarantine.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -19,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use prometheus_client::metrics::counter::Counter;
 
 use super::{
@@ -69,6 +71,8 @@ pub struct Upkeep {
     last_full: Option<Instant>,
     /// Provisional reservations released because no pod came for them.
     lapsed: Counter,
+    /// How long a port stays with nobody after its job (`--port-reuse-after`).
+    quarantine: Duration,
 }
 
 #[derive(Debug)]
@@ -89,7 +93,15 @@ impl Upkeep {
             grace,
             last_full: None,
             lapsed: Counter::default(),
+            quarantine: Duration::ZERO,
         }
+    }
+
+    /// Quarantines each port whose job ended for `after`
+    /// (`--port-reuse-after`; 0: none, the reservation is released).
+    pub fn quarantine_for(mut self, after: Duration) -> Self {
+        self.quarantine = after;
+        self
     }
 
     /// Counts the provisional reservations that lapse in `lapsed` (the
@@ -174,15 +186,16 @@ impl Upkeep {
 
     /// Reservations for ports Services hold without one (someone else's
     /// Service, or ours from before reservations), bindings of provisional
-    /// reservations to their pods, and releases of reservations no longer
-    /// in use: of the ports and reservations `scope` names.
+    /// reservations to their pods, quarantines of reservations no longer
+    /// in use, and releases of those never used or whose quarantine is
+    /// over at `wall`: of the ports and reservations `scope` names.
     pub fn actions(
         &mut self,
         world: &World,
         scope: &Scope,
         expected: &Expectations,
         range: &std::ops::RangeInclusive<u16>,
-        now: Instant,
+        (now, wall): (Instant, Timestamp),
     ) -> Vec<Action> {
         let mut actions = reserve_held_ports(world, scope, expected, range);
         let book = world.book();
@@ -190,11 +203,22 @@ impl Upkeep {
             None => book.all().collect(),
             Some(names) => names.iter().filter_map(|name| book.get(name)).collect(),
         };
+        let quarantine = ports::Quarantine {
+            after: self.quarantine,
+            now: wall,
+        };
         for r in named {
+            if let Stage::Quarantined { since } = r.stage() {
+                if !quarantine.holds(since) {
+                    actions.push(release(r));
+                }
+                continue;
+            }
             if let Some(pod) = binding::pod_of(world, r) {
                 if let Some(lease) = binding::bound(world.ip(), r, pod) {
                     actions.push(Action::Bind {
                         lease: Box::new(lease),
+                        pod: PodRef::of(pod),
                     });
                 }
                 continue;
@@ -202,15 +226,26 @@ impl Upkeep {
             if in_use(world, expected, r) || self.within_grace(&r.name, now) {
                 continue;
             }
+            if !self.quarantine.is_zero() && self.was_used(r) {
+                actions.push(Action::Quarantine {
+                    lease: Box::new(quarantined(world, r, wall)),
+                });
+                continue;
+            }
             self.count_lapse(r);
-            actions.push(Action::Release {
-                name: r.name.clone(),
-                port: r.port,
-                uid: r.uid.clone(),
-                resource_version: r.resource_version.clone(),
-            });
+            actions.push(release(r));
         }
         actions
+    }
+
+    /// Whether a job may have held `r`'s port: it was bound to a pod or a
+    /// Service's, or this leader saw its pod.
+    fn was_used(&self, r: &Reservation) -> bool {
+        match r.stage() {
+            Stage::Provisional { .. } => self.by_name.get(&r.name).is_some_and(|s| s.used),
+            Stage::Bound { .. } | Stage::Service => true,
+            Stage::Quarantined { .. } => false,
+        }
     }
 
     /// Counts `r`'s release as a lapse, once, if it is a provisional
@@ -227,6 +262,25 @@ impl Upkeep {
             self.lapsed.inc();
         }
     }
+}
+
+/// The release of `r`, only if it is still the one read.
+fn release(r: &Reservation) -> Action {
+    Action::Release {
+        name: r.name.clone(),
+        port: r.port,
+        uid: r.uid.clone(),
+        resource_version: r.resource_version.clone(),
+    }
+}
+
+/// `r` quarantined since `wall`, as the Lease to update it with, only if
+/// it is still the one read (its uid and resourceVersion).
+fn quarantined(world: &World, r: &Reservation, wall: Timestamp) -> Lease {
+    let mut lease = super::build(world.ip(), r.port, &Holder::Quarantined { since: wall });
+    lease.metadata.uid = r.uid.clone();
+    lease.metadata.resource_version = r.resource_version.clone();
+    lease
 }
 
 /// Reservations for the ports of `scope` that a Service holds without
@@ -268,11 +322,14 @@ pub enum Choice {
     Reserved(u16),
     /// A port to reserve for it now, with the reservation to create first.
     /// `told`: the port its variable names, when that one is lost.
+    /// `reclaim`: the quarantined reservation of the port, deleted first
+    /// ([`super::reclaim`]).
     Fresh {
         port: u16,
         lease: Box<Lease>,
         told: Option<u16>,
         admitted: bool,
+        reclaim: Option<Box<Reservation>>,
     },
     Full,
 }
@@ -284,6 +341,8 @@ pub struct Free<'a, R> {
     pub taken: &'a PortSet<'a>,
     /// Ports handed out in this pass.
     pub handed: &'a mut BTreeSet<u16>,
+    /// `--port-reuse-after`, and now.
+    pub quarantine: &'a ports::Quarantine,
     pub rng: &'a mut R,
 }
 
@@ -291,14 +350,27 @@ impl<R> Free<'_, R> {
     fn used(&self, port: u16) -> bool {
         self.taken.contains(port) || self.handed.contains(&port)
     }
+
+    /// The quarantined ports a pod may be given when none is free: not
+    /// handed out in this pass, held by no Service, being created by none.
+    fn resting(&self) -> impl Iterator<Item = ports::Resting> + '_ {
+        let world = self.taken.world;
+        (world.book().ports_in(self.range))
+            .filter(|port| {
+                !self.handed.contains(port)
+                    && !world.is_claimed(*port)
+                    && !self.taken.expected.is_creating_on(*port)
+            })
+            .filter_map(move |port| world.book().on_port(port)?.resting())
+    }
 }
 
 /// The port for `pod` (which has no Service): its own reservation
 /// ([`binding::reservation_of`]) if it has one whose port no Service
 /// holds; else the port it was told, if it carries a token but no
 /// reservation (the reservation lapsed before the pod was created) and
-/// the port is still free (reserved again, bound to its uid); else a
-/// fresh one from [`ports::pick_free`].
+/// the port is still free (reserved again, bound to its uid); else one
+/// from [`ports::pick`]: a free one, or the one quarantined longest.
 pub fn choose(
     pod: &PodView,
     pod_ref: &PodRef,
@@ -333,17 +405,24 @@ pub fn choose(
             lease: Box::new(super::build(ip, port, &holder)),
             told: None,
             admitted: true,
+            reclaim: None,
         };
     }
     let picked = {
+        let resting: Vec<_> = free.resting().collect();
         let (taken, handed) = (free.taken, &*free.handed);
         let used = |port| taken.contains(port) || handed.contains(&port);
-        ports::pick_free(free.range, &used, free.rng)
+        ports::pick(free.range, &used, resting, free.quarantine, &mut *free.rng)
     };
-    let Some(port) = picked else {
+    let Some(pick) = picked else {
         return Choice::Full;
     };
+    let port = pick.port();
     free.handed.insert(port);
+    let reclaim = match pick {
+        ports::Pick::Resting { .. } => world.book().on_port(port).cloned().map(Box::new),
+        ports::Pick::Free(_) => None,
+    };
     let holder = Holder::Pod {
         namespace: pod_ref.namespace.clone(),
         name: pod_ref.name.clone(),
@@ -352,9 +431,10 @@ pub fn choose(
     };
     Choice::Fresh {
         port,
-        lease: Box::new(super::build(ip, port, &holder)),
+        lease: Box::new(super::build_picked(ip, &pick, &holder)),
         told,
         admitted: false,
+        reclaim,
     }
 }
 

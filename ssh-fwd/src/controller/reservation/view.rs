@@ -8,11 +8,11 @@ use k8s_openapi::{api::coordination::v1::Lease, apimachinery::pkg::apis::meta::v
 
 use crate::{
     k8s::kept::Kept,
-    vocabulary::{NAMESPACE, POD_UID, PORT, TOKEN},
+    vocabulary::{NAMESPACE, POD_UID, PORT, QUARANTINE_CUT, RELEASED_AT, TOKEN},
 };
 
 /// The Lease annotations anything in the controller reads.
-const ANNOTATIONS: &[&str] = &[PORT, TOKEN, NAMESPACE, POD_UID];
+const ANNOTATIONS: &[&str] = &[PORT, TOKEN, NAMESPACE, POD_UID, RELEASED_AT, QUARANTINE_CUT];
 
 #[derive(Clone, Debug, Default)]
 pub struct LeaseView {

@@ -1,6 +1,7 @@
 //! The leader's reservation writes: reserving a port (created only if
-//! absent), binding one made at admission to its pod, and releasing one
-//! (both only if it is still the one read).
+//! absent, or after deleting its quarantined reservation), binding one
+//! made at admission to its pod, quarantining one whose job ended, and
+//! releasing one (each only if it is still the one read).
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{
@@ -32,8 +33,26 @@ pub fn lease_port(lease: &Lease) -> u16 {
 
 /// Updates a reservation to `lease` (bound to its pod,
 /// [`super::binding::bound`]) if it is still the one read: `lease`
-/// carries the uid and resourceVersion read.
-pub async fn bind(api: &Api<Lease>, lease: &Lease) -> anyhow::Result<()> {
+/// carries the uid and resourceVersion read. Whether it was bound.
+pub async fn bind(api: &Api<Lease>, lease: &Lease) -> anyhow::Result<bool> {
+    update(
+        api,
+        lease,
+        "bound the reservation made at admission to its pod",
+    )
+    .await
+}
+
+/// Updates a reservation whose job ended to `lease`, quarantined
+/// ([`super::Holder::Quarantined`]), if it is still the one read.
+pub async fn quarantine(api: &Api<Lease>, lease: &Lease) -> anyhow::Result<bool> {
+    update(api, lease, "quarantined the port of a job that ended").await
+}
+
+/// Replaces a reservation with `lease` if it is still the one read;
+/// `false` when it was released or changed since (the next pass reads it
+/// again).
+async fn update(api: &Api<Lease>, lease: &Lease, done: &str) -> anyhow::Result<bool> {
     let name = lease.metadata.name.as_deref().unwrap_or_default();
     let port = lease_port(lease);
     match api.replace(name, &PostParams::default(), lease).await {
@@ -42,23 +61,25 @@ pub async fn bind(api: &Api<Lease>, lease: &Lease) -> anyhow::Result<()> {
                 .spec
                 .as_ref()
                 .and_then(|s| s.holder_identity.as_deref());
-            tracing::info!(
-                port,
-                reservation = name,
-                holder,
-                "bound the reservation made at admission to its pod"
-            );
-            Ok(())
+            tracing::info!(port, reservation = name, holder, "{done}");
+            Ok(true)
         }
-        // Released, or changed since it was read: the next pass reads it
-        // again.
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.is_conflict() => Ok(false),
         Err(e) => Err(api_error::context(
             e,
-            format!("binding the reservation {name} to its pod"),
+            format!("updating the reservation {name} of port {port}"),
             Grant::Lease,
         )),
     }
+}
+
+/// Deletes the quarantined reservation `r` to take its port
+/// ([`super::reclaim`]): whether it is gone.
+pub async fn reclaim(api: &Api<Lease>, r: &super::Reservation) -> anyhow::Result<bool> {
+    super::reclaim(api, r).await.map_err(|e| {
+        let what = format!("taking port {} from its quarantine", r.port);
+        api_error::context(e, what, Grant::Lease)
+    })
 }
 
 /// Deletes a reservation if it is still the one read (uid and version).

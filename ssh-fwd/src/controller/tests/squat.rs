@@ -272,8 +272,12 @@ async fn a_pod_copying_another_pods_token_neither_takes_nor_holds_its_port() {
     // keep the port reserved, nor move onto it.
     let copier_port = service_port("copier");
     bed.api.delete(Kind::Pod, "jobs", "victim");
-    eventually("the victim's reservation is released", || {
-        bed.api.get(Kind::Lease, "ssh-fwd", &name).is_none()
+    eventually("the victim's reservation is released (quarantined)", || {
+        bed.api.get(Kind::Lease, "ssh-fwd", &name).is_none_or(|l| {
+            let annotations = &l["metadata"]["annotations"];
+            annotations[vocabulary::RELEASED_AT].is_string()
+                && annotations[vocabulary::POD_UID].is_null()
+        })
     })
     .await;
     // A window in which the copier's port must not move: the leader's

@@ -224,9 +224,12 @@ pub(super) fn told_port(pod: &Value) -> Option<u16> {
         .ok()
 }
 
+/// The reservations holding a port for a pod or a Service: a quarantined
+/// one (its job ended) holds it for nobody.
 pub(super) fn reservation_count(bed: &Bed) -> usize {
     bed.api.count(Kind::Lease, |l| {
         l["metadata"]["labels"][vocabulary::PORT_RESERVATION] == "198.18.0.10"
+            && l["metadata"]["annotations"][vocabulary::RELEASED_AT].is_null()
     })
 }
 

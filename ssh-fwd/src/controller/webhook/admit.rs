@@ -40,6 +40,9 @@ pub struct Admitter {
     pub store: Store<LeaseView>,
     pub ssh_ip: std::net::IpAddr,
     pub range: RangeInclusive<u16>,
+    /// `--port-reuse-after`: how long the port of a job that ended goes to
+    /// no other while another is free.
+    pub reuse_after: Duration,
     /// How long a reservation may take before the pod is admitted without.
     pub deadline: Duration,
     /// How many reservations may wait for their pod at once.
@@ -171,13 +174,23 @@ impl Admitter {
         started: Instant,
         budget: Duration,
     ) -> (Port, Outcome) {
-        let ports =
-            |watched: &[Reservation]| -> BTreeSet<u16> { watched.iter().map(|r| r.port).collect() };
+        let quarantine = ports::Quarantine {
+            after: self.reuse_after,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        };
         if request.dry_run {
-            let used = ports(&self.watched());
-            let port = ports::pick_free(&self.range, &|p| used.contains(&p), &mut rand::rng());
-            return match port {
-                Some(port) => (Port::DryRun { port }, Outcome::DryRun),
+            let watched = self.watched();
+            let used: BTreeSet<u16> = watched.iter().map(|r| r.port).collect();
+            let resting = watched.iter().filter_map(Reservation::resting);
+            let pick = ports::pick(
+                &self.range,
+                &|p| used.contains(&p),
+                resting,
+                &quarantine,
+                &mut rand::rng(),
+            );
+            return match pick {
+                Some(pick) => (Port::DryRun { port: pick.port() }, Outcome::DryRun),
                 None => (Port::None { why: self.full() }, Outcome::NoPort),
             };
         }
@@ -191,16 +204,22 @@ impl Admitter {
                 return (Port::None { why }, Outcome::Capped);
             }
         };
-        let used = ports(&watched);
-        drop(watched);
         let holder = Holder::Admitted {
             namespace: namespace.to_owned(),
             name: shown.to_owned(),
             token: token.clone(),
         };
         let left = budget.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, self.reserve(used, &holder)).await {
-            Ok(Ok(port)) => {
+        let reserved = self.reserve(&watched, &holder, &quarantine);
+        match tokio::time::timeout(left, reserved).await {
+            Ok(Ok(pick)) => {
+                let port = pick.port();
+                if let ports::Pick::Resting {
+                    since, early: true, ..
+                } = pick
+                {
+                    tracing::warn!(pod = %format!("{namespace}/{shown}"), port, %since, "every other port is taken: the quarantine of this one gave way (--port-reuse-after)");
+                }
                 slot.made(reservation::name(self.ssh_ip, port));
                 (Port::Reserved { port, token }, Outcome::Reserved)
             }
@@ -226,15 +245,21 @@ impl Admitter {
     /// is the answer at once: a refusal (RBAC, a missing namespace, an
     /// invalid object) would only come again until the deadline, and every
     /// SSH pod would wait that long.
-    async fn reserve(&self, used: BTreeSet<u16>, holder: &Holder) -> Result<u16, ReserveError> {
+    async fn reserve(
+        &self,
+        watched: &[Reservation],
+        holder: &Holder,
+        quarantine: &ports::Quarantine,
+    ) -> Result<ports::Pick, ReserveError> {
         let mut pause = Duration::from_millis(50);
         loop {
             match reservation::reserve_free(
                 &self.reservations,
                 self.ssh_ip,
                 &self.range,
-                used.clone(),
+                watched,
                 holder,
+                quarantine,
             )
             .await
             {

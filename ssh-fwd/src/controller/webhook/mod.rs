@@ -44,6 +44,8 @@ pub struct Shared {
     pub ssh_ip: std::net::IpAddr,
     pub host: String,
     pub range: RangeInclusive<u16>,
+    /// `--port-reuse-after`.
+    pub reuse_after: std::time::Duration,
     pub store: Store<LeaseView>,
     pub metrics: AdmissionMetrics,
 }
@@ -114,6 +116,7 @@ pub async fn start(args: &AdmissionArgs, shared: Shared) -> anyhow::Result<Runni
         store: shared.store,
         ssh_ip: shared.ssh_ip,
         range: shared.range,
+        reuse_after: shared.reuse_after,
         deadline: args.webhook_deadline,
         budget: budget::Budget::new(args.provisional_cap as usize, total, args.reservation_grace),
         metrics: shared.metrics,

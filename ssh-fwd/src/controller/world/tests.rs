@@ -175,6 +175,7 @@ impl Sim {
         let expected = Expectations::default();
         self.upkeep.note(&self.world, &scope, &expected, self.now);
         let pass = Pass {
+            quarantine: crate::controller::ports::Quarantine::off(),
             world: &self.world,
             scope: &scope,
             expected: &expected,
@@ -182,7 +183,13 @@ impl Sim {
             gate: crate::controller::served::Gate::granted(),
         };
         let mut actions = plan::compute(&pass, &settings(), &RANGE, HOST, &mut self.rng);
-        actions.extend((self.upkeep).actions(&self.world, &scope, &expected, &RANGE, self.now));
+        actions.extend((self.upkeep).actions(
+            &self.world,
+            &scope,
+            &expected,
+            &RANGE,
+            (self.now, k8s_openapi::jiff::Timestamp::now()),
+        ));
         actions.retain(|a| match a {
             Action::Warn { pod, problem } => self.warned.insert((pod.uid.clone(), problem.clone())),
             _ => true,
@@ -306,7 +313,7 @@ impl Sim {
                     self.put_lease(name, Some(lease));
                 }
             }
-            Action::Bind { lease } => {
+            Action::Bind { lease, .. } | Action::Quarantine { lease } => {
                 let name = lease.metadata.name.clone().unwrap();
                 if self.leases.get(&name).and_then(|l| l.uid.clone()) == lease.metadata.uid {
                     self.put_lease(name, Some(lease.as_ref().clone()));

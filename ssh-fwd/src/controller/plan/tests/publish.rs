@@ -112,6 +112,7 @@ fn an_externalips_service_needs_its_grant_condition_and_no_ingress() {
             &reservations_of(services),
         );
         let pass = Pass {
+            quarantine: crate::controller::ports::Quarantine::off(),
             world: &world,
             scope: &Scope::All,
             expected: &Expectations::default(),
@@ -195,6 +196,7 @@ fn run_on(
         &reservations_on(ssh_ips.published(), services),
     );
     let pass = Pass {
+        quarantine: crate::controller::ports::Quarantine::off(),
         world: &world,
         scope: &Scope::All,
         expected: &Expectations::default(),

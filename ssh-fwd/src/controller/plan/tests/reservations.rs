@@ -75,6 +75,7 @@ impl Pass<'_> {
         let expected = Expectations::default();
         upkeep.note(&world, &Scope::All, &expected, now);
         let pass = super::Pass {
+            quarantine: crate::controller::ports::Quarantine::off(),
             world: &world,
             scope: &Scope::All,
             expected: &expected,
@@ -83,7 +84,13 @@ impl Pass<'_> {
         };
         let mut rng = StdRng::seed_from_u64(3);
         let mut actions = compute(&pass, &settings(), &self.range, HOST, &mut rng);
-        actions.extend(upkeep.actions(&world, &Scope::All, &expected, &self.range, now));
+        actions.extend(upkeep.actions(
+            &world,
+            &Scope::All,
+            &expected,
+            &self.range,
+            (now, k8s_openapi::jiff::Timestamp::now()),
+        ));
         actions
     }
 }
@@ -134,7 +141,7 @@ fn an_admitted_pod_gets_its_service_on_the_port_it_was_told_without_a_new_reserv
             reserve: None,
             ..
         },
-        Action::Bind { lease },
+        Action::Bind { lease, .. },
     ] = actions.as_slice()
     else {
         panic!("{actions:?}")

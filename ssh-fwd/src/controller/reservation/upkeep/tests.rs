@@ -1,6 +1,8 @@
 //! The upkeep's own rules, with time given by the test: binding, lapsing
 //! (counted once), and how soon a lapse wakes the leader.
 
+mod quarantine;
+
 use serde_json::json;
 
 use super::*;
@@ -41,7 +43,13 @@ fn world(pods: &[Arc<PodView>], leases: &[Arc<LeaseView>]) -> World {
 fn pass(upkeep: &mut Upkeep, world: &World, now: Instant) -> Vec<Action> {
     let expected = Expectations::default();
     upkeep.note(world, &Scope::All, &expected, now);
-    upkeep.actions(world, &Scope::All, &expected, &RANGE, now)
+    upkeep.actions(
+        world,
+        &Scope::All,
+        &expected,
+        &RANGE,
+        (now, Timestamp::now()),
+    )
 }
 
 fn kinds(actions: &[Action]) -> Vec<&'static str> {

@@ -39,6 +39,7 @@ pub async fn admitter(api: &FakeApi, range: RangeInclusive<u16>, deadline: Durat
         store,
         ssh_ip: "198.18.0.10".parse().unwrap(),
         range,
+        reuse_after: Duration::from_secs(600),
         deadline,
         budget: Budget::new(1000, 1000, Duration::from_secs(10)),
         metrics: AdmissionMetrics::default(),
