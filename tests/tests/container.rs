@@ -484,3 +484,106 @@ fn the_image_under_a_seccomp_profile_that_refuses_bpf_names_seccomp_and_the_fix(
     assert!(logs.contains("seccompProfile"), "{logs}");
     assert!(logs.contains("Unconfined"), "{logs}");
 }
+
+/// `ssh-keygen` with `args`, in `dir`.
+fn keygen(dir: &Path, args: &[&str]) {
+    cmd::run(
+        std::process::Command::new("ssh-keygen")
+            .current_dir(dir)
+            .args(args),
+    )
+    .unwrap();
+}
+
+#[test]
+#[ignore = "needs root and podman: `cargo xtask test` runs it"]
+fn the_images_install_keys_writes_the_jobs_host_key_certificate_and_snippet() {
+    use ssh_fwd::host_certs::{CERT_FILE, KEY_FILE, SNIPPET_FILE};
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    require_podman();
+    let image = Image::build_for_test(&image::static_binary().unwrap()).unwrap();
+    let root = tempfile::Builder::new()
+        .prefix("ssh-fwd-image-keys")
+        .tempdir()
+        .unwrap();
+    // The host key Secret as the kubelet mounts it: a key and a host
+    // certificate a CA signed for it.
+    let secret = root.path().join("host-key");
+    std::fs::create_dir(&secret).unwrap();
+    keygen(&secret, &["-q", "-t", "ed25519", "-N", "", "-f", "ca"]);
+    keygen(&secret, &["-q", "-t", "ed25519", "-N", "", "-f", KEY_FILE]);
+    keygen(
+        &secret,
+        &[
+            "-q",
+            "-s",
+            "ca",
+            "-h",
+            "-I",
+            "ns/pod/uid port 20123",
+            "-n",
+            "ssh.example.org",
+            "-V",
+            "-1m:+1d",
+            &format!("{KEY_FILE}.pub"),
+        ],
+    );
+    // Mounted as the webhook mounts it: each file 0444.
+    for name in [KEY_FILE, CERT_FILE] {
+        std::fs::set_permissions(secret.join(name), std::fs::Permissions::from_mode(0o444))
+            .unwrap();
+    }
+    // An emptyDir: a directory anyone may write in.
+    let out = root.path().join("keys");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // As the webhook runs it for a job of user 1000: that user, no
+    // capability, a read-only root.
+    let mounts = [
+        format!("{}:/host-key:ro", secret.display()),
+        format!("{}:/keys", out.display()),
+    ];
+    cmd::run(
+        cmd::bounded(Duration::from_secs(60), "podman")
+            .args(["--runtime", "runc", "run", "--rm", "--network", "none"])
+            // Limits this host lets runc set (see docs/testing.md).
+            .args([
+                "--ulimit",
+                "nofile=20000:20000",
+                "--ulimit",
+                "nproc=4096:4096",
+            ])
+            .args(["--user", "1000:1000", "--cap-drop", "all", "--read-only"])
+            .args(["--security-opt", "no-new-privileges"])
+            .args(["-v", &mounts[0], "-v", &mounts[1]])
+            .arg(image.reference())
+            .args(["install-keys", "--host-key-source", "/host-key"])
+            .args([
+                "--mounted-at",
+                "/etc/ssh-fwd",
+                "--dir",
+                "/keys/ssh",
+                "--uid",
+                "1000",
+            ]),
+    )
+    .unwrap();
+    let written = out.join("ssh");
+    for (name, from) in [(KEY_FILE, KEY_FILE), (CERT_FILE, CERT_FILE)] {
+        let path = written.join(name);
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            std::fs::read(secret.join(from)).unwrap(),
+            "{name}"
+        );
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600, "{name}");
+        assert_eq!(meta.uid(), 1000, "{name}");
+    }
+    let snippet = std::fs::read_to_string(written.join(SNIPPET_FILE)).unwrap();
+    assert!(
+        snippet.contains(&format!("HostKey /etc/ssh-fwd/{KEY_FILE}"))
+            && snippet.contains(&format!("HostCertificate /etc/ssh-fwd/{CERT_FILE}")),
+        "{snippet}"
+    );
+}
