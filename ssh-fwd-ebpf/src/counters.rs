@@ -28,21 +28,19 @@ pub fn count_mapping(slot: u32, direction: Direction, bytes: u64) {
     let Some(counters) = MAPPING_STATS.get_ptr_mut(slot) else {
         return;
     };
-    let (packets, bytes_field) = match direction {
-        // SAFETY (all four): fields of an element the map lookup returned,
-        // valid and 8-byte aligned for the map's lifetime.
-        Direction::ToBackend => unsafe {
-            (
+    // SAFETY: fields of an element the map lookup returned, valid and
+    // 8-byte aligned for the map's lifetime.
+    let (packets, bytes_field) = unsafe {
+        match direction {
+            Direction::ToBackend => (
                 &raw mut (*counters).packets_in,
                 &raw mut (*counters).bytes_in,
-            )
-        },
-        Direction::ToClient => unsafe {
-            (
+            ),
+            Direction::ToClient => (
                 &raw mut (*counters).packets_out,
                 &raw mut (*counters).bytes_out,
-            )
-        },
+            ),
+        }
     };
     add(packets, 1);
     add(bytes_field, bytes);
