@@ -15,7 +15,7 @@ use std::{
 };
 
 use aya::programs::{
-    links::{FdLink, PinnedLink},
+    links::{FdLink, LinkError, PinnedLink},
     loaded_links, loaded_programs,
 };
 
@@ -101,8 +101,15 @@ fn still_loaded(ids: &BTreeSet<u32>, loaded: impl Iterator<Item = u32>) -> BTree
 
 /// Whether this process may list the kernel's links (it needs
 /// CAP_SYS_ADMIN): without, [`wait_gone`] would find none left at once.
+/// Only a refusal says so: a link of another process that goes between
+/// being listed and being opened fails too (ENOENT), and says nothing.
 pub fn can_list() -> bool {
-    !loaded_links().any(|r| r.is_err())
+    !loaded_links().any(|r| r.is_err_and(|e| denied(&e)))
+}
+
+/// Whether the kernel refused a link syscall for want of a capability.
+fn denied(e: &LinkError) -> bool {
+    matches!(e, LinkError::SyscallError(s) if s.io_error.kind() == std::io::ErrorKind::PermissionDenied)
 }
 
 fn loaded_link_ids() -> impl Iterator<Item = u32> {
@@ -118,6 +125,22 @@ fn loaded_program_ids() -> impl Iterator<Item = u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn syscall_error(errno: i32) -> LinkError {
+        LinkError::SyscallError(aya::sys::SyscallError {
+            call: "bpf_link_get_fd_by_id",
+            io_error: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    /// A link freed by another process between the listing and the open
+    /// (ENOENT) is no sign of missing privilege; EPERM is.
+    #[test]
+    fn only_a_refusal_means_the_links_cannot_be_listed() {
+        assert!(denied(&syscall_error(libc::EPERM)));
+        assert!(!denied(&syscall_error(libc::ENOENT)));
+        assert!(!denied(&LinkError::UnknownLinkType(99)));
+    }
 
     fn ids(list: &[u32]) -> BTreeSet<u32> {
         list.iter().copied().collect()
