@@ -110,7 +110,8 @@ impl ControllerMetrics {
         r.register(
             "ports_used",
             "Ports of --port-range held by a Service or a reservation, as of the leader's last \
-             pass (0 on a standby that never led)",
+             pass (0 on a standby that never led); a quarantined port (--port-reuse-after) is \
+             not counted",
             self.ports_used.clone(),
         );
         r.register(
@@ -133,7 +134,7 @@ impl ControllerMetrics {
         );
         r.register(
             "warnings",
-            "Warning events sent to pods, by reason (NoFreePort, SSHEnvMissing...)",
+            "Warning events sent to pods, by reason (NoFreePort, SSHEnvMissing, PortQuarantineCut...)",
             self.warnings.clone(),
         );
         self.admission.register(&mut r);
