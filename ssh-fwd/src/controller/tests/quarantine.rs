@@ -128,6 +128,7 @@ async fn an_admission_takes_the_last_port_from_its_quarantine_and_the_pod_is_tol
             start.elapsed() < LIMIT,
             "never admitted with a port: {answer}"
         );
+        // Paces the admission retries of this poll (its deadline: LIMIT).
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(told_port(&second), Some(9000));
