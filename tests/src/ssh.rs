@@ -160,6 +160,16 @@ pub fn kill_group(child: &mut Child) {
 }
 
 /// No prompts, no host-key checks, errors only, bounded connect.
+/// How long one ssh command may take, login included.
+const LOGIN_LIMIT: Duration = Duration::from_secs(20);
+
+/// `timeout`'s limit: `limit` stretched for a slow machine
+/// ([`cmd::scaled`]). Under emulation a login alone (key exchange, then the
+/// remote shell's start-up files) takes longer than 20 s.
+fn seconds(limit: Duration) -> String {
+    cmd::scaled(limit).as_secs().max(1).to_string()
+}
+
 const NON_INTERACTIVE: [&str; 10] = [
     "-o",
     "StrictHostKeyChecking=no",
@@ -195,7 +205,7 @@ impl SshClient {
         limit: Duration,
     ) -> Command {
         let mut c = ns.command("timeout");
-        c.args(["--kill-after=2", &limit.as_secs().max(1).to_string(), "ssh"])
+        c.args(["--kill-after=2", &seconds(limit), "ssh"])
             .arg("-i")
             .arg(&self.key)
             .args(NON_INTERACTIVE)
@@ -212,7 +222,7 @@ impl SshClient {
             anyhow::bail!("`{pasted}` is not an ssh command line");
         };
         let mut c = ns.command("timeout");
-        c.args(["--kill-after=2", "20", "ssh", "-i"])
+        c.args(["--kill-after=2", &seconds(LOGIN_LIMIT), "ssh", "-i"])
             .arg(&self.key)
             .args(NON_INTERACTIVE)
             .args(destination)
@@ -239,7 +249,7 @@ impl SshClient {
         // The first LogLevel given wins over NON_INTERACTIVE's.
         c.args([
             "--kill-after=2",
-            "20",
+            &seconds(LOGIN_LIMIT),
             "ssh",
             "-o",
             "LogLevel=VERBOSE",
@@ -267,7 +277,7 @@ impl SshClient {
     /// Runs `remote` and returns its trimmed stdout.
     pub fn run(&self, ns: &NetNs, host: &str, port: u16, remote: &str) -> anyhow::Result<String> {
         let out = cmd::run(
-            self.command(ns, host, port, remote, Duration::from_secs(20))
+            self.command(ns, host, port, remote, LOGIN_LIMIT)
                 .stdin(Stdio::null()),
         )
         .with_context(|| format!("ssh -p {port} root@{host} {remote}"))?;
