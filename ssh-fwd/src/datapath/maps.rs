@@ -162,7 +162,7 @@ impl Maps {
         let slots: BTreeSet<u32> = installed.frontends.values().map(|t| t.slot).collect();
         for slot in slots {
             let name = self.names.get(&slot, 0).context("reading MAPPING_NAMES")?;
-            installed.names.insert(slot, name.as_str().to_owned());
+            installed.names.insert(slot, name.as_str().into());
         }
         for key in self.allowlist.keys() {
             let key = key.context("reading ALLOWLIST")?;

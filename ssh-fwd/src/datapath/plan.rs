@@ -52,8 +52,9 @@ pub struct Installed {
     pub frontends: BTreeMap<SocketAddr, Target>,
     /// REVERSE and REVERSE6: backend -> primary frontend.
     pub reverse: BTreeMap<SocketAddr, Target>,
-    /// MAPPING_NAMES for the slots in use.
-    pub names: BTreeMap<u32, String>,
+    /// MAPPING_NAMES for the slots in use: the mapping's own name when
+    /// it fits a slot (shared, not copied: 10,000 of them are kept).
+    pub names: BTreeMap<u32, Arc<str>>,
     /// ALLOWLIST and ALLOWLIST6: each slot's source ranges.
     pub allow: BTreeSet<(u32, Cidr)>,
     /// GUARDS for the slots whose frontend carries `FLAG_SYN_LIMIT`.
@@ -88,9 +89,9 @@ pub struct Plan {
     pub reverse_deletes_first: Vec<SocketAddr>,
     /// Slots taken by new mappings: counters zeroed and name written before
     /// the mapping becomes visible.
-    pub new_slots: Vec<(u32, String)>,
+    pub new_slots: Vec<(u32, Arc<str>)>,
     /// Slots whose mapping stays but whose name changed.
-    pub renamed: Vec<(u32, String)>,
+    pub renamed: Vec<(u32, Arc<str>)>,
     /// Written before frontends, so replies are handled once requests flow.
     pub reverse_upserts: Vec<(SocketAddr, Target)>,
     /// Source ranges and rates written before the frontends whose flags
@@ -255,7 +256,7 @@ fn installed_subset(
                 name: installed
                     .names
                     .get(&t.slot)
-                    .map_or_else(Arc::default, |n| n.as_str().into()),
+                    .map_or_else(Arc::default, Arc::clone),
                 frontend: *f,
                 backend: t.endpoint,
                 guard: installed_guard(installed, t),

@@ -37,7 +37,7 @@ pub fn mappings(maps: &Maps) -> anyhow::Result<Vec<MappingStats>> {
                 name: installed
                     .names
                     .get(&target.slot)
-                    .cloned()
+                    .map(ToString::to_string)
                     .unwrap_or_default(),
                 frontend: *frontend,
                 backend: target.endpoint,

@@ -1,6 +1,9 @@
 //! The tables the maps should hold for a desired set.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use ssh_fwd_common::maps::{
     FLAG_ALLOWLIST, FLAG_ALLOWLIST_ALL, FLAG_DRAINING, FLAG_SHARED_BACKEND, FLAG_SYN_LIMIT,
@@ -103,8 +106,13 @@ pub(super) fn tables_beside(
 /// boundary ([`MappingName::new`], which writes it). The tables hold it so,
 /// or a long name would differ from what is read back and be rewritten at
 /// every reload.
-fn stored_name(name: &str) -> String {
-    MappingName::new(name).as_str().to_owned()
+fn stored_name(name: &Arc<str>) -> Arc<str> {
+    let stored = MappingName::new(name);
+    if stored.as_str() == &**name {
+        Arc::clone(name)
+    } else {
+        stored.as_str().into()
+    }
 }
 
 /// The `FLAG_*` bits of a frontend entry that say which parts of its guard

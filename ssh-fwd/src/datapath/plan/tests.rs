@@ -31,7 +31,7 @@ fn apply(installed: &Installed, plan: &Plan) -> Installed {
     for (slot, name) in plan.new_slots.iter().chain(&plan.renamed) {
         // As MAPPING_NAMES holds it.
         let stored = ssh_fwd_common::maps::MappingName::new(name);
-        out.names.insert(*slot, stored.as_str().to_owned());
+        out.names.insert(*slot, stored.as_str().into());
     }
     out.reverse.extend(plan.reverse_upserts.iter().copied());
     out.allow.extend(plan.allow_upserts.iter().copied());
@@ -285,7 +285,10 @@ fn a_name_longer_than_the_map_holds_is_cut_once_and_not_rewritten_at_every_resyn
     let long = format!("{}é{}", "a".repeat(126), "b".repeat(80));
     let desired = MappingSet::from_unique([m(&long, "198.18.0.10:8022", "10.244.1.5:22")]);
     let after = converge(&Installed::default(), &desired);
-    assert_eq!(after.names.values().collect::<Vec<_>>(), [&"a".repeat(126)]);
+    assert_eq!(
+        after.names.values().map(|n| &**n).collect::<Vec<_>>(),
+        ["a".repeat(126)]
+    );
     let again = plan(&after, &desired);
     assert!(again.is_empty(), "rewritten at every resync: {again:?}");
 }
@@ -405,4 +408,12 @@ fn packed_tables_hold_what_they_held() {
     packed.pack();
     assert_eq!(packed, tables);
     assert_eq!(packed.frontends.len(), 500);
+}
+
+#[test]
+fn the_kept_tables_share_a_name_that_fits_instead_of_copying_it() {
+    let desired = MappingSet::from_unique([m("ns/job", "198.18.0.10:8022", "10.244.1.5:22")]);
+    let planned = plan_steps(&Installed::default(), &desired, CAP);
+    let name = &desired.iter().next().unwrap().name;
+    assert!(Arc::ptr_eq(&planned.tables.names[&0], name));
 }

@@ -26,7 +26,7 @@ fn an_ipv6_mapping_is_written_as_an_ipv4_one_in_the_slot_space_they_share() {
     assert_eq!((back.endpoint, back.slot), (v6, target.slot));
     let t = converge(&Installed::default(), &both());
     assert_eq!(t.frontends.len(), 2);
-    assert_eq!(t.names[&target.slot], "v6");
+    assert_eq!(&*t.names[&target.slot], "v6");
 }
 
 #[test]
@@ -104,7 +104,7 @@ fn a_slot_an_ipv6_mapping_frees_is_reused_by_an_ipv4_one_at_capacity() {
     // and named for the IPv4 one in the second.
     assert_eq!(shrink.frontend_deletes, vec![ep("[2001:db8::10]:8022")]);
     assert_eq!(shrink.reverse_deletes, vec![ep("[fd00::5]:22")]);
-    assert_eq!(grow.new_slots, vec![(0, "v4".to_owned())]);
+    assert_eq!(grow.new_slots, vec![(0, "v4".into())]);
     assert_eq!(planned.tables.frontends[&ep("198.18.0.10:8022")].slot, 0);
     assert!(
         grow.retired.is_empty() && shrink.retired == vec![ep("[2001:db8::10]:8022")],
