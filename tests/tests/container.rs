@@ -147,7 +147,7 @@ impl Cluster {
         );
         std::fs::write(service_account.path().join("kubeconfig"), with_ca).unwrap();
         let bpffs = Bpffs::new().unwrap();
-        bpffs.mount().unwrap();
+        bpffs.mount_shared().unwrap();
         let image = Image::build_for_test(&image::static_binary().unwrap()).unwrap();
         let config = tempfile::tempdir().unwrap();
         ssh_fwd_tests::config_volume::write(config.path(), &self::config()).unwrap();
@@ -203,6 +203,8 @@ fn daemonset_spec(cluster: &Cluster) -> Spec {
         memory_limit_bytes: c["resources"]["limits"]["memory"]
             .as_str()
             .map(|q| memory_bytes(q).unwrap()),
+        privileged: false,
+        cgroupns: None,
         mounts: volume_mounts(pod, c, cluster),
         args: args(c["args"].as_array().unwrap()),
         env: env.into_iter().collect(),
@@ -304,6 +306,11 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
                 host: host.to_owned(),
                 container: m["mountPath"].as_str().unwrap().to_owned(),
                 read_only: m["readOnly"] == true,
+                propagation: match m["mountPropagation"].as_str() {
+                    None | Some("None") => None,
+                    Some("HostToContainer") => Some("rslave"),
+                    Some(other) => panic!("mountPropagation {other} is not translated here"),
+                },
             }
         })
         .collect();
@@ -311,6 +318,7 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
         host: cluster.service_account.path().to_owned(),
         container: SERVICE_ACCOUNT.into(),
         read_only: true,
+        propagation: None,
     });
     mounts
 }
