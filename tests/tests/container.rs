@@ -402,6 +402,9 @@ fn the_image_run_as_the_daemonset_runs_it_forwards_a_real_ssh_login_and_outlives
         logs.contains("external interface ext0: the IPv4 default route leaves through it"),
         "the ConfigMap's iface finds the uplink: {logs}"
     );
+    // The node's bpffs as the DaemonSet mounts it (HostToContainer) is
+    // the node's, as the agent's own check sees it from its container.
+    assert!(!logs.contains("is not shared with the node"), "{logs}");
 
     // The kernel sees exactly what the pod spec grants.
     let status = process_status(container.pid().unwrap());
