@@ -74,6 +74,16 @@ impl Bpffs {
         Ok(())
     }
 
+    /// [`Bpffs::mount`], then the mount made shared, as systemd mounts the
+    /// host's: a container may then receive it (`rslave`, Kubernetes'
+    /// `HostToContainer`) or share it (`rshared`, `Bidirectional`), which
+    /// runc refuses for a private source.
+    pub fn mount_shared(&self) -> anyhow::Result<()> {
+        self.mount()?;
+        cmd::run(Command::new("mount").arg("--make-shared").arg(&self.mount))?;
+        Ok(())
+    }
+
     /// Where agent logs go, beside the bpffs mount point: a new file for
     /// each agent, so that two on one node (or a restart) keep their own.
     pub fn log_path(&self, name: &str) -> PathBuf {

@@ -34,6 +34,10 @@ pub struct Mount {
     pub host: PathBuf,
     pub container: String,
     pub read_only: bool,
+    /// `mountPropagation` as podman spells it (`rslave` for
+    /// `HostToContainer`, `rshared` for `Bidirectional`); `None`: podman's
+    /// default, private.
+    pub propagation: Option<&'static str>,
 }
 
 /// What the pod spec says about one container, in podman's terms.
@@ -50,6 +54,10 @@ pub struct Spec {
     pub no_new_privileges: bool,
     pub seccomp: Seccomp,
     pub memory_limit_bytes: Option<u64>,
+    /// `--privileged`, as kind runs its nodes.
+    pub privileged: bool,
+    /// `--cgroupns=MODE` (`private`, `host`); `None`: podman's default.
+    pub cgroupns: Option<&'static str>,
     pub mounts: Vec<Mount>,
     pub env: Vec<(String, String)>,
     pub args: Vec<String>,
@@ -88,10 +96,20 @@ impl Spec {
         if let Some(bytes) = self.memory_limit_bytes {
             a.push(format!("--memory={bytes}"));
         }
+        if self.privileged {
+            a.push("--privileged".into());
+        }
+        if let Some(mode) = self.cgroupns {
+            a.push(format!("--cgroupns={mode}"));
+        }
         for m in &self.mounts {
             let ro = if m.read_only { ",ro" } else { "" };
+            let propagation = m
+                .propagation
+                .map(|p| format!(",bind-propagation={p}"))
+                .unwrap_or_default();
             a.push(format!(
-                "--mount=type=bind,source={},destination={}{ro}",
+                "--mount=type=bind,source={},destination={}{ro}{propagation}",
                 m.host.display(),
                 m.container
             ));
@@ -300,10 +318,13 @@ mod tests {
             no_new_privileges: true,
             seccomp: Seccomp::Unconfined,
             memory_limit_bytes: Some(256 << 20),
+            privileged: false,
+            cgroupns: None,
             mounts: vec![Mount {
                 host: "/tmp/x/bpffs".into(),
                 container: "/sys/fs/bpf".into(),
                 read_only: false,
+                propagation: Some("rslave"),
             }],
             env: vec![("IFACE".into(), "ext0".into())],
             args: vec!["agent".into(), "--external-iface=ext0".into()],
@@ -324,7 +345,7 @@ mod tests {
             "--security-opt=no-new-privileges",
             "--security-opt=seccomp=unconfined",
             "--memory=268435456",
-            "--mount=type=bind,source=/tmp/x/bpffs,destination=/sys/fs/bpf",
+            "--mount=type=bind,source=/tmp/x/bpffs,destination=/sys/fs/bpf,bind-propagation=rslave",
             "--env=IFACE=ext0",
         ] {
             assert!(

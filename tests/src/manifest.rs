@@ -128,6 +128,12 @@ impl Variant {
     }
 }
 
+/// A kustomization directory of deploy/ (`overlays/kind`) as kustomize
+/// builds it, one value per document.
+pub fn build(dir: &str) -> anyhow::Result<Vec<Value>> {
+    documents(&kustomize(&deploy().join(dir))?)
+}
+
 /// `kustomize build DIR` with kustomize's own or kubectl's.
 fn kustomize(dir: &Path) -> anyhow::Result<String> {
     let mut cmd = match crate::privilege::which("kustomize") {

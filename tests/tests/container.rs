@@ -147,7 +147,7 @@ impl Cluster {
         );
         std::fs::write(service_account.path().join("kubeconfig"), with_ca).unwrap();
         let bpffs = Bpffs::new().unwrap();
-        bpffs.mount().unwrap();
+        bpffs.mount_shared().unwrap();
         let image = Image::build_for_test(&image::static_binary().unwrap()).unwrap();
         let config = tempfile::tempdir().unwrap();
         ssh_fwd_tests::config_volume::write(config.path(), &self::config()).unwrap();
@@ -203,6 +203,8 @@ fn daemonset_spec(cluster: &Cluster) -> Spec {
         memory_limit_bytes: c["resources"]["limits"]["memory"]
             .as_str()
             .map(|q| memory_bytes(q).unwrap()),
+        privileged: false,
+        cgroupns: None,
         mounts: volume_mounts(pod, c, cluster),
         args: args(c["args"].as_array().unwrap()),
         env: env.into_iter().collect(),
@@ -304,6 +306,11 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
                 host: host.to_owned(),
                 container: m["mountPath"].as_str().unwrap().to_owned(),
                 read_only: m["readOnly"] == true,
+                propagation: match m["mountPropagation"].as_str() {
+                    None | Some("None") => None,
+                    Some("HostToContainer") => Some("rslave"),
+                    Some(other) => panic!("mountPropagation {other} is not translated here"),
+                },
             }
         })
         .collect();
@@ -311,6 +318,7 @@ fn volume_mounts(pod: &Value, c: &Value, cluster: &Cluster) -> Vec<Mount> {
         host: cluster.service_account.path().to_owned(),
         container: SERVICE_ACCOUNT.into(),
         read_only: true,
+        propagation: None,
     });
     mounts
 }
@@ -394,6 +402,9 @@ fn the_image_run_as_the_daemonset_runs_it_forwards_a_real_ssh_login_and_outlives
         logs.contains("external interface ext0: the IPv4 default route leaves through it"),
         "the ConfigMap's iface finds the uplink: {logs}"
     );
+    // The node's bpffs as the DaemonSet mounts it (HostToContainer) is
+    // the node's, as the agent's own check sees it from its container.
+    assert!(!logs.contains("is not shared with the node"), "{logs}");
 
     // The kernel sees exactly what the pod spec grants.
     let status = process_status(container.pid().unwrap());

@@ -15,6 +15,7 @@ mod args;
 pub mod audit;
 mod cross_node_check;
 mod cross_node_key;
+mod environment;
 mod iface;
 mod listeners;
 mod metrics;
@@ -72,6 +73,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let mut source = Source::open(&args, &metrics).await?;
     let ifaces = iface::choose(&args, source.kube_client(), &metrics.external_ifaces).await?;
+    environment::check(&args, &ifaces).await;
     let garp_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     // What cannot work across nodes is refused now, before the node is

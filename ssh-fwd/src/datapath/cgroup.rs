@@ -28,8 +28,9 @@ pub fn is_cgroup2(path: &Path) -> anyhow::Result<bool> {
     super::pins::is_fs(path, libc::CGROUP2_SUPER_MAGIC.into())
 }
 
-/// `/proc/mounts` writes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount_path(raw: &str) -> String {
+/// `/proc/mounts` and `/proc/self/mountinfo` write space, tab, newline and
+/// backslash as `\ooo`.
+pub fn unescape_mount_path(raw: &str) -> String {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -54,6 +54,20 @@ pub fn name_of(index: u32) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..end]).into_owned())
 }
 
+/// Whether a link's `IFLA_XDP` names a program in the driver's hook.
+fn runs_native_xdp(msg: &LinkMessage) -> bool {
+    use netlink_packet_route::link::{LinkXdp, XdpAttached};
+    msg.attributes.iter().any(|a| match a {
+        LinkAttribute::Xdp(xdp) => xdp.iter().any(|x| {
+            matches!(
+                x,
+                LinkXdp::Attached(XdpAttached::Driver) | LinkXdp::DrvProgId(_)
+            )
+        }),
+        _ => false,
+    })
+}
+
 /// The kinds of device whose peer can be a pod: `bpf_redirect_peer` works
 /// on exactly these (they implement `ndo_get_peer_dev`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,6 +261,34 @@ impl Netlink {
         collect(request).await.with_context(|| {
             format!("rtnetlink {family} address dump of network namespace id {netns_id}")
         })
+    }
+
+    /// Whether `peer` (a veth's other end, in the namespace this one knows
+    /// by its id) runs a native XDP program: asked with
+    /// `IFLA_TARGET_NETNSID`, which needs CAP_NET_ADMIN over that namespace.
+    pub async fn runs_native_xdp(&self, peer: Peer) -> anyhow::Result<bool> {
+        /// `IFLA_TARGET_NETNSID`, which `netlink-packet-route` does not name.
+        const IFLA_TARGET_NETNSID: u16 = 46;
+        let mut request = self.handle.link().get().match_index(peer.index);
+        request.message_mut().attributes.push(LinkAttribute::Other(
+            netlink_packet_core::DefaultNla::new(
+                IFLA_TARGET_NETNSID,
+                peer.netns_id.to_ne_bytes().to_vec(),
+            ),
+        ));
+        let what = || {
+            format!(
+                "interface index {} of network namespace id {}",
+                peer.index, peer.netns_id
+            )
+        };
+        let msg = request
+            .execute()
+            .try_next()
+            .await
+            .with_context(what)?
+            .with_context(what)?;
+        Ok(runs_native_xdp(&msg))
     }
 
     /// Indexes of the interfaces with a qdisc other than `noqueue`: a

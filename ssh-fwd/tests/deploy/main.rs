@@ -327,12 +327,37 @@ fn the_kind_overlay_runs_the_image_cargo_xtask_image_builds() {
             "{workload} {name}"
         );
     }
-    // The SSH IP of the README's kind steps, for both.
+    // The SSH IP of docs/kind.md's steps, for both.
     let (agent, _) = agent_cli(&kind);
     let (controller, _) = controller_cli(&kind);
     let ip: std::net::IpAddr = "172.18.255.10".parse().unwrap();
     assert_eq!(agent.ssh_ips, [ip]);
     assert_eq!(controller.ssh_ips, agent.ssh_ips);
+}
+
+#[test]
+fn the_kind_overlay_attaches_with_tc_and_passes_the_agents_own_checks() {
+    let kind = render("overlays/kind");
+    let (args, ds) = agent_cli(&kind);
+    // A kind node's eth0 is a veth (docs/kind.md).
+    assert_eq!(args.attach, ssh_fwd::datapath::hooks::AttachMode::Tc);
+    assert_eq!(added_capabilities(&ds), asked_capabilities(&args));
+    assert_eq!(
+        args.bpffs.bpffs,
+        Path::new("/sys/fs/bpf/ssh-fwd"),
+        "the pins below the node's bpffs"
+    );
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let bpffs = (pod.containers[0].volume_mounts.iter().flatten())
+        .find(|m| m.mount_path == "/sys/fs/bpf")
+        .expect("the node's bpffs is mounted");
+    // What the agent's own check asks of a pin directory in a container.
+    assert_eq!(bpffs.mount_propagation.as_deref(), Some("HostToContainer"));
+    let (controller, _) = controller_cli(&kind);
+    assert!(
+        controller.admission.webhook_self_signed,
+        "no cert-manager on kind"
+    );
 }
 
 fn controller_cli(docs: &[Value]) -> (ssh_fwd::controller::ControllerArgs, Deployment) {
