@@ -44,7 +44,7 @@ pub struct ServiceView {
     pub created: Option<Time>,
     /// `spec.externalIPs` that are IP addresses, of either family (the API
     /// server does not check them against `spec.ipFamilies`).
-    pub external_ips: Vec<IpAddr>,
+    pub external_ips: Box<[IpAddr]>,
     /// `type: LoadBalancer` with `loadBalancerClass` [`vocabulary::LB_CLASS`].
     pub ours: bool,
     /// `spec.allocateLoadBalancerNodePorts` is `false` (the API server
@@ -52,11 +52,11 @@ pub struct ServiceView {
     pub node_ports_off: bool,
     /// `status.loadBalancer.ingress[]` entries with an IP of either
     /// family, for a Service of our class (nobody else's status counts).
-    pub ingress: Vec<Ingress>,
+    pub ingress: Box<[Ingress]>,
     /// The controller's grant in the status ([`Grant`]): the one port
     /// the Service may have on an SSH IP, and the pod it may reach.
     pub grant: Option<Grant>,
-    pub ports: Vec<PortView>,
+    pub ports: Box<[PortView]>,
     /// Who may connect, as the Service writes it: parsed by the rules,
     /// which refuse the Service if it is wrong.
     pub guard: GuardText,
@@ -74,7 +74,7 @@ pub struct Ingress {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GuardText {
     /// `spec.loadBalancerSourceRanges`.
-    pub ranges: Vec<Box<str>>,
+    pub ranges: Box<[Box<str>]>,
     /// The annotation [`vocabulary::SOURCE_RANGES`].
     pub ranges_annotation: Option<Box<str>>,
     /// The annotation [`vocabulary::SYN_RATE`].
@@ -107,18 +107,18 @@ pub struct SliceView {
     /// a slice of each family.
     pub family: Option<Family>,
     /// Port names and numbers.
-    pub ports: Vec<(Box<str>, Option<u16>)>,
+    pub ports: Box<[(Box<str>, Option<u16>)]>,
     /// Ready endpoint addresses (an absent `ready` counts as ready).
-    pub ready: Vec<IpAddr>,
+    pub ready: Box<[IpAddr]>,
     /// Addresses of endpoints that are terminating but still serving (a
     /// pod in its grace period whose server still runs): what kube-proxy
     /// falls back to when a Service has no ready endpoint.
-    pub terminating: Vec<IpAddr>,
+    pub terminating: Box<[IpAddr]>,
     /// The pods behind those addresses (`targetRef` of kind Pod): what
     /// the connection log names a backend by, and what a granted port
     /// is checked against (the EndpointSlice controller writes the uid;
     /// the `edit` role cannot write EndpointSlices).
-    pub pods: Vec<PodAt>,
+    pub pods: Box<[PodAt]>,
 }
 
 /// A pod behind an endpoint address.
@@ -429,15 +429,15 @@ pub fn id_of(meta: &ObjectMeta) -> Id {
     .into()
 }
 
-fn ips<'a>(texts: impl IntoIterator<Item = &'a str>) -> Vec<IpAddr> {
+fn ips<'a>(texts: impl IntoIterator<Item = &'a str>) -> Box<[IpAddr]> {
     exact(texts.into_iter().filter_map(|t| t.parse().ok()))
 }
 
 /// Collects with no room to spare: a view lives as long as its object, and
 /// a vector grown from a filtered iterator keeps room for four (a quarter
 /// of the agent's heap at 10,000 Services went to that slack).
-fn exact<T>(items: impl Iterator<Item = T>) -> Vec<T> {
-    items.collect::<Box<[T]>>().into_vec()
+fn exact<T>(items: impl Iterator<Item = T>) -> Box<[T]> {
+    items.collect()
 }
 
 impl WireService {
@@ -558,7 +558,7 @@ impl Shape<'_> {
             ours,
             node_ports_off: self.node_ports == Some(false),
             // Nobody else's load-balancer status counts.
-            ingress: if ours { exact(ingress) } else { Vec::new() },
+            ingress: if ours { exact(ingress) } else { Box::default() },
             grant,
             ports: exact(ports),
             guard,

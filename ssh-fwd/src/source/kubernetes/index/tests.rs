@@ -144,12 +144,16 @@ fn service(n: usize) -> impl Strategy<Value = ServiceView> {
                     guard: Default::default(),
                     id: service_id(n),
                     created,
-                    external_ips,
+                    external_ips: external_ips.into(),
                     ours,
                     node_ports_off,
-                    ingress: if ours { ingress } else { Vec::new() },
+                    ingress: if ours {
+                        ingress.into()
+                    } else {
+                        Vec::new().into()
+                    },
                     grant,
-                    ports,
+                    ports: ports.into(),
                 }
             },
         )
@@ -182,8 +186,8 @@ fn slice() -> impl Strategy<Value = SliceView> {
                 service: service.map(service_id),
                 family,
                 ports: ports.into_iter().map(|(n, p)| (n.into(), p)).collect(),
-                ready,
-                terminating,
+                ready: ready.into(),
+                terminating: terminating.into(),
                 pods,
             }
         })
@@ -262,17 +266,18 @@ fn view(n: usize, created: &str, port: i32) -> ServiceView {
         guard: Default::default(),
         id: service_id(n),
         created: Some(Time(created.parse().expect("time"))),
-        external_ips: vec![ip(SSH_IPS[0])],
+        external_ips: vec![ip(SSH_IPS[0])].into(),
         ours: false,
         node_ports_off: false,
-        ingress: Vec::new(),
+        ingress: Vec::new().into(),
         grant: None,
         ports: vec![PortView {
             name: "".into(),
             port,
             tcp: true,
             numeric_target: Some(22),
-        }],
+        }]
+        .into(),
     }
 }
 
@@ -280,10 +285,10 @@ fn ready(service: usize, pod: &str) -> SliceView {
     SliceView {
         service: Some(service_id(service)),
         family: Some(Family::of(ip(pod))),
-        ports: vec![("".into(), Some(22))],
-        ready: vec![ip(pod)],
-        terminating: Vec::new(),
-        pods: Vec::new(),
+        ports: vec![("".into(), Some(22))].into(),
+        ready: vec![ip(pod)].into(),
+        terminating: Vec::new().into(),
+        pods: Vec::new().into(),
     }
 }
 
@@ -477,7 +482,7 @@ fn a_whole_list_packed_equals_the_full_recompute() {
     let services = (0..2 * PACK_AFTER)
         .map(|n| {
             let mut v = view(n, "2026-01-01T00:00:00Z", 8000);
-            v.external_ips = vec![ip(SSH_IPS[n % 2])];
+            v.external_ips = vec![ip(SSH_IPS[n % 2])].into();
             v.ports[0].port = 8000 + i32::try_from(n / 2).expect("port");
             v
         })

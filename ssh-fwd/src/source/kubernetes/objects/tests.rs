@@ -23,7 +23,7 @@ fn only_the_service_name_label_is_kept_of_a_slice() {
     let view = slice.view();
     assert_eq!(view.service.as_deref(), Some("jobs/job-1"));
     assert_eq!(
-        view.ready,
+        *view.ready,
         [
             "10.0.0.1".parse::<IpAddr>().unwrap(),
             "10.0.0.3".parse().unwrap()
@@ -54,7 +54,7 @@ fn a_ready_endpoint_names_its_pod_and_other_targets_name_none() {
         uid: None,
     };
     assert_eq!(
-        pods,
+        *pods,
         [at("10.0.0.1", "jobs/job-1-0"), at("10.0.0.4", "other/p")]
     );
 }
@@ -73,7 +73,7 @@ fn a_load_balancers_ingress_counts_only_for_our_class() {
     let ours = service(vocabulary::LB_CLASS).view();
     assert!(ours.ours && !ours.node_ports_off);
     assert_eq!(
-        ours.ingress,
+        *ours.ingress,
         [Ingress {
             ip: "198.18.0.10".parse().unwrap(),
             ports: [].into()
@@ -99,7 +99,7 @@ fn an_ipv6_slice_keeps_its_ipv6_addresses_and_services_their_addresses_of_both_f
     let pod: IpAddr = "fd00:244:1::5".parse().unwrap();
     assert_eq!(view.family, Some(Family::V6));
     assert_eq!(
-        view.ready,
+        *view.ready,
         [pod],
         "an address of the other family is no endpoint"
     );
@@ -108,7 +108,7 @@ fn an_ipv6_slice_keeps_its_ipv6_addresses_and_services_their_addresses_of_both_f
         name: "jobs/p".into(),
         uid: None,
     };
-    assert_eq!(view.pods, [at]);
+    assert_eq!(*view.pods, [at]);
     let service: WireService = serde_json::from_value(json!({
         "metadata": {"name": "a", "namespace": "jobs"},
         "spec": {"type": "LoadBalancer", "loadBalancerClass": vocabulary::LB_CLASS,
@@ -118,7 +118,7 @@ fn an_ipv6_slice_keeps_its_ipv6_addresses_and_services_their_addresses_of_both_f
     .unwrap();
     let view = service.view();
     let ips = |texts: [&str; 2]| texts.map(|t| t.parse::<IpAddr>().unwrap());
-    assert_eq!(view.external_ips, ips(["2001:db8::10", "198.18.0.10"]));
+    assert_eq!(*view.external_ips, ips(["2001:db8::10", "198.18.0.10"]));
     let ingress: Vec<IpAddr> = view.ingress.iter().map(|i| i.ip).collect();
     assert_eq!(ingress, ips(["2001:db8::11", "198.18.0.11"]));
 }
