@@ -29,6 +29,14 @@ fn main() -> anyhow::Result<()> {
     let toolchain = pinned
         .as_deref()
         .map_or(Toolchain::default(), Toolchain::Custom);
+    // The programs at opt-level 3 whatever this build's profile says (the
+    // host code of a release is optimised for size): aya-build builds them
+    // with `--release`, which would take this workspace's release profile
+    // and its dependencies (aya-ebpf, core) at "s", whose code the verifier
+    // refuses, and the object must not change with the host's choice.
+    // SAFETY: a build script is one thread; nothing reads the environment
+    // while it is changed.
+    unsafe { std::env::set_var("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3") };
     aya_build::build_ebpf(
         [Package {
             name: "ssh-fwd-ebpf",
