@@ -17,6 +17,8 @@ use std::{
     sync::Arc,
 };
 
+use smallvec::SmallVec;
+
 use super::{
     desired::{self, Contender, Desired, Note, Owned, Policy, ServiceClaims},
     objects::{Id, ServiceView, SliceView},
@@ -37,6 +39,12 @@ pub enum Update {
     Slices(Vec<(Id, SliceView)>),
 }
 
+/// Ids of a Service's slices, or of a frontend's claimants: most Services
+/// have one slice and most frontends one claimant, held in place instead
+/// of in an allocation of their own (20,000 fewer at 10,000 Services).
+type Ids = SmallVec<[Id; 1]>;
+const _: () = assert!(size_of::<Ids>() == size_of::<Vec<Id>>());
+
 /// Frontends resolved at once past which the mappings' tree is built
 /// again with full nodes ([`MappingSet::pack`]), if they are most of it.
 const PACK_AFTER: usize = 1024;
@@ -52,11 +60,11 @@ pub struct Index {
     slices: HashMap<Id, Box<SliceView>>,
     /// Slice ids by the Service they name (known or not yet); a Service
     /// has one or a few, and the rules do not depend on their order.
-    slices_of: HashMap<Id, Vec<Id>>,
+    slices_of: HashMap<Id, Ids>,
     /// What each Service claims now.
     claims: HashMap<Id, ServiceClaims>,
     /// The Services claiming each frontend.
-    contenders: HashMap<SocketAddr, Vec<Id>>,
+    contenders: HashMap<SocketAddr, Ids>,
     /// The conflict notes of each contested frontend.
     conflicts: HashMap<SocketAddr, Vec<Note>>,
     /// Every owned frontend's mapping, before the capacity cut.
@@ -319,10 +327,7 @@ impl Index {
         }
         if let Some(view) = view {
             if let Some(service) = &view.service {
-                // Most Services have one slice, most frontends one
-                // claimant: room for one, not the four a push makes.
-                let ids = (self.slices_of.entry(service.clone()))
-                    .or_insert_with(|| Vec::with_capacity(1));
+                let ids = self.slices_of.entry(service.clone()).or_default();
                 if !ids.contains(&id) {
                     ids.push(id.clone());
                 }
@@ -372,7 +377,7 @@ impl Index {
             frontends.insert(claim.frontend);
             self.contenders
                 .entry(claim.frontend)
-                .or_insert_with(|| Vec::with_capacity(1))
+                .or_default()
                 .push(service.clone());
         }
         raised.extend(new.notes.iter().filter(|n| !old.notes.contains(n)).cloned());
