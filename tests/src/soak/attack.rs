@@ -122,7 +122,7 @@ impl Cycle<'_, '_> {
         // the quota at once: a count the churn left wrong (above what the
         // client holds, or below zero) holds one of these back.
         self.held.clear();
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_secs(1));
         while self.held.len() < quota && !self.run.stopped() {
             if !self.open_under_quota() {
                 break;

@@ -190,9 +190,8 @@ impl Bed {
                 continue;
             };
             let to = self.dir.join(name);
-            if *log != to && std::fs::copy(log, &to).is_ok() {
-                kept.push(to);
-            } else if *log == to {
+            // A controller's log is written there already.
+            if *log == to || std::fs::copy(log, &to).is_ok() {
                 kept.push(to);
             }
         }

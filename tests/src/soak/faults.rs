@@ -39,7 +39,7 @@ pub fn run_all<'s, 'a: 's>(
             if !run.pause(planned.at.saturating_sub(run.now())) {
                 return;
             }
-            let mut rng = Rng::new(run.seed ^ (i as u64 + 7) * 0x51_7cc1);
+            let mut rng = Rng::new(run.seed ^ ((i as u64 + 7) * 0x51_7cc1));
             if let Err(e) = one(run, locks, planned, &mut rng) {
                 run.records()
                     .fault_errors

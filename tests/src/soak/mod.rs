@@ -83,6 +83,17 @@ impl Scale {
     }
 }
 
+/// The shape of the fault schedule of a soak of `length`.
+fn shape(length: Duration, scale: &Scale) -> Shape {
+    Shape {
+        length,
+        calm: Duration::from_secs(5),
+        mean_gap: scale.fault_gap,
+        shortest: Duration::from_secs(2),
+        longest: Duration::from_secs(6),
+    }
+}
+
 /// One soak's settings.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -101,14 +112,7 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(40);
 pub fn run(options: &Options) -> anyhow::Result<Report> {
     let started = Instant::now();
     let scale = Scale::for_length(options.length);
-    let shape = Shape {
-        length: options.length,
-        calm: Duration::from_secs(5),
-        mean_gap: scale.fault_gap,
-        shortest: Duration::from_secs(2),
-        longest: Duration::from_secs(6),
-    };
-    let plan = schedule::plan(options.seed, shape);
+    let plan = schedule::plan(options.seed, shape(options.length, &scale));
     std::fs::create_dir_all(&options.dir)?;
     let bed = Bed::start(Size { jobs: scale.jobs }, &options.dir)?;
     let run = Run::new(&bed, scale.jobs, options.seed, &options.dir);
@@ -214,4 +218,26 @@ fn exited(bed: &Bed) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ci_minute_holds_every_kind_of_fault_whatever_the_seed() {
+        let length = Duration::from_secs(60);
+        let scale = Scale::for_length(length);
+        for seed in 0..500 {
+            let plan = schedule::plan(seed, shape(length, &scale));
+            let missing: Vec<Fault> = (Fault::ALL.iter())
+                .filter(|f| !plan.iter().any(|p| p.fault == **f))
+                .copied()
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "seed {seed}: no {missing:?} in {plan:?}"
+            );
+        }
+    }
 }

@@ -164,8 +164,13 @@ impl Report {
         let windows = &self.inputs.records.windows;
         (self.inputs.records.hammer.refused_below_quota.iter())
             .filter(|(at, _, k)| {
+                // A count above the connections held is told apart; a
+                // count of the whole quota of connections still open is
+                // right (closes the hammer made that the pods had not
+                // answered yet), not a defect.
+                let quota = u64::from(super::bed::CONNS_PER_SOURCE);
                 super::tally::place(*at, windows) == super::tally::Placed::Outside
-                    && !k.is_some_and(|k| k.counted > k.open)
+                    && !k.is_some_and(|k| k.counted > k.open || k.open >= quota)
             })
             .copied()
             .collect()

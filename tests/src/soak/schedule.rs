@@ -144,8 +144,15 @@ pub fn plan(seed: u64, shape: Shape) -> Vec<Planned> {
         }
         let fault = round.pop().unwrap_or(Fault::ApiStall);
         out.push(Planned { at, fault, lasts });
-        // Half the mean to one and a half times it.
-        at += Duration::from_millis(gap_ms / 2 + rng.draw() % (gap_ms + 1));
+        // Half the mean to one and a half times it; closer while the
+        // first round has not run, so every kind fits in a short soak.
+        let mut gap = Duration::from_millis(gap_ms / 2 + rng.draw() % (gap_ms + 1));
+        if out.len() < Fault::ALL.len() {
+            let left = (Fault::ALL.len() - out.len()) as u32;
+            let room = end.saturating_sub(at + Duration::from_millis(hi)) / left;
+            gap = gap.min(room);
+        }
+        at += gap;
     }
     out
 }

@@ -27,7 +27,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// stops: a session that ends with its job, or breaks, is replaced by a
 /// new one.
 pub fn keep(run: &Run<'_>, id: usize, slot: usize) {
-    let mut rng = Rng::new(run.seed ^ (id as u64 + 1) * 0x9e37_79b9);
+    let mut rng = Rng::new(run.seed ^ ((id as u64 + 1) * 0x9e37_79b9));
     // Bounded: at most one session opened a second.
     while !run.stopped() {
         let Some(target) = run.target(slot) else {

@@ -16,7 +16,7 @@ pub fn today() -> String {
 
 /// `15 min` or `60 s`.
 pub fn minutes(d: Duration) -> String {
-    if d.as_secs() % 60 == 0 && d.as_secs() >= 60 {
+    if d.as_secs().is_multiple_of(60) && d.as_secs() >= 60 {
         format!("{} min", d.as_secs() / 60)
     } else {
         format!("{} s", d.as_secs())
