@@ -308,12 +308,19 @@ impl Agent {
     /// Starts `ssh-fwd controller ARGS` in `node`, logging to `log`, and
     /// waits until it leads and has its first complete lists.
     pub fn start_controller(node: &NetNs, log: PathBuf, args: &[String]) -> anyhow::Result<Self> {
+        let mut controller = Self::spawn_controller(node, log, args)?;
+        controller.wait_for_log("controller ready", Duration::from_secs(20))?;
+        Ok(controller)
+    }
+
+    /// Starts `ssh-fwd controller ARGS` in `node`, logging to `log`,
+    /// without waiting: a standby replica never logs that it is ready
+    /// until it leads.
+    pub fn spawn_controller(node: &NetNs, log: PathBuf, args: &[String]) -> anyhow::Result<Self> {
         let mut argv: Vec<std::ffi::OsString> =
             vec!["controller".into(), "--log-format".into(), "json".into()];
         argv.extend(args.iter().map(Into::into));
-        let mut controller = Self::process(node, &[], &argv, log)?;
-        controller.wait_for_log("controller ready", Duration::from_secs(20))?;
-        Ok(controller)
+        Self::process(node, &[], &argv, log)
     }
 
     fn process(

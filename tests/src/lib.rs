@@ -24,6 +24,7 @@ pub mod netns;
 pub mod privilege;
 pub mod prometheus;
 pub mod segment;
+pub mod soak;
 pub mod ssh;
 pub mod topology;
 

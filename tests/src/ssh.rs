@@ -146,6 +146,15 @@ impl Sshd {
     }
 }
 
+impl Sshd {
+    /// SIGTERM to the listener alone: it stops accepting, and the
+    /// sessions it forked (each in a session of its own) go on.
+    pub fn stop_listening(&self) {
+        // SAFETY: signalling our own child (sshd, which `sh` exec'd).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+    }
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         kill_group(&mut self.child);
@@ -170,7 +179,7 @@ fn seconds(limit: Duration) -> String {
     cmd::scaled(limit).as_secs().max(1).to_string()
 }
 
-const NON_INTERACTIVE: [&str; 10] = [
+pub const NON_INTERACTIVE: [&str; 10] = [
     "-o",
     "StrictHostKeyChecking=no",
     "-o",
@@ -193,6 +202,11 @@ impl SshClient {
     /// A client using the private key at `key`.
     pub fn with_key(key: PathBuf) -> Self {
         Self { key }
+    }
+
+    /// The private key it logs in with.
+    pub fn key(&self) -> &Path {
+        &self.key
     }
 
     /// `ssh -p PORT root@HOST REMOTE` from inside `ns`, bounded by `limit`.

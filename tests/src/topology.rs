@@ -89,7 +89,9 @@ pub struct Pod {
     /// Index of the node the pod is wired to, and that node's end of the veth.
     pub node: usize,
     pub node_iface: String,
-    _sshd: Sshd,
+    /// The running sshd last; ones restarted away before it, kept so their
+    /// sessions end with the pod.
+    sshd: Vec<Sshd>,
 }
 
 impl Pod {
@@ -120,8 +122,26 @@ impl Pod {
             hostname,
             node,
             node_iface,
-            _sshd: sshd,
+            sshd: vec![sshd],
         })
+    }
+
+    /// Restarts the pod's sshd as `systemctl restart ssh` does: the
+    /// listener ends, a new one starts listening, and the sessions the old
+    /// one opened go on.
+    pub fn restart_sshd(&mut self, keys: &SshKeys) -> anyhow::Result<()> {
+        if let Some(old) = self.sshd.last() {
+            old.stop_listening();
+        }
+        let listening = crate::cmd::wait_until(std::time::Duration::from_secs(5), || {
+            crate::cmd::run(self.ns.command("ss").args(["-Hltn", "sport = :22"]))
+                .is_ok_and(|o| o.trim().is_empty())
+        });
+        anyhow::ensure!(listening, "the old sshd of {} still listens", self.hostname);
+        let sshd = Sshd::start(&self.ns, &self.hostname, keys)
+            .with_context(|| format!("sshd in {} again", self.hostname))?;
+        self.sshd.push(sshd);
+        Ok(())
     }
 }
 

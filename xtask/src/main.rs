@@ -9,6 +9,7 @@ mod image;
 mod module_graph;
 mod release;
 mod setup;
+mod soak;
 mod test;
 mod vm;
 
@@ -48,6 +49,14 @@ enum Task {
     /// to the image's digest, CHANGELOG.md, the licences and SHA256SUMS
     /// (docs/release.md). VERSION must be the workspace's.
     Release(release::Options),
+    /// The cluster in network namespaces (two nodes, the fake API server,
+    /// agents with --announce l2, two controllers) under every load and
+    /// fault at once for minutes: long sessions, logins, scp, a SYN flood,
+    /// a client at its quota, pod churn; agents, controllers, links, the
+    /// API and sshd broken on a seeded, overlapping schedule. Prints a
+    /// summary and writes bench/results/soak-DATE.md; fails on any session
+    /// lost, byte corrupted or table entry leaked. Needs root.
+    Soak(soak::Options),
     /// Benchmarks (not tests): `cargo xtask bench datapath`, `cargo xtask
     /// bench convergence`, `cargo xtask bench controller`, `cargo xtask bench
     /// webhook`.
@@ -128,6 +137,7 @@ fn main() -> std::process::ExitCode {
         Task::Image(options) => setup::run().and_then(|()| image::run(&options)),
         Task::Release(options) => setup::run().and_then(|()| release::run(&options)),
         Task::Test(options) => test::run(&options),
+        Task::Soak(options) => setup::run().and_then(|()| soak::run(&options)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
