@@ -7,6 +7,12 @@
 //! answers for it. Another MAC claiming an announced SSH IP is another
 //! agent's, recorded in `ARP_HEARD`, or foreign, counted in `ARP_FOREIGN`
 //! (`crate::claim`). Every other frame passes untouched.
+//!
+//! ARP and neighbour discovery (`crate::ndp`) stay two modules: they are
+//! different protocols, not one protocol over two address families. ARP
+//! is a frame of its own ethertype with no checksum; a solicitation is
+//! ICMPv6 inside IPv6, with its options and a checksum over the
+//! pseudo-header. What they share, the claims, is `crate::claim`'s.
 
 use aya_ebpf::{
     bindings::{BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},

@@ -19,7 +19,7 @@ use ssh_fwd_common::{
     },
     ipopt::{FRONTEND_OPTION_TYPE, FRONTEND_OPTION_TYPE6},
     ipv6::{ETH_P_IPV6, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, NEXTHDR_DEST, NEXTHDR_TCP},
-    maps::{IFACE_EXTERNAL, IFACE_OUTSIDE},
+    maps::{Addr6, IFACE_EXTERNAL, IFACE_OUTSIDE},
     outcome::Outcome,
     packet::{ETH_HLEN, IPPROTO_TCP, IPV4_MIN_LEN, IPV4_PROTO_OFF, TCP_FLAGS_OFF},
 };
@@ -31,7 +31,6 @@ use crate::{
     family::Family,
     forward::iface_flags,
     icmp::{self, Out},
-    icmp6,
     ipopt::{Carrier, NotAdded},
     mss,
     packet::{Headers, Reloaded, Transport, ethertype, read},
@@ -92,10 +91,10 @@ fn forged_option(ctx: &TcContext, ipv6: bool) -> Option<bool> {
 fn egress6(ctx: &TcContext) -> i32 {
     let outcome = match parse6(ctx) {
         Ok(h) if h.transport == Transport::Tcp => tcp(ctx, &h),
-        Ok(h) => match icmp6::outbound(ctx, h.ip_len) {
-            icmp6::Out::Drop => return TC_ACT_SHOT,
-            icmp6::Out::Translated => return TC_ACT_UNSPEC,
-            icmp6::Out::NotOurs => Outcome::PassNotTcp,
+        Ok(h) => match icmp::outbound::<_, Addr6>(ctx, h.ip_len) {
+            Out::Drop => return TC_ACT_SHOT,
+            Out::Translated => return TC_ACT_UNSPEC,
+            Out::NotOurs => Outcome::PassNotTcp,
         },
         Err(outcome) => outcome,
     };
@@ -113,7 +112,7 @@ fn egress4(ctx: &TcContext) -> i32 {
         }
     };
     match h.transport {
-        Transport::Icmp => match icmp::outbound(ctx, h.ip_len) {
+        Transport::Icmp => match icmp::outbound::<_, u32>(ctx, h.ip_len) {
             Out::Drop => TC_ACT_SHOT,
             Out::Translated => TC_ACT_UNSPEC,
             Out::NotOurs => {

@@ -1,11 +1,13 @@
-//! ICMP errors of forwarded connections, translated as
+//! ICMP and ICMPv6 errors of forwarded connections, translated as
 //! `ssh_fwd_common::icmp` describes: an error addressed to a frontend
 //! reaches the backend ([`inbound`]); an error quoting a backend reaches
 //! the client naming the frontend ([`outbound`]), or is dropped if it cannot
-//! be mapped, so a client never sees a pod's address. Direct writes with
-//! incremental checksums, the same in XDP and tc: every change is offset by
-//! a checksum in the same header, so even a CHECKSUM_COMPLETE skb stays
-//! valid.
+//! be mapped, so a client never sees a pod's address. The decisions are
+//! written once over the family; what differs, finding the quote and the
+//! checksum math, is each family's [`Quoting`]: IPv4's here, IPv6's in
+//! `crate::icmp6`. Direct writes with incremental checksums, the same in
+//! XDP and tc: every change is offset by a checksum in the same header, so
+//! even a CHECKSUM_COMPLETE skb stays valid.
 
 use ssh_fwd_common::{
     csum,
@@ -24,19 +26,174 @@ use ssh_fwd_common::{
 use crate::{
     conntrack::{backend_is_local, established, half_open},
     counters::count,
-    maps::{FRONTENDS, REVERSE},
+    family::Family,
     packet::{Headers, Packet, bytes_at, put_addr, put_word, read, word},
 };
 
-/// The offsets of an ICMP error quoting a TCP packet.
-struct Quote {
-    icmp: usize,
-    ip: usize,
-    tcp: usize,
-    source: Endpoint,
-    destination: Endpoint,
+/// The offsets of an ICMP error quoting a TCP packet, and its ends.
+pub struct Quote<A: Family = u32> {
+    pub icmp: usize,
+    pub ip: usize,
+    pub tcp: usize,
+    pub source: Endpoint<A>,
+    pub destination: Endpoint<A>,
 }
 
+/// What differs between ICMP and ICMPv6 errors: where the quote is, and
+/// how a rewrite of it keeps the checksums right.
+pub trait Quoting: Family {
+    /// The quote of the error after the outer headers (`outer_ip_len`
+    /// bytes), if it is an error quoting TCP far enough for the ports.
+    fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote<Self>>;
+    /// Rewrites the quoted source to `backend`, and the outer destination
+    /// (`outer_dst`) to the backend's address.
+    fn rewrite_inbound<P: Packet>(
+        p: &P,
+        q: &Quote<Self>,
+        outer_dst: Self,
+        backend: Endpoint<Self>,
+    ) -> Option<()>;
+    /// Rewrites the quoted destination to `frontend`.
+    fn rewrite_outbound<P: Packet>(p: &P, q: &Quote<Self>, frontend: Endpoint<Self>) -> Option<()>;
+}
+
+/// The sequence number in the quote, if the quote holds it.
+#[inline(always)]
+fn quoted_seq<P: Packet, A: Family>(p: &P, q: &Quote<A>) -> Option<u32> {
+    read::<P, 4>(p, q.tcp + TCP_SEQ_OFF).map(u32::from_be_bytes)
+}
+
+/// What [`inbound`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum In<A: Family = u32> {
+    /// Translated: route it to this backend.
+    Translated(Endpoint<A>),
+    /// Not an error of a connection of ours, or one the backend's own node
+    /// may let through: untouched.
+    NotOurs,
+    /// Quotes a sequence number outside the connection's window, or a
+    /// connection the pod's node does not track: drop it (the caller
+    /// counts it).
+    Drop,
+}
+
+/// An inbound error with outer headers `h`. One about a reply
+/// `frontend -> client`, addressed to the frontend, is rewritten to be
+/// about `backend -> client` and addressed to the backend, if the tracked
+/// connection holds the quoted sequence number (on a node whose backend
+/// lives elsewhere, by the frontend map alone: see
+/// `ssh_fwd_common::icmp::inbound_verdict`). One addressed to a backend of
+/// this node (another node translated it) reaches the pod only if the
+/// connection here holds the quoted sequence number.
+#[inline(always)]
+pub fn inbound<P: Packet, A: Quoting>(p: &P, h: &Headers<A>) -> In<A> {
+    let Some(q) = A::quote(p, h.ip_len) else {
+        return In::NotOurs;
+    };
+    let outer_dst = h.destination.addr;
+    if q.source.addr != outer_dst {
+        return In::NotOurs;
+    }
+    // SAFETY: copied out at once.
+    let Some(target) = (unsafe { A::frontends().get(q.source) }).copied() else {
+        // Addressed to a backend of this node: it reaches the pod only
+        // about a tracked connection, within what its server sent.
+        // SAFETY: only tested for presence.
+        if unsafe { A::reverse().get(q.source) }.is_none() || !backend_is_local(q.source) {
+            return In::NotOurs;
+        }
+        let conn = established(q.destination, q.source);
+        return if to_backend_allowed(conn, quoted_seq(p, &q)) {
+            In::NotOurs
+        } else {
+            In::Drop
+        };
+    };
+    let backend = target.endpoint;
+    let conn = established(q.destination, backend);
+    match inbound_verdict(conn, q.source, quoted_seq(p, &q), backend_is_local(backend)) {
+        Inbound::NotOurs => return In::NotOurs,
+        Inbound::Drop => return In::Drop,
+        Inbound::Deliver => {}
+    }
+    if A::rewrite_inbound(p, &q, outer_dst, backend).is_none() {
+        return In::Drop;
+    }
+    count(Outcome::IcmpTranslated);
+    In::Translated(backend)
+}
+
+/// What [`outbound`] did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Out {
+    /// Not an error quoting one of our backends: untouched.
+    NotOurs,
+    /// Translated to name the frontend.
+    Translated,
+    /// Quotes a backend that cannot be mapped back: drop it.
+    Drop,
+}
+
+/// An error a node sends a client about a request `client -> backend`:
+/// rewritten to name the frontend the client used, as far as state an
+/// off-path sender cannot swap says (`ssh_fwd_common::icmp::outbound_frontend`).
+#[inline(always)]
+pub fn outbound<P: Packet, A: Quoting>(p: &P, outer_ip_len: usize) -> Out {
+    let Some(q) = A::quote(p, outer_ip_len) else {
+        return Out::NotOurs;
+    };
+    // SAFETY: copied out at once.
+    let Some(primary) = (unsafe { A::reverse().get(q.destination) }).copied() else {
+        return Out::NotOurs;
+    };
+    let conn = established(q.source, q.destination);
+    // The half-open entry counts only for a quote that holds the sequence
+    // number to check it by.
+    let (half, seq) = match quoted_seq(p, &q) {
+        Some(seq) => (half_open(q.source, q.destination, seq), seq),
+        None => (None, 0),
+    };
+    let translated = outbound_frontend(conn, half, seq, &primary)
+        .and_then(|frontend| A::rewrite_outbound(p, &q, frontend));
+    if translated.is_none() {
+        count(Outcome::IcmpDropped);
+        return Out::Drop;
+    }
+    count(Outcome::IcmpTranslated);
+    Out::Translated
+}
+
+impl Quoting for u32 {
+    #[inline(always)]
+    fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
+        quote(p, outer_ip_len)
+    }
+
+    /// The outer header's checksum takes the address's change.
+    #[inline(always)]
+    fn rewrite_inbound<P: Packet>(
+        p: &P,
+        q: &Quote,
+        outer_dst: u32,
+        backend: Endpoint,
+    ) -> Option<()> {
+        rewrite(p, q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF)?;
+        let check = word(p, ETH_HLEN + IPV4_CHECK_OFF)?;
+        put_word(
+            p,
+            ETH_HLEN + IPV4_CHECK_OFF,
+            csum::apply(check, csum::diff32(outer_dst, backend.addr)),
+        )?;
+        put_addr(p, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)
+    }
+
+    #[inline(always)]
+    fn rewrite_outbound<P: Packet>(p: &P, q: &Quote, frontend: Endpoint) -> Option<()> {
+        rewrite(p, q, q.destination, frontend, IPV4_DADDR_OFF, TCP_DPORT_OFF)
+    }
+}
+
+/// IPv4's [`Quoting::quote`].
 #[inline(always)]
 fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
     let icmp = ETH_HLEN + outer_ip_len;
@@ -71,135 +228,6 @@ fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
             _pad: 0,
         },
     })
-}
-
-/// What [`inbound`] did.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum In {
-    /// Translated: route it to this backend.
-    Translated(Endpoint),
-    /// Not an error of a connection of ours, or one the backend's own node
-    /// may let through: untouched.
-    NotOurs,
-    /// Quotes a sequence number outside the connection's window, or a
-    /// connection the pod's node does not track: drop it (the caller
-    /// counts it).
-    Drop,
-}
-
-/// The sequence number in the quote, if the quote holds it.
-#[inline(always)]
-fn quoted_seq<P: Packet>(p: &P, q: &Quote) -> Option<u32> {
-    read::<P, 4>(p, q.tcp + TCP_SEQ_OFF).map(u32::from_be_bytes)
-}
-
-/// An inbound ICMP error with outer headers `h`. One about a reply
-/// `frontend -> client`, addressed to the frontend, is rewritten to be
-/// about `backend -> client` and addressed to the backend, if the tracked
-/// connection holds the quoted sequence number (on a node whose backend
-/// lives elsewhere, by the frontend map alone: see
-/// `ssh_fwd_common::icmp::inbound_verdict`). One addressed to a backend of
-/// this node (another node translated it) reaches the pod only if the
-/// connection here holds the quoted sequence number.
-#[inline(always)]
-pub fn inbound<P: Packet>(p: &P, h: &Headers) -> In {
-    let Some(q) = quote(p, h.ip_len) else {
-        return In::NotOurs;
-    };
-    let outer_dst = h.destination.addr;
-    if q.source.addr != outer_dst {
-        return In::NotOurs;
-    }
-    // SAFETY: copied out at once.
-    let Some(target) = (unsafe { FRONTENDS.get(q.source) }).copied() else {
-        // SAFETY: only tested for presence.
-        if unsafe { REVERSE.get(q.source) }.is_none() || !backend_is_local(q.source) {
-            return In::NotOurs;
-        }
-        let conn = established(q.destination, q.source);
-        return if to_backend_allowed(conn, quoted_seq(p, &q)) {
-            In::NotOurs
-        } else {
-            In::Drop
-        };
-    };
-    let backend = target.endpoint;
-    let conn = established(q.destination, backend);
-    match inbound_verdict(conn, q.source, quoted_seq(p, &q), backend_is_local(backend)) {
-        Inbound::NotOurs => return In::NotOurs,
-        Inbound::Drop => return In::Drop,
-        Inbound::Deliver => {}
-    }
-    if rewrite(p, &q, q.source, backend, IPV4_SADDR_OFF, TCP_SPORT_OFF).is_none() {
-        return In::Drop;
-    }
-    let translated = word(p, ETH_HLEN + IPV4_CHECK_OFF).and_then(|check| {
-        put_word(
-            p,
-            ETH_HLEN + IPV4_CHECK_OFF,
-            csum::apply(check, csum::diff32(outer_dst, backend.addr)),
-        )?;
-        put_addr(p, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)
-    });
-    if translated.is_none() {
-        return In::Drop;
-    }
-    count(Outcome::IcmpTranslated);
-    In::Translated(backend)
-}
-
-/// What [`outbound`] did.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Out {
-    /// Not an error quoting one of our backends: untouched.
-    NotOurs,
-    /// Translated to name the frontend.
-    Translated,
-    /// Quotes a backend that cannot be mapped back: drop it.
-    Drop,
-}
-
-/// An error a node sends a client about a request `client -> backend`:
-/// rewritten to name the frontend the client used, as far as state an
-/// off-path sender cannot swap says (`ssh_fwd_common::icmp::outbound_frontend`).
-#[inline(always)]
-pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
-    let Some(q) = quote(p, outer_ip_len) else {
-        return Out::NotOurs;
-    };
-    // SAFETY: copied out at once.
-    let Some(primary) = (unsafe { REVERSE.get(q.destination) }).copied() else {
-        return Out::NotOurs;
-    };
-    let conn = established(q.source, q.destination);
-    // The half-open entry counts only for a quote that holds the sequence
-    // number to check it by.
-    let (half, seq) = match read::<P, 4>(p, q.tcp + TCP_SEQ_OFF) {
-        Some(seq) => {
-            let seq = u32::from_be_bytes(seq);
-            (half_open(q.source, q.destination, seq), seq)
-        }
-        None => (None, 0),
-    };
-    let Some(frontend) = outbound_frontend(conn, half, seq, &primary) else {
-        count(Outcome::IcmpDropped);
-        return Out::Drop;
-    };
-    if rewrite(
-        p,
-        &q,
-        q.destination,
-        frontend,
-        IPV4_DADDR_OFF,
-        TCP_DPORT_OFF,
-    )
-    .is_none()
-    {
-        count(Outcome::IcmpDropped);
-        return Out::Drop;
-    }
-    count(Outcome::IcmpTranslated);
-    Out::Translated
 }
 
 /// Rewrites one end of the quoted packet (`addr_off`/`port_off` within its

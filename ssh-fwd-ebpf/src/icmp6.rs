@@ -1,16 +1,15 @@
-//! ICMPv6 errors of forwarded connections, as `crate::icmp` for IPv4 and
-//! with the same decisions (`ssh_fwd_common::icmp`): a Packet Too Big (or
-//! unreachable, or time exceeded) addressed to a frontend about its reply
-//! reaches the backend ([`inbound`]), so path-MTU discovery works through
-//! the NAT; an error quoting a backend leaves naming the frontend
-//! ([`outbound`]), or is dropped. The packet math is
+//! ICMPv6 errors of forwarded connections: IPv6's [`Quoting`], the part
+//! of `crate::icmp` that differs by family (the decisions are written once
+//! there). A Packet Too Big (or unreachable, or time exceeded) addressed
+//! to a frontend about its reply reaches the backend, so path-MTU
+//! discovery works through the NAT; an error quoting a backend leaves
+//! naming the frontend, or is dropped. The packet math is
 //! `ssh_fwd_common::ipv6::icmp`'s: no IP header checksum, and the ICMPv6
 //! checksum covers the outer pseudo-header. Direct writes: the changes sum
 //! to zero over the packet, so a CHECKSUM_COMPLETE skb stays valid.
 
 use ssh_fwd_common::{
     csum,
-    icmp::{Inbound, inbound_verdict, outbound_frontend, to_backend_allowed},
     ipv6::{
         IPV6_DADDR_OFF, IPV6_HLEN, IPV6_NEXT_HEADER_OFF, IPV6_SADDR_OFF, Upper,
         icmp::{
@@ -20,31 +19,61 @@ use ssh_fwd_common::{
         walk, words_diff,
     },
     maps::{Addr6, Endpoint6},
-    outcome::Outcome,
-    packet::{ETH_HLEN, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SEQ_OFF, TCP_SPORT_OFF},
+    packet::{ETH_HLEN, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_SPORT_OFF},
 };
 
 use crate::{
-    conntrack::{backend_is_local, established, half_open},
-    counters::count,
-    family::Family,
-    packet::{Headers, Packet, bytes_at, put_addr6, put_word, read, word},
+    icmp::{Quote, Quoting},
+    packet::{Packet, bytes_at, put_addr6, put_word, read, word},
 };
 
-/// The offsets of an ICMPv6 error quoting a TCP packet, and its ends.
-struct Quote {
-    icmp: usize,
-    ip: usize,
-    tcp: usize,
-    source: Endpoint6,
-    destination: Endpoint6,
+impl Quoting for Addr6 {
+    #[inline(always)]
+    fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote<Addr6>> {
+        quote(p, outer_ip_len)
+    }
+
+    /// The ICMPv6 checksum takes the change of the outer pseudo-header
+    /// too.
+    #[inline(always)]
+    fn rewrite_inbound<P: Packet>(
+        p: &P,
+        q: &Quote<Addr6>,
+        outer_dst: Addr6,
+        backend: Endpoint6,
+    ) -> Option<()> {
+        let outer_diff = words_diff(outer_dst, backend.addr);
+        rewrite(
+            p,
+            q,
+            q.source,
+            backend,
+            IPV6_SADDR_OFF,
+            TCP_SPORT_OFF,
+            outer_diff,
+        )?;
+        put_addr6(p, ETH_HLEN + IPV6_DADDR_OFF, backend.addr)
+    }
+
+    #[inline(always)]
+    fn rewrite_outbound<P: Packet>(p: &P, q: &Quote<Addr6>, frontend: Endpoint6) -> Option<()> {
+        rewrite(
+            p,
+            q,
+            q.destination,
+            frontend,
+            IPV6_DADDR_OFF,
+            TCP_DPORT_OFF,
+            0,
+        )
+    }
 }
 
 /// The quote of the ICMPv6 message after the outer headers
 /// (`outer_ip_len` bytes), if it is an error quoting TCP far enough for
 /// the ports. The quoted headers are walked as any packet's.
 #[inline(always)]
-fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
+fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote<Addr6>> {
     // Masked for the verifier: parsing bounds the headers far below.
     let icmp = ETH_HLEN + (outer_ip_len & 0x1ff);
     // The ICMPv6 header and the quoted fixed header under one bounds
@@ -91,130 +120,6 @@ fn quote<P: Packet>(p: &P, outer_ip_len: usize) -> Option<Quote> {
     })
 }
 
-/// The sequence number in the quote, if the quote holds it.
-#[inline(always)]
-fn quoted_seq<P: Packet>(p: &P, q: &Quote) -> Option<u32> {
-    read::<P, 4>(p, q.tcp + TCP_SEQ_OFF).map(u32::from_be_bytes)
-}
-
-/// What [`inbound`] did.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum In {
-    /// Translated: route it to this backend.
-    Translated(Endpoint6),
-    /// Not an error of a connection of ours: untouched.
-    NotOurs,
-    /// Quotes a sequence number outside the connection's window, or a
-    /// connection this node does not track: drop it (the caller counts
-    /// it).
-    Drop,
-}
-
-/// An inbound ICMPv6 error with outer headers `h`: one about a reply
-/// `frontend -> client`, addressed to the frontend, becomes one about
-/// `backend -> client` addressed to the backend, if the tracked connection
-/// holds the quoted sequence number. One addressed to a backend of this
-/// node reaches the pod only if a tracked connection holds the quoted
-/// sequence number, as for IPv4.
-#[inline(always)]
-pub fn inbound<P: Packet>(p: &P, h: &Headers<Addr6>) -> In {
-    let Some(q) = quote(p, h.ip_len()) else {
-        return In::NotOurs;
-    };
-    let outer_dst = h.destination.addr;
-    if q.source.addr != outer_dst {
-        return In::NotOurs;
-    }
-    // SAFETY: copied out at once.
-    let Some(target) = (unsafe { Addr6::frontends().get(q.source) }).copied() else {
-        // Addressed to a backend of this node: it reaches the pod only
-        // about a tracked connection, within what its server sent.
-        // SAFETY: only tested for presence.
-        if unsafe { Addr6::reverse().get(q.source) }.is_none() || !backend_is_local(q.source) {
-            return In::NotOurs;
-        }
-        let conn = established(q.destination, q.source);
-        return if to_backend_allowed(conn, quoted_seq(p, &q)) {
-            In::NotOurs
-        } else {
-            In::Drop
-        };
-    };
-    let backend = target.endpoint;
-    let conn = established(q.destination, backend);
-    match inbound_verdict(conn, q.source, quoted_seq(p, &q), backend_is_local(backend)) {
-        Inbound::NotOurs => return In::NotOurs,
-        Inbound::Drop => return In::Drop,
-        Inbound::Deliver => {}
-    }
-    let outer_diff = words_diff(outer_dst, backend.addr);
-    if rewrite(
-        p,
-        &q,
-        q.source,
-        backend,
-        IPV6_SADDR_OFF,
-        TCP_SPORT_OFF,
-        outer_diff,
-    )
-    .is_none()
-    {
-        return In::Drop;
-    }
-    if put_addr6(p, ETH_HLEN + IPV6_DADDR_OFF, backend.addr).is_none() {
-        return In::Drop;
-    }
-    count(Outcome::IcmpTranslated);
-    In::Translated(backend)
-}
-
-/// What [`outbound`] did.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Out {
-    /// Not an error quoting one of our backends: untouched.
-    NotOurs,
-    /// Translated to name the frontend.
-    Translated,
-    /// Quotes a backend that cannot be mapped back: drop it.
-    Drop,
-}
-
-/// An ICMPv6 error leaving for a client about a request `client ->
-/// backend`: rewritten to name the frontend the client used, as far as
-/// state an off-path sender cannot swap says.
-#[inline(always)]
-pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
-    let Some(q) = quote(p, outer_ip_len) else {
-        return Out::NotOurs;
-    };
-    // SAFETY: copied out at once.
-    let Some(primary) = (unsafe { Addr6::reverse().get(q.destination) }).copied() else {
-        return Out::NotOurs;
-    };
-    let conn = established(q.source, q.destination);
-    let (half, seq) = match quoted_seq(p, &q) {
-        Some(seq) => (half_open(q.source, q.destination, seq), seq),
-        None => (None, 0),
-    };
-    let translated = outbound_frontend(conn, half, seq, &primary).and_then(|frontend| {
-        rewrite(
-            p,
-            &q,
-            q.destination,
-            frontend,
-            IPV6_DADDR_OFF,
-            TCP_DPORT_OFF,
-            0,
-        )
-    });
-    if translated.is_none() {
-        count(Outcome::IcmpDropped);
-        return Out::Drop;
-    }
-    count(Outcome::IcmpTranslated);
-    Out::Translated
-}
-
 /// Rewrites one end of the quoted packet (`addr_off`/`port_off` within its
 /// headers) from `from` to `to`, fixing the quoted TCP checksum if the
 /// quote holds it, and the ICMPv6 checksum, which also takes `outer_diff`,
@@ -222,7 +127,7 @@ pub fn outbound<P: Packet>(p: &P, outer_ip_len: usize) -> Out {
 #[inline(always)]
 fn rewrite<P: Packet>(
     p: &P,
-    q: &Quote,
+    q: &Quote<Addr6>,
     from: Endpoint6,
     to: Endpoint6,
     addr_off: usize,

@@ -29,7 +29,8 @@ use crate::{
     exposure::{self, Exposed},
     family::Family,
     forward::{Routed, Sent, iface_flags, send},
-    guard, icmp, icmp6,
+    guard,
+    icmp::{self, Quoting},
     ipopt::Carrier,
     maps::HEADERS6,
     ndp,
@@ -162,15 +163,21 @@ fn parse6_scratch(ctx: &TcContext) -> Result<&'static Headers<Addr6>, Outcome> {
 /// (neighbour discovery among it) is the stack's.
 #[inline(never)]
 fn icmp6_in(ctx: &TcContext, h: &Headers<Addr6>) -> i32 {
-    let verdict = match icmp6::inbound(ctx, h) {
-        icmp6::In::Translated(backend) => Verdict::Forward {
+    act(ctx, icmp_in(ctx, h))
+}
+
+/// An ICMP error is translated if it is about a forwarded connection;
+/// the rest of ICMP is the stack's.
+#[inline(always)]
+fn icmp_in<A: Quoting>(ctx: &TcContext, h: &Headers<A>) -> Verdict<A> {
+    match icmp::inbound(ctx, h) {
+        icmp::In::Translated(backend) => Verdict::Forward {
             client: h.source,
             backend,
         },
-        icmp6::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
-        icmp6::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
-    };
-    act(ctx, verdict)
+        icmp::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
+        icmp::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
+    }
 }
 
 /// A segment to a frontend, acted on; `None` if its destination is none.
@@ -234,14 +241,7 @@ fn ingress(ctx: &TcContext) -> Verdict {
         Err(outcome) => return Verdict::Pass(outcome),
     };
     match h.transport {
-        Transport::Icmp => match icmp::inbound(ctx, &h) {
-            icmp::In::Translated(backend) => Verdict::Forward {
-                client: h.source,
-                backend,
-            },
-            icmp::In::Drop => Verdict::Drop(Outcome::IcmpOutOfWindow),
-            icmp::In::NotOurs => Verdict::Pass(Outcome::PassNotTcp),
-        },
+        Transport::Icmp => icmp_in(ctx, &h),
         Transport::Tcp => {
             if let Some(verdict) = to_frontend(ctx, &h) {
                 return verdict;

@@ -13,7 +13,7 @@ use ssh_fwd_common::{
     csum,
     exposure::Addressed,
     ipv6::{ETH_P_IPV6, IPV6_DADDR_OFF, words_diff},
-    maps::{Addr6, Endpoint, Endpoint6},
+    maps::{Addr6, Endpoint},
     outcome::Outcome,
     packet::{
         ETH_HLEN, IPV4_CHECK_OFF, IPV4_DADDR_OFF, TCP_CHECK_OFF, TCP_DPORT_OFF, TCP_URG_PTR_OFF,
@@ -25,8 +25,10 @@ use crate::{
     counters::{Direction, count, count_mapping},
     exposure::{self, Exposed},
     family::Family,
-    guard, icmp, icmp6,
-    maps::{FRONTENDS, HEADERS6, REVERSE},
+    guard,
+    icmp::{self, Quoting},
+    ipopt::Carrier,
+    maps::HEADERS6,
     ndp,
     packet::{
         Headers, Reloaded, Transport, ethertype, parse, parse6, put_addr, put_addr6, put_word, word,
@@ -95,12 +97,12 @@ fn ipv6(ctx: &XdpContext) -> u32 {
         Err(outcome) => return act(closed6(ctx, outcome)),
     };
     let outcome = match h.transport {
-        Transport::Tcp => match to_frontend6(ctx, h) {
+        Transport::Tcp => match frontend6(ctx, h) {
             Some(Outcome::Denied) if reset::wanted6(h, Outcome::Denied) => {
                 return reset::PENDING_XDP;
             }
             Some(outcome) => outcome,
-            None => to_backend6(ctx, h),
+            None => backend6(ctx, h),
         },
         Transport::Icmp => match icmp6_inbound(ctx, h) {
             Some(outcome) => outcome,
@@ -133,30 +135,34 @@ fn parse6_scratch(ctx: &XdpContext) -> Result<&'static Headers<Addr6>, Outcome> 
     }
 }
 
-/// Errors about forwarded connections are translated (and counted as
-/// such: `None`), and the stack routes them; the rest of ICMPv6 (neighbour
-/// discovery among it) is the stack's.
+/// [`icmp_inbound`] for IPv6, in a frame of its own.
 #[inline(never)]
 fn icmp6_inbound(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
-    match icmp6::inbound(ctx, h) {
-        icmp6::In::Translated(_) => None,
-        icmp6::In::Drop => Some(Outcome::IcmpOutOfWindow),
-        icmp6::In::NotOurs => Some(Outcome::PassNotTcp),
+    icmp_inbound(ctx, h)
+}
+
+/// Errors about forwarded connections are translated (and counted as
+/// such: `None`), and the stack routes them; the rest of ICMP (neighbour
+/// discovery among ICMPv6) is the stack's.
+#[inline(always)]
+fn icmp_inbound<A: Quoting>(ctx: &XdpContext, h: &Headers<A>) -> Option<Outcome> {
+    match icmp::inbound(ctx, h) {
+        icmp::In::Translated(_) => None,
+        icmp::In::Drop => Some(Outcome::IcmpOutOfWindow),
+        icmp::In::NotOurs => Some(Outcome::PassNotTcp),
     }
 }
 
-/// A segment to a backend of this node, not through a frontend (see
-/// `crate::backend`).
+/// [`to_frontend`] for IPv6, in a frame of its own.
 #[inline(never)]
-fn to_backend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
-    // SAFETY: only tested for presence.
-    if unsafe { Addr6::reverse().get(h.destination) }.is_none() {
-        return Outcome::PassNoFrontend;
-    }
-    match backend::request(ctx, h) {
-        Ok(()) => Outcome::PassNoFrontend,
-        Err(outcome) => outcome,
-    }
+fn frontend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
+    to_frontend(ctx, h)
+}
+
+/// [`to_backend`] for IPv6, in a frame of its own.
+#[inline(never)]
+fn backend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Outcome {
+    to_backend(ctx, h)
 }
 
 /// The XDP action for a packet counted as `outcome`.
@@ -199,61 +205,25 @@ fn ingress(ctx: &XdpContext) -> Option<Outcome> {
     };
     match h.transport {
         // Translated or not, the stack routes it.
-        Transport::Icmp => match icmp::inbound(ctx, &h) {
-            icmp::In::Translated(_) => None,
-            icmp::In::Drop => Some(Outcome::IcmpOutOfWindow),
-            icmp::In::NotOurs => Some(Outcome::PassNotTcp),
-        },
-        Transport::Tcp => Some(tcp(ctx, &h)),
+        Transport::Icmp => icmp_inbound(ctx, &h),
+        Transport::Tcp => Some(to_frontend(ctx, &h).unwrap_or_else(|| to_backend(ctx, &h))),
     }
 }
 
+/// A segment to a frontend, translated in place; `None` if its
+/// destination is no frontend. Written once over the family, as
+/// `crate::ingress_tc`'s is: a fix reaches both.
 #[inline(always)]
-fn tcp(ctx: &XdpContext, h: &Headers) -> Outcome {
+fn to_frontend<A: InPlace>(ctx: &XdpContext, h: &Headers<A>) -> Option<Outcome> {
     let frontend = h.destination;
     // SAFETY: copied out immediately.
-    let Some(target) = (unsafe { FRONTENDS.get(frontend) }).copied() else {
-        // SAFETY: only tested for presence.
-        if unsafe { REVERSE.get(h.destination) }.is_none() {
-            return Outcome::PassNoFrontend;
-        }
-        return match backend::request(ctx, h) {
-            Ok(()) => Outcome::PassNoFrontend,
-            Err(outcome) => outcome,
-        };
-    };
+    let target = unsafe { A::frontends().get(frontend) }.copied()?;
     // Before anything answers or is written: a denied source gets nothing
     // but, with `--deny-action reset`, a RST.
     if let Err(outcome) = guard::check(h, &target) {
-        return reset::xdp(ctx, h, outcome);
+        return Some(A::denied(ctx, h, outcome));
     }
     // A router would not forward it: the stack answers, untranslated.
-    if ttl_expires(h.ttl) {
-        return Outcome::TtlExpired;
-    }
-    let backend = target.endpoint;
-    if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
-        return outcome;
-    }
-    if dnat(ctx, h, frontend, backend).is_none() {
-        return Outcome::RewriteError;
-    }
-    let bytes = (ctx.data_end() - ctx.data()) as u64;
-    count_mapping(target.slot, Direction::ToBackend, bytes);
-    Outcome::Dnat
-}
-
-/// [`tcp`] for IPv6; `None`: no frontend's.
-#[inline(never)]
-fn to_frontend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
-    let frontend = h.destination;
-    // SAFETY: copied out immediately.
-    let target = unsafe { Addr6::frontends().get(frontend) }.copied()?;
-    // A denied segment `--deny-action reset` answers is the entry
-    // point's (`ipv6`).
-    if let Err(outcome) = guard::check(h, &target) {
-        return Some(outcome);
-    }
     if ttl_expires(h.ttl) {
         return Some(Outcome::TtlExpired);
     }
@@ -261,7 +231,7 @@ fn to_frontend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
     if let Err(outcome) = conntrack::request(ctx, h, frontend, backend, target.slot) {
         return Some(outcome);
     }
-    if dnat6(ctx, h, frontend, backend).is_none() {
+    if dnat(ctx, h, frontend, backend).is_none() {
         return Some(Outcome::RewriteError);
     }
     let bytes = (ctx.data_end() - ctx.data()) as u64;
@@ -269,21 +239,41 @@ fn to_frontend6(ctx: &XdpContext, h: &Headers<Addr6>) -> Option<Outcome> {
     Some(Outcome::Dnat)
 }
 
-/// Rewrites the destination and both checksums in place. `None`: the
-/// headers were not where parsing found them (nothing written). A TCP
-/// checksum still to be completed holds the pseudo-header sum only: it
-/// takes the address change, and no complement (`partial.rs`). A field
-/// that may be either is updated as a sum, and the urgent pointer, which
-/// TCP reads only with URG, makes it a valid checksum too.
+/// A segment to a backend of this node, not through a frontend (see
+/// `crate::backend`).
 #[inline(always)]
-fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) -> Option<()> {
-    let addr_diff = csum::diff32(frontend.addr, backend.addr);
+fn to_backend<A: Carrier>(ctx: &XdpContext, h: &Headers<A>) -> Outcome {
+    // SAFETY: only tested for presence.
+    if unsafe { A::reverse().get(h.destination) }.is_none() {
+        return Outcome::PassNoFrontend;
+    }
+    match backend::request(ctx, h) {
+        Ok(()) => Outcome::PassNoFrontend,
+        Err(outcome) => outcome,
+    }
+}
+
+/// Rewrites the destination and the checksums in place. `None`: the
+/// headers were not where parsing found them (the packet is dropped). A
+/// TCP checksum still to be completed holds the pseudo-header sum only:
+/// it takes the address change, and no complement (`partial.rs`). A field
+/// that may be either is updated as a sum, and the urgent pointer, which
+/// TCP reads only with URG, makes it a valid checksum too. Every read,
+/// the segment's sum among them, comes before the first write.
+#[inline(always)]
+fn dnat<A: InPlace>(
+    ctx: &XdpContext,
+    h: &Headers<A>,
+    frontend: Endpoint<A>,
+    backend: Endpoint<A>,
+) -> Option<()> {
+    let addr_diff = A::addr_diff(frontend.addr, backend.addr);
     let port_diff = csum::diff16(frontend.port, backend.port);
     let l4 = h.l4();
-    let ip_check = word(ctx, ETH_HLEN + IPV4_CHECK_OFF)?;
+    let ip_check = A::ip_check(ctx, addr_diff)?;
     let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
     let urgent = word(ctx, l4 + TCP_URG_PTR_OFF)?;
-    let (new_tcp_check, new_urgent) = match partial::field(ctx, h, tcp_check) {
+    let (new_tcp_check, new_urgent) = match A::field(ctx, h, tcp_check) {
         Field::Sum => (csum::add(tcp_check, addr_diff), urgent),
         Field::Both if !h.seg.is_urgent() => (
             csum::add(tcp_check, addr_diff),
@@ -291,48 +281,99 @@ fn dnat(ctx: &XdpContext, h: &Headers, frontend: Endpoint, backend: Endpoint) ->
         ),
         Field::Checksum | Field::Both => (csum::apply(tcp_check, addr_diff + port_diff), urgent),
     };
-    put_word(
-        ctx,
-        ETH_HLEN + IPV4_CHECK_OFF,
-        csum::apply(ip_check, addr_diff),
-    )?;
     put_word(ctx, l4 + TCP_CHECK_OFF, new_tcp_check)?;
     if new_urgent != urgent {
         put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
     }
-    put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, backend.addr)?;
+    A::put_ip(ctx, ip_check, backend.addr)?;
     put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
 }
 
-/// [`dnat`] for IPv6: no header checksum, and the address's change
-/// reaches the TCP checksum through the pseudo-header.
-#[inline(always)]
-fn dnat6(
-    ctx: &XdpContext,
-    h: &Headers<Addr6>,
-    frontend: Endpoint6,
-    backend: Endpoint6,
-) -> Option<()> {
-    let addr_diff = words_diff(frontend.addr, backend.addr);
-    let port_diff = csum::diff16(frontend.port, backend.port);
-    let l4 = h.l4();
-    let tcp_check = word(ctx, l4 + TCP_CHECK_OFF)?;
-    let urgent = word(ctx, l4 + TCP_URG_PTR_OFF)?;
-    let (new_tcp_check, new_urgent) = match partial::field6(ctx, h, tcp_check) {
-        Field::Sum => (csum::add(tcp_check, addr_diff), urgent),
-        Field::Both if !h.seg.is_urgent() => (
-            csum::add(tcp_check, addr_diff),
-            csum::add(urgent, csum::urgent_balance(addr_diff, port_diff)),
-        ),
-        Field::Checksum | Field::Both => (
-            csum::apply(tcp_check, csum::fold(addr_diff) as u32 + port_diff),
-            urgent,
-        ),
-    };
-    put_word(ctx, l4 + TCP_CHECK_OFF, new_tcp_check)?;
-    if new_urgent != urgent {
-        put_word(ctx, l4 + TCP_URG_PTR_OFF, new_urgent)?;
+/// What the in-place translation needs of an address family: the only
+/// places IPv4 and IPv6 differ in [`to_frontend`] and [`dnat`].
+trait InPlace: Family + Carrier {
+    /// The IP header's checksum once the destination changes by
+    /// `addr_diff`, read before anything is written; IPv6 has none.
+    type IpCheck: Copy;
+
+    /// What a segment the guard refused as `outcome` is counted as.
+    fn denied(ctx: &XdpContext, h: &Headers<Self>, outcome: Outcome) -> Outcome;
+    /// The one's complement change of the address `from -> to`, at most
+    /// 4 * 0xffff, so that a port's change can be added to it.
+    fn addr_diff(from: Self, to: Self) -> u32;
+    /// What the segment's TCP checksum field `check` holds
+    /// (`crate::partial`): the pseudo-header is the family's.
+    fn field(ctx: &XdpContext, h: &Headers<Self>, check: u16) -> Field;
+    /// The packet's [`InPlace::IpCheck`]; `None`: the header is not
+    /// there.
+    fn ip_check(ctx: &XdpContext, addr_diff: u32) -> Option<Self::IpCheck>;
+    /// Writes the destination address, and the checksum
+    /// [`InPlace::ip_check`] gave, into the IP header.
+    fn put_ip(ctx: &XdpContext, check: Self::IpCheck, addr: Self) -> Option<()>;
+}
+
+impl InPlace for u32 {
+    type IpCheck = u16;
+
+    #[inline(always)]
+    fn denied(ctx: &XdpContext, h: &Headers, outcome: Outcome) -> Outcome {
+        reset::xdp(ctx, h, outcome)
     }
-    put_addr6(ctx, ETH_HLEN + IPV6_DADDR_OFF, backend.addr)?;
-    put_word(ctx, l4 + TCP_DPORT_OFF, backend.port)
+
+    #[inline(always)]
+    fn addr_diff(from: u32, to: u32) -> u32 {
+        csum::diff32(from, to)
+    }
+
+    #[inline(always)]
+    fn field(ctx: &XdpContext, h: &Headers, check: u16) -> Field {
+        partial::field(ctx, h, check)
+    }
+
+    #[inline(always)]
+    fn ip_check(ctx: &XdpContext, addr_diff: u32) -> Option<u16> {
+        let check = word(ctx, ETH_HLEN + IPV4_CHECK_OFF)?;
+        Some(csum::apply(check, addr_diff))
+    }
+
+    #[inline(always)]
+    fn put_ip(ctx: &XdpContext, check: u16, addr: u32) -> Option<()> {
+        put_word(ctx, ETH_HLEN + IPV4_CHECK_OFF, check)?;
+        put_addr(ctx, ETH_HLEN + IPV4_DADDR_OFF, addr)
+    }
+}
+
+impl InPlace for Addr6 {
+    type IpCheck = ();
+
+    /// A denied segment `--deny-action reset` answers is the entry
+    /// point's (`ipv6`): this path has no stack room for the RST.
+    #[inline(always)]
+    fn denied(_: &XdpContext, _: &Headers<Addr6>, outcome: Outcome) -> Outcome {
+        outcome
+    }
+
+    /// Folded: the change of eight words could overflow what
+    /// `csum::apply` takes with the port's added.
+    #[inline(always)]
+    fn addr_diff(from: Addr6, to: Addr6) -> u32 {
+        csum::fold(words_diff(from, to)) as u32
+    }
+
+    #[inline(always)]
+    fn field(ctx: &XdpContext, h: &Headers<Addr6>, check: u16) -> Field {
+        partial::field6(ctx, h, check)
+    }
+
+    /// No header checksum: the address's change reaches the TCP checksum
+    /// through the pseudo-header alone.
+    #[inline(always)]
+    fn ip_check(_: &XdpContext, _: u32) -> Option<()> {
+        Some(())
+    }
+
+    #[inline(always)]
+    fn put_ip(ctx: &XdpContext, _: (), addr: Addr6) -> Option<()> {
+        put_addr6(ctx, ETH_HLEN + IPV6_DADDR_OFF, addr)
+    }
 }

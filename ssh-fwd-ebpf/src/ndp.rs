@@ -11,6 +11,10 @@
 //!
 //! The entry points run this before the IPv6 path, in a function of its
 //! own: the frame's copy takes stack room the IPv6 path has not got.
+//!
+//! Apart from `crate::arp`, not written once with it: a different
+//! protocol (ICMPv6 in IPv6, options, a pseudo-header checksum), where
+//! ARP is a bare frame; see there.
 
 use aya_ebpf::{
     bindings::{BPF_F_RECOMPUTE_CSUM, TC_ACT_UNSPEC, xdp_action},

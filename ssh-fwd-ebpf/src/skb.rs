@@ -1,6 +1,12 @@
 //! tc specifics: parsing an skb whose headers may not all be linear yet,
 //! and rewriting an address and port through the kernel's checksum helper,
 //! which knows the skb's checksum offload state.
+//!
+//! [`rewrite`] and [`rewrite6`] stay two functions, joined by [`Rewrite`]
+//! for the callers that are written once: their checksum work differs by
+//! protocol, not only by the address's width. IPv4 has a header checksum,
+//! whose change cancels the address's in `skb->csum`; IPv6 has none, and
+//! puts the change back with `bpf_csum_update`.
 
 use aya_ebpf::{
     EbpfContext as _, bindings::BPF_F_PSEUDO_HDR, helpers::bpf_csum_update, programs::TcContext,
