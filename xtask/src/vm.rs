@@ -161,7 +161,9 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
 /// A root shell that runs `pyenv init` (as this machine's does) waits a
 /// minute for a lock in a shims directory it cannot write in the guest,
 /// longer than the tests wait for an ssh command: a writable copy is
-/// mounted over it.
+/// mounted over it, without the lock file a host shell killed during a
+/// rehash leaves behind (copied, it would make every login in the guest
+/// wait that minute).
 fn guest_script(
     chosen: &[&Chosen],
     out: &Path,
@@ -173,6 +175,7 @@ fn guest_script(
         "#!/bin/sh\nexec > {out}/guest.log 2>&1\nuname -r > {out}/uname\n\
          sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow && mount --bind /tmp/shadow /etc/shadow\n\
          if [ -d /root/.pyenv/shims ]; then cp -a /root/.pyenv/shims /tmp/pyenv-shims && \
+         rm -f /tmp/pyenv-shims/.pyenv-shim && \
          mount --bind /tmp/pyenv-shims /root/.pyenv/shims; fi\n\
          export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
          SSH_FWD_TEST_TIME_SCALE=6\n\
