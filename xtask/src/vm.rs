@@ -218,13 +218,10 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
     let (mut passed, mut failed) = (0, 0);
     for (i, test) in chosen.iter().enumerate() {
         let text = std::fs::read_to_string(out.join(format!("{i}.txt"))).unwrap_or_default();
-        let ok = text.contains(&format!("test {} ... ok", test.name));
         let full = format!("{}::{}", test.target, test.name);
-        let secs = times
-            .lines()
-            .find(|l| l.starts_with(&format!("{full} ")))
-            .and_then(|l| l.rsplit("secs=").next())
-            .unwrap_or("?");
+        let line = times.lines().find(|l| l.starts_with(&format!("{full} ")));
+        let ok = passed_in(&text, line);
+        let secs = line.and_then(|l| l.rsplit("secs=").next()).unwrap_or("?");
         let verdict = if ok {
             passed += 1;
             "passed"
@@ -397,4 +394,28 @@ fn make_executable(path: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .with_context(|| format!("chmod {}", path.display()))
+}
+
+/// A test passed if its binary exited 0 and libtest says so. Not from the
+/// line `test NAME ... ok` alone: a child's stderr (an agent's exit
+/// message) can land between the name and the verdict.
+fn passed_in(text: &str, times_line: Option<&str>) -> bool {
+    let exited_0 = times_line.is_some_and(|l| l.split_whitespace().any(|w| w == "rc=0"));
+    exited_0 && text.contains("test result: ok. 1 passed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::passed_in;
+
+    #[test]
+    fn a_pass_is_read_from_the_exit_code_and_the_summary_not_the_test_line() {
+        let interleaved = "running 1 test\ntest t ... error: the kernel still has link(s) 8 \
+                           attached\nok\n\ntest result: ok. 1 passed; 0 failed; 0 ignored\n";
+        assert!(passed_in(interleaved, Some("x::t rc=0 secs=148")));
+        assert!(!passed_in(interleaved, Some("x::t rc=101 secs=148")));
+        assert!(!passed_in(interleaved, None));
+        let failed = "test t ... FAILED\n\ntest result: FAILED. 0 passed; 1 failed\n";
+        assert!(!passed_in(failed, Some("x::t rc=0 secs=3")));
+    }
 }
