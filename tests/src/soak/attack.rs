@@ -20,6 +20,7 @@ use super::{
     tables::Client,
 };
 use crate::{
+    cmd,
     flood::{self, Rng, Syn},
     topology::EXTERNAL_IP,
 };
@@ -118,11 +119,20 @@ impl Cycle<'_, '_> {
                 self.held.pop_front();
             }
         }
-        // Close everything, let the kernel see the closes, and fill up to
-        // the quota at once: a count the churn left wrong (above what the
-        // client holds, or below zero) holds one of these back.
+        // Close everything, wait until the kernel has seen the closes
+        // (every node counts nothing for the hammer), and fill up to the
+        // quota at once: a count the churn left wrong (above what the
+        // client holds, or below zero) holds one of these back. A count
+        // that never comes back to zero ends the wait at its limit, and the
+        // fill finds it.
         self.held.clear();
-        std::thread::sleep(Duration::from_secs(1));
+        let hammer = HAMMER_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let bpffs = &self.run.bed.bpffs;
+        cmd::wait_until(Duration::from_secs(5), || {
+            bpffs
+                .iter()
+                .all(|b| Client::read(b.path(), hammer).is_ok_and(|c| c.counted == 0))
+        });
         while self.held.len() < quota && !self.run.stopped() {
             if !self.open_under_quota() {
                 break;

@@ -144,6 +144,7 @@ pub fn run(options: &Options) -> anyhow::Result<Report> {
         let samples = &samples;
         s.spawn(move || sample::keep(run, samples, Duration::from_secs(2)));
         faults::run_all(s, run, &locks, &plan);
+        // The load's length: this paces the run, it waits for nothing.
         std::thread::sleep(options.length.saturating_sub(run.now()));
         run.stop.store(true, Ordering::Relaxed);
     });
