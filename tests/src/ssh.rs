@@ -88,16 +88,18 @@ impl Sshd {
     ) -> anyhow::Result<Self> {
         let dir = keys.dir();
         let config = dir.join(format!("sshd_config.{hostname}"));
+        let home = login_home(dir)?;
         std::fs::write(
             &config,
             format!(
                 "Port 22\nListenAddress 0.0.0.0\nListenAddress ::\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
                  PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nUsePAM no\nStrictModes {strict}\nPidFile none\n\
-                 LogLevel ERROR\nClientAliveInterval 0\n",
+                 LogLevel ERROR\nClientAliveInterval 0\nSetEnv HOME={home}\n",
                 host = dir.join("host").display(),
                 auth = authorized.display(),
                 strict = if strict { "yes" } else { "no" },
+                home = home.display(),
             ),
         )?;
         // sshd refuses to start without its privilege-separation directory.
@@ -166,6 +168,18 @@ pub fn kill_group(child: &mut Child) {
     // SAFETY: signalling a process group we created.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     let _ = child.wait();
+}
+
+/// The home a login's shell starts in, empty, so that the host's own
+/// start-up files stay out of every login: Debian's bash reads `~/.bashrc`
+/// for a command sshd runs, and a root `.bashrc` that runs `pyenv init`
+/// takes pyenv's rehash lock. A session killed with its sshd (see
+/// [`kill_group`]) while holding it left the lock behind, and every later
+/// login on the machine waited 60 s for it.
+fn login_home(dir: &Path) -> anyhow::Result<PathBuf> {
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).with_context(|| format!("creating {}", home.display()))?;
+    Ok(home)
 }
 
 /// No prompts, no host-key checks, errors only, bounded connect.
