@@ -10,6 +10,7 @@ mod counters;
 mod endpoint;
 mod event;
 mod guard;
+mod quota;
 mod status;
 
 pub use addr::*;
@@ -19,6 +20,7 @@ pub use counters::*;
 pub use endpoint::*;
 pub use event::*;
 pub use guard::*;
+pub use quota::*;
 pub use status::*;
 
 /// Default number of mappings (frontends) one node can hold
@@ -65,8 +67,9 @@ pub const HALF_OPEN: &str = "HALF_OPEN";
 /// server has yet to confirm.
 pub const CLAIMS: &str = "CLAIMS";
 /// Client IPv4 address -> how many [`CONNS`] entries it holds (the quota
-/// of `--conns-per-source`). Counted up by the kernel on confirmation,
-/// down on its own removals; the agent's sweep recounts it exactly.
+/// of `--conns-per-source`). Written by the kernel only: counted up on
+/// confirmation, down on a close or reset, and down by the agent's sweep
+/// for what it removes, through [`PROG_QUOTA`].
 pub const SOURCES: &str = "SOURCES";
 /// Pod IPv4 address -> its [`Owner`]: the only interfaces its packets may
 /// come in by. Written by the agent from the pods' own interfaces.

@@ -458,7 +458,12 @@ fn claim<A: Family>(
 /// `client_addr` holds.
 #[inline(always)]
 fn sources_add<A: Family>(client_addr: A, n: u64) {
-    let source = A::source_of(client_addr);
+    sources_add_to::<A>(A::source_of(client_addr), n);
+}
+
+/// [`sources_add`] by the key the client is counted under.
+#[inline(always)]
+pub fn sources_add_to<A: Family>(source: A::Source, n: u64) {
     sources_add_at::<A>(source, A::sources().get_ptr_mut(source), n);
 }
 
@@ -471,8 +476,8 @@ fn sources_add_at<A: Family>(source: A::Source, found: Option<*mut u64>, n: u64)
         unsafe { add_u64(p, n) };
         return;
     }
-    if n == u64::MAX {
-        // Nothing counted (the agent recounts at its sweep).
+    if n as i64 <= 0 {
+        // Nothing to take away from: a client with no entry holds nothing.
         return;
     }
     if let Err(e) = A::sources().insert(source, n, BPF_NOEXIST as u64)
@@ -598,9 +603,11 @@ fn confirm<A: Family>(
     // A closed connection no longer counted for its client; a reopened one
     // still does.
     let held_more = replaced.is_none_or(closing);
-    // Looked up once, for the quota and then the count. The agent's
-    // recount may replace the element in between; an add lost so is set
-    // right by its next recount, as any count the kernel and agent race on.
+    // Looked up once, for the quota and then the count. The agent's sweep
+    // may take an element that holds nothing in between (and gives back
+    // what it finds counted); an add to the element it took is lost, and
+    // the client may hold one connection past its quota until its count
+    // is back to nothing.
     let source = A::source_of(key.client_addr);
     let mut held_ptr = None;
     if held_more {

@@ -10,7 +10,10 @@
 //!   each pod's interface, redirecting the reply straight out;
 //! - `ssh_fwd_connect4` / `ssh_fwd_getpeername4` and their `6` twins:
 //!   hairpin for clients in the cluster, at the socket (cgroup v2), from
-//!   the same `FRONTENDS` (and `FRONTENDS6`).
+//!   the same `FRONTENDS` (and `FRONTENDS6`);
+//! - `ssh_fwd_quota`: never attached; the agent runs it to change what a
+//!   client holds (`SOURCES`, `SOURCES6`), so that only the kernel writes
+//!   those counts.
 //!
 //! IPv4 and IPv6 take the same paths over their own tables (`FRONTENDS6`
 //! and the rest), each in a function of its own in every packet program
@@ -50,6 +53,7 @@ mod mss;
 mod ndp;
 mod packet;
 mod partial;
+mod quota;
 mod reply_tc;
 mod reset;
 mod skb;

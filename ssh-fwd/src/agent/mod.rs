@@ -162,8 +162,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut reconciler = Reconciler::new(metrics, &source.describe(), closed.clone());
     let reporter = served::spawn(&args, source.kube_client(), &layout, &reconciler.served());
     let sweeps = sweep::Shared::default();
+    let quota = (datapath.conns.quota().cloned())
+        .context("the connection tables were loaded without their quota program")?;
     let sweeper = tokio::spawn(sweep::run(
         layout.clone(),
+        quota,
         Timeouts::with_idle(args.conn_idle_timeout),
         args.conns_per_source,
         sweeps.clone(),

@@ -19,7 +19,9 @@ use ssh_fwd_common::outcome::Outcome;
 
 use super::{activity::Board, audit::ClosedSender};
 use crate::datapath::{
-    conntrack::{ConnTables, Sweep, Swept, Timeouts, activity::Clock, clock_ns, half_open_churned},
+    conntrack::{
+        Adder, ConnTables, Sweep, Swept, Timeouts, activity::Clock, clock_ns, half_open_churned,
+    },
     maps::Maps,
     pins::PinLayout,
     status::unix_ms,
@@ -43,11 +45,13 @@ pub fn interval(t: &Timeouts) -> Duration {
 }
 
 /// Sweeps forever; a failure is logged and the next sweep tries again.
-/// `conns_per_source` is the quota the clients it names are held to.
+/// `conns_per_source` is the quota the clients it names are held to;
+/// `quota` counts what it removes off them.
 /// What it removes goes to `closed`, the connection log; each sweep's walk
 /// also tells `board` what every frontend's connections do.
 pub async fn run(
     layout: PinLayout,
+    quota: Adder,
     timeouts: Timeouts,
     conns_per_source: u32,
     report: Shared,
@@ -64,9 +68,8 @@ pub async fn run(
         tick.tick().await;
         let opened = match handles.take() {
             Some(h) => Ok(h),
-            None => {
-                ConnTables::open_pinned(&layout).and_then(|t| Ok((t, Maps::open_pinned(&layout)?)))
-            }
+            None => ConnTables::open_pinned(&layout)
+                .and_then(|t| Ok((t.with_quota(quota.clone()), Maps::open_pinned(&layout)?))),
         };
         let (mut tables, mut maps) = match opened {
             Ok(h) => h,

@@ -1,10 +1,11 @@
 //! The connection tables as the agent and operators see them: the sweep
 //! that removes connections that closed or went idle (the kernel programs
-//! never time anything out) and recounts what each client holds
-//! ([`SOURCES`], [`SOURCES6`]), the purge of connections through retired
-//! frontends, and the listing for `ssh-fwd list conns`. Each is done for
-//! both families' tables ([`CONNS`] and [`CONNS6`]...) by the same code,
-//! generic over the family ([`MapFamily`]). With them, the tables an upgrade
+//! never time anything out) and counts them off what their clients hold
+//! ([`SOURCES`], [`SOURCES6`], through the kernel: [`quota`]), the purge
+//! of connections through retired frontends, and the listing for
+//! `ssh-fwd list conns`. Each is done for both families' tables ([`CONNS`]
+//! and [`CONNS6`]...) by the same code, generic over the family
+//! ([`MapFamily`]). With them, the tables an upgrade
 //! leaves for the connections of an older data path ([`LEGACY`],
 //! [`LEGACY_CONNS`]): seeded once, swept when their time ends.
 //!
@@ -14,6 +15,7 @@
 //! which ends whatever the kernel removes meanwhile.
 
 pub mod activity;
+mod quota;
 mod table;
 mod take;
 
@@ -44,6 +46,7 @@ use super::{
     maps::open_pin,
     pins::PinLayout,
 };
+pub use quota::Adder;
 use table::Table;
 
 /// How long entries may stay.
@@ -151,6 +154,9 @@ pub struct ConnTables {
     v6: Family<Addr6>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
+    /// How removals are counted off what clients hold; without it (tables
+    /// opened from their pins, see [`ConnTables::with_quota`]) they are not.
+    quota: Option<Adder>,
 }
 
 /// The maps [`ConnTables`] holds, in the order it takes them.
@@ -170,8 +176,10 @@ const TABLES: [&str; 12] = [
 ];
 
 impl ConnTables {
-    /// Takes the tables out of a freshly loaded object.
+    /// Takes the tables out of a freshly loaded object, and loads the
+    /// program that counts removals off what clients hold.
     pub fn from_ebpf(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let quota = Adder::from_ebpf(ebpf)?;
         let mut maps = Vec::new();
         for name in TABLES {
             maps.push(
@@ -179,10 +187,12 @@ impl ConnTables {
                     .ok_or_else(|| anyhow!("the eBPF object has no map {name}; rebuild ssh-fwd"))?,
             );
         }
-        Self::from_maps(maps)
+        Ok(Self::from_maps(maps)?.with_quota(quota))
     }
 
-    /// Opens the tables an agent pinned.
+    /// Opens the tables an agent pinned. What a sweep or purge of them
+    /// removes is not counted off its clients unless an [`Adder`] is given
+    /// ([`ConnTables::with_quota`]).
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
         let maps = TABLES
             .iter()
@@ -225,7 +235,19 @@ impl ConnTables {
             },
             legacy: HashMap::try_from(legacy).context(LEGACY)?,
             legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
+            quota: None,
         })
+    }
+
+    /// These tables, with removals counted off their clients by `quota`.
+    pub fn with_quota(mut self, quota: Adder) -> Self {
+        self.quota = Some(quota);
+        self
+    }
+
+    /// The program removals are counted off through, if any.
+    pub fn quota(&self) -> Option<&Adder> {
+        self.quota.as_ref()
     }
 
     /// Marks `backends` as forwarded to by an older data path until `until`
@@ -297,8 +319,9 @@ impl ConnTables {
             close: nanos(t.close),
         };
         let mut sweep = Sweep::default();
-        self.v4.sweep(now, &limits, &mut sweep);
-        self.v6.sweep(now, &limits, &mut sweep);
+        let quota = self.quota.as_ref();
+        self.v4.sweep(now, &limits, quota, &mut sweep);
+        self.v6.sweep(now, &limits, quota, &mut sweep);
         sweep.swept.legacy_backends = self.sweep_legacy(now);
         sweep
     }
@@ -308,8 +331,9 @@ impl ConnTables {
     /// traffic.
     pub fn purge(&mut self, frontends: &BTreeSet<SocketAddr>) -> Vec<Gone> {
         let keys = family::split_keys(frontends);
-        let mut gone = self.v4.purge(&keys.v4.into_iter().collect());
-        gone.extend(self.v6.purge(&keys.v6.into_iter().collect()));
+        let quota = self.quota.as_ref();
+        let mut gone = self.v4.purge(&keys.v4.into_iter().collect(), quota);
+        gone.extend(self.v6.purge(&keys.v6.into_iter().collect(), quota));
         gone
     }
 
@@ -375,11 +399,17 @@ where
     ClaimKey<A>: Pod,
     Claim<Endpoint<A>>: Pod,
 {
-    /// Sweeps this family's connections into `sweep`, and recounts its
-    /// quota table.
-    fn sweep(&mut self, now: u64, limits: &table::Limits, sweep: &mut Sweep) {
+    /// Sweeps this family's connections into `sweep`, and counts what it
+    /// removed off their clients.
+    fn sweep(
+        &mut self,
+        now: u64,
+        limits: &table::Limits,
+        quota: Option<&Adder>,
+        sweep: &mut Sweep,
+    ) {
         let counts = table::sweep(&mut self.conns, now, limits);
-        recount_sources(&mut self.sources, &counts.per_source);
+        self.settle(quota, &counts.released);
         for (key, conn, why) in &counts.ended {
             let why = match why {
                 Expiry::Closed => Ended::Fin,
@@ -401,16 +431,31 @@ where
         sweep.activity.extend(counts.activity);
     }
 
-    fn purge(&mut self, frontends: &BTreeSet<Endpoint<A>>) -> Vec<Gone> {
+    fn purge(&mut self, frontends: &BTreeSet<Endpoint<A>>, quota: Option<&Adder>) -> Vec<Gone> {
         let purged = table::purge(
             &mut self.conns,
             &mut self.half_open,
             &mut self.claims,
             frontends,
         );
-        (purged.iter())
+        self.settle(quota, &purged.released);
+        (purged.conns.iter())
             .map(|(key, conn)| Gone::of(key, conn, Ended::Retired, take_stats(&self.stats, key)))
             .collect()
+    }
+
+    /// Counts what removals `released` off their clients, and forgets
+    /// the clients that hold nothing.
+    fn settle(&mut self, quota: Option<&Adder>, released: &BTreeMap<A::Source, u64>) {
+        let Some(adder) = quota else {
+            return;
+        };
+        let mut counted = quota::Counted {
+            table: &mut self.sources,
+            adder,
+            family: A::QUOTA,
+        };
+        table::settle(&mut counted, released);
     }
 
     fn entries(&self) -> Vec<Entry<A>> {
@@ -443,25 +488,6 @@ fn forget_orphan_stats<K: Pod, C: Pod>(
     for (key, _) in Table::entries(stats) {
         if HashMap::get(conns, &key, 0).is_err() {
             let _ = stats.remove(&key);
-        }
-    }
-}
-
-/// Makes [`SOURCES`] (or [`SOURCES6`]) say what `held` counted. The kernel
-/// counts up and down between sweeps; a count it moved while the walk ran
-/// is set back to the walk's, and the next sweep puts it right again.
-fn recount_sources<S: Pod + Ord>(sources: &mut HashMap<MapData, S, u64>, held: &BTreeMap<S, u64>) {
-    let recount = table::recount(&Table::entries(sources), held);
-    for (addr, n) in &recount.set {
-        let _ = sources.insert(addr, n, 0);
-    }
-    for addr in &recount.remove {
-        let _ = sources.remove(addr);
-    }
-    for (addr, n) in &recount.add {
-        // One the kernel counted meanwhile is left to the next sweep.
-        if HashMap::get(sources, addr, 0).is_err() {
-            let _ = sources.insert(addr, n, 0);
         }
     }
 }
@@ -507,9 +533,9 @@ impl<K: Pod, V: Pod> Table<K, V> for HashMap<MapData, K, V> {
         }
     }
 
-    fn put_back(&mut self, key: &K, value: &V) {
+    fn put_back(&mut self, key: &K, value: &V) -> bool {
         // EEXIST: the kernel stored a newer entry meanwhile, which stays.
-        let _ = self.insert(key, value, take::BPF_NOEXIST);
+        self.insert(key, value, take::BPF_NOEXIST).is_ok()
     }
 }
 

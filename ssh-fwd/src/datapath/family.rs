@@ -10,7 +10,7 @@ use std::{
 
 use ssh_fwd_common::{
     conntrack::trust::source_key6,
-    maps::{Addr, Addr6, ConnKey, Endpoint, Endpoint6, NatTarget, NatTarget6},
+    maps::{Addr, Addr6, ConnKey, Endpoint, Endpoint6, NatTarget, NatTarget6, QuotaChange},
 };
 
 use super::plan::Target;
@@ -21,13 +21,16 @@ use super::plan::Target;
 pub trait MapFamily: Addr {
     /// A client's key in the quota table: its address (IPv4), its /64
     /// (IPv6).
-    type Source: Copy + Ord + Debug + aya::Pod;
+    type Source: Copy + Ord + Debug + aya::Pod + Into<u64>;
+    /// The family a `QuotaChange` names.
+    const QUOTA: u32;
     fn socket(e: &Endpoint<Self>) -> SocketAddr;
     fn source(key: &ConnKey<Self>) -> Self::Source;
 }
 
 impl MapFamily for u32 {
     type Source = u32;
+    const QUOTA: u32 = QuotaChange::V4;
     fn socket(e: &Endpoint) -> SocketAddr {
         socket4(e)
     }
@@ -38,6 +41,7 @@ impl MapFamily for u32 {
 
 impl MapFamily for Addr6 {
     type Source = u64;
+    const QUOTA: u32 = QuotaChange::V6;
     fn socket(e: &Endpoint6) -> SocketAddr {
         socket6(e)
     }

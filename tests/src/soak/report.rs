@@ -131,8 +131,7 @@ impl Report {
     /// What the soak found beyond its goals: a client held back under its
     /// per-source quota, by a count of the kernel's above what the client
     /// holds (or below zero), or, outside every fault window, for no
-    /// reason the soak can read. `cargo xtask soak` fails on these; the
-    /// CI minute reports them (docs/testing.md says why).
+    /// reason the soak can read. The soak fails on these.
     pub fn defects(&self) -> Vec<String> {
         let r = &self.inputs.records;
         let mut out = Vec::new();

@@ -24,8 +24,9 @@ pub trait Table<K, V> {
     /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`).
     fn take(&mut self, key: &K) -> Option<V>;
     /// Stores `value` for `key` unless the kernel stored an entry there
-    /// meanwhile (`BPF_NOEXIST`): the newer one wins.
-    fn put_back(&mut self, key: &K, value: &V);
+    /// meanwhile (`BPF_NOEXIST`): the newer one wins. Whether it was
+    /// stored.
+    fn put_back(&mut self, key: &K, value: &V) -> bool;
 }
 
 /// What [`sweep`] removed and found in one family's table.
@@ -37,8 +38,11 @@ pub struct Counts<A: MapFamily = u32> {
     pub conns: u64,
     /// The entries left that their clients hold (closed ones wait out
     /// their close timeout held by nobody), by client (raw, as `SOURCES`
-    /// or `SOURCES6` keys it).
+    /// or `SOURCES6` keys it), as the walk found them.
     pub per_source: BTreeMap<A::Source, u64>,
+    /// What the removals took from each client: entries it held (not
+    /// closing) that are gone, for [`settle`] to count off.
+    pub released: BTreeMap<A::Source, u64>,
     /// What was removed, as removed, and why.
     pub ended: Vec<(ConnKey<A>, Conn<Endpoint<A>>, Expiry)>,
     /// Each frontend's connections: open ones left, and the last packet
@@ -53,6 +57,7 @@ impl<A: MapFamily> Default for Counts<A> {
             expired: 0,
             conns: 0,
             per_source: BTreeMap::new(),
+            released: BTreeMap::new(),
             ended: Vec::new(),
             activity: Tallies::new(),
         }
@@ -87,7 +92,14 @@ pub fn sweep<A: MapFamily>(
             c.created_ns == seen.created_ns
                 && expiry(c, now, limits.idle, limits.close) == Some(why)
         };
-        let removed = remove_if(conns, &key, still);
+        let removed = match remove_if(conns, &key, still) {
+            Removal::Removed(removed) => Some(removed),
+            Removal::Kept => None,
+            Removal::Displaced(taken) => {
+                release(&mut counts.released, &key, &taken);
+                None
+            }
+        };
         tally(
             &mut counts.activity,
             &seen,
@@ -98,6 +110,7 @@ pub fn sweep<A: MapFamily>(
             counts.conns += 1;
             continue;
         };
+        release(&mut counts.released, &key, &removed);
         counts.ended.push((key, removed, why));
         match why {
             Expiry::Closed => counts.closed += 1,
@@ -107,17 +120,27 @@ pub fn sweep<A: MapFamily>(
     counts
 }
 
+/// What [`purge`] removed: the connections, as removed, and what that
+/// took from each client, for [`settle`].
+pub struct Purged<A: MapFamily> {
+    pub conns: Vec<(ConnKey<A>, Conn<Endpoint<A>>)>,
+    pub released: BTreeMap<A::Source, u64>,
+}
+
 /// Removes every entry opened through one of `frontends` (connections,
-/// SYNs not yet answered, claims not yet confirmed); returns the
-/// connections that went, as removed.
+/// SYNs not yet answered, claims not yet confirmed).
 pub fn purge<A: MapFamily>(
     conns: &mut impl Table<ConnKey<A>, Conn<Endpoint<A>>>,
     halves: &mut impl Table<HalfOpenKey<A>, HalfOpen<Endpoint<A>>>,
     claims: &mut impl Table<ClaimKey<A>, Claim<Endpoint<A>>>,
     frontends: &BTreeSet<Endpoint<A>>,
-) -> Vec<(ConnKey<A>, Conn<Endpoint<A>>)> {
+) -> Purged<A> {
+    let mut purged = Purged {
+        conns: Vec::new(),
+        released: BTreeMap::new(),
+    };
     if frontends.is_empty() {
-        return Vec::new();
+        return purged;
     }
     let retired = |frontend: &Endpoint<A>| frontends.contains(frontend);
     for (key, _) in halves
@@ -136,74 +159,106 @@ pub fn purge<A: MapFamily>(
     {
         let _ = remove_if(claims, key, |c: &Claim<Endpoint<A>>| retired(&c.frontend));
     }
-    (conns.entries().iter())
-        .filter(|(_, c)| retired(&c.frontend))
-        .filter_map(|(key, _)| {
-            remove_if(conns, key, |c: &Conn<Endpoint<A>>| retired(&c.frontend)).map(|c| (*key, c))
-        })
-        .collect()
-}
-
-/// The writes that make a quota table (`SOURCES`, `SOURCES6`) say what a
-/// sweep counted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recount<S> {
-    /// Stored counts that differ from the walk's.
-    pub set: Vec<(S, u64)>,
-    /// Clients stored that hold nothing now.
-    pub remove: Vec<S>,
-    /// Clients the walk found that nothing is stored for.
-    pub add: Vec<(S, u64)>,
-}
-
-/// What to write so that `stored` (the table as walked) becomes `held`.
-pub fn recount<S: Ord + Copy>(stored: &[(S, u64)], held: &BTreeMap<S, u64>) -> Recount<S> {
-    let mut out = Recount {
-        set: Vec::new(),
-        remove: Vec::new(),
-        add: Vec::new(),
-    };
-    for (addr, n) in stored {
-        match held.get(addr) {
-            Some(h) if h == n => {}
-            Some(h) => out.set.push((*addr, *h)),
-            None => out.remove.push(*addr),
+    for (key, _) in conns.entries().iter().filter(|(_, c)| retired(&c.frontend)) {
+        match remove_if(conns, key, |c: &Conn<Endpoint<A>>| retired(&c.frontend)) {
+            Removal::Removed(conn) => {
+                release(&mut purged.released, key, &conn);
+                purged.conns.push((*key, conn));
+            }
+            Removal::Displaced(taken) => release(&mut purged.released, key, &taken),
+            Removal::Kept => {}
         }
     }
-    let known: BTreeSet<S> = stored.iter().map(|(a, _)| *a).collect();
-    out.add = (held.iter())
-        .filter(|(a, _)| !known.contains(a))
-        .map(|(a, n)| (*a, *n))
-        .collect();
-    out
+    purged
 }
 
-/// Removes the entry of `key` if it still `qualifies`, and returns it.
-/// The decision is made on the entry removed: if the kernel refreshed or
-/// replaced it since it was read (a completed handshake over a closing
-/// entry), it goes back, unless the kernel stored yet another meanwhile.
-/// Between the two steps the entry is missing for a moment; reading it
-/// first keeps that to entries that changed within that moment.
+/// Counts `conn`, removed, off what its client holds, unless it was
+/// closing: the kernel counted a close off already.
+fn release<A: MapFamily>(
+    released: &mut BTreeMap<A::Source, u64>,
+    key: &ConnKey<A>,
+    conn: &Conn<Endpoint<A>>,
+) {
+    if !closing(conn) {
+        *released.entry(A::source(key)).or_default() += 1;
+    }
+}
+
+/// A quota table (`SOURCES`, `SOURCES6`): what each client holds. The
+/// kernel programs count up and down in it at any moment, so the agent
+/// never writes a count: it adds, in the kernel, as they do.
+pub trait Quota<S>: Table<S, u64> {
+    /// Adds `n` (wrapping) to what `source` holds, atomically; to a client
+    /// with no entry, a positive `n` is stored and a negative one does
+    /// nothing.
+    fn add(&mut self, source: &S, n: u64);
+}
+
+/// Counts off what removals `released`, and removes the clients that hold
+/// nothing (the table is as large as the connection table, and a full
+/// one would count no new client). A count below zero (an add the kernel
+/// lost, see `sources_add_at` in the eBPF crate) holds nothing, as the
+/// programs read it, and goes too.
+pub fn settle<S: Copy>(quota: &mut impl Quota<S>, released: &BTreeMap<S, u64>) {
+    for (source, n) in released {
+        quota.add(source, n.wrapping_neg());
+    }
+    let holds = |n: u64| n as i64 > 0;
+    for (source, held) in quota.entries() {
+        if holds(held) {
+            continue;
+        }
+        // Taken in one step: what the kernel counted since the walk read
+        // it goes back.
+        if let Some(counted) = quota.take(&source)
+            && holds(counted)
+        {
+            quota.add(&source, counted);
+        }
+    }
+}
+
+/// What [`remove_if`] did.
+enum Removal<V> {
+    /// The entry, as removed.
+    Removed(V),
+    /// The entry stays (it no longer qualifies, or is gone).
+    Kept,
+    /// The entry taken no longer qualified, and the kernel stored another
+    /// for its key while it was out: the one taken is gone.
+    Displaced(V),
+}
+
+/// Removes the entry of `key` if it still `qualifies`. The decision is
+/// made on the entry removed: if the kernel refreshed or replaced it since
+/// it was read (a completed handshake over a closing entry), it goes back,
+/// unless the kernel stored yet another meanwhile. Between the two steps
+/// the entry is missing for a moment; reading it first keeps that to
+/// entries that changed within that moment.
 fn remove_if<K, V>(
     table: &mut impl Table<K, V>,
     key: &K,
     qualifies: impl Fn(&V) -> bool,
-) -> Option<V> {
+) -> Removal<V> {
     // Read again: a packet may have refreshed it since the walk.
-    if !qualifies(&table.get(key)?) {
-        return None;
+    if !table.get(key).is_some_and(|v| qualifies(&v)) {
+        return Removal::Kept;
     }
-    let taken = table.take(key)?;
+    let Some(taken) = table.take(key) else {
+        return Removal::Kept;
+    };
     if qualifies(&taken) {
-        return Some(taken);
+        Removal::Removed(taken)
+    } else if table.put_back(key, &taken) {
+        Removal::Kept
+    } else {
+        Removal::Displaced(taken)
     }
-    table.put_back(key, &taken);
-    None
 }
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::BTreeMap, net::Ipv4Addr};
+    use std::{cell::RefCell, collections::BTreeMap, net::Ipv4Addr};
 
     use ssh_fwd_common::{
         conntrack::trust::source_key6,
@@ -258,9 +313,13 @@ mod tests {
             self.entries.remove(key)
         }
 
-        fn put_back(&mut self, key: &K, value: &V) {
+        fn put_back(&mut self, key: &K, value: &V) -> bool {
             self.kernel_writes();
-            self.entries.entry(*key).or_insert(*value);
+            if self.entries.contains_key(key) {
+                return false;
+            }
+            self.entries.insert(*key, *value);
+            true
         }
     }
 
@@ -412,7 +471,10 @@ mod tests {
         halves.racing.push((half_key(), half(9022, 50)));
         let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
         claims.racing.push((claim_key(), claim(9022, 50)));
-        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &retired), []);
+        assert_eq!(
+            purge(&mut conns, &mut halves, &mut claims, &retired).conns,
+            []
+        );
         assert_eq!(conns.entries(), [(key(), fresh)]);
         assert_eq!(halves.entries(), [(half_key(), half(9022, 50))]);
         assert_eq!(claims.entries(), [(claim_key(), claim(9022, 50))]);
@@ -423,7 +485,7 @@ mod tests {
         conns.racing.extend([(key(), fresh), (key(), newest)]);
         let mut halves = Fake::<HalfOpenKey, HalfOpen>::new(&[]);
         assert_eq!(
-            purge(&mut conns, &mut halves, &mut no_claims(), &retired),
+            purge(&mut conns, &mut halves, &mut no_claims(), &retired).conns,
             []
         );
         assert_eq!(conns.entries(), [(key(), newest)]);
@@ -432,7 +494,7 @@ mod tests {
         let mut halves = Fake::new(&[(half_key(), half(8022, 10))]);
         let mut claims = Fake::new(&[(claim_key(), claim(8022, 10))]);
         assert_eq!(
-            purge(&mut conns, &mut halves, &mut claims, &retired),
+            purge(&mut conns, &mut halves, &mut claims, &retired).conns,
             [(key(), conn(8022, 0, 10))]
         );
         assert!(conns.entries().is_empty() && halves.entries().is_empty());
@@ -510,22 +572,180 @@ mod tests {
         let mut claims = Fake::new(&[(ClaimKey6::new(key, 5_001), claim)]);
         let purged = purge(&mut conns, &mut halves, &mut claims, &retired);
         // The raced one stays; the other client's entry goes.
-        assert_eq!(purged, [(key6(2, 1), conn6(8022, 0, 10))]);
+        assert_eq!(purged.conns, [(key6(2, 1), conn6(8022, 0, 10))]);
         assert_eq!(conns.entries(), [(key, fresh)]);
         assert!(halves.entries().is_empty() && claims.entries().is_empty());
         // Nothing retired: nothing walked, nothing removed.
         let none: BTreeSet<Endpoint6> = BTreeSet::new();
-        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &none), []);
+        assert_eq!(purge(&mut conns, &mut halves, &mut claims, &none).conns, []);
         assert_eq!(conns.entries().len(), 1);
     }
 
+    /// A quota table the kernel counts into at the worst moment: each of
+    /// `racing` (a client, a change; a change of 0 is none) lands just
+    /// before the agent's next use of the table.
+    struct FakeQuota<S> {
+        counts: RefCell<BTreeMap<S, u64>>,
+        racing: RefCell<Vec<(S, u64)>>,
+    }
+
+    impl<S: Copy + Ord> FakeQuota<S> {
+        fn new(counts: &[(S, u64)]) -> Self {
+            Self {
+                counts: RefCell::new(counts.iter().copied().collect()),
+                racing: RefCell::new(Vec::new()),
+            }
+        }
+
+        fn racing(&self, changes: &[(S, u64)]) {
+            self.racing.borrow_mut().extend_from_slice(changes);
+        }
+
+        fn kernel_adds(&self) {
+            let next = {
+                let mut racing = self.racing.borrow_mut();
+                (!racing.is_empty()).then(|| racing.remove(0))
+            };
+            if let Some((source, n)) = next {
+                self.apply(source, n);
+            }
+        }
+
+        /// The kernel's atomic add, as `sources_add_at` makes it.
+        fn apply(&self, source: S, n: u64) {
+            let mut counts = self.counts.borrow_mut();
+            match counts.get_mut(&source) {
+                Some(held) => *held = held.wrapping_add(n),
+                None if n as i64 > 0 => {
+                    counts.insert(source, n);
+                }
+                None => {}
+            }
+        }
+    }
+
+    impl<S: Copy + Ord> Table<S, u64> for FakeQuota<S> {
+        fn entries(&self) -> Vec<(S, u64)> {
+            self.kernel_adds();
+            self.counts.borrow().iter().map(|(k, v)| (*k, *v)).collect()
+        }
+
+        fn get(&self, key: &S) -> Option<u64> {
+            self.kernel_adds();
+            self.counts.borrow().get(key).copied()
+        }
+
+        fn take(&mut self, key: &S) -> Option<u64> {
+            self.kernel_adds();
+            self.counts.borrow_mut().remove(key)
+        }
+
+        fn put_back(&mut self, key: &S, value: &u64) -> bool {
+            self.kernel_adds();
+            let mut counts = self.counts.borrow_mut();
+            if counts.contains_key(key) {
+                return false;
+            }
+            counts.insert(*key, *value);
+            true
+        }
+    }
+
+    impl<S: Copy + Ord> Quota<S> for FakeQuota<S> {
+        fn add(&mut self, source: &S, n: u64) {
+            self.kernel_adds();
+            self.apply(*source, n);
+        }
+    }
+
     #[test]
-    fn a_recount_sets_what_changed_removes_who_holds_nothing_and_adds_the_new() {
-        let stored = [(1u64, 3u64), (2, 1), (4, 7)];
-        let held = BTreeMap::from([(1u64, 3u64), (2, 2), (5, 1)]);
-        let r = recount(&stored, &held);
-        assert_eq!(r.set, [(2, 2)]);
-        assert_eq!(r.remove, [4]);
-        assert_eq!(r.add, [(5, 1)]);
+    fn a_close_the_kernel_counts_while_the_sweep_runs_is_kept() {
+        let now = 1_000 * SECOND;
+        let other = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        let client = key().client_addr;
+        let mut conns = Fake::new(&[
+            (key(), conn(8022, 0, now - SECOND)),
+            (other, conn(8022, 0, now - SECOND)),
+        ]);
+        let mut quota = FakeQuota::new(&[(client, 2)]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        // The walk is done; the client closes one of the two, and the
+        // kernel counts it off before the agent writes the table.
+        quota.racing(&[(client, u64::MAX)]);
+        settle(&mut quota, &counts.released);
+        assert_eq!(quota.entries(), [(client, 1)], "the client holds one");
+    }
+
+    #[test]
+    fn an_idle_connection_is_counted_off_beside_one_the_kernel_counts_meanwhile() {
+        let now = 100 * 3_600 * SECOND;
+        let other = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        let client = key().client_addr;
+        let mut conns = Fake::new(&[
+            (key(), conn(8022, 0, now - 25 * 3_600 * SECOND)),
+            (other, conn(8022, 0, now - SECOND)),
+        ]);
+        let mut quota = FakeQuota::new(&[(client, 2)]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!(
+            (counts.expired, counts.released.clone()),
+            (1, [(client, 1)].into())
+        );
+        // The client opens a third while the agent counts the idle one off.
+        quota.racing(&[(client, 1)]);
+        settle(&mut quota, &counts.released);
+        assert_eq!(quota.entries(), [(client, 2)]);
+    }
+
+    #[test]
+    fn a_client_that_holds_nothing_goes_and_what_the_kernel_counts_meanwhile_comes_back() {
+        let (idle, below_zero, busy) = (1u32, 2u32, 3u32);
+        let mut quota = FakeQuota::new(&[(idle, 0), (below_zero, u64::MAX), (busy, 4)]);
+        // The walk reads `idle` at 0; it opens one before the agent takes it.
+        quota.racing(&[(busy, 0), (idle, 1)]);
+        settle(&mut quota, &BTreeMap::new());
+        assert_eq!(quota.entries(), [(idle, 1), (busy, 4)]);
+    }
+
+    #[test]
+    fn an_entry_the_kernel_displaces_while_the_sweep_holds_it_is_counted_off() {
+        let now = 100 * 3_600 * SECOND;
+        let client = key().client_addr;
+        let refreshed = conn(8022, 0, now);
+        let fresh = conn(9022, 0, now);
+        // The walk finds the entry idle; a packet refreshes it before the
+        // agent takes it, and while it is out the kernel confirms a new
+        // connection of the same 4-tuple, counted.
+        let mut conns = Fake::new(&[(key(), conn(8022, 0, now - 25 * 3_600 * SECOND))]);
+        conns.racing.extend([(key(), refreshed), (key(), fresh)]);
+        let mut quota = FakeQuota::new(&[(client, 1)]);
+        let counts = sweep(&mut conns, now, &LIMITS);
+        assert_eq!(conns.entries(), [(key(), fresh)]);
+        quota.racing(&[(client, 1)]);
+        settle(&mut quota, &counts.released);
+        assert_eq!(
+            quota.entries(),
+            [(client, 1)],
+            "one connection, counted once"
+        );
+    }
+
+    #[test]
+    fn a_purge_counts_off_what_its_clients_held() {
+        let retired: BTreeSet<Endpoint> = [frontend(8022)].into();
+        let closed = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        let mut conns = Fake::new(&[(key(), conn(8022, 0, 10)), (closed, conn(8022, CLOSED, 10))]);
+        let purged = purge(&mut conns, &mut Fake::new(&[]), &mut no_claims(), &retired);
+        assert_eq!(purged.conns.len(), 2);
+        assert_eq!(purged.released, [(key().client_addr, 1)].into());
     }
 }

@@ -346,3 +346,65 @@ fn a_claim_older_than_the_confirm_timeout_confirms_nothing() {
     assert_eq!(source_of(&out), Endpoint::new(BACKEND, 22), "not restored");
     assert!(established(&l).is_empty());
 }
+
+#[test]
+#[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
+fn the_kernel_counts_the_agents_changes_and_the_sweep_counts_idle_connections_off() {
+    use std::time::Duration;
+
+    use aya::maps::{HashMap, Map, MapData};
+    use ssh_fwd::datapath::conntrack::{Adder, ConnTables, Timeouts, clock_ns};
+    use ssh_fwd_common::maps::{QuotaChange, SOURCES, SOURCES6};
+
+    privilege::require();
+    let two = object::Settings {
+        conns_per_source: 2,
+        ..object::Settings::default()
+    };
+    let mut l = load_with(&[JOB, SECOND], two);
+    let adder = Adder::from_ebpf(&mut l.ebpf).expect("the verifier accepts the quota program");
+    let open = |name| {
+        let data = MapData::from_pin(l.layout.map(name)).expect("pin");
+        Map::from_map_data(data).expect("map")
+    };
+    let sources: HashMap<MapData, u32, u64> = HashMap::try_from(open(SOURCES)).expect("SOURCES");
+    let sources6: HashMap<MapData, u64, u64> = HashMap::try_from(open(SOURCES6)).expect("SOURCES6");
+    let client = u32::from_ne_bytes(CLIENT.octets());
+    let held = || sources.get(&client, 0).ok();
+    let change = |source: u64, delta: u64, family: u32| {
+        adder.apply(&QuotaChange {
+            source,
+            delta,
+            family,
+            _pad: 0,
+        })
+    };
+    // Taking away from a client with no entry does nothing; adding stores.
+    change(client.into(), u64::MAX, QuotaChange::V4).expect("apply");
+    assert_eq!(held(), None);
+    change(client.into(), 3, QuotaChange::V4).expect("apply");
+    change(client.into(), 2u64.wrapping_neg(), QuotaChange::V4).expect("apply");
+    assert_eq!(held(), Some(1));
+    change(0x2001_0db8_0000_0001, 5, QuotaChange::V6).expect("apply");
+    assert_eq!(sources6.get(&0x2001_0db8_0000_0001, 0).ok(), Some(5));
+    assert!(change(1, 1, 5).is_err(), "no such family");
+    change(client.into(), u64::MAX, QuotaChange::V4).expect("apply");
+    // Two connections, counted by the programs; a sweep a day later finds
+    // both idle and counts them off, and the client, holding nothing,
+    // leaves the table.
+    handshake(&l, Ingress::Tc, 8022);
+    assert_eq!(second_connection(&l, Ingress::Tc), frontend(8022));
+    assert_eq!(held(), Some(2));
+    let mut tables = ConnTables::open_pinned(&l.layout)
+        .expect("tables")
+        .with_quota(adder.clone());
+    let timeouts = Timeouts::with_idle(Duration::from_secs(24 * 3_600));
+    let day = 25 * 3_600 * 1_000_000_000;
+    let swept = tables.sweep(clock_ns() + day, &timeouts);
+    assert_eq!((swept.expired, swept.conns), (2, 0));
+    assert_eq!(held(), None, "nothing held, no entry");
+    // So the client opens two again.
+    handshake(&l, Ingress::Tc, 8022);
+    assert_eq!(second_connection(&l, Ingress::Tc), frontend(8022));
+    assert_eq!(held(), Some(2));
+}
