@@ -68,6 +68,9 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     loop {}
 }
 
+/// The programs are MIT or GPL-2.0 (`ssh-fwd-ebpf/LICENSE-GPL-2.0`): the
+/// kernel lets only GPL-compatible programs call its GPL-only helpers, and
+/// takes this string as such.
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
-static LICENSE: [u8; 4] = *b"GPL\0";
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
