@@ -26,13 +26,14 @@ use super::{
     activity::{self, Mirror, Mirroring},
     apply::{self, Applied, Context, Warned},
     expect::Expectations,
+    plan::upkeep::Upkeep,
     plan::{
         self, Pass,
         scope::{Scope, Waiting},
     },
     pod::{PodView, PodWire},
     ports::Quarantine,
-    reservation::{LeaseView, upkeep::Upkeep},
+    reservation::LeaseView,
     retry,
     served::{Gate, PublishWhen, watch::Reports},
     world::{

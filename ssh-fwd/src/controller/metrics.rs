@@ -40,7 +40,7 @@ pub struct ControllerMetrics {
     /// Failed attempts to renew the leader's Lease.
     pub lease_renewal_errors: Counter,
     /// Reservations made at admission released because no pod came for
-    /// them within the grace (the leader's; `reservation::upkeep`).
+    /// them within the grace (the leader's; `plan::upkeep`).
     pub reservations_lapsed: Counter,
     /// Warning events sent to pods, by reason.
     pub warnings: Family<ReasonLabel, Counter>,

@@ -53,7 +53,7 @@ pub use args::ControllerArgs;
 use leader::Leadership;
 use lease::Elector;
 use metrics::ControllerMetrics;
-use reservation::upkeep::Upkeep;
+use plan::upkeep::Upkeep;
 use world::dirty::DirtyLog;
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {

@@ -25,18 +25,19 @@ pub use super::warn::Problem;
 use super::{
     expect::Expectations,
     pod::{PodRef, asks_for_ssh},
-    reservation::upkeep::Free,
     service::Settings,
     world::World,
 };
 pub use action::{Action, DeleteReason};
 use publish::{Publishing, publish};
 use scope::{PortSet, Scope};
+use upkeep::Free;
 
 mod action;
 mod publish;
 pub mod scope;
 mod serve;
+pub mod upkeep;
 
 /// What one pass reads: the world, the part of it to plan for, and what
 /// the leader remembers.

@@ -49,7 +49,6 @@ use crate::vocabulary;
 pub mod binding;
 pub(crate) mod first_seen;
 mod take;
-pub mod upkeep;
 mod view;
 pub mod watch;
 pub mod write;

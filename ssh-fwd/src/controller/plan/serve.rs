@@ -5,8 +5,8 @@ use rand::Rng;
 
 use super::{Action, Problem};
 use crate::controller::{
+    plan::upkeep::{self, Choice, Free},
     pod::{PodRef, PodView},
-    reservation::upkeep::{self, Choice, Free},
     service::{self, Settings},
     warn::Admission,
     world::World,

@@ -19,11 +19,12 @@ use super::*;
 use crate::args::ServiceStyle;
 use crate::controller::{
     expect::Expectations,
+    plan::upkeep::Upkeep,
     plan::{
         self, Action, Pass, Problem,
         scope::{Scope, Waiting},
     },
-    reservation::{self, Holder, LeaseView, upkeep::Upkeep},
+    reservation::{self, Holder, LeaseView},
     service::Settings,
 };
 use crate::vocabulary;

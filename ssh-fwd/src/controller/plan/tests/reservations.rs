@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::controller::{
-    reservation::{self, Holder, LeaseView, upkeep::Upkeep},
+    plan::upkeep::Upkeep,
+    reservation::{self, Holder, LeaseView},
     warn::Admission,
 };
 use crate::vocabulary;

@@ -118,7 +118,7 @@ fn lapses_wake_the_leader_at_most_once_a_second() {
         let expected = Expectations::default();
         // A pass around it, as its watch event wakes.
         let names = [lease.name.clone().unwrap()].into();
-        let scope = Scope::Around(crate::controller::plan::scope::Around {
+        let scope = Scope::Around(super::super::scope::Around {
             reservations: names,
             ..Default::default()
         });

@@ -25,18 +25,18 @@ use k8s_openapi::{api::coordination::v1::Lease, jiff::Timestamp};
 use prometheus_client::metrics::counter::Counter;
 
 use super::{
-    FirstSeen, Holder, Reservation,
-    binding::{self, Stage},
+    Action,
+    scope::{PortSet, Scope},
 };
 use crate::{
     controller::{
         expect::Expectations,
-        plan::{
-            Action,
-            scope::{PortSet, Scope},
-        },
         pod::{PodRef, PodView},
         ports,
+        reservation::{
+            self, FirstSeen, Holder, Reservation,
+            binding::{self, Stage},
+        },
         world::{World, book::pod_token},
     },
     k8s::ownership,
@@ -277,7 +277,7 @@ fn release(r: &Reservation) -> Action {
 /// `r` quarantined since `wall`, as the Lease to update it with, only if
 /// it is still the one read (its uid and resourceVersion).
 fn quarantined(world: &World, r: &Reservation, wall: Timestamp) -> Lease {
-    let mut lease = super::build(world.ip(), r.port, &Holder::Quarantined { since: wall });
+    let mut lease = reservation::build(world.ip(), r.port, &Holder::Quarantined { since: wall });
     lease.metadata.uid = r.uid.clone();
     lease.metadata.resource_version = r.resource_version.clone();
     lease
@@ -303,7 +303,7 @@ fn reserve_held_ports(
             continue;
         };
         actions.push(Action::Reserve {
-            lease: Box::new(super::build(
+            lease: Box::new(reservation::build(
                 world.ip(),
                 port,
                 &Holder::Service {
@@ -323,7 +323,7 @@ pub enum Choice {
     /// A port to reserve for it now, with the reservation to create first.
     /// `told`: the port its variable names, when that one is lost.
     /// `reclaim`: the quarantined reservation of the port, deleted first
-    /// ([`super::reclaim`]).
+    /// ([`reservation::reclaim`]).
     Fresh {
         port: u16,
         lease: Box<Lease>,
@@ -402,7 +402,7 @@ pub fn choose(
         };
         return Choice::Fresh {
             port,
-            lease: Box::new(super::build(ip, port, &holder)),
+            lease: Box::new(reservation::build(ip, port, &holder)),
             told: None,
             admitted: true,
             reclaim: None,
@@ -431,7 +431,7 @@ pub fn choose(
     };
     Choice::Fresh {
         port,
-        lease: Box::new(super::build_picked(ip, &pick, &holder)),
+        lease: Box::new(reservation::build_picked(ip, &pick, &holder)),
         told,
         admitted: false,
         reclaim,
