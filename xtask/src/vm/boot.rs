@@ -16,11 +16,16 @@ use anyhow::{Context as _, bail};
 
 use crate::{run as run_cmd, target_dir};
 
-/// The kernels `--kernel` knows: Debian's package name pattern.
+/// The kernels `--kernel` knows, by the version a user writes, and the
+/// Debian 12 package names of each (the newest is taken).
 fn package_pattern(kernel: &str) -> anyhow::Result<&'static str> {
     match kernel {
         "6.1" => Ok(r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$"),
-        other => bail!("--kernel {other}: only 6.1 (Debian 12's own kernel) is known"),
+        "6.12" => Ok(r"^linux-image-6\.12\.[0-9]+\+deb12-amd64-unsigned$"),
+        other => bail!(
+            "--kernel {other}: only 6.1 (Debian 12's own kernel) and 6.12 (its newer one, from \
+             bookworm-security) are known"
+        ),
     }
 }
 
@@ -154,15 +159,7 @@ fn fetch_kernel(kernel: &str, dir: &Path) -> anyhow::Result<PathBuf> {
         .args(["search", "--names-only", package_pattern(kernel)?])
         .output()
         .context("apt-cache search")?;
-    let package = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .max_by_key(|name| {
-            name.split('-')
-                .nth(3)
-                .and_then(|abi| abi.parse::<u32>().ok())
-        })
-        .map(str::to_owned)
+    let package = newest(&String::from_utf8_lossy(&listed.stdout))
         .with_context(|| format!("no Debian package of kernel {kernel}: run apt-get update"))?;
     println!("==> downloading {package} into {}", dir.display());
     std::fs::create_dir_all(dir)?;
@@ -181,6 +178,22 @@ fn fetch_kernel(kernel: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     let release = modules.file_name().unwrap_or_default().to_string_lossy();
     run_cmd(Command::new("depmod").arg("-b").arg(&root).arg(&*release))?;
     Ok(vmlinuz)
+}
+
+/// The newest package of `apt-cache search`'s lines, by the numbers in its
+/// name: the ABI of `linux-image-6.1.0-57-amd64-unsigned`, the stable
+/// release of `linux-image-6.12.118+deb12-amd64-unsigned`.
+fn newest(listed: &str) -> Option<String> {
+    let numbers = |name: &str| -> Vec<u32> {
+        name.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .max_by_key(|name| numbers(name))
+        .map(str::to_owned)
 }
 
 fn unpacked(root: &Path) -> Option<(PathBuf, PathBuf)> {
@@ -205,4 +218,27 @@ pub fn make_executable(path: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
         .with_context(|| format!("chmod {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::newest;
+
+    #[test]
+    fn the_newest_package_is_found_by_the_numbers_in_its_name() {
+        let six_one = "linux-image-6.1.0-9-amd64-unsigned - Linux 6.1\n\
+                       linux-image-6.1.0-57-amd64-unsigned - Linux 6.1\n\
+                       linux-image-6.1.0-53-amd64-unsigned - Linux 6.1\n";
+        assert_eq!(
+            newest(six_one).as_deref(),
+            Some("linux-image-6.1.0-57-amd64-unsigned")
+        );
+        let six_twelve = "linux-image-6.12.118+deb12-amd64-unsigned - Linux 6.12\n\
+                          linux-image-6.12.99+deb12-amd64-unsigned - Linux 6.12\n";
+        assert_eq!(
+            newest(six_twelve).as_deref(),
+            Some("linux-image-6.12.118+deb12-amd64-unsigned")
+        );
+        assert_eq!(newest(""), None);
+    }
 }
