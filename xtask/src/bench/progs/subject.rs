@@ -28,6 +28,7 @@ use super::{
     bpftool::{link, pin_program, pinned_map_ids, version_dir},
     cases::{self, Established},
     packets::{Features, Layout, Program, Step},
+    record::Verified,
     self_map, test_run,
 };
 use crate::bench::bed::{self, Bed, CLUSTER_IFACE, POD_IFACE};
@@ -219,6 +220,20 @@ impl Subject {
             steps.len()
         );
         Ok(outcomes)
+    }
+
+    /// Each pinned program as the kernel's verifier left it.
+    pub fn verified(&self) -> anyhow::Result<Vec<Verified>> {
+        [
+            Program::Ingress,
+            Program::Reply,
+            Program::Egress,
+            Program::IngressXdp,
+        ]
+        .into_iter()
+        .filter_map(|p| Some((self.pins[p as usize].as_ref()?, p)))
+        .map(|(pin, p)| Verified::of(pin, p))
+        .collect()
     }
 
     /// The data path's outcome counters, by name (`ssh-fwd list counters`).
