@@ -96,7 +96,9 @@ enum Bench {
     /// bed, as a markdown table.
     ///
     /// With --before BIN, an earlier build measured beside this one, case by
-    /// case, the two alternating run by run.
+    /// case, the two alternating run by run. With --kernel VERSION (repeat
+    /// for several), the same in VMs on Debian 12's kernels under emulation:
+    /// the verifier's figures by kernel, and each case's ratio between them.
     Progs(bench::ProgsOptions),
     /// Plain routing, ssh-fwd (each attach mode), kube-proxy-style iptables,
     /// nftables and IPVS with N Services, and a userspace proxy, side by
@@ -132,7 +134,15 @@ fn main() -> std::process::ExitCode {
         } => setup::run().and_then(|()| bench::datapath::run(&options)),
         Task::Bench {
             which: Bench::Progs(options),
-        } => setup::run().and_then(|()| bench::progs::run(options)),
+        } => {
+            // A guest of `--kernel` runs on the host's file system, set up.
+            let setup = if options.record.is_some() {
+                Ok(())
+            } else {
+                setup::run()
+            };
+            setup.and_then(|()| bench::progs::run(options))
+        }
         Task::BenchHelper { which } => bench::helpers::run(which),
         Task::Image(options) => setup::run().and_then(|()| image::run(&options)),
         Task::Release(options) => setup::run().and_then(|()| release::run(&options)),

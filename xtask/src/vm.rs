@@ -18,13 +18,14 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::Command,
     time::Instant,
 };
 
 use anyhow::{Context as _, bail};
 
-use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
+use crate::{build_ssh_fwd, build_static, cargo, workspace_root};
+
+pub mod boot;
 
 /// One test the guest runs: its test target, and its exact name.
 struct Chosen {
@@ -84,14 +85,6 @@ const SKIPPED: &[(&str, &str)] = &[(
     "asserts tcx present; 6.1 has none (the clsact tests cover that kernel)",
 )];
 
-/// The kernels `--kernel` knows: Debian's package name pattern.
-fn package_pattern(kernel: &str) -> anyhow::Result<&'static str> {
-    match kernel {
-        "6.1" => Ok(r"^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$"),
-        other => bail!("--kernel {other}: only 6.1 (Debian 12's own kernel) is known"),
-    }
-}
-
 /// Runs the chosen set on `kernel`: only its program tests with `quick`,
 /// and only the tests whose `target::name` contains one of `filters`, if
 /// any are given.
@@ -111,59 +104,29 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
              lists them as it runs them"
         );
     }
-    preflight()?;
-    let dir = target_dir().join("kernels").join(kernel);
-    let vmlinuz = fetch_kernel(kernel, &dir)?;
+    let guest = boot::Guest::new(kernel, "out")?;
     let bin = build_ssh_fwd()?;
     let static_bin = build_static(ssh_fwd_tests::image::TEST_PROFILE)?;
     let binaries = build_tests(&chosen)?;
-    let out = dir.join("out");
-    if out.exists() {
-        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
-    }
-    std::fs::create_dir_all(&out)?;
-    let script = out.join("run.sh");
-    std::fs::write(
-        &script,
-        guest_script(&chosen, &out, &bin, &static_bin, &binaries)?,
-    )?;
-    make_executable(&script)?;
+    let out = &guest.out;
     println!(
         "==> booting {} under emulation (virtme-ng, no KVM) and running {} tests there",
-        vmlinuz.display(),
+        guest.vmlinuz.display(),
         chosen.len()
     );
     let boot = Instant::now();
-    let status = Command::new("vng")
-        .arg("--disable-kvm")
-        .arg("--run")
-        .arg(&vmlinuz)
-        .arg(format!("--rwdir={}", out.display()))
-        .args(["--memory", "3G", "--cpus", "2", "--exec"])
-        .arg(&script)
-        .stdout(std::fs::File::create(dir.join("vng.log"))?)
-        .stderr(std::fs::File::create(dir.join("vng.err"))?)
-        .status()
-        .context("running vng")?;
+    let status = guest.boot(&guest_script(&chosen, out, &bin, &static_bin, &binaries)?)?;
     println!(
         "    the VM ran {:.0} s ({status}); its outputs are in {}",
         boot.elapsed().as_secs_f64(),
         out.display()
     );
-    report(&chosen, quick, &out, started)
+    let uname = guest.uname()?;
+    report(&chosen, quick, out, &uname, started)
 }
 
-/// What the guest runs: each chosen test alone, its output and its time
-/// into the shared directory. virtme-ng gives the guest a shadow file of
-/// its own with root locked (`!`), which an sshd without PAM refuses even
-/// a key for ("account is locked"); a copy unlocked as this machine's is
-/// (`*`: no password, keys only) is mounted over it, in the guest only.
-/// A root shell that runs `pyenv init` (as this machine's does) waits a
-/// minute for a lock in a shims directory it cannot write in the guest,
-/// longer than the tests wait for an ssh command: a writable copy is
-/// mounted over it, without the lock file a host shell killed during a
-/// rehash leaves behind (copied, it would make every login in the guest
-/// wait that minute).
+/// What the guest runs after [`boot`]'s prelude: each chosen test alone,
+/// its output and its time into the shared directory.
 fn guest_script(
     chosen: &[&Chosen],
     out: &Path,
@@ -172,15 +135,9 @@ fn guest_script(
     binaries: &BTreeMap<String, PathBuf>,
 ) -> anyhow::Result<String> {
     let mut s = format!(
-        "#!/bin/sh\nexec > {out}/guest.log 2>&1\nuname -r > {out}/uname\n\
-         sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow && mount --bind /tmp/shadow /etc/shadow\n\
-         if [ -d /root/.pyenv/shims ]; then cp -a /root/.pyenv/shims /tmp/pyenv-shims && \
-         rm -f /tmp/pyenv-shims/.pyenv-shim && \
-         mount --bind /tmp/pyenv-shims /root/.pyenv/shims; fi\n\
-         export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
+        "export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
          SSH_FWD_TEST_TIME_SCALE=6\n\
          cd {tests}\n",
-        out = out.display(),
         bin = bin.display(),
         static_bin = static_bin.display(),
         tests = workspace_root().join("tests").display(),
@@ -204,17 +161,15 @@ fn guest_script(
 }
 
 /// Reads each test's outcome back; fails unless every chosen test passed.
-fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyhow::Result<()> {
-    let uname = std::fs::read_to_string(out.join("uname")).unwrap_or_default();
-    if uname.is_empty() {
-        bail!(
-            "the guest wrote nothing to {}: it did not boot or could not reach the directory \
-             (see vng.log and vng.err beside it)",
-            out.display()
-        );
-    }
+fn report(
+    chosen: &[&Chosen],
+    quick: bool,
+    out: &Path,
+    uname: &str,
+    started: Instant,
+) -> anyhow::Result<()> {
     let times = std::fs::read_to_string(out.join("times")).unwrap_or_default();
-    println!("==> results on {}", uname.trim());
+    println!("==> results on {uname}");
     let (mut passed, mut failed) = (0, 0);
     for (i, test) in chosen.iter().enumerate() {
         let text = std::fs::read_to_string(out.join(format!("{i}.txt"))).unwrap_or_default();
@@ -250,102 +205,9 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
         out.display()
     );
     if failed > 0 {
-        bail!("{failed} test(s) failed on kernel {}", uname.trim());
+        bail!("{failed} test(s) failed on kernel {uname}");
     }
     Ok(())
-}
-
-/// virtme-ng, QEMU, busybox (its initramfs) and depmod: installed when
-/// missing (Debian packages and PyPI), as `cargo xtask setup` installs
-/// the rest.
-fn preflight() -> anyhow::Result<()> {
-    let have = |program: &str| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {program}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let packages: Vec<&str> = [
-        ("qemu-system-x86_64", "qemu-system-x86"),
-        ("busybox", "busybox-static"),
-        ("depmod", "kmod"),
-    ]
-    .iter()
-    .filter(|(program, _)| !have(program))
-    .map(|(_, package)| *package)
-    .collect();
-    if !packages.is_empty() {
-        println!("==> installing {}", packages.join(" "));
-        run_cmd(
-            Command::new("apt-get")
-                .args(["install", "-y", "-q"])
-                .args(&packages),
-        )?;
-    }
-    if !have("vng") {
-        println!("==> installing virtme-ng (pip)");
-        run_cmd(Command::new("pip").args(["install", "-q", "virtme-ng"]))?;
-    }
-    Ok(())
-}
-
-/// The newest Debian package of `kernel`, downloaded and unpacked into
-/// `dir` once, with depmod run on its modules (virtme-ng loads them from
-/// beside the vmlinuz it boots): its vmlinuz.
-fn fetch_kernel(kernel: &str, dir: &Path) -> anyhow::Result<PathBuf> {
-    let root = dir.join("root");
-    if let Some((vmlinuz, _)) = unpacked(&root) {
-        return Ok(vmlinuz);
-    }
-    let listed = Command::new("apt-cache")
-        .args(["search", "--names-only", package_pattern(kernel)?])
-        .output()
-        .context("apt-cache search")?;
-    let package = String::from_utf8_lossy(&listed.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .max_by_key(|name| {
-            name.split('-')
-                .nth(3)
-                .and_then(|abi| abi.parse::<u32>().ok())
-        })
-        .map(str::to_owned)
-        .with_context(|| format!("no Debian package of kernel {kernel}: run apt-get update"))?;
-    println!("==> downloading {package} into {}", dir.display());
-    std::fs::create_dir_all(dir)?;
-    run_cmd(
-        Command::new("apt-get")
-            .args(["download", &package])
-            .current_dir(dir),
-    )?;
-    let deb = std::fs::read_dir(dir)?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .context("apt-get download left no .deb")?;
-    run_cmd(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
-    let (vmlinuz, modules) = unpacked(&root).context("the package holds no vmlinuz")?;
-    let release = modules.file_name().unwrap_or_default().to_string_lossy();
-    run_cmd(Command::new("depmod").arg("-b").arg(&root).arg(&*release))?;
-    Ok(vmlinuz)
-}
-
-fn unpacked(root: &Path) -> Option<(PathBuf, PathBuf)> {
-    let vmlinuz = std::fs::read_dir(root.join("boot"))
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("vmlinuz-"))
-        })?;
-    let modules = std::fs::read_dir(root.join("lib/modules"))
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .next()?;
-    Some((vmlinuz, modules))
 }
 
 /// Builds the test binaries of the chosen targets; their paths by target.
@@ -384,16 +246,6 @@ fn build_tests(chosen: &[&Chosen]) -> anyhow::Result<BTreeMap<String, PathBuf>> 
         }
     }
     Ok(out)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or(workspace_root().join("target"), Into::into)
-}
-
-fn make_executable(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("chmod {}", path.display()))
 }
 
 /// A test passed if its binary exited 0 and libtest says so. Not from the

@@ -214,10 +214,11 @@ pub fn spawn(c: &mut Command) -> anyhow::Result<Child> {
         .with_context(|| format!("starting {c:?}"))
 }
 
-/// Waits (at most 5 s) until something listens on TCP `port` in `ns`.
+/// Waits (at most 5 s, stretched by `SSH_FWD_TEST_TIME_SCALE` in an
+/// emulated guest) until something listens on TCP `port` in `ns`.
 pub fn wait_listening(ns: &NetNs, port: u16) -> anyhow::Result<()> {
     let filter = format!("sport = :{port}");
-    let up = cmd::wait_until(Duration::from_secs(5), || {
+    let up = cmd::wait_until(cmd::scaled(Duration::from_secs(5)), || {
         cmd::run(ns.command("ss").args(["-Hltn", &filter])).is_ok_and(|out| !out.trim().is_empty())
     });
     if !up {

@@ -17,7 +17,9 @@
 mod agent;
 mod bpftool;
 mod cases;
+mod kernels;
 mod packets;
+mod record;
 mod self_map;
 mod subject;
 pub mod test_run;
@@ -29,6 +31,7 @@ use anyhow::{Context as _, bail, ensure};
 use self::{
     cases::Case,
     packets::{Program, Step},
+    record::{CaseRuns, Record},
     subject::Subject,
 };
 use super::stats::Summary;
@@ -39,11 +42,16 @@ const BATCH: usize = 20;
 const MAX_INSTANCES: usize = 24_000;
 
 pub fn run(options: super::ProgsOptions) -> anyhow::Result<()> {
+    if !options.kernels.is_empty() {
+        return kernels::run(options);
+    }
     let super::ProgsOptions {
         runs,
         before,
         after,
         after_args,
+        record,
+        ..
     } = options;
     if let Some(why) = ssh_fwd_tests::privilege::missing() {
         bail!("the benchmark creates namespaces and loads eBPF programs: {why}");
@@ -78,6 +86,12 @@ pub fn run(options: super::ProgsOptions) -> anyhow::Result<()> {
             let s =
                 Subject::new(label, bin, args).with_context(|| format!("setting up {label}"))?;
             println!("    {label}: layout {:?}; {}", s.layout, s.features);
+            if s.clsact {
+                println!(
+                    "    {label}: tc through clsact (no tcx): redirects into the pod are \
+                     ordinary ones, not into its peer"
+                );
+            }
             Ok(s)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -106,12 +120,28 @@ pub fn run(options: super::ProgsOptions) -> anyhow::Result<()> {
             s.layout
         );
     }
-    println!(
-        "load average (1, 5, 15 min) at start: {load_at_start}; at end: {}",
-        load_average()
-    );
+    let load_at_end = load_average();
+    println!("load average (1, 5, 15 min) at start: {load_at_start}; at end: {load_at_end}");
     println!();
     print_table(&subjects, &rows);
+    let kernel = record::kernel_release();
+    println!();
+    let mut verified = Vec::new();
+    for s in &subjects {
+        verified = s.verified()?;
+        record::print_verified(s.label, &kernel, &verified);
+    }
+    if let Some(path) = record {
+        let record = Record {
+            kernel,
+            load_at_start,
+            load_at_end,
+            cases: rows.iter().map(|r| r.runs_of(subjects.len() - 1)).collect(),
+            programs: verified,
+        };
+        std::fs::write(&path, serde_json::to_vec_pretty(&record)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     Ok(())
 }
 
@@ -124,6 +154,19 @@ struct Row {
     ns: Vec<Option<Vec<f64>>>,
     /// Why a build skipped the case, by build.
     skipped: Vec<Option<String>>,
+}
+
+impl Row {
+    /// The runs of build `i` (the last is "after").
+    fn runs_of(&self, i: usize) -> CaseRuns {
+        CaseRuns {
+            what: self.what.to_owned(),
+            program: self.program.label().to_owned(),
+            repeat: self.repeat,
+            ns: self.ns[i].clone(),
+            skipped: self.skipped[i].clone(),
+        }
+    }
 }
 
 fn measure(subjects: &[Subject], case: &Case, runs: usize) -> anyhow::Result<Row> {
@@ -227,7 +270,11 @@ fn check_counters(
     let mut expected: BTreeMap<&str, u64> = BTreeMap::new();
     for (step, times) in &first.steps {
         let effect = step.expect.on(subject.layout).context("no effect")?;
-        for name in effect.counts {
+        for &name in effect.counts {
+            let name = match name {
+                "redirected_peer" if subject.clsact => "redirected",
+                other => other,
+            };
             *expected.entry(name).or_default() += u64::from(*times) * runs as u64;
         }
     }

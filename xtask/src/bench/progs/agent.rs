@@ -169,7 +169,7 @@ impl<'a> Agent<'a> {
                 .with_context(|| format!("starting {}", self.bin.display()))?,
         );
         let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-        let ready = cmd::wait_until(Duration::from_secs(20), || {
+        let ready = cmd::wait_until(cmd::scaled(Duration::from_secs(20)), || {
             read_log().contains("agent ready") || agent.0.try_wait().ok().flatten().is_some()
         });
         ensure!(
@@ -184,7 +184,7 @@ impl<'a> Agent<'a> {
         }
         // SAFETY: signalling our own child.
         unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
-        let exited = cmd::wait_until(Duration::from_secs(10), || {
+        let exited = cmd::wait_until(cmd::scaled(Duration::from_secs(10)), || {
             agent.0.try_wait().ok().flatten().is_some()
         });
         ensure!(

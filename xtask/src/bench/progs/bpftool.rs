@@ -35,15 +35,27 @@ pub fn version_dir(bpffs: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The link of `program` the agent pinned in `version_dir`: on the bed's
+/// The pin of `program` the agent made in `version_dir`: on the bed's
 /// external interface (the ingress link in the hook it was attached in:
-/// `ingress-tc` or `ingress-xdp-generic`), or on the pod's.
+/// `ingress-tc` or `ingress-xdp-generic`), or on the pod's. Without tcx
+/// (before Linux 6.6) the tc programs are in clsact filters, and the agent
+/// pins the program itself (`ingress-tc-clsact`, and `pod-links/INDEX`
+/// holds a program).
 pub fn link(version_dir: &Path, program: Program) -> anyhow::Result<PathBuf> {
     let links = version_dir.join("links").join(EXT_IFACE);
+    let tcx_or_clsact = |name: &str| {
+        let tcx = links.join(name);
+        let clsact = links.join(format!("{name}-clsact"));
+        if !tcx.exists() && clsact.exists() {
+            clsact
+        } else {
+            tcx
+        }
+    };
     Ok(match program {
-        Program::Ingress => links.join("ingress-tc"),
+        Program::Ingress => tcx_or_clsact("ingress-tc"),
         Program::IngressXdp => links.join("ingress-xdp-generic"),
-        Program::Egress => links.join("egress-tc"),
+        Program::Egress => tcx_or_clsact("egress-tc"),
         Program::Reply => {
             let pod_links: Vec<PathBuf> = std::fs::read_dir(version_dir.join("pod-links"))?
                 .flatten()
@@ -60,20 +72,25 @@ pub fn link(version_dir: &Path, program: Program) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// Pins the program behind the pinned link `link` (of this bed, whatever
-/// else runs on the machine) in `bpffs` for the test runs, where it stays
-/// when the link is gone.
-pub fn pin_program(link: &Path, bpffs: &Path, program: Program) -> anyhow::Result<PathBuf> {
-    let text = cmd::run(
-        Command::new("bpftool")
-            .args(["-j", "link", "show", "pinned"])
-            .arg(link),
-    )?;
-    let info: Value =
-        serde_json::from_str(&text).with_context(|| format!("bpftool said {text:?}"))?;
-    let id = info["prog_id"]
-        .as_u64()
-        .with_context(|| format!("no prog_id in {text}"))?;
+/// Pins the program behind `pin` (a pinned link of this bed, or the
+/// program of a clsact filter pinned as such) in `bpffs` for the test
+/// runs, where it stays when the agent's pin is gone.
+pub fn pin_program(pin: &Path, bpffs: &Path, program: Program) -> anyhow::Result<PathBuf> {
+    let show = |kind: &str, field: &str| -> anyhow::Result<u64> {
+        let text = cmd::run(
+            Command::new("bpftool")
+                .args(["-j", kind, "show", "pinned"])
+                .arg(pin),
+        )?;
+        let info: Value =
+            serde_json::from_str(&text).with_context(|| format!("bpftool said {text:?}"))?;
+        info[field]
+            .as_u64()
+            .with_context(|| format!("no {field} in {text}"))
+    };
+    // bpftool tells a link from a program by the object's type; aya's
+    // `ProgramInfo::from_pin` would read a link's info as a program's.
+    let id = show("link", "prog_id").or_else(|_| show("prog", "id"))?;
     let path = bpffs.join(format!("bench-{}", program.name()));
     cmd::run(
         Command::new("bpftool")

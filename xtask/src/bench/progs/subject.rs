@@ -8,8 +8,10 @@
 //! ingress program, which the bench pins before the second run, in tc
 //! mode, replaces its link; the second adopts the first's maps, so both
 //! programs' test runs read and write the same tables (checked by the
-//! maps' ids). The first run also tells whether the build has IPv6 (it
-//! pins `FRONTENDS6`): the second then gets the IPv6 mappings too.
+//! maps' ids). Both runs get the IPv6 mappings beside the IPv4 ones (an
+//! agent makes its IPv6 tables at full size only where IPv6 is served);
+//! the first falls back to IPv4 only for a build without IPv6, which then
+//! pins no `FRONTENDS6`, and the second gets the IPv4 ones alone.
 
 use std::{
     collections::BTreeMap,
@@ -26,6 +28,7 @@ use super::{
     bpftool::{link, pin_program, pinned_map_ids, version_dir},
     cases::{self, Established},
     packets::{Features, Layout, Program, Step},
+    record::Verified,
     self_map, test_run,
 };
 use crate::bench::bed::{self, Bed, CLUSTER_IFACE, POD_IFACE};
@@ -35,6 +38,10 @@ pub struct Subject {
     pub layout: Layout,
     /// What the build has beside its layout.
     pub features: Features,
+    /// The tc programs are in clsact filters (a kernel without tcx): the
+    /// pod's interface then has a qdisc, and a redirect into the pod is
+    /// an ordinary one, never into its peer.
+    pub clsact: bool,
     bin: PathBuf,
     /// The programs, pinned for the test runs, indexed by [`Program`]
     /// (none: the build's agent pinned no such link).
@@ -103,6 +110,9 @@ impl Subject {
         }
         let layout =
             layout(&version_dir).with_context(|| format!("{label} ({})", bin.display()))?;
+        let clsact = link(&version_dir, Program::Ingress)?
+            .to_string_lossy()
+            .ends_with("-clsact");
         for program in [Program::Ingress, Program::Reply, Program::Egress] {
             let link = link(&version_dir, program)?;
             pins[program as usize] = Some(pin_program(&link, bpffs.path(), program)?);
@@ -111,6 +121,7 @@ impl Subject {
             label,
             layout,
             features,
+            clsact,
             bin: bin.to_owned(),
             pins,
             work,
@@ -211,6 +222,20 @@ impl Subject {
         Ok(outcomes)
     }
 
+    /// Each pinned program as the kernel's verifier left it.
+    pub fn verified(&self) -> anyhow::Result<Vec<Verified>> {
+        [
+            Program::Ingress,
+            Program::Reply,
+            Program::Egress,
+            Program::IngressXdp,
+        ]
+        .into_iter()
+        .filter_map(|p| Some((self.pins[p as usize].as_ref()?, p)))
+        .map(|(pin, p)| Verified::of(pin, p))
+        .collect()
+    }
+
     /// The data path's outcome counters, by name (`ssh-fwd list counters`).
     pub fn counters(&self) -> anyhow::Result<BTreeMap<String, u64>> {
         let all = self.list("counters")?;
@@ -287,7 +312,16 @@ fn pin_xdp(
     agent: &Agent<'_>,
     label: &str,
 ) -> anyhow::Result<Option<(PathBuf, BTreeMap<String, u32>)>> {
-    if let Err(e) = agent.run_once("xdp-generic", &agent::mappings4(), &[]) {
+    // With the IPv6 mappings too where the build takes them: an agent
+    // makes the IPv6 tables at full size only where IPv6 is served, and
+    // the second run's would otherwise replace them under the XDP program.
+    let both: Vec<_> = agent::mappings4()
+        .into_iter()
+        .chain(agent::mappings6())
+        .collect();
+    if agent.run_once("xdp-generic", &both, &[]).is_err()
+        && let Err(e) = agent.run_once("xdp-generic", &agent::mappings4(), &[])
+    {
         println!("    {label}: the agent in XDP mode failed, no XDP cases: {e:#}");
         return Ok(None);
     }
