@@ -88,7 +88,7 @@ mod tests {
     use crate::{
         conntrack::{
             Found, OnReply, OnRequest, Segment, TCP_ACK, TCP_FIN, on_reply, on_request,
-            tests::{ConnOf, Family, SECOND, both_families, seg},
+            tests::{ConnOf, SECOND, Scenarios, both_families, seg},
         },
         maps::{CONN_FIN_SERVER, CONN_REOPENING},
     };
@@ -108,7 +108,7 @@ mod tests {
         }
     }
 
-    fn conn<A: Family>() -> ConnOf<A> {
+    fn conn<A: Scenarios>() -> ConnOf<A> {
         Conn {
             frontend: A::F1,
             slot: 3,
@@ -118,7 +118,7 @@ mod tests {
         }
     }
 
-    fn from_client<A: Family>(read: &ConnOf<A>, s: &Segment) -> ConnOf<A> {
+    fn from_client<A: Scenarios>(read: &ConnOf<A>, s: &Segment) -> ConnOf<A> {
         match on_request(s, A::F1, Some(read), || true) {
             OnRequest::Established { update: u, .. } | OnRequest::IgnoredReset(u) => {
                 u.unwrap_or(*read)
@@ -127,7 +127,7 @@ mod tests {
         }
     }
 
-    fn from_server<A: Family>(read: &ConnOf<A>, s: &Segment, now: u64) -> ConnOf<A> {
+    fn from_server<A: Scenarios>(read: &ConnOf<A>, s: &Segment, now: u64) -> ConnOf<A> {
         let found = Found {
             conn: Some(read),
             ..Found::default()
@@ -140,7 +140,7 @@ mod tests {
 
     /// Both directions read `read`, decide, and write back, in both orders:
     /// what is stored after each, and how many writes said they closed it.
-    fn race_closing<A: Family>(
+    fn race_closing<A: Scenarios>(
         read: ConnOf<A>,
         client: ConnOf<A>,
         server: ConnOf<A>,
@@ -156,12 +156,12 @@ mod tests {
         })
     }
 
-    fn race<A: Family>(read: ConnOf<A>, client: ConnOf<A>, server: ConnOf<A>) -> [ConnOf<A>; 2] {
+    fn race<A: Scenarios>(read: ConnOf<A>, client: ConnOf<A>, server: ConnOf<A>) -> [ConnOf<A>; 2] {
         race_closing(read, client, server).map(|(stored, _)| stored)
     }
 
     both_families!(of_two_writes_that_close_a_connection_exactly_one_says_so);
-    fn of_two_writes_that_close_a_connection_exactly_one_says_so<A: Family>() {
+    fn of_two_writes_that_close_a_connection_exactly_one_says_so<A: Scenarios>() {
         // The server acknowledges the client's pending FIN and sends its
         // own; both of its segments were decided on the same copy.
         let read = Conn {
@@ -198,7 +198,7 @@ mod tests {
     }
 
     both_families!(a_clients_pending_fin_racing_the_servers_fin_loses_neither);
-    fn a_clients_pending_fin_racing_the_servers_fin_loses_neither<A: Family>() {
+    fn a_clients_pending_fin_racing_the_servers_fin_loses_neither<A: Scenarios>() {
         let read = conn::<A>();
         let client = from_client(
             &read,
@@ -222,7 +222,7 @@ mod tests {
     }
 
     both_families!(a_pending_fin_racing_the_servers_data_loses_neither);
-    fn a_pending_fin_racing_the_servers_data_loses_neither<A: Family>() {
+    fn a_pending_fin_racing_the_servers_data_loses_neither<A: Scenarios>() {
         let read = conn::<A>();
         let client = from_client(
             &read,
@@ -241,7 +241,7 @@ mod tests {
     }
 
     both_families!(the_servers_answer_clears_only_the_reopening_it_saw);
-    fn the_servers_answer_clears_only_the_reopening_it_saw<A: Family>() {
+    fn the_servers_answer_clears_only_the_reopening_it_saw<A: Scenarios>() {
         // The server's segment clears REOPENING; a client FIN noted at
         // the same time stays pending.
         let read = Conn {

@@ -12,7 +12,7 @@ use crate::maps::{
 /// The frontends the scenarios go through, in one address family. Every
 /// scenario is written once, over a family, and runs in both (see
 /// [`both_families!`]).
-pub(super) trait Family: Addr {
+pub(super) trait Scenarios: Addr {
     const F1: Endpoint<Self>;
     const F2: Endpoint<Self>;
 }
@@ -25,12 +25,12 @@ const OTHER_SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
 /// Differs from [`SSH_IP6`] in the last 32-bit word only.
 const OTHER_SSH_IP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11);
 
-impl Family for u32 {
+impl Scenarios for u32 {
     const F1: Endpoint = Endpoint::new(SSH_IP, 8022);
     const F2: Endpoint = Endpoint::new(OTHER_SSH_IP, 8022);
 }
 
-impl Family for Addr6 {
+impl Scenarios for Addr6 {
     const F1: Endpoint6 = Endpoint6::new6(SSH_IP6, 8022);
     const F2: Endpoint6 = Endpoint6::new6(OTHER_SSH_IP6, 8022);
 }
@@ -38,7 +38,7 @@ impl Family for Addr6 {
 /// A connection entry of a scenario in family `A`.
 pub(super) type ConnOf<A> = Conn<Endpoint<A>>;
 
-/// The tests of a scenario `name<A: Family>`: `name::ipv4` and
+/// The tests of a scenario `name<A: Scenarios>`: `name::ipv4` and
 /// `name::ipv6` (a module and a function may share a name).
 macro_rules! both_families {
     ($name:ident) => {
@@ -160,7 +160,7 @@ fn handshake<E: Copy + PartialEq + Debug>(frontend: E) -> Conn<E> {
 }
 
 both_families!(the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers);
-fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers<A: Family>() {
+fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers<A: Scenarios>() {
     let conn = handshake(A::F1);
     assert_eq!(conn.frontend, A::F1);
     assert_eq!(conn.client_next, CLIENT_ISN + 1);
@@ -172,7 +172,7 @@ fn the_servers_first_segment_confirms_the_claim_with_both_next_sequence_numbers<
 }
 
 both_families!(the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing);
-fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing<A: Family>() {
+fn the_syn_ack_is_restored_to_the_frontend_of_the_syn_and_stores_nothing<A: Scenarios>() {
     let h = HalfOpen {
         flags: mss::with_cap(0, 1400),
         ..half(A::F2, CLIENT_ISN)
@@ -195,7 +195,7 @@ both_families!(
     the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend
 );
 fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_syns_frontend<
-    A: Family,
+    A: Scenarios,
 >() {
     // A SYN through F2 (an off-path sender's, say) reached the server
     // first; the client's own SYN of the same 4-tuple through F1 finds the
@@ -228,7 +228,7 @@ fn the_servers_ack_to_a_second_syn_during_a_handshake_is_restored_to_the_first_s
 }
 
 both_families!(a_claim_counts_only_until_the_confirm_timeout);
-fn a_claim_counts_only_until_the_confirm_timeout<A: Family>() {
+fn a_claim_counts_only_until_the_confirm_timeout<A: Scenarios>() {
     let c = claim(A::F1, 100);
     let found = Found {
         claim: Some(&c),
@@ -246,7 +246,7 @@ fn a_claim_counts_only_until_the_confirm_timeout<A: Family>() {
 }
 
 both_families!(a_claim_never_replaces_a_live_connection);
-fn a_claim_never_replaces_a_live_connection<A: Family>() {
+fn a_claim_never_replaces_a_live_connection<A: Scenarios>() {
     let live = handshake(A::F1);
     let c = claim(A::F2, 40);
     let found = Found {
@@ -272,7 +272,7 @@ fn a_claim_never_replaces_a_live_connection<A: Family>() {
 }
 
 both_families!(a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend);
-fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend<A: Family>() {
+fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend<A: Scenarios>() {
     let closed = Conn {
         flags: CONN_FIN_CLIENT | CONN_FIN_SERVER,
         ..handshake(A::F1)
@@ -302,7 +302,7 @@ fn a_closed_connection_yields_its_4_tuple_to_a_new_one_through_another_frontend<
 }
 
 both_families!(a_client_reusing_its_port_through_the_same_frontend_starts_fresh);
-fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh<A: Family>() {
+fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh<A: Scenarios>() {
     let old = handshake(A::F1);
     assert_eq!(
         on_request(&syn(), A::F1, Some(&old), || true),
@@ -342,7 +342,7 @@ fn a_client_reusing_its_port_through_the_same_frontend_starts_fresh<A: Family>()
 }
 
 both_families!(a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends);
-fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends<A: Family>() {
+fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends<A: Scenarios>() {
     let conn = Conn {
         flags: CONN_REOPENING,
         ..handshake(A::F1)
@@ -362,7 +362,7 @@ fn a_reopening_flag_ends_with_the_next_segment_the_old_connection_sends<A: Famil
 }
 
 both_families!(claims_are_recorded_only_for_backends_of_this_node);
-fn claims_are_recorded_only_for_backends_of_this_node<A: Family>() {
+fn claims_are_recorded_only_for_backends_of_this_node<A: Scenarios>() {
     assert_eq!(
         on_request(&final_ack(), A::F1, None, || false),
         OnRequest::Forward
@@ -385,7 +385,7 @@ fn claims_are_recorded_only_for_backends_of_this_node<A: Family>() {
 }
 
 both_families!(what_writes_state_is_what_the_kernel_checks_first);
-fn what_writes_state_is_what_the_kernel_checks_first<A: Family>() {
+fn what_writes_state_is_what_the_kernel_checks_first<A: Scenarios>() {
     let live = handshake(A::F1);
     let writes =
         |s: &Segment, c: Option<&ConnOf<A>>| on_request(s, A::F1, c, || true).writes_state();
@@ -408,7 +408,7 @@ fn what_writes_state_is_what_the_kernel_checks_first<A: Family>() {
 }
 
 both_families!(only_the_server_moves_the_sequence_state_or_the_clock);
-fn only_the_server_moves_the_sequence_state_or_the_clock<A: Family>() {
+fn only_the_server_moves_the_sequence_state_or_the_clock<A: Scenarios>() {
     let conn = handshake(A::F1);
     // Client data, and a spoofed segment far ahead: nothing at all.
     for s in [
@@ -448,7 +448,7 @@ fn only_the_server_moves_the_sequence_state_or_the_clock<A: Family>() {
 }
 
 both_families!(a_server_segment_outside_the_window_moves_only_the_clock);
-fn a_server_segment_outside_the_window_moves_only_the_clock<A: Family>() {
+fn a_server_segment_outside_the_window_moves_only_the_clock<A: Scenarios>() {
     let conn = handshake(A::F1);
     for jump in [MAX_WINDOW + 1, 1 << 31, 0u32.wrapping_sub(MAX_WINDOW + 1)] {
         let far = seg(
@@ -485,7 +485,7 @@ fn a_server_segment_outside_the_window_moves_only_the_clock<A: Family>() {
 }
 
 both_families!(icmp_errors_count_only_for_sequence_numbers_the_server_sent);
-fn icmp_errors_count_only_for_sequence_numbers_the_server_sent<A: Family>() {
+fn icmp_errors_count_only_for_sequence_numbers_the_server_sent<A: Scenarios>() {
     let conn = handshake(A::F1);
     assert!(icmp_in_window(&conn, conn.server_next));
     assert!(icmp_in_window(&conn, conn.server_next - 1_400));
@@ -501,7 +501,7 @@ fn icmp_errors_count_only_for_sequence_numbers_the_server_sent<A: Family>() {
 }
 
 both_families!(sequence_numbers_wrap);
-fn sequence_numbers_wrap<A: Family>() {
+fn sequence_numbers_wrap<A: Scenarios>() {
     assert!(after(5, u32::MAX - 5));
     assert!(!after(u32::MAX - 5, 5));
     let conn = Conn {
@@ -519,7 +519,7 @@ fn sequence_numbers_wrap<A: Family>() {
 }
 
 both_families!(only_an_exactly_in_sequence_rst_ends_the_connection);
-fn only_an_exactly_in_sequence_rst_ends_the_connection<A: Family>() {
+fn only_an_exactly_in_sequence_rst_ends_the_connection<A: Scenarios>() {
     let conn = handshake(A::F1);
     let rst = |seq| seg(TCP_RST | TCP_ACK, seq, 0, 0);
     assert_eq!(
@@ -560,7 +560,7 @@ fn only_an_exactly_in_sequence_rst_ends_the_connection<A: Family>() {
 }
 
 both_families!(replies_of_connections_nobody_tracked_are_left_alone);
-fn replies_of_connections_nobody_tracked_are_left_alone<A: Family>() {
+fn replies_of_connections_nobody_tracked_are_left_alone<A: Scenarios>() {
     let nothing = Found::<'_, Endpoint<A>>::default();
     // A backend answering an in-cluster peer: no entry, no rewrite.
     assert_eq!(
@@ -574,7 +574,7 @@ fn replies_of_connections_nobody_tracked_are_left_alone<A: Family>() {
 }
 
 both_families!(a_refused_handshake_is_restored_and_forgotten);
-fn a_refused_handshake_is_restored_and_forgotten<A: Family>() {
+fn a_refused_handshake_is_restored_and_forgotten<A: Scenarios>() {
     let h = half(A::F2, CLIENT_ISN);
     let found = Found {
         half: Some(&h),
@@ -595,7 +595,7 @@ fn a_refused_handshake_is_restored_and_forgotten<A: Family>() {
 }
 
 both_families!(a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten);
-fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten<A: Family>() {
+fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten<A: Scenarios>() {
     let c = claim(A::F2, 10);
     let found = Found {
         claim: Some(&c),
@@ -616,7 +616,7 @@ fn a_claimed_connection_the_server_resets_at_once_is_restored_and_forgotten<A: F
 }
 
 both_families!(a_server_that_closes_at_once_confirms_a_half_closed_connection);
-fn a_server_that_closes_at_once_confirms_a_half_closed_connection<A: Family>() {
+fn a_server_that_closes_at_once_confirms_a_half_closed_connection<A: Scenarios>() {
     let c = claim(A::F1, 10);
     let found = Found {
         claim: Some(&c),
@@ -632,7 +632,7 @@ fn a_server_that_closes_at_once_confirms_a_half_closed_connection<A: Family>() {
 }
 
 both_families!(a_claim_is_written_once_and_renewed_at_most_once_a_second);
-fn a_claim_is_written_once_and_renewed_at_most_once_a_second<A: Family>() {
+fn a_claim_is_written_once_and_renewed_at_most_once_a_second<A: Scenarios>() {
     let c = claim(A::F1, 10 * SECOND);
     assert!(claim_needs_write(None, A::F1, 0));
     assert!(!claim_needs_write(
@@ -647,7 +647,7 @@ fn a_claim_is_written_once_and_renewed_at_most_once_a_second<A: Family>() {
 }
 
 both_families!(which_tables_a_reply_reads);
-fn which_tables_a_reply_reads<A: Family>() {
+fn which_tables_a_reply_reads<A: Scenarios>() {
     let live = handshake(A::F1);
     let data = seg(TCP_ACK, live.server_next, live.client_next, 100);
     assert_eq!(reply_reads(&data, Some(&live)), (false, false));
@@ -663,7 +663,7 @@ fn which_tables_a_reply_reads<A: Family>() {
 }
 
 both_families!(skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision);
-fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision<A: Family>() {
+fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision<A: Scenarios>() {
     let live = handshake(A::F1);
     let reopening = Conn {
         flags: CONN_REOPENING,
@@ -715,7 +715,7 @@ fn skipping_a_lookup_reply_reads_rules_out_never_changes_a_decision<A: Family>()
 }
 
 both_families!(only_the_syn_that_made_the_half_open_entry_carries_its_frontend);
-fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend<A: Family>() {
+fn only_the_syn_that_made_the_half_open_entry_carries_its_frontend<A: Scenarios>() {
     let h = half(A::F2, CLIENT_ISN);
     assert_eq!(translated_syn(&syn(), Some(&h)), Some(A::F2));
     // A SYN of the same 4-tuple with another ISN: a pod's own, while
@@ -738,7 +738,7 @@ fn the_syn_ack_names_the_clients_isn() {
 }
 
 both_families!(the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout);
-fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout<A: Family>() {
+fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout<A: Scenarios>() {
     let conn = Conn {
         last_seen_ns: HOUR,
         ..handshake(A::F1)
@@ -757,7 +757,7 @@ fn the_sweep_keeps_a_shell_idle_for_8_hours_and_ends_one_idle_past_the_timeout<A
 }
 
 both_families!(a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not);
-fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not<A: Family>() {
+fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_not<A: Scenarios>() {
     let (idle, close) = (24 * HOUR, 10 * SECOND);
     for flags in [CONN_FIN_SERVER, CONN_FIN_CLIENT] {
         let c = Conn {
@@ -785,7 +785,7 @@ fn a_half_closed_connection_quiet_for_two_minutes_is_swept_and_an_open_one_is_no
 }
 
 both_families!(a_client_rst_ahead_is_held_without_touching_the_clock);
-fn a_client_rst_ahead_is_held_without_touching_the_clock<A: Family>() {
+fn a_client_rst_ahead_is_held_without_touching_the_clock<A: Scenarios>() {
     let c = Conn {
         flags: CONN_FIN_SERVER,
         ..handshake(A::F1)

@@ -51,7 +51,7 @@ impl AnnounceAt {
 }
 
 /// What one address family's maps are: their names, and their keys.
-pub trait Family {
+pub trait AnnounceFamily {
     type Ip: Copy + Ord + Into<IpAddr>;
     /// The announce map's key: an interface and an address.
     type Key: aya::Pod + Copy + Ord + Debug;
@@ -75,7 +75,7 @@ pub enum V4 {}
 #[derive(Debug)]
 pub enum V6 {}
 
-impl Family for V4 {
+impl AnnounceFamily for V4 {
     type Ip = Ipv4Addr;
     type Key = AnnounceKey;
     type HeardKey = u32;
@@ -99,7 +99,7 @@ impl Family for V4 {
     }
 }
 
-impl Family for V6 {
+impl AnnounceFamily for V6 {
     type Ip = Ipv6Addr;
     type Key = AnnounceKey6;
     type HeardKey = Addr6;
@@ -191,7 +191,7 @@ pub fn plan<K: Ord + Copy>(
 }
 
 /// Handles to one family's announce and heard maps.
-pub struct FamilyMap<F: Family> {
+pub struct FamilyMap<F: AnnounceFamily> {
     announce: HashMap<MapData, F::Key, Announce>,
     heard: HashMap<MapData, F::HeardKey, Heard>,
     family: PhantomData<F>,
@@ -202,7 +202,7 @@ pub type AnnounceMap = FamilyMap<V4>;
 /// `ANNOUNCE6` and `NDP_HEARD`.
 pub type AnnounceMap6 = FamilyMap<V6>;
 
-impl<F: Family> FamilyMap<F> {
+impl<F: AnnounceFamily> FamilyMap<F> {
     /// Opens the maps an agent pinned.
     pub fn open_pinned(layout: &PinLayout) -> anyhow::Result<Self> {
         Ok(Self {
@@ -266,7 +266,7 @@ impl<F: Family> FamilyMap<F> {
 }
 
 /// Pure: the entries of `desired` of family `F`, keyed as its map is.
-pub fn of_family<F: Family>(desired: &Desired<AnnounceAt>) -> Desired<F::Key> {
+pub fn of_family<F: AnnounceFamily>(desired: &Desired<AnnounceAt>) -> Desired<F::Key> {
     desired
         .iter()
         .filter_map(|(at, mac)| Some((F::key(at.ifindex, F::of(at.ip)?), *mac)))

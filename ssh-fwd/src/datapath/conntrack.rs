@@ -139,7 +139,7 @@ pub enum Entry<A: MapFamily = u32> {
 
 /// One family's tables: connections, handshakes, claims, quota and
 /// traffic.
-struct Family<A: MapFamily> {
+struct FamilyTables<A: MapFamily> {
     conns: HashMap<MapData, ConnKey<A>, Conn<Endpoint<A>>>,
     half_open: HashMap<MapData, HalfOpenKey<A>, HalfOpen<Endpoint<A>>>,
     claims: HashMap<MapData, ClaimKey<A>, Claim<Endpoint<A>>>,
@@ -150,8 +150,8 @@ struct Family<A: MapFamily> {
 /// Handles to [`CONNS`], [`HALF_OPEN`], [`CLAIMS`], [`SOURCES`],
 /// [`CONN_STATS`], their IPv6 twins, [`LEGACY`] and [`LEGACY_CONNS`].
 pub struct ConnTables {
-    v4: Family<u32>,
-    v6: Family<Addr6>,
+    v4: FamilyTables<u32>,
+    v6: FamilyTables<Addr6>,
     legacy: HashMap<MapData, Endpoint, u64>,
     legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
     /// How removals are counted off what clients hold; without it (tables
@@ -219,14 +219,14 @@ impl ConnTables {
             .try_into()
             .map_err(|_| anyhow!("the connection tables are {} maps", TABLES.len()))?;
         Ok(Self {
-            v4: Family {
+            v4: FamilyTables {
                 conns: HashMap::try_from(conns).context(CONNS)?,
                 half_open: HashMap::try_from(half_open).context(HALF_OPEN)?,
                 claims: HashMap::try_from(claims).context(CLAIMS)?,
                 sources: HashMap::try_from(sources).context(SOURCES)?,
                 stats: HashMap::try_from(stats).context(CONN_STATS)?,
             },
-            v6: Family {
+            v6: FamilyTables {
                 conns: HashMap::try_from(conns6).context(CONNS6)?,
                 half_open: HashMap::try_from(half_open6).context(HALF_OPEN6)?,
                 claims: HashMap::try_from(claims6).context(CLAIMS6)?,
@@ -390,7 +390,7 @@ impl ConnTables {
     }
 }
 
-impl<A: MapFamily> Family<A>
+impl<A: MapFamily> FamilyTables<A>
 where
     ConnKey<A>: Pod,
     Conn<Endpoint<A>>: Pod,

@@ -3,7 +3,7 @@
 
 use super::*;
 
-fn apply_request<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment) {
+fn apply_request<A: Scenarios>(table: &mut Option<ConnOf<A>>, s: &Segment) {
     match on_request(s, A::F1, table.as_ref(), || true) {
         OnRequest::Established {
             update: Some(c), ..
@@ -16,7 +16,7 @@ fn apply_request<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment) {
     }
 }
 
-fn apply_reply<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment, now: u64) {
+fn apply_reply<A: Scenarios>(table: &mut Option<ConnOf<A>>, s: &Segment, now: u64) {
     match on_reply(s, &only_conn(table.as_ref()), now, TIMEOUT) {
         OnReply::Established {
             update: Some(c), ..
@@ -27,13 +27,13 @@ fn apply_reply<A: Family>(table: &mut Option<ConnOf<A>>, s: &Segment, now: u64) 
 }
 
 /// The server acknowledges everything up to `ack` (and sends nothing).
-fn server_ack<A: Family>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
+fn server_ack<A: Scenarios>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
     let server_next = table.map_or(0, |c| c.server_next);
     apply_reply(table, &seg(TCP_ACK, server_next, ack, 0), now);
 }
 
 /// The server closes its side, acknowledging up to `ack`.
-fn server_fin<A: Family>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
+fn server_fin<A: Scenarios>(table: &mut Option<ConnOf<A>>, ack: u32, now: u64) {
     let server_next = table.map_or(0, |c| c.server_next);
     apply_reply(table, &seg(TCP_FIN | TCP_ACK, server_next, ack, 0), now);
 }
@@ -43,7 +43,7 @@ fn fin(seq: u32, payload: u32) -> Segment {
 }
 
 both_families!(the_client_has_closed_once_the_server_acknowledged_its_fin);
-fn the_client_has_closed_once_the_server_acknowledged_its_fin<A: Family>() {
+fn the_client_has_closed_once_the_server_acknowledged_its_fin<A: Scenarios>() {
     let conn = handshake(A::F1);
     // A spoofed FIN out of sequence: pending, never acknowledged.
     let mut table = Some(conn);
@@ -82,7 +82,7 @@ both_families!(
     a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack
 );
 fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_that_ack<
-    A: Family,
+    A: Scenarios,
 >() {
     // The client closes while the server's data is in flight (an ssh
     // client that hangs up after the banner): FIN, then, as the server's
@@ -107,7 +107,7 @@ fn a_client_rst_that_crosses_the_server_ack_of_its_fin_ends_the_connection_with_
 }
 
 both_families!(a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone);
-fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone<A: Family>() {
+fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone<A: Scenarios>() {
     let conn = handshake(A::F1);
     // A spoofed RST ahead of the connection: the server's next new
     // acknowledgement is elsewhere, so it is forgotten; the same number
@@ -133,7 +133,7 @@ fn a_client_rst_ahead_is_decided_by_the_next_new_server_ack_alone<A: Family>() {
 }
 
 both_families!(a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close);
-fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close<A: Family>() {
+fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close<A: Scenarios>() {
     let conn = handshake(A::F1);
     let mut table = Some(conn);
     // The server has 1000 bytes of the client's; a spoofed FIN behind
@@ -152,7 +152,7 @@ fn a_fin_behind_what_the_server_acknowledged_is_not_the_clients_close<A: Family>
 }
 
 both_families!(a_fin_at_a_random_sequence_number_never_closes_the_clients_side);
-fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side<A: Family>() {
+fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side<A: Scenarios>() {
     let conn = handshake(A::F1);
     let mut state = 0x2545_f491_4f6c_dd1d_u64;
     for _ in 0..2_000 {
@@ -178,7 +178,7 @@ fn a_fin_at_a_random_sequence_number_never_closes_the_clients_side<A: Family>() 
 }
 
 both_families!(a_spoofed_fin_does_not_replace_the_real_pending_one);
-fn a_spoofed_fin_does_not_replace_the_real_pending_one<A: Family>() {
+fn a_spoofed_fin_does_not_replace_the_real_pending_one<A: Scenarios>() {
     let conn = handshake(A::F1);
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next, 10));
@@ -197,7 +197,7 @@ fn a_spoofed_fin_does_not_replace_the_real_pending_one<A: Family>() {
 }
 
 both_families!(a_spoofed_fin_noted_first_gives_way_to_the_real_one);
-fn a_spoofed_fin_noted_first_gives_way_to_the_real_one<A: Family>() {
+fn a_spoofed_fin_noted_first_gives_way_to_the_real_one<A: Scenarios>() {
     let conn = handshake(A::F1);
     // Ahead of the real FIN: the real one, earlier, replaces it.
     let mut table = Some(conn);
@@ -217,7 +217,7 @@ fn a_spoofed_fin_noted_first_gives_way_to_the_real_one<A: Family>() {
 }
 
 both_families!(only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side);
-fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side<A: Family>() {
+fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side<A: Scenarios>() {
     let conn = handshake(A::F1);
     let mut table = Some(conn);
     apply_request(&mut table, &fin(conn.client_next, 0));
@@ -228,7 +228,7 @@ fn only_an_acknowledgement_of_exactly_the_fin_closes_the_clients_side<A: Family>
 }
 
 both_families!(a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side);
-fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side<A: Family>() {
+fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side<A: Scenarios>() {
     let conn = Conn {
         client_next: 0xFFFF_FFF0,
         ..handshake(A::F1)
@@ -251,7 +251,7 @@ fn a_fin_whose_end_wraps_to_zero_is_noted_and_closes_the_clients_side<A: Family>
 }
 
 both_families!(a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend);
-fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend<A: Family>() {
+fn a_handshake_refused_over_a_closed_connection_is_restored_to_its_own_frontend<A: Scenarios>() {
     // The client's old connection through F1 closed (its entry waits out
     // the close timeout); it reuses its port through F2, and the pod
     // refuses (nothing listens any more).

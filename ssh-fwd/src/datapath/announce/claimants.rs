@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use aya::maps::{HashMap, MapData};
 use ssh_fwd_common::maps::{AGENT_MACS, Foreign, MacKey};
 
-use super::{Family, V4, V6, open};
+use super::{AnnounceFamily, V4, V6, open};
 use crate::datapath::pins::PinLayout;
 
 /// MAC -> `MAC_OF_AGENT` or `MAC_OF_NODE`: what `AGENT_MACS` should hold.
@@ -88,12 +88,12 @@ impl AgentMacs {
 }
 
 /// One family's foreign claims.
-struct ForeignMap<F: Family> {
+struct ForeignMap<F: AnnounceFamily> {
     map: HashMap<MapData, F::HeardKey, Foreign>,
     family: PhantomData<F>,
 }
 
-impl<F: Family> ForeignMap<F> {
+impl<F: AnnounceFamily> ForeignMap<F> {
     fn read(&self) -> anyhow::Result<BTreeMap<IpAddr, Foreign>> {
         self.map
             .iter()

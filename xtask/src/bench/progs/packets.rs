@@ -272,7 +272,7 @@ pub const fn effect(verdict: u64, counts: &'static [&'static str]) -> Effect {
 
 /// An address family of the bench's connections: its client's address,
 /// and the frame of a TCP segment between two endpoints.
-pub trait Family: Copy + Into<IpAddr> {
+pub trait BenchFamily: Copy + Into<IpAddr> {
     type Frame: Wire + Clone;
     const CLIENT: Self;
     /// A segment of `payload` zero bytes with a TTL (hop limit) of 255:
@@ -288,7 +288,7 @@ pub trait Family: Copy + Into<IpAddr> {
     ) -> Self::Frame;
 }
 
-impl Family for Ipv4Addr {
+impl BenchFamily for Ipv4Addr {
     type Frame = Frame;
     const CLIENT: Self = CLIENT;
 
@@ -315,7 +315,7 @@ impl Family for Ipv4Addr {
     }
 }
 
-impl Family for Ipv6Addr {
+impl BenchFamily for Ipv6Addr {
     type Frame = Frame6;
     const CLIENT: Self = CLIENT6;
 
@@ -345,12 +345,12 @@ impl Family for Ipv6Addr {
 /// One TCP connection of the bench's client to a backend, with fixed
 /// initial sequence numbers.
 #[derive(Clone, Copy)]
-pub struct Conn<A: Family = Ipv4Addr> {
+pub struct Conn<A: BenchFamily = Ipv4Addr> {
     pub client_port: u16,
     pub backend: (A, u16),
 }
 
-impl<A: Family> Conn<A> {
+impl<A: BenchFamily> Conn<A> {
     fn request(&self, tcp_flags: u8, seq: u32, ack: u32, payload: usize) -> A::Frame {
         let client = (A::CLIENT, self.client_port);
         A::segment(client, self.backend, tcp_flags, seq, ack, payload)
