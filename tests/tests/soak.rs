@@ -26,7 +26,8 @@ fn the_soak_speaks_the_controllers_vocabulary() {
 #[test]
 #[ignore = "needs root, network namespaces, BPF and sshd: `cargo xtask test` runs it"]
 fn a_minute_of_load_under_overlapping_faults_loses_nothing_and_leaks_nothing() {
-    privilege::require();
+    // Its load is the point: no other test shares the machine meanwhile.
+    privilege::require_alone();
     let seed = std::env::var("SSH_FWD_SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
