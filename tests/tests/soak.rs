@@ -7,11 +7,6 @@
 //! (`cargo xtask soak` fails on it). The seed is printed; set
 //! `SSH_FWD_SOAK_SEED` to replay one.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::time::Duration;
 
 use ssh_fwd::vocabulary;

@@ -3,8 +3,7 @@
 //! this machine's root file system (read-only, with overlays) under
 //! emulation: KVM guests hang early here, and the guest's stdout does not
 //! come back through virtme's script channel, so the guest writes each
-//! test binary's output into a directory shared read-write, and this
-//! reads it.
+//! test's output into a directory shared read-write, and this reads it.
 //!
 //! The set fits emulation's cost (each test runs several times slower):
 //! the programs on crafted packets, an ssh login through the external
@@ -16,7 +15,6 @@
 //! that did not report is counted failed.
 
 use std::{
-    collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
     time::Instant,
@@ -26,17 +24,28 @@ use anyhow::{Context as _, bail};
 
 use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
 
-/// One test the guest runs: its test target, and its exact name.
+/// The test target of `ssh-fwd-tests` that holds every test (tests/Cargo.toml).
+const TEST_TARGET: &str = "integration";
+
+/// One test the guest runs: its module of the test binary, and its name
+/// there.
 struct Chosen {
-    target: &'static str,
+    module: &'static str,
     name: &'static str,
 }
 
-const fn chosen(target: &'static str, name: &'static str) -> Chosen {
-    Chosen { target, name }
+impl Chosen {
+    /// Its exact name in the test binary, `module::name`.
+    fn path(&self) -> String {
+        format!("{}::{}", self.module, self.name)
+    }
 }
 
-/// The targets `--quick` runs of [`CHOSEN`].
+const fn chosen(module: &'static str, name: &'static str) -> Chosen {
+    Chosen { module, name }
+}
+
+/// The modules `--quick` runs of [`CHOSEN`].
 const QUICK: &[&str] = &["programs"];
 
 /// What runs on 6.1.
@@ -93,18 +102,11 @@ fn package_pattern(kernel: &str) -> anyhow::Result<&'static str> {
 }
 
 /// Runs the chosen set on `kernel`: only its program tests with `quick`,
-/// and only the tests whose `target::name` contains one of `filters`, if
+/// and only the tests whose `module::name` contains one of `filters`, if
 /// any are given.
 pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
-    let chosen: Vec<&Chosen> = CHOSEN
-        .iter()
-        .filter(|c| !quick || QUICK.contains(&c.target))
-        .filter(|c| {
-            let full = format!("{}::{}", c.target, c.name);
-            filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str()))
-        })
-        .collect();
+    let chosen = choose(quick, filters);
     if chosen.is_empty() {
         bail!(
             "no test of the {kernel} set matches {filters:?}; `cargo xtask test --kernel {kernel}` \
@@ -116,7 +118,7 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
     let vmlinuz = fetch_kernel(kernel, &dir)?;
     let bin = build_ssh_fwd()?;
     let static_bin = build_static(ssh_fwd_tests::image::TEST_PROFILE)?;
-    let binaries = build_tests(&chosen)?;
+    let binary = build_tests()?;
     let out = dir.join("out");
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
@@ -125,7 +127,7 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
     let script = out.join("run.sh");
     std::fs::write(
         &script,
-        guest_script(&chosen, &out, &bin, &static_bin, &binaries)?,
+        guest_script(&chosen, &out, &bin, &static_bin, &binary),
     )?;
     make_executable(&script)?;
     println!(
@@ -153,8 +155,18 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
     report(&chosen, quick, &out, started)
 }
 
-/// What the guest runs: each chosen test alone, its output and its time
-/// into the shared directory. virtme-ng gives the guest a shadow file of
+/// The tests of [`CHOSEN`] to run: only those of [`QUICK`] with `quick`,
+/// and only those whose `module::name` contains one of `filters`, if any.
+fn choose(quick: bool, filters: &[String]) -> Vec<&'static Chosen> {
+    CHOSEN
+        .iter()
+        .filter(|c| !quick || QUICK.contains(&c.module))
+        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.path().contains(f.as_str())))
+        .collect()
+}
+
+/// What the guest runs: each chosen test alone (the test binary with that
+/// test's exact name), its output and its time into the shared directory. virtme-ng gives the guest a shadow file of
 /// its own with root locked (`!`), which an sshd without PAM refuses even
 /// a key for ("account is locked"); a copy unlocked as this machine's is
 /// (`*`: no password, keys only) is mounted over it, in the guest only.
@@ -169,8 +181,8 @@ fn guest_script(
     out: &Path,
     bin: &Path,
     static_bin: &Path,
-    binaries: &BTreeMap<String, PathBuf>,
-) -> anyhow::Result<String> {
+    binary: &Path,
+) -> String {
     let mut s = format!(
         "#!/bin/sh\nexec > {out}/guest.log 2>&1\nuname -r > {out}/uname\n\
          sed 's/^root:!/root:*/' /etc/shadow > /tmp/shadow && mount --bind /tmp/shadow /etc/shadow\n\
@@ -186,21 +198,17 @@ fn guest_script(
         tests = workspace_root().join("tests").display(),
     );
     for (i, test) in chosen.iter().enumerate() {
-        let binary = binaries
-            .get(test.target)
-            .with_context(|| format!("no test binary for {}", test.target))?;
         s.push_str(&format!(
             "s=$(date +%s); timeout 900 {binary} --include-ignored --exact --test-threads=1 \
-             {name} > {out}/{i}.txt 2>&1; echo \"{target}::{name} rc=$? secs=$(( $(date +%s) - s \
-             ))\" >> {out}/times\n",
+             {path} > {out}/{i}.txt 2>&1; echo \"{path} rc=$? secs=$(( $(date +%s) - s ))\" \
+             >> {out}/times\n",
             binary = binary.display(),
-            name = test.name,
-            target = test.target,
+            path = test.path(),
             out = out.display(),
         ));
     }
     s.push_str(&format!("touch {}/done\n", out.display()));
-    Ok(s)
+    s
 }
 
 /// Reads each test's outcome back; fails unless every chosen test passed.
@@ -218,7 +226,7 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
     let (mut passed, mut failed) = (0, 0);
     for (i, test) in chosen.iter().enumerate() {
         let text = std::fs::read_to_string(out.join(format!("{i}.txt"))).unwrap_or_default();
-        let full = format!("{}::{}", test.target, test.name);
+        let full = test.path();
         let line = times.lines().find(|l| l.starts_with(&format!("{full} ")));
         let ok = passed_in(&text, line);
         let secs = line.and_then(|l| l.rsplit("secs=").next()).unwrap_or("?");
@@ -236,7 +244,12 @@ fn report(chosen: &[&Chosen], quick: bool, out: &Path, started: Instant) -> anyh
     }
     let skipped: Vec<&(&str, &str)> = SKIPPED
         .iter()
-        .filter(|(name, _)| chosen.iter().any(|c| name.starts_with(c.target)))
+        .filter(|(name, _)| {
+            chosen.iter().any(|c| {
+                name.strip_prefix(c.module)
+                    .is_some_and(|n| n.starts_with("::"))
+            })
+        })
         .filter(|_| !quick)
         .collect();
     for (name, why) in &skipped {
@@ -348,42 +361,32 @@ fn unpacked(root: &Path) -> Option<(PathBuf, PathBuf)> {
     Some((vmlinuz, modules))
 }
 
-/// Builds the test binaries of the chosen targets; their paths by target.
-fn build_tests(chosen: &[&Chosen]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
-    println!("==> building the chosen test binaries");
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--no-run",
-        "--message-format=json",
-        "-p",
-        "ssh-fwd-tests",
-    ]);
-    let mut targets: Vec<&str> = chosen.iter().map(|c| c.target).collect();
-    targets.dedup();
-    for target in &targets {
-        cmd.args(["--test", target]);
-    }
-    let output = cmd.output().context("cargo test --no-run")?;
+/// Builds the test binary; its path.
+fn build_tests() -> anyhow::Result<PathBuf> {
+    println!("==> building the test binary");
+    let output = cargo()
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            "ssh-fwd-tests",
+            "--test",
+            TEST_TARGET,
+        ])
+        .output()
+        .context("cargo test --no-run")?;
     anyhow::ensure!(
         output.status.success(),
         "building the tests failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut out = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if let (Some(name), Some(exe)) = (
-            message["target"]["name"].as_str(),
-            message["executable"].as_str(),
-        ) && targets.contains(&name)
-        {
-            out.insert(name.to_owned(), PathBuf::from(exe));
-        }
-    }
-    Ok(out)
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|message| message["target"]["name"] == TEST_TARGET)
+        .and_then(|message| message["executable"].as_str().map(PathBuf::from))
+        .with_context(|| format!("cargo built no test binary named {TEST_TARGET}"))
 }
 
 fn target_dir() -> PathBuf {
@@ -406,7 +409,37 @@ fn passed_in(text: &str, times_line: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::passed_in;
+    use super::*;
+
+    #[test]
+    fn every_chosen_and_skipped_test_is_a_test_of_its_module() {
+        let paths = CHOSEN
+            .iter()
+            .map(Chosen::path)
+            .chain(SKIPPED.iter().map(|(path, _)| (*path).to_owned()));
+        for path in paths {
+            let (module, name) = path.split_once("::").unwrap();
+            let file = workspace_root()
+                .join("tests/tests")
+                .join(format!("{module}.rs"));
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                text.contains(&format!("fn {name}() {{")),
+                "{path}: no such test in {}",
+                file.display()
+            );
+        }
+    }
+
+    #[test]
+    fn quick_takes_the_program_tests_and_a_filter_matches_the_whole_name() {
+        let quick = choose(true, &[]);
+        assert!(!quick.is_empty());
+        assert!(quick.iter().all(|c| c.module == "programs"));
+        let filtered = choose(false, &["kernels::without_".to_owned()]);
+        assert_eq!(filtered.len(), 2);
+        assert!(choose(true, &["datapath::".to_owned()]).is_empty());
+    }
 
     #[test]
     fn a_pass_is_read_from_the_exit_code_and_the_summary_not_the_test_line() {
