@@ -138,7 +138,13 @@ fn send_at(
         s.spawn(move || -> anyhow::Result<usize> {
             enter(&path)?;
             // SAFETY: a plain socket call; the fd is closed below.
-            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_INET,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::IPPROTO_RAW,
+                )
+            };
             if fd < 0 {
                 bail!("raw socket: {}", std::io::Error::last_os_error());
             }

@@ -114,7 +114,13 @@ impl RawSender {
     pub fn open_in(ns: &NetNs) -> anyhow::Result<Self> {
         in_namespace(ns, || {
             // SAFETY: a plain socket call; the fd is owned by the result.
-            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_INET,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::IPPROTO_RAW,
+                )
+            };
             if fd < 0 {
                 bail!("raw socket: {}", std::io::Error::last_os_error());
             }
@@ -175,7 +181,13 @@ impl RawReceiver {
     pub fn open_in(ns: &NetNs) -> anyhow::Result<Self> {
         in_namespace(ns, || {
             // SAFETY: as in `RawSender::open_in`.
-            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_TCP) };
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_INET,
+                    libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                    libc::IPPROTO_TCP,
+                )
+            };
             if fd < 0 {
                 bail!("raw TCP socket: {}", std::io::Error::last_os_error());
             }

@@ -4,20 +4,13 @@
 //! agent publishes it in its node's ConfigMap and the controller mirrors it
 //! onto the pod's annotations, at most once per `--activity-interval`.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::Write as _,
     process::{Command, Stdio},
     time::{Duration, Instant, SystemTime},
 };
 
-use common::{Bed, EXTERNAL_IP, FRONTEND, Session};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use serde_json::{Value, json};
 use ssh_fwd::{k8s::api_calls, vocabulary};
 use ssh_fwd_tests::{

@@ -1,16 +1,9 @@
 //! The agent's contract: reloads apply only the difference, bad files change
 //! nothing, restarts keep sessions, teardown removes everything.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{Bed, FRONTEND, Session, refused};
+use crate::common::{Bed, FRONTEND, Session, refused};
 use ssh_fwd_tests::{Agent, Topology, agent::write_mappings, privilege, topology::EXT_IFACE};
 
 /// `pods` pods with sshd and an agent mapping 198.18.0.10:8022 to pod 1.
@@ -481,7 +474,7 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
     .into();
     let hostname = || {
         topo.ssh()
-            .run(&topo.client, common::EXTERNAL_IP, 8022, "hostname")
+            .run(&topo.client, crate::common::EXTERNAL_IP, 8022, "hostname")
             .is_ok_and(|h| h == "pod-1")
     };
     let first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();

@@ -1,16 +1,9 @@
 //! Reloads that must never hurt what runs: a file rewritten in place, a
 //! file with a dangerous entry, and reloads at the maps' full capacity.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{io::Write as _, process::Command, time::Duration};
 
-use common::{Bed, EXTERNAL_IP, FRONTEND, refused};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND, refused};
 use serde_json::{Value, json};
 use ssh_fwd_tests::{
     Agent, Bpffs, Topology, agent, cmd,

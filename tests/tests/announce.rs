@@ -7,11 +7,6 @@
 //! over moves the client's neighbour entry at once. Bad input is refused
 //! with the fix.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::time::Duration;
 
 use ssh_fwd_tests::{

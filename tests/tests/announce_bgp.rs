@@ -7,16 +7,9 @@
 //! to the other node only, open sessions to pods on both nodes go on, and
 //! new logins land.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::Session;
+use crate::common::Session;
 use ssh_fwd_tests::{
     Agent, Bpffs, NetNs,
     agent::write_mappings,

@@ -16,19 +16,9 @@
 //! IP and answers to the standby's probes, both for either family, with
 //! the frames of `l2.rs`.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-#[path = "announce_leases/forged.rs"]
 mod forged;
-#[path = "announce_leases/ipv6.rs"]
 mod ipv6;
-#[path = "announce_leases/l2.rs"]
 mod l2;
-#[path = "announce_leases/partition.rs"]
 mod partition;
 
 use std::{
@@ -40,7 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::Session;
+use crate::common::Session;
 use serde_json::{Value, json};
 use ssh_fwd::{
     k8s::api_calls::{AGENT, allows},

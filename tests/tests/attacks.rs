@@ -6,13 +6,6 @@
 //! handshakes; a pod on the node that speaks for another pod. Every attack
 //! stays inside the test's namespaces and is bounded in count and time.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::Read as _,
     net::{Ipv4Addr, SocketAddrV4},
@@ -20,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{EXTERNAL_IP, Session};
+use crate::common::{EXTERNAL_IP, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry},
     pins::PinLayout,

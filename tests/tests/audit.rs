@@ -4,13 +4,6 @@
 //! login its line (`audit/flood.rs`). Every connection stays inside the
 //! test's namespaces and every loop is bounded in count and time.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-#[path = "audit/flood.rs"]
 mod flood;
 
 use std::{
@@ -18,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Bed, EXTERNAL_IP};
+use crate::common::{Bed, EXTERNAL_IP};
 use ssh_fwd_tests::{Agent, NetNs, Topology, privilege, topology::CLIENT_IP};
 
 /// A second client address on the client's link, outside the lists.
@@ -193,7 +186,7 @@ fn a_connection_the_client_resets_is_logged_as_reset() {
 fn a_session_its_mapping_removal_ends_is_logged_under_the_mappings_name() {
     privilege::require();
     let bed = bed(&["--conn-log", "all"]);
-    let mut session = common::Session::open(&bed.ssh(), bed.client(), 8023).unwrap();
+    let mut session = crate::common::Session::open(&bed.ssh(), bed.client(), 8023).unwrap();
     session.echo("before").unwrap();
     // The file without `open`: its connections are purged.
     let text = format!(

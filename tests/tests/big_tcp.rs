@@ -3,20 +3,13 @@
 //! such packets, the data arrives intact both ways, and the programs
 //! translated packets of their real length.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::{Read as _, Write as _},
     net::{Shutdown, TcpListener, TcpStream},
     time::Duration,
 };
 
-use common::Bed;
+use crate::common::Bed;
 use netlink_packet_route::link::LinkAttribute;
 use ssh_fwd_tests::{NetNs, Topology, privilege, topology::EXT_IFACE};
 

@@ -26,13 +26,6 @@
 //! partial, unverified) is ruled out by a qdisc on the pod's link, and the
 //! receiving TCP checks every checksum. `tcpdump -vv` checks each one too.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::BufRead as _,
     path::{Path, PathBuf},
@@ -40,7 +33,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Bed, EXTERNAL_IP, FRONTEND};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND};
 use ssh_fwd_tests::{NetNs, Topology, cmd, privilege, topology::EXT_IFACE};
 
 /// `tcpdump -vv` of the packets `iface` receives, until stopped.

@@ -4,13 +4,6 @@
 //! reusing its port through another frontend, the idle sweep with a clock
 //! the test controls, and path-MTU discovery through the NAT both ways.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddrV4},
@@ -18,8 +11,8 @@ use std::{
     time::Duration,
 };
 
+use crate::common::{ClusterBed as Bed, EXTERNAL_IP, Session};
 use aya::maps::{HashMap, Map, MapData};
-use common::{ClusterBed as Bed, EXTERNAL_IP, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry, Timeouts, clock_ns},
     pins::PinLayout,
@@ -811,7 +804,7 @@ fn icmp_seen_by_client(client: &NetNs, work: impl FnOnce()) -> String {
 /// What `tcpdump -v` with `filter` saw on the client's link while `work`
 /// ran.
 fn seen_by_client(client: &NetNs, filter: &str, work: impl FnOnce()) -> String {
-    common::seen_on(client, "eth0", &format!("-v {filter}"), work)
+    crate::common::seen_on(client, "eth0", &format!("-v {filter}"), work)
 }
 
 /// 8 MiB each way through the frontend, compared by hash.

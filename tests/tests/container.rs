@@ -7,20 +7,13 @@
 //! what a kind or minikube user runs. Anything in the pod spec this test
 //! does not know how to give podman fails it, so the two cannot drift.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
     time::Duration,
 };
 
-use common::{EXTERNAL_IP, Session};
+use crate::common::{EXTERNAL_IP, Session};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

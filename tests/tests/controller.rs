@@ -3,16 +3,9 @@
 //! namespace running sshd gets a Service from the controller, the agent maps
 //! it, and the ssh command from the pod's event works as printed.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{EXTERNAL_IP, refused};
+use crate::common::{EXTERNAL_IP, refused};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

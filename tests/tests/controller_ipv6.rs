@@ -4,16 +4,9 @@
 //! IPv6 endpoint, and the ssh command it prints reaches the pod through
 //! the agent over IPv6, as OpenSSH reads it.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::EXTERNAL_IP;
+use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

@@ -1,16 +1,9 @@
 //! The data path end to end with real OpenSSH: login, bulk data both ways in
 //! every attach mode, and what the client sees.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{process::Stdio, time::Duration};
 
-use common::{Bed, EXTERNAL_IP, FRONTEND, mapping_counters};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND, mapping_counters};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
 #[test]
@@ -53,7 +46,7 @@ fn bulk_copy_is_bit_identical(mode: &str, software_checksums: bool) {
     if software_checksums {
         bed.topo.software_checksums().unwrap();
     }
-    common::copy_64mib_both_ways(&bed, EXTERNAL_IP, mode);
+    crate::common::copy_64mib_both_ways(&bed, EXTERNAL_IP, mode);
     let bytes_out = bed.bpffs[0].list().unwrap()["mappings"][0]["bytes_out"]
         .as_u64()
         .unwrap();
@@ -147,7 +140,7 @@ fn client_sees_only_the_frontend_address() {
         .expect("tcpdump did not start listening");
 
     // While a session is open, the socket's peer is the frontend.
-    let mut session = common::Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
+    let mut session = crate::common::Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     let sockets = cmd::run(
         bed.client()
             .command("ss")

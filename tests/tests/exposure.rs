@@ -6,13 +6,6 @@
 //! reaches the service; a frame for another MAC, or a broadcast one, is not
 //! translated.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream, UdpSocket},
@@ -20,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use common::{Bed, EXTERNAL_IP, FRONTEND};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND};
 use ssh_fwd_tests::{NetNs, Topology, cmd, privilege};
 
 const POD: &str = "10.244.1.5";

@@ -4,11 +4,6 @@
 //! `ssh-fwd.io/iface` annotation, and the errors when nothing or several
 //! match. Real OpenSSH logins through the chosen interface.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::{path::PathBuf, time::Duration};
 
 use serde_json::json;

@@ -3,16 +3,9 @@
 //! interface and sent straight out of the external one - and in-cluster
 //! traffic to a mapped pod left alone.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{Bed, FRONTEND};
+use crate::common::{Bed, FRONTEND};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
 /// A node with `pods` pods and an agent mapping the frontend to pod 1.

@@ -6,13 +6,6 @@
 //! guard (`guard/tenants.rs`). Every connection stays inside the test's
 //! namespaces and every loop is bounded in count and time.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-#[path = "guard/tenants.rs"]
 mod tenants;
 
 use std::{
@@ -22,7 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Bed, EXTERNAL_IP};
+use crate::common::{Bed, EXTERNAL_IP};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry},
     pins::PinLayout,

@@ -6,11 +6,6 @@
 //! agent attaches to a cgroup of the test's own, and only the test's
 //! clients join it. The same over IPv6 (`connect6`, `getpeername6`).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::{path::PathBuf, process::Command, time::Duration};
 
 use ssh_fwd_tests::{

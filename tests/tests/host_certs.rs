@@ -12,11 +12,6 @@
 //! job holds (`POD:PORT`); the forwarder in front of it is the other
 //! tests' subject: the trust here is between the client and sshd.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::{
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::{Path, PathBuf},

@@ -9,13 +9,6 @@
 //! port and a new key (refused while its sshd shows a plain key), and the
 //! same client logs in with known_hosts as it was.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
     path::{Path, PathBuf},
@@ -23,8 +16,8 @@ use std::{
     time::Duration,
 };
 
+use crate::common::EXTERNAL_IP;
 use base64::Engine as _;
-use common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::{
     host_certs::{CERT_FILE, KEY_FILE, SNIPPET_FILE},

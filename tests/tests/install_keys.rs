@@ -4,11 +4,6 @@
 //! swapped atomically), the pod's keys volume by a world-writable directory
 //! (an emptyDir's mount point).
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::{
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
     path::{Path, PathBuf},

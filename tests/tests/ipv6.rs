@@ -4,14 +4,7 @@
 //! frontend) passes the programs untouched and counted; IPv4 frontends
 //! keep working beside IPv6 ones.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
-use common::{Bed, FRONTEND, Session};
+use crate::common::{Bed, FRONTEND, Session};
 use ssh_fwd_tests::{
     Topology, privilege,
     topology::{CLIENT_IP6, EXTERNAL_IP6, pod_ip6},
@@ -97,7 +90,7 @@ fn bulk_ipv6(mode: &str, software_checksums: bool) {
     if software_checksums {
         bed.topo.software_checksums().unwrap();
     }
-    common::copy_64mib_both_ways(&bed, EXTERNAL_IP6, mode);
+    crate::common::copy_64mib_both_ways(&bed, EXTERNAL_IP6, mode);
 }
 
 #[test]

@@ -7,13 +7,6 @@
 //! option not believed there), under `--cross-node plain`, 64 MiB each way,
 //! and over a narrow link between the nodes.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     net::{Ipv6Addr, SocketAddr},
     path::Path,
@@ -21,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use common::{ClusterBed as Bed, Session};
+use crate::common::{ClusterBed as Bed, Session};
 use ssh_fwd::datapath::{
     conntrack::{ConnTables, Entry},
     pins::PinLayout,
@@ -47,7 +40,7 @@ fn cluster(wiring: Wiring) -> Cluster {
 }
 
 impl Bed {
-    fn session(&self, port: u16) -> Session {
+    fn session6(&self, port: u16) -> Session {
         Session::open_at(
             &self.cluster.ssh(),
             &self.cluster.client,
@@ -146,7 +139,7 @@ fn client_sessions(client: &NetNs, frontends: &[u16]) -> Vec<(SocketAddr, Socket
 /// [`SECOND`], each echoing three times; then the client sees each from
 /// the frontend it dialled, node B tracks each so and node A none.
 fn sessions_from_their_own_frontends(bed: &Bed, n: usize) {
-    let mut sessions: Vec<Session> = (0..n).map(|i| bed.session([8022, 9022][i % 2])).collect();
+    let mut sessions: Vec<Session> = (0..n).map(|i| bed.session6([8022, 9022][i % 2])).collect();
     for round in 0..3 {
         for (i, s) in sessions.iter_mut().enumerate() {
             s.echo(&format!("r{round}s{i}")).unwrap();
@@ -246,7 +239,7 @@ fn the_ipv6_pod_network_spans_both_nodes_over_a_direct_link_or_the_router() {
         // The client reaches node B's own address (refused: no listener),
         // and the router sends the SSH IP to node A.
         assert!(
-            common::refused_at(&cluster.client, NODE_IP6S[1], 1),
+            crate::common::refused_at(&cluster.client, NODE_IP6S[1], 1),
             "{wiring:?}"
         );
         let route =
@@ -329,7 +322,7 @@ fn over_host_gw_routes_a_sealed_ipv6_frontend_option_carries_logins_to_node_b() 
     // Destination Options header (next header 60) before the pod.
     let node_b = &bed.cluster.nodes[1];
     let filter = format!("ip6 and ip6[6] == 60 and dst host {}", pod_ip6(2));
-    let syns = common::seen_on(node_b, EXT_IFACE, &filter, || {
+    let syns = crate::common::seen_on(node_b, EXT_IFACE, &filter, || {
         bed.assert_pod_2_sees_the_client(8022);
     });
     assert!(syns.contains("Flags [S]"), "{syns}{}", bed.counters());
@@ -423,7 +416,7 @@ fn bulk_64mib_each_way_over_ipv6_across_nodes_is_bit_identical() {
     let bed = Bed::start(cluster(Wiring::default()), &[FIRST], &[]);
     // Any packet from a pod's address reaching the client: a reply left
     // unrestored.
-    let leaked = common::seen_on(
+    let leaked = crate::common::seen_on(
         &bed.cluster.client,
         "eth0",
         "ip6 and src net fd00:244::/32",
@@ -460,7 +453,7 @@ fn a_narrow_ipv6_link_between_the_nodes_needs_no_path_mtu_discovery() {
     }
     // Node B lowered the MSS the pod announced to what the link from node
     // A carries (1400 less 40 for IPv6's header and 20 for TCP's).
-    let syn_acks = common::seen_on(
+    let syn_acks = crate::common::seen_on(
         &bed.cluster.client,
         "eth0",
         "ip6 and src port 8022 and ip6[53] & 0x12 == 0x12",
@@ -469,7 +462,7 @@ fn a_narrow_ipv6_link_between_the_nodes_needs_no_path_mtu_discovery() {
     assert!(syn_acks.contains("mss 1340,"), "{syn_acks}");
     // So the client never sent node A a segment too large for it, and
     // none was refused with a Packet Too Big (ICMPv6 type 2).
-    let too_big = common::seen_on(
+    let too_big = crate::common::seen_on(
         &bed.cluster.client,
         "eth0",
         "icmp6 and ip6[40] == 2",

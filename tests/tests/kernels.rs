@@ -4,16 +4,9 @@
 //! programs through a clsact qdisc, next to a site's own filter that must
 //! survive attach, restart and teardown.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::process::Command;
 
-use common::{Bed, FRONTEND, Session};
+use crate::common::{Bed, FRONTEND, Session};
 use serde_json::Value;
 use ssh_fwd_tests::{Agent, NetNs, Topology, agent, cmd, privilege, topology::EXT_IFACE};
 
@@ -413,7 +406,7 @@ fn the_tables_take_what_the_estimate_says_and_ipv6_ones_only_where_served() {
     // session that keeps flowing.
     let mut session = Session::open(&bed.ssh(), bed.client(), 8022).unwrap();
     bed.agents[0].stop().unwrap();
-    let v4 = common::EXTERNAL_IP;
+    let v4 = crate::common::EXTERNAL_IP;
     let v6 = ssh_fwd_tests::topology::EXTERNAL_IP6;
     bed.agents[0] = Agent::start(
         &bed.topo.nodes[0].ns,

@@ -6,16 +6,9 @@
 //! agent's findings about such a node (agent/environment.rs) set up and
 //! read from its log. docs/kind.md is the recipe these back.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
-use common::{EXTERNAL_IP, Session};
+use crate::common::{EXTERNAL_IP, Session};
 use ssh_fwd_tests::{
     Bpffs, NetNs, Topology,
     agent::{self, Agent, run_failing_as, write_mappings},

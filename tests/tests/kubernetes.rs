@@ -1,16 +1,9 @@
 //! The agent in Kubernetes mode, end to end: a fake API server inside the
 //! node namespace, the real agent watching it, real ssh through the maps.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::{EXTERNAL_IP, Session, refused};
+use crate::common::{EXTERNAL_IP, Session, refused};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

@@ -2,16 +2,9 @@
 //! to each of its pod's addresses, over real ssh, from a fake API server
 //! playing a dual-stack cluster.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::Duration;
 
-use common::EXTERNAL_IP;
+use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

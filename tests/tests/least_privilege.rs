@@ -14,15 +14,7 @@
 //! These tests talk HTTP to the fake themselves, with each party's token,
 //! so every refusal is checked as the API server words it.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-#[path = "least_privilege/controller.rs"]
 mod controller;
-#[path = "least_privilege/running.rs"]
 mod running;
 
 use serde_json::{Value, json};

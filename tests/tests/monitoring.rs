@@ -5,13 +5,6 @@
 //! dashboard. The live `/metrics` are checked too: every family has a help
 //! text and its unit in its name, and docs/operations.md lists them all.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{Read as _, Write as _},
@@ -21,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::EXTERNAL_IP;
+use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

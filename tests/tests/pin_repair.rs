@@ -5,21 +5,14 @@
 //! list`/`status` come back by themselves. The agent here adopted its
 //! links from a previous agent's pins, as after any restart or upgrade.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
 };
 
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use aya::programs::{SchedClassifier, TcAttachType};
-use common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use ssh_fwd_common::maps::LAYOUT_VERSION;
 use ssh_fwd_tests::{
     Agent, NetNs, Topology, cgroup::TestCgroup, cmd, privilege, topology::EXT_IFACE,

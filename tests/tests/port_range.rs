@@ -3,11 +3,6 @@
 //! the node's network namespace listens on is refused, naming the port,
 //! its process and the fix, unless `--allow-port-overlap`.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::{net::TcpListener, time::Duration};
 
 use ssh_fwd_tests::{NetNs, agent, privilege};

@@ -1,21 +1,14 @@
 //! The agent as a process under pressure: its HTTP server when the process
 //! runs out of file descriptors, and `/metrics` with full connection tables.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, TcpStream},
     time::{Duration, Instant},
 };
 
+use crate::common::{Bed, FRONTEND};
 use aya::maps::{HashMap, Map, MapData, MapInfo};
-use common::{Bed, FRONTEND};
 use ssh_fwd::datapath::{conntrack::clock_ns, pins::PinLayout};
 use ssh_fwd_common::maps::{
     CONN_CAPACITY, CONNS, Conn, ConnKey, Endpoint, FRONTENDS, HALF_OPEN, HALF_OPEN_CAPACITY,

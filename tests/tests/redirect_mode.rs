@@ -9,16 +9,9 @@
 //! | tc | nothing (both directions redirected) | requests and replies |
 //! | XDP | requests only (XDP passes them to the stack) | requests and replies |
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::{process::Command, time::Duration};
 
-use common::{Bed, EXTERNAL_IP, FRONTEND, Session};
+use crate::common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use ssh_fwd_tests::{Agent, NetNs, Topology, cmd, privilege, topology::EXT_IFACE};
 
 const POD: &str = "10.244.1.5";

@@ -4,11 +4,6 @@
 //! agent write it in a tenant's namespace. Against the fake API server
 //! enforcing deploy/base's RBAC and policies, with two nodes' agent tokens.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::time::{Duration, Instant};
 
 use ssh_fwd::{

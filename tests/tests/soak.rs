@@ -6,11 +6,6 @@
 //! or a client held back under its quota (a defect). The seed is printed;
 //! set `SSH_FWD_SOAK_SEED` to replay one.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
 use std::time::Duration;
 
 use ssh_fwd::vocabulary;
@@ -25,7 +20,8 @@ fn the_soak_speaks_the_controllers_vocabulary() {
 #[test]
 #[ignore = "needs root, network namespaces, BPF and sshd: `cargo xtask test` runs it"]
 fn a_minute_of_load_under_overlapping_faults_loses_nothing_and_leaks_nothing() {
-    privilege::require();
+    // Its load is the point: no other test shares the machine meanwhile.
+    privilege::require_alone();
     let seed = std::env::var("SSH_FWD_SOAK_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

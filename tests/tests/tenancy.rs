@@ -8,16 +8,9 @@
 //! reaching the victim's pod, and its Service must stay the one it was
 //! given.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::EXTERNAL_IP;
+use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{

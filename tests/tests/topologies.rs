@@ -1,13 +1,6 @@
 //! Paths across nodes and backends behind several frontends.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-mod common;
-
-use common::{Bed, FRONTEND, Session, mapping_counters};
+use crate::common::{Bed, FRONTEND, Session, mapping_counters};
 use ssh_fwd_tests::{Topology, cmd, privilege};
 
 #[test]

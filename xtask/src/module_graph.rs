@@ -475,6 +475,7 @@ mod tests {
             "ssh-fwd-common/src/lib.rs",
             "ssh-fwd-ebpf/src/main.rs",
             "tests/src/lib.rs",
+            "tests/tests/main.rs",
             "xtask/src/main.rs",
         ] {
             let cycles = cycles_of(root);

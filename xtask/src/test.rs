@@ -40,7 +40,11 @@ pub struct Options {
     /// two minutes).
     #[arg(long, requires = "kernel")]
     quick: bool,
-    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    /// Extra arguments for `cargo test`, then after `--` the test
+    /// binaries' own: a test name filter, `--test integration` for the
+    /// privileged tests' binary alone (its tests are named `module::test`,
+    /// as `datapath::`), `-- --exact NAME`, `-- --nocapture`. With
+    /// --kernel: filters of the VM's set.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
 }

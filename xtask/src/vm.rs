@@ -3,8 +3,7 @@
 //! this machine's root file system (read-only, with overlays) under
 //! emulation: KVM guests hang early here, and the guest's stdout does not
 //! come back through virtme's script channel, so the guest writes each
-//! test binary's output into a directory shared read-write, and this
-//! reads it.
+//! test's output into a directory shared read-write, and this reads it.
 //!
 //! The set fits emulation's cost (each test runs several times slower):
 //! the programs on crafted packets, an ssh login through the external
@@ -16,7 +15,6 @@
 //! that did not report is counted failed.
 
 use std::{
-    collections::BTreeMap,
     path::{Path, PathBuf},
     time::Instant,
 };
@@ -27,17 +25,34 @@ use crate::{build_ssh_fwd, build_static, cargo, workspace_root};
 
 pub mod boot;
 
-/// One test the guest runs: its test target, and its exact name.
+/// The test target of `ssh-fwd-tests` that holds every test (tests/Cargo.toml).
+const TEST_TARGET: &str = "integration";
+
+/// One test the guest runs: its module of the test binary, and its name
+/// there.
 struct Chosen {
-    target: &'static str,
+    module: &'static str,
     name: &'static str,
 }
 
-const fn chosen(target: &'static str, name: &'static str) -> Chosen {
-    Chosen { target, name }
+impl Chosen {
+    /// Its exact name in the test binary, `module::name`.
+    fn path(&self) -> String {
+        format!("{}::{}", self.module, self.name)
+    }
+
+    /// Whether it is in `module` or a module below it.
+    fn in_module(&self, module: &str) -> bool {
+        (self.module.strip_prefix(module))
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+    }
 }
 
-/// The targets `--quick` runs of [`CHOSEN`].
+const fn chosen(module: &'static str, name: &'static str) -> Chosen {
+    Chosen { module, name }
+}
+
+/// The modules `--quick` runs of [`CHOSEN`].
 const QUICK: &[&str] = &["programs"];
 
 /// What runs on 6.1.
@@ -54,6 +69,10 @@ const CHOSEN: &[Chosen] = &[
     chosen(
         "programs",
         "tc_egress_program_restores_the_frontend_on_replies_of_tracked_connections",
+    ),
+    chosen(
+        "programs::conntrack::checks",
+        "the_kernel_counts_the_agents_changes_and_the_sweep_counts_idle_connections_off",
     ),
     chosen("datapath", "ssh_login_through_frontend_lands_in_the_pod"),
     chosen("agent_lifecycle", "ssh_session_survives_an_agent_restart"),
@@ -86,18 +105,11 @@ const SKIPPED: &[(&str, &str)] = &[(
 )];
 
 /// Runs the chosen set on `kernel`: only its program tests with `quick`,
-/// and only the tests whose `target::name` contains one of `filters`, if
+/// and only the tests whose `module::name` contains one of `filters`, if
 /// any are given.
 pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
-    let chosen: Vec<&Chosen> = CHOSEN
-        .iter()
-        .filter(|c| !quick || QUICK.contains(&c.target))
-        .filter(|c| {
-            let full = format!("{}::{}", c.target, c.name);
-            filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str()))
-        })
-        .collect();
+    let chosen = choose(quick, filters);
     if chosen.is_empty() {
         bail!(
             "no test of the {kernel} set matches {filters:?}; `cargo xtask test --kernel {kernel}` \
@@ -107,7 +119,7 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
     let guest = boot::Guest::new(kernel, "out")?;
     let bin = build_ssh_fwd()?;
     let static_bin = build_static(ssh_fwd_tests::image::TEST_PROFILE)?;
-    let binaries = build_tests(&chosen)?;
+    let binary = build_tests()?;
     let out = &guest.out;
     println!(
         "==> booting {} under emulation (virtme-ng, no KVM) and running {} tests there",
@@ -115,7 +127,7 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
         chosen.len()
     );
     let boot = Instant::now();
-    let status = guest.boot(&guest_script(&chosen, out, &bin, &static_bin, &binaries)?)?;
+    let status = guest.boot(&guest_script(&chosen, out, &bin, &static_bin, &binary))?;
     println!(
         "    the VM ran {:.0} s ({status}); its outputs are in {}",
         boot.elapsed().as_secs_f64(),
@@ -125,15 +137,26 @@ pub fn run(kernel: &str, quick: bool, filters: &[String]) -> anyhow::Result<()> 
     report(&chosen, quick, out, &uname, started)
 }
 
-/// What the guest runs after [`boot`]'s prelude: each chosen test alone,
-/// its output and its time into the shared directory.
+/// The tests of [`CHOSEN`] to run: only those of [`QUICK`] with `quick`,
+/// and only those whose `module::name` contains one of `filters`, if any.
+fn choose(quick: bool, filters: &[String]) -> Vec<&'static Chosen> {
+    CHOSEN
+        .iter()
+        .filter(|c| !quick || QUICK.iter().any(|q| c.in_module(q)))
+        .filter(|c| filters.is_empty() || filters.iter().any(|f| c.path().contains(f.as_str())))
+        .collect()
+}
+
+/// What the guest runs after [`boot`]'s prelude: each chosen test alone
+/// (the test binary with that test's exact name), its output and its time
+/// into the shared directory.
 fn guest_script(
     chosen: &[&Chosen],
     out: &Path,
     bin: &Path,
     static_bin: &Path,
-    binaries: &BTreeMap<String, PathBuf>,
-) -> anyhow::Result<String> {
+    binary: &Path,
+) -> String {
     let mut s = format!(
         "export SSH_FWD_BIN={bin} SSH_FWD_STATIC_BIN={static_bin} RUST_BACKTRACE=0 \
          SSH_FWD_TEST_TIME_SCALE=6\n\
@@ -143,21 +166,17 @@ fn guest_script(
         tests = workspace_root().join("tests").display(),
     );
     for (i, test) in chosen.iter().enumerate() {
-        let binary = binaries
-            .get(test.target)
-            .with_context(|| format!("no test binary for {}", test.target))?;
         s.push_str(&format!(
             "s=$(date +%s); timeout 900 {binary} --include-ignored --exact --test-threads=1 \
-             {name} > {out}/{i}.txt 2>&1; echo \"{target}::{name} rc=$? secs=$(( $(date +%s) - s \
-             ))\" >> {out}/times\n",
+             {path} > {out}/{i}.txt 2>&1; echo \"{path} rc=$? secs=$(( $(date +%s) - s ))\" \
+             >> {out}/times\n",
             binary = binary.display(),
-            name = test.name,
-            target = test.target,
+            path = test.path(),
             out = out.display(),
         ));
     }
     s.push_str(&format!("touch {}/done\n", out.display()));
-    Ok(s)
+    s
 }
 
 /// Reads each test's outcome back; fails unless every chosen test passed.
@@ -173,7 +192,7 @@ fn report(
     let (mut passed, mut failed) = (0, 0);
     for (i, test) in chosen.iter().enumerate() {
         let text = std::fs::read_to_string(out.join(format!("{i}.txt"))).unwrap_or_default();
-        let full = format!("{}::{}", test.target, test.name);
+        let full = test.path();
         let line = times.lines().find(|l| l.starts_with(&format!("{full} ")));
         let ok = passed_in(&text, line);
         let secs = line.and_then(|l| l.rsplit("secs=").next()).unwrap_or("?");
@@ -191,7 +210,12 @@ fn report(
     }
     let skipped: Vec<&(&str, &str)> = SKIPPED
         .iter()
-        .filter(|(name, _)| chosen.iter().any(|c| name.starts_with(c.target)))
+        .filter(|(name, _)| {
+            chosen.iter().any(|c| {
+                name.strip_prefix(c.module)
+                    .is_some_and(|n| n.starts_with("::"))
+            })
+        })
         .filter(|_| !quick)
         .collect();
     for (name, why) in &skipped {
@@ -210,42 +234,32 @@ fn report(
     Ok(())
 }
 
-/// Builds the test binaries of the chosen targets; their paths by target.
-fn build_tests(chosen: &[&Chosen]) -> anyhow::Result<BTreeMap<String, PathBuf>> {
-    println!("==> building the chosen test binaries");
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--no-run",
-        "--message-format=json",
-        "-p",
-        "ssh-fwd-tests",
-    ]);
-    let mut targets: Vec<&str> = chosen.iter().map(|c| c.target).collect();
-    targets.dedup();
-    for target in &targets {
-        cmd.args(["--test", target]);
-    }
-    let output = cmd.output().context("cargo test --no-run")?;
+/// Builds the test binary; its path.
+fn build_tests() -> anyhow::Result<PathBuf> {
+    println!("==> building the test binary");
+    let output = cargo()
+        .args([
+            "test",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            "ssh-fwd-tests",
+            "--test",
+            TEST_TARGET,
+        ])
+        .output()
+        .context("cargo test --no-run")?;
     anyhow::ensure!(
         output.status.success(),
         "building the tests failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut out = BTreeMap::new();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if let (Some(name), Some(exe)) = (
-            message["target"]["name"].as_str(),
-            message["executable"].as_str(),
-        ) && targets.contains(&name)
-        {
-            out.insert(name.to_owned(), PathBuf::from(exe));
-        }
-    }
-    Ok(out)
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|message| message["target"]["name"] == TEST_TARGET)
+        .and_then(|message| message["executable"].as_str().map(PathBuf::from))
+        .with_context(|| format!("cargo built no test binary named {TEST_TARGET}"))
 }
 
 /// A test passed if its binary exited 0 and libtest says so. Not from the
@@ -258,7 +272,37 @@ fn passed_in(text: &str, times_line: Option<&str>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::passed_in;
+    use super::*;
+
+    #[test]
+    fn every_chosen_and_skipped_test_is_a_test_of_its_module() {
+        let paths = CHOSEN
+            .iter()
+            .map(Chosen::path)
+            .chain(SKIPPED.iter().map(|(path, _)| (*path).to_owned()));
+        for path in paths {
+            let (module, name) = path.rsplit_once("::").unwrap();
+            let file = workspace_root()
+                .join("tests/tests")
+                .join(format!("{}.rs", module.replace("::", "/")));
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                text.contains(&format!("fn {name}() {{")),
+                "{path}: no such test in {}",
+                file.display()
+            );
+        }
+    }
+
+    #[test]
+    fn quick_takes_the_program_tests_and_a_filter_matches_the_whole_name() {
+        let quick = choose(true, &[]);
+        assert!(!quick.is_empty());
+        assert!(quick.iter().all(|c| c.in_module("programs")));
+        let filtered = choose(false, &["kernels::without_".to_owned()]);
+        assert_eq!(filtered.len(), 2);
+        assert!(choose(true, &["datapath::".to_owned()]).is_empty());
+    }
 
     #[test]
     fn a_pass_is_read_from_the_exit_code_and_the_summary_not_the_test_line() {

@@ -1,8 +1,4 @@
 //! Shared bits of the end-to-end tests.
-#![allow(
-    dead_code,
-    reason = "each test binary includes this module and uses a different part of it"
-)]
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},

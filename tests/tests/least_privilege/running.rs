@@ -15,7 +15,7 @@ use ssh_fwd_tests::{
     topology::EXT_IFACE,
 };
 
-use super::common::{EXTERNAL_IP, Session};
+use crate::common::{EXTERNAL_IP, Session};
 
 const NODE: &str = "e2e-node";
 

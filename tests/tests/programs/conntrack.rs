@@ -756,7 +756,7 @@ fn with_cross_node_plain_an_untracked_reply_leaving_an_external_interface_gets_t
     let frame = reply(TCP_ACK, 5, 6, 100);
     // The test run's skb is on lo: not external, untouched.
     assert_eq!(test_run_tc(&l, super::PROG_EGRESS_TC, &frame).1, frame);
-    super::redirect::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
+    super::set_iface_index_flags(&l, 1, ssh_fwd_common::maps::IFACE_EXTERNAL);
     let before = counters(&l);
     let (_, out) = test_run_tc(&l, super::PROG_EGRESS_TC, &frame);
     assert_eq!(source_of(&out), frontend(8022));

@@ -18,9 +18,8 @@ use ssh_fwd_tests::privilege;
 use super::{
     JOB, Loaded,
     conntrack::{BACKEND, CLIENT, CLIENT_ISN, Ingress, SERVER_ISN, entries, frontend, request},
-    counters, delta, from_pod, load, load_with, own,
-    redirect::set_iface_index_flags,
-    test_run_tc_on, test_run_xdp_on,
+    counters, delta, from_pod, load, load_with, own, set_iface_index_flags, test_run_tc_on,
+    test_run_xdp_on,
 };
 use ssh_fwd::datapath::conntrack::Entry;
 

@@ -29,8 +29,7 @@ use super::{
     },
     load, load_with,
     option::narrow_link,
-    redirect::set_iface_index_flags,
-    test_run_tc_on, test_run_xdp_on,
+    set_iface_index_flags, test_run_tc_on, test_run_xdp_on,
 };
 
 /// Interface indexes the tests mark: an external interface, and a pod's.

@@ -18,8 +18,7 @@ use super::{
     ipv6::{self, own6},
     load, option,
     option6::{self, JOB6},
-    redirect::set_iface_index_flags,
-    test_run_tc_on,
+    set_iface_index_flags, test_run_tc_on,
     unchecked::no_state,
 };
 

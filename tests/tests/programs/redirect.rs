@@ -5,7 +5,6 @@
 
 use std::net::Ipv4Addr;
 
-use aya::maps::{HashMap, Map, MapData};
 use ssh_fwd_common::{
     fixtures::{Frame, checksums_verify},
     maps,
@@ -16,7 +15,7 @@ use ssh_fwd_tests::{NetNs, privilege};
 use super::{
     JOB, Loaded, TC_ACT_REDIRECT, TC_ACT_UNSPEC, backend,
     conntrack::{Ingress, handshake},
-    counters, delta, load, reply, reverse_natted, test_run_tc,
+    counters, delta, load, reply, reverse_natted, set_iface_index_flags, test_run_tc,
 };
 use ssh_fwd::datapath::object::{PROG_INGRESS_TC, PROG_REPLY_TC};
 
@@ -135,14 +134,6 @@ fn tc_ingress_without_a_neighbour_entry_redirects_through_neighbour_resolution()
 fn set_iface_flags(l: &Loaded, name: &str, flags: u32) {
     let index = ssh_fwd::datapath::netdev::index(name).expect("interface in the test's namespace");
     set_iface_index_flags(l, index, flags);
-}
-
-/// Writes `IFACES[index] = flags`.
-pub(super) fn set_iface_index_flags(l: &Loaded, index: u32, flags: u32) {
-    let data = MapData::from_pin(l.layout.map(maps::IFACES)).expect("IFACES pinned");
-    let mut map: HashMap<MapData, u32, u32> =
-        HashMap::try_from(Map::from_map_data(data).expect("IFACES")).expect("IFACES type");
-    map.insert(index, flags, 0).expect("write IFACES");
 }
 
 #[test]

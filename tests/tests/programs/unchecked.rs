@@ -15,8 +15,7 @@ use super::{
     conntrack::{BACKEND, CLIENT, CLIENT_ISN, Ingress, each_ingress, request},
     counters, delta,
     ipv6::{self, frontend},
-    load,
-    redirect::set_iface_index_flags,
+    load, set_iface_index_flags,
 };
 
 /// Past the 256 bytes a segment is checked up to.

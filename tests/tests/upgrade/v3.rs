@@ -5,10 +5,8 @@
 
 use ssh_fwd_tests::{Bpffs, Topology, privilege};
 
-use crate::{
-    common::EXTERNAL_IP,
-    older::{Sessions, start_agent, start_data_path},
-};
+use super::older::{Sessions, start_agent, start_data_path};
+use crate::common::EXTERNAL_IP;
 
 const V3_OBJECT: &[u8] = aya::include_bytes_aligned!("../../fixtures/ssh-fwd-ebpf-v3.o");
 

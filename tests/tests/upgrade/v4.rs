@@ -26,11 +26,11 @@ use ssh_fwd_common::{
 };
 use ssh_fwd_tests::{Bpffs, Topology, cmd, privilege, topology::EXT_IFACE};
 
-use crate::{
-    common::{EXTERNAL_IP, FRONTEND},
+use super::{
     older::{Sessions, attach_tc, start_agent, start_data_path},
     pins::{Pins, conns, held_by, packets_in},
 };
+use crate::common::{EXTERNAL_IP, FRONTEND};
 
 const V4_OBJECT: &[u8] = aya::include_bytes_aligned!("../../fixtures/ssh-fwd-ebpf-v4.o");
 

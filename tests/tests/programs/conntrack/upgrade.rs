@@ -11,7 +11,7 @@ use ssh_fwd_common::{
 use ssh_fwd_tests::privilege;
 
 use super::{
-    super::{JOB, counters, delta, from_pod, load, own, redirect::set_iface_index_flags},
+    super::{JOB, counters, delta, from_pod, load, own, set_iface_index_flags},
     BACKEND, Ingress, SECOND, backend, client, established, frontend, reply, request, source_of,
 };
 

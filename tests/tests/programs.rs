@@ -12,7 +12,7 @@ use std::{collections::BTreeMap, net::Ipv4Addr};
 
 use aya::{
     Ebpf,
-    maps::MapInfo,
+    maps::{HashMap, Map, MapData, MapInfo},
     programs::{SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp},
 };
 use ssh_fwd_common::{
@@ -252,6 +252,14 @@ fn delta(
         .filter(|(k, v)| before[*k] != **v)
         .map(|(k, v)| (*k, v - before[*k]))
         .collect()
+}
+
+/// Writes `IFACES[index] = flags`.
+fn set_iface_index_flags(l: &Loaded, index: u32, flags: u32) {
+    let data = MapData::from_pin(l.layout.map(maps::IFACES)).expect("IFACES pinned");
+    let mut map: HashMap<MapData, u32, u32> =
+        HashMap::try_from(Map::from_map_data(data).expect("IFACES")).expect("IFACES type");
+    map.insert(index, flags, 0).expect("write IFACES");
 }
 
 mod arp;

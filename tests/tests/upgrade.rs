@@ -11,19 +11,12 @@
 //!   the maps whose definition it kept, and the connections in them, and
 //!   replaces those that changed.
 
-#![allow(
-    clippy::unwrap_used,
-    reason = "an integration test fails by panicking, with the error shown"
-)]
-
-#[path = "../common/mod.rs"]
-mod common;
 mod older;
 mod pins;
 mod v3;
 mod v4;
 
-use common::FRONTEND;
+use crate::common::FRONTEND;
 use ssh_fwd_tests::{Bpffs, Topology, agent::write_mappings, privilege, topology::EXT_IFACE};
 
 #[test]
