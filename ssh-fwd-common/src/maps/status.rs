@@ -71,6 +71,11 @@ pub struct LoadedSettings {
 pub const LOADED_NO_REDIRECT: u32 = 1;
 /// `--deny-action reset`: a denied segment is answered with a TCP RST.
 pub const LOADED_DENY_RESET: u32 = 2;
+/// The data path counts every connection it confirms in `SOURCES`, and its
+/// agent never writes a count (see `QuotaChange`). An agent that adopts
+/// the tables of a data path without it counts their open connections
+/// once.
+pub const LOADED_QUOTA_BY_KERNEL: u32 = 4;
 
 /// Copies `text` into a zero-padded field, cut at a character boundary.
 pub fn put_text(field: &mut [u8], text: &str) {

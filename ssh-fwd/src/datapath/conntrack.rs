@@ -337,6 +337,14 @@ impl ConnTables {
         gone
     }
 
+    /// Counts the open connections of adopted tables in [`SOURCES`] (and
+    /// [`SOURCES6`]) for a data path that did not count them; returns
+    /// how many were added.
+    pub fn count_adopted(&mut self) -> u64 {
+        let quota = self.quota.as_ref();
+        self.v4.count_adopted(quota) + self.v6.count_adopted(quota)
+    }
+
     /// How many entries each table holds at most (`--conn-table-size`,
     /// `--half-open-table-size`): established, half-open.
     /// (IPv4's; the IPv6 tables are sized alike.)
@@ -442,6 +450,25 @@ where
         (purged.conns.iter())
             .map(|(key, conn)| Gone::of(key, conn, Ended::Retired, take_stats(&self.stats, key)))
             .collect()
+    }
+
+    /// [`ConnTables::count_adopted`] for this family.
+    fn count_adopted(&mut self, quota: Option<&Adder>) -> u64 {
+        let Some(adder) = quota else {
+            return 0;
+        };
+        let mut held = BTreeMap::new();
+        for (key, conn) in Table::entries(&self.conns) {
+            if !closing(&conn) {
+                *held.entry(A::source(&key)).or_default() += 1;
+            }
+        }
+        let mut counted = quota::Counted {
+            table: &mut self.sources,
+            adder,
+            family: A::QUOTA,
+        };
+        table::count_held(&mut counted, &held)
     }
 
     /// Counts what removals `released` off their clients, and forgets

@@ -58,7 +58,7 @@ use object::{DenyAction, RedirectMode};
 use pins::PinLayout;
 use pod_links::PodLinks;
 use repair::MapPins;
-use ssh_fwd_common::maps::LoadedSettings;
+use ssh_fwd_common::maps::{LOADED_QUOTA_BY_KERNEL, LoadedSettings};
 use ssh_ips::SshIps;
 use status::{SettingsMap, StatusMap};
 use upgrade::Takeover;
@@ -166,8 +166,9 @@ impl Datapath {
         let mut ebpf = object::load(layout, &config.settings)?;
         let map_pins = MapPins::open(layout)?;
         let mut loaded = SettingsMap::from_ebpf(&mut ebpf)?;
-        if adopted {
-            announce_mode_change(loaded.read()?, &config.settings);
+        let previous = if adopted { Some(loaded.read()?) } else { None };
+        if let Some(previous) = previous {
+            announce_mode_change(previous, &config.settings);
         }
         kernel_log::forward(&mut ebpf);
         object::load_programs(&mut ebpf).map_err(preflight::with_hint)?;
@@ -207,6 +208,15 @@ impl Datapath {
         hairpin::apply(&mut ebpf, layout, hairpin_root.as_deref())?;
         let maps = Maps::from_ebpf(&mut ebpf)?;
         let status = StatusMap::from_ebpf(&mut ebpf)?;
+        // Once today's programs confirm, before the record says so.
+        if previous.is_some_and(|p| p.flags & LOADED_QUOTA_BY_KERNEL == 0) {
+            let counted = conns.count_adopted();
+            tracing::info!(
+                counted,
+                "counted the open connections of the previous data path toward \
+                 --conns-per-source"
+            );
+        }
         loaded.write(config.settings.recorded())?;
         if let Some(takeover) = takeover {
             takeover.finish()?;

@@ -11,8 +11,8 @@ use ssh_fwd_common::{
     conntrack::CONFIRM_TIMEOUT_NS,
     maps::{
         CONN_CAPACITY, CONNS, CONNS_PER_SOURCE, HALF_OPEN, HALF_OPEN_CAPACITY, LOADED_DENY_RESET,
-        LOADED_NO_REDIRECT, LoadedSettings, MAPPING_NAMES, MAX_MAPPINGS, SYN_BUCKET_CAPACITY,
-        SYN_BUCKETS,
+        LOADED_NO_REDIRECT, LOADED_QUOTA_BY_KERNEL, LoadedSettings, MAPPING_NAMES, MAX_MAPPINGS,
+        SYN_BUCKET_CAPACITY, SYN_BUCKETS,
     },
 };
 
@@ -86,7 +86,7 @@ impl Settings {
             DenyAction::Reset => LOADED_DENY_RESET,
         };
         LoadedSettings {
-            flags: redirect | deny,
+            flags: redirect | deny | LOADED_QUOTA_BY_KERNEL,
         }
     }
 }

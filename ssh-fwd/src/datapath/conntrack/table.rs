@@ -218,6 +218,25 @@ pub fn settle<S: Copy>(quota: &mut impl Quota<S>, released: &BTreeMap<S, u64>) {
     }
 }
 
+/// Raises each client's count to at least what it `held` by a walk of the
+/// connections, by atomic adds: for the tables of a data path that did not
+/// count them (see `LOADED_QUOTA_BY_KERNEL`), once. Never lowers a count:
+/// a connection confirmed meanwhile is counted by the kernel already.
+pub fn count_held<S: Copy + Ord>(quota: &mut impl Quota<S>, held: &BTreeMap<S, u64>) -> u64 {
+    let stored: BTreeMap<S, u64> = quota.entries().into_iter().collect();
+    let mut added = 0;
+    for (source, n) in held {
+        // A count below zero is raised from where it is.
+        let counted = stored.get(source).map_or(0, |c| *c as i64);
+        let short = (*n as i64).saturating_sub(counted);
+        if short > 0 {
+            quota.add(source, short as u64);
+            added += short as u64;
+        }
+    }
+    added
+}
+
 /// What [`remove_if`] did.
 enum Removal<V> {
     /// The entry, as removed.
@@ -747,5 +766,18 @@ mod tests {
         let purged = purge(&mut conns, &mut Fake::new(&[]), &mut no_claims(), &retired);
         assert_eq!(purged.conns.len(), 2);
         assert_eq!(purged.released, [(key().client_addr, 1)].into());
+    }
+
+    #[test]
+    fn adopted_connections_are_counted_once_up_to_what_the_walk_found() {
+        let (uncounted, counted, below_zero) = (1u32, 2u32, 3u32);
+        let mut quota = FakeQuota::new(&[(counted, 2), (below_zero, u64::MAX)]);
+        let held = BTreeMap::from([(uncounted, 3), (counted, 2), (below_zero, 1)]);
+        assert_eq!(count_held(&mut quota, &held), 5);
+        assert_eq!(
+            quota.entries(),
+            [(uncounted, 3), (counted, 2), (below_zero, 1)]
+        );
+        assert_eq!(count_held(&mut quota, &held), 0, "once");
     }
 }
