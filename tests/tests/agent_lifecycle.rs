@@ -482,7 +482,7 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
 
     // `rm -rf` of the directory: the agent makes it again, locks it, and
     // puts its pins back; a second agent is refused there.
-    std::fs::remove_dir_all(&root).unwrap();
+    remove_racing_the_agent(&root);
     assert!(ssh_fwd_tests::cmd::wait_until(
         Duration::from_secs(10),
         hostname
@@ -517,6 +517,24 @@ fn an_agent_whose_directory_is_removed_and_made_again_never_shares_it_with_a_sec
             assert_eq!(status["pid"], second_pid, "{status}");
         },
     );
+}
+
+/// `rm -rf root` while the agent running on it makes it again: a walk
+/// that finds a directory the agent filled meanwhile fails with ENOTEMPTY,
+/// and is run again (bounded) until one goes through.
+fn remove_racing_the_agent(root: &str) {
+    let mut last = None;
+    let removed = ssh_fwd_tests::cmd::wait_until(Duration::from_secs(5), || {
+        match std::fs::remove_dir_all(root) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => {
+                last = Some(e);
+                false
+            }
+        }
+    });
+    assert!(removed, "removing {root}: {last:?}");
 }
 
 /// Stops `first` (SIGSTOP), removes its directory `root`, starts a second
