@@ -356,8 +356,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_recorded_settings_read_back_and_the_defaults_record_nothing() {
-        assert_eq!(Settings::default().recorded(), LoadedSettings::default());
+    fn the_recorded_settings_read_back_and_the_defaults_record_only_the_quota_mark() {
+        // The mark tells an older data path's tables apart, whatever the
+        // settings (see `LOADED_QUOTA_BY_KERNEL`).
+        assert_eq!(
+            Settings::default().recorded(),
+            LoadedSettings {
+                flags: LOADED_QUOTA_BY_KERNEL
+            }
+        );
         for redirect in [RedirectMode::Auto, RedirectMode::Off] {
             for deny_action in [DenyAction::Drop, DenyAction::Reset] {
                 let settings = Settings {
