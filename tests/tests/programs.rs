@@ -219,6 +219,12 @@ const POD_IFINDEX: u32 = 1;
 
 /// Records `addr` as a pod address of this node whose packets come in by
 /// [`POD_IFINDEX`], as the agent does for the pods it finds.
+/// The hash map pinned as `name` in the test's layout.
+fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, V> {
+    let data = MapData::from_pin(l.layout.map(name)).expect("pinned");
+    HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash map")
+}
+
 fn own(l: &Loaded, addr: Ipv4Addr) {
     use aya::maps::{HashMap, Map, MapData};
     let data = MapData::from_pin(l.layout.map(maps::OWNERS)).expect("OWNERS pinned");

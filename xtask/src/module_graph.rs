@@ -416,6 +416,19 @@ fn strongly_connected<T: Ord + Copy>(edges: &BTreeMap<T, BTreeSet<T>>) -> Vec<Ve
 mod tests {
     use super::*;
 
+    /// A crate of `files` (path, text) in a temporary directory, read from
+    /// its `lib.rs`; the directory lives as long as the first value.
+    fn crate_of(files: &[(&str, &str)]) -> (tempfile::TempDir, Crate) {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let krate = Crate::read(&dir.path().join("lib.rs")).unwrap();
+        (dir, krate)
+    }
+
     fn cycles_of(root: &str) -> Vec<Vec<PathBuf>> {
         let root = crate::workspace_root().join(root);
         let krate = Crate::read(&root).unwrap();
@@ -488,25 +501,20 @@ mod tests {
     /// its parent is no loop.
     #[test]
     fn a_loop_through_a_re_export_is_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, text: &str| {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        };
-        write("lib.rs", "mod a;\nmod b;\nmod c;\n");
-        write("a.rs", "pub use inner::Thing;\nmod inner;\npub fn f() {}\n");
-        write(
-            "a/inner.rs",
-            "pub struct Thing;\nfn g() { crate::b::h(); }\n",
-        );
-        write("b.rs", "use crate::a::Thing;\npub fn h() {}\n");
-        write(
-            "c.rs",
-            "mod d;\npub fn k() { super::a::f(); }\nfn m() { d::n(); }\n",
-        );
-        write("c/d.rs", "pub fn n() { super::k(); }\n");
-        let krate = Crate::read(&dir.path().join("lib.rs")).unwrap();
+        let (dir, krate) = crate_of(&[
+            ("lib.rs", "mod a;\nmod b;\nmod c;\n"),
+            ("a.rs", "pub use inner::Thing;\nmod inner;\npub fn f() {}\n"),
+            (
+                "a/inner.rs",
+                "pub struct Thing;\nfn g() { crate::b::h(); }\n",
+            ),
+            ("b.rs", "use crate::a::Thing;\npub fn h() {}\n"),
+            (
+                "c.rs",
+                "mod d;\npub fn k() { super::a::f(); }\nfn m() { d::n(); }\n",
+            ),
+            ("c/d.rs", "pub fn n() { super::k(); }\n"),
+        ]);
         let names: Vec<Vec<String>> = (krate.cycles().into_iter())
             .map(|group| {
                 (group.into_iter())
@@ -521,33 +529,28 @@ mod tests {
     /// their children are in a loop; a child's use of its parent is none.
     #[test]
     fn a_loop_between_sibling_modules_through_their_children_is_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, text: &str| {
-            let path = dir.path().join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        };
-        write("lib.rs", "mod plan;\nmod reservation;\nmod other;\n");
-        write(
-            "plan.rs",
-            "pub use action::Action;\nmod action;\nmod serve;\n",
-        );
-        write("plan/action.rs", "pub struct Action;\n");
-        write(
-            "plan/serve.rs",
-            "fn f() { crate::reservation::upkeep::g(); }\n",
-        );
-        write("reservation.rs", "pub mod upkeep;\n");
-        write(
-            "reservation/upkeep.rs",
-            "use crate::plan::Action;\npub fn g() {}\n",
-        );
-        write("other.rs", "mod part;\npub fn h() {}\n");
-        write(
-            "other/part.rs",
-            "fn k() { super::h(); crate::plan::Action; }\n",
-        );
-        let krate = Crate::read(&dir.path().join("lib.rs")).unwrap();
+        let (_dir, krate) = crate_of(&[
+            ("lib.rs", "mod plan;\nmod reservation;\nmod other;\n"),
+            (
+                "plan.rs",
+                "pub use action::Action;\nmod action;\nmod serve;\n",
+            ),
+            ("plan/action.rs", "pub struct Action;\n"),
+            (
+                "plan/serve.rs",
+                "fn f() { crate::reservation::upkeep::g(); }\n",
+            ),
+            ("reservation.rs", "pub mod upkeep;\n"),
+            (
+                "reservation/upkeep.rs",
+                "use crate::plan::Action;\npub fn g() {}\n",
+            ),
+            ("other.rs", "mod part;\npub fn h() {}\n"),
+            (
+                "other/part.rs",
+                "fn k() { super::h(); crate::plan::Action; }\n",
+            ),
+        ]);
         assert!(krate.cycles().is_empty(), "no two files make a loop");
         assert_eq!(krate.module_cycles(), [["plan", "reservation"]]);
     }

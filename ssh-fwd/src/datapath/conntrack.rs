@@ -454,35 +454,30 @@ where
 
     /// [`ConnTables::count_adopted`] for this family.
     fn count_adopted(&mut self, quota: Option<&Adder>) -> u64 {
-        let Some(adder) = quota else {
-            return 0;
-        };
-        let mut held = BTreeMap::new();
-        for (key, conn) in Table::entries(&self.conns) {
-            if !closing(&conn) {
-                *held.entry(A::source(&key)).or_default() += 1;
-            }
-        }
-        let mut counted = quota::Counted {
-            table: &mut self.sources,
-            adder,
-            family: A::QUOTA,
-        };
-        table::count_held(&mut counted, &held)
+        let held = table::held(&Table::entries(&self.conns));
+        self.counted(quota)
+            .map_or(0, |mut counted| table::count_held(&mut counted, &held))
     }
 
     /// Counts what removals `released` off their clients, and forgets
     /// the clients that hold nothing.
     fn settle(&mut self, quota: Option<&Adder>, released: &BTreeMap<A::Source, u64>) {
-        let Some(adder) = quota else {
-            return;
-        };
-        let mut counted = quota::Counted {
+        if let Some(mut counted) = self.counted(quota) {
+            table::settle(&mut counted, released);
+        }
+    }
+
+    /// This family's quota table, changed through `quota` (none: tables
+    /// opened without one change no count).
+    fn counted<'a>(
+        &'a mut self,
+        quota: Option<&'a Adder>,
+    ) -> Option<quota::Counted<'a, A::Source>> {
+        Some(quota::Counted {
             table: &mut self.sources,
-            adder,
+            adder: quota?,
             family: A::QUOTA,
-        };
-        table::settle(&mut counted, released);
+        })
     }
 
     fn entries(&self) -> Vec<Entry<A>> {

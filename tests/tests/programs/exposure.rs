@@ -19,9 +19,7 @@ use ssh_fwd_tests::privilege;
 use super::{
     JOB, Loaded,
     conntrack::{Ingress, each_ingress},
-    counters, delta,
-    ipv6::{self, map},
-    load,
+    counters, delta, ipv6, load, map,
 };
 
 const SSH_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);

@@ -9,7 +9,7 @@
 
 use std::net::Ipv6Addr;
 
-use aya::maps::{HashMap, Map, MapData};
+use aya::maps::HashMap;
 use ssh_fwd_common::{
     conntrack::{TCP_ACK, TCP_RST, TCP_SYN, trust::source_key6},
     fixtures6::{Extension, Frame6, Icmp6Error},
@@ -23,7 +23,7 @@ use ssh_fwd_tests::privilege;
 use super::{
     Loaded, POD_IFINDEX, TC_ACT_UNSPEC, XDP_PASS,
     conntrack::{BANNER, CLIENT_ISN, Ingress, SERVER_ISN, each_ingress},
-    counters, delta, from_pod, load,
+    counters, delta, from_pod, load, map,
 };
 
 pub(super) const CLIENT: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
@@ -37,11 +37,6 @@ pub(super) fn frontend() -> Endpoint6 {
 
 pub(super) fn backend() -> Endpoint6 {
     Endpoint6::new6(BACKEND, 22)
-}
-
-pub(super) fn map<K: aya::Pod, V: aya::Pod>(l: &Loaded, name: &str) -> HashMap<MapData, K, V> {
-    let data = MapData::from_pin(l.layout.map(name)).expect("pinned");
-    HashMap::try_from(Map::from_map_data(data).expect("map")).expect("hash map")
 }
 
 /// The object with one IPv6 mapping, `[FRONTEND]:8022 -> [BACKEND]:22`,

@@ -218,6 +218,15 @@ pub fn settle<S: Copy>(quota: &mut impl Quota<S>, released: &BTreeMap<S, u64>) {
     }
 }
 
+/// What each client holds in `conns`: its entries that are not closing.
+pub fn held<A: MapFamily>(conns: &[(ConnKey<A>, Conn<Endpoint<A>>)]) -> BTreeMap<A::Source, u64> {
+    let mut held = BTreeMap::new();
+    for (key, _) in conns.iter().filter(|(_, c)| !closing(c)) {
+        *held.entry(A::source(key)).or_default() += 1;
+    }
+    held
+}
+
 /// Raises each client's count to at least what it `held` by a walk of the
 /// connections, by atomic adds: for the tables of a data path that did not
 /// count them (see `LOADED_QUOTA_BY_KERNEL`), once. Never lowers a count:
@@ -779,5 +788,12 @@ mod tests {
             [(uncounted, 3), (counted, 2), (below_zero, 1)]
         );
         assert_eq!(count_held(&mut quota, &held), 0, "once");
+        // What a walk finds held: the entries that are not closing.
+        let closed = ConnKey {
+            client_port: 1,
+            ..key()
+        };
+        let walked = [(key(), conn(8022, 0, 1)), (closed, conn(8022, CLOSED, 1))];
+        assert_eq!(super::held(&walked), [(key().client_addr, 1)].into());
     }
 }

@@ -14,7 +14,8 @@ use ssh_fwd_tests::privilege;
 
 use super::{
     super::{
-        JOB, Loaded, POD_IFINDEX, counters, delta, from_pod, load, load_with, own, test_run_tc_on,
+        JOB, Loaded, POD_IFINDEX, counters, delta, from_pod, load, load_with, map, own,
+        test_run_tc_on,
     },
     BACKEND, BANNER, CLIENT, CLIENT_ISN, Ingress, PSH, SECOND, SERVER_ISN, TC_ACT_SHOT, claims,
     each_ingress, established, frontend, half_open, handshake, reply, request, source_of,
@@ -146,7 +147,7 @@ fn second_connection(l: &Loaded, ingress: Ingress) -> Endpoint {
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_client_at_its_quota_is_held_back_and_counted_for_the_mapping() {
-    use aya::maps::{HashMap, Map, MapData};
+    use aya::maps::{HashMap, MapData};
     use ssh_fwd_common::maps::SOURCES;
 
     privilege::require();
@@ -157,9 +158,7 @@ fn a_client_at_its_quota_is_held_back_and_counted_for_the_mapping() {
     each_ingress(|ingress| {
         let l = load_with(&[JOB], two);
         handshake(&l, ingress, 8022);
-        let data = MapData::from_pin(l.layout.map(SOURCES)).expect("pin");
-        let sources: HashMap<MapData, u32, u64> =
-            HashMap::try_from(Map::from_map_data(data).expect("map")).expect("SOURCES");
+        let sources: HashMap<MapData, u32, u64> = map(&l, SOURCES);
         let client = u32::from_ne_bytes(CLIENT.octets());
         assert_eq!(sources.get(&client, 0).expect("counted"), 1);
         // A second connection from another port: within the quota.
@@ -204,7 +203,7 @@ fn a_client_at_its_quota_is_held_back_and_counted_for_the_mapping() {
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_connection_closed_both_ways_gives_its_clients_quota_back() {
-    use aya::maps::{HashMap, Map, MapData};
+    use aya::maps::{HashMap, MapData};
     use ssh_fwd_common::{conntrack::TCP_FIN, maps::SOURCES};
 
     privilege::require();
@@ -213,9 +212,7 @@ fn a_connection_closed_both_ways_gives_its_clients_quota_back() {
         ..object::Settings::default()
     };
     let l = load_with(&[JOB, SECOND], two);
-    let data = MapData::from_pin(l.layout.map(SOURCES)).expect("pin");
-    let sources: HashMap<MapData, u32, u64> =
-        HashMap::try_from(Map::from_map_data(data).expect("map")).expect("SOURCES");
+    let sources: HashMap<MapData, u32, u64> = map(&l, SOURCES);
     let client = u32::from_ne_bytes(CLIENT.octets());
     let held = || sources.get(&client, 0).unwrap_or(0);
     handshake(&l, Ingress::Tc, 8022);
@@ -352,7 +349,7 @@ fn a_claim_older_than_the_confirm_timeout_confirms_nothing() {
 fn the_kernel_counts_the_agents_changes_and_the_sweep_counts_idle_connections_off() {
     use std::time::Duration;
 
-    use aya::maps::{HashMap, Map, MapData};
+    use aya::maps::{HashMap, MapData};
     use ssh_fwd::datapath::conntrack::{Adder, ConnTables, Timeouts, clock_ns};
     use ssh_fwd_common::maps::{QuotaChange, SOURCES, SOURCES6};
 
@@ -363,12 +360,8 @@ fn the_kernel_counts_the_agents_changes_and_the_sweep_counts_idle_connections_of
     };
     let mut l = load_with(&[JOB, SECOND], two);
     let adder = Adder::from_ebpf(&mut l.ebpf).expect("the verifier accepts the quota program");
-    let open = |name| {
-        let data = MapData::from_pin(l.layout.map(name)).expect("pin");
-        Map::from_map_data(data).expect("map")
-    };
-    let sources: HashMap<MapData, u32, u64> = HashMap::try_from(open(SOURCES)).expect("SOURCES");
-    let sources6: HashMap<MapData, u64, u64> = HashMap::try_from(open(SOURCES6)).expect("SOURCES6");
+    let sources: HashMap<MapData, u32, u64> = map(&l, SOURCES);
+    let sources6: HashMap<MapData, u64, u64> = map(&l, SOURCES6);
     let client = u32::from_ne_bytes(CLIENT.octets());
     let held = || sources.get(&client, 0).ok();
     let change = |source: u64, delta: u64, family: u32| {
