@@ -9,14 +9,14 @@
 
 use std::{
     collections::VecDeque,
-    io::Read as _,
+    io::{ErrorKind, Read as _},
     net::{Ipv4Addr, SocketAddr, TcpStream},
     time::Duration,
 };
 
 use super::{
     bed::{CONNS_PER_SOURCE, FIRST_PORT, HAMMER_IP},
-    run::Run,
+    run::{Refusal, Refused, Run},
     tables::Client,
 };
 use crate::{
@@ -142,11 +142,11 @@ impl Cycle<'_, '_> {
             let (_, over) = self.open(Duration::from_secs(1));
             let mut r = self.run.records();
             match over {
-                Some(s) => {
+                Ok(s) => {
                     r.hammer.admitted_over_quota += 1;
                     self.held.push_back(s);
                 }
-                None => r.hammer.held_at_quota += 1,
+                Err(_) => r.hammer.held_at_quota += 1,
             }
         }
         self.held.clear();
@@ -158,36 +158,33 @@ impl Cycle<'_, '_> {
     fn open_under_quota(&mut self) -> bool {
         let at = self.run.now();
         let (target, got) = self.open(Duration::from_secs(2));
-        let r = self.run.records();
         match got {
-            Some(s) => {
-                drop(r);
+            Ok(s) => {
                 self.run.records().hammer.admitted += 1;
                 self.held.push_back(s);
                 true
             }
-            None => {
-                drop(r);
+            Err(how) => {
                 if !self.run.ended(&target) {
                     let root = self.run.bed.bpffs[target.node].path();
                     let kernel =
                         Client::read(root, HAMMER_IP.parse().unwrap_or(Ipv4Addr::UNSPECIFIED)).ok();
                     let held = self.held.len();
-                    self.run
-                        .records()
-                        .hammer
-                        .refused_below_quota
-                        .push((at, held, kernel));
+                    self.run.records().hammer.refused_below_quota.push(Refusal {
+                        at,
+                        held,
+                        kernel,
+                        how,
+                    });
                 }
                 false
             }
         }
     }
 
-    /// A connection to the next job in turn (so no sshd holds more
-    /// unauthenticated connections than its MaxStartups lets in, 10),
-    /// kept if sshd's banner arrives within `wait`.
-    fn open(&mut self, wait: Duration) -> (super::run::Target, Option<TcpStream>) {
+    /// A connection to the next job in turn, kept if sshd's banner arrives
+    /// within `wait`.
+    fn open(&mut self, wait: Duration) -> (super::run::Target, Result<TcpStream, Refused>) {
         self.next += 1;
         let target = self.targets[self.next % self.targets.len()].clone();
         let got = open(target.port, wait);
@@ -195,11 +192,25 @@ impl Cycle<'_, '_> {
     }
 }
 
-/// A connection that got sshd's banner, kept open.
-fn open(port: u16, wait: Duration) -> Option<TcpStream> {
-    let to = SocketAddr::from((EXTERNAL_IP.parse::<Ipv4Addr>().ok()?, port));
-    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(wait)).ok()?;
+/// A connection that got sshd's banner, kept open, or how it failed.
+fn open(port: u16, wait: Duration) -> Result<TcpStream, Refused> {
+    let to = SocketAddr::from((
+        EXTERNAL_IP
+            .parse::<Ipv4Addr>()
+            .unwrap_or(Ipv4Addr::LOCALHOST),
+        port,
+    ));
+    let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(2))
+        .map_err(|e| Refused::Handshake(e.kind().to_string()))?;
+    s.set_read_timeout(Some(wait))
+        .map_err(|e| Refused::Handshake(e.to_string()))?;
     let mut first = [0u8; 4];
-    (s.read_exact(&mut first).is_ok() && &first == b"SSH-").then_some(s)
+    match s.read_exact(&mut first) {
+        Ok(()) if &first == b"SSH-" => Ok(s),
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Err(Refused::Silent)
+        }
+        // EOF or a reset before the banner, or something else than one.
+        _ => Err(Refused::Closed),
+    }
 }

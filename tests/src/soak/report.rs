@@ -6,7 +6,7 @@ use std::{fmt::Write as _, path::PathBuf, time::Duration};
 
 use super::{
     Scale,
-    run::{Attempt, Records},
+    run::{Attempt, Records, Refusal, Refused},
     sample::Samples,
     schedule::Planned,
     tables::Tables,
@@ -135,17 +135,31 @@ impl Report {
     pub fn defects(&self) -> Vec<String> {
         let r = &self.inputs.records;
         let mut out = Vec::new();
-        for (at, held, kernel) in self.hammer_refused_outside() {
+        for refusal in self.hammer_refused_outside() {
+            let Refusal {
+                at,
+                held,
+                kernel,
+                how,
+            } = &refusal;
+            let how = match how {
+                Refused::Handshake(e) => format!("its handshake failed ({e})"),
+                Refused::Silent => "its handshake completed and no banner came".to_owned(),
+                Refused::Closed => "it was closed before the banner".to_owned(),
+            };
             out.push(format!(
-                "the hammer was held back at {} holding {held} connections, under the quota{}",
-                secs(at),
+                "the hammer was held back at {} holding {held} connections, under the quota: {how}{}",
+                secs(*at),
                 kernel.map_or(String::new(), |k| format!(
                     " (the kernel counted {} for it, holding {} open)",
                     k.counted, k.open
                 ))
             ));
         }
-        for (at, held, kernel) in &r.hammer.refused_below_quota {
+        for Refusal {
+            at, held, kernel, ..
+        } in &r.hammer.refused_below_quota
+        {
             if let Some(k) = kernel.filter(|k| k.counted > k.open) {
                 out.push(format!(
                     "the kernel counted {} connections for the hammer at {} while it held {} open ({held} by the hammer's count): a per-source count above what the client holds",
@@ -159,19 +173,20 @@ impl Report {
     }
 
     /// The hammer's refusals below the quota outside every fault window.
-    fn hammer_refused_outside(&self) -> Vec<(Duration, usize, Option<super::tables::Client>)> {
+    /// A count above the connections held is told apart; a count of the
+    /// whole quota of connections still open is right (closes the hammer
+    /// made that the pods had not answered yet).
+    fn hammer_refused_outside(&self) -> Vec<Refusal> {
         let windows = &self.inputs.records.windows;
+        let quota = u64::from(super::bed::CONNS_PER_SOURCE);
         (self.inputs.records.hammer.refused_below_quota.iter())
-            .filter(|(at, _, k)| {
-                // A count above the connections held is told apart; a
-                // count of the whole quota of connections still open is
-                // right (closes the hammer made that the pods had not
-                // answered yet), not a defect.
-                let quota = u64::from(super::bed::CONNS_PER_SOURCE);
-                super::tally::place(*at, windows) == super::tally::Placed::Outside
-                    && !k.is_some_and(|k| k.counted > k.open || k.open >= quota)
+            .filter(|r| {
+                super::tally::place(r.at, windows) == super::tally::Placed::Outside
+                    && !r
+                        .kernel
+                        .is_some_and(|k| k.counted > k.open || k.open >= quota)
             })
-            .copied()
+            .cloned()
             .collect()
     }
 
@@ -227,13 +242,19 @@ impl Report {
         let h = &r.hammer;
         let _ = writeln!(
             s,
-            "flood: {} spoofed SYNs | hammer: {} cycles, {} admitted, {} held at the quota, {} over it admitted, {} refused under it ({} outside windows)",
+            "flood: {} spoofed SYNs | hammer: {} cycles, {} admitted, {} held at the quota, {} over it admitted, {} refused under it ({} closed, {} silent, {} outside windows)",
             r.flood_sent,
             h.cycles,
             h.admitted,
             h.held_at_quota,
             h.admitted_over_quota,
             h.refused_below_quota.len(),
+            (h.refused_below_quota.iter())
+                .filter(|r| r.how == Refused::Closed)
+                .count(),
+            (h.refused_below_quota.iter())
+                .filter(|r| r.how == Refused::Silent)
+                .count(),
             self.hammer_refused_outside().len()
         );
         let mut inside: std::collections::BTreeMap<String, usize> = Default::default();

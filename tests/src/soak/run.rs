@@ -79,13 +79,40 @@ pub struct Hammer {
     pub cycles: u64,
     pub admitted: u64,
     /// Connections without a banner while the hammer held fewer than the
-    /// quota: when, how many it held, and what the kernel of the pod's node
-    /// counted for it then and held open (`None`: not read).
-    pub refused_below_quota: Vec<(Duration, usize, Option<super::tables::Client>)>,
+    /// quota.
+    pub refused_below_quota: Vec<Refusal>,
     /// Connections over the quota that were held back, as they should.
     pub held_at_quota: u64,
     /// Connections over the quota that got a banner all the same.
     pub admitted_over_quota: u64,
+}
+
+/// A connection of the hammer's that got no banner under the quota.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub at: Duration,
+    /// How many connections the hammer held then.
+    pub held: usize,
+    /// What the kernel of the pod's node counted for the hammer then and
+    /// held open (`None`: not read).
+    pub kernel: Option<super::tables::Client>,
+    pub how: Refused,
+}
+
+/// How a connection of the hammer's failed: which side stopped it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The handshake did not complete: the SYN was held back or lost on
+    /// the way (the quota's doing, or a defect).
+    Handshake(String),
+    /// The handshake completed and the connection was closed or reset
+    /// before sshd's banner (the test's sshd lets in far more
+    /// unauthenticated connections than the hammer holds, so not sshd's
+    /// MaxStartups).
+    Closed,
+    /// The handshake completed and no banner arrived in time: the data
+    /// path lost what followed it, or sshd was slow.
+    Silent,
 }
 
 pub struct Run<'a> {
