@@ -6,9 +6,14 @@
 //! contributor without root: the lints and the tests that need no
 //! privileges, the others reported as ignored.
 
-use std::process::Command;
+mod digest;
 
-use anyhow::bail;
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context as _, bail};
 
 use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
 
@@ -96,9 +101,11 @@ fn all(options: &Options) -> anyhow::Result<()> {
     );
     let (cargo_args, test_args) = split_at_dashes(&options.args);
     // Default members only: the eBPF crate builds for the bpf target, via build.rs.
-    run_cmd(
+    // Every test binary runs even after one fails: a CI run then reports
+    // every failure at once.
+    run_telling_failures(
         cargo()
-            .arg("test")
+            .args(["test", "--no-fail-fast"])
             .args(cargo_args)
             .arg("--")
             .arg("--include-ignored")
@@ -106,6 +113,45 @@ fn all(options: &Options) -> anyhow::Result<()> {
             .env("SSH_FWD_BIN", bin)
             .env("SSH_FWD_STATIC_BIN", static_bin),
     )
+}
+
+/// Runs `cmd` (a `cargo test`) with its output passed through as it
+/// comes, and if it fails, tells each failing test's message again at
+/// the end, where a log cut to its head and tail still shows them.
+fn run_telling_failures(cmd: &mut Command) -> anyhow::Result<()> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {cmd:?}"))?;
+    let mut output = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let mut out = std::io::stdout().lock();
+        for line in BufReader::new(stdout).split(b'\n') {
+            let Ok(line) = line else { break };
+            let line = String::from_utf8_lossy(&line);
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+            output.push_str(&line);
+            output.push('\n');
+        }
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {cmd:?}"))?;
+    if status.success() {
+        return Ok(());
+    }
+    let failures = digest::failures(&output);
+    if !failures.is_empty() {
+        println!("\n==> {} test(s) failed:", failures.len());
+        for (name, lines) in &failures {
+            println!("--- {name}");
+            for line in lines {
+                println!("    {line}");
+            }
+        }
+    }
+    bail!("{cmd:?} failed ({status})")
 }
 
 /// `cargo fmt --check`, and clippy with warnings as errors for every crate:
