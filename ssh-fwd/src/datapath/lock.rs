@@ -22,7 +22,7 @@ use std::{
     time::SystemTime,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 use super::{
     pins::{self, PinLayout},
@@ -56,6 +56,18 @@ struct DirId {
 pub struct Lost {
     root: String,
     holder: Holder,
+}
+
+/// Why [`AgentLock::follow`] failed: what the caller does next differs.
+#[derive(Debug, thiserror::Error)]
+pub enum FollowError {
+    /// Another process holds the directory: this agent must stop.
+    #[error(transparent)]
+    Lost(#[from] Lost),
+    /// The directory could not be made, locked or read (bpffs unmounted,
+    /// removed again meanwhile): tried again at the next resync.
+    #[error(transparent)]
+    Retry(#[from] anyhow::Error),
 }
 
 /// How many times the lock is tried when the directory is removed between
@@ -132,16 +144,14 @@ impl AgentLock {
     /// resync's first step, before anything is pinned there). A directory
     /// removed under the agent is made again and locked; one made again by
     /// someone else is locked if no one holds it. `Ok(true)`: the lock
-    /// moved. Fails with [`Lost`] if another process holds the new one,
-    /// and with another error (retried at the next resync) if the directory
-    /// cannot be made or is no longer on bpffs.
-    pub fn follow(&mut self, layout: &PinLayout) -> anyhow::Result<bool> {
+    /// moved.
+    pub fn follow(&mut self, layout: &PinLayout) -> Result<bool, FollowError> {
         pins::create_pin_dir(layout, layout.root())?;
         self.follow_dir(layout)
     }
 
     /// [`AgentLock::follow`] once the directory is there.
-    fn follow_dir(&mut self, layout: &PinLayout) -> anyhow::Result<bool> {
+    fn follow_dir(&mut self, layout: &PinLayout) -> Result<bool, FollowError> {
         let root = layout.root();
         // Removed, it has no links left: its inode number may be reused.
         let removed = self.dir.metadata().is_ok_and(|m| m.nlink() == 0);
@@ -152,17 +162,18 @@ impl AgentLock {
         match lock_at(layout, &mut || {})? {
             Attempt::Locked(lock) => *self = lock,
             Attempt::Held(holder) => {
-                return Err(Lost {
+                return Err(FollowError::Lost(Lost {
                     root: root.display().to_string(),
                     holder,
-                }
-                .into());
+                }));
             }
-            Attempt::Moved => bail!(
-                "--bpffs {} was removed again while the agent locked it; trying again at the \
-                 next resync",
-                root.display()
-            ),
+            Attempt::Moved => {
+                return Err(FollowError::Retry(anyhow!(
+                    "--bpffs {} was removed again while the agent locked it; trying again at the \
+                     next resync",
+                    root.display()
+                )));
+            }
         }
         tracing::warn!(
             bpffs = %root.display(),

@@ -22,13 +22,13 @@ pub mod external_iface;
 pub mod family;
 pub mod features;
 pub mod footprint;
-pub mod garp;
 pub mod hairpin;
 pub mod hooks;
 pub mod kernel_log;
 pub mod key;
 pub mod lock;
 pub mod maps;
+pub mod neighbour;
 pub mod netdev;
 pub mod object;
 mod outdated;
@@ -250,10 +250,8 @@ impl Datapath {
     pub async fn scan_pods(&mut self) -> anyhow::Result<Vec<PathBuf>> {
         // Nothing is pinned in a directory another agent holds. Other
         // failures (bpffs unmounted) are the resync's to report.
-        if let Err(e) = self.lock.follow(&self.layout)
-            && e.is::<lock::Lost>()
-        {
-            return Err(e);
+        if let Err(lock::FollowError::Lost(lost)) = self.lock.follow(&self.layout) {
+            return Err(lost.into());
         }
         self.pod_links.sync(&mut self.ebpf).await
     }

@@ -21,7 +21,7 @@ use ssh_fwd_common::maps::ALL_MAPS;
 
 use super::{
     Datapath, hairpin, hooks,
-    lock::Lost,
+    lock::{FollowError, Lost},
     pins::{self, PinLayout},
 };
 
@@ -87,18 +87,17 @@ impl Datapath {
     /// directory now: this agent must stop.
     pub fn restore_pins(&mut self) -> Result<Restored, Lost> {
         let mut restored = Restored::default();
-        let ready = self
-            .lock
-            .follow(&self.layout)
-            .and_then(|_| pins::create_pin_dir(&self.layout, &self.layout.version_dir()));
-        if let Err(e) = ready {
-            return match e.downcast::<Lost>() {
-                Ok(lost) => Err(lost),
-                Err(other) => {
-                    restored.errors.push(other);
-                    Ok(restored)
-                }
-            };
+        let ready = self.lock.follow(&self.layout).and_then(|_| {
+            pins::create_pin_dir(&self.layout, &self.layout.version_dir())
+                .map_err(FollowError::Retry)
+        });
+        match ready {
+            Ok(_) => {}
+            Err(FollowError::Lost(lost)) => return Err(lost),
+            Err(FollowError::Retry(e)) => {
+                restored.errors.push(e);
+                return Ok(restored);
+            }
         }
         self.map_pins.restore(&mut restored);
         let links_dir = self.layout.links_dir();

@@ -62,8 +62,9 @@ fn a_directory_made_again_and_locked_by_another_is_lost() {
     std::fs::remove_dir(layout.root()).unwrap();
     std::fs::create_dir(layout.root()).unwrap();
     let _other = AgentLock::take(&layout, ok).unwrap();
-    let e = lock.follow_dir(&layout).unwrap_err();
-    let lost = e.downcast_ref::<Lost>().expect("lost to the other holder");
+    let Err(FollowError::Lost(lost)) = lock.follow_dir(&layout) else {
+        panic!("lost to the other holder");
+    };
     assert!(lost.to_string().contains(&me()), "{lost}");
     assert!(lost.to_string().contains("this agent stops"), "{lost}");
 }
