@@ -43,6 +43,42 @@ pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     check()
 }
 
+/// Polls `check` until it finds what it looks for (`true`, or `Some`),
+/// for at most `limit`, and returns what it found; panics naming `what`
+/// if it never does. The one way a test waits for something to become
+/// true.
+pub fn eventually<F: Found>(what: &str, limit: Duration, mut check: impl FnMut() -> F) -> F::Value {
+    let mut found = None;
+    let done = wait_until(limit, || {
+        found = check().found();
+        found.is_some()
+    });
+    match found {
+        Some(value) if done => value,
+        _ => panic!("timed out after {limit:?} waiting for: {what}"),
+    }
+}
+
+/// What an [`eventually`] check returns: whether it found it, and what.
+pub trait Found {
+    type Value;
+    fn found(self) -> Option<Self::Value>;
+}
+
+impl Found for bool {
+    type Value = ();
+    fn found(self) -> Option<()> {
+        self.then_some(())
+    }
+}
+
+impl<T> Found for Option<T> {
+    type Value = T;
+    fn found(self) -> Option<T> {
+        self
+    }
+}
+
 /// `limit` stretched for a slow machine: times `SSH_FWD_TEST_TIME_SCALE`
 /// (a whole number; 1 when unset), which `cargo xtask test --kernel` sets
 /// in its emulated VM, where the verifier alone takes seconds per program.

@@ -14,7 +14,8 @@ use crate::common::{Bed, EXTERNAL_IP, FRONTEND, Session};
 use serde_json::{Value, json};
 use ssh_fwd::{k8s::api_calls, vocabulary};
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
+    Agent, Bpffs, Topology,
+    cmd::eventually,
     fake_api::{FakeApi, Kind},
     privilege, prometheus,
     topology::EXT_IFACE,
@@ -23,16 +24,6 @@ use ssh_fwd_tests::{
 const METRICS: &str = "127.0.0.1:9105";
 /// Sweeps every 5 s (an eighth of it).
 const IDLE: &str = "40s";
-
-fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(limit, || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out after {limit:?} waiting for: {what}");
-    found.unwrap()
-}
 
 fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(text).ok()

@@ -657,7 +657,18 @@ fn across_nodes_a_client_that_reconnects_from_the_same_port_through_the_other_fr
         "{:?}",
         states()
     );
-    std::thread::sleep(Duration::from_secs(2));
+    // The pod's end of the close done too (LAST_ACK answered): the next
+    // SYN from the port is a new connection to it, not a segment of the
+    // old one.
+    let pod = &bed.cluster.pods[0].ns;
+    cmd::eventually(
+        "the pod to close its end of 45679",
+        Duration::from_secs(5),
+        || {
+            cmd::run(pod.command("ss").args(["-Htan", "dport = :45679"]))
+                .is_ok_and(|out| out.trim().is_empty())
+        },
+    );
     // The same port through the other frontend: node A translates it,
     // node B learns the frontend from the SYN, and the client's ACK there
     // claims it for that frontend, not for the closed entry's.

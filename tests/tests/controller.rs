@@ -9,11 +9,15 @@ use crate::common::{EXTERNAL_IP, refused};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
+    Agent, Bpffs, Topology,
+    cmd::eventually,
     fake_api::{FakeApi, Kind},
     privilege,
     topology::EXT_IFACE,
 };
+
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(20);
 
 fn pod(name: &str, ip: &str, labels: Value) -> Value {
     json!({
@@ -51,16 +55,6 @@ fn controller(
     Agent::start_controller(node, dir.join("controller.log"), &args).unwrap()
 }
 
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(Duration::from_secs(20), || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out waiting for: {what}");
-    found.unwrap()
-}
-
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
@@ -95,7 +89,7 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
         ),
     );
     api.apply(Kind::Pod, pod("job-7-rank-1", &topo.pods[1].ip, json!({})));
-    let event: Value = eventually("the SSHReady event", || {
+    let event: Value = eventually("the SSHReady event", WAIT, || {
         api.list(Kind::Event).into_iter().find(|e| {
             e["regarding"]["name"] == "job-7-rank-0" && e["reason"] == vocabulary::reason::SSH_READY
         })
@@ -117,7 +111,7 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
     // The agent maps it once the Service and its EndpointSlice are in; the
     // command as printed lands in rank 0.
     let ssh = topo.ssh();
-    let landed = eventually("ssh through the published command", || {
+    let landed = eventually("ssh through the published command", WAIT, || {
         ssh.run_pasted(&topo.client, &command, "hostname").ok()
     });
     assert_eq!(landed, topo.pods[0].hostname);
@@ -138,10 +132,10 @@ fn controller_publishes_an_ssh_command_that_reaches_the_rank_0_pod() {
         "job-7-rank-0",
         &json!({"metadata": {"labels": {vocabulary::SSH: null}}}),
     );
-    eventually("the port to be refused", || {
+    eventually("the port to be refused", WAIT, || {
         refused(&topo.client, port).then_some(())
     });
-    eventually("the Service to be deleted", || {
+    eventually("the Service to be deleted", WAIT, || {
         api.list(Kind::Service).is_empty().then_some(())
     });
 }
@@ -170,7 +164,7 @@ fn the_ssh_command_is_told_only_once_the_data_path_maps_the_port() {
             json!({vocabulary::SSH: "enabled"}),
         ),
     );
-    eventually("the grant and the selector label", || {
+    eventually("the grant and the selector label", WAIT, || {
         let pod = api.get(Kind::Pod, "jobs", "job-8-rank-0")?;
         (pod["metadata"]["labels"][vocabulary::SERVICE] == "ssh-job-8-rank-0").then_some(())
     });
@@ -200,7 +194,7 @@ fn the_ssh_command_is_told_only_once_the_data_path_maps_the_port() {
     .map(String::from)
     .to_vec();
     let _agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &agent_args).unwrap();
-    let event: Value = eventually("the SSHReady event", || {
+    let event: Value = eventually("the SSHReady event", WAIT, || {
         api.list(Kind::Event)
             .into_iter()
             .find(|e| e["reason"] == vocabulary::reason::SSH_READY)

@@ -10,21 +10,15 @@ use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
-    fake_api::{FakeApi, Family, Kind},
+    Agent, Bpffs, Topology,
+    cmd::eventually,
+    fake_api::{FakeApi, IpFamily, Kind},
     privilege,
     topology::{CLIENT_IP6, EXT_IFACE, EXTERNAL_IP6, pod_ip6},
 };
 
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(Duration::from_secs(20), || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out waiting for: {what}");
-    found.unwrap()
-}
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(20);
 
 /// Pod 1, asking for SSH, with both its addresses.
 fn rank_0(ip4: &str) -> Value {
@@ -47,7 +41,7 @@ fn an_ipv6_first_controller_publishes_an_ipv6_command_that_reaches_the_pod() {
     topo.add_ipv6().unwrap();
     let node = &topo.nodes[0].ns;
     let api = FakeApi::start(node).unwrap();
-    api.dual_stack(Family::Ipv4);
+    api.dual_stack(IpFamily::Ipv4);
     let dir = tempfile::tempdir().unwrap();
     let mut agent_args = api.agent_args(dir.path(), EXTERNAL_IP);
     agent_args.extend(["--ssh-ip".into(), EXTERNAL_IP6.into()]);
@@ -74,7 +68,7 @@ fn an_ipv6_first_controller_publishes_an_ipv6_command_that_reaches_the_pod() {
         Agent::start_controller(node, dir.path().join("controller.log"), &controller_args).unwrap();
 
     api.apply(Kind::Pod, rank_0(&topo.pods[0].ip));
-    let event: Value = eventually("the SSHReady event", || {
+    let event: Value = eventually("the SSHReady event", WAIT, || {
         api.list(Kind::Event).into_iter().find(|e| {
             e["regarding"]["name"] == "job-6-rank-0" && e["reason"] == vocabulary::reason::SSH_READY
         })
@@ -115,7 +109,7 @@ fn an_ipv6_first_controller_publishes_an_ipv6_command_that_reaches_the_pod() {
     // The command as printed, pasted into OpenSSH, lands in the pod over
     // IPv6; the IPv4 SSH IP serves the same port.
     let ssh = topo.ssh();
-    let landed = eventually("ssh through the published command", || {
+    let landed = eventually("ssh through the published command", WAIT, || {
         ssh.run_pasted(&topo.client, &command, "hostname; echo $SSH_CLIENT")
             .ok()
     });

@@ -26,26 +26,19 @@ use ssh_fwd::{
 use ssh_fwd_tests::{
     Agent, Bpffs, Pod, Topology,
     agent::binary,
-    cmd,
+    cmd::{self, eventually},
     fake_api::{FakeApi, Kind},
     privilege,
     ssh::{SshKeys, kill_group},
     topology::EXT_IFACE,
 };
 
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(30);
+
 /// The job's sshd listens here (the pod's annotation says so); the
 /// topology's own sshd keeps port 22.
 const JOB_PORT: u16 = 2222;
-
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(Duration::from_secs(30), || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out waiting for: {what}");
-    found.unwrap()
-}
 
 /// A labelled pod as the webhook leaves it: its host key Secret named.
 fn pod(name: &str, ip: &str) -> Value {
@@ -81,7 +74,7 @@ impl Drop for JobSshd {
 /// then the job's sshd including it.
 fn start_job(api: &FakeApi, root: &Path, keys: &SshKeys, pod: &Pod, name: &str) -> JobSshd {
     let secret_name = secret_of(name);
-    let secret = eventually(&format!("{name}'s host key Secret"), || {
+    let secret = eventually(&format!("{name}'s host key Secret"), WAIT, || {
         api.get(Kind::Secret, "jobs", &secret_name)
     });
     let mounted = root.join(format!("secret-{name}"));
@@ -151,7 +144,7 @@ fn sshd(root: &Path, pod: &Pod, name: &str, first: &str, authorized: &Path) -> J
         .spawn()
         .unwrap();
     let job = JobSshd(child);
-    eventually("the job's sshd listens", || {
+    eventually("the job's sshd listens", WAIT, || {
         cmd::run(
             ns.command("ss")
                 .args(["-Hltn", &format!("sport = :{JOB_PORT}")]),
@@ -275,13 +268,13 @@ fn the_next_job_on_a_port_is_trusted_by_the_line_known_hosts_printed_with_nothin
 
     api.apply(Kind::Pod, pod("job-1", &topo.pods[0].ip));
     let first = start_job(&api, dir.path(), &keys, &topo.pods[0], "job-1");
-    let note = eventually("job-1's SSHReady event", || ready_note(&api, "job-1"));
+    let note = eventually("job-1's SSHReady event", WAIT, || ready_note(&api, "job-1"));
     assert!(
         note.contains(printed.trim()),
         "the event tells the same line: {note}"
     );
     let port = port_in(&note);
-    let landed = eventually("a strict login to job-1", || {
+    let landed = eventually("a strict login to job-1", WAIT, || {
         login(&topo, &keys, &known_hosts, port).ok()
     });
     assert_eq!(landed, topo.pods[0].hostname);
@@ -291,7 +284,7 @@ fn the_next_job_on_a_port_is_trusted_by_the_line_known_hosts_printed_with_nothin
         api.get(Kind::Secret, "jobs", &secret_of("job-1")).unwrap()["data"][KEY_FILE].clone();
     api.delete_pod("jobs", "job-1", Some(0));
     drop(first);
-    eventually("job-1's host key Secret goes with its pod", || {
+    eventually("job-1's host key Secret goes with its pod", WAIT, || {
         api.get(Kind::Secret, "jobs", &secret_of("job-1"))
             .is_none()
             .then_some(())
@@ -302,7 +295,7 @@ fn the_next_job_on_a_port_is_trusted_by_the_line_known_hosts_printed_with_nothin
     let plain = format!("HostKey {}\n", keys.dir().join("host").display());
     let authorized = keys.dir().join("authorized_keys");
     let impostor = sshd(dir.path(), &topo.pods[1], "plain", &plain, &authorized);
-    let refusal = eventually("the plain key refused on the port", || {
+    let refusal = eventually("the plain key refused on the port", WAIT, || {
         login(&topo, &keys, &known_hosts, port).err()
     });
     assert!(
@@ -311,9 +304,9 @@ fn the_next_job_on_a_port_is_trusted_by_the_line_known_hosts_printed_with_nothin
     );
     drop(impostor);
     let _second = start_job(&api, dir.path(), &keys, &topo.pods[1], "job-2");
-    let note = eventually("job-2's SSHReady event", || ready_note(&api, "job-2"));
+    let note = eventually("job-2's SSHReady event", WAIT, || ready_note(&api, "job-2"));
     assert_eq!(port_in(&note), port, "the one port again");
-    let landed = eventually("a strict login to job-2", || {
+    let landed = eventually("a strict login to job-2", WAIT, || {
         login(&topo, &keys, &known_hosts, port)
             .ok()
             .filter(|h| *h == topo.pods[1].hostname)

@@ -11,7 +11,16 @@ use std::{
     time::Duration,
 };
 
-use ssh_fwd_tests::{NetNs, SshClient, Sshd, agent::binary, cmd, privilege, ssh::SshKeys};
+use ssh_fwd_tests::{
+    NetNs, SshClient, Sshd,
+    agent::binary,
+    cmd::{self, eventually},
+    privilege,
+    ssh::SshKeys,
+};
+
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(15);
 
 /// A Secret volume as the kubelet lays it out: `authorized_keys` ->
 /// `..data/authorized_keys`, `..data` -> a timestamped directory, swapped
@@ -74,13 +83,6 @@ fn install(source: &Path, dir: &Path, uid: u32, gid: u32, extra: &[&str]) -> Com
 fn logs_in(ns: &NetNs, key: &SshClient) -> bool {
     key.run(ns, "127.0.0.1", 22, "echo in")
         .is_ok_and(|out| out == "in")
-}
-
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    assert!(
-        cmd::wait_until(Duration::from_secs(15), &mut check),
-        "timed out waiting until {what}"
-    );
 }
 
 /// The sidecar; killed when dropped.
@@ -182,13 +184,13 @@ fn install_keys_and_its_watch_give_sshd_the_secrets_keys_and_follow_their_rotati
         public(&keys, "client"),
         public(&keys, "rotated")
     ));
-    eventually("the rotated-in key logs in", || logs_in(&ns, &new));
+    eventually("the rotated-in key logs in", WAIT, || logs_in(&ns, &new));
     assert!(
         logs_in(&ns, &old),
         "the old key still does until it is removed"
     );
     secret.update(&format!("garbage line\n{}\n", public(&keys, "rotated")));
-    eventually("the removed key is refused", || !logs_in(&ns, &old));
+    eventually("the removed key is refused", WAIT, || !logs_in(&ns, &old));
     assert!(logs_in(&ns, &new));
     let meta = std::fs::metadata(&authorized).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o600, "rewritten with the same mode");
@@ -267,7 +269,7 @@ fn without_the_secret_the_file_is_empty_and_the_watch_installs_the_keys_once_it_
         .unwrap(),
     );
     let _secret = SecretVolume::new(secret_dir, &format!("{}\n", public(&keys, "client")));
-    eventually("the key of the Secret made later logs in", || {
+    eventually("the key of the Secret made later logs in", WAIT, || {
         logs_in(&ns, &client)
     });
     drop(watcher);
@@ -401,7 +403,7 @@ fn run_as_the_jobs_user_install_keys_needs_no_privilege_and_sshd_with_strict_mod
         .unwrap(),
     );
     secret.update(&format!("{}\n", public(&keys, "rotated")));
-    eventually("the rotated-in key logs in", || login(&new));
+    eventually("the rotated-in key logs in", WAIT, || login(&new));
     assert!(!login(&old), "the removed key no longer does");
     drop(watcher);
 }

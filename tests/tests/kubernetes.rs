@@ -7,11 +7,15 @@ use crate::common::{EXTERNAL_IP, Session, refused};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
+    Agent, Bpffs, Topology,
+    cmd::{self, eventually},
     fake_api::{FakeApi, Kind},
     privilege,
     topology::EXT_IFACE,
 };
+
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(15);
 
 fn lb_service(name: &str, port: u16) -> Value {
     json!({
@@ -65,13 +69,6 @@ fn no_answer(ns: &ssh_fwd_tests::NetNs, port: u16) -> bool {
         .arg(format!("exec 3<>/dev/tcp/{EXTERNAL_IP}/{port}"))
         .status();
     status.is_ok_and(|s| s.code() == Some(124))
-}
-
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    assert!(
-        cmd::wait_until(Duration::from_secs(15), &mut check),
-        "timed out waiting for: {what}"
-    );
 }
 
 /// A fake API with one LoadBalancer-class Service on pod 1, and the agent
@@ -131,20 +128,20 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
     assert_eq!(hostname(8123), "pod-1");
     // The pod moves: new logins land on the new IP.
     api.apply(Kind::EndpointSlice, slice("job-a", "ssh", "10.244.2.5"));
-    eventually("job-a moved to pod-2", || hostname(8123) == "pod-2");
+    eventually("job-a moved to pod-2", WAIT, || hostname(8123) == "pod-2");
     // A legacy externalIPs Service appears; job-a is deleted -> refused.
     api.apply(Kind::Service, legacy_service("job-b", 8124));
     api.apply(Kind::EndpointSlice, slice("job-b", "", "10.244.1.5"));
-    eventually("job-b mapped", || hostname(8124) == "pod-1");
+    eventually("job-b mapped", WAIT, || hostname(8124) == "pod-1");
     let mut session = Session::open(&ssh, &topo.client, 8124).unwrap();
     api.delete(Kind::Service, "jobs", "job-a");
-    eventually("job-a's port refused", || refused(&topo.client, 8123));
+    eventually("job-a's port refused", WAIT, || refused(&topo.client, 8123));
 
     // Metrics and readiness. The per-mapping rows are rendered off the
     // scrape's path and may lag a scrape behind.
     let metrics = metric(node, "/metrics");
     assert!(metrics.contains("ssh_fwd_mappings 1"), "{metrics}");
-    eventually("job-b's row in /metrics", || {
+    eventually("job-b's row in /metrics", WAIT, || {
         metric(node, "/metrics").contains("ssh_fwd_mapping_packets_total{mapping=\"jobs/job-b\"")
     });
     let ready = metric(node, "/readyz");
@@ -162,7 +159,7 @@ fn agent_follows_services_and_endpointslices_and_survives_losing_the_api() {
             .unwrap_or(0)
     };
     let before = reconciles();
-    eventually("two resyncs with the API down", || {
+    eventually("two resyncs with the API down", WAIT, || {
         reconciles() >= before + 2
     });
     assert_eq!(hostname(8124), "pod-1");
@@ -209,7 +206,9 @@ fn an_address_the_node_gains_after_start_is_refused_as_a_backend() {
         let value = metrics.lines().find_map(|l| l.strip_prefix(&prefix));
         value.and_then(|v| v.parse::<u64>().ok())
     };
-    eventually("job-a mapped", || gauge("ssh_fwd_mappings") == Some(1));
+    eventually("job-a mapped", WAIT, || {
+        gauge("ssh_fwd_mappings") == Some(1)
+    });
     // A bridge with a gateway address appears in the node's namespace (the
     // test's own, gone with it).
     for args in [
@@ -221,7 +220,7 @@ fn an_address_the_node_gains_after_start_is_refused_as_a_backend() {
     }
     api.apply(Kind::Service, legacy_service("hostnet", 8125));
     api.apply(Kind::EndpointSlice, slice("hostnet", "", "10.244.9.1"));
-    eventually("hostnet counted as invalid", || {
+    eventually("hostnet counted as invalid", WAIT, || {
         gauge("ssh_fwd_invalid_services") == Some(1)
     });
     // Refused, so never mapped: job-a's is the only mapping, in the
@@ -334,17 +333,19 @@ fn agents_share_one_cross_node_key_kept_in_a_secret_and_keep_it_without_the_api(
     } = kube_bed(node, &[]);
     // The first agent makes the key and puts it in force.
     let mut first = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
-    eventually("the first agent creates the Secret", || {
+    eventually("the first agent creates the Secret", WAIT, || {
         key_in_secret(&api).is_some()
     });
     let key = key_in_secret(&api).unwrap();
-    eventually("the key is in force", || key_in_force(&bpffs) == Some(key));
+    eventually("the key is in force", WAIT, || {
+        key_in_force(&bpffs) == Some(key)
+    });
     first.stop().unwrap();
 
     // An agent on another node reads it and makes none of its own.
     let other = Bpffs::new().unwrap();
     let mut second = Agent::start_with(node, &[EXT_IFACE], &other, &args).unwrap();
-    eventually("the second agent puts the same key in force", || {
+    eventually("the second agent puts the same key in force", WAIT, || {
         key_in_force(&other) == Some(key)
     });
     second.stop().unwrap();
@@ -393,12 +394,12 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
     api.apply(Kind::EndpointSlice, slice("job-c", "ssh", "10.244.1.5"));
     let agent = Agent::start_with(node, &[EXT_IFACE], &bpffs, &args).unwrap();
     let ranges = |list: &[&str]| json!({"spec": {"loadBalancerSourceRanges": list}});
-    eventually("job-c mapped", || allow_on(&bpffs, 8125).is_some());
+    eventually("job-c mapped", WAIT, || allow_on(&bpffs, 8125).is_some());
     assert_eq!(allow_on(&bpffs, 8123), Some(Value::Null), "no list: open");
 
     // The client's range: written to the maps, and the client logs in.
     api.patch(Kind::Service, "jobs", "job-a", &ranges(&["192.0.2.0/24"]));
-    eventually("job-a's list in the maps", || {
+    eventually("job-a's list in the maps", WAIT, || {
         allow_on(&bpffs, 8123) == Some(json!(["192.0.2.0/24"]))
     });
     let ssh = topo.ssh();
@@ -414,7 +415,7 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
         "job-a",
         &ranges(&["198.51.100.0/24"]),
     );
-    eventually("job-a's new list in the maps", || {
+    eventually("job-a's new list in the maps", WAIT, || {
         allow_on(&bpffs, 8123) == Some(json!(["198.51.100.0/24"]))
     });
     assert!(no_answer(&topo.client, 8123), "no answer");
@@ -424,7 +425,7 @@ fn load_balancer_source_ranges_reach_the_maps_and_a_bad_one_skips_only_its_servi
     // A range with bits past its prefix: job-a is skipped and counted,
     // job-c is as it was.
     api.patch(Kind::Service, "jobs", "job-a", &ranges(&["192.0.2.1/24"]));
-    eventually("job-a skipped", || allow_on(&bpffs, 8123).is_none());
+    eventually("job-a skipped", WAIT, || allow_on(&bpffs, 8123).is_none());
     let metrics = metric(node, "/metrics");
     assert!(
         metrics.lines().any(|l| l == "ssh_fwd_invalid_services 1"),
@@ -481,7 +482,7 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
         ssh.run(&topo.client, EXTERNAL_IP, 8125, "hostname")
             .unwrap_or_default()
     };
-    eventually("job-g mapped", || hostname() == "pod-1");
+    eventually("job-g mapped", WAIT, || hostname() == "pod-1");
     let mut session = Session::open(&ssh, &topo.client, 8125).unwrap();
 
     api.delete_pod("jobs", "g-0", Some(6));
@@ -493,7 +494,7 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
         json!({"ready": false, "serving": true, "terminating": true}),
         "the delete is accepted and the endpoint marked"
     );
-    eventually("job-g draining in the maps", || {
+    eventually("job-g draining in the maps", WAIT, || {
         bpffs
             .list_of("mappings")
             .is_ok_and(|m| m[0]["draining"] == json!(true))
@@ -504,7 +505,7 @@ fn a_pod_in_its_grace_period_keeps_its_sessions_and_takes_no_new_login() {
     assert!(!agent.log().contains("mapping removed"), "{}", agent.log());
 
     // The grace ends, the pod goes, and its mapping with it.
-    eventually("job-g's port refused once the pod is gone", || {
+    eventually("job-g's port refused once the pod is gone", WAIT, || {
         refused(&topo.client, 8125)
     });
     drop(session);

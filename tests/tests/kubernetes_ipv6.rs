@@ -8,11 +8,15 @@ use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, NetNs, Topology, cmd,
-    fake_api::{FakeApi, Family, Kind},
+    Agent, Bpffs, NetNs, Topology,
+    cmd::eventually,
+    fake_api::{FakeApi, IpFamily, Kind},
     privilege,
     topology::{CLIENT_IP6, EXT_IFACE, EXTERNAL_IP6, pod_ip6},
 };
+
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(15);
 
 /// A LoadBalancer of our class, dual-stack, with both SSH IPs in its
 /// status, selecting pod `app`.
@@ -65,13 +69,6 @@ fn refused(ns: &NetNs, ip: &str, port: u16) -> bool {
     matches!(out, Ok(o) if !o.status.success())
 }
 
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    assert!(
-        cmd::wait_until(Duration::from_secs(15), &mut check),
-        "timed out waiting for: {what}"
-    );
-}
-
 #[test]
 #[ignore = "needs root, network namespaces and BPF: `cargo xtask test` runs it"]
 fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_not_over_ipv6() {
@@ -80,7 +77,7 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
     topo.add_ipv6().unwrap();
     let node = &topo.nodes[0].ns;
     let api = FakeApi::start(node).unwrap();
-    api.dual_stack(Family::Ipv4);
+    api.dual_stack(IpFamily::Ipv4);
     api.create(Kind::Pod, pod("dual")).unwrap();
     api.create(Kind::Pod, pod("legacy")).unwrap();
     api.create(Kind::Service, dual_lb("dual", 8123)).unwrap();
@@ -125,7 +122,7 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
         refused(&topo.client, EXTERNAL_IP6, 8124),
         "an IPv4-only Service maps nothing on its IPv6 external IP"
     );
-    eventually("the warning naming the family", || {
+    eventually("the warning naming the family", WAIT, || {
         agent.log().contains("endpoints only of the other")
     });
 
@@ -154,6 +151,7 @@ fn a_dual_stack_service_reaches_its_pod_over_each_family_and_an_ipv4_only_one_no
     );
     eventually(
         "dual's IPv4 frontend closed after it became IPv6 only",
+        WAIT,
         || refused(&topo.client, EXTERNAL_IP, 8123),
     );
     assert!(login(EXTERNAL_IP6, 8123).starts_with("pod-1\n"));

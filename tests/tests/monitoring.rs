@@ -307,7 +307,7 @@ const ANNOUNCING_ONLY: [&str; 2] = ["ssh_fwd_announce_configured", "ssh_fwd_anno
 
 /// One metric family as `/metrics` describes it.
 #[derive(Debug, Default)]
-struct Family {
+struct MetricFamily {
     kind: String,
     help: String,
     /// Which binaries export it: agent, controller or both.
@@ -324,8 +324,8 @@ fn family_of(name: &str) -> &str {
 }
 
 /// Every family the agent and the controller export now, by name.
-fn live_families(node: &NetNs) -> BTreeMap<String, Family> {
-    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+fn live_families(node: &NetNs) -> BTreeMap<String, MetricFamily> {
+    let mut families: BTreeMap<String, MetricFamily> = BTreeMap::new();
     for (from, addr) in [("agent", AGENT_METRICS), ("controller", CONTROLLER_METRICS)] {
         let (status, body) = prometheus::get_in(node, addr, "/metrics").unwrap();
         assert_eq!(status, 200, "{body}");
@@ -373,7 +373,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 /// too.
 fn every_query_names_live_families_and_answers(
     prometheus: &Prometheus<'_>,
-    families: &BTreeMap<String, Family>,
+    families: &BTreeMap<String, MetricFamily>,
 ) {
     let text = std::fs::read_to_string(Path::new(MONITORING).join("dashboard.json")).unwrap();
     let dashboard: Value = serde_json::from_str(&text).unwrap();
@@ -440,7 +440,7 @@ fn every_query_names_live_families_and_answers(
 
 /// A help text; a time in seconds and a size in bytes named so; a counter
 /// never a gauge named `_total`.
-fn every_family_has_help_and_its_unit(families: &BTreeMap<String, Family>) {
+fn every_family_has_help_and_its_unit(families: &BTreeMap<String, MetricFamily>) {
     for (name, family) in families {
         assert!(!family.help.trim().is_empty(), "{name} has no # HELP");
         assert!(
@@ -474,7 +474,7 @@ fn every_family_has_help_and_its_unit(families: &BTreeMap<String, Family>) {
 }
 
 /// The table of docs/operations.md's `### Metrics the binaries export`.
-fn the_operations_guide_lists_every_family(families: &BTreeMap<String, Family>) {
+fn the_operations_guide_lists_every_family(families: &BTreeMap<String, MetricFamily>) {
     let mut table =
         String::from("| metric | type | from | what it says |\n| --- | --- | --- | --- |\n");
     for (name, family) in families {

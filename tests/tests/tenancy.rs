@@ -14,11 +14,15 @@ use crate::common::EXTERNAL_IP;
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
+    Agent, Bpffs, Topology,
+    cmd::eventually,
     fake_api::{FakeApi, Kind},
     privilege,
     topology::EXT_IFACE,
 };
+
+/// How long a wait for the agents or the controller may take.
+const WAIT: Duration = Duration::from_secs(30);
 
 /// The victim's namespace and the attacker's.
 // The attacker's sorts first, so that it would win any tie of age.
@@ -149,7 +153,7 @@ impl Bed {
             n,
             json!({vocabulary::SSH: vocabulary::SSH_ENABLED}),
         );
-        let port = eventually("the job's SSHReady event", || {
+        let port = eventually("the job's SSHReady event", WAIT, || {
             let event = self.api.list(Kind::Event).into_iter().find(|e| {
                 e["regarding"]["namespace"] == namespace
                     && e["regarding"]["name"] == name
@@ -159,7 +163,7 @@ impl Bed {
             note.rsplit_once(" -p ")?.1.parse::<u16>().ok()
         });
         let hostname = &self.topo.pods[n].hostname;
-        eventually("ssh to the job's port", || {
+        eventually("ssh to the job's port", WAIT, || {
             (self.landed(port).as_deref() == Some(hostname.as_str())).then_some(())
         });
         port
@@ -212,16 +216,6 @@ fn taken((code, answer): (u16, Value)) {
 
 const VICTIM_JOB: &str = "victim-job";
 const ATTACKER_JOB: &str = "attacker-job";
-
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(Duration::from_secs(30), || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out waiting for: {what}");
-    found.unwrap()
-}
 
 /// Creation times are kept to the second: what is made after this is
 /// younger than what was made before, never the same age.
@@ -281,6 +275,7 @@ fn a_tenant_adding_a_victims_port_to_its_older_load_balancer_takes_nothing() {
     bed.victim_holds(taken, 1, &uid, Duration::from_secs(8));
     eventually(
         "the attacker's Service put back as the controller made it",
+        WAIT,
         || {
             let svc = bed.service(ATTACKER_NS, &attacker_svc)?;
             (ports_of(&svc) == [u64::from(own)]).then_some(())
@@ -315,7 +310,7 @@ fn a_tenants_older_external_ips_service_takes_nothing_by_default() {
         None,
         "an externalIPs Service is not honoured unless --honour-styles says so"
     );
-    eventually("the tenant told why, on its Service", || {
+    eventually("the tenant told why, on its Service", WAIT, || {
         bed.api.list(Kind::Event).into_iter().find(|e| {
             e["metadata"]["namespace"] == ATTACKER_NS
                 && e["regarding"]["name"] == "sneaky"
@@ -335,7 +330,7 @@ fn a_granted_port_beats_an_older_external_ips_service_where_those_are_honoured()
     let bed = Bed::start(Some("loadbalancer,externalips"));
     bed.pod(ATTACKER_NS, "mine-0", 0, json!({"app": "mine"}));
     own_external_ips_service(&bed, "sneaky", json!({}), 15_999);
-    eventually("the tenant's own externalIPs port", || {
+    eventually("the tenant's own externalIPs port", WAIT, || {
         (bed.landed(15_999).as_deref() == Some(bed.topo.pods[0].hostname.as_str())).then_some(())
     });
     older_by_a_second();
@@ -366,7 +361,7 @@ fn a_pod_joining_another_jobs_service_by_label_is_not_its_backend() {
         0,
         json!({vocabulary::SERVICE: service}),
     );
-    eventually("the intruder in the victim's EndpointSlice", || {
+    eventually("the intruder in the victim's EndpointSlice", WAIT, || {
         bed.api.list(Kind::EndpointSlice).into_iter().find(|s| {
             s["metadata"]["namespace"] == VICTIM_NS
                 && s["endpoints"].as_array().is_some_and(|e| e.len() == 2)
@@ -423,14 +418,18 @@ fn a_tenants_change_to_its_own_jobs_service_is_put_back_and_told() {
         &name,
         &json!({"spec": {"selector": {"app": "other"}, "externalIPs": [EXTERNAL_IP]}}),
     );
-    eventually("the Service put back as the controller made it", || {
-        let svc = bed.service(ATTACKER_NS, &name)?;
-        let selector = &svc["spec"]["selector"];
-        let back =
-            *selector == json!({vocabulary::SERVICE: name}) && svc["spec"]["externalIPs"].is_null();
-        back.then_some(())
-    });
-    let told = eventually("the pod told", || {
+    eventually(
+        "the Service put back as the controller made it",
+        WAIT,
+        || {
+            let svc = bed.service(ATTACKER_NS, &name)?;
+            let selector = &svc["spec"]["selector"];
+            let back = *selector == json!({vocabulary::SERVICE: name})
+                && svc["spec"]["externalIPs"].is_null();
+            back.then_some(())
+        },
+    );
+    let told = eventually("the pod told", WAIT, || {
         bed.api.list(Kind::Event).into_iter().find(|e| {
             e["regarding"]["name"] == ATTACKER_JOB
                 && e["reason"] == vocabulary::reason::SERVICE_RESTORED

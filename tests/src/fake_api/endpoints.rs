@@ -40,51 +40,51 @@ fn labels(service: &Value, name: &str) -> Value {
 /// An address family, as `spec.ipFamilies` and a slice's `addressType`
 /// name it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Family {
+pub enum IpFamily {
     #[default]
     Ipv4,
     Ipv6,
 }
 
-impl Family {
-    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+impl IpFamily {
+    pub const ALL: [IpFamily; 2] = [IpFamily::Ipv4, IpFamily::Ipv6];
 
     pub fn name(self) -> &'static str {
         match self {
-            Family::Ipv4 => "IPv4",
-            Family::Ipv6 => "IPv6",
+            IpFamily::Ipv4 => "IPv4",
+            IpFamily::Ipv6 => "IPv6",
         }
     }
 
     fn holds(self, address: &str) -> bool {
-        address.contains(':') == (self == Family::Ipv6)
+        address.contains(':') == (self == IpFamily::Ipv6)
     }
 
     /// The suffix of the slice emulated for this family.
     fn suffix(self) -> &'static str {
         match self {
-            Family::Ipv4 => "emulated",
-            Family::Ipv6 => "emulated-ipv6",
+            IpFamily::Ipv4 => "emulated",
+            IpFamily::Ipv6 => "emulated-ipv6",
         }
     }
 }
 
 /// The `namespace/name` of the slice of `family` emulated for a Service.
-pub fn slice_key(service_key: &str, family: Family) -> String {
+pub fn slice_key(service_key: &str, family: IpFamily) -> String {
     format!("{service_key}-{}", family.suffix())
 }
 
 /// Whether `service` has slices of `family`: one for each of its
 /// `ipFamilies` (IPv4 when it has none).
-fn has_family(service: &Value, family: Family) -> bool {
+fn has_family(service: &Value, family: IpFamily) -> bool {
     match service["spec"]["ipFamilies"].as_array() {
         Some(families) => families.iter().any(|f| f == family.name()),
-        None => family == Family::Ipv4,
+        None => family == IpFamily::Ipv4,
     }
 }
 
 /// The pod's address of `family`: from `status.podIPs`, or `status.podIP`.
-fn pod_address(pod: &Value, family: Family) -> Option<Value> {
+fn pod_address(pod: &Value, family: IpFamily) -> Option<Value> {
     let listed = pod["status"]["podIPs"].as_array().into_iter().flatten();
     listed
         .map(|ip| &ip["ip"])
@@ -114,7 +114,7 @@ pub fn selects(service: &Value, pod: &Value) -> bool {
 pub fn slice_for<'a>(
     service: &Value,
     pods: impl Iterator<Item = &'a Value>,
-    family: Family,
+    family: IpFamily,
 ) -> Option<Value> {
     service["spec"]["selector"]
         .as_object()
@@ -220,7 +220,7 @@ mod tests {
             pod
         };
         let conditions = |pod: Value| {
-            slice_for(&service, [pod].iter(), Family::Ipv4).expect("slice")["endpoints"][0]
+            slice_for(&service, [pod].iter(), IpFamily::Ipv4).expect("slice")["endpoints"][0]
                 ["conditions"]
                 .clone()
         };
@@ -239,7 +239,7 @@ mod tests {
         let mut published = service.clone();
         published["spec"]["publishNotReadyAddresses"] = json!(true);
         let slice =
-            slice_for(&published, [pod(true, "False")].iter(), Family::Ipv4).expect("slice");
+            slice_for(&published, [pod(true, "False")].iter(), IpFamily::Ipv4).expect("slice");
         assert_eq!(slice["endpoints"][0]["conditions"]["ready"], json!(true));
     }
 
@@ -251,7 +251,7 @@ mod tests {
                                     SERVICE_NAME: "spoofed", MANAGED_BY: "someone"}},
             "spec": {"selector": {"app": "a"}, "ports": [{"port": 8022}], "clusterIP": "None"}
         });
-        let slice = slice_for(&service, std::iter::empty(), Family::Ipv4).expect("slice");
+        let slice = slice_for(&service, std::iter::empty(), IpFamily::Ipv4).expect("slice");
         assert_eq!(
             slice["metadata"]["labels"],
             json!({"service.kubernetes.io/service-proxy-name": "ssh-fwd",

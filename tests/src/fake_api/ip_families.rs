@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use super::{endpoints::Family, status::ApiError};
+use super::{endpoints::IpFamily, status::ApiError};
 
 const SINGLE: &str = "SingleStack";
 const PREFER: &str = "PreferDualStack";
@@ -20,26 +20,26 @@ const REQUIRE: &str = "RequireDualStack";
 
 /// The service families a cluster is configured with, its primary first.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterFamilies(Vec<Family>);
+pub struct ClusterFamilies(Vec<IpFamily>);
 
 impl Default for ClusterFamilies {
     fn default() -> Self {
-        Self(vec![Family::Ipv4])
+        Self(vec![IpFamily::Ipv4])
     }
 }
 
 impl ClusterFamilies {
     /// A single-stack cluster of `family`.
-    pub fn single(family: Family) -> Self {
+    pub fn single(family: IpFamily) -> Self {
         Self(vec![family])
     }
 
     /// A dual-stack cluster whose primary family is `primary`.
-    pub fn dual(primary: Family) -> Self {
+    pub fn dual(primary: IpFamily) -> Self {
         Self(vec![primary, other(primary)])
     }
 
-    fn primary(&self) -> Family {
+    fn primary(&self) -> IpFamily {
         self.0[0]
     }
 
@@ -52,10 +52,10 @@ impl ClusterFamilies {
     }
 }
 
-fn other(family: Family) -> Family {
+fn other(family: IpFamily) -> IpFamily {
     match family {
-        Family::Ipv4 => Family::Ipv6,
-        Family::Ipv6 => Family::Ipv4,
+        IpFamily::Ipv4 => IpFamily::Ipv6,
+        IpFamily::Ipv6 => IpFamily::Ipv4,
     }
 }
 
@@ -152,10 +152,10 @@ pub fn init(
 }
 
 fn other_name(family: &str) -> &'static str {
-    if family == Family::Ipv4.name() {
-        Family::Ipv6.name()
+    if family == IpFamily::Ipv4.name() {
+        IpFamily::Ipv6.name()
     } else {
-        Family::Ipv4.name()
+        IpFamily::Ipv4.name()
     }
 }
 
@@ -163,7 +163,7 @@ fn other_name(family: &str) -> &'static str {
 fn standalone(families: &[String], policy: &str) -> Vec<String> {
     let mut causes = Vec::new();
     for (i, family) in families.iter().enumerate() {
-        if !Family::ALL.iter().any(|f| f.name() == family) {
+        if !IpFamily::ALL.iter().any(|f| f.name() == family) {
             causes.push(format!(
                 "spec.ipFamilies[{i}]: Unsupported value: \"{family}\": supported values: \
                  \"IPv4\", \"IPv6\""

@@ -54,7 +54,7 @@ use crate::NetNs;
 pub use admission::{Policies, Target};
 pub use auth::UserInfo;
 pub use cluster::{Cluster, DEPLOY_NAMESPACE, deploy_base};
-pub use endpoints::Family;
+pub use endpoints::IpFamily;
 pub use install::{ApiKind, Installed};
 use ip_families::ClusterFamilies;
 pub use rbac::Attributes;
@@ -611,13 +611,13 @@ impl FakeApi {
     /// Plays an IPv6-only cluster (a Service created without `ipFamilies`
     /// gets IPv6, and IPv6 endpoints only; one asking for IPv4 is refused).
     pub fn ipv6_only(&self) {
-        self.shared.store().service_families = ClusterFamilies::single(Family::Ipv6);
+        self.shared.store().service_families = ClusterFamilies::single(IpFamily::Ipv6);
     }
 
     /// Plays a dual-stack cluster whose primary family is `primary`: a
     /// Service of `PreferDualStack` or `RequireDualStack` gets both
     /// families, and a slice of each.
-    pub fn dual_stack(&self, primary: Family) {
+    pub fn dual_stack(&self, primary: IpFamily) {
         self.shared.store().service_families = ClusterFamilies::dual(primary);
     }
 

@@ -471,7 +471,7 @@ impl Store {
         let mut changes = Vec::new();
         for (key, family) in services
             .iter()
-            .flat_map(|key| endpoints::Family::ALL.map(|family| (key, family)))
+            .flat_map(|key| endpoints::IpFamily::ALL.map(|family| (key, family)))
         {
             let slice_key = endpoints::slice_key(key, family);
             let wanted = self.get(Kind::Service, key).and_then(|service| {

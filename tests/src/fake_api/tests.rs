@@ -10,7 +10,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{FakeApi, Family, Kind};
+use super::{FakeApi, IpFamily, Kind};
 
 fn service(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -323,7 +323,7 @@ fn a_delayed_request_is_carried_out_after_its_delay_even_once_given_up() {
 #[test]
 fn a_services_ip_families_are_defaulted_and_choose_its_slices() {
     let api = FakeApi::start_on_loopback().unwrap();
-    api.dual_stack(Family::Ipv6);
+    api.dual_stack(IpFamily::Ipv6);
     let pod = json!({"metadata": {"name": "p", "namespace": "jobs", "labels": {"app": "a"}},
                      "spec": {"containers": [{"name": "c", "image": "i"}]},
                      "status": {"podIP": "fd00::5", "podIPs": [{"ip": "fd00::5"}, {"ip": "10.244.1.5"}],
@@ -367,7 +367,7 @@ fn a_services_ip_families_are_defaulted_and_choose_its_slices() {
 #[test]
 fn a_dual_stack_service_gets_a_slice_of_each_family_and_takes_an_ipv6_load_balancer_ip() {
     let api = FakeApi::start_on_loopback().unwrap();
-    api.dual_stack(Family::Ipv4);
+    api.dual_stack(IpFamily::Ipv4);
     let pod = json!({"metadata": {"name": "p", "namespace": "jobs", "labels": {"app": "a"}},
                      "spec": {"containers": [{"name": "c", "image": "i"}]},
                      "status": {"podIP": "10.244.1.5", "podIPs": [{"ip": "10.244.1.5"}, {"ip": "fd00::5"}],

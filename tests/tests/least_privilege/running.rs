@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 use ssh_fwd::vocabulary;
 use ssh_fwd_tests::{
-    Agent, Bpffs, Topology, cmd,
+    Agent, Bpffs, Topology,
+    cmd::{self, eventually},
     fake_api::{FakeApi, Kind},
     privilege,
     topology::EXT_IFACE,
@@ -18,16 +19,6 @@ use ssh_fwd_tests::{
 use crate::common::{EXTERNAL_IP, Session};
 
 const NODE: &str = "e2e-node";
-
-fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let mut found = None;
-    let done = cmd::wait_until(limit, || {
-        found = check();
-        found.is_some()
-    });
-    assert!(done, "timed out after {limit:?} waiting for: {what}");
-    found.unwrap()
-}
 
 /// A kubeconfig with `token`, whose namespace is `ssh-fwd` (where the
 /// agents' ConfigMaps and the Leases are), written into `dir`.

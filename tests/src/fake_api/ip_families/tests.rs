@@ -36,7 +36,7 @@ fn refused(cluster: &ClusterFamilies, families: Option<&[&str]>, policy: Option<
 fn a_service_without_families_gets_the_primary_one_single_stack() {
     let v4 = ClusterFamilies::default();
     assert_eq!(created(&v4, None, None), json!([["IPv4"], "SingleStack"]));
-    let dual6 = ClusterFamilies::dual(Family::Ipv6);
+    let dual6 = ClusterFamilies::dual(IpFamily::Ipv6);
     assert_eq!(
         created(&dual6, None, None),
         json!([["IPv6"], "SingleStack"])
@@ -45,7 +45,7 @@ fn a_service_without_families_gets_the_primary_one_single_stack() {
 
 #[test]
 fn prefer_dual_stack_gets_both_families_on_a_dual_stack_cluster_and_one_elsewhere() {
-    let dual = ClusterFamilies::dual(Family::Ipv4);
+    let dual = ClusterFamilies::dual(IpFamily::Ipv4);
     let prefer = Some("PreferDualStack");
     assert_eq!(
         created(&dual, None, prefer),
@@ -71,7 +71,7 @@ fn require_dual_stack_is_refused_on_a_single_stack_cluster() {
         "Service \"ssh-a\" is invalid: spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": \
          this cluster is not configured for dual-stack services"
     );
-    let dual = ClusterFamilies::dual(Family::Ipv4);
+    let dual = ClusterFamilies::dual(IpFamily::Ipv4);
     assert_eq!(
         created(&dual, None, Some("RequireDualStack")),
         json!([["IPv4", "IPv6"], "RequireDualStack"])
@@ -82,7 +82,7 @@ fn require_dual_stack_is_refused_on_a_single_stack_cluster() {
 fn two_families_need_a_dual_stack_policy_even_when_none_is_given() {
     // No policy on a create defaults to SingleStack, which two families
     // contradict.
-    let dual = ClusterFamilies::dual(Family::Ipv4);
+    let dual = ClusterFamilies::dual(IpFamily::Ipv4);
     for policy in [None, Some("SingleStack")] {
         assert_eq!(
             refused(&dual, Some(&["IPv4", "IPv6"]), policy),
@@ -95,7 +95,7 @@ fn two_families_need_a_dual_stack_policy_even_when_none_is_given() {
 
 #[test]
 fn a_family_the_cluster_lacks_is_refused_by_its_index() {
-    let v6 = ClusterFamilies::single(Family::Ipv6);
+    let v6 = ClusterFamilies::single(IpFamily::Ipv6);
     assert_eq!(
         refused(&v6, Some(&["IPv4"]), None),
         "Service \"ssh-a\" is invalid: spec.ipFamilies[0]: Invalid value: \"IPv4\": not \
@@ -112,7 +112,7 @@ fn a_family_the_cluster_lacks_is_refused_by_its_index() {
 
 #[test]
 fn unknown_or_repeated_values_are_refused() {
-    let dual = ClusterFamilies::dual(Family::Ipv4);
+    let dual = ClusterFamilies::dual(IpFamily::Ipv4);
     assert!(refused(&dual, Some(&["IPv5"]), None).ends_with(
         "spec.ipFamilies[0]: Unsupported value: \"IPv5\": supported values: \"IPv4\", \"IPv6\""
     ));
@@ -143,7 +143,7 @@ fn external_ips_are_not_checked_against_the_families() {
 fn updated(old: &Value, change: impl FnOnce(&mut Value)) -> Result<Value, String> {
     let mut next = old.clone();
     change(&mut next);
-    let cluster = ClusterFamilies::dual(Family::Ipv4);
+    let cluster = ClusterFamilies::dual(IpFamily::Ipv4);
     init(&mut next, Some(old), &cluster).map_err(|e| e.message)?;
     Ok(json!([
         next["spec"]["ipFamilies"],
@@ -154,7 +154,7 @@ fn updated(old: &Value, change: impl FnOnce(&mut Value)) -> Result<Value, String
 #[test]
 fn on_update_the_first_family_never_changes_and_the_second_goes_only_with_single_stack() {
     let mut old = service(None, Some("PreferDualStack"));
-    init(&mut old, None, &ClusterFamilies::dual(Family::Ipv4)).unwrap();
+    init(&mut old, None, &ClusterFamilies::dual(IpFamily::Ipv4)).unwrap();
     let message = updated(&old, |s| s["spec"]["ipFamilies"] = json!(["IPv6", "IPv4"])).unwrap_err();
     assert!(
         message.ends_with(

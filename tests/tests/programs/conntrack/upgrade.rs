@@ -32,7 +32,8 @@ fn an_older_connection_is_restored_on_its_frontend_and_tracked_only_once_its_cli
         flags: 0,
     };
     tables
-        .seed_legacy(
+        .legacy()
+        .seed(
             &[backend()],
             &[(key, recorded)],
             clock_ns() + 3_600_000_000_000,
@@ -89,7 +90,8 @@ fn older_connections_are_restored_only_while_their_backend_is_marked_and_only_le
     let mut tables = ConnTables::open_pinned(&l.layout).expect("tables");
     let now = clock_ns();
     tables
-        .seed_legacy(&[backend()], &[], now + 3_600_000_000_000)
+        .legacy()
+        .seed(&[backend()], &[], now + 3_600_000_000_000)
         .expect("seed");
     let frame = reply(TCP_ACK, 9_000, 3_000, 50);
     // On lo (not external): untouched, no state.
@@ -100,7 +102,8 @@ fn older_connections_are_restored_only_while_their_backend_is_marked_and_only_le
     assert_eq!(from_pod(&l, &syn_ack).1, syn_ack);
     // Once the grace period ended (and the sweep ran), nothing is restored.
     tables
-        .seed_legacy(&[backend()], &[], now.saturating_sub(1))
+        .legacy()
+        .seed(&[backend()], &[], now.saturating_sub(1))
         .expect("seed");
     assert_eq!(from_pod(&l, &frame).1, frame);
     let swept = tables.sweep(
