@@ -91,6 +91,8 @@ fn see<P: Packet>(p: &P) -> Option<Seen> {
     if u16::from_be_bytes(ether_type) != ETH_P_ARP {
         return None;
     }
+    // Counted as what it is, as without `--announce`: not IP (a
+    // neighbour solicitation not ours is `PassNotTcp`, being IP).
     let not_ours = Some(Seen::Pass(Outcome::PassNotIp));
     let Some(mut frame) = read::<P, ARP_FRAME_LEN>(p, 0) else {
         return not_ours;

@@ -134,6 +134,8 @@ fn load<P: Packet, const N: usize>(p: &P, frame: &mut [u8; NDP_FRAME_LLA_LEN]) -
 /// frame's `len` bytes; `Err`: passed, counted as this.
 #[inline(always)]
 fn see<P: Packet>(p: &P, frame: &mut [u8; NDP_FRAME_LLA_LEN]) -> Result<usize, Outcome> {
+    // Counted as what it is, as without `--announce`: an ICMPv6 packet,
+    // IP but not TCP (an ARP frame not ours is `PassNotIp`, not being IP).
     let not_ours = Outcome::PassNotTcp;
     let payload = read::<P, 2>(p, ETH_HLEN + IPV6_PAYLOAD_LEN_OFF).ok_or(not_ours)?;
     let len = ETH_HLEN + IPV6_HLEN + u16::from_be_bytes(payload) as usize;

@@ -4,22 +4,23 @@
 //! advertisements that tell the segment when announcing starts. The
 //! kernel programs answer; this task only decides what they answer for
 //! ([`desired`], pure, one rule for both families) and sends the
-//! announcements ([`Garps`]).
+//! announcements ([`Adverts`]).
 //!
 //! Without Kubernetes this node announces unconditionally on every
 //! external interface that is up. The entries are pinned: an agent that
 //! exits leaves them, and the data path keeps answering, as it keeps
 //! forwarding.
 
+mod adverts;
 mod answers;
 mod foreign;
-mod garps;
+mod holding;
+mod lease_io;
 mod lease_name;
 mod lease_write;
 pub mod leases;
 mod macs;
 mod node_lease;
-mod owner;
 mod routes;
 
 use std::{
@@ -39,7 +40,7 @@ use tokio::{
     time::{MissedTickBehavior, interval},
 };
 
-pub use garps::Garps;
+pub use adverts::Adverts;
 
 use super::args::{AgentArgs, AnnounceMode};
 use foreign::ForeignClaims;
@@ -50,7 +51,7 @@ use crate::datapath::{
         claimants::{self, AgentMacs},
         mac_text,
     },
-    garp::GarpSocket,
+    neighbour::NeighbourSocket,
     netdev::{self, Link, Netlink},
     pins::PinLayout,
     status::unix_ms,
@@ -178,7 +179,7 @@ impl AnnounceMetrics {
 /// neighbour solicitations for it and the node's own services would be
 /// reachable on it). Opens the socket the gratuitous ARPs and neighbour
 /// advertisements go out on, which needs `CAP_NET_RAW`.
-pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
+pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<NeighbourSocket>> {
     super::args::check_announce(agent).map_err(anyhow::Error::msg)?;
     let (args, ssh_ips) = (&agent.announce, &agent.ssh_ips[..]);
     if args.announce != AnnounceMode::L2 {
@@ -197,7 +198,7 @@ pub async fn prepare(agent: &AgentArgs) -> anyhow::Result<Option<GarpSocket>> {
             remove_command(ip, &iface)
         );
     }
-    let socket = GarpSocket::open().context(
+    let socket = NeighbourSocket::open().context(
         "--announce l2 sends gratuitous ARPs and neighbour advertisements on a packet socket, \
          which needs CAP_NET_RAW: add NET_RAW to the agent's capabilities",
     )?;
@@ -301,7 +302,7 @@ pub fn spawn(
     args: &AgentArgs,
     external: &[String],
     layout: &PinLayout,
-    socket: Option<GarpSocket>,
+    socket: Option<NeighbourSocket>,
     client: Option<kube::Client>,
     metrics: AnnounceMetrics,
     ready: impl Fn() -> bool + Send + 'static,
@@ -389,7 +390,7 @@ pub async fn run(
     ssh_ips: Vec<IpAddr>,
     ifaces: Vec<String>,
     garp_interval: Option<Duration>,
-    socket: GarpSocket,
+    socket: NeighbourSocket,
     metrics: AnnounceMetrics,
 ) -> anyhow::Result<()> {
     let mut map = Announcements::open_pinned(&layout)?;
@@ -398,7 +399,7 @@ pub async fn run(
     let mut foreign = ForeignClaims::new(metrics.foreign_claims.clone());
     let netlink = Netlink::open()?;
     let external: BTreeSet<String> = ifaces.into_iter().collect();
-    let mut garps = Garps::new(socket, garp_interval, metrics.clone());
+    let mut adverts = Adverts::new(socket, garp_interval, metrics.clone());
     let (tx, mut links_changed) = mpsc::channel(1);
     if let Err(e) = netdev::watch_links(tx) {
         tracing::warn!(
@@ -409,12 +410,12 @@ pub async fn run(
     let mut rescan = interval(RESCAN);
     rescan.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
-        let wake = garps.next_due();
+        let wake = adverts.next_due();
         tokio::select! {
             _ = rescan.tick() => {}
             Some(()) = links_changed.recv() => {}
             () = sleep_until(wake) => {
-                garps.send_due(Instant::now());
+                adverts.send_due(Instant::now());
                 continue;
             }
         }
@@ -445,7 +446,7 @@ pub async fn run(
         for key in &plan.deletes {
             tracing::info!(ssh_ip = %key.ip, ifindex = key.ifindex, "no longer answering {} for the SSH IP", asks(key.ip));
         }
-        garps.track(&want, &plan, Instant::now());
+        adverts.track(&want, &plan, Instant::now());
         record(&metrics, &map)?;
     }
 }

@@ -74,7 +74,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut source = Source::open(&args, &metrics).await?;
     let ifaces = iface::choose(&args, source.kube_client(), &metrics.external_ifaces).await?;
     environment::check(&args, &ifaces).await;
-    let garp_socket = announce::prepare(&args).await?;
+    let neighbour_socket = announce::prepare(&args).await?;
     let key_source = cross_node_key::source(&args, source.kube_client())?;
     // What cannot work across nodes is refused now, before the node is
     // touched, and at every reload of the mappings file.
@@ -153,7 +153,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         &args,
         &ifaces,
         &layout,
-        garp_socket,
+        neighbour_socket,
         source.kube_client(),
         metrics.announce.clone(),
         move || ready.is_ready(),

@@ -420,7 +420,7 @@ pub struct KubeFollower {
 impl KubeFollower {
     async fn open(args: &AgentArgs, metrics: &AgentMetrics) -> anyhow::Result<Self> {
         let api = k8s::client::open(args.kubeconfig.as_deref()).await?;
-        k8s::selector::check(&api.client, &args.selector)
+        k8s::selector_check::check(&api.client, &args.selector)
             .await
             .with_context(|| format!("Kubernetes API server {}", api.server))?;
         let policy = Policy {

@@ -79,7 +79,7 @@ fn whole(command: &str, matches: &clap::ArgMatches) -> Option<String> {
     let cli = Cli::from_arg_matches(matches).ok()?;
     match (command, cli.command) {
         ("controller", crate::cli::Command::Controller(args)) => {
-            controller::flags::check(&args).err().map(|e| e.to_string())
+            controller::args::check(&args).err().map(|e| e.to_string())
         }
         _ => None,
     }

@@ -26,8 +26,8 @@ mod grant;
 
 use super::{
     api_error::{self, Grant},
+    election::Term,
     expect::Done,
-    lease::Term,
     metrics::ControllerMetrics,
     plan::{Action, DeleteReason, Problem},
     pod::PodRef,

@@ -1,6 +1,10 @@
 //! `ssh-fwd controller`'s flags. Doc comments here are the `--help` text.
 
+mod check;
+
 use std::{path::PathBuf, time::Duration};
+
+pub use check::{FlagError, check, ssh_ips};
 
 use crate::{args::ServiceStyle, vocabulary};
 

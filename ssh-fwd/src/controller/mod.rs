@@ -15,12 +15,11 @@
 mod activity;
 mod api_error;
 mod apply;
-mod args;
+pub mod args;
+mod election;
 mod expect;
-pub mod flags;
 mod host_certs;
 mod leader;
-mod lease;
 mod metrics;
 mod plan;
 mod pod;
@@ -50,15 +49,15 @@ use crate::{
 };
 use apply::Context;
 pub use args::ControllerArgs;
+use election::Elector;
 use leader::Leadership;
-use lease::Elector;
 use metrics::ControllerMetrics;
 use plan::upkeep::Upkeep;
 use world::dirty::DirtyLog;
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    let host = flags::check(&args)?;
-    let ssh_ips = flags::ssh_ips(&args)?;
+    let host = args::check(&args)?;
+    let ssh_ips = args::ssh_ips(&args)?;
     let published = ssh_ips.published();
     args.admission.check()?;
     let identity = match &args.identity {
@@ -74,7 +73,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         args.host_ca.validity()?;
     }
     let client = k8s::client::connect(args.kubeconfig.as_deref()).await?;
-    k8s::selector::check(&client, &args.selector).await?;
+    k8s::selector_check::check(&client, &args.selector).await?;
     if args.admission.host_certs && args.admission.webhook_addr.is_none() {
         tracing::warn!(
             "--host-certs without --webhook-addr: the CA is published, but no pod is given a host key Secret to issue into (the webhook names it); serve the webhook too"
@@ -95,7 +94,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     metrics
         .port_range_size
         .set(i64::from(args.port_range.end() - args.port_range.start()) + 1);
-    let term = Arc::new(lease::Term::default());
+    let term = Arc::new(election::Term::default());
     let namespace = args.lease_namespace.clone();
     let changes = Changes::new();
     let dirty = Arc::new(DirtyLog::default());

@@ -6,8 +6,8 @@
 //! `ssh-fwd list conns`. Each is done for both families' tables ([`CONNS`]
 //! and [`CONNS6`]...) by the same code, generic over the family
 //! ([`MapFamily`]). With them, the tables an upgrade
-//! leaves for the connections of an older data path ([`LEGACY`],
-//! [`LEGACY_CONNS`]): seeded once, swept when their time ends.
+//! leaves for the connections of an older data path ([`legacy`]): seeded
+//! once, swept when their time ends.
 //!
 //! The half-open and claim tables are LRUs the kernel churns: nothing
 //! sweeps them (a half-open entry or a claim past its use only waits to be
@@ -15,6 +15,7 @@
 //! which ends whatever the kernel removes meanwhile.
 
 pub mod activity;
+mod legacy;
 mod quota;
 mod table;
 mod take;
@@ -35,7 +36,7 @@ use ssh_fwd_common::{
     maps::{
         Addr6, CLAIMS, CLAIMS6, CONN_STATS, CONN_STATS6, CONNS, CONNS6, Claim, ClaimKey, Conn,
         ConnKey, ConnStats, Ended, Endpoint, HALF_OPEN, HALF_OPEN6, HalfOpen, HalfOpenKey, LEGACY,
-        LEGACY_CONN_CAPACITY, LEGACY_CONNS, NatTarget, SOURCES, SOURCES6,
+        LEGACY_CONNS, SOURCES, SOURCES6,
     },
     outcome::Outcome,
 };
@@ -46,6 +47,7 @@ use super::{
     maps::open_pin,
     pins::PinLayout,
 };
+pub use legacy::Legacy;
 pub use quota::Adder;
 use table::Table;
 
@@ -152,8 +154,7 @@ struct FamilyTables<A: MapFamily> {
 pub struct ConnTables {
     v4: FamilyTables<u32>,
     v6: FamilyTables<Addr6>,
-    legacy: HashMap<MapData, Endpoint, u64>,
-    legacy_conns: HashMap<MapData, ConnKey, NatTarget>,
+    legacy: Legacy,
     /// How removals are counted off what clients hold; without it (tables
     /// opened from their pins, see [`ConnTables::with_quota`]) they are not.
     quota: Option<Adder>,
@@ -233,8 +234,10 @@ impl ConnTables {
                 sources: HashMap::try_from(sources6).context(SOURCES6)?,
                 stats: HashMap::try_from(stats6).context(CONN_STATS6)?,
             },
-            legacy: HashMap::try_from(legacy).context(LEGACY)?,
-            legacy_conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
+            legacy: Legacy {
+                backends: HashMap::try_from(legacy).context(LEGACY)?,
+                conns: HashMap::try_from(legacy_conns).context(LEGACY_CONNS)?,
+            },
             quota: None,
         })
     }
@@ -250,61 +253,16 @@ impl ConnTables {
         self.quota.as_ref()
     }
 
-    /// Marks `backends` as forwarded to by an older data path until `until`
-    /// (kernel clock), and records the frontends it kept for `conns`
-    /// (backends behind several frontends). Returns how many connections
-    /// fit; the others fall back to their backend's primary frontend.
-    pub fn seed_legacy(
-        &mut self,
-        backends: &[Endpoint],
-        conns: &[(ConnKey, NatTarget)],
-        until: u64,
-    ) -> anyhow::Result<usize> {
-        for backend in backends {
-            self.legacy.insert(backend, until, 0).with_context(|| {
-                format!("writing {LEGACY} entry {}", super::maps::show(backend))
-            })?;
-        }
-        let fit = conns.len().min(LEGACY_CONN_CAPACITY as usize);
-        for (key, target) in &conns[..fit] {
-            self.legacy_conns
-                .insert(key, target, 0)
-                .with_context(|| format!("writing {LEGACY_CONNS}"))?;
-        }
-        Ok(fit)
-    }
-
-    /// Removes the legacy entries whose time ended by `now`, and the
-    /// recorded frontends of their connections; returns the backends left.
-    fn sweep_legacy(&mut self, now: u64) -> u64 {
-        let mut live = BTreeSet::new();
-        let mut ended = Vec::new();
-        for (backend, until) in Table::entries(&self.legacy) {
-            if until <= now {
-                ended.push(backend);
-            } else {
-                live.insert(backend);
-            }
-        }
-        for backend in &ended {
-            let _ = self.legacy.remove(backend);
-        }
-        let stale: Vec<ConnKey> = Table::entries(&self.legacy_conns)
-            .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| !live.contains(&k.backend()))
-            .collect();
-        for key in stale {
-            let _ = self.legacy_conns.remove(&key);
-        }
-        live.len() as u64
+    /// The tables an upgrade leaves for an older data path's connections.
+    pub fn legacy(&mut self) -> &mut Legacy {
+        &mut self.legacy
     }
 
     /// Removes what has ended by `now` (on the kernel programs' clock, see
-    /// [`clock_ns`]), and sets what each client holds in [`SOURCES`] to
-    /// what the walk found. Entries are read first and removed after, so
-    /// the walk is not disturbed; an entry the kernel removed, refreshed or
-    /// replaced meanwhile stays.
+    /// [`clock_ns`]), and counts what it removed off what its clients hold
+    /// in [`SOURCES`] (through the kernel: [`quota`]). Entries are read
+    /// first and removed after, so the walk is not disturbed; an entry the
+    /// kernel removed, refreshed or replaced meanwhile stays.
     pub fn sweep(&mut self, now: u64, t: &Timeouts) -> Swept {
         self.sweep_all(now, t).swept
     }
@@ -322,7 +280,7 @@ impl ConnTables {
         let quota = self.quota.as_ref();
         self.v4.sweep(now, &limits, quota, &mut sweep);
         self.v6.sweep(now, &limits, quota, &mut sweep);
-        sweep.swept.legacy_backends = self.sweep_legacy(now);
+        sweep.swept.legacy_backends = self.legacy.sweep(now);
         sweep
     }
 

@@ -31,9 +31,9 @@ const MIN_FRAME: usize = 60;
 
 /// An `AF_PACKET` socket that only sends (protocol 0: it receives
 /// nothing).
-pub struct GarpSocket(OwnedFd);
+pub struct NeighbourSocket(OwnedFd);
 
-impl GarpSocket {
+impl NeighbourSocket {
     pub fn open() -> io::Result<Self> {
         packet_socket(0, 0).map(Self)
     }

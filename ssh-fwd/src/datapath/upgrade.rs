@@ -137,7 +137,7 @@ impl Takeover {
                     .with_context(|| format!("writing {MAPPING_NAMES} slot {slot}"))?;
             }
         }
-        tables.seed_legacy(&self.backends(), &self.conns, until)
+        tables.legacy().seed(&self.backends(), &self.conns, until)
     }
 
     /// Moves v3's pinned links (external interfaces and pods') into this

@@ -19,7 +19,7 @@ pub struct Api {
 /// connection would also end a quiet watch, which waits for events as long
 /// as its server-side `timeoutSeconds` (kube's watcher: 290 s, with its own
 /// idle timeout just above). Calls that must not wait for ever carry their
-/// own deadline ([`super::selector::check`] at start-up, the controller's
+/// own deadline ([`super::selector_check::check`] at start-up, the controller's
 /// calls under leadership).
 pub async fn connect(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
     Ok(open(kubeconfig).await?.client)

@@ -1,10 +1,10 @@
-//! When gratuitous ARPs (for an IPv6 SSH IP, unsolicited neighbour
-//! advertisements) go out: [`BURST`] of them, [`SPACING`] apart, when
+//! When adverts go out (an advert: a gratuitous ARP reply, or for an
+//! IPv6 SSH IP an unsolicited neighbour advertisement): [`BURST`] of them, [`SPACING`] apart, when
 //! this node starts to answer for an SSH IP on an interface (or the
 //! interface's MAC changes), so that every neighbour and switch moves to
 //! it even if one frame is lost; then, with `--announce-garp-interval`,
 //! one per interval for as long as it answers. The schedule is pure
-//! ([`Garps::take_due`]) and the same for both families; sending is one
+//! ([`Adverts::take_due`]) and the same for both families; sending is one
 //! `sendto` each.
 
 use std::{
@@ -16,7 +16,7 @@ use std::{
 use super::AnnounceMetrics;
 use crate::datapath::{
     announce::{AnnounceAt, Desired, Plan},
-    garp::GarpSocket,
+    neighbour::NeighbourSocket,
 };
 
 /// Gratuitous ARPs sent when announcing starts.
@@ -34,8 +34,8 @@ struct Pending {
 }
 
 /// The schedule and the socket.
-pub struct Garps {
-    socket: Option<GarpSocket>,
+pub struct Adverts {
+    socket: Option<NeighbourSocket>,
     every: Option<Duration>,
     metrics: AnnounceMetrics,
     pending: BTreeMap<AnnounceAt, Pending>,
@@ -43,8 +43,8 @@ pub struct Garps {
     failing: bool,
 }
 
-impl Garps {
-    pub fn new(socket: GarpSocket, every: Option<Duration>, metrics: AnnounceMetrics) -> Self {
+impl Adverts {
+    pub fn new(socket: NeighbourSocket, every: Option<Duration>, metrics: AnnounceMetrics) -> Self {
         Self {
             socket: Some(socket),
             every,
@@ -196,16 +196,16 @@ mod tests {
     #[test]
     fn a_start_sends_a_spaced_burst_and_then_nothing_by_default() {
         let key = AnnounceAt::new(3, Ipv4Addr::new(198, 18, 0, 10));
-        let mut garps = Garps::unsent(None);
+        let mut adverts = Adverts::unsent(None);
         let t0 = Instant::now();
         let (announced, plan) = started(key);
-        garps.track(&announced, &plan, t0);
-        assert_eq!(garps.take_due(t0), vec![(key, MAC)]);
-        assert_eq!(garps.take_due(t0 + SPACING / 2), vec![], "spaced");
-        assert_eq!(garps.next_due(), Some(t0 + SPACING));
-        assert_eq!(garps.take_due(t0 + SPACING).len(), 1);
-        assert_eq!(garps.take_due(t0 + SPACING * 2).len(), 1);
-        assert_eq!(garps.next_due(), None, "{BURST} in all");
+        adverts.track(&announced, &plan, t0);
+        assert_eq!(adverts.take_due(t0), vec![(key, MAC)]);
+        assert_eq!(adverts.take_due(t0 + SPACING / 2), vec![], "spaced");
+        assert_eq!(adverts.next_due(), Some(t0 + SPACING));
+        assert_eq!(adverts.take_due(t0 + SPACING).len(), 1);
+        assert_eq!(adverts.take_due(t0 + SPACING * 2).len(), 1);
+        assert_eq!(adverts.next_due(), None, "{BURST} in all");
     }
 
     #[test]
@@ -222,34 +222,34 @@ mod tests {
             deletes: vec![],
         };
         let announced = Desired::from([(v4, MAC), (v6, MAC)]);
-        let mut garps = Garps::unsent(None);
+        let mut adverts = Adverts::unsent(None);
         let t0 = Instant::now();
-        garps.track(&announced, &plan, t0);
+        adverts.track(&announced, &plan, t0);
         for n in 0..BURST {
             let t = t0 + SPACING * n;
-            assert_eq!(garps.take_due(t), vec![(v4, MAC), (v6, MAC)], "{n}");
+            assert_eq!(adverts.take_due(t), vec![(v4, MAC), (v6, MAC)], "{n}");
         }
-        assert_eq!(garps.next_due(), None);
+        assert_eq!(adverts.next_due(), None);
     }
 
     #[test]
     fn with_an_interval_one_goes_out_each_interval_until_withdrawn() {
         let key = AnnounceAt::new(3, Ipv4Addr::new(198, 18, 0, 10));
         let every = Duration::from_secs(30);
-        let mut garps = Garps::unsent(Some(every));
+        let mut adverts = Adverts::unsent(Some(every));
         let t0 = Instant::now();
         let (announced, plan) = started(key);
-        garps.track(&announced, &plan, t0);
+        adverts.track(&announced, &plan, t0);
         let mut t = t0;
         for _ in 0..BURST {
-            assert_eq!(garps.take_due(t).len(), 1);
+            assert_eq!(adverts.take_due(t).len(), 1);
             t += SPACING;
         }
         let last = t - SPACING;
-        assert_eq!(garps.next_due(), Some(last + every));
-        assert_eq!(garps.take_due(last + every).len(), 1);
-        assert_eq!(garps.next_due(), Some(last + every * 2));
-        garps.track(&Desired::new(), &Plan::default(), last + every);
-        assert_eq!(garps.next_due(), None, "withdrawn: nothing more");
+        assert_eq!(adverts.next_due(), Some(last + every));
+        assert_eq!(adverts.take_due(last + every).len(), 1);
+        assert_eq!(adverts.next_due(), Some(last + every * 2));
+        adverts.track(&Desired::new(), &Plan::default(), last + every);
+        assert_eq!(adverts.next_due(), None, "withdrawn: nothing more");
     }
 }

@@ -18,7 +18,7 @@ use ssh_fwd_common::{arp::Arp, maps::MAC_OF_AGENT, ndp::Ndp};
 
 use crate::datapath::{
     announce::{AnnounceAt, Desired, claimants::Macs},
-    garp::{ArpListener, NdpListener, ndp_answered_by_other},
+    neighbour::{ArpListener, NdpListener, ndp_answered_by_other},
 };
 
 /// Each SSH IP another node holds, with the MACs its holder published

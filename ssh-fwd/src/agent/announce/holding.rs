@@ -61,8 +61,41 @@ pub enum Action {
     Withdraw,
 }
 
+/// What one node knows of one SSH IP when it decides its next step.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// The Lease as last read.
+    pub lease: Option<&'a LeaseSpec>,
+    /// The watch has listed once, so a missing Lease is really missing.
+    pub synced: bool,
+    /// This node may answer: attached, synced, an external interface up.
+    pub ready: bool,
+    /// Another agent claimed the SSH IP since this node's last renewal.
+    pub heard_other: bool,
+    /// When the holder last answered this node's probe for the SSH IP.
+    pub answered: Option<Instant>,
+}
+
+// The tests' usual case, changed field by field where a case differs.
+#[cfg(test)]
+impl<'a> Seen<'a> {
+    /// A ready node with a listed watch that heard no other agent and no
+    /// answer to a probe, reading `lease`.
+    pub fn ready(lease: Option<&'a LeaseSpec>) -> Self {
+        Self {
+            lease,
+            synced: true,
+            ready: true,
+            heard_other: false,
+            answered: None,
+        }
+    }
+}
+
+/// This node's holding of one SSH IP's Lease: whether it answers for the
+/// SSH IP, and what it tracks to decide its next step.
 #[derive(Debug)]
-pub struct Owner {
+pub struct Holding {
     me: String,
     renew: Duration,
     observed: Observed,
@@ -79,7 +112,7 @@ pub struct Owner {
     /// Stopped answering and written nothing since: a Lease that still
     /// names us is renewed before we answer for it again.
     withdrawn: bool,
-    /// The last renewal tried while [`Owner::withdrawn`].
+    /// The last renewal tried while [`Holding::withdrawn`].
     retried: Option<Instant>,
     /// The watch on another node's holding.
     watch: Watch,
@@ -89,7 +122,7 @@ pub struct Owner {
 pub const PROBES: u32 = 3;
 
 /// A standby's watch on the holder's data path: a probe every
-/// [`Owner::probe_every`], and how many in a row went unanswered.
+/// [`Holding::probe_every`], and how many in a row went unanswered.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct Watch {
     /// The holder watched; another holder starts the count again.
@@ -103,7 +136,7 @@ struct Watch {
     /// When the last answer to this watch's probes was heard.
     answered: Option<Instant>,
 }
-impl Owner {
+impl Holding {
     pub fn new(me: &str, renew: Duration) -> Self {
         Self {
             me: me.to_owned(),
@@ -149,19 +182,15 @@ impl Owner {
         Action::Read
     }
 
-    /// The step for the Lease as last read (`synced`: the watch has listed
-    /// once, so a missing Lease is really missing), given readiness,
-    /// whether another agent claimed the SSH IP since our last renewal, and
-    /// when the holder last answered our probe for it.
-    pub fn next(
-        &mut self,
-        lease: Option<&LeaseSpec>,
-        synced: bool,
-        ready: bool,
-        heard_other: bool,
-        answered: Option<Instant>,
-        now: Instant,
-    ) -> Action {
+    /// The step for what this node has `seen` of the SSH IP.
+    pub fn next(&mut self, seen: &Seen<'_>, now: Instant) -> Action {
+        let Seen {
+            lease,
+            synced,
+            ready,
+            heard_other,
+            answered,
+        } = *seen;
         let step = decide(lease, &self.me, &mut self.observed, now);
         if !matches!(step, Step::Wait { .. }) || !ready {
             self.watch = Watch::default();
@@ -315,11 +344,26 @@ mod tests {
 
     #[test]
     fn a_ready_node_creates_a_missing_lease_only_once_the_watch_has_listed() {
-        let (mut a, now) = (Owner::new("a", RENEW), Instant::now());
-        assert_eq!(a.next(None, false, true, false, None, now), Action::Nothing);
-        assert_eq!(a.next(None, true, true, false, None, now), Action::Create);
+        let (mut a, now) = (Holding::new("a", RENEW), Instant::now());
         assert_eq!(
-            a.next(None, true, false, false, None, now),
+            a.next(
+                &Seen {
+                    synced: false,
+                    ..Seen::ready(None)
+                },
+                now
+            ),
+            Action::Nothing
+        );
+        assert_eq!(a.next(&Seen::ready(None), now), Action::Create);
+        assert_eq!(
+            a.next(
+                &Seen {
+                    ready: false,
+                    ..Seen::ready(None)
+                },
+                now
+            ),
             Action::Nothing,
             "not ready"
         );
@@ -328,30 +372,24 @@ mod tests {
     #[test]
     fn a_holder_renews_each_period_and_a_standby_takes_over_after_the_duration() {
         let t0 = Instant::now();
-        let (mut a, mut b) = (Owner::new("a", RENEW), Owner::new("b", RENEW));
+        let (mut a, mut b) = (Holding::new("a", RENEW), Holding::new("b", RENEW));
         a.wrote(t0);
         let lease = held_by("a");
+        assert_eq!(a.next(&Seen::ready(Some(&lease)), t0), Action::Nothing);
         assert_eq!(
-            a.next(Some(&lease), true, true, false, None, t0),
-            Action::Nothing
-        );
-        assert_eq!(
-            a.next(Some(&lease), true, true, false, None, t0 + RENEW),
+            a.next(&Seen::ready(Some(&lease)), t0 + RENEW),
             Action::Renew
         );
         assert_eq!(
-            b.next(Some(&lease), true, true, false, None, t0),
+            b.next(&Seen::ready(Some(&lease)), t0),
             Action::Probe { unicast: false },
             "a standby watches the holder"
         );
         let expired = t0 + Duration::from_secs(2);
-        assert_eq!(
-            b.next(Some(&lease), true, true, false, None, expired),
-            Action::Take
-        );
+        assert_eq!(b.next(&Seen::ready(Some(&lease)), expired), Action::Take);
         // The Lease shows b now: a stops answering.
         assert_eq!(
-            a.next(Some(&held_by("b")), true, true, false, None, expired),
+            a.next(&Seen::ready(Some(&held_by("b"))), expired),
             Action::Withdraw
         );
     }
@@ -359,23 +397,32 @@ mod tests {
     #[test]
     fn a_holder_that_cannot_renew_answers_until_it_hears_another_node() {
         let t0 = Instant::now();
-        let mut a = Owner::new("a", RENEW);
+        let mut a = Holding::new("a", RENEW);
         a.wrote(t0);
         let lease = held_by("a");
         let late = t0 + RENEW * 4;
-        assert_eq!(
-            a.next(Some(&lease), true, true, false, None, late),
-            Action::Renew
-        );
+        assert_eq!(a.next(&Seen::ready(Some(&lease)), late), Action::Renew);
         assert!(a.held, "no renewal, nobody heard: still answering");
         assert_eq!(
-            a.next(Some(&lease), true, true, true, None, late),
+            a.next(
+                &Seen {
+                    heard_other: true,
+                    ..Seen::ready(Some(&lease))
+                },
+                late
+            ),
             Action::Withdraw
         );
         // Heard while renewing fine: a neighbour's mistake, not a takeover.
         a.wrote(late);
         assert_eq!(
-            a.next(Some(&lease), true, true, true, None, late),
+            a.next(
+                &Seen {
+                    heard_other: true,
+                    ..Seen::ready(Some(&lease))
+                },
+                late
+            ),
             Action::Nothing
         );
     }
@@ -383,46 +430,49 @@ mod tests {
     #[test]
     fn a_node_that_is_not_ready_gives_the_lease_up_and_takes_none() {
         let t0 = Instant::now();
-        let mut a = Owner::new("a", RENEW);
+        let mut a = Holding::new("a", RENEW);
         a.wrote(t0);
         assert_eq!(
-            a.next(Some(&held_by("a")), true, false, false, None, t0),
+            a.next(
+                &Seen {
+                    ready: false,
+                    ..Seen::ready(Some(&held_by("a")))
+                },
+                t0
+            ),
             Action::Release
         );
         a.withdrew();
         let free = held_by("");
         assert_eq!(
-            a.next(Some(&free), true, false, false, None, t0),
+            a.next(
+                &Seen {
+                    ready: false,
+                    ..Seen::ready(Some(&free))
+                },
+                t0
+            ),
             Action::Nothing
         );
-        assert_eq!(
-            a.next(Some(&free), true, true, false, None, t0),
-            Action::Take
-        );
+        assert_eq!(a.next(&Seen::ready(Some(&free)), t0), Action::Take);
     }
 
     #[test]
     fn a_standby_whose_take_failed_reads_the_lease_before_it_takes_again() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let free = held_by("");
-        assert_eq!(
-            b.next(Some(&free), true, true, false, None, t0),
-            Action::Take
-        );
+        assert_eq!(b.next(&Seen::ready(Some(&free)), t0), Action::Take);
         b.take_failed(t0);
         assert_eq!(
-            b.next(Some(&free), true, true, false, None, t0 + ms(100)),
+            b.next(&Seen::ready(Some(&free)), t0 + ms(100)),
             Action::Nothing,
             "one try a period"
         );
-        assert_eq!(
-            b.next(Some(&free), true, true, false, None, t0 + RENEW),
-            Action::Read
-        );
+        assert_eq!(b.next(&Seen::ready(Some(&free)), t0 + RENEW), Action::Read);
         b.read(Some(&free), t0 + RENEW);
         assert_eq!(
-            b.next(Some(&free), true, true, false, None, t0 + RENEW),
+            b.next(&Seen::ready(Some(&free)), t0 + RENEW),
             Action::Take,
             "a free Lease, read again: taken at once"
         );
@@ -431,21 +481,18 @@ mod tests {
     #[test]
     fn a_standby_whose_take_failed_sends_no_take_that_could_land_when_the_api_comes_back() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         // The API stalls for everyone at t0: a's renewals stop reaching it,
         // b's watch shows nothing new, and b's take is not answered.
         let lease = held_by("a");
-        b.next(Some(&lease), true, true, false, None, t0);
+        b.next(&Seen::ready(Some(&lease)), t0);
         let expired = t0 + ms(2_000);
-        assert_eq!(
-            b.next(Some(&lease), true, true, false, None, expired),
-            Action::Take
-        );
+        assert_eq!(b.next(&Seen::ready(Some(&lease)), expired), Action::Take);
         b.take_failed(expired);
         let mut reads = 0;
         for n in 1..=120 {
             let now = expired + ms(250 * n);
-            match b.next(Some(&lease), true, true, false, None, now) {
+            match b.next(&Seen::ready(Some(&lease)), now) {
                 Action::Read => {
                     reads += 1;
                     b.read_failed(now);
@@ -458,17 +505,14 @@ mod tests {
         // The API is back and shows the Lease as it was: the holder gets a
         // full duration, from now, to renew before it is taken.
         let back = expired + ms(30_500);
-        assert_eq!(
-            b.next(Some(&lease), true, true, false, None, back),
-            Action::Read
-        );
+        assert_eq!(b.next(&Seen::ready(Some(&lease)), back), Action::Read);
         b.read(Some(&lease), back);
         assert!(matches!(
-            b.next(Some(&lease), true, true, false, None, back + ms(1_900)),
+            b.next(&Seen::ready(Some(&lease)), back + ms(1_900)),
             Action::Probe { .. } | Action::Nothing
         ));
         assert_eq!(
-            b.next(Some(&lease), true, true, false, None, back + ms(2_000)),
+            b.next(&Seen::ready(Some(&lease)), back + ms(2_000)),
             Action::Take,
             "a holder that did not renew with the API back is gone"
         );
@@ -484,11 +528,17 @@ mod tests {
     #[test]
     fn a_standby_takes_over_a_holder_whose_data_path_went_silent_once_it_missed_a_renewal() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let lease = held_by("a");
         let mut at = |t: u64, answered: u64| {
             let answered = (answered > 0).then(|| t0 + ms(answered));
-            b.next(Some(&lease), true, true, false, answered, t0 + ms(t))
+            b.next(
+                &Seen {
+                    answered: answered,
+                    ..Seen::ready(Some(&lease))
+                },
+                t0 + ms(t),
+            )
         };
         assert_eq!(at(0, 0), BROADCAST, "whoever holds it");
         assert_eq!(at(50, 1), Action::Nothing, "a fifth of a period apart");
@@ -512,17 +562,23 @@ mod tests {
     #[test]
     fn a_silent_data_path_of_a_holder_that_renews_is_not_taken_over() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let first = held_by("a");
         let renewed = LeaseSpec {
             lease_transitions: Some(1),
             ..held_by("a")
         };
-        assert_eq!(b.next(Some(&first), true, true, false, None, t0), BROADCAST);
+        assert_eq!(b.next(&Seen::ready(Some(&first)), t0), BROADCAST);
         let heard = Some(t0 + ms(1));
         for t in [100, 200, 300, 400] {
             assert!(matches!(
-                b.next(Some(&first), true, true, false, heard, t0 + ms(t)),
+                b.next(
+                    &Seen {
+                        answered: heard,
+                        ..Seen::ready(Some(&first))
+                    },
+                    t0 + ms(t)
+                ),
                 Action::Probe { .. }
             ));
         }
@@ -530,16 +586,34 @@ mod tests {
         // API.
         let t1 = t0 + ms(500);
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, heard, t1),
+            b.next(
+                &Seen {
+                    answered: heard,
+                    ..Seen::ready(Some(&renewed))
+                },
+                t1
+            ),
             BROADCAST
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, heard, t1 + ms(500)),
+            b.next(
+                &Seen {
+                    answered: heard,
+                    ..Seen::ready(Some(&renewed))
+                },
+                t1 + ms(500)
+            ),
             BROADCAST,
             "quiet for 500 ms only"
         );
         assert_eq!(
-            b.next(Some(&renewed), true, true, false, heard, t1 + ms(600)),
+            b.next(
+                &Seen {
+                    answered: heard,
+                    ..Seen::ready(Some(&renewed))
+                },
+                t1 + ms(600)
+            ),
             Action::TakeFromSilent {
                 holder: "a".into(),
                 quiet: ms(600)
@@ -550,19 +624,31 @@ mod tests {
     #[test]
     fn a_holder_never_heard_answering_is_taken_over_only_when_its_lease_expires() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let lease = held_by("a");
         // An answer from before the watch began is about an earlier holder.
         let stale = Some(t0 - ms(10));
         for t in (0_u64..2_000).step_by(50) {
-            let action = b.next(Some(&lease), true, true, false, stale, t0 + ms(t));
+            let action = b.next(
+                &Seen {
+                    answered: stale,
+                    ..Seen::ready(Some(&lease))
+                },
+                t0 + ms(t),
+            );
             assert!(
                 matches!(action, Action::Nothing | Action::Probe { unicast: false }),
                 "{action:?} at {t} ms"
             );
         }
         assert_eq!(
-            b.next(Some(&lease), true, true, false, stale, t0 + ms(2_000)),
+            b.next(
+                &Seen {
+                    answered: stale,
+                    ..Seen::ready(Some(&lease))
+                },
+                t0 + ms(2_000)
+            ),
             Action::Take,
             "expired"
         );
@@ -571,19 +657,25 @@ mod tests {
     #[test]
     fn a_holder_that_answers_keeps_the_ssh_ip_until_its_lease_expires() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let lease = held_by("a");
         // Its data path answers every probe; its API is away (a partition).
         for t in (0_u64..2_000).step_by(50) {
             let answered = t0 + ms(t.saturating_sub(49));
-            let action = b.next(Some(&lease), true, true, false, Some(answered), t0 + ms(t));
+            let action = b.next(
+                &Seen {
+                    answered: Some(answered),
+                    ..Seen::ready(Some(&lease))
+                },
+                t0 + ms(t),
+            );
             assert!(
                 matches!(action, Action::Nothing | Action::Probe { .. }),
                 "{action:?} at {t} ms"
             );
         }
         assert_eq!(
-            b.next(Some(&lease), true, true, false, None, t0 + ms(2_000)),
+            b.next(&Seen::ready(Some(&lease)), t0 + ms(2_000)),
             Action::Take,
             "expired"
         );
@@ -592,20 +684,26 @@ mod tests {
     #[test]
     fn another_holder_starts_the_count_again_and_a_standby_not_ready_probes_nobody() {
         let t0 = Instant::now();
-        let mut b = Owner::new("b", RENEW);
+        let mut b = Holding::new("b", RENEW);
         let (by_a, by_c) = (held_by("a"), held_by("c"));
         for t in [0, 100, 200] {
-            b.next(Some(&by_a), true, true, false, None, t0 + ms(t));
+            b.next(&Seen::ready(Some(&by_a)), t0 + ms(t));
         }
         assert_eq!(
-            b.next(Some(&by_c), true, true, false, None, t0 + ms(600)),
+            b.next(&Seen::ready(Some(&by_c)), t0 + ms(600)),
             BROADCAST,
             "c holds it now: its count starts at zero"
         );
-        let mut d = Owner::new("d", RENEW);
+        let mut d = Holding::new("d", RENEW);
         for t in (0..1_000).step_by(100) {
             assert_eq!(
-                d.next(Some(&by_a), true, false, false, None, t0 + ms(t)),
+                d.next(
+                    &Seen {
+                        ready: false,
+                        ..Seen::ready(Some(&by_a))
+                    },
+                    t0 + ms(t)
+                ),
                 Action::Nothing
             );
         }
@@ -614,20 +712,32 @@ mod tests {
     #[test]
     fn a_holder_that_gave_way_answers_again_only_once_a_renewal_goes_through() {
         let t0 = Instant::now();
-        let mut a = Owner::new("a", RENEW);
+        let mut a = Holding::new("a", RENEW);
         a.wrote(t0);
         // The Lease as its stalled watch last showed it, for as long as the
         // partition lasts.
         let cached = held_by("a");
         let late = t0 + RENEW * 4;
         assert_eq!(
-            a.next(Some(&cached), true, true, true, None, late),
+            a.next(
+                &Seen {
+                    heard_other: true,
+                    ..Seen::ready(Some(&cached))
+                },
+                late
+            ),
             Action::Withdraw
         );
         a.withdrew();
         let mut tries = 0;
         for n in 1..=40 {
-            let action = a.next(Some(&cached), true, true, true, None, late + ms(50 * n));
+            let action = a.next(
+                &Seen {
+                    heard_other: true,
+                    ..Seen::ready(Some(&cached))
+                },
+                late + ms(50 * n),
+            );
             assert!(
                 matches!(action, Action::Nothing | Action::Renew),
                 "{n}: {action:?}"
@@ -640,7 +750,7 @@ mod tests {
         a.wrote(late + ms(2_000));
         assert!(a.held);
         assert_eq!(
-            a.next(Some(&cached), true, true, false, None, late + ms(2_100)),
+            a.next(&Seen::ready(Some(&cached)), late + ms(2_100)),
             Action::Nothing
         );
     }
@@ -650,14 +760,26 @@ mod tests {
         let t0 = Instant::now();
         let late = t0 + RENEW * 4;
         let gave_way = |lease: &LeaseSpec| {
-            let mut a = Owner::new("a", RENEW);
+            let mut a = Holding::new("a", RENEW);
             a.wrote(t0);
             assert_eq!(
-                a.next(Some(&held_by("a")), true, true, true, None, late),
+                a.next(
+                    &Seen {
+                        heard_other: true,
+                        ..Seen::ready(Some(&held_by("a")))
+                    },
+                    late
+                ),
                 Action::Withdraw
             );
             a.withdrew();
-            a.next(Some(lease), true, true, true, None, late + ms(50))
+            a.next(
+                &Seen {
+                    heard_other: true,
+                    ..Seen::ready(Some(lease))
+                },
+                late + ms(50),
+            )
         };
         assert_eq!(gave_way(&held_by("")), Action::Take, "given up");
         assert_eq!(
@@ -669,9 +791,9 @@ mod tests {
 
     #[test]
     fn a_lease_still_ours_after_a_restart_is_answered_for_again() {
-        let mut a = Owner::new("a", RENEW);
+        let mut a = Holding::new("a", RENEW);
         assert_eq!(
-            a.next(Some(&held_by("a")), true, true, false, None, Instant::now()),
+            a.next(&Seen::ready(Some(&held_by("a"))), Instant::now()),
             Action::Renew
         );
         assert!(a.held);

@@ -1,11 +1,11 @@
 //! `--announce l2` with `--kubernetes`: one `coordination.k8s.io` Lease
 //! per SSH IP in `--lease-namespace`, labelled with [`vocabulary::ANNOUNCE`],
 //! and only its holder answers ARP (IPv4) or neighbour solicitations (IPv6)
-//! for the SSH IP ([`super::owner`] decides, the same for both families). Every agent watches those Leases, so a standby sees each
+//! for the SSH IP ([`super::holding`] decides, the same for both families). Every agent watches those Leases, so a standby sees each
 //! renewal as it happens and takes an expired Lease over within a tenth
 //! of `--announce-renew` of its expiry, or sooner a holder that missed a
 //! renewal and whose data path stopped answering the standby's ARP probes
-//! or neighbour solicitations ([`super::owner`], [`Answers`]); each API
+//! or neighbour solicitations ([`super::holding`], [`Answers`]); each API
 //! call is given up after `--announce-renew`. On SIGTERM the holder hands
 //! its Leases back, and answers until it hears the new holder's
 //! gratuitous ARP or neighbour advertisement (bounded by the Lease
@@ -27,32 +27,26 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use anyhow::Context as _;
-use k8s_openapi::{
-    api::{coordination::v1::Lease, core::v1::Node, events::v1::Event},
-    jiff::Timestamp,
-};
+use k8s_openapi::api::{coordination::v1::Lease, core::v1::Node};
 use kube::{
     Api,
-    api::PostParams,
     runtime::{reflector::ObjectRef, watcher},
 };
 use ssh_fwd_common::maps::{ANNOUNCE_YIELD, Heard};
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    AnnounceMetrics, Garps,
+    Adverts, AnnounceMetrics,
     answers::{Answers, Holders},
     asks, desired,
     foreign::ForeignClaims,
+    holding::{Action, Holding, Seen},
+    lease_io::LeaseIo,
     lease_name::lease_name,
-    lease_write::{LeaseWrite, Write, takeover_event},
+    lease_write::Write,
     macs,
     node_lease::NodeLease,
-    own_macs,
-    owner::Action,
-    owner::Owner,
-    record, sleep_until,
+    own_macs, record, sleep_until,
 };
 use crate::{
     datapath::{
@@ -60,13 +54,13 @@ use crate::{
             Announcements, Desired,
             claimants::{self, AgentMacs, Macs},
         },
-        garp::GarpSocket,
+        neighbour::NeighbourSocket,
         netdev::{self, Netlink},
         pins::PinLayout,
         status::unix_ms,
     },
     k8s::{
-        labels::LabelSelector,
+        label_selector::LabelSelector,
         reflector::{Changes, drop_managed_fields, reflector_task},
     },
     vocabulary,
@@ -93,7 +87,7 @@ const NODE_EVERY: Duration = Duration::from_secs(5);
 struct Ip {
     ip: IpAddr,
     name: String,
-    owner: Owner,
+    holding: Holding,
     /// A failed write was logged; the next success says so.
     failing: bool,
 }
@@ -101,12 +95,11 @@ struct Ip {
 /// The task's state.
 struct Announcer {
     settings: Settings,
-    api: Api<Lease>,
-    events: Api<Event>,
+    io: LeaseIo,
     store: kube::runtime::reflector::Store<Lease>,
     synced: Arc<AtomicBool>,
     map: Announcements,
-    garps: Garps,
+    adverts: Adverts,
     metrics: AnnounceMetrics,
     ips: Vec<Ip>,
     /// What this node could announce: its external interfaces that are up.
@@ -132,7 +125,7 @@ pub async fn run(
     layout: PinLayout,
     settings: Settings,
     client: kube::Client,
-    socket: GarpSocket,
+    socket: NeighbourSocket,
     metrics: AnnounceMetrics,
     ready: impl Fn() -> bool,
     mut stop: watch::Receiver<bool>,
@@ -172,12 +165,16 @@ pub async fn run(
             .map(|ip| Ip {
                 ip: *ip,
                 name: lease_name(*ip),
-                owner: Owner::new(&me, settings.renew),
+                holding: Holding::new(&me, settings.renew),
                 failing: false,
             })
             .collect(),
-        events: Api::namespaced(client, &settings.namespace),
-        garps: Garps::new(socket, settings.garp_interval, metrics.clone()),
+        io: LeaseIo::new(
+            &api,
+            Api::namespaced(client, &settings.namespace),
+            &settings,
+        ),
+        adverts: Adverts::new(socket, settings.garp_interval, metrics.clone()),
         map: Announcements::open_pinned(&layout)?,
         local: Desired::new(),
         answers: Answers::open(&settings.ssh_ips),
@@ -187,7 +184,6 @@ pub async fn run(
         macs: Macs::new(),
         foreign_maps: claimants::ForeignClaims::open_pinned(&layout)?,
         foreign: ForeignClaims::new(metrics.foreign_claims.clone()),
-        api,
         store,
         synced,
         metrics,
@@ -204,8 +200,8 @@ pub async fn run(
             _ = tick.tick() => {}
             () = changes.changed() => {}
             Some(()) = links_changed.recv() => a.read_links(&netlink).await,
-            () = sleep_until(a.garps.next_due()) => {
-                a.garps.send_due(Instant::now());
+            () = sleep_until(a.adverts.next_due()) => {
+                a.adverts.send_due(Instant::now());
                 continue;
             }
             _ = stop.changed() => break,
@@ -299,15 +295,22 @@ impl Announcer {
                 .get(&ObjectRef::new(&name).within(&self.settings.namespace));
             let heard_other = heard_since(
                 heard.get(&self.ips[i].ip),
-                self.ips[i].owner.renewed,
+                self.ips[i].holding.renewed,
                 mono_now,
                 now,
             );
             let spec = lease.as_ref().and_then(|l| l.spec.as_ref());
             let answered = self.answers.last(self.ips[i].ip).map(|(at, _)| at);
-            let action = self.ips[i]
-                .owner
-                .next(spec, synced, ready, heard_other, answered, now);
+            let action = self.ips[i].holding.next(
+                &Seen {
+                    lease: spec,
+                    synced,
+                    ready,
+                    heard_other,
+                    answered,
+                },
+                now,
+            );
             self.act(i, action, lease.as_deref()).await;
         }
         // Another agent's claim heard while the writes above were waited
@@ -316,9 +319,10 @@ impl Announcer {
         let heard = self.map.heard()?;
         let (mono_now, now) = (monotonic_ns(), Instant::now());
         for i in 0..self.ips.len() {
-            let owner = &self.ips[i].owner;
-            let heard_other = heard_since(heard.get(&self.ips[i].ip), owner.renewed, mono_now, now);
-            if owner.gives_way(heard_other, now) {
+            let holding = &self.ips[i].holding;
+            let heard_other =
+                heard_since(heard.get(&self.ips[i].ip), holding.renewed, mono_now, now);
+            if holding.gives_way(heard_other, now) {
                 self.act(i, Action::Withdraw, None).await;
             }
         }
@@ -326,7 +330,7 @@ impl Announcer {
             let held: BTreeSet<IpAddr> = self
                 .ips
                 .iter()
-                .filter(|i| i.owner.held)
+                .filter(|i| i.holding.held)
                 .map(|i| i.ip)
                 .collect();
             self.apply(&held)?;
@@ -391,7 +395,7 @@ impl Announcer {
         let plan = self
             .map
             .set(&want, ANNOUNCE_YIELD, unix_ms(SystemTime::now()))?;
-        self.garps.track(&want, &plan, Instant::now());
+        self.adverts.track(&want, &plan, Instant::now());
         record(&self.metrics, &self.map)
     }
 
@@ -401,19 +405,18 @@ impl Announcer {
         let result = match action {
             Action::Nothing => return,
             Action::Read => {
-                let name = &self.ips[i].name;
-                let read = tokio::time::timeout(self.settings.renew, self.api.get_opt(name)).await;
-                let owner = &mut self.ips[i].owner;
+                let read = self.io.read(&self.ips[i].name).await;
+                let holding = &mut self.ips[i].holding;
                 match read {
-                    Ok(Ok(lease)) => {
-                        owner.read(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now())
+                    Ok(lease) => {
+                        holding.read(lease.as_ref().and_then(|l| l.spec.as_ref()), Instant::now())
                     }
-                    _ => owner.read_failed(Instant::now()),
+                    Err(_) => holding.read_failed(Instant::now()),
                 }
                 return;
             }
             Action::Withdraw => {
-                self.ips[i].owner.withdrew();
+                self.ips[i].holding.withdrew();
                 tracing::info!(ssh_ip = %ip, "another node announces the SSH IP; no longer answering {} for it (until the Lease shows it free, or its renewal goes through)", asks(ip));
                 return;
             }
@@ -424,7 +427,7 @@ impl Announcer {
                     .map(|(_, mac)| mac)
                     .filter(|_| unicast);
                 for (key, mac) in self.local.iter().filter(|(key, _)| key.ip == ip) {
-                    self.garps.probe(*key, *mac, to);
+                    self.adverts.probe(*key, *mac, to);
                 }
                 return;
             }
@@ -435,7 +438,7 @@ impl Announcer {
                     ssh_ip = %ip,
                     holder = %holder,
                     quiet_ms = quiet.as_millis(),
-                    probes = super::owner::PROBES,
+                    probes = super::holding::PROBES,
                     "the SSH IP's holder missed a renewal of its Lease and answers no {} (its node is gone): taking it over before the Lease expires",
                     super::probe(ip)
                 );
@@ -446,7 +449,7 @@ impl Announcer {
                 let released = self
                     .write(lease, &self.ips[i].name, ip, Write::Release)
                     .await;
-                self.ips[i].owner.withdrew();
+                self.ips[i].holding.withdrew();
                 tracing::info!(ssh_ip = %ip, handed_back = released.is_ok(), "not ready (an external interface down, or not synced): gave the SSH IP up");
                 return;
             }
@@ -454,8 +457,8 @@ impl Announcer {
         let entry = &mut self.ips[i];
         match result {
             Ok(()) => {
-                let was_held = entry.owner.held;
-                entry.owner.wrote(sent);
+                let was_held = entry.holding.held;
+                entry.holding.wrote(sent);
                 if std::mem::take(&mut entry.failing) {
                     tracing::info!(ssh_ip = %ip, "the SSH IP's Lease is written again");
                 }
@@ -471,10 +474,10 @@ impl Announcer {
                     action,
                     Action::Create | Action::Take | Action::TakeFromSilent { .. }
                 ) {
-                    entry.owner.take_failed(sent);
+                    entry.holding.take_failed(sent);
                 }
                 if !std::mem::replace(&mut entry.failing, true)
-                    && (entry.owner.held || action != Action::Renew)
+                    && (entry.holding.held || action != Action::Renew)
                 {
                     tracing::warn!(ssh_ip = %ip, ?action, error = format!("{e:#}"), "cannot write the SSH IP's Lease; retrying (a holder keeps answering until another node announces)");
                 }
@@ -482,7 +485,7 @@ impl Announcer {
         }
     }
 
-    /// One Lease write, given up after `--announce-renew`.
+    /// One Lease write, with the MACs this node answers `ip` from.
     async fn write(
         &self,
         lease: Option<&Lease>,
@@ -491,50 +494,14 @@ impl Announcer {
         how: Write,
     ) -> anyhow::Result<()> {
         let macs = macs::answering(&self.local, ip);
-        let write = LeaseWrite {
-            name,
-            ip,
-            me: &self.settings.me,
-            seconds: i32::try_from(self.settings.duration.as_secs()).unwrap_or(i32::MAX),
-            macs: &macs,
-            now: Timestamp::now(),
-        };
-        let body = write.lease(lease, how);
-        let params = PostParams::default();
-        let call = async {
-            match lease {
-                None => self.api.create(&params, &body).await.map(drop),
-                Some(_) => self.api.replace(name, &params, &body).await.map(drop),
-            }
-        };
-        tokio::time::timeout(self.settings.renew, call)
-            .await
-            .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.settings.renew))?
-            .with_context(|| format!("Lease {}/{name}", self.settings.namespace))
+        self.io.write(lease, name, ip, how, &macs).await
     }
 
-    /// Counted, logged, and told in an Event on the Lease (in the
-    /// background: nothing waits for it).
+    /// Counted, logged, and told in an Event on the Lease.
     fn took_over(&self, ip: IpAddr) {
         self.metrics.takeovers.inc();
         tracing::info!(ssh_ip = %ip, node = %self.settings.me, "took the SSH IP over; answering {} for it", asks(ip));
-        let event = takeover_event(
-            &self.settings.namespace,
-            &self.settings.me,
-            &lease_name(ip),
-            ip,
-            Timestamp::now(),
-        );
-        let events = self.events.clone();
-        tokio::spawn(async move {
-            let params = PostParams::default();
-            let sent = events.create(&params, &event);
-            match tokio::time::timeout(Duration::from_secs(5), sent).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "the takeover's event was not recorded"),
-                Err(_) => tracing::debug!("the takeover's event was not recorded in 5 s"),
-            }
-        });
+        self.io.tell_takeover(ip);
     }
 
     /// SIGTERM: every Lease held is handed back at once, so a ready node
@@ -543,7 +510,7 @@ impl Announcer {
     /// advertisement, at most a Lease duration.
     async fn hand_over(&mut self) {
         let held: Vec<usize> = (0..self.ips.len())
-            .filter(|i| self.ips[*i].owner.held)
+            .filter(|i| self.ips[*i].holding.held)
             .collect();
         if held.is_empty() {
             return;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::k8s::labels::LabelSelector;
+use crate::k8s::label_selector::LabelSelector;
 
 /// `--announce`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]

@@ -3,8 +3,8 @@
 //! take as they are.
 
 use super::{
-    args::ControllerArgs,
-    ssh_ips::{SshIps, SshIpsError},
+    super::ssh_ips::{SshIps, SshIpsError},
+    ControllerArgs,
 };
 use crate::args::ServiceStyle;
 
@@ -71,7 +71,7 @@ mod tests {
 
     fn args(extra: &[&str]) -> ControllerArgs {
         let argv = ["--ssh-ip", "198.18.0.10"];
-        super::super::args::parse(argv.iter().chain(extra).copied()).unwrap()
+        super::super::parse(argv.iter().chain(extra).copied()).unwrap()
     }
 
     #[test]
@@ -84,17 +84,14 @@ mod tests {
 
     #[test]
     fn the_first_ssh_ip_is_shown_and_two_of_one_family_are_refused() {
-        let parse = |argv: &[&str]| super::super::args::parse(argv.iter().copied()).unwrap();
+        let parse = |argv: &[&str]| super::super::parse(argv.iter().copied()).unwrap();
         let v6_first = parse(&["--ssh-ip", "2001:db8::10", "--ssh-ip", "198.18.0.10"]);
         assert_eq!(check(&v6_first), Ok("2001:db8::10".into()));
         assert_eq!(ssh_ips(&v6_first).unwrap().ip_families(), ["IPv6", "IPv4"]);
         let twice = parse(&["--ssh-ip", "198.18.0.10", "--ssh-ip", "198.18.0.11"]);
         let error = check(&twice).unwrap_err().to_string();
         assert!(error.contains("are both IPv4"), "{error}");
-        assert!(
-            super::super::args::parse([]).is_err(),
-            "--ssh-ip is required"
-        );
+        assert!(super::super::parse([]).is_err(), "--ssh-ip is required");
     }
 
     #[test]

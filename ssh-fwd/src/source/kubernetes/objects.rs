@@ -17,6 +17,7 @@ use k8s_openapi::{
 use serde::Deserialize;
 
 use crate::{k8s::grant::Grant, mapping::Family, vocabulary};
+use keep::Keep;
 /// Label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -274,96 +275,25 @@ struct WireMeta {
     resource_version: Option<String>,
     creation_timestamp: Option<Time>,
     #[serde(default)]
-    labels: ServiceNameLabel,
+    labels: Keep<ServiceNameLabel>,
     #[serde(default)]
-    annotations: GuardAnnotations,
+    annotations: Keep<GuardAnnotations>,
 }
 
-/// Of an annotation map, only the guard's ([`vocabulary::SOURCE_RANGES`],
-/// [`vocabulary::SYN_RATE`]).
-#[derive(Default)]
-struct GuardAnnotations(Vec<(String, String)>);
+/// The annotations kept: the guard's.
+struct GuardAnnotations;
 
-impl<'de> Deserialize<'de> for GuardAnnotations {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = GuardAnnotations;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a map of annotations or null")
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(GuardAnnotations::default())
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(GuardAnnotations::default())
-            }
-            fn visit_some<D: serde::Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<Self::Value, D::Error> {
-                d.deserialize_map(self)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut kept = Vec::new();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == vocabulary::SOURCE_RANGES || key == vocabulary::SYN_RATE {
-                        kept.push((key.into_owned(), map.next_value::<String>()?));
-                    } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(GuardAnnotations(kept))
-            }
-        }
-        d.deserialize_option(Visit)
-    }
+impl keep::Keys for GuardAnnotations {
+    const KEYS: &'static [&'static str] = &[vocabulary::SOURCE_RANGES, vocabulary::SYN_RATE];
+    const WHAT: &'static str = "a map of annotations or null";
 }
 
-/// Of a label map, only `kubernetes.io/service-name`.
-#[derive(Default)]
-struct ServiceNameLabel(Option<String>);
+/// The label kept: the one linking a slice to its Service.
+struct ServiceNameLabel;
 
-impl<'de> Deserialize<'de> for ServiceNameLabel {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = ServiceNameLabel;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a map of labels or null")
-            }
-            fn visit_unit<E>(self) -> Result<Self::Value, E> {
-                Ok(ServiceNameLabel(None))
-            }
-            fn visit_none<E>(self) -> Result<Self::Value, E> {
-                Ok(ServiceNameLabel(None))
-            }
-            fn visit_some<D: serde::Deserializer<'de>>(
-                self,
-                d: D,
-            ) -> Result<Self::Value, D::Error> {
-                d.deserialize_map(self)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut found = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if key == SERVICE_NAME_LABEL {
-                        found = Some(map.next_value::<String>()?);
-                    } else {
-                        map.next_value::<serde::de::IgnoredAny>()?;
-                    }
-                }
-                Ok(ServiceNameLabel(found))
-            }
-        }
-        d.deserialize_option(Visit)
-    }
+impl keep::Keys for ServiceNameLabel {
+    const KEYS: &'static [&'static str] = &[SERVICE_NAME_LABEL];
+    const WHAT: &'static str = "a map of labels or null";
 }
 
 fn meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -373,12 +303,8 @@ fn meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> 
         namespace: wire.namespace,
         resource_version: wire.resource_version,
         creation_timestamp: wire.creation_timestamp,
-        labels: wire
-            .labels
-            .0
-            .map(|service| [(SERVICE_NAME_LABEL.to_owned(), service)].into()),
-        annotations: (!wire.annotations.0.is_empty())
-            .then(|| wire.annotations.0.into_iter().collect()),
+        labels: wire.labels.into_map(),
+        annotations: wire.annotations.into_map(),
         ..ObjectMeta::default()
     })
 }
@@ -644,5 +570,6 @@ impl WireSlice {
     }
 }
 
+mod keep;
 #[cfg(test)]
 mod tests;
