@@ -15,7 +15,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{build_ssh_fwd, build_static, cargo, run as run_cmd, workspace_root};
+use crate::{build_static, cargo, run as run_cmd, workspace_root};
 
 /// The nightly the eBPF crate is built with (by aya-build) and linted with.
 const EBPF_TOOLCHAIN: &str = "+nightly";
@@ -93,7 +93,14 @@ fn all(options: &Options) -> anyhow::Result<()> {
     if !options.no_lints {
         lint()?;
     }
-    let bin = build_ssh_fwd()?;
+    // Every test binary and the ssh-fwd binary the tests run, in the one
+    // cargo call whose features `cargo test` uses: `cargo build -p
+    // ssh-fwd` would resolve features for ssh-fwd alone and build every
+    // dependency a second time (two minutes of a clean CI run). ssh-fwd's
+    // own integration tests make cargo build its binary here.
+    println!("==> building the tests and ssh-fwd (with its eBPF programs)");
+    run_cmd(cargo().args(["test", "--no-run"]))?;
+    let bin = crate::target_dir().join("debug").join("ssh-fwd");
     // The container tests put this one in the image they run.
     let static_bin = build_static(ssh_fwd_tests::image::TEST_PROFILE)?;
     println!(
