@@ -89,17 +89,13 @@ impl Sshd {
         let dir = keys.dir();
         let config = dir.join(format!("sshd_config.{hostname}"));
         let home = login_home(dir)?;
-        // MaxStartups well above what any test holds unauthenticated at
-        // once (the default, 10:30:100, starts refusing at 10): a refusal a
-        // test sees is then the data path's, never sshd's own limit.
         std::fs::write(
             &config,
             format!(
                 "Port 22\nListenAddress 0.0.0.0\nListenAddress ::\nHostKey {host}\nAuthorizedKeysFile {auth}\n\
                  PermitRootLogin prohibit-password\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nUsePAM no\nStrictModes {strict}\nPidFile none\n\
-                 LogLevel ERROR\nClientAliveInterval 0\nSetEnv HOME={home}\n\
-                 MaxStartups 1000\n",
+                 LogLevel ERROR\nClientAliveInterval 0\nSetEnv HOME={home}\n",
                 host = dir.join("host").display(),
                 auth = authorized.display(),
                 strict = if strict { "yes" } else { "no" },

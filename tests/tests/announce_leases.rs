@@ -539,9 +539,12 @@ fn with_the_api_stalled_for_everyone_the_owner_keeps_answering_and_logins_land()
                 stalled.elapsed()
             )
         });
+        // Paced: a login every 3 s through the outage.
         std::thread::sleep(Duration::from_secs(3));
     }
     bed.api.resume();
+    // Must not happen within: the SSH IP must not move once the API is
+    // back (a renewal goes through within a second).
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         bed.holder().as_deref(),
@@ -573,6 +576,8 @@ fn only_nodes_the_selector_picks_hold_the_ssh_ip_and_a_relabel_moves_it() {
     bed.api.apply(Kind::Node, node("node0", false));
     bed.api.apply(Kind::Node, node("node1", true));
     bed.start(0);
+    // Must not happen within: an unselected node takes the Lease at once
+    // if it takes it at all.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(
         bed.holder(),

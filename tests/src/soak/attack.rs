@@ -210,7 +210,8 @@ fn open(port: u16, wait: Duration) -> Result<TcpStream, Refused> {
         Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
             Err(Refused::Silent)
         }
-        // EOF or a reset before the banner, or something else than one.
-        _ => Err(Refused::Closed),
+        Err(e) if e.kind() == ErrorKind::UnexpectedEof => Err(Refused::ClosedBySshd),
+        // A reset before the banner, or something else than one.
+        _ => Err(Refused::Reset),
     }
 }

@@ -145,7 +145,8 @@ impl Report {
             let how = match how {
                 Refused::Handshake(e) => format!("its handshake failed ({e})"),
                 Refused::Silent => "its handshake completed and no banner came".to_owned(),
-                Refused::Closed => "it was closed before the banner".to_owned(),
+                Refused::ClosedBySshd => "sshd closed it".to_owned(),
+                Refused::Reset => "it was reset before the banner".to_owned(),
             };
             out.push(format!(
                 "the hammer was held back at {} holding {held} connections, under the quota: {how}{}",
@@ -172,10 +173,12 @@ impl Report {
         out
     }
 
-    /// The hammer's refusals below the quota outside every fault window.
-    /// A count above the connections held is told apart; a count of the
-    /// whole quota of connections still open is right (closes the hammer
-    /// made that the pods had not answered yet).
+    /// The hammer's refusals below the quota outside every fault window
+    /// that the data path may be to blame for. sshd closing a connection
+    /// before its banner is its own limit (MaxStartups), counted in the
+    /// summary; a count above the connections held is told apart; a count
+    /// of the whole quota of connections still open is right (closes the
+    /// hammer made that the pods had not answered yet).
     fn hammer_refused_outside(&self) -> Vec<Refusal> {
         let windows = &self.inputs.records.windows;
         let quota = u64::from(super::bed::CONNS_PER_SOURCE);
@@ -242,7 +245,7 @@ impl Report {
         let h = &r.hammer;
         let _ = writeln!(
             s,
-            "flood: {} spoofed SYNs | hammer: {} cycles, {} admitted, {} held at the quota, {} over it admitted, {} refused under it ({} closed, {} silent, {} outside windows)",
+            "flood: {} spoofed SYNs | hammer: {} cycles, {} admitted, {} held at the quota, {} over it admitted, {} refused under it ({} closed by sshd, {} reset, {} silent, {} outside windows)",
             r.flood_sent,
             h.cycles,
             h.admitted,
@@ -250,7 +253,10 @@ impl Report {
             h.admitted_over_quota,
             h.refused_below_quota.len(),
             (h.refused_below_quota.iter())
-                .filter(|r| r.how == Refused::Closed)
+                .filter(|r| r.how == Refused::ClosedBySshd)
+                .count(),
+            (h.refused_below_quota.iter())
+                .filter(|r| r.how == Refused::Reset)
                 .count(),
             (h.refused_below_quota.iter())
                 .filter(|r| r.how == Refused::Silent)

@@ -105,11 +105,15 @@ pub enum Refused {
     /// The handshake did not complete: the SYN was held back or lost on
     /// the way (the quota's doing, or a defect).
     Handshake(String),
-    /// The handshake completed and the connection was closed or reset
-    /// before sshd's banner (the test's sshd lets in far more
-    /// unauthenticated connections than the hammer holds, so not sshd's
-    /// MaxStartups).
-    Closed,
+    /// The handshake completed and sshd closed the connection before its
+    /// banner (an end of file): sshd's own limit on unauthenticated
+    /// connections (MaxStartups, 10:30:100 by default), which the
+    /// hammer's round and the logins can reach on one job. Not the data
+    /// path's doing: it drops, or the pod's kernel resets.
+    ClosedBySshd,
+    /// The handshake completed and the connection was reset before the
+    /// banner.
+    Reset,
     /// The handshake completed and no banner arrived in time: the data
     /// path lost what followed it, or sshd was slow.
     Silent,

@@ -117,6 +117,7 @@ fn a_partitioned_holder_gives_way_for_good(mut bed: Bed) {
     // The API back: node 0's renewal, from the Lease it last saw, is
     // refused, its watch shows node 1, and nothing moves.
     bed.api.resume();
+    // Must not happen within: nothing moves once the API is back.
     std::thread::sleep(Duration::from_secs(2));
     let back = bed.probe_each(3);
     assert!(

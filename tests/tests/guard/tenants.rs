@@ -177,6 +177,8 @@ fn a_service_listing_every_source_cannot_widen_the_agents_allow() {
     let relabel = json!({"metadata": {"labels": {"team": "a"}}});
     bed.api.patch(Kind::Service, "jobs", "by-spec", &relabel);
     bed.api.apply(Kind::EndpointSlice, slice("by-annotation"));
+    // Must not happen within: a change that cuts the same is not told
+    // again (the agent reconciles within a second of a change).
     std::thread::sleep(Duration::from_secs(2));
     told(2);
 }
