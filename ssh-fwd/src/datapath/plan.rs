@@ -428,8 +428,4 @@ pub fn plan(installed: &Installed, desired: &MappingSet) -> Plan {
 }
 
 #[cfg(test)]
-mod capacity_tests;
-#[cfg(test)]
-mod local_tests;
-#[cfg(test)]
 mod tests;

@@ -37,8 +37,6 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod validation;
-#[cfg(test)]
-mod write_tests;
 
 use std::{
     net::SocketAddr,

@@ -409,3 +409,5 @@ fn a_dual_stack_service_gets_a_slice_of_each_family_and_takes_an_ipv6_load_balan
     assert_eq!(read["status"]["loadBalancer"]["ingress"], ingress);
     assert_eq!(read["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
 }
+
+mod write;

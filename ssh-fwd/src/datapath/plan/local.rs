@@ -6,7 +6,7 @@
 //! capacity. The rest cannot change: its mappings are the same, and so are
 //! the groups of frontends behind each of its backends. So the plan is the
 //! whole reload's plan, found at the cost of the change rather than of the
-//! tables; a property test holds the two equal (`local_tests.rs`).
+//! tables; a property test holds the two equal (`plan/tests/local.rs`).
 
 use std::{collections::BTreeSet, net::SocketAddr};
 

@@ -394,6 +394,8 @@ fn a_rate_is_written_with_its_flag_and_read_back_unchanged() {
     converge(&Installed::default(), &desired);
 }
 
+mod capacity;
+mod local;
 mod v6;
 
 #[test]

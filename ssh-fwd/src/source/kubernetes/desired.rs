@@ -431,10 +431,4 @@ pub fn compute_on<'a>(
 }
 
 #[cfg(test)]
-mod family_tests;
-#[cfg(test)]
-mod grant_tests;
-#[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod validity_tests;

@@ -448,3 +448,7 @@ fn a_load_balancer_of_our_class_that_allocates_node_ports_is_refused() {
         }));
     }
 }
+
+mod family;
+mod grant;
+mod validity;

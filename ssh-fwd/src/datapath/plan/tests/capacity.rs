@@ -11,7 +11,7 @@ use std::{
 
 use ssh_fwd_common::maps::MAX_MAPPINGS;
 
-use super::{Installed, Plan, Planned, Target, plan_steps};
+use super::super::{Installed, Plan, Planned, Target, plan_steps};
 use crate::mapping::{Mapping, MappingSet};
 
 const MAX: usize = MAX_MAPPINGS as usize;
@@ -300,7 +300,7 @@ fn over_capacity_a_stale_mapping_is_still_removed_and_the_excess_is_named() {
 fn after_a_failed_write_only_mappings_whose_backend_changed_are_removed() {
     let (installed, _) = reload(&Installed::default(), &set([nth(0, 0), nth(1, 0)]));
     let desired = set([nth(0, 0), nth(1, 1), nth(2, 0)]);
-    let p = super::stale_removal(&installed, &desired, MAX);
+    let p = super::super::stale_removal(&installed, &desired, MAX);
     assert_eq!(p.frontend_deletes, vec![nth(1, 0).frontend]);
     assert_eq!(p.reverse_deletes, vec![nth(1, 0).backend]);
     assert!(p.frontend_upserts.is_empty() && p.new_slots.is_empty());

@@ -10,7 +10,7 @@ use std::{
 
 use serde_json::{Value, json};
 
-use super::{FakeApi, Kind};
+use super::super::{FakeApi, Kind};
 
 const MERGE: &str = "application/merge-patch+json";
 

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use ssh_fwd_common::maps::MAX_MAPPINGS;
 
-use super::{tests::views, *};
+use super::{super::*, views};
 use crate::source::kubernetes::objects::SERVICE_NAME_LABEL;
 
 const SSH_IP: &str = "198.18.0.10";

@@ -12,7 +12,7 @@ use std::{
 use proptest::prelude::*;
 use ssh_fwd_common::maps::MAX_MAPPINGS;
 
-use super::{Installed, plan_local, plan_steps};
+use super::super::{Installed, plan_local, plan_steps};
 use crate::mapping::{Mapping, MappingSet};
 
 /// The tables' default capacity (`--max-mappings`).

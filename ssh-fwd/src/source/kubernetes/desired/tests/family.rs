@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::super::*;
 use crate::{
     mapping::guard::Cidr,
     source::kubernetes::objects::{SERVICE_NAME_LABEL, WireService, WireSlice},

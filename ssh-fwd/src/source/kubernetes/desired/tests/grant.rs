@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::*;
+use super::super::*;
 use crate::{
     k8s::grant::status_json,
     source::kubernetes::objects::{SERVICE_NAME_LABEL, WireService, WireSlice},
