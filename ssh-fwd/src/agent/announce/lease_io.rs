@@ -15,7 +15,6 @@ use kube::{Api, api::PostParams};
 use super::{
     lease_name::lease_name,
     lease_write::{LeaseWrite, Write, takeover_event},
-    leases::Settings,
 };
 
 /// The Leases' and the Events' API, and what every call needs.
@@ -31,14 +30,23 @@ pub struct LeaseIo {
 }
 
 impl LeaseIo {
-    pub fn new(leases: &Api<Lease>, events: Api<Event>, settings: &Settings) -> Self {
+    /// Calls as `me`, in `namespace`, each given up after `renew`,
+    /// writing Leases of `duration`.
+    pub fn new(
+        leases: &Api<Lease>,
+        events: Api<Event>,
+        namespace: &str,
+        me: &str,
+        renew: Duration,
+        duration: Duration,
+    ) -> Self {
         Self {
             leases: leases.clone(),
             events,
-            namespace: settings.namespace.clone(),
-            me: settings.me.clone(),
-            renew: settings.renew,
-            seconds: i32::try_from(settings.duration.as_secs()).unwrap_or(i32::MAX),
+            namespace: namespace.to_owned(),
+            me: me.to_owned(),
+            renew,
+            seconds: i32::try_from(duration.as_secs()).unwrap_or(i32::MAX),
         }
     }
 

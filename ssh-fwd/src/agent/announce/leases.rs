@@ -172,7 +172,10 @@ pub async fn run(
         io: LeaseIo::new(
             &api,
             Api::namespaced(client, &settings.namespace),
-            &settings,
+            &settings.namespace,
+            &settings.me,
+            settings.renew,
+            settings.duration,
         ),
         adverts: Adverts::new(socket, settings.garp_interval, metrics.clone()),
         map: Announcements::open_pinned(&layout)?,
