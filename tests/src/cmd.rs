@@ -49,14 +49,11 @@ pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 /// true.
 pub fn eventually<F: Found>(what: &str, limit: Duration, mut check: impl FnMut() -> F) -> F::Value {
     let mut found = None;
-    let done = wait_until(limit, || {
+    wait_until(limit, || {
         found = check().found();
         found.is_some()
     });
-    match found {
-        Some(value) if done => value,
-        _ => panic!("timed out after {limit:?} waiting for: {what}"),
-    }
+    found.unwrap_or_else(|| panic!("timed out after {limit:?} waiting for: {what}"))
 }
 
 /// What an [`eventually`] check returns: whether it found it, and what.
